@@ -1,0 +1,993 @@
+//! The endpoint: one side of a relay–proxy session, as a pure state machine.
+//!
+//! The shell feeds it bytes read from each subflow ([`Endpoint::handle_input`]),
+//! asks it for bytes to write ([`Endpoint::poll_transmit`]), tells it when a
+//! subflow comes up or goes down, and drives its timers
+//! ([`Endpoint::poll_timeout`] / [`Endpoint::handle_timeout`]). Passenger
+//! connections are opened, written, read, finished and reset through it;
+//! what happened is reported by [`Endpoint::poll_event`]. Time is always a
+//! parameter: nothing here reads a clock, sleeps or touches a socket.
+//!
+//! Call order in a shell: after any call that changes state, drain
+//! `poll_event`, then call `poll_transmit` for every path whose socket can
+//! take bytes, then re-arm the timer from `poll_timeout`.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::conn::{Conn, ConnState, RecvError};
+use crate::ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
+use crate::path::{Availability, Path, PathConfig, PathStats, PathView, SegmentRef, SentRecord};
+use crate::sched::users::UserScheduler;
+use crate::sched::{Context, PacketInfo, Pipeline, Reinject};
+use crate::wire::{self, Frame, FrameDecoder, LinkState, WireError};
+
+/// Which end of the session this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// On the train: opens connections for passengers.
+    Relay,
+    /// In the cloud: accepts them and connects upstream.
+    Proxy,
+}
+
+/// Tunables of an endpoint. Defaults suit a train with a few cellular
+/// carriers; every value is documented in the shells' `--help`.
+#[derive(Clone, Debug)]
+pub struct EndpointConfig {
+    pub role: Role,
+    /// Largest passenger payload per DATA frame (one "packet" of the
+    /// scheduler). 16 KiB minus the frame header fits one TLS record.
+    pub segment_bytes: u32,
+    /// Bytes a connection may hold that the peer has not acknowledged.
+    pub conn_send_buffer_bytes: usize,
+    /// Receive window per connection: the most bytes a peer may send beyond
+    /// what the passenger has read.
+    pub conn_window_bytes: u64,
+    pub path: PathConfig,
+    /// Time constant of the proportional-fair user scheduler.
+    pub user_fairness_tau: Duration,
+    /// A keepalive PING goes out on a path idle this long.
+    pub ping_interval: Duration,
+    /// A path with data in flight that hears nothing this long is reported
+    /// dead ([`Event::PathDead`]); the shell then closes and reconnects it.
+    pub dead_after: Duration,
+}
+
+impl EndpointConfig {
+    pub fn new(role: Role) -> Self {
+        EndpointConfig {
+            role,
+            segment_bytes: 16 * 1024 - wire::DATA_OVERHEAD as u32,
+            conn_send_buffer_bytes: 512 * 1024,
+            conn_window_bytes: 1024 * 1024,
+            path: PathConfig::default(),
+            user_fairness_tau: Duration::from_secs(1),
+            ping_interval: Duration::from_secs(1),
+            dead_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What happened, for the shell to act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The relay opened a connection (proxy side): connect to `dst`.
+    ConnOpened { conn: ConnId, user: UserId, dst: SocketAddr },
+    /// Data (or the end of the stream) can be read.
+    Readable(ConnId),
+    /// Send-buffer space was freed.
+    Writable(ConnId),
+    /// The peer reset the connection.
+    ConnReset { conn: ConnId, code: u32 },
+    /// Both directions completed; the connection is gone.
+    ConnClosed(ConnId),
+    /// A radio interface reported a new state or cell (proxy side).
+    PathStatus { path: PathId, state: LinkState, cell: u64 },
+    /// A telemetry record arrived (proxy side), once per `seq`.
+    Telemetry { seq: u64, payload: Bytes },
+    /// The peer stored telemetry up to `seq` (relay side).
+    TelemetryAcked { seq: u64 },
+    /// A path has had data in flight and heard nothing for `dead_after`.
+    PathDead(PathId),
+}
+
+/// Errors of calls on a connection.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    #[error("connection {0} does not exist (closed or never opened)")]
+    UnknownConn(ConnId),
+    #[error("connection {0} was reset by the peer")]
+    Reset(ConnId),
+    #[error("only the relay-agent opens connections")]
+    WrongRole,
+}
+
+/// A subflow broke the protocol; the shell closes that subflow (the others
+/// and every connection carry on).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("path {0}: {1}")]
+    Wire(PathId, WireError),
+    #[error("path {0}: peer acknowledged {1} bytes but only {2} were sent")]
+    BadPathAck(PathId, u64, u64),
+    #[error("path {0}: connection {1}: {2}")]
+    Stream(PathId, ConnId, RecvError),
+    #[error("path {0}: unexpected {1} frame")]
+    Unexpected(PathId, &'static str),
+    #[error("path {0} is not up")]
+    PathNotUp(PathId),
+}
+
+/// Result of [`Endpoint::recv`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recv {
+    /// This many bytes were copied.
+    Data(usize),
+    /// The peer finished its direction and everything was read.
+    Fin,
+    /// Nothing to read now; wait for [`Event::Readable`].
+    Blocked,
+}
+
+/// Endpoint-wide counters (plain data; shells export them).
+#[derive(Clone, Debug, Default)]
+pub struct EndpointStats {
+    pub conns_opened: u64,
+    pub conns_closed: u64,
+    pub conns_reset: u64,
+    pub decisions: u64,
+    pub reinjected_bytes: u64,
+    pub redundant_bytes: u64,
+    pub duplicate_bytes_received: u64,
+    pub telemetry_received: u64,
+    pub protocol_errors: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Copy {
+    First,
+    Redundant,
+    Reinjection,
+}
+
+#[derive(Debug)]
+struct Queued {
+    seg: SegmentRef,
+    len: u32,
+    fin: bool,
+    copy: Copy,
+}
+
+#[derive(Debug)]
+struct Slot {
+    path: Path,
+    decoder: FrameDecoder,
+    ctrl: VecDeque<Frame>,
+    data: VecDeque<Queued>,
+}
+
+/// One side of a session.
+pub struct Endpoint {
+    cfg: EndpointConfig,
+    pipeline: Pipeline,
+    epoch: Instant,
+    slots: Vec<Option<Slot>>,
+    conns: HashMap<ConnId, Conn>,
+    next_conn: u32,
+    /// Proxy: every id below this was opened; ids at or above it that were.
+    opened_floor: u32,
+    opened_above: BTreeSet<u32>,
+    users: UserScheduler,
+    events: VecDeque<Event>,
+    /// Connections with a data-level ACK or WINDOW to send.
+    ack_queue: VecDeque<ConnId>,
+    telemetry_floor: u64,
+    telemetry_seen: BTreeSet<u64>,
+    next_ping: u64,
+    stats: EndpointStats,
+    views: Vec<PathView>,
+    acked_scratch: Vec<SentRecord>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("role", &self.cfg.role)
+            .field("pipeline", &self.pipeline)
+            .field("conns", &self.conns.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn data_frame_len(len: u32) -> u64 {
+    wire::DATA_OVERHEAD as u64 + u64::from(len)
+}
+
+impl Endpoint {
+    pub fn new(cfg: EndpointConfig, pipeline: Pipeline, now: Instant) -> Self {
+        Endpoint {
+            users: UserScheduler::new(cfg.user_fairness_tau),
+            cfg,
+            pipeline,
+            epoch: now,
+            slots: (0..MAX_PATHS).map(|_| None).collect(),
+            conns: HashMap::new(),
+            next_conn: 1,
+            opened_floor: 1,
+            opened_above: BTreeSet::new(),
+            events: VecDeque::new(),
+            ack_queue: VecDeque::new(),
+            telemetry_floor: 0,
+            telemetry_seen: BTreeSet::new(),
+            next_ping: 0,
+            stats: EndpointStats::default(),
+            views: Vec::with_capacity(MAX_PATHS),
+            acked_scratch: Vec::new(),
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        self.cfg.role
+    }
+
+    pub fn config(&self) -> &EndpointConfig {
+        &self.cfg
+    }
+
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    // ----- paths -------------------------------------------------------
+
+    /// A subflow for `path` is established (after the HELLO exchange).
+    pub fn path_up(&mut self, path: PathId, now: Instant) {
+        let cfg = self.cfg.path.clone();
+        let slot = self.slots[path.index()].get_or_insert_with(|| Slot {
+            path: Path::new(path, cfg, now),
+            decoder: FrameDecoder::new(),
+            ctrl: VecDeque::new(),
+            data: VecDeque::new(),
+        });
+        slot.path.reset_transport(now);
+        slot.decoder = FrameDecoder::new();
+        slot.ctrl.clear();
+        slot.data.clear();
+        slot.path.up = true;
+        slot.path.stats.state_changes += 1;
+        // Connections whose OPEN no copy has confirmed yet are announced on
+        // the new path too, before any of their data can be placed on it.
+        let mut unconfirmed: Vec<&Conn> = self.conns.values().filter(|c| c.open_unconfirmed).collect();
+        unconfirmed.sort_by_key(|c| c.id);
+        for c in unconfirmed {
+            slot.ctrl.push_back(Frame::Open { conn: c.id, user: c.user, dst: c.dst });
+        }
+    }
+
+    /// The subflow for `path` is gone. Everything it had not delivered goes
+    /// back to its connections' send buffers, to be sent on other paths.
+    pub fn path_down(&mut self, path: PathId, now: Instant) {
+        let Some(slot) = self.slots[path.index()].as_mut() else { return };
+        if !slot.path.up {
+            return;
+        }
+        slot.path.up = false;
+        slot.path.stats.state_changes += 1;
+        let mut segs: Vec<SegmentRef> = slot.path.unacked_segments().collect();
+        segs.extend(slot.data.iter().map(|q| q.seg));
+        slot.data.clear();
+        slot.ctrl.clear();
+        slot.path.reset_transport(now);
+        let mask = PathMask::single(path);
+        for s in segs {
+            if let Some(c) = self.conns.get_mut(&s.conn) {
+                // The copy on this path is lost with the subflow, so this
+                // path may carry the segment again once it is back.
+                c.send.forget_paths(s.offset, mask);
+                if c.send.requeue(s.offset).is_some() {
+                    self.users.activate(c.user, c.id, now);
+                }
+            }
+        }
+    }
+
+    /// Whether `path` is up.
+    pub fn is_path_up(&self, path: PathId) -> bool {
+        self.slots[path.index()].as_ref().is_some_and(|s| s.path.up)
+    }
+
+    /// Paths that are up, in id order.
+    pub fn up_paths(&self) -> Vec<PathId> {
+        self.slots.iter().flatten().filter(|s| s.path.up).map(|s| s.path.id).collect()
+    }
+
+    pub fn path_view(&self, path: PathId, now: Instant) -> Option<PathView> {
+        self.slots[path.index()].as_ref().map(|s| s.path.view(now))
+    }
+
+    pub fn path_stats(&self, path: PathId) -> Option<&PathStats> {
+        self.slots[path.index()].as_ref().map(|s| s.path.stats())
+    }
+
+    /// Unsent bytes the shell sees in the kernel socket of `path`; they
+    /// count toward the path's send-buffer occupancy.
+    pub fn set_kernel_unsent(&mut self, path: PathId, bytes: u64) {
+        if let Some(s) = self.slots[path.index()].as_mut() {
+            s.path.kernel_unsent_bytes = bytes;
+        }
+    }
+
+    /// Relay side: a radio interface changed state or cell. Announced to the
+    /// proxy on every live path, ahead of data.
+    pub fn report_link(&mut self, path: PathId, state: LinkState, cell: u64) {
+        if let Some(s) = self.slots[path.index()].as_mut() {
+            s.path.link_state = state;
+            s.path.cell = cell;
+        }
+        self.broadcast_front(Frame::PathStatus { path, state, cell });
+    }
+
+    /// Relay side: send a telemetry record with top priority on every live
+    /// path; the proxy keeps the first copy.
+    pub fn send_telemetry(&mut self, seq: u64, payload: Bytes) {
+        self.broadcast_front(Frame::Telemetry { seq, payload });
+    }
+
+    /// Proxy side: telemetry up to `seq` is stored durably.
+    pub fn ack_telemetry(&mut self, seq: u64) {
+        self.broadcast_front(Frame::TelemetryAck { seq });
+    }
+
+    fn broadcast_front(&mut self, f: Frame) {
+        for s in self.slots.iter_mut().flatten().filter(|s| s.path.up) {
+            s.ctrl.push_front(f.clone());
+        }
+    }
+
+    fn broadcast(&mut self, f: Frame) {
+        for s in self.slots.iter_mut().flatten().filter(|s| s.path.up) {
+            s.ctrl.push_back(f.clone());
+        }
+    }
+
+    // ----- connections -------------------------------------------------
+
+    /// Relay side: a passenger `user` connects to `dst`.
+    pub fn open(&mut self, user: UserId, dst: SocketAddr, _now: Instant) -> Result<ConnId, StreamError> {
+        if self.cfg.role != Role::Relay {
+            return Err(StreamError::WrongRole);
+        }
+        let id = ConnId(self.next_conn);
+        self.next_conn = self.next_conn.wrapping_add(1).max(1);
+        let mut c = Conn::new(id, user, dst, self.cfg.conn_send_buffer_bytes, self.cfg.conn_window_bytes);
+        c.open_unconfirmed = true;
+        self.conns.insert(id, c);
+        self.stats.conns_opened += 1;
+        self.broadcast(Frame::Open { conn: id, user, dst });
+        Ok(id)
+    }
+
+    fn conn_mut(&mut self, conn: ConnId) -> Result<&mut Conn, StreamError> {
+        match self.conns.get_mut(&conn) {
+            None => Err(StreamError::UnknownConn(conn)),
+            Some(c) if c.state == ConnState::Reset => Err(StreamError::Reset(conn)),
+            Some(c) => Ok(c),
+        }
+    }
+
+    /// Bytes `send` would accept now.
+    pub fn send_room(&self, conn: ConnId) -> usize {
+        self.conns.get(&conn).map_or(0, |c| c.send.room())
+    }
+
+    /// Queue passenger bytes; returns how many were accepted (bounded by the
+    /// send buffer; wait for [`Event::Writable`] when it is 0).
+    pub fn send(&mut self, conn: ConnId, data: &[u8], now: Instant) -> Result<usize, StreamError> {
+        let c = self.conn_mut(conn)?;
+        let n = c.send.write(data);
+        let user = c.user;
+        if n > 0 {
+            self.users.activate(user, conn, now);
+        }
+        Ok(n)
+    }
+
+    /// The passenger finished sending (FIN).
+    pub fn finish(&mut self, conn: ConnId, now: Instant) -> Result<(), StreamError> {
+        let c = self.conn_mut(conn)?;
+        c.send.finish();
+        let user = c.user;
+        self.users.activate(user, conn, now);
+        Ok(())
+    }
+
+    /// Abort the connection in both directions.
+    pub fn reset(&mut self, conn: ConnId, code: u32, _now: Instant) {
+        if let Some(c) = self.conns.remove(&conn) {
+            self.users.deactivate(c.user, conn);
+            self.stats.conns_reset += 1;
+            self.broadcast(Frame::Reset { conn, code });
+        }
+    }
+
+    /// Read passenger bytes that arrived in order.
+    pub fn recv(&mut self, conn: ConnId, buf: &mut [u8]) -> Result<Recv, StreamError> {
+        let c = self.conn_mut(conn)?;
+        let n = c.recv.read(buf);
+        if let Some(limit) = c.recv.window_update() {
+            let queued = c.window_pending.is_some() || c.ack_pending;
+            c.window_pending = Some(limit);
+            if !queued {
+                self.ack_queue.push_back(conn);
+            }
+        }
+        let c = self.conns.get(&conn).expect("checked");
+        if n > 0 {
+            return Ok(Recv::Data(n));
+        }
+        if c.recv.is_finished() {
+            self.maybe_close(conn);
+            return Ok(Recv::Fin);
+        }
+        Ok(Recv::Blocked)
+    }
+
+    pub fn readable_bytes(&self, conn: ConnId) -> usize {
+        self.conns.get(&conn).map_or(0, |c| c.recv.readable())
+    }
+
+    pub fn conn_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    pub fn has_conn(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// Bytes held in connection buffers (send and receive).
+    pub fn buffered_bytes(&self) -> u64 {
+        self.conns.values().map(|c| c.send.buffered() as u64 + c.recv.buffered()).sum()
+    }
+
+    fn maybe_close(&mut self, conn: ConnId) {
+        if self.conns.get(&conn).is_some_and(|c| c.is_closed()) {
+            let c = self.conns.remove(&conn).expect("checked");
+            self.users.deactivate(c.user, conn);
+            self.stats.conns_closed += 1;
+            self.events.push_back(Event::ConnClosed(conn));
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    pub fn active_users(&self) -> usize {
+        self.users.active_users()
+    }
+
+    // ----- input ---------------------------------------------------------
+
+    /// Bytes read from the subflow of `path`. On error the shell closes that
+    /// subflow (and calls [`Self::path_down`]).
+    pub fn handle_input(&mut self, path: PathId, data: &[u8], now: Instant) -> Result<(), InputError> {
+        let slot = match self.slots[path.index()].as_mut() {
+            Some(s) if s.path.up => s,
+            _ => return Err(InputError::PathNotUp(path)),
+        };
+        slot.path.stats.received_bytes += data.len() as u64;
+        slot.decoder.push(data);
+        loop {
+            let slot = self.slots[path.index()].as_mut().expect("checked above");
+            let d = match slot.decoder.next_frame() {
+                Ok(Some(d)) => d,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    self.stats.protocol_errors += 1;
+                    return Err(InputError::Wire(path, e));
+                }
+            };
+            if d.frame.is_ack_eliciting() {
+                slot.path.rx_counter += d.wire_len as u64;
+                slot.path.rx_last_arrival = now;
+            }
+            if let Err(e) = self.on_frame(path, d.frame, now) {
+                self.stats.protocol_errors += 1;
+                return Err(e);
+            }
+        }
+    }
+
+    fn on_frame(&mut self, path: PathId, frame: Frame, now: Instant) -> Result<(), InputError> {
+        match frame {
+            Frame::PathAck { received, delay_us } => {
+                let slot = self.slots[path.index()].as_mut().expect("path exists");
+                let mut acked = std::mem::take(&mut self.acked_scratch);
+                acked.clear();
+                let sent = slot.path.tx_counter;
+                if !slot.path.on_path_ack(received, Duration::from_micros(u64::from(delay_us)), now, &mut acked) {
+                    self.acked_scratch = acked;
+                    return Err(InputError::BadPathAck(path, received, sent));
+                }
+                for r in &acked {
+                    if let Some(seg) = r.segment {
+                        self.on_segment_delivered(seg);
+                    }
+                }
+                self.acked_scratch = acked;
+            }
+            Frame::Ping { id, timestamp_us } => {
+                let slot = self.slots[path.index()].as_mut().expect("path exists");
+                slot.ctrl.push_back(Frame::Pong { id, timestamp_us });
+            }
+            Frame::Pong { .. } => {}
+            Frame::Open { conn, user, dst } => {
+                if self.cfg.role != Role::Proxy {
+                    return Err(InputError::Unexpected(path, "OPEN"));
+                }
+                if conn.0 < self.opened_floor || !self.opened_above.insert(conn.0) {
+                    return Ok(()); // a copy of an OPEN already handled
+                }
+                while self.opened_above.remove(&self.opened_floor) {
+                    self.opened_floor = self.opened_floor.wrapping_add(1);
+                }
+                let c = Conn::new(conn, user, dst, self.cfg.conn_send_buffer_bytes, self.cfg.conn_window_bytes);
+                self.conns.insert(conn, c);
+                self.stats.conns_opened += 1;
+                self.events.push_back(Event::ConnOpened { conn, user, dst });
+            }
+            Frame::Data { conn, offset, fin, payload } => {
+                let Some(c) = self.conns.get_mut(&conn) else { return Ok(()) };
+                c.open_unconfirmed = false;
+                let new = c.recv.insert(offset, &payload, fin).map_err(|e| InputError::Stream(path, conn, e))?;
+                self.stats.duplicate_bytes_received += payload.len() as u64 - new;
+                if !c.ack_pending && c.window_pending.is_none() {
+                    self.ack_queue.push_back(conn);
+                }
+                c.ack_pending = true;
+                if new > 0 || c.recv.fin_received() {
+                    self.events.push_back(Event::Readable(conn));
+                }
+            }
+            Frame::Ack { conn, cumulative, fin, sack } => {
+                let Some(c) = self.conns.get_mut(&conn) else { return Ok(()) };
+                c.open_unconfirmed = false;
+                if c.send.on_ack(cumulative, fin, &sack) > 0 {
+                    self.events.push_back(Event::Writable(conn));
+                }
+                self.maybe_close(conn);
+            }
+            Frame::Window { conn, max_data } => {
+                let Some(c) = self.conns.get_mut(&conn) else { return Ok(()) };
+                c.open_unconfirmed = false;
+                c.send.set_max_data(max_data);
+                let user = c.user;
+                self.users.activate(user, conn, now);
+            }
+            Frame::Reset { conn, code } => {
+                if let Some(c) = self.conns.remove(&conn) {
+                    self.users.deactivate(c.user, conn);
+                    self.stats.conns_reset += 1;
+                    self.events.push_back(Event::ConnReset { conn, code });
+                }
+            }
+            Frame::PathStatus { path: p, state, cell } => {
+                if let Some(s) = self.slots[p.index()].as_mut() {
+                    s.path.link_state = state;
+                    s.path.cell = cell;
+                }
+                self.events.push_back(Event::PathStatus { path: p, state, cell });
+            }
+            Frame::Telemetry { seq, payload } => {
+                if seq >= self.telemetry_floor && self.telemetry_seen.insert(seq) {
+                    self.stats.telemetry_received += 1;
+                    self.events.push_back(Event::Telemetry { seq, payload });
+                    // Bound the de-duplication set: forget far-behind seqs.
+                    while self.telemetry_seen.len() > 4096 {
+                        let first = self.telemetry_seen.pop_first().expect("non-empty");
+                        self.telemetry_floor = first + 1;
+                    }
+                }
+            }
+            Frame::TelemetryAck { seq } => self.events.push_back(Event::TelemetryAcked { seq }),
+            Frame::Hello { .. } => return Err(InputError::Unexpected(path, "HELLO")),
+            Frame::HelloAck { .. } => return Err(InputError::Unexpected(path, "HELLO_ACK")),
+        }
+        Ok(())
+    }
+
+    fn on_segment_delivered(&mut self, seg: SegmentRef) {
+        let Some(c) = self.conns.get_mut(&seg.conn) else { return };
+        c.open_unconfirmed = false;
+        if c.send.on_delivered(seg.offset) > 0 {
+            self.events.push_back(Event::Writable(seg.conn));
+        }
+        self.maybe_close(seg.conn);
+    }
+
+    // ----- output --------------------------------------------------------
+
+    /// Append frames for `path` to `out`, at most `max` bytes (but always at
+    /// least one frame if any is due). Runs the scheduler first. Returns the
+    /// number of bytes appended.
+    pub fn poll_transmit(&mut self, path: PathId, now: Instant, out: &mut Vec<u8>, max: usize) -> usize {
+        let start = out.len();
+        match self.slots[path.index()].as_ref() {
+            Some(s) if s.path.up => {}
+            _ => return 0,
+        }
+        let room = |out: &Vec<u8>, n: usize| out.len() == start || out.len() - start + n <= max;
+
+        let slot = self.slots[path.index()].as_mut().expect("checked");
+        if slot.path.rx_counter > slot.path.rx_acked {
+            let delay =
+                now.saturating_duration_since(slot.path.rx_last_arrival).as_micros().min(u128::from(u32::MAX)) as u32;
+            Frame::PathAck { received: slot.path.rx_counter, delay_us: delay }.encode(out);
+            slot.path.rx_acked = slot.path.rx_counter;
+        }
+        while let Some(f) = slot.ctrl.front() {
+            let n = f.encoded_len();
+            if !room(out, n) {
+                return out.len() - start;
+            }
+            let f = slot.ctrl.pop_front().expect("front exists");
+            f.encode(out);
+            slot.path.on_frame_sent(n, None, now);
+        }
+
+        // Data-level ACKs and window updates ride on any healthy path.
+        let healthy = slot.path.rto_count == 0 && slot.path.link_state != LinkState::NoService;
+        if healthy {
+            while let Some(&cid) = self.ack_queue.front() {
+                let Some(c) = self.conns.get_mut(&cid) else {
+                    self.ack_queue.pop_front();
+                    continue;
+                };
+                let mut frames = Vec::with_capacity(2);
+                if c.ack_pending {
+                    let (cumulative, sack) = c.recv.ack_state(wire::MAX_SACK_RANGES);
+                    frames.push(Frame::Ack { conn: cid, cumulative, fin: c.recv.fin_received(), sack });
+                }
+                if let Some(max_data) = c.window_pending {
+                    frames.push(Frame::Window { conn: cid, max_data });
+                }
+                let n: usize = frames.iter().map(Frame::encoded_len).sum();
+                if !room(out, n) {
+                    return out.len() - start;
+                }
+                c.ack_pending = false;
+                c.window_pending = None;
+                self.ack_queue.pop_front();
+                let slot = self.slots[path.index()].as_mut().expect("checked");
+                for f in frames {
+                    let before = out.len();
+                    f.encode(out);
+                    slot.path.on_frame_sent(out.len() - before, None, now);
+                }
+            }
+        }
+
+        self.schedule(now);
+
+        let slot = self.slots[path.index()].as_mut().expect("checked");
+        while let Some(q) = slot.data.front() {
+            let n = data_frame_len(q.len);
+            if !room(out, n as usize) {
+                break;
+            }
+            let q = slot.data.pop_front().expect("front exists");
+            slot.path.queued_bytes -= n;
+            let Some(c) = self.conns.get(&q.seg.conn) else { continue };
+            if !c.send.is_unacked(q.seg.offset) {
+                continue; // delivered by another copy meanwhile
+            }
+            let before = out.len();
+            out.extend_from_slice(&[0; wire::DATA_OVERHEAD]);
+            c.send.copy_range(q.seg.offset, q.len, out);
+            let payload: Vec<u8> = out.drain(before + wire::DATA_OVERHEAD..).collect();
+            out.truncate(before);
+            wire::encode_data_frame(out, q.seg.conn, q.seg.offset, q.fin, &payload);
+            slot.path.on_frame_sent(n as usize, Some(q.seg), now);
+            slot.path.stats.data_bytes_sent += u64::from(q.len);
+            match q.copy {
+                Copy::First => {}
+                Copy::Redundant => {
+                    slot.path.stats.redundant_bytes += u64::from(q.len);
+                    self.stats.redundant_bytes += u64::from(q.len);
+                }
+                Copy::Reinjection => {
+                    slot.path.stats.reinjected_bytes += u64::from(q.len);
+                    self.stats.reinjected_bytes += u64::from(q.len);
+                }
+            }
+        }
+        out.len() - start
+    }
+
+    /// Whether `path` has frames waiting to be written.
+    pub fn has_pending(&self, path: PathId) -> bool {
+        self.slots[path.index()].as_ref().is_some_and(|s| {
+            s.path.up && (!s.ctrl.is_empty() || !s.data.is_empty() || s.path.rx_counter > s.path.rx_acked)
+        })
+    }
+
+    fn refresh_views(&mut self, now: Instant) {
+        self.views.clear();
+        for s in self.slots.iter().flatten() {
+            if s.path.up {
+                self.views.push(s.path.view(now));
+            }
+        }
+    }
+
+    /// Run scheduling rounds until no path has room or nothing is left to
+    /// send: pick a user (proportional fair), a flow (round robin), the
+    /// flow's lowest unsent packet (reinjections first), then paths for it.
+    pub fn schedule(&mut self, now: Instant) {
+        self.refresh_views(now);
+        let mut skip: Vec<UserId> = Vec::new();
+        loop {
+            if !self.views.iter().any(|v| v.availability == Availability::Available) {
+                return;
+            }
+            let Some((user, cid)) = self.users.next(now, &skip) else { return };
+            let Some(c) = self.conns.get_mut(&cid) else {
+                self.users.deactivate(user, cid);
+                continue;
+            };
+            let Some(pkt) = c.send.next_packet(self.cfg.segment_bytes) else {
+                self.users.deactivate(user, cid);
+                continue;
+            };
+            let info = PacketInfo {
+                conn: cid,
+                user,
+                offset: pkt.offset,
+                len: pkt.len,
+                is_tail: c.send.fin_requested(),
+                is_reinjection: pkt.reinjection,
+                paths_used: pkt.paths_used,
+                remaining_bytes: c.send.remaining_bytes(),
+                send_window_bytes: c.send.window_room(),
+            };
+            let placed = self.pipeline.select(&Context { now, paths: &self.views, packet: &info });
+            self.stats.decisions += 1;
+            if placed.is_empty() {
+                skip.push(user);
+                continue;
+            }
+            c.send.on_scheduled(&pkt, placed);
+            let frame = data_frame_len(pkt.len);
+            let seg = SegmentRef { conn: cid, offset: pkt.offset };
+            for (i, p) in placed.iter().enumerate() {
+                let copy = match (pkt.reinjection, i) {
+                    (true, _) => Copy::Reinjection,
+                    (false, 0) => Copy::First,
+                    (false, _) => Copy::Redundant,
+                };
+                let slot = self.slots[p.index()].as_mut().expect("placed on a live path");
+                slot.data.push_back(Queued { seg, len: pkt.len, fin: pkt.fin, copy });
+                slot.path.queued_bytes += frame;
+                slot.path.last_used = now;
+                slot.path.bytes_since_use = 0;
+            }
+            for s in self.slots.iter_mut().flatten() {
+                if s.path.up && !placed.contains(s.path.id) {
+                    s.path.bytes_since_use += u64::from(pkt.len);
+                }
+            }
+            for v in self.views.iter_mut() {
+                if let Some(s) = self.slots[v.id.index()].as_ref() {
+                    *v = s.path.view(now);
+                }
+            }
+            self.users.served(user, u64::from(pkt.len), now);
+        }
+    }
+
+    // ----- timers --------------------------------------------------------
+
+    /// When [`Self::handle_timeout`] must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut upd = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        for s in self.slots.iter().flatten().filter(|s| s.path.up) {
+            if let Some(d) = s.path.rto_deadline {
+                upd(d);
+            }
+            upd(s.path.last_tx + self.cfg.ping_interval);
+            if let Some(r) = s.path.sent.front() {
+                if !s.path.dead_reported {
+                    upd(r.sent_at.max(s.path.rx_last_arrival) + self.cfg.dead_after);
+                }
+            }
+        }
+        t
+    }
+
+    /// Fire due timers: retransmission timeouts (and reinjection), keepalive
+    /// pings, dead-path detection.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for i in 0..MAX_PATHS {
+            let Some(slot) = self.slots[i].as_mut() else { continue };
+            if !slot.path.up {
+                continue;
+            }
+            if slot.path.rto_deadline.is_some_and(|d| d <= now) {
+                slot.path.on_rto(now);
+                let view = slot.path.view(now);
+                let segs: Vec<SegmentRef> = match self.pipeline.on_rto(now, &view) {
+                    Reinject::Nothing => Vec::new(),
+                    Reinject::Oldest => {
+                        let conns = &self.conns;
+                        slot.path
+                            .unacked_segments()
+                            .find(|s| conns.get(&s.conn).is_some_and(|c| c.send.is_unacked(s.offset)))
+                            .into_iter()
+                            .collect()
+                    }
+                    Reinject::AllUnacked => slot.path.unacked_segments().collect(),
+                };
+                for s in segs {
+                    if let Some(c) = self.conns.get_mut(&s.conn) {
+                        if c.send.requeue(s.offset).is_some() {
+                            self.users.activate(c.user, c.id, now);
+                        }
+                    }
+                }
+            }
+            let slot = self.slots[i].as_mut().expect("checked");
+            if now >= slot.path.last_tx + self.cfg.ping_interval {
+                self.next_ping += 1;
+                let ts = now.saturating_duration_since(self.epoch).as_micros() as u64;
+                let f = Frame::Ping { id: self.next_ping, timestamp_us: ts };
+                // Counted when written; mark now so one idle period sends one ping.
+                slot.path.last_tx = now;
+                slot.ctrl.push_back(f);
+            }
+            if let Some(r) = slot.path.sent.front() {
+                if !slot.path.dead_reported && now >= r.sent_at.max(slot.path.rx_last_arrival) + self.cfg.dead_after {
+                    slot.path.dead_reported = true;
+                    self.events.push_back(Event::PathDead(slot.path.id));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::Registry;
+
+    fn pair(name: &str, now: Instant) -> (Endpoint, Endpoint) {
+        let r = Registry::with_builtins();
+        let relay = Endpoint::new(EndpointConfig::new(Role::Relay), r.build(name).unwrap(), now);
+        let proxy = Endpoint::new(EndpointConfig::new(Role::Proxy), r.build(name).unwrap(), now);
+        (relay, proxy)
+    }
+
+    /// Move everything both sides want to send on every path, instantly.
+    fn pump(a: &mut Endpoint, b: &mut Endpoint, now: Instant) {
+        for _ in 0..1000 {
+            let mut moved = false;
+            for p in a.up_paths() {
+                let mut out = Vec::new();
+                if a.poll_transmit(p, now, &mut out, 1 << 20) > 0 {
+                    b.handle_input(p, &out, now).unwrap();
+                    moved = true;
+                }
+            }
+            for p in b.up_paths() {
+                let mut out = Vec::new();
+                if b.poll_transmit(p, now, &mut out, 1 << 20) > 0 {
+                    a.handle_input(p, &out, now).unwrap();
+                    moved = true;
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("endpoints never went quiet");
+    }
+
+    #[test]
+    fn a_connection_carries_bytes_both_ways_and_closes() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        let user = UserId::from("10.66.0.2".parse::<std::net::IpAddr>().unwrap());
+        let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
+        let c = relay.open(user, dst, now).unwrap();
+        relay.send(c, b"GET / HTTP/1.0\r\n\r\n", now).unwrap();
+        relay.finish(c, now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        assert_eq!(proxy.poll_event(), Some(Event::ConnOpened { conn: c, user, dst }));
+        let mut buf = [0u8; 64];
+        assert_eq!(proxy.recv(c, &mut buf), Ok(Recv::Data(18)));
+        assert_eq!(&buf[..18], b"GET / HTTP/1.0\r\n\r\n");
+        assert_eq!(proxy.recv(c, &mut buf), Ok(Recv::Fin));
+        proxy.send(c, b"HTTP/1.0 200 OK\r\n\r\nhi", now).unwrap();
+        proxy.finish(c, now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        assert_eq!(relay.recv(c, &mut buf), Ok(Recv::Data(21)));
+        assert_eq!(relay.recv(c, &mut buf), Ok(Recv::Fin));
+        pump(&mut relay, &mut proxy, now);
+        assert!(!relay.has_conn(c), "relay closed");
+        assert!(!proxy.has_conn(c), "proxy closed");
+    }
+
+    #[test]
+    fn data_on_a_lost_path_is_resent_on_another() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("roundrobin", now);
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        let user = UserId([1; 16]);
+        let c = relay.open(user, "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(relay.send(c, &data, now).unwrap(), data.len());
+        // Path 0's bytes are written to a subflow that then dies.
+        let mut lost = Vec::new();
+        relay.poll_transmit(PathId(0), now, &mut lost, 1 << 20);
+        relay.path_down(PathId(0), now);
+        proxy.path_down(PathId(0), now);
+        pump(&mut relay, &mut proxy, now);
+        let mut got = vec![0u8; data.len()];
+        let mut n = 0;
+        while let Ok(Recv::Data(k)) = proxy.recv(c, &mut got[n..]) {
+            n += k;
+        }
+        assert_eq!(n, data.len());
+        assert_eq!(got, data);
+    }
+
+    #[test]
+    fn telemetry_is_delivered_once_though_sent_on_every_path() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        for p in [PathId(0), PathId(1), PathId(2)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        relay.send_telemetry(1, Bytes::from_static(b"gps"));
+        pump(&mut relay, &mut proxy, now);
+        let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
+        assert_eq!(ev, vec![Event::Telemetry { seq: 1, payload: Bytes::from_static(b"gps") }]);
+        proxy.ack_telemetry(1);
+        pump(&mut relay, &mut proxy, now);
+        let ev: Vec<Event> = std::iter::from_fn(|| relay.poll_event()).collect();
+        assert!(ev.contains(&Event::TelemetryAcked { seq: 1 }));
+    }
+
+    #[test]
+    fn the_proxy_never_opens_connections() {
+        let now = Instant::now();
+        let (_, mut proxy) = pair("minrtt", now);
+        assert_eq!(proxy.open(UserId([0; 16]), "1.2.3.4:80".parse().unwrap(), now), Err(StreamError::WrongRole));
+    }
+
+    #[test]
+    fn an_open_frame_from_the_proxy_is_a_protocol_error() {
+        let now = Instant::now();
+        let (mut relay, _) = pair("minrtt", now);
+        relay.path_up(PathId(0), now);
+        let mut v = Vec::new();
+        Frame::Open { conn: ConnId(1), user: UserId([0; 16]), dst: "1.2.3.4:80".parse().unwrap() }.encode(&mut v);
+        assert!(matches!(relay.handle_input(PathId(0), &v, now), Err(InputError::Unexpected(_, "OPEN"))));
+    }
+}

@@ -1,0 +1,26 @@
+//! Sans-IO core of Polycorn.
+//!
+//! Module map, in call order from a shell:
+//!
+//! - [`wire`]: frames spoken over every subflow, and the stream decoder.
+//! - [`endpoint`]: one side of a relay–proxy session; feeds frames to
+//!   connections and paths, runs the scheduler, reports [`endpoint::Event`]s.
+//! - [`conn`]: a passenger connection's send buffer (data-level sequencing,
+//!   reinjection bookkeeping) and reassembly buffer (first copy wins).
+//! - [`path`]: per-subflow state measured end to end; path availability.
+//! - [`sched`]: the schedulerlet framework, built-in schedulerlets, the
+//!   registry of compositions, and multi-user scheduling.
+//!
+//! Nothing here performs I/O or reads a clock: every call takes `now`.
+
+pub mod conn;
+pub mod endpoint;
+pub mod ids;
+pub mod path;
+pub mod sched;
+pub mod wire;
+
+pub use endpoint::{Endpoint, EndpointConfig, Event, InputError, Recv, Role, StreamError};
+pub use ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
+pub use path::{Availability, PathConfig, PathStats, PathView};
+pub use sched::{Pipeline, Registry};

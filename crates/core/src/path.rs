@@ -1,0 +1,504 @@
+//! Per-subflow state measured end to end at the data level.
+//!
+//! Every ack-eliciting frame sent on a subflow advances that subflow's byte
+//! counter; the peer returns the count it has received in `PATH_ACK`. From
+//! the send time of each counted frame the sender gets RTT samples, bytes in
+//! flight, and BBR-style delivery-rate samples — measured above TCP and TLS,
+//! so they hold through any middlebox (an Envoy in TLS passthrough, a NAT).
+//!
+//! Availability is defined here once, for everyone: see [`Availability`].
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::ids::PathId;
+use crate::wire::LinkState;
+
+/// Whether a path can carry a new packet now. Two tiers, as in Linux MPTCP:
+/// a path that is `Down` is out of every decision; a `Full` path is
+/// temporarily unavailable (its window or local queue is full) but its state
+/// still informs schedulers such as BLEST and ECF, which may choose to wait
+/// for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// Not established, or lost. Never selected.
+    Down,
+    /// Established but no room in its congestion window or local queue.
+    Full,
+    /// Established with room for at least one more packet.
+    Available,
+}
+
+/// Tunables of the path estimators.
+#[derive(Clone, Debug)]
+pub struct PathConfig {
+    /// RTT assumed before the first sample.
+    pub initial_rtt: Duration,
+    /// Lower bound of the retransmission timeout.
+    pub min_rto: Duration,
+    /// Upper bound of the retransmission timeout.
+    pub max_rto: Duration,
+    /// Window before the first delivery-rate sample, and the floor after.
+    pub initial_cwnd_bytes: u64,
+    pub min_cwnd_bytes: u64,
+    pub max_cwnd_bytes: u64,
+    /// In-flight target as a multiple of the estimated bandwidth-delay
+    /// product (BBR's cwnd gain).
+    pub cwnd_gain: f64,
+    /// Most bytes queued in the endpoint for this path but not yet handed to
+    /// the socket: the scheduler decides late, as MPTCP does with a small
+    /// send buffer.
+    pub queue_limit_bytes: u64,
+    /// How long the minimum-RTT and maximum-rate filters remember a sample.
+    pub min_rtt_window: Duration,
+    pub rate_window: Duration,
+}
+
+impl Default for PathConfig {
+    fn default() -> Self {
+        PathConfig {
+            initial_rtt: Duration::from_millis(100),
+            min_rto: Duration::from_millis(200),
+            max_rto: Duration::from_secs(60),
+            initial_cwnd_bytes: 128 * 1024,
+            min_cwnd_bytes: 32 * 1024,
+            max_cwnd_bytes: 64 * 1024 * 1024,
+            cwnd_gain: 2.0,
+            queue_limit_bytes: 64 * 1024,
+            min_rtt_window: Duration::from_secs(10),
+            rate_window: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One counted frame still waiting for its `PATH_ACK`.
+#[derive(Clone, Debug)]
+pub(crate) struct SentRecord {
+    /// Path byte counter after this frame.
+    pub end: u64,
+    pub sent_at: Instant,
+    /// Delivery counters at send time, for rate samples.
+    pub delivered_at_send: u64,
+    pub delivered_time_at_send: Instant,
+    /// The passenger data this frame carried, for reinjection.
+    pub segment: Option<SegmentRef>,
+}
+
+/// A packet of passenger data as placed on one path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SegmentRef {
+    pub conn: crate::ids::ConnId,
+    pub offset: u64,
+}
+
+/// Snapshot of a path's state, read by schedulerlets. Units are in the
+/// field names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PathView {
+    pub id: PathId,
+    pub availability: Availability,
+    pub srtt_us: u64,
+    pub rttvar_us: u64,
+    pub min_rtt_us: u64,
+    pub in_flight_bytes: u64,
+    pub cwnd_bytes: u64,
+    /// Send-buffer occupancy: bytes the endpoint has queued for this path
+    /// that have not reached the socket yet, plus what the shell reports as
+    /// unsent in the kernel.
+    pub queued_bytes: u64,
+    /// Delivery-rate estimate (bytes per second); 0 before any sample.
+    pub delivery_rate_bps: u64,
+    /// How many retransmission timeouts the oldest unacknowledged frame on
+    /// this path has suffered.
+    pub rto_count: u32,
+    /// Time since a packet of passenger data was last scheduled here.
+    pub idle_us: u64,
+    /// Bytes scheduled on other paths since this path was last used.
+    pub bytes_since_use: u64,
+    pub link_state: LinkState,
+    /// Current cell, as reported by the relay-agent; 0 when unknown.
+    pub cell: u64,
+}
+
+impl PathView {
+    /// Estimated one-way delay: half the smoothed RTT.
+    pub fn owd_us(&self) -> u64 {
+        self.srtt_us / 2
+    }
+
+    /// Estimated bandwidth in bytes per second, falling back to window/RTT
+    /// before the first rate sample.
+    pub fn bandwidth_bps(&self) -> u64 {
+        if self.delivery_rate_bps > 0 {
+            self.delivery_rate_bps
+        } else {
+            (self.cwnd_bytes as u128 * 1_000_000 / u128::from(self.srtt_us.max(1))) as u64
+        }
+    }
+
+    /// Room left in the congestion window.
+    pub fn window_room_bytes(&self) -> u64 {
+        self.cwnd_bytes.saturating_sub(self.in_flight_bytes + self.queued_bytes)
+    }
+}
+
+/// Statistics a shell exports (plain data; the shells make metrics).
+#[derive(Clone, Debug, Default)]
+pub struct PathStats {
+    pub sent_bytes: u64,
+    pub received_bytes: u64,
+    pub data_bytes_sent: u64,
+    pub reinjected_bytes: u64,
+    pub redundant_bytes: u64,
+    pub rto_events: u64,
+    pub state_changes: u64,
+}
+
+/// The sender's and receiver's state of one subflow.
+#[derive(Debug)]
+pub struct Path {
+    pub(crate) id: PathId,
+    pub(crate) up: bool,
+    cfg: PathConfig,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    min_rtt: Option<(Duration, Instant)>,
+    rate_samples: VecDeque<(Instant, u64)>,
+    max_rate_bps: u64,
+    // Sender side.
+    pub(crate) tx_counter: u64,
+    pub(crate) acked_counter: u64,
+    pub(crate) sent: VecDeque<SentRecord>,
+    delivered: u64,
+    delivered_time: Instant,
+    pub(crate) queued_bytes: u64,
+    pub(crate) kernel_unsent_bytes: u64,
+    pub(crate) rto_count: u32,
+    pub(crate) rto_deadline: Option<Instant>,
+    pub(crate) last_used: Instant,
+    pub(crate) bytes_since_use: u64,
+    /// Last time a counted frame was sent (keepalive pings go after idle).
+    pub(crate) last_tx: Instant,
+    pub(crate) dead_reported: bool,
+    // Receiver side.
+    pub(crate) rx_counter: u64,
+    pub(crate) rx_acked: u64,
+    pub(crate) rx_last_arrival: Instant,
+    pub(crate) link_state: LinkState,
+    pub(crate) cell: u64,
+    pub(crate) stats: PathStats,
+}
+
+impl Path {
+    pub(crate) fn new(id: PathId, cfg: PathConfig, now: Instant) -> Self {
+        Path {
+            id,
+            up: false,
+            cfg,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            min_rtt: None,
+            rate_samples: VecDeque::new(),
+            max_rate_bps: 0,
+            tx_counter: 0,
+            acked_counter: 0,
+            sent: VecDeque::new(),
+            delivered: 0,
+            delivered_time: now,
+            queued_bytes: 0,
+            kernel_unsent_bytes: 0,
+            rto_count: 0,
+            rto_deadline: None,
+            last_used: now,
+            bytes_since_use: 0,
+            last_tx: now,
+            dead_reported: false,
+            rx_counter: 0,
+            rx_acked: 0,
+            rx_last_arrival: now,
+            link_state: LinkState::Connected,
+            cell: 0,
+            stats: PathStats::default(),
+        }
+    }
+
+    /// Forget everything that belonged to the previous subflow; keep the
+    /// RTT and rate estimates as a starting point.
+    pub(crate) fn reset_transport(&mut self, now: Instant) {
+        self.tx_counter = 0;
+        self.acked_counter = 0;
+        self.sent.clear();
+        self.queued_bytes = 0;
+        self.kernel_unsent_bytes = 0;
+        self.rto_count = 0;
+        self.rto_deadline = None;
+        self.rx_counter = 0;
+        self.rx_acked = 0;
+        self.delivered_time = now;
+        self.last_tx = now;
+        self.dead_reported = false;
+    }
+
+    pub fn id(&self) -> PathId {
+        self.id
+    }
+
+    pub fn srtt(&self) -> Duration {
+        self.srtt.unwrap_or(self.cfg.initial_rtt)
+    }
+
+    /// Retransmission timeout, RFC 6298 style, before backoff.
+    pub fn rto(&self) -> Duration {
+        let base = match self.srtt {
+            Some(s) => s + 4 * self.rttvar,
+            None => 3 * self.cfg.initial_rtt,
+        };
+        base.clamp(self.cfg.min_rto, self.cfg.max_rto)
+    }
+
+    pub fn in_flight_bytes(&self) -> u64 {
+        self.tx_counter - self.acked_counter
+    }
+
+    pub fn cwnd_bytes(&self) -> u64 {
+        match (self.max_rate_bps, self.min_rtt) {
+            (r, Some((m, _))) if r > 0 => {
+                let bdp = r as f64 * m.as_secs_f64();
+                ((bdp * self.cfg.cwnd_gain) as u64).clamp(self.cfg.min_cwnd_bytes, self.cfg.max_cwnd_bytes)
+            }
+            _ => self.cfg.initial_cwnd_bytes,
+        }
+    }
+
+    pub fn availability(&self) -> Availability {
+        if !self.up {
+            Availability::Down
+        } else if self.queued_bytes >= self.cfg.queue_limit_bytes
+            || self.in_flight_bytes() + self.queued_bytes >= self.cwnd_bytes()
+        {
+            Availability::Full
+        } else {
+            Availability::Available
+        }
+    }
+
+    pub fn view(&self, now: Instant) -> PathView {
+        let srtt = self.srtt();
+        PathView {
+            id: self.id,
+            availability: self.availability(),
+            srtt_us: srtt.as_micros() as u64,
+            rttvar_us: self.rttvar.as_micros() as u64,
+            min_rtt_us: self.min_rtt.map_or(srtt, |m| m.0).as_micros() as u64,
+            in_flight_bytes: self.in_flight_bytes(),
+            cwnd_bytes: self.cwnd_bytes(),
+            queued_bytes: self.queued_bytes + self.kernel_unsent_bytes,
+            delivery_rate_bps: self.max_rate_bps,
+            rto_count: self.rto_count,
+            idle_us: now.saturating_duration_since(self.last_used).as_micros() as u64,
+            bytes_since_use: self.bytes_since_use,
+            link_state: self.link_state,
+            cell: self.cell,
+        }
+    }
+
+    pub fn stats(&self) -> &PathStats {
+        &self.stats
+    }
+
+    /// Record a counted frame of `len` bytes handed to the socket.
+    pub(crate) fn on_frame_sent(&mut self, len: usize, segment: Option<SegmentRef>, now: Instant) {
+        if self.sent.is_empty() {
+            self.rto_deadline = Some(now + self.rto());
+            // A rate sample must not span a period with nothing in flight.
+            self.delivered_time = now;
+        }
+        self.last_tx = now;
+        self.tx_counter += len as u64;
+        self.stats.sent_bytes += len as u64;
+        self.sent.push_back(SentRecord {
+            end: self.tx_counter,
+            sent_at: now,
+            delivered_at_send: self.delivered,
+            delivered_time_at_send: self.delivered_time,
+            segment,
+        });
+    }
+
+    /// Process a `PATH_ACK`; returns the records it acknowledged.
+    pub(crate) fn on_path_ack(
+        &mut self,
+        received: u64,
+        delay: Duration,
+        now: Instant,
+        acked: &mut Vec<SentRecord>,
+    ) -> bool {
+        if received <= self.acked_counter || received > self.tx_counter {
+            return received <= self.tx_counter;
+        }
+        let newly = received - self.acked_counter;
+        self.acked_counter = received;
+        self.delivered += newly;
+        self.delivered_time = now;
+        let mut newest: Option<SentRecord> = None;
+        while let Some(r) = self.sent.front() {
+            if r.end > received {
+                break;
+            }
+            let r = self.sent.pop_front().expect("front exists");
+            if let Some(prev) = newest.replace(r) {
+                acked.push(prev);
+            }
+        }
+        if let Some(r) = newest {
+            let rtt = now.saturating_duration_since(r.sent_at);
+            let rtt = rtt.checked_sub(delay).filter(|d| !d.is_zero()).unwrap_or(rtt);
+            self.on_rtt_sample(rtt, now);
+            let interval = now.saturating_duration_since(r.delivered_time_at_send);
+            if interval >= Duration::from_micros(100) {
+                let bytes = self.delivered - r.delivered_at_send;
+                let rate = (bytes as f64 / interval.as_secs_f64()) as u64;
+                self.on_rate_sample(rate, now);
+            }
+            acked.push(r);
+        }
+        self.rto_count = 0;
+        self.rto_deadline = if self.sent.is_empty() { None } else { Some(now + self.rto()) };
+        true
+    }
+
+    fn on_rtt_sample(&mut self, rtt: Duration, now: Instant) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(s) => {
+                let diff = s.abs_diff(rtt);
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((s * 7 + rtt) / 8);
+            }
+        }
+        match self.min_rtt {
+            Some((m, at)) if rtt > m && now.saturating_duration_since(at) < self.cfg.min_rtt_window => {}
+            _ => self.min_rtt = Some((rtt, now)),
+        }
+    }
+
+    fn on_rate_sample(&mut self, rate: u64, now: Instant) {
+        while let Some(&(t, _)) = self.rate_samples.front() {
+            if now.saturating_duration_since(t) > self.cfg.rate_window {
+                self.rate_samples.pop_front();
+            } else {
+                break;
+            }
+        }
+        // Keep the deque monotonically decreasing: a windowed max filter.
+        while let Some(&(_, r)) = self.rate_samples.back() {
+            if r <= rate {
+                self.rate_samples.pop_back();
+            } else {
+                break;
+            }
+        }
+        self.rate_samples.push_back((now, rate));
+        self.max_rate_bps = self.rate_samples.front().map_or(rate, |s| s.1);
+    }
+
+    /// Called when the retransmission timer fires. Returns the new RTO count.
+    pub(crate) fn on_rto(&mut self, now: Instant) -> u32 {
+        self.rto_count += 1;
+        self.stats.rto_events += 1;
+        let backoff = self.rto().saturating_mul(1u32 << self.rto_count.min(16));
+        self.rto_deadline = Some(now + backoff.min(self.cfg.max_rto));
+        self.rto_count
+    }
+
+    /// Every passenger segment this path has not had acknowledged.
+    pub(crate) fn unacked_segments(&self) -> impl Iterator<Item = SegmentRef> + '_ {
+        self.sent.iter().filter_map(|r| r.segment)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(now: Instant) -> Path {
+        let mut p = Path::new(PathId(0), PathConfig::default(), now);
+        p.up = true;
+        p
+    }
+
+    #[test]
+    fn rtt_and_in_flight_follow_path_acks() {
+        let t0 = Instant::now();
+        let mut p = path(t0);
+        p.on_frame_sent(1000, None, t0);
+        p.on_frame_sent(1000, None, t0 + Duration::from_millis(10));
+        assert_eq!(p.in_flight_bytes(), 2000);
+        let mut acked = Vec::new();
+        assert!(p.on_path_ack(1000, Duration::ZERO, t0 + Duration::from_millis(50), &mut acked));
+        assert_eq!(p.srtt(), Duration::from_millis(50));
+        assert_eq!(p.in_flight_bytes(), 1000);
+        assert!(p.on_path_ack(2000, Duration::from_millis(5), t0 + Duration::from_millis(65), &mut acked));
+        // Sample 50 ms (65 - 10 - 5): srtt stays 50 ms.
+        assert_eq!(p.srtt(), Duration::from_millis(50));
+        assert_eq!(acked.len(), 2);
+        assert_eq!(p.rto_deadline, None);
+    }
+
+    #[test]
+    fn an_ack_beyond_what_was_sent_is_rejected() {
+        let t0 = Instant::now();
+        let mut p = path(t0);
+        p.on_frame_sent(100, None, t0);
+        let mut acked = Vec::new();
+        assert!(!p.on_path_ack(101, Duration::ZERO, t0, &mut acked));
+        assert!(p.on_path_ack(50, Duration::ZERO, t0, &mut acked));
+        assert!(acked.is_empty(), "a partial frame acknowledges nothing");
+    }
+
+    #[test]
+    fn delivery_rate_tracks_a_steady_sender() {
+        let t0 = Instant::now();
+        let mut p = path(t0);
+        // 10 kB every millisecond, acknowledged 20 ms later: 10 MB/s.
+        let mut acked = Vec::new();
+        for i in 0..200u64 {
+            let t = t0 + Duration::from_millis(i);
+            p.on_frame_sent(10_000, None, t);
+            if i >= 20 {
+                p.on_path_ack((i - 19) * 10_000, Duration::ZERO, t, &mut acked);
+            }
+        }
+        let r = p.view(t0 + Duration::from_millis(200)).delivery_rate_bps;
+        assert!((9_000_000..=11_000_000).contains(&r), "rate {r}");
+    }
+
+    #[test]
+    fn rto_backs_off_and_resets_on_progress() {
+        let t0 = Instant::now();
+        let mut p = path(t0);
+        p.on_frame_sent(100, None, t0);
+        let d0 = p.rto_deadline.unwrap();
+        assert_eq!(p.on_rto(d0), 1);
+        let d1 = p.rto_deadline.unwrap();
+        assert!(d1 - d0 > d0 - t0, "timer doubles");
+        assert_eq!(p.on_rto(d1), 2);
+        let mut acked = Vec::new();
+        p.on_path_ack(100, Duration::ZERO, d1, &mut acked);
+        assert_eq!(p.rto_count, 0);
+    }
+
+    #[test]
+    fn availability_has_two_tiers() {
+        let t0 = Instant::now();
+        let mut p = path(t0);
+        assert_eq!(p.availability(), Availability::Available);
+        p.on_frame_sent(p.cwnd_bytes() as usize, None, t0);
+        assert_eq!(p.availability(), Availability::Full);
+        p.up = false;
+        assert_eq!(p.availability(), Availability::Down);
+    }
+}

@@ -1,0 +1,362 @@
+//! The schedulerlet framework (POLYCORN, NSDI'23, §4.2).
+//!
+//! A scheduler is a [`Pipeline`] of small [`Schedulerlet`]s, each moving
+//! paths between three sets: selected `S`, candidates `C` and unavailable
+//! `U` (initially every live path is in `C`). The kind of a schedulerlet
+//! fixes which moves it may make, and the pipeline enforces it:
+//!
+//! | kind                 | moves            |
+//! |----------------------|------------------|
+//! | candidate filter     | `C → U`          |
+//! | soft selector        | `C → S`          |
+//! | selection filter     | `S → C`          |
+//! | hard selector        | `C ∪ U → S`      |
+//!
+//! After the last schedulerlet, the packet goes on every path in `S` that
+//! has room (see [`crate::path::Availability`]); an empty result means the
+//! packet waits. A [`ReinjectionHandler`] decides what happens to a path's
+//! unacknowledged packets when its retransmission timer fires.
+//!
+//! Schedulerlets are registered by name in a [`Registry`]; pipelines are
+//! composed by name, in configuration. The built-in compositions are listed
+//! in [`registry`]; writing a new schedulerlet is described in
+//! `docs/schedulerlets.md`.
+
+pub mod lets;
+pub mod registry;
+pub mod users;
+
+use std::time::Instant;
+
+use crate::ids::{ConnId, PathId, PathMask, UserId};
+use crate::path::{Availability, PathView};
+
+pub use registry::{ConfigError, Params, PipelineSpec, Registry, SchedulerletSpec};
+
+/// Which set moves a schedulerlet may make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    CandidateFilter,
+    SoftSelector,
+    SelectionFilter,
+    HardSelector,
+}
+
+/// The three path sets of one scheduling decision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathSets {
+    pub selected: PathMask,
+    pub candidates: PathMask,
+    pub unavailable: PathMask,
+}
+
+impl PathSets {
+    /// Move `p` to `S` if it is in `from` (one of `C`, `U`).
+    pub fn select(&mut self, p: PathId) {
+        self.candidates.remove(p);
+        self.unavailable.remove(p);
+        self.selected.insert(p);
+    }
+    /// Move `p` from `S` back to `C`.
+    pub fn deselect(&mut self, p: PathId) {
+        if self.selected.contains(p) {
+            self.selected.remove(p);
+            self.candidates.insert(p);
+        }
+    }
+    /// Move `p` from `C` to `U`.
+    pub fn reject(&mut self, p: PathId) {
+        if self.candidates.contains(p) {
+            self.candidates.remove(p);
+            self.unavailable.insert(p);
+        }
+    }
+}
+
+/// The packet being scheduled and its flow, as schedulerlets see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketInfo {
+    pub conn: ConnId,
+    pub user: UserId,
+    /// Data-level sequence number (stream offset) and length.
+    pub offset: u64,
+    pub len: u32,
+    /// The flow's sender has sent FIN or RST: this is a tail packet.
+    pub is_tail: bool,
+    /// This packet has been sent before and is being reinjected.
+    pub is_reinjection: bool,
+    /// Paths this packet has already been placed on.
+    pub paths_used: PathMask,
+    /// Bytes of the flow not yet sent, this packet included.
+    pub remaining_bytes: u64,
+    /// Room in the flow's connection-level send window (peer's limit minus
+    /// what is sent and unacknowledged).
+    pub send_window_bytes: u64,
+}
+
+/// Everything a schedulerlet may read for one decision.
+#[derive(Clone, Copy, Debug)]
+pub struct Context<'a> {
+    pub now: Instant,
+    /// Every live path (never `Down` ones), in id order.
+    pub paths: &'a [PathView],
+    pub packet: &'a PacketInfo,
+}
+
+impl<'a> Context<'a> {
+    pub fn path(&self, id: PathId) -> Option<&'a PathView> {
+        self.paths.iter().find(|p| p.id == id)
+    }
+    /// Live paths that are members of `set`.
+    pub fn in_set(&self, set: PathMask) -> impl Iterator<Item = &'a PathView> + 'a {
+        self.paths.iter().filter(move |p| set.contains(p.id))
+    }
+    /// The live path with the lowest smoothed RTT, room or not.
+    pub fn fastest(&self) -> Option<&'a PathView> {
+        self.paths.iter().min_by_key(|p| (p.srtt_us, p.id))
+    }
+}
+
+/// A unit of scheduling logic. Implementations are small, pure functions of
+/// the context plus whatever state they keep in `self`.
+pub trait Schedulerlet: Send {
+    /// The name it is registered under.
+    fn name(&self) -> &'static str;
+    fn kind(&self) -> Kind;
+    /// Move paths between the sets. Moves not allowed for [`Self::kind`] are
+    /// undone by the pipeline.
+    fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets);
+    /// Feedback after the decision: the paths the packet was placed on.
+    fn on_scheduled(&mut self, _ctx: &Context<'_>, _placed: PathMask) {}
+}
+
+/// What to do with a path's unacknowledged packets after an RTO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reinject {
+    Nothing,
+    /// Reinject the oldest unacknowledged packet (MPTCP's opportunistic
+    /// retransmission).
+    Oldest,
+    /// Return every unacknowledged packet of the path to its connection's
+    /// send buffer (lazy, batched).
+    AllUnacked,
+}
+
+/// Decides reinjection when a path's retransmission timer fires.
+pub trait ReinjectionHandler: Send {
+    fn name(&self) -> &'static str;
+    /// `path.rto_count` is already incremented for this timeout.
+    fn on_rto(&mut self, now: Instant, path: &PathView) -> Reinject;
+}
+
+/// A composed scheduler.
+pub struct Pipeline {
+    name: String,
+    lets: Vec<Box<dyn Schedulerlet>>,
+    reinjection: Box<dyn ReinjectionHandler>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self.lets.iter().map(|l| l.name()).collect();
+        f.debug_struct("Pipeline")
+            .field("name", &self.name)
+            .field("schedulerlets", &names)
+            .field("reinjection", &self.reinjection.name())
+            .finish()
+    }
+}
+
+impl Pipeline {
+    pub fn new(
+        name: impl Into<String>,
+        lets: Vec<Box<dyn Schedulerlet>>,
+        reinjection: Box<dyn ReinjectionHandler>,
+    ) -> Self {
+        Pipeline { name: name.into(), lets, reinjection }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn schedulerlet_names(&self) -> Vec<&'static str> {
+        self.lets.iter().map(|l| l.name()).collect()
+    }
+
+    /// Run the pipeline for one packet; returns the paths to place it on
+    /// (only paths with room, never a path a reinjection already used).
+    pub fn select(&mut self, ctx: &Context<'_>) -> PathMask {
+        let mut live = PathMask::EMPTY;
+        let mut ready = PathMask::EMPTY;
+        for p in ctx.paths {
+            live.insert(p.id);
+            if p.availability == Availability::Available {
+                ready.insert(p.id);
+            }
+        }
+        let excluded = if ctx.packet.is_reinjection { ctx.packet.paths_used } else { PathMask::EMPTY };
+        let mut sets = PathSets {
+            selected: PathMask::EMPTY,
+            candidates: live.minus(excluded),
+            unavailable: live.intersect(excluded),
+        };
+        for l in &mut self.lets {
+            let before = sets;
+            l.apply(ctx, &mut sets);
+            sets = enforce(l.kind(), before, sets, live);
+        }
+        let placed = sets.selected.intersect(ready).minus(excluded);
+        if !placed.is_empty() {
+            for l in &mut self.lets {
+                l.on_scheduled(ctx, placed);
+            }
+        }
+        placed
+    }
+
+    pub fn on_rto(&mut self, now: Instant, path: &PathView) -> Reinject {
+        self.reinjection.on_rto(now, path)
+    }
+}
+
+/// Keep only the moves `kind` allows; everything else stays where it was.
+fn enforce(kind: Kind, before: PathSets, after: PathSets, live: PathMask) -> PathSets {
+    let after = PathSets {
+        selected: after.selected.intersect(live),
+        candidates: after.candidates.intersect(live),
+        unavailable: after.unavailable.intersect(live),
+    };
+    let mut out = before;
+    match kind {
+        Kind::CandidateFilter => {
+            let moved = before.candidates.intersect(after.unavailable);
+            out.candidates = before.candidates.minus(moved);
+            out.unavailable = before.unavailable.union(moved);
+        }
+        Kind::SoftSelector => {
+            let moved = before.candidates.intersect(after.selected);
+            out.candidates = before.candidates.minus(moved);
+            out.selected = before.selected.union(moved);
+        }
+        Kind::SelectionFilter => {
+            let moved = before.selected.intersect(after.candidates);
+            out.selected = before.selected.minus(moved);
+            out.candidates = before.candidates.union(moved);
+        }
+        Kind::HardSelector => {
+            let moved = before.candidates.union(before.unavailable).intersect(after.selected);
+            out.candidates = before.candidates.minus(moved);
+            out.unavailable = before.unavailable.minus(moved);
+            out.selected = before.selected.union(moved);
+        }
+    }
+    debug_assert!(
+        out.selected.intersect(out.candidates).is_empty()
+            && out.selected.intersect(out.unavailable).is_empty()
+            && out.candidates.intersect(out.unavailable).is_empty(),
+        "path sets must stay disjoint"
+    );
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+    use crate::wire::LinkState;
+
+    pub fn view(id: u8, srtt_ms: u64) -> PathView {
+        PathView {
+            id: PathId(id),
+            availability: Availability::Available,
+            srtt_us: srtt_ms * 1000,
+            rttvar_us: srtt_ms * 100,
+            min_rtt_us: srtt_ms * 1000,
+            in_flight_bytes: 0,
+            cwnd_bytes: 64 * 1024,
+            queued_bytes: 0,
+            delivery_rate_bps: 1_000_000,
+            rto_count: 0,
+            idle_us: 0,
+            bytes_since_use: 0,
+            link_state: LinkState::Connected,
+            cell: 0,
+        }
+    }
+
+    pub fn packet() -> PacketInfo {
+        PacketInfo {
+            conn: ConnId(1),
+            user: UserId([0; 16]),
+            offset: 0,
+            len: 1400,
+            is_tail: false,
+            is_reinjection: false,
+            paths_used: PathMask::EMPTY,
+            remaining_bytes: 1400,
+            send_window_bytes: 1 << 20,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+
+    /// A misbehaving schedulerlet that tries every move.
+    struct Greedy(Kind);
+    impl Schedulerlet for Greedy {
+        fn name(&self) -> &'static str {
+            "greedy"
+        }
+        fn kind(&self) -> Kind {
+            self.0
+        }
+        fn apply(&mut self, _: &Context<'_>, sets: &mut PathSets) {
+            let all = sets.selected.union(sets.candidates).union(sets.unavailable);
+            *sets = PathSets { selected: all, candidates: PathMask::EMPTY, unavailable: PathMask::EMPTY };
+        }
+    }
+    struct NoReinject;
+    impl ReinjectionHandler for NoReinject {
+        fn name(&self) -> &'static str {
+            "none"
+        }
+        fn on_rto(&mut self, _: Instant, _: &PathView) -> Reinject {
+            Reinject::Nothing
+        }
+    }
+
+    #[test]
+    fn a_selection_filter_cannot_select_paths() {
+        let paths = [view(0, 10), view(1, 20)];
+        let pkt = packet();
+        let ctx = Context { now: Instant::now(), paths: &paths, packet: &pkt };
+        let mut p = Pipeline::new("t", vec![Box::new(Greedy(Kind::SelectionFilter))], Box::new(NoReinject));
+        assert!(p.select(&ctx).is_empty());
+        let mut p = Pipeline::new("t", vec![Box::new(Greedy(Kind::SoftSelector))], Box::new(NoReinject));
+        assert_eq!(p.select(&ctx).len(), 2);
+    }
+
+    #[test]
+    fn a_reinjection_never_returns_to_a_used_path_even_through_a_hard_selector() {
+        let paths = [view(0, 10), view(1, 20)];
+        let mut pkt = packet();
+        pkt.is_reinjection = true;
+        pkt.paths_used = PathMask::single(PathId(0));
+        let ctx = Context { now: Instant::now(), paths: &paths, packet: &pkt };
+        let mut p = Pipeline::new("t", vec![Box::new(Greedy(Kind::HardSelector))], Box::new(NoReinject));
+        assert_eq!(p.select(&ctx), PathMask::single(PathId(1)));
+    }
+
+    #[test]
+    fn full_paths_are_not_placed_on() {
+        let mut paths = [view(0, 10), view(1, 20)];
+        paths[0].availability = Availability::Full;
+        let pkt = packet();
+        let ctx = Context { now: Instant::now(), paths: &paths, packet: &pkt };
+        let mut p = Pipeline::new("t", vec![Box::new(Greedy(Kind::SoftSelector))], Box::new(NoReinject));
+        assert_eq!(p.select(&ctx), PathMask::single(PathId(1)));
+    }
+}

@@ -1,0 +1,279 @@
+//! Schedulerlets and reinjection handlers registered by name, and pipelines
+//! composed by name.
+//!
+//! Built-in compositions:
+//!
+//! | name          | schedulerlets             | reinjection  |
+//! |---------------|---------------------------|--------------|
+//! | `minrtt`      | `minrtt`                  | `rto-oldest` |
+//! | `roundrobin`  | `roundrobin`              | `rto-oldest` |
+//! | `redundant`   | `all-paths`               | `rto-oldest` |
+//! | `blest`       | `minrtt`, `blest`         | `rto-oldest` |
+//! | `ecf`         | `minrtt`, `ecf`           | `rto-oldest` |
+//! | `single-path` | `pin-user`, `minrtt`      | `rto-oldest` |
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinUser, RoundRobin, RtoOldest};
+use super::{Pipeline, ReinjectionHandler, Schedulerlet};
+
+/// Numeric parameters of one schedulerlet, by name.
+pub type Params = BTreeMap<String, f64>;
+
+/// A schedulerlet (or reinjection handler) by name with its parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerletSpec {
+    pub name: String,
+    pub params: Params,
+}
+
+impl SchedulerletSpec {
+    pub fn named(name: &str) -> Self {
+        SchedulerletSpec { name: name.to_string(), params: Params::new() }
+    }
+}
+
+/// A pipeline: schedulerlets in order, then the reinjection handler.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineSpec {
+    pub schedulerlets: Vec<SchedulerletSpec>,
+    pub reinjection: SchedulerletSpec,
+}
+
+/// Configuration that names something unknown or gives a bad parameter.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("unknown scheduler {0:?}; known: {1}")]
+    UnknownPipeline(String, String),
+    #[error("unknown schedulerlet {0:?}; known: {1}")]
+    UnknownSchedulerlet(String, String),
+    #[error("unknown reinjection handler {0:?}; known: {1}")]
+    UnknownReinjection(String, String),
+    #[error("schedulerlet {0}: unknown parameter {1:?}; accepted: {2}")]
+    UnknownParam(String, String, String),
+    #[error("schedulerlet {0}: parameter {1} = {2} is out of range ({3})")]
+    BadParam(String, String, f64, &'static str),
+    #[error("a pipeline needs at least one schedulerlet")]
+    EmptyPipeline,
+}
+
+type LetFactory = Box<dyn Fn(&Params) -> Result<Box<dyn Schedulerlet>, ConfigError> + Send + Sync>;
+type ReinjectFactory = Box<dyn Fn(&Params) -> Result<Box<dyn ReinjectionHandler>, ConfigError> + Send + Sync>;
+
+/// Everything that can be composed.
+pub struct Registry {
+    lets: HashMap<String, LetFactory>,
+    reinjectors: HashMap<String, ReinjectFactory>,
+    pipelines: BTreeMap<String, PipelineSpec>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("schedulerlets", &self.schedulerlet_names())
+            .field("pipelines", &self.pipelines.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Read parameters, rejecting names a schedulerlet does not accept.
+pub struct ParamReader<'a> {
+    owner: &'a str,
+    params: &'a Params,
+    accepted: &'static [&'static str],
+}
+
+impl<'a> ParamReader<'a> {
+    pub fn new(owner: &'a str, params: &'a Params, accepted: &'static [&'static str]) -> Result<Self, ConfigError> {
+        if let Some(k) = params.keys().find(|k| !accepted.contains(&k.as_str())) {
+            return Err(ConfigError::UnknownParam(owner.into(), k.clone(), accepted.join(", ")));
+        }
+        Ok(ParamReader { owner, params, accepted })
+    }
+
+    /// A parameter with a default, checked against `range`.
+    pub fn get(
+        &self,
+        name: &str,
+        default: f64,
+        range: std::ops::RangeInclusive<f64>,
+        what: &'static str,
+    ) -> Result<f64, ConfigError> {
+        debug_assert!(self.accepted.contains(&name));
+        let v = self.params.get(name).copied().unwrap_or(default);
+        if !v.is_finite() || !range.contains(&v) {
+            return Err(ConfigError::BadParam(self.owner.into(), name.into(), v, what));
+        }
+        Ok(v)
+    }
+}
+
+fn no_params(name: &str, p: &Params) -> Result<(), ConfigError> {
+    ParamReader::new(name, p, &[]).map(|_| ())
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn empty() -> Self {
+        Registry { lets: HashMap::new(), reinjectors: HashMap::new(), pipelines: BTreeMap::new() }
+    }
+
+    /// The built-in schedulerlets and compositions.
+    pub fn with_builtins() -> Self {
+        let mut r = Registry::empty();
+        r.register_schedulerlet("minrtt", |p| no_params("minrtt", p).map(|_| Box::new(MinRtt) as _));
+        r.register_schedulerlet("roundrobin", |p| {
+            no_params("roundrobin", p).map(|_| Box::new(RoundRobin::default()) as _)
+        });
+        r.register_schedulerlet("all-paths", |p| no_params("all-paths", p).map(|_| Box::new(AllPaths) as _));
+        r.register_schedulerlet("pin-user", |p| no_params("pin-user", p).map(|_| Box::new(PinUser::default()) as _));
+        r.register_schedulerlet("blest", |p| {
+            let r = ParamReader::new("blest", p, &["lambda"])?;
+            Ok(Box::new(Blest { lambda: r.get("lambda", 1.0, 0.01..=100.0, "0.01..=100")? }) as _)
+        });
+        r.register_schedulerlet("ecf", |p| {
+            let r = ParamReader::new("ecf", p, &["beta"])?;
+            Ok(Box::new(Ecf::new(r.get("beta", 0.25, 0.0..=10.0, "0..=10")?)) as _)
+        });
+        r.register_reinjection("none", |p| no_params("none", p).map(|_| Box::new(NoReinjection) as _));
+        r.register_reinjection("rto-oldest", |p| no_params("rto-oldest", p).map(|_| Box::new(RtoOldest) as _));
+        r.register_reinjection("extended", |p| {
+            let r = ParamReader::new("extended", p, &["k"])?;
+            Ok(Box::new(Extended { k: r.get("k", 3.0, 1.0..=64.0, "1..=64")? as u32 }) as _)
+        });
+        let comp = |lets: &[&str]| PipelineSpec {
+            schedulerlets: lets.iter().map(|n| SchedulerletSpec::named(n)).collect(),
+            reinjection: SchedulerletSpec::named("rto-oldest"),
+        };
+        r.register_pipeline("minrtt", comp(&["minrtt"]));
+        r.register_pipeline("roundrobin", comp(&["roundrobin"]));
+        r.register_pipeline("redundant", comp(&["all-paths"]));
+        r.register_pipeline("blest", comp(&["minrtt", "blest"]));
+        r.register_pipeline("ecf", comp(&["minrtt", "ecf"]));
+        r.register_pipeline("single-path", comp(&["pin-user", "minrtt"]));
+        r
+    }
+
+    pub fn register_schedulerlet(
+        &mut self,
+        name: &str,
+        f: impl Fn(&Params) -> Result<Box<dyn Schedulerlet>, ConfigError> + Send + Sync + 'static,
+    ) {
+        self.lets.insert(name.to_string(), Box::new(f));
+    }
+
+    pub fn register_reinjection(
+        &mut self,
+        name: &str,
+        f: impl Fn(&Params) -> Result<Box<dyn ReinjectionHandler>, ConfigError> + Send + Sync + 'static,
+    ) {
+        self.reinjectors.insert(name.to_string(), Box::new(f));
+    }
+
+    pub fn register_pipeline(&mut self, name: &str, spec: PipelineSpec) {
+        self.pipelines.insert(name.to_string(), spec);
+    }
+
+    pub fn schedulerlet_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.lets.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    pub fn pipeline_names(&self) -> Vec<String> {
+        self.pipelines.keys().cloned().collect()
+    }
+
+    pub fn pipeline_spec(&self, name: &str) -> Result<&PipelineSpec, ConfigError> {
+        self.pipelines
+            .get(name)
+            .ok_or_else(|| ConfigError::UnknownPipeline(name.into(), self.pipeline_names().join(", ")))
+    }
+
+    /// Build a registered composition.
+    pub fn build(&self, name: &str) -> Result<Pipeline, ConfigError> {
+        let spec = self.pipeline_spec(name)?.clone();
+        self.build_spec(name, &spec)
+    }
+
+    /// Build any composition.
+    pub fn build_spec(&self, name: &str, spec: &PipelineSpec) -> Result<Pipeline, ConfigError> {
+        if spec.schedulerlets.is_empty() {
+            return Err(ConfigError::EmptyPipeline);
+        }
+        let mut lets = Vec::new();
+        for s in &spec.schedulerlets {
+            let f = self.lets.get(&s.name).ok_or_else(|| {
+                ConfigError::UnknownSchedulerlet(s.name.clone(), self.schedulerlet_names().join(", "))
+            })?;
+            lets.push(f(&s.params)?);
+        }
+        let rf = self.reinjectors.get(&spec.reinjection.name).ok_or_else(|| {
+            let mut known: Vec<_> = self.reinjectors.keys().cloned().collect();
+            known.sort();
+            ConfigError::UnknownReinjection(spec.reinjection.name.clone(), known.join(", "))
+        })?;
+        Ok(Pipeline::new(name, lets, rf(&spec.reinjection.params)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_composition_builds() {
+        let r = Registry::with_builtins();
+        for name in ["minrtt", "roundrobin", "redundant", "blest", "ecf", "single-path"] {
+            let p = r.build(name).unwrap();
+            assert_eq!(p.name(), name);
+        }
+        assert_eq!(r.build("blest").unwrap().schedulerlet_names(), vec!["minrtt", "blest"]);
+    }
+
+    #[test]
+    fn unknown_names_and_bad_params_are_clear_errors() {
+        let r = Registry::with_builtins();
+        let e = r.build("hrsch-typo").unwrap_err().to_string();
+        assert!(e.contains("hrsch-typo") && e.contains("minrtt"), "{e}");
+        let mut spec = r.pipeline_spec("blest").unwrap().clone();
+        spec.schedulerlets[1].params.insert("lamda".into(), 1.0);
+        assert!(matches!(r.build_spec("x", &spec), Err(ConfigError::UnknownParam(..))));
+        spec.schedulerlets[1].params.clear();
+        spec.schedulerlets[1].params.insert("lambda".into(), -1.0);
+        assert!(matches!(r.build_spec("x", &spec), Err(ConfigError::BadParam(..))));
+    }
+
+    #[test]
+    fn a_user_schedulerlet_composes_with_builtins() {
+        use super::super::{Context, Kind, PathSets};
+        struct OnlyEven;
+        impl Schedulerlet for OnlyEven {
+            fn name(&self) -> &'static str {
+                "only-even"
+            }
+            fn kind(&self) -> Kind {
+                Kind::CandidateFilter
+            }
+            fn apply(&mut self, _: &Context<'_>, sets: &mut PathSets) {
+                for p in sets.candidates.iter() {
+                    if p.0 % 2 == 1 {
+                        sets.reject(p);
+                    }
+                }
+            }
+        }
+        let mut r = Registry::with_builtins();
+        r.register_schedulerlet("only-even", |_| Ok(Box::new(OnlyEven) as _));
+        let spec = PipelineSpec {
+            schedulerlets: vec![SchedulerletSpec::named("only-even"), SchedulerletSpec::named("minrtt")],
+            reinjection: SchedulerletSpec::named("none"),
+        };
+        r.register_pipeline("even-minrtt", spec);
+        let mut p = r.build("even-minrtt").unwrap();
+        let paths = [super::super::test_support::view(0, 50), super::super::test_support::view(1, 10)];
+        let pkt = super::super::test_support::packet();
+        let got = p.select(&Context { now: std::time::Instant::now(), paths: &paths, packet: &pkt });
+        assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), vec![0]);
+    }
+}
