@@ -1,1 +1,348 @@
-fn main() {}
+//! `polycorn-proxy`: the cloud half of a Polycorn pair. It serves exactly one
+//! train: accepts that train's subflows (mutual TLS; any other train's
+//! certificate is refused), multiplexes them into one session, opens the
+//! real upstream connections the relay asks for (subject to a destination
+//! policy, so it is never an open relay), and schedules downlink traffic
+//! with the configured schedulerlet pipeline.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use ipnet::IpNet;
+use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, MAX_PATHS};
+use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
+use polycorn_net::metrics::{self, Source};
+use polycorn_net::session::{RESET_CONNECT_FAILED, RESET_REFUSED_BY_POLICY};
+use polycorn_net::subflow::{self, Hello, Transport};
+use polycorn_net::{merge_options, Session, SessionEvent};
+use tokio::net::TcpStream;
+use tracing::{info, warn};
+
+/// Options: from the file given by `--config`, then `POLYCORN_PROXY_*`
+/// environment variables, then flags (later wins).
+#[derive(Parser, serde::Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[command(name = "polycorn-proxy", version, about = "Polycorn cloud proxy: one per train")]
+struct Opts {
+    /// TOML file with any of these options (keys as the long flag names).
+    #[arg(long, env = "POLYCORN_PROXY_CONFIG")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// The train this proxy serves; subflows from any other train are refused.
+    #[arg(long, env = "POLYCORN_PROXY_TRAIN_ID")]
+    train_id: Option<String>,
+    /// Address to accept subflows on [default: 0.0.0.0:4433].
+    #[arg(long, env = "POLYCORN_PROXY_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// CA certificate that signs train certificates (PEM).
+    #[arg(long, env = "POLYCORN_PROXY_CA")]
+    ca: Option<PathBuf>,
+    /// This proxy's certificate (PEM).
+    #[arg(long, env = "POLYCORN_PROXY_CERT")]
+    cert: Option<PathBuf>,
+    /// This proxy's private key (PEM).
+    #[arg(long, env = "POLYCORN_PROXY_KEY")]
+    key: Option<PathBuf>,
+    /// Downlink scheduler: a built-in composition (minrtt, roundrobin,
+    /// redundant, blest, ecf, single-path) or one defined under [pipelines]
+    /// in the config file [default: minrtt].
+    #[arg(long, env = "POLYCORN_PROXY_SCHEDULER")]
+    scheduler: Option<String>,
+    /// `tls` (one TLS subflow per train interface) or `kernel-mptcp` (one
+    /// MPTCP connection scheduled by the kernel) [default: tls].
+    #[arg(long, env = "POLYCORN_PROXY_TRANSPORT")]
+    transport: Option<String>,
+    /// Prometheus metrics and health endpoints [default: 127.0.0.1:9464].
+    #[arg(long, env = "POLYCORN_PROXY_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Destinations the proxy refuses to connect to, comma-separated CIDRs
+    /// [default: 127.0.0.0/8,::1/128,0.0.0.0/8,169.254.0.0/16,fe80::/10,224.0.0.0/4].
+    #[arg(long, env = "POLYCORN_PROXY_DENY", value_delimiter = ',')]
+    deny: Option<Vec<IpNet>>,
+    /// If set, the only destinations allowed, comma-separated CIDRs.
+    #[arg(long, env = "POLYCORN_PROXY_ALLOW", value_delimiter = ',')]
+    allow: Option<Vec<IpNet>>,
+    /// Upstream connect timeout in seconds [default: 10].
+    #[arg(long, env = "POLYCORN_PROXY_CONNECT_TIMEOUT_S")]
+    connect_timeout_s: Option<f64>,
+    /// Receive window per passenger connection, bytes [default: 1048576].
+    #[arg(long, env = "POLYCORN_PROXY_CONN_WINDOW")]
+    conn_window: Option<u64>,
+    /// Log as JSON lines.
+    #[arg(long, env = "POLYCORN_PROXY_LOG_JSON")]
+    log_json: Option<bool>,
+    /// Custom pipelines (config file only).
+    #[arg(skip)]
+    #[serde(default)]
+    pipelines: BTreeMap<String, PipelineToml>,
+}
+
+struct Settings {
+    train_id: String,
+    listen: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    scheduler: String,
+    pipelines: BTreeMap<String, PipelineToml>,
+    transport: Transport,
+    metrics_listen: SocketAddr,
+    deny: Vec<IpNet>,
+    allow: Option<Vec<IpNet>>,
+    connect_timeout: Duration,
+    conn_window: u64,
+}
+
+fn parse_transport(s: &str) -> anyhow::Result<Transport> {
+    match s {
+        "tls" => Ok(Transport::Tls),
+        "kernel-mptcp" => Ok(Transport::KernelMptcp),
+        other => bail!("unknown transport {other:?}: use tls or kernel-mptcp"),
+    }
+}
+
+fn settings() -> anyhow::Result<(Settings, bool)> {
+    let mut o = Opts::parse();
+    let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
+    merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, metrics_listen, deny, allow,
+        connect_timeout_s, conn_window, log_json);
+    let pipelines = std::mem::take(&mut f.pipelines);
+    let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;
+    let need = |p: Option<PathBuf>, flag: &str| p.with_context(|| format!("--{flag} is required"));
+    let (ca, cert, key) = (need(o.ca, "ca")?, need(o.cert, "cert")?, need(o.key, "key")?);
+    let tls = polycorn_pki::server_config(&ca, &cert, &key, std::slice::from_ref(&train_id))
+        .context("loading the proxy's TLS material")?;
+    let scheduler = o.scheduler.unwrap_or_else(|| "minrtt".into());
+    build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
+    let deny = o.deny.unwrap_or_else(|| {
+        ["127.0.0.0/8", "::1/128", "0.0.0.0/8", "169.254.0.0/16", "fe80::/10", "224.0.0.0/4"]
+            .iter()
+            .map(|s| s.parse().expect("valid default CIDR"))
+            .collect()
+    });
+    let timeout = o.connect_timeout_s.unwrap_or(10.0);
+    if !(timeout > 0.0 && timeout < 3600.0) {
+        bail!("--connect-timeout-s must be between 0 and 3600 seconds, got {timeout}");
+    }
+    Ok((
+        Settings {
+            train_id,
+            listen: o.listen.unwrap_or_else(|| "0.0.0.0:4433".parse().expect("valid")),
+            tls,
+            scheduler,
+            pipelines,
+            transport: parse_transport(o.transport.as_deref().unwrap_or("tls"))?,
+            metrics_listen: o.metrics_listen.unwrap_or_else(|| "127.0.0.1:9464".parse().expect("valid")),
+            deny,
+            allow: o.allow,
+            connect_timeout: Duration::from_secs_f64(timeout),
+            conn_window: o.conn_window.unwrap_or(1024 * 1024),
+        },
+        o.log_json.unwrap_or(false),
+    ))
+}
+
+/// The session of the relay currently connected, keyed by its session id.
+#[derive(Default)]
+struct Current {
+    session: Option<(u64, Session)>,
+    path_names: Vec<(PathId, String)>,
+}
+
+struct Proxy {
+    s: Settings,
+    current: Mutex<Current>,
+}
+
+impl Proxy {
+    fn allowed(&self, dst: SocketAddr) -> bool {
+        let ip = dst.ip();
+        if self.s.deny.iter().any(|n| n.contains(&ip)) {
+            return false;
+        }
+        self.s.allow.as_ref().is_none_or(|a| a.iter().any(|n| n.contains(&ip)))
+    }
+
+    /// The session for `hello`, replacing an older one of a restarted relay.
+    fn session_for(self: &Arc<Self>, hello: &Hello) -> anyhow::Result<Session> {
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((id, s)) = cur.session.clone() {
+            if id == hello.session {
+                if !cur.path_names.iter().any(|(p, _)| *p == hello.path) {
+                    cur.path_names.push((hello.path, hello.path_name.clone()));
+                }
+                return Ok(s);
+            }
+            info!(old = id, new = hello.session, "relay restarted: replacing its session");
+            s.close();
+        }
+        let mut cfg = EndpointConfig::new(Role::Proxy);
+        cfg.conn_window_bytes = self.s.conn_window;
+        let pipeline = build_pipeline(&self.s.scheduler, &self.s.pipelines).map_err(anyhow::Error::msg)?;
+        let (session, events) = Session::new(Endpoint::new(cfg, pipeline, Instant::now()));
+        tokio::spawn(self.clone().events(session.clone(), events));
+        cur.session = Some((hello.session, session.clone()));
+        cur.path_names = vec![(hello.path, hello.path_name.clone())];
+        Ok(session)
+    }
+
+    async fn events(self: Arc<Self>, session: Session, mut rx: tokio::sync::mpsc::UnboundedReceiver<SessionEvent>) {
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                SessionEvent::ConnOpened { conn, user, dst } => {
+                    if !self.allowed(dst) {
+                        warn!(%conn, %user, %dst, "destination refused by policy");
+                        session.reset(conn, RESET_REFUSED_BY_POLICY);
+                        continue;
+                    }
+                    let stream = session.stream(conn);
+                    let timeout = self.s.connect_timeout;
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(timeout, TcpStream::connect(dst)).await {
+                            Ok(Ok(up)) => {
+                                let _ = up.set_nodelay(true);
+                                relay(stream, up).await;
+                            }
+                            Ok(Err(e)) => {
+                                info!(%conn, %dst, error = %e, "upstream connect failed");
+                                stream_reset(stream, RESET_CONNECT_FAILED);
+                            }
+                            Err(_) => {
+                                info!(%conn, %dst, "upstream connect timed out");
+                                stream_reset(stream, RESET_CONNECT_FAILED);
+                            }
+                        }
+                    });
+                }
+                SessionEvent::PathStatus { path, state, cell } => {
+                    info!(%path, ?state, cell, "radio interface status");
+                }
+                SessionEvent::Telemetry { seq, payload } => {
+                    // The telemetry pipeline (Kafka) lands with the telemetry
+                    // issue; until then records are acknowledged on receipt.
+                    tracing::debug!(seq, bytes = payload.len(), "telemetry record");
+                    session.with(|st, _| st.ep.ack_telemetry(seq));
+                }
+                SessionEvent::TelemetryAcked { .. } => {}
+            }
+        }
+    }
+
+    async fn accept_subflow(self: Arc<Self>, tcp: TcpStream, peer: SocketAddr) -> anyhow::Result<()> {
+        subflow::tune(&tcp)?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.s.tls.clone());
+        let mut tls = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
+            .await
+            .context("TLS handshake timed out")?
+            .context("TLS handshake")?;
+        let cert_train = {
+            let (_, conn) = tls.get_ref();
+            let certs = conn.peer_certificates().context("no client certificate")?;
+            polycorn_pki::train_id_of(&certs[0])?
+        };
+        let hello = subflow::server_read_hello(&mut tls, Duration::from_secs(10)).await?;
+        if hello.train_id != cert_train || hello.train_id != self.s.train_id {
+            bail!(
+                "HELLO names train {:?} but the certificate is for {:?} and this proxy serves {:?}",
+                hello.train_id,
+                cert_train,
+                self.s.train_id
+            );
+        }
+        if hello.path.index() >= MAX_PATHS {
+            bail!("path id {} out of range", hello.path);
+        }
+        let session = self.session_for(&hello)?;
+        subflow::server_ack(&mut tls, &hello).await?;
+        info!(%peer, path = %hello.path, name = %hello.path_name, "subflow up");
+        let r = session.run_path(hello.path, tls).await;
+        info!(%peer, path = %hello.path, result = ?r, "subflow down");
+        Ok(())
+    }
+}
+
+fn stream_reset(stream: polycorn_net::ConnStream, code: u32) {
+    stream.reset(code);
+}
+
+/// Copy both ways until both directions finished.
+async fn relay(mut a: polycorn_net::ConnStream, mut b: TcpStream) {
+    if let Err(e) = tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, 64 * 1024, 64 * 1024).await {
+        tracing::debug!(conn = %a.id(), error = %e, "connection ended with an error");
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let (s, json) = match settings() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("polycorn-proxy: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    polycorn_net::telemetry::init_logging("info", json);
+    let listener = subflow::listen(s.listen, s.transport)?;
+    info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, "proxy started");
+    let metrics_addr = s.metrics_listen;
+    let proxy = Arc::new(Proxy { s, current: Mutex::new(Current::default()) });
+
+    let p = proxy.clone();
+    let source: Source = Arc::new(move |w| {
+        let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, s)) = &cur.session {
+            let names = cur.path_names.clone();
+            s.with(|st, now| metrics::write_endpoint(w, &st.ep, &names, now));
+        }
+    });
+    let p = proxy.clone();
+    let ready = Arc::new(move || {
+        let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
+        cur.session.as_ref().is_some_and(|(_, s)| s.with(|st, _| !st.ep.up_paths().is_empty()))
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut m_stop = stop_rx.clone();
+    let metrics_task = tokio::spawn(metrics::serve(metrics_addr, vec![source], ready, async move {
+        let _ = m_stop.changed().await;
+    }));
+
+    let accept = async {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(v) => v,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let p = proxy.clone();
+            tokio::spawn(async move {
+                if let Err(e) = p.accept_subflow(tcp, peer).await {
+                    warn!(%peer, error = %format!("{e:#}"), "subflow refused");
+                }
+            });
+        }
+    };
+    tokio::select! {
+        _ = accept => {}
+        _ = shutdown_signal() => info!("shutting down"),
+    }
+    let _ = stop_tx.send(true);
+    if let Some((_, s)) = proxy.current.lock().unwrap_or_else(|e| e.into_inner()).session.take() {
+        s.close();
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), metrics_task).await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,18 @@
+//! The tokio shell shared by `relay-agent` and `proxy`.
+//!
+//! - [`session`]: drives a sans-IO [`polycorn_core::Endpoint`] with one task per
+//!   subflow and a timer; passenger connections as byte streams.
+//! - [`subflow`]: socket options (TCP_NOTSENT_LOWAT, SO_BINDTODEVICE, MPTCP),
+//!   the HELLO handshake.
+//! - [`metrics`]: Prometheus metrics from the endpoint's plain statistics, and
+//!   the health endpoint.
+//! - [`telemetry`]: logging set-up shared by both binaries.
+
+pub mod config;
+pub mod metrics;
+pub mod session;
+pub mod subflow;
+pub mod telemetry;
+
+pub use session::{ConnStream, Session, SessionEvent};
+pub use subflow::Transport;

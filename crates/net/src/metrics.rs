@@ -1,0 +1,181 @@
+//! Prometheus metrics and health endpoints.
+//!
+//! The core keeps plain counters; on every scrape a [`Source`] closure
+//! snapshots them into a [`Writer`], and [`SnapshotCollector`] encodes the
+//! snapshot with prometheus-client. Names follow
+//! `polycorn_<subsystem>_<name>_<unit>[_total]`; labels are bounded (one
+//! per configured path, never per flow or per passenger).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use polycorn_core::{Endpoint, PathId};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+#[derive(Debug, Default)]
+struct Family {
+    help: &'static str,
+    counter: bool,
+    samples: Vec<(Labels, f64)>,
+}
+
+/// Collects one scrape's samples.
+#[derive(Debug, Default)]
+pub struct Writer {
+    families: BTreeMap<&'static str, Family>,
+}
+
+impl Writer {
+    fn push(&mut self, name: &'static str, help: &'static str, counter: bool, labels: Labels, v: f64) {
+        let f = self.families.entry(name).or_insert_with(|| Family { help, counter, samples: Vec::new() });
+        f.samples.push((labels, v));
+    }
+    /// A monotonic counter; `name` without the `_total` suffix (the encoder adds it).
+    pub fn counter(&mut self, name: &'static str, help: &'static str, labels: Labels, v: f64) {
+        self.push(name, help, true, labels, v);
+    }
+    pub fn gauge(&mut self, name: &'static str, help: &'static str, labels: Labels, v: f64) {
+        self.push(name, help, false, labels, v);
+    }
+}
+
+/// Fills a [`Writer`] on each scrape.
+pub type Source = Arc<dyn Fn(&mut Writer) + Send + Sync>;
+
+/// Encodes the snapshot a [`Source`] produces.
+pub struct SnapshotCollector {
+    sources: Vec<Source>,
+}
+
+impl std::fmt::Debug for SnapshotCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotCollector").field("sources", &self.sources.len()).finish()
+    }
+}
+
+impl prometheus_client::collector::Collector for SnapshotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut w = Writer::default();
+        for s in &self.sources {
+            s(&mut w);
+        }
+        for (name, fam) in &w.families {
+            let ty = if fam.counter { MetricType::Counter } else { MetricType::Gauge };
+            let mut d = encoder.encode_descriptor(name, fam.help, None, ty)?;
+            for (labels, v) in &fam.samples {
+                let m = d.encode_family(labels)?;
+                if fam.counter {
+                    ConstCounter::new(*v).encode(m)?;
+                } else {
+                    ConstGauge::new(*v).encode(m)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Write the endpoint's statistics. `path_names` labels each path.
+pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, String)], now: std::time::Instant) {
+    let s = ep.stats();
+    let n = Labels::new;
+    w.gauge("polycorn_conns_active", "Passenger connections open.", n(), ep.conn_count() as f64);
+    w.gauge("polycorn_users_active", "Passengers with data waiting to be scheduled.", n(), ep.active_users() as f64);
+    w.gauge("polycorn_buffered_bytes", "Bytes held in connection send and receive buffers.", n(), ep.buffered_bytes() as f64);
+    w.counter("polycorn_conns_opened", "Passenger connections opened.", n(), s.conns_opened as f64);
+    w.counter("polycorn_conns_closed", "Passenger connections closed cleanly.", n(), s.conns_closed as f64);
+    w.counter("polycorn_conns_reset", "Passenger connections reset.", n(), s.conns_reset as f64);
+    w.counter("polycorn_sched_decisions", "Scheduling decisions made.", n(), s.decisions as f64);
+    w.counter("polycorn_sched_reinjected_bytes", "Passenger bytes sent again as reinjections.", n(), s.reinjected_bytes as f64);
+    w.counter("polycorn_sched_redundant_bytes", "Passenger bytes sent as redundant copies.", n(), s.redundant_bytes as f64);
+    w.counter("polycorn_recv_duplicate_bytes", "Received passenger bytes dropped as duplicates.", n(), s.duplicate_bytes_received as f64);
+    w.counter("polycorn_protocol_errors", "Subflows closed for breaking the protocol.", n(), s.protocol_errors as f64);
+    w.counter("polycorn_telemetry_received_records", "Telemetry records received.", n(), s.telemetry_received as f64);
+    for (id, name) in path_names {
+        let l = || vec![("path".to_string(), id.0.to_string()), ("name".to_string(), name.clone())];
+        let up = ep.is_path_up(*id);
+        w.gauge("polycorn_path_up", "1 when the subflow is established.", l(), f64::from(u8::from(up)));
+        let (Some(v), Some(st)) = (ep.path_view(*id, now), ep.path_stats(*id)) else { continue };
+        w.gauge("polycorn_path_srtt_seconds", "Smoothed RTT measured at the data level.", l(), v.srtt_us as f64 / 1e6);
+        w.gauge("polycorn_path_rttvar_seconds", "RTT variation.", l(), v.rttvar_us as f64 / 1e6);
+        w.gauge("polycorn_path_in_flight_bytes", "Bytes sent and not yet acknowledged.", l(), v.in_flight_bytes as f64);
+        w.gauge("polycorn_path_cwnd_bytes", "Window the scheduler allows in flight.", l(), v.cwnd_bytes as f64);
+        w.gauge("polycorn_path_queued_bytes", "Send-buffer occupancy.", l(), v.queued_bytes as f64);
+        w.gauge(
+            "polycorn_path_delivery_rate_bytes_per_second",
+            "Delivery-rate estimate.",
+            l(),
+            v.delivery_rate_bps as f64,
+        );
+        w.gauge("polycorn_path_rto_count", "RTOs of the oldest unacknowledged data.", l(), f64::from(v.rto_count));
+        w.counter("polycorn_path_sent_bytes", "Bytes written to the subflow.", l(), st.sent_bytes as f64);
+        w.counter("polycorn_path_received_bytes", "Bytes read from the subflow.", l(), st.received_bytes as f64);
+        w.counter("polycorn_path_data_bytes", "Passenger bytes sent on the path.", l(), st.data_bytes_sent as f64);
+        w.counter("polycorn_path_reinjected_bytes", "Reinjected passenger bytes sent on the path.", l(), st.reinjected_bytes as f64);
+        w.counter("polycorn_path_redundant_bytes", "Redundant passenger bytes sent on the path.", l(), st.redundant_bytes as f64);
+        w.counter("polycorn_path_rto", "Retransmission timeouts.", l(), st.rto_events as f64);
+        w.counter("polycorn_path_state_changes", "Subflow up/down transitions.", l(), st.state_changes as f64);
+    }
+}
+
+/// Readiness as the shell sees it.
+pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Serve `/metrics`, `/healthz` (liveness) and `/readyz` (at least one path
+/// up) on `addr` until `shutdown` resolves.
+pub async fn serve(
+    addr: SocketAddr,
+    sources: Vec<Source>,
+    ready: Ready,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(SnapshotCollector { sources }));
+    let reg = Arc::new(reg);
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let reg = reg.clone();
+                async move {
+                    let mut body = String::new();
+                    match prometheus_client::encoding::text::encode(&mut body, &reg) {
+                        Ok(()) => (
+                            StatusCode::OK,
+                            [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                            body,
+                        ),
+                        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, [("content-type", "text/plain")], String::new()),
+                    }
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready() {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "no path up\n")
+                    }
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("binding metrics endpoint {addr}: {e}")))?;
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}

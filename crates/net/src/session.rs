@@ -1,0 +1,340 @@
+//! A relay–proxy session: the sans-IO [`Endpoint`] behind a mutex, driven by
+//! one task per subflow direction and one timer task.
+//!
+//! Locking is short and never held across an await: every interaction goes
+//! through [`Session::with`], which runs a closure on the endpoint, then
+//! dispatches the endpoint's events (waking passenger streams, forwarding
+//! the rest to the shell), runs the scheduler, and wakes the subflow writers
+//! that have frames to send and the timer when its deadline moved.
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use bytes::Bytes;
+use polycorn_core::wire::LinkState;
+use polycorn_core::{ConnId, Endpoint, Event, PathId, Recv, StreamError, UserId, MAX_PATHS};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::{mpsc, Notify};
+
+/// Events the shell acts on (everything that is not about waking a stream).
+#[derive(Debug, Clone)]
+pub enum SessionEvent {
+    ConnOpened { conn: ConnId, user: UserId, dst: std::net::SocketAddr },
+    Telemetry { seq: u64, payload: Bytes },
+    TelemetryAcked { seq: u64 },
+    PathStatus { path: PathId, state: LinkState, cell: u64 },
+}
+
+/// The locked part of a session.
+pub struct State {
+    pub ep: Endpoint,
+    read_wakers: HashMap<ConnId, Waker>,
+    write_wakers: HashMap<ConnId, Waker>,
+    armed: Option<Instant>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    path_notify: Vec<Notify>,
+    path_dead: Vec<Notify>,
+    timer: Notify,
+    closed: Notify,
+    events: mpsc::UnboundedSender<SessionEvent>,
+}
+
+/// Cheap to clone; every clone drives the same endpoint.
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+impl Session {
+    /// Wrap `ep`; returns the session and the shell's event stream. Spawns
+    /// the timer task on the current runtime.
+    pub fn new(ep: Endpoint) -> (Session, mpsc::UnboundedReceiver<SessionEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State { ep, read_wakers: HashMap::new(), write_wakers: HashMap::new(), armed: None }),
+            path_notify: (0..MAX_PATHS).map(|_| Notify::new()).collect(),
+            path_dead: (0..MAX_PATHS).map(|_| Notify::new()).collect(),
+            timer: Notify::new(),
+            closed: Notify::new(),
+            events: tx,
+        });
+        let s = Session { inner };
+        tokio::spawn(s.clone().timer_task());
+        (s, rx)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves the endpoint in an unknown
+        // state; continuing with it is still better than taking the whole
+        // train offline, and tests catch such panics.
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `f` on the endpoint, then dispatch what it caused.
+    pub fn with<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
+        let mut st = self.lock();
+        let now = Instant::now();
+        let r = f(&mut st, now);
+        self.after(&mut st, now);
+        r
+    }
+
+    fn after(&self, st: &mut State, now: Instant) {
+        while let Some(ev) = st.ep.poll_event() {
+            match ev {
+                Event::Readable(c) => wake(&mut st.read_wakers, c),
+                Event::Writable(c) => wake(&mut st.write_wakers, c),
+                Event::ConnReset { conn, .. } | Event::ConnClosed(conn) => {
+                    wake(&mut st.read_wakers, conn);
+                    wake(&mut st.write_wakers, conn);
+                }
+                Event::PathDead(p) => self.inner.path_dead[p.index()].notify_one(),
+                Event::ConnOpened { conn, user, dst } => {
+                    let _ = self.inner.events.send(SessionEvent::ConnOpened { conn, user, dst });
+                }
+                Event::Telemetry { seq, payload } => {
+                    let _ = self.inner.events.send(SessionEvent::Telemetry { seq, payload });
+                }
+                Event::TelemetryAcked { seq } => {
+                    let _ = self.inner.events.send(SessionEvent::TelemetryAcked { seq });
+                }
+                Event::PathStatus { path, state, cell } => {
+                    let _ = self.inner.events.send(SessionEvent::PathStatus { path, state, cell });
+                }
+            }
+        }
+        st.ep.schedule(now);
+        for p in st.ep.up_paths() {
+            if st.ep.has_pending(p) {
+                self.inner.path_notify[p.index()].notify_one();
+            }
+        }
+        // Wake the timer only when the deadline moved earlier: a later one
+        // just makes the timer fire early once and re-arm, which is cheaper
+        // than waking it on every frame sent.
+        if let Some(t) = st.ep.poll_timeout() {
+            if st.armed.is_none_or(|a| t < a) {
+                st.armed = Some(t);
+                self.inner.timer.notify_one();
+            }
+        }
+    }
+
+    async fn timer_task(self) {
+        let weak = Arc::downgrade(&self.inner);
+        drop(self);
+        loop {
+            let Some(inner) = weak.upgrade() else { return };
+            let s = Session { inner };
+            let deadline = {
+                let mut st = s.lock();
+                st.armed = st.ep.poll_timeout();
+                st.armed
+            };
+            let timer = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = timer => s.with(|st, now| st.ep.handle_timeout(now)),
+                _ = s.inner.timer.notified() => {}
+                _ = s.inner.closed.notified() => return,
+            }
+            drop(s);
+        }
+    }
+
+    /// Stop the timer task; subflows end when their sockets close.
+    pub fn close(&self) {
+        self.inner.closed.notify_waiters();
+        for n in &self.inner.path_dead {
+            n.notify_one();
+        }
+    }
+
+    /// Open a passenger connection (relay side).
+    pub fn open(&self, user: UserId, dst: std::net::SocketAddr) -> Result<ConnStream, StreamError> {
+        let conn = self.with(|st, now| st.ep.open(user, dst, now))?;
+        Ok(self.stream(conn))
+    }
+
+    /// A stream over an existing connection (proxy side, after
+    /// [`SessionEvent::ConnOpened`]).
+    pub fn stream(&self, conn: ConnId) -> ConnStream {
+        ConnStream { session: self.clone(), conn, read_eof: false, write_fin: false }
+    }
+
+    /// Reset a connection (for example when the upstream connect failed).
+    pub fn reset(&self, conn: ConnId, code: u32) {
+        self.with(|st, now| st.ep.reset(conn, code, now));
+    }
+
+    /// Carry one subflow until it fails, the peer breaks the protocol, the
+    /// endpoint declares the path dead, or the session closes. Calls
+    /// `path_up` first and `path_down` last.
+    pub async fn run_path<S>(&self, path: PathId, stream: S) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (mut rd, mut wr) = tokio::io::split(stream);
+        self.with(|st, now| st.ep.path_up(path, now));
+        let reader = async {
+            let mut buf = vec![0u8; 256 * 1024];
+            loop {
+                let n = rd.read(&mut buf).await?;
+                if n == 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "subflow closed by peer"));
+                }
+                self.with(|st, now| st.ep.handle_input(path, &buf[..n], now))
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            }
+        };
+        let writer = async {
+            let mut out = Vec::with_capacity(512 * 1024);
+            loop {
+                out.clear();
+                let n = self.with(|st, now| st.ep.poll_transmit(path, now, &mut out, 256 * 1024));
+                if n == 0 {
+                    self.inner.path_notify[path.index()].notified().await;
+                    continue;
+                }
+                wr.write_all(&out).await?;
+                wr.flush().await?;
+            }
+        };
+        let dead = self.inner.path_dead[path.index()].notified();
+        let r: io::Result<()> = tokio::select! {
+            r = reader => r,
+            r = writer => r,
+            _ = dead => Err(io::Error::new(io::ErrorKind::TimedOut, "path declared dead: nothing heard while data was in flight")),
+        };
+        self.with(|st, now| st.ep.path_down(path, now));
+        let _ = wr.shutdown().await;
+        r
+    }
+}
+
+fn wake(map: &mut HashMap<ConnId, Waker>, c: ConnId) {
+    if let Some(w) = map.remove(&c) {
+        w.wake();
+    }
+}
+
+/// A passenger connection as a byte stream. Dropping it before both
+/// directions finished resets the connection.
+pub struct ConnStream {
+    session: Session,
+    conn: ConnId,
+    read_eof: bool,
+    write_fin: bool,
+}
+
+impl ConnStream {
+    pub fn id(&self) -> ConnId {
+        self.conn
+    }
+
+    /// Reset the connection with `code` and consume the stream.
+    pub fn reset(mut self, code: u32) {
+        let conn = self.conn;
+        self.session.reset(conn, code);
+        // Already reset: the drop must not reset again.
+        self.read_eof = true;
+        self.write_fin = true;
+    }
+}
+
+fn stream_err(e: StreamError) -> io::Error {
+    match e {
+        StreamError::Reset(_) => io::Error::new(io::ErrorKind::ConnectionReset, e.to_string()),
+        StreamError::UnknownConn(_) => io::Error::new(io::ErrorKind::ConnectionReset, e.to_string()),
+        StreamError::WrongRole => io::Error::other(e.to_string()),
+    }
+}
+
+impl AsyncRead for ConnStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.read_eof {
+            return Poll::Ready(Ok(()));
+        }
+        let conn = self.conn;
+        let r = self.session.with(|st, _| {
+            let r = st.ep.recv(conn, buf.initialize_unfilled());
+            if r == Ok(Recv::Blocked) {
+                st.read_wakers.insert(conn, cx.waker().clone());
+            }
+            r
+        });
+        match r {
+            Ok(Recv::Data(n)) => {
+                buf.advance(n);
+                Poll::Ready(Ok(()))
+            }
+            Ok(Recv::Fin) => {
+                self.read_eof = true;
+                Poll::Ready(Ok(()))
+            }
+            Ok(Recv::Blocked) => Poll::Pending,
+            Err(e) => Poll::Ready(Err(stream_err(e))),
+        }
+    }
+}
+
+impl AsyncWrite for ConnStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let conn = self.conn;
+        let r = self.session.with(|st, now| {
+            let r = st.ep.send(conn, buf, now);
+            if r == Ok(0) {
+                st.write_wakers.insert(conn, cx.waker().clone());
+            }
+            r
+        });
+        match r {
+            Ok(0) => Poll::Pending,
+            Ok(n) => Poll::Ready(Ok(n)),
+            Err(e) => Poll::Ready(Err(stream_err(e))),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.write_fin {
+            let conn = self.conn;
+            self.session.with(|st, now| st.ep.finish(conn, now)).map_err(stream_err)?;
+            self.write_fin = true;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for ConnStream {
+    fn drop(&mut self) {
+        let conn = self.conn;
+        let graceful = self.read_eof && self.write_fin;
+        self.session.with(|st, now| {
+            st.read_wakers.remove(&conn);
+            st.write_wakers.remove(&conn);
+            if !graceful {
+                st.ep.reset(conn, RESET_ABORTED, now);
+            }
+        });
+    }
+}
+
+/// RESET codes. Shells map them to what passengers see (a TCP RST).
+pub const RESET_ABORTED: u32 = 1;
+pub const RESET_CONNECT_FAILED: u32 = 2;
+pub const RESET_REFUSED_BY_POLICY: u32 = 3;

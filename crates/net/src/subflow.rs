@@ -1,0 +1,189 @@
+//! Subflow set-up: socket options, the TLS handshake and the HELLO exchange.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use polycorn_core::wire::{Frame, FrameDecoder, VERSION};
+use polycorn_core::PathId;
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Unsent bytes above which a subflow socket stops reporting writable: the
+/// kernel holds little, so the scheduler decides late (as MPTCP does).
+pub const NOTSENT_LOWAT_BYTES: u32 = 128 * 1024;
+
+/// How a relay reaches its proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// One TLS-over-TCP subflow per interface, scheduled by Polycorn.
+    Tls,
+    /// One Linux MPTCP connection (TLS inside), scheduled by the kernel.
+    KernelMptcp,
+}
+
+/// Socket options every subflow gets.
+pub fn tune(stream: &TcpStream) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    set_notsent_lowat(stream, NOTSENT_LOWAT_BYTES)
+}
+
+fn set_notsent_lowat(stream: &TcpStream, bytes: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v: libc::c_int = bytes as libc::c_int;
+    // SAFETY: valid fd owned by `stream`, option value is a c_int of the
+    // size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Connect to `addr`, optionally bound to network interface `device`
+/// (SO_BINDTODEVICE) so the subflow uses that carrier.
+pub async fn connect(addr: SocketAddr, device: Option<&str>, transport: Transport) -> io::Result<TcpStream> {
+    let proto = match transport {
+        Transport::Tls => Protocol::TCP,
+        Transport::KernelMptcp => Protocol::MPTCP,
+    };
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(proto))
+        .map_err(|e| io::Error::new(e.kind(), format!("creating {transport:?} socket: {e}")))?;
+    if let Some(dev) = device {
+        sock.bind_device(Some(dev.as_bytes()))
+            .map_err(|e| io::Error::new(e.kind(), format!("binding subflow to interface {dev}: {e}")))?;
+    }
+    sock.set_nonblocking(true)?;
+    let std: std::net::TcpStream = sock.into();
+    let s = tokio::net::TcpSocket::from_std_stream(std);
+    let stream = s.connect(addr).await?;
+    tune(&stream)?;
+    Ok(stream)
+}
+
+/// Listening socket for subflows (MPTCP-capable when `transport` says so;
+/// an MPTCP listener also accepts plain TCP).
+pub fn listen(addr: SocketAddr, transport: Transport) -> io::Result<tokio::net::TcpListener> {
+    let proto = match transport {
+        Transport::Tls => Protocol::TCP,
+        Transport::KernelMptcp => Protocol::MPTCP,
+    };
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(proto))?;
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into()).map_err(|e| io::Error::new(e.kind(), format!("binding {addr}: {e}")))?;
+    sock.listen(1024)?;
+    sock.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(sock.into())
+}
+
+/// Unsent bytes in a socket's kernel buffer (SIOCOUTQNSD).
+pub fn kernel_unsent(stream: &TcpStream) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let mut v: libc::c_int = 0;
+    // SAFETY: ioctl with an int out-parameter on a valid socket fd.
+    let rc = unsafe { libc::ioctl(stream.as_raw_fd(), 0x894B /* SIOCOUTQNSD */, &mut v) };
+    (rc == 0).then_some(v.max(0) as u64)
+}
+
+/// Keep SockRef in use for platform checks in tests.
+pub fn is_mptcp(stream: &TcpStream) -> bool {
+    SockRef::from(stream).protocol().ok().flatten() == Some(Protocol::MPTCP)
+}
+
+/// What the relay announces in HELLO.
+#[derive(Clone, Debug)]
+pub struct Hello {
+    pub session: u64,
+    pub path: PathId,
+    pub train_id: String,
+    pub path_name: String,
+}
+
+/// Read exactly one frame (used only for the handshake).
+async fn read_frame<S: AsyncRead + Unpin>(s: &mut S, what: &str) -> io::Result<Frame> {
+    let mut dec = FrameDecoder::new();
+    let mut byte = [0u8; 1];
+    // HELLO frames are tiny; reading byte by byte keeps any following data
+    // in the socket for the session's reader.
+    loop {
+        match dec.next_frame() {
+            Ok(Some(d)) => return Ok(d.frame),
+            Ok(None) => {}
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("reading {what}: {e}"))),
+        }
+        if dec.buffered() > 1024 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("reading {what}: frame too large")));
+        }
+        let n = s.read(&mut byte).await?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("peer closed before {what}")));
+        }
+        dec.push(&byte);
+    }
+}
+
+/// Relay side of the handshake: send HELLO, wait for HELLO_ACK.
+pub async fn client_hello<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, hello: &Hello, timeout: Duration) -> io::Result<()> {
+    let mut out = Vec::new();
+    Frame::Hello {
+        version: VERSION,
+        session: hello.session,
+        path: hello.path,
+        train_id: hello.train_id.clone(),
+        path_name: hello.path_name.clone(),
+    }
+    .encode(&mut out);
+    s.write_all(&out).await?;
+    s.flush().await?;
+    let f = tokio::time::timeout(timeout, read_frame(s, "HELLO_ACK"))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "waiting for HELLO_ACK"))??;
+    match f {
+        Frame::HelloAck { version: VERSION, session, path } if session == hello.session && path == hello.path => Ok(()),
+        Frame::HelloAck { version, .. } if version != VERSION => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("proxy speaks protocol version {version}, this relay speaks {VERSION}"),
+        )),
+        other => Err(io::Error::new(io::ErrorKind::InvalidData, format!("expected HELLO_ACK, got {other:?}"))),
+    }
+}
+
+/// Proxy side: read HELLO (with a timeout). The caller checks the train.
+pub async fn server_read_hello<S: AsyncRead + Unpin>(s: &mut S, timeout: Duration) -> io::Result<Hello> {
+    let f = tokio::time::timeout(timeout, read_frame(s, "HELLO"))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "waiting for HELLO"))??;
+    match f {
+        Frame::Hello { version: VERSION, session, path, train_id, path_name } => {
+            Ok(Hello { session, path, train_id, path_name })
+        }
+        Frame::Hello { version, .. } => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("relay speaks protocol version {version}, this proxy speaks {VERSION}"),
+        )),
+        other => Err(io::Error::new(io::ErrorKind::InvalidData, format!("expected HELLO, got {other:?}"))),
+    }
+}
+
+/// Proxy side: accept the HELLO.
+pub async fn server_ack<S: AsyncWrite + Unpin>(s: &mut S, hello: &Hello) -> io::Result<()> {
+    let mut out = Vec::new();
+    Frame::HelloAck { version: VERSION, session: hello.session, path: hello.path }.encode(&mut out);
+    s.write_all(&out).await?;
+    s.flush().await
+}
+
+/// TLS configurations for both ends.
+pub type ClientTls = Arc<rustls::ClientConfig>;
+pub type ServerTls = Arc<rustls::ServerConfig>;
