@@ -1,1 +1,360 @@
-fn main() {}
+//! `polycorn-relay`: the on-train half of a Polycorn pair. It captures
+//! passengers' TCP (transparently through nftables REDIRECT, or through a
+//! SOCKS5 listener), answers their DNS through the tunnel, and carries every
+//! connection over one TLS subflow per cellular interface to the train's
+//! proxy, scheduling uplink traffic with the configured pipeline.
+
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use polycorn_capture::{Dialer, InterceptRules, RelayOpts, UdpPolicy};
+use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, MAX_PATHS};
+use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
+use polycorn_net::metrics::{self, Source, Writer};
+use polycorn_net::subflow::{self, Hello, Transport};
+use polycorn_net::{merge_options, ConnStream, Session, SessionEvent};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// Options: from the file given by `--config`, then `POLYCORN_RELAY_*`
+/// environment variables, then flags (later wins).
+#[derive(Parser, serde::Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[command(name = "polycorn-relay", version, about = "Polycorn relay-agent: one per train gateway")]
+struct Opts {
+    /// TOML file with any of these options (keys as the long flag names).
+    #[arg(long, env = "POLYCORN_RELAY_CONFIG")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// This train's id; must match its certificate.
+    #[arg(long, env = "POLYCORN_RELAY_TRAIN_ID")]
+    train_id: Option<String>,
+    /// One subflow per cellular interface: `NAME=DEVICE@PROXY_ADDR`, e.g.
+    /// `carrier-a=wwan0@203.0.113.7:4433` (DEVICE may be empty to skip
+    /// SO_BINDTODEVICE). Repeat the flag, or comma-separate.
+    #[arg(long = "path", env = "POLYCORN_RELAY_PATHS", value_delimiter = ',')]
+    paths: Option<Vec<String>>,
+    /// Name the proxy's certificate must carry [default: proxy.polycorn].
+    #[arg(long, env = "POLYCORN_RELAY_PROXY_NAME")]
+    proxy_name: Option<String>,
+    /// CA certificate that signs the proxy's certificate (PEM).
+    #[arg(long, env = "POLYCORN_RELAY_CA")]
+    ca: Option<PathBuf>,
+    /// This train's certificate (PEM).
+    #[arg(long, env = "POLYCORN_RELAY_CERT")]
+    cert: Option<PathBuf>,
+    /// This train's private key (PEM).
+    #[arg(long, env = "POLYCORN_RELAY_KEY")]
+    key: Option<PathBuf>,
+    /// Transparent-capture listener (nftables REDIRECT target), e.g. 0.0.0.0:15001.
+    #[arg(long, env = "POLYCORN_RELAY_LISTEN_TRANSPARENT")]
+    listen_transparent: Option<SocketAddr>,
+    /// SOCKS5 listener for explicit use, e.g. 10.66.0.1:1080.
+    #[arg(long, env = "POLYCORN_RELAY_LISTEN_SOCKS")]
+    listen_socks: Option<SocketAddr>,
+    /// UDP DNS listener for passengers, e.g. 0.0.0.0:5353 (nftables
+    /// redirects passengers' port 53 here when --lan-interface is set).
+    #[arg(long, env = "POLYCORN_RELAY_LISTEN_DNS")]
+    listen_dns: Option<SocketAddr>,
+    /// Resolver the proxy side reaches, queried over DNS-over-TCP through the tunnel.
+    #[arg(long, env = "POLYCORN_RELAY_DNS_UPSTREAM")]
+    dns_upstream: Option<SocketAddr>,
+    /// Passenger-facing interface: when set, the relay installs its
+    /// nftables interception rules (table inet polycorn_relay) on it and
+    /// removes them on exit. Needs CAP_NET_ADMIN.
+    #[arg(long, env = "POLYCORN_RELAY_LAN_INTERFACE")]
+    lan_interface: Option<String>,
+    /// Passenger UDP other than DNS: `reject-quic` (reject UDP 443 so apps
+    /// fall back to TCP, drop the rest), `drop-all` or `allow` [default: reject-quic].
+    #[arg(long, env = "POLYCORN_RELAY_UDP_POLICY")]
+    udp_policy: Option<String>,
+    /// Uplink scheduler: a built-in composition (minrtt, roundrobin,
+    /// redundant, blest, ecf, single-path) or one under [pipelines] in the
+    /// config file [default: minrtt].
+    #[arg(long, env = "POLYCORN_RELAY_SCHEDULER")]
+    scheduler: Option<String>,
+    /// `tls` (one TLS subflow per interface) or `kernel-mptcp` (one MPTCP
+    /// connection to the first path's proxy address; the kernel adds
+    /// subflows on its configured endpoints) [default: tls].
+    #[arg(long, env = "POLYCORN_RELAY_TRANSPORT")]
+    transport: Option<String>,
+    /// Prometheus metrics and health endpoints [default: 127.0.0.1:9465].
+    #[arg(long, env = "POLYCORN_RELAY_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Receive window per passenger connection, bytes [default: 1048576].
+    #[arg(long, env = "POLYCORN_RELAY_CONN_WINDOW")]
+    conn_window: Option<u64>,
+    /// Most passenger connections at once per listener [default: 4096].
+    #[arg(long, env = "POLYCORN_RELAY_MAX_CONNS")]
+    max_conns: Option<usize>,
+    /// Log as JSON lines.
+    #[arg(long, env = "POLYCORN_RELAY_LOG_JSON")]
+    log_json: Option<bool>,
+    /// Custom pipelines (config file only).
+    #[arg(skip)]
+    #[serde(default)]
+    pipelines: BTreeMap<String, PipelineToml>,
+}
+
+#[derive(Clone, Debug)]
+struct PathSpec {
+    id: PathId,
+    name: String,
+    device: Option<String>,
+    proxy: SocketAddr,
+}
+
+fn parse_path(i: usize, s: &str) -> anyhow::Result<PathSpec> {
+    let err = || format!("--path {s:?}: expected NAME=DEVICE@PROXY_ADDR, e.g. carrier-a=wwan0@203.0.113.7:4433");
+    let (name, rest) = s.split_once('=').with_context(err)?;
+    let (device, addr) = rest.split_once('@').with_context(err)?;
+    if name.is_empty() {
+        bail!("{}", err());
+    }
+    let proxy: SocketAddr = addr.parse().with_context(err)?;
+    Ok(PathSpec {
+        id: PathId(u8::try_from(i).context("too many paths")?),
+        name: name.into(),
+        device: (!device.is_empty()).then(|| device.to_string()),
+        proxy,
+    })
+}
+
+struct Settings {
+    train_id: String,
+    paths: Vec<PathSpec>,
+    proxy_name: rustls::pki_types::ServerName<'static>,
+    tls: Arc<rustls::ClientConfig>,
+    opts: Opts,
+    scheduler: String,
+    pipelines: BTreeMap<String, PipelineToml>,
+    transport: Transport,
+    udp_policy: UdpPolicy,
+}
+
+fn settings() -> anyhow::Result<Settings> {
+    let mut o = Opts::parse();
+    let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
+    merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
+        dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, max_conns, log_json);
+    let pipelines = std::mem::take(&mut f.pipelines);
+    let train_id = o.train_id.clone().context("--train-id is required")?;
+    let specs = o.paths.clone().unwrap_or_default();
+    if specs.is_empty() {
+        bail!("at least one --path NAME=DEVICE@PROXY_ADDR is required");
+    }
+    if specs.len() > MAX_PATHS {
+        bail!("at most {MAX_PATHS} paths are supported, got {}", specs.len());
+    }
+    let paths = specs.iter().enumerate().map(|(i, s)| parse_path(i, s)).collect::<anyhow::Result<Vec<_>>>()?;
+    let need = |p: &Option<PathBuf>, flag: &str| p.clone().with_context(|| format!("--{flag} is required"));
+    let tls = polycorn_pki::client_config(&need(&o.ca, "ca")?, &need(&o.cert, "cert")?, &need(&o.key, "key")?)
+        .context("loading the train's TLS material")?;
+    let name = o.proxy_name.clone().unwrap_or_else(|| "proxy.polycorn".into());
+    let proxy_name = rustls::pki_types::ServerName::try_from(name.clone())
+        .with_context(|| format!("--proxy-name {name:?} is not a valid DNS name or IP address"))?;
+    let scheduler = o.scheduler.clone().unwrap_or_else(|| "minrtt".into());
+    build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
+    let transport = match o.transport.as_deref().unwrap_or("tls") {
+        "tls" => Transport::Tls,
+        "kernel-mptcp" => Transport::KernelMptcp,
+        other => bail!("unknown transport {other:?}: use tls or kernel-mptcp"),
+    };
+    let udp_policy = match o.udp_policy.as_deref().unwrap_or("reject-quic") {
+        "reject-quic" => UdpPolicy::RejectQuic,
+        "drop-all" => UdpPolicy::DropAll,
+        "allow" => UdpPolicy::Allow,
+        other => bail!("unknown --udp-policy {other:?}: use reject-quic, drop-all or allow"),
+    };
+    if o.listen_dns.is_some() != o.dns_upstream.is_some() {
+        bail!("--listen-dns and --dns-upstream go together");
+    }
+    if o.lan_interface.is_some() && o.listen_transparent.is_none() {
+        bail!("--lan-interface needs --listen-transparent (where intercepted connections go)");
+    }
+    Ok(Settings { train_id, paths, proxy_name, tls, opts: o, scheduler, pipelines, transport, udp_policy })
+}
+
+/// Opens passenger connections through the session.
+#[derive(Clone)]
+struct TunnelDialer(Session);
+
+impl Dialer for TunnelDialer {
+    type Stream = ConnStream;
+    fn dial(&self, user: IpAddr, dst: SocketAddr) -> impl std::future::Future<Output = std::io::Result<ConnStream>> + Send {
+        let r = self.0.open(UserId::from(user), dst).map_err(|e| std::io::Error::other(e.to_string()));
+        std::future::ready(r)
+    }
+}
+
+/// Keep one subflow up: connect (bound to its interface), TLS, HELLO, run;
+/// on failure back off (100 ms doubling to 5 s) and retry, forever.
+async fn keep_path(s: Arc<Settings>, session: Session, spec: PathSpec, session_id: u64, mut stop: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(100);
+    let connector = tokio_rustls::TlsConnector::from(s.tls.clone());
+    loop {
+        let attempt = async {
+            let tcp = subflow::connect(spec.proxy, spec.device.as_deref(), s.transport).await?;
+            let mut tls = connector.connect(s.proxy_name.clone(), tcp).await?;
+            let hello = Hello { session: session_id, path: spec.id, train_id: s.train_id.clone(), path_name: spec.name.clone() };
+            subflow::client_hello(&mut tls, &hello, Duration::from_secs(10)).await?;
+            Ok::<_, std::io::Error>(tls)
+        };
+        let r = tokio::select! {
+            r = tokio::time::timeout(Duration::from_secs(15), attempt) => r,
+            _ = stop.changed() => return,
+        };
+        match r {
+            Ok(Ok(tls)) => {
+                info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, "subflow up");
+                backoff = Duration::from_millis(100);
+                let r = tokio::select! {
+                    r = session.run_path(spec.id, tls) => r,
+                    _ = stop.changed() => return,
+                };
+                warn!(path = %spec.id, name = %spec.name, error = ?r.err(), "subflow down");
+            }
+            Ok(Err(e)) => warn!(path = %spec.id, name = %spec.name, error = %e, "subflow connect failed"),
+            Err(_) => warn!(path = %spec.id, name = %spec.name, "subflow connect timed out"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn capture_metrics(w: &mut Writer, kind: &'static str, st: &polycorn_capture::CaptureStats) {
+    let s = st.snapshot();
+    let l = || vec![("listener".to_string(), kind.to_string())];
+    w.counter("polycorn_capture_accepted", "Passenger connections accepted.", l(), s.accepted as f64);
+    w.counter("polycorn_capture_refused", "Passenger connections refused.", l(), s.refused as f64);
+    w.counter("polycorn_capture_dial_failed", "Tunnel dials that failed.", l(), s.dial_failed as f64);
+    w.gauge("polycorn_capture_active", "Passenger connections being relayed.", l(), s.active as f64);
+    w.counter("polycorn_capture_up_bytes", "Bytes from passengers into the tunnel.", l(), s.bytes_up as f64);
+    w.counter("polycorn_capture_down_bytes", "Bytes from the tunnel to passengers.", l(), s.bytes_down as f64);
+    w.counter("polycorn_capture_dns_queries", "DNS queries from passengers.", l(), s.dns_queries as f64);
+    w.counter("polycorn_capture_dns_failed", "DNS queries that failed.", l(), s.dns_failed as f64);
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let s = match settings() {
+        Ok(v) => Arc::new(v),
+        Err(e) => {
+            eprintln!("polycorn-relay: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    polycorn_net::telemetry::init_logging("info", s.opts.log_json.unwrap_or(false));
+    let session_id = std::collections::hash_map::RandomState::new().hash_one((Instant::now(), std::process::id()));
+    let mut cfg = EndpointConfig::new(Role::Relay);
+    cfg.conn_window_bytes = s.opts.conn_window.unwrap_or(1024 * 1024);
+    let pipeline = build_pipeline(&s.scheduler, &s.pipelines).map_err(anyhow::Error::msg)?;
+    let (session, mut events) = Session::new(Endpoint::new(cfg, pipeline, Instant::now()));
+    info!(train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, paths = s.paths.len(), session = session_id, "relay started");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.changed().await;
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    let paths: Vec<PathSpec> = match s.transport {
+        Transport::Tls => s.paths.clone(),
+        // One MPTCP connection; the kernel spreads it over its endpoints.
+        Transport::KernelMptcp => s.paths.iter().take(1).cloned().collect(),
+    };
+    for p in &paths {
+        tasks.spawn(keep_path(s.clone(), session.clone(), p.clone(), session_id, stop_rx.clone()));
+    }
+    tokio::spawn(async move {
+        while let Some(ev) = events.recv().await {
+            if let SessionEvent::TelemetryAcked { seq } = ev {
+                tracing::debug!(seq, "telemetry acknowledged");
+            }
+        }
+    });
+
+    let dialer = TunnelDialer(session.clone());
+    let max_conns = s.opts.max_conns.unwrap_or(4096);
+    let mut sources: Vec<Source> = Vec::new();
+    let names: Vec<(PathId, String)> = paths.iter().map(|p| (p.id, p.name.clone())).collect();
+    let ms = session.clone();
+    sources.push(Arc::new(move |w| ms.with(|st, now| metrics::write_endpoint(w, &st.ep, &names, now))));
+
+    let opts = |max_conns| RelayOpts { max_conns, ..Default::default() };
+    if let Some(addr) = s.opts.listen_transparent {
+        let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        let o = opts(max_conns);
+        let st = o.stats.clone();
+        sources.push(Arc::new(move |w| capture_metrics(w, "transparent", &st)));
+        tasks.spawn(polycorn_capture::serve_transparent(l, dialer.clone(), o, stop(stop_rx.clone())));
+        info!(%addr, "transparent capture listening");
+    }
+    if let Some(addr) = s.opts.listen_socks {
+        let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        let o = opts(max_conns);
+        let st = o.stats.clone();
+        sources.push(Arc::new(move |w| capture_metrics(w, "socks5", &st)));
+        tasks.spawn(polycorn_capture::serve_socks5(l, dialer.clone(), o, stop(stop_rx.clone())));
+        info!(%addr, "SOCKS5 listening");
+    }
+    if let (Some(addr), Some(upstream)) = (s.opts.listen_dns, s.opts.dns_upstream) {
+        let sock = tokio::net::UdpSocket::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        let o = opts(max_conns);
+        let st = o.stats.clone();
+        sources.push(Arc::new(move |w| capture_metrics(w, "dns", &st)));
+        tasks.spawn(polycorn_capture::serve_dns(sock, upstream, dialer.clone(), o, stop(stop_rx.clone())));
+        info!(%addr, %upstream, "DNS listening");
+    }
+    let rules = match (&s.opts.lan_interface, s.opts.listen_transparent) {
+        (Some(lan), Some(t)) => {
+            let r = InterceptRules {
+                lan_if: lan.clone(),
+                tcp_redirect_port: t.port(),
+                dns_port: s.opts.listen_dns.map_or(0, |d| d.port()),
+                udp_policy: s.udp_policy,
+            };
+            r.install().with_context(|| format!("installing interception rules on {lan}"))?;
+            info!(%lan, "interception rules installed");
+            Some(r)
+        }
+        _ => None,
+    };
+
+    let rs = session.clone();
+    let ready = Arc::new(move || rs.with(|st, _| !st.ep.up_paths().is_empty()));
+    let metrics_addr = s.opts.metrics_listen.unwrap_or_else(|| "127.0.0.1:9465".parse().expect("valid"));
+    tasks.spawn(async move {
+        if let Err(e) = metrics::serve(metrics_addr, sources, ready, stop(stop_rx)).await {
+            warn!(error = %e, "metrics endpoint failed");
+        }
+    });
+
+    shutdown_signal().await;
+    info!("shutting down");
+    let _ = stop_tx.send(true);
+    if let Some(r) = rules {
+        if let Err(e) = r.remove() {
+            warn!(error = %e, "removing interception rules");
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(3), async { while tasks.join_next().await.is_some() {} }).await;
+    session.close();
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

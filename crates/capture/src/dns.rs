@@ -1,0 +1,404 @@
+//! Passengers' DNS, answered through the tunnel.
+//!
+//! The tunnel carries byte streams only, and the train has no resolver of
+//! its own that it may use (its links are the carriers, reached only through
+//! the relay). So the UDP queries that nftables redirects here are forwarded
+//! as DNS-over-TCP (RFC 1035 §4.2.2 / RFC 7766: each message prefixed with
+//! its 2-byte big-endian length) to a resolver reachable from the proxy side,
+//! over a stream dialed through the [`Dialer`] on behalf of the querying
+//! passenger, and the answer goes back over UDP.
+//!
+//! Messages are handled as raw bytes: only the 12-byte header is looked at
+//! (the ID for logging and matching, QR to tell queries from garbage).
+//!
+//! Design choices:
+//! - One stream per query, not one per passenger with pipelining: no ID
+//!   rewriting across clients that share an address, no head-of-line
+//!   blocking, and a broken stream costs one query. The price is one stream
+//!   open per query, which the tunnel does without a handshake to the origin
+//!   of its own. At most [`RelayOpts::dns_max_inflight`] queries are in
+//!   flight; more are dropped (the client retries), so a flood cannot tie up
+//!   the tunnel.
+//! - A query that cannot be forwarded (dial failure, timeout after
+//!   [`RelayOpts::dns_timeout`], bad response) is answered with SERVFAIL made
+//!   from the query itself (QR set, RCODE 2), so applications fail over at
+//!   once instead of waiting for their own timeout.
+//! - Responses are sent back as they come, even over 512 bytes: the querier's
+//!   EDNS0 buffer size travels to the upstream inside the query, so
+//!   truncation (TC) is left to the upstream. A client without EDNS0 whose
+//!   upstream answers large over TCP may get a datagram bigger than it asked
+//!   for.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UdpSocket;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tracing::debug;
+
+use crate::relay::with_timeout;
+use crate::{canonical, CaptureStats, Dialer, RelayOpts};
+
+/// Length of the fixed DNS header.
+pub const HEADER_LEN: usize = 12;
+/// Largest DNS message that fits the 2-byte TCP length prefix.
+const MAX_MESSAGE: usize = u16::MAX as usize;
+
+/// Answers DNS queries arriving on `socket` by forwarding each over TCP,
+/// through `dialer`, to `upstream`, until `shutdown` resolves. Garbage
+/// datagrams are counted in [`CaptureStats::dns_dropped`] and dropped.
+pub async fn serve_dns<D: Dialer>(
+    socket: UdpSocket,
+    upstream: SocketAddr,
+    dialer: D,
+    opts: RelayOpts,
+    shutdown: impl Future,
+) {
+    let socket = Arc::new(socket);
+    let stats = opts.stats.clone();
+    let sem = Arc::new(Semaphore::new(opts.dns_max_inflight.clamp(1, Semaphore::MAX_PERMITS)));
+    let mut tasks = JoinSet::new();
+    let mut shutdown = pin!(shutdown);
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    debug!(local = ?socket.local_addr().ok(), %upstream, "serving DNS");
+    loop {
+        while tasks.try_join_next().is_some() {}
+        let (len, from) = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            r = socket.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Transient (ENOBUFS, a pending ICMP error); back off a
+                    // little in case it persists.
+                    debug!(error = %e, "DNS recv_from");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let query = &buf[..len];
+        if !is_query(query) {
+            debug!(%from, len, "dropping datagram that is not a DNS query");
+            CaptureStats::inc(&stats.dns_dropped);
+            continue;
+        }
+        CaptureStats::inc(&stats.dns_queries);
+        let Ok(permit) = sem.clone().try_acquire_owned() else {
+            debug!(%from, id = message_id(query), "too many DNS queries in flight; dropping");
+            CaptureStats::inc(&stats.dns_dropped);
+            continue;
+        };
+        let (query, socket, dialer, opts) = (query.to_vec(), socket.clone(), dialer.clone(), opts.clone());
+        tasks.spawn(async move {
+            let _permit = permit;
+            answer(query, canonical(from), &socket, upstream, &dialer, &opts).await;
+        });
+    }
+    tasks.shutdown().await;
+}
+
+async fn answer<D: Dialer>(
+    query: Vec<u8>,
+    from: SocketAddr,
+    socket: &UdpSocket,
+    upstream: SocketAddr,
+    dialer: &D,
+    opts: &RelayOpts,
+) {
+    let stats = &opts.stats;
+    let id = message_id(&query);
+    let response = match with_timeout(opts.dns_timeout, "DNS query", forward(&query, from, upstream, dialer)).await {
+        Ok(r) => {
+            CaptureStats::inc(&stats.dns_answered);
+            r
+        }
+        Err(e) => {
+            debug!(%from, id, %upstream, error = %e, "DNS forwarding failed");
+            CaptureStats::inc(&stats.dns_failed);
+            match servfail(&query) {
+                Some(r) => r,
+                None => return,
+            }
+        }
+    };
+    if let Err(e) = socket.send_to(&response, from).await {
+        // The passenger may be gone; nothing to do but note it.
+        debug!(%from, id, error = %e, "DNS send_to");
+    }
+}
+
+/// One query over one fresh stream: write it length-prefixed, read one
+/// length-prefixed response with the same ID.
+async fn forward<D: Dialer>(query: &[u8], from: SocketAddr, upstream: SocketAddr, dialer: &D) -> io::Result<Vec<u8>> {
+    let mut stream = dialer.dial(from.ip(), upstream).await?;
+    let mut msg = Vec::with_capacity(2 + query.len());
+    msg.extend_from_slice(&(query.len() as u16).to_be_bytes());
+    msg.extend_from_slice(query);
+    stream.write_all(&msg).await?;
+    stream.flush().await?;
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len).await?;
+    let mut response = vec![0u8; u16::from_be_bytes(len) as usize];
+    stream.read_exact(&mut response).await?;
+    if response.len() < HEADER_LEN || message_id(&response) != message_id(query) {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "upstream response does not match the query"));
+    }
+    // Tell the upstream we are done; errors here do not matter.
+    let _ = stream.shutdown().await;
+    Ok(response)
+}
+
+/// A datagram that can be a DNS query: a full header with QR = 0.
+fn is_query(msg: &[u8]) -> bool {
+    msg.len() >= HEADER_LEN && msg[2] & 0x80 == 0
+}
+
+/// The ID of a DNS message (first two bytes); 0 for anything shorter.
+pub fn message_id(msg: &[u8]) -> u16 {
+    match msg {
+        [a, b, ..] => u16::from_be_bytes([*a, *b]),
+        _ => 0,
+    }
+}
+
+/// SERVFAIL for `query`: the query itself with QR and RA set, AA and TC
+/// cleared, RCODE 2. Question and EDNS0 OPT stay, so stub resolvers accept
+/// it as the answer to their question. `None` when the query carries answer
+/// or authority records (not a plain query; better silent than wrong).
+pub fn servfail(query: &[u8]) -> Option<Vec<u8>> {
+    if !is_query(query) || query[6..10] != [0, 0, 0, 0] {
+        return None;
+    }
+    let mut r = query.to_vec();
+    r[2] = (r[2] | 0x80) & !0x06; // QR=1, keep opcode and RD, clear AA and TC
+    r[3] = 0x80 | 0x02; // RA=1, Z=0, RCODE=SERVFAIL
+    Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Mutex;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// Stands in for the tunnel: connects to `target` whatever the
+    /// destination, records (user, dst).
+    #[derive(Clone)]
+    struct LocalDialer {
+        target: SocketAddr,
+        dialed: Arc<Mutex<Vec<(IpAddr, SocketAddr)>>>,
+    }
+
+    impl Dialer for LocalDialer {
+        type Stream = TcpStream;
+        async fn dial(&self, user: IpAddr, dst: SocketAddr) -> io::Result<TcpStream> {
+            self.dialed.lock().unwrap().push((user, dst));
+            TcpStream::connect(self.target).await
+        }
+    }
+
+    /// A DNS-over-TCP upstream that answers each query on a connection with
+    /// the query echoed, QR set and `extra` bytes appended (so responses can
+    /// be made large). Queries whose ID is 0xdead get no answer.
+    async fn fake_upstream(extra: usize) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    loop {
+                        let mut len = [0u8; 2];
+                        if s.read_exact(&mut len).await.is_err() {
+                            return;
+                        }
+                        let mut q = vec![0u8; u16::from_be_bytes(len) as usize];
+                        if s.read_exact(&mut q).await.is_err() {
+                            return;
+                        }
+                        if message_id(&q) == 0xdead {
+                            tokio::time::sleep(Duration::from_secs(60)).await;
+                            return;
+                        }
+                        q[2] |= 0x80;
+                        q.extend(std::iter::repeat_n(0xAB, extra));
+                        let mut out = (q.len() as u16).to_be_bytes().to_vec();
+                        out.extend_from_slice(&q);
+                        if s.write_all(&out).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn query(id: u16) -> Vec<u8> {
+        let mut q = id.to_be_bytes().to_vec();
+        q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]); // RD, QDCOUNT=1
+        q.extend_from_slice(b"\x07example\x03com\x00\x00\x01\x00\x01"); // example.com A IN
+        q
+    }
+
+    struct Server {
+        addr: SocketAddr,
+        stats: Arc<CaptureStats>,
+        dialed: Arc<Mutex<Vec<(IpAddr, SocketAddr)>>>,
+        stop: tokio::sync::oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    const UPSTREAM: &str = "192.0.2.53:53";
+
+    async fn start(target: SocketAddr, opts: RelayOpts) -> Server {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let dialer = LocalDialer { target, dialed: Arc::default() };
+        let dialed = dialer.dialed.clone();
+        let stats = opts.stats.clone();
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve_dns(socket, UPSTREAM.parse().unwrap(), dialer, opts, rx));
+        Server { addr, stats, dialed, stop, task }
+    }
+
+    async fn client(server: SocketAddr) -> UdpSocket {
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        c.connect(server).await.unwrap();
+        c
+    }
+
+    async fn recv(c: &UdpSocket) -> Vec<u8> {
+        let mut buf = vec![0u8; 65536];
+        let n = tokio::time::timeout(Duration::from_secs(5), c.recv(&mut buf)).await.unwrap().unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    async fn stop(s: Server) -> crate::StatsSnapshot {
+        s.stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), s.task).await.unwrap().unwrap();
+        s.stats.snapshot()
+    }
+
+    #[tokio::test]
+    async fn dns_query_forwarded_over_tcp_and_answered() {
+        let s = start(fake_upstream(0).await, RelayOpts::default()).await;
+        let c = client(s.addr).await;
+        c.send(&query(0x1234)).await.unwrap();
+        let r = recv(&c).await;
+        let mut expect = query(0x1234);
+        expect[2] |= 0x80;
+        assert_eq!(r, expect);
+        let dialed = s.dialed.lock().unwrap().clone();
+        assert_eq!(dialed, [(IpAddr::V4(Ipv4Addr::LOCALHOST), UPSTREAM.parse().unwrap())]);
+        let st = stop(s).await;
+        assert_eq!((st.dns_queries, st.dns_answered, st.dns_failed, st.dns_dropped), (1, 1, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn dns_large_response_sent_as_is() {
+        let s = start(fake_upstream(3000).await, RelayOpts::default()).await;
+        let c = client(s.addr).await;
+        c.send(&query(7)).await.unwrap();
+        let r = recv(&c).await;
+        assert_eq!(r.len(), query(7).len() + 3000);
+        assert_eq!(message_id(&r), 7);
+        stop(s).await;
+    }
+
+    #[tokio::test]
+    async fn dns_concurrent_queries_from_many_clients() {
+        let s = start(fake_upstream(0).await, RelayOpts::default()).await;
+        let mut joins = Vec::new();
+        for i in 0..20u16 {
+            let addr = s.addr;
+            joins.push(tokio::spawn(async move {
+                let c = client(addr).await;
+                c.send(&query(i)).await.unwrap();
+                assert_eq!(message_id(&recv(&c).await), i);
+            }));
+        }
+        for j in joins {
+            j.await.unwrap();
+        }
+        let st = stop(s).await;
+        assert_eq!((st.dns_queries, st.dns_answered), (20, 20));
+    }
+
+    #[tokio::test]
+    async fn dns_garbage_datagram_dropped_and_counted() {
+        let s = start(fake_upstream(0).await, RelayOpts::default()).await;
+        let c = client(s.addr).await;
+        c.send(b"").await.unwrap();
+        c.send(b"hello").await.unwrap();
+        let mut response = query(9);
+        response[2] |= 0x80; // a response, not a query
+        c.send(&response).await.unwrap();
+        // The server still works afterwards, and answered nothing before.
+        c.send(&query(10)).await.unwrap();
+        assert_eq!(message_id(&recv(&c).await), 10);
+        assert!(s.dialed.lock().unwrap().len() == 1);
+        let st = stop(s).await;
+        assert_eq!((st.dns_dropped, st.dns_queries, st.dns_answered), (3, 1, 1));
+    }
+
+    #[tokio::test]
+    async fn dns_upstream_unreachable_yields_servfail() {
+        // A port nothing listens on.
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+        let s = start(closed, RelayOpts::default()).await;
+        let c = client(s.addr).await;
+        c.send(&query(0x4242)).await.unwrap();
+        let r = recv(&c).await;
+        assert_eq!(message_id(&r), 0x4242);
+        assert_eq!(r[2] & 0x80, 0x80, "QR");
+        assert_eq!(r[3] & 0x0F, 2, "RCODE SERVFAIL");
+        assert_eq!(&r[4..], &query(0x4242)[4..], "question kept");
+        let st = stop(s).await;
+        assert_eq!((st.dns_queries, st.dns_failed), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn dns_upstream_timeout_yields_servfail() {
+        let opts = RelayOpts { dns_timeout: Duration::from_millis(200), ..Default::default() };
+        let s = start(fake_upstream(0).await, opts).await;
+        let c = client(s.addr).await;
+        c.send(&query(0xdead)).await.unwrap();
+        let r = recv(&c).await;
+        assert_eq!((message_id(&r), r[3] & 0x0F), (0xdead, 2));
+        let st = stop(s).await;
+        assert_eq!(st.dns_failed, 1);
+    }
+
+    #[tokio::test]
+    async fn dns_over_inflight_limit_dropped() {
+        let opts = RelayOpts { dns_max_inflight: 1, dns_timeout: Duration::from_secs(2), ..Default::default() };
+        let s = start(fake_upstream(0).await, opts).await;
+        let c = client(s.addr).await;
+        c.send(&query(0xdead)).await.unwrap(); // holds the only slot
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c.send(&query(1)).await.unwrap(); // dropped
+        let r = recv(&c).await;
+        assert_eq!((message_id(&r), r[3] & 0x0F), (0xdead, 2));
+        let st = stop(s).await;
+        assert_eq!((st.dns_queries, st.dns_dropped, st.dns_failed, st.dns_answered), (2, 1, 1, 0));
+    }
+
+    #[test]
+    fn servfail_refuses_non_queries() {
+        assert_eq!(servfail(b"short"), None);
+        let mut q = query(1);
+        q[7] = 1; // ANCOUNT=1
+        assert_eq!(servfail(&q), None);
+        let r = servfail(&query(1)).unwrap();
+        assert_eq!(&r[..4], &[0, 1, 0x81, 0x82]);
+    }
+}
