@@ -26,7 +26,7 @@ testbed/netns/up.sh >/dev/null
 testbed/origin/start.sh >/dev/null
 pair_pki
 ORIGIN=http://$ORIGIN_ADDR
-FILES="$PC_STATE/origin/files"
+FILES="$PC_STATE/origin/www/files"
 
 printf '\n%-12s %14s %14s %10s\n' scheduler "down 10 MiB" "up 10 MiB" intact
 for sched in minrtt roundrobin redundant blest ecf single-path; do

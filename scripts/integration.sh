@@ -35,12 +35,19 @@ pair_pki
 start_proxy
 start_main_relay
 ORIGIN=http://$ORIGIN_ADDR
-FILES="$PC_STATE/origin/files"
+FILES="$PC_STATE/origin/www/files"
 
 PAX() { ip netns exec "$NS_PAX" "$@"; }
 CLOUD() { ip netns exec "$NS_CLOUD" "$@"; }
 
-check "relay becomes ready with every carrier's subflow up" wait_paths_up "$PC_CARRIERS"
+if wait_paths_up "$PC_CARRIERS"; then
+    ok "relay becomes ready with every carrier's subflow up"
+else
+    ko "relay becomes ready with every carrier's subflow up"
+    tail -n 20 "$PC_STATE/logs/relay.log" "$PC_STATE/logs/proxy.log"
+    echo "integration: $pass passed, $fail failed"
+    exit 1
+fi
 
 sha_of() { sha256sum | cut -d' ' -f1; }
 want_sha() { sha256sum "$FILES/$1" | cut -d' ' -f1; }
@@ -117,10 +124,11 @@ policy_refuses_loopback() {
 check "the proxy refuses destinations its policy denies" policy_refuses_loopback
 
 metrics_exported() {
-    local m
+    local m p
     m=$(ip netns exec "$NS_TRAIN" curl -fsS "http://$RELAY_METRICS/metrics") &&
-        grep -q '^polycorn_path_srtt_seconds{' <<<"$m" && grep -q '^polycorn_conns_opened_total ' <<<"$m" &&
-        ip netns exec "$NS_CLOUD" curl -fsS "http://$PROXY_METRICS/metrics" | grep -q '^polycorn_path_up{'
+        p=$(ip netns exec "$NS_CLOUD" curl -fsS "http://$PROXY_METRICS/metrics") || return 1
+    grep -q '^polycorn_path_srtt_seconds{' <<<"$m" && grep -q '^polycorn_conns_opened_total ' <<<"$m" &&
+        grep -q '^polycorn_capture_accepted_total{' <<<"$m" && grep -q '^polycorn_path_up{' <<<"$p"
 }
 check "both ends export Prometheus metrics" metrics_exported
 
