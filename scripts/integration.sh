@@ -132,6 +132,17 @@ metrics_exported() {
 }
 check "both ends export Prometheus metrics" metrics_exported
 
+kernel_mptcp_transport() {
+    stop_pair
+    start_proxy --transport kernel-mptcp
+    start_main_relay --transport kernel-mptcp
+    wait_paths_up 1 || return 1
+    download_intact 10MiB.bin && upload_intact 1MiB.bin || return 1
+    # The subflow really is MPTCP, with the kernel's extra subflows joined.
+    ip netns exec "$NS_TRAIN" ss -tniM | grep -q mptcp
+}
+check "kernel-mptcp transport carries passenger traffic intact over one MPTCP connection" kernel_mptcp_transport
+
 echo
 echo "integration: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -187,7 +187,11 @@ struct TunnelDialer(Session);
 
 impl Dialer for TunnelDialer {
     type Stream = ConnStream;
-    fn dial(&self, user: IpAddr, dst: SocketAddr) -> impl std::future::Future<Output = std::io::Result<ConnStream>> + Send {
+    fn dial(
+        &self,
+        user: IpAddr,
+        dst: SocketAddr,
+    ) -> impl std::future::Future<Output = std::io::Result<ConnStream>> + Send {
         let r = self.0.open(UserId::from(user), dst).map_err(|e| std::io::Error::other(e.to_string()));
         std::future::ready(r)
     }
@@ -195,14 +199,25 @@ impl Dialer for TunnelDialer {
 
 /// Keep one subflow up: connect (bound to its interface), TLS, HELLO, run;
 /// on failure back off (100 ms doubling to 5 s) and retry, forever.
-async fn keep_path(s: Arc<Settings>, session: Session, spec: PathSpec, session_id: u64, mut stop: watch::Receiver<bool>) {
+async fn keep_path(
+    s: Arc<Settings>,
+    session: Session,
+    spec: PathSpec,
+    session_id: u64,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut backoff = Duration::from_millis(100);
     let connector = tokio_rustls::TlsConnector::from(s.tls.clone());
     loop {
         let attempt = async {
             let tcp = subflow::connect(spec.proxy, spec.device.as_deref(), s.transport).await?;
             let mut tls = connector.connect(s.proxy_name.clone(), tcp).await?;
-            let hello = Hello { session: session_id, path: spec.id, train_id: s.train_id.clone(), path_name: spec.name.clone() };
+            let hello = Hello {
+                session: session_id,
+                path: spec.id,
+                train_id: s.train_id.clone(),
+                path_name: spec.name.clone(),
+            };
             subflow::client_hello(&mut tls, &hello, Duration::from_secs(10)).await?;
             Ok::<_, std::io::Error>(tls)
         };
@@ -269,7 +284,9 @@ async fn main() -> anyhow::Result<()> {
     let paths: Vec<PathSpec> = match s.transport {
         Transport::Tls => s.paths.clone(),
         // One MPTCP connection; the kernel spreads it over its endpoints.
-        Transport::KernelMptcp => s.paths.iter().take(1).cloned().collect(),
+        // Not bound to a device: the binding would pin every subflow the
+        // kernel adds to the first interface.
+        Transport::KernelMptcp => s.paths.iter().take(1).map(|p| PathSpec { device: None, ..p.clone() }).collect(),
     };
     for p in &paths {
         tasks.spawn(keep_path(s.clone(), session.clone(), p.clone(), session_id, stop_rx.clone()));

@@ -18,6 +18,8 @@ pub mod endpoint;
 pub mod ids;
 pub mod path;
 pub mod sched;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod wire;
 
 pub use endpoint::{Endpoint, EndpointConfig, Event, InputError, Recv, Role, StreamError};

@@ -57,7 +57,10 @@ pub fn build_pipeline(
     let reg = Registry::with_builtins();
     let r = match custom.get(name) {
         Some(p) => {
-            let spec_of = |n: &str| SchedulerletSpec { name: n.to_string(), params: p.params.get(n).cloned().unwrap_or_default() };
+            let spec_of = |n: &str| SchedulerletSpec {
+                name: n.to_string(),
+                params: p.params.get(n).cloned().unwrap_or_default(),
+            };
             let spec = PipelineSpec {
                 schedulerlets: p.schedulerlets.iter().map(|n| spec_of(n)).collect(),
                 reinjection: spec_of(p.reinjection.as_deref().unwrap_or("rto-oldest")),

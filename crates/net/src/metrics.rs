@@ -91,14 +91,34 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
     let n = Labels::new;
     w.gauge("polycorn_conns_active", "Passenger connections open.", n(), ep.conn_count() as f64);
     w.gauge("polycorn_users_active", "Passengers with data waiting to be scheduled.", n(), ep.active_users() as f64);
-    w.gauge("polycorn_buffered_bytes", "Bytes held in connection send and receive buffers.", n(), ep.buffered_bytes() as f64);
+    w.gauge(
+        "polycorn_buffered_bytes",
+        "Bytes held in connection send and receive buffers.",
+        n(),
+        ep.buffered_bytes() as f64,
+    );
     w.counter("polycorn_conns_opened", "Passenger connections opened.", n(), s.conns_opened as f64);
     w.counter("polycorn_conns_closed", "Passenger connections closed cleanly.", n(), s.conns_closed as f64);
     w.counter("polycorn_conns_reset", "Passenger connections reset.", n(), s.conns_reset as f64);
     w.counter("polycorn_sched_decisions", "Scheduling decisions made.", n(), s.decisions as f64);
-    w.counter("polycorn_sched_reinjected_bytes", "Passenger bytes sent again as reinjections.", n(), s.reinjected_bytes as f64);
-    w.counter("polycorn_sched_redundant_bytes", "Passenger bytes sent as redundant copies.", n(), s.redundant_bytes as f64);
-    w.counter("polycorn_recv_duplicate_bytes", "Received passenger bytes dropped as duplicates.", n(), s.duplicate_bytes_received as f64);
+    w.counter(
+        "polycorn_sched_reinjected_bytes",
+        "Passenger bytes sent again as reinjections.",
+        n(),
+        s.reinjected_bytes as f64,
+    );
+    w.counter(
+        "polycorn_sched_redundant_bytes",
+        "Passenger bytes sent as redundant copies.",
+        n(),
+        s.redundant_bytes as f64,
+    );
+    w.counter(
+        "polycorn_recv_duplicate_bytes",
+        "Received passenger bytes dropped as duplicates.",
+        n(),
+        s.duplicate_bytes_received as f64,
+    );
     w.counter("polycorn_protocol_errors", "Subflows closed for breaking the protocol.", n(), s.protocol_errors as f64);
     w.counter("polycorn_telemetry_received_records", "Telemetry records received.", n(), s.telemetry_received as f64);
     for (id, name) in path_names {
@@ -121,8 +141,18 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         w.counter("polycorn_path_sent_bytes", "Bytes written to the subflow.", l(), st.sent_bytes as f64);
         w.counter("polycorn_path_received_bytes", "Bytes read from the subflow.", l(), st.received_bytes as f64);
         w.counter("polycorn_path_data_bytes", "Passenger bytes sent on the path.", l(), st.data_bytes_sent as f64);
-        w.counter("polycorn_path_reinjected_bytes", "Reinjected passenger bytes sent on the path.", l(), st.reinjected_bytes as f64);
-        w.counter("polycorn_path_redundant_bytes", "Redundant passenger bytes sent on the path.", l(), st.redundant_bytes as f64);
+        w.counter(
+            "polycorn_path_reinjected_bytes",
+            "Reinjected passenger bytes sent on the path.",
+            l(),
+            st.reinjected_bytes as f64,
+        );
+        w.counter(
+            "polycorn_path_redundant_bytes",
+            "Redundant passenger bytes sent on the path.",
+            l(),
+            st.redundant_bytes as f64,
+        );
         w.counter("polycorn_path_rto", "Retransmission timeouts.", l(), st.rto_events as f64);
         w.counter("polycorn_path_state_changes", "Subflow up/down transitions.", l(), st.state_changes as f64);
     }

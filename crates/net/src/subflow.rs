@@ -92,7 +92,9 @@ pub fn kernel_unsent(stream: &TcpStream) -> Option<u64> {
     use std::os::fd::AsRawFd;
     let mut v: libc::c_int = 0;
     // SAFETY: ioctl with an int out-parameter on a valid socket fd.
-    let rc = unsafe { libc::ioctl(stream.as_raw_fd(), 0x894B /* SIOCOUTQNSD */, &mut v) };
+    let rc = unsafe {
+        libc::ioctl(stream.as_raw_fd(), 0x894B /* SIOCOUTQNSD */, &mut v)
+    };
     (rc == 0).then_some(v.max(0) as u64)
 }
 
@@ -134,7 +136,11 @@ async fn read_frame<S: AsyncRead + Unpin>(s: &mut S, what: &str) -> io::Result<F
 }
 
 /// Relay side of the handshake: send HELLO, wait for HELLO_ACK.
-pub async fn client_hello<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, hello: &Hello, timeout: Duration) -> io::Result<()> {
+pub async fn client_hello<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    hello: &Hello,
+    timeout: Duration,
+) -> io::Result<()> {
     let mut out = Vec::new();
     Frame::Hello {
         version: VERSION,
