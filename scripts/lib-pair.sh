@@ -71,7 +71,9 @@ wait_http() {
 wait_paths_up() {
     local want=$1 i n
     for ((i = 0; i < 100; i++)); do
-        n=$(ip netns exec "$NS_TRAIN" curl -fsS --max-time 1 "http://$RELAY_METRICS/metrics" 2>/dev/null |
+        # Before the relay listens, curl fails: that is "0 up", not an error
+        # (callers may run under set -e).
+        n=$({ ip netns exec "$NS_TRAIN" curl -fsS --max-time 1 "http://$RELAY_METRICS/metrics" 2>/dev/null || true; } |
             awk '/^polycorn_path_up\{/ && $2 == 1 {c++} END {print c + 0}')
         [[ $n -ge $want ]] && return 0
         sleep 0.1

@@ -74,7 +74,7 @@ struct Opts {
     #[arg(long, env = "POLYCORN_PROXY_CONN_WINDOW")]
     conn_window: Option<u64>,
     /// Log as JSON lines.
-    #[arg(long, env = "POLYCORN_PROXY_LOG_JSON")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_PROXY_LOG_JSON")]
     log_json: Option<bool>,
     /// Custom pipelines (config file only).
     #[arg(skip)]
@@ -154,12 +154,15 @@ struct Current {
 
 struct Proxy {
     s: Settings,
+    /// Random per process start; relays detect a restarted proxy by it.
+    instance: u64,
     current: Mutex<Current>,
 }
 
 impl Proxy {
     fn allowed(&self, dst: SocketAddr) -> bool {
-        let ip = dst.ip();
+        // ::ffff:127.0.0.1 is 127.0.0.1: compare the canonical form.
+        let ip = dst.ip().to_canonical();
         if self.s.deny.iter().any(|n| n.contains(&ip)) {
             return false;
         }
@@ -256,7 +259,7 @@ impl Proxy {
             bail!("path id {} out of range", hello.path);
         }
         let session = self.session_for(&hello)?;
-        subflow::server_ack(&mut tls, &hello).await?;
+        subflow::server_ack(&mut tls, &hello, self.instance).await?;
         info!(%peer, path = %hello.path, name = %hello.path_name, "subflow up");
         let r = session.run_path(hello.path, tls).await;
         info!(%peer, path = %hello.path, result = ?r, "subflow down");
@@ -288,7 +291,11 @@ async fn main() -> anyhow::Result<()> {
     let listener = subflow::listen(s.listen, s.transport)?;
     info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, "proxy started");
     let metrics_addr = s.metrics_listen;
-    let proxy = Arc::new(Proxy { s, current: Mutex::new(Current::default()) });
+    let instance = std::hash::BuildHasher::hash_one(
+        &std::collections::hash_map::RandomState::new(),
+        (Instant::now(), std::process::id()),
+    );
+    let proxy = Arc::new(Proxy { s, instance, current: Mutex::new(Current::default()) });
 
     let p = proxy.clone();
     let source: Source = Arc::new(move |w| {

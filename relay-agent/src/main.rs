@@ -39,6 +39,7 @@ struct Opts {
     /// `carrier-a=wwan0@203.0.113.7:4433` (DEVICE may be empty to skip
     /// SO_BINDTODEVICE). Repeat the flag, or comma-separate.
     #[arg(long = "path", env = "POLYCORN_RELAY_PATHS", value_delimiter = ',')]
+    #[serde(rename = "path")]
     paths: Option<Vec<String>>,
     /// Name the proxy's certificate must carry [default: proxy.polycorn].
     #[arg(long, env = "POLYCORN_RELAY_PROXY_NAME")]
@@ -94,7 +95,7 @@ struct Opts {
     #[arg(long, env = "POLYCORN_RELAY_MAX_CONNS")]
     max_conns: Option<usize>,
     /// Log as JSON lines.
-    #[arg(long, env = "POLYCORN_RELAY_LOG_JSON")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_LOG_JSON")]
     log_json: Option<bool>,
     /// Custom pipelines (config file only).
     #[arg(skip)]
@@ -197,6 +198,9 @@ impl Dialer for TunnelDialer {
     }
 }
 
+/// The proxy instance the session's connections live in.
+type KnownProxy = Arc<std::sync::Mutex<Option<u64>>>;
+
 /// Keep one subflow up: connect (bound to its interface), TLS, HELLO, run;
 /// on failure back off (100 ms doubling to 5 s) and retry, forever.
 async fn keep_path(
@@ -204,6 +208,7 @@ async fn keep_path(
     session: Session,
     spec: PathSpec,
     session_id: u64,
+    proxy: KnownProxy,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -218,15 +223,27 @@ async fn keep_path(
                 train_id: s.train_id.clone(),
                 path_name: spec.name.clone(),
             };
-            subflow::client_hello(&mut tls, &hello, Duration::from_secs(10)).await?;
-            Ok::<_, std::io::Error>(tls)
+            let instance = subflow::client_hello(&mut tls, &hello, Duration::from_secs(10)).await?;
+            Ok::<_, std::io::Error>((tls, instance))
         };
         let r = tokio::select! {
             r = tokio::time::timeout(Duration::from_secs(15), attempt) => r,
             _ = stop.changed() => return,
         };
         match r {
-            Ok(Ok(tls)) => {
+            Ok(Ok((tls, instance))) => {
+                let restarted = {
+                    let mut known = proxy.lock().unwrap_or_else(|e| e.into_inner());
+                    let restarted = known.is_some_and(|k| k != instance);
+                    *known = Some(instance);
+                    restarted
+                };
+                if restarted {
+                    // The proxy restarted and lost every connection: reset
+                    // them here too, so passengers see it at once.
+                    warn!(path = %spec.id, "proxy restarted: resetting passenger connections");
+                    session.with(|st, _| st.ep.abort_all(polycorn_net::session::RESET_ABORTED));
+                }
                 info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, "subflow up");
                 backoff = Duration::from_millis(100);
                 let r = tokio::select! {
@@ -288,8 +305,9 @@ async fn main() -> anyhow::Result<()> {
         // kernel adds to the first interface.
         Transport::KernelMptcp => s.paths.iter().take(1).map(|p| PathSpec { device: None, ..p.clone() }).collect(),
     };
+    let known_proxy = KnownProxy::default();
     for p in &paths {
-        tasks.spawn(keep_path(s.clone(), session.clone(), p.clone(), session_id, stop_rx.clone()));
+        tasks.spawn(keep_path(s.clone(), session.clone(), p.clone(), session_id, known_proxy.clone(), stop_rx.clone()));
     }
     tokio::spawn(async move {
         while let Some(ev) = events.recv().await {

@@ -35,12 +35,17 @@ pub struct State {
     read_wakers: HashMap<ConnId, Waker>,
     write_wakers: HashMap<ConnId, Waker>,
     armed: Option<Instant>,
+    /// Generation of the subflow currently carrying each path: a newer
+    /// subflow for the same path supersedes the older one, whose tasks then
+    /// must neither feed the endpoint nor take the path down.
+    path_gen: Vec<u64>,
 }
 
 struct Inner {
     state: Mutex<State>,
     path_notify: Vec<Notify>,
     path_dead: Vec<Notify>,
+    path_superseded: Vec<Notify>,
     timer: Notify,
     closed: Notify,
     events: mpsc::UnboundedSender<SessionEvent>,
@@ -58,9 +63,16 @@ impl Session {
     pub fn new(ep: Endpoint) -> (Session, mpsc::UnboundedReceiver<SessionEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
-            state: Mutex::new(State { ep, read_wakers: HashMap::new(), write_wakers: HashMap::new(), armed: None }),
+            state: Mutex::new(State {
+                ep,
+                read_wakers: HashMap::new(),
+                write_wakers: HashMap::new(),
+                armed: None,
+                path_gen: vec![0; MAX_PATHS],
+            }),
             path_notify: (0..MAX_PATHS).map(|_| Notify::new()).collect(),
             path_dead: (0..MAX_PATHS).map(|_| Notify::new()).collect(),
+            path_superseded: (0..MAX_PATHS).map(|_| Notify::new()).collect(),
             timer: Notify::new(),
             closed: Notify::new(),
             events: tx,
@@ -153,11 +165,14 @@ impl Session {
         }
     }
 
-    /// Stop the timer task; subflows end when their sockets close.
+    /// End the session: reset every passenger connection (their streams
+    /// return errors, so the tasks copying them end and close their
+    /// sockets), stop the subflows and the timer.
     pub fn close(&self) {
+        self.with(|st, _| st.ep.abort_all(RESET_ABORTED));
         self.inner.closed.notify_waiters();
-        for n in &self.inner.path_dead {
-            n.notify_one();
+        for n in &self.inner.path_superseded {
+            n.notify_waiters();
         }
     }
 
@@ -186,7 +201,20 @@ impl Session {
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (mut rd, mut wr) = tokio::io::split(stream);
-        self.with(|st, now| st.ep.path_up(path, now));
+        let superseded_err = || io::Error::other("superseded by a newer subflow for the same path");
+        // Whoever carried this path before stops first.
+        self.inner.path_superseded[path.index()].notify_waiters();
+        let superseded = self.inner.path_superseded[path.index()].notified();
+        tokio::pin!(superseded);
+        superseded.as_mut().enable();
+        let gen = self.with(|st, now| {
+            st.path_gen[path.index()] += 1;
+            if st.ep.is_path_up(path) {
+                st.ep.path_down(path, now);
+            }
+            st.ep.path_up(path, now);
+            st.path_gen[path.index()]
+        });
         let reader = async {
             let mut buf = vec![0u8; 256 * 1024];
             loop {
@@ -194,15 +222,24 @@ impl Session {
                 if n == 0 {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "subflow closed by peer"));
                 }
-                self.with(|st, now| st.ep.handle_input(path, &buf[..n], now))
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                self.with(|st, now| {
+                    if st.path_gen[path.index()] != gen {
+                        return Err(superseded_err());
+                    }
+                    st.ep.handle_input(path, &buf[..n], now).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+                })?;
             }
         };
         let writer = async {
             let mut out = Vec::with_capacity(512 * 1024);
             loop {
                 out.clear();
-                let n = self.with(|st, now| st.ep.poll_transmit(path, now, &mut out, 256 * 1024));
+                let n = self.with(|st, now| {
+                    if st.path_gen[path.index()] != gen {
+                        return Err(superseded_err());
+                    }
+                    Ok(st.ep.poll_transmit(path, now, &mut out, 256 * 1024))
+                })?;
                 if n == 0 {
                     self.inner.path_notify[path.index()].notified().await;
                     continue;
@@ -216,8 +253,13 @@ impl Session {
             r = reader => r,
             r = writer => r,
             _ = dead => Err(io::Error::new(io::ErrorKind::TimedOut, "path declared dead: nothing heard while data was in flight")),
+            _ = &mut superseded => Err(superseded_err()),
         };
-        self.with(|st, now| st.ep.path_down(path, now));
+        self.with(|st, now| {
+            if st.path_gen[path.index()] == gen {
+                st.ep.path_down(path, now);
+            }
+        });
         let _ = wr.shutdown().await;
         r
     }

@@ -140,7 +140,7 @@ pub async fn client_hello<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,
     hello: &Hello,
     timeout: Duration,
-) -> io::Result<()> {
+) -> io::Result<u64> {
     let mut out = Vec::new();
     Frame::Hello {
         version: VERSION,
@@ -156,7 +156,9 @@ pub async fn client_hello<S: AsyncRead + AsyncWrite + Unpin>(
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "waiting for HELLO_ACK"))??;
     match f {
-        Frame::HelloAck { version: VERSION, session, path } if session == hello.session && path == hello.path => Ok(()),
+        Frame::HelloAck { version: VERSION, session, path, instance } if session == hello.session && path == hello.path => {
+            Ok(instance)
+        }
         Frame::HelloAck { version, .. } if version != VERSION => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("proxy speaks protocol version {version}, this relay speaks {VERSION}"),
@@ -182,10 +184,10 @@ pub async fn server_read_hello<S: AsyncRead + Unpin>(s: &mut S, timeout: Duratio
     }
 }
 
-/// Proxy side: accept the HELLO.
-pub async fn server_ack<S: AsyncWrite + Unpin>(s: &mut S, hello: &Hello) -> io::Result<()> {
+/// Proxy side: accept the HELLO, naming this proxy process's `instance`.
+pub async fn server_ack<S: AsyncWrite + Unpin>(s: &mut S, hello: &Hello, instance: u64) -> io::Result<()> {
     let mut out = Vec::new();
-    Frame::HelloAck { version: VERSION, session: hello.session, path: hello.path }.encode(&mut out);
+    Frame::HelloAck { version: VERSION, session: hello.session, path: hello.path, instance }.encode(&mut out);
     s.write_all(&out).await?;
     s.flush().await
 }
