@@ -45,9 +45,7 @@ fn read_tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), &'static str> {
         }
         let (len_bytes, after) = rest.split_at(n);
         rest = after;
-        len_bytes
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
+        len_bytes.iter().fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
     };
     if rest.len() < len {
         return Err("truncated DER value");
@@ -117,11 +115,7 @@ pub(crate) fn parse_name(mut input: &[u8]) -> Result<Vec<Attribute<'_>>, &'stati
         if !rest.is_empty() {
             return Err("trailing data in AttributeTypeAndValue");
         }
-        attributes.push(Attribute {
-            oid: decode_oid(oid)?,
-            tag: value_tag,
-            value,
-        });
+        attributes.push(Attribute { oid: decode_oid(oid)?, tag: value_tag, value });
     }
     Ok(attributes)
 }
@@ -147,10 +141,7 @@ pub(crate) const AUTHORITY_KEY_IDENTIFIER: &[u64] = &[2, 5, 29, 35];
 
 /// Returns the `extnValue` content (the DER inside the OCTET STRING) of the
 /// extension `oid` of the certificate `cert_der`, if present.
-pub(crate) fn extension_value<'a>(
-    cert_der: &'a [u8],
-    oid: &[u64],
-) -> Result<Option<&'a [u8]>, &'static str> {
+pub(crate) fn extension_value<'a>(cert_der: &'a [u8], oid: &[u64]) -> Result<Option<&'a [u8]>, &'static str> {
     let (tag, cert, _) = read_tlv(cert_der)?;
     if tag != TAG_SEQUENCE {
         return Err("certificate is not a SEQUENCE");
@@ -246,8 +237,8 @@ mod tests {
     fn parses_a_two_attribute_name() {
         // SET { SEQ { OID 2.5.4.3, UTF8String "ab" } } SET { SEQ { OID 2.5.4.10, PrintableString "P" } }
         let der = [
-            0x31, 0x0b, 0x30, 0x09, 0x06, 0x03, 0x55, 0x04, 0x03, 0x0c, 0x02, b'a', b'b', 0x31,
-            0x0a, 0x30, 0x08, 0x06, 0x03, 0x55, 0x04, 0x0a, 0x13, 0x01, b'P',
+            0x31, 0x0b, 0x30, 0x09, 0x06, 0x03, 0x55, 0x04, 0x03, 0x0c, 0x02, b'a', b'b', 0x31, 0x0a, 0x30, 0x08, 0x06,
+            0x03, 0x55, 0x04, 0x0a, 0x13, 0x01, b'P',
         ];
         let attrs = parse_name(&der).unwrap();
         assert_eq!(attrs.len(), 2);

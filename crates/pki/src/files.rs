@@ -20,8 +20,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::issue::{
-    generate_ca, issue_proxy, issue_train, validate_train_id, with_ca_dir, GeneratedCa, IssuedCert,
-    DEFAULT_CA_DAYS, DEFAULT_CA_NAME, DEFAULT_LEAF_DAYS, DEV_PROXY_SANS,
+    generate_ca, issue_proxy, issue_train, validate_train_id, with_ca_dir, GeneratedCa, IssuedCert, DEFAULT_CA_DAYS,
+    DEFAULT_CA_NAME, DEFAULT_LEAF_DAYS, DEV_PROXY_SANS,
 };
 use crate::PkiError;
 
@@ -61,11 +61,7 @@ pub struct DevBundle {
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PkiError + 'a {
-    move |cause| PkiError::Io {
-        op,
-        path: path.to_owned(),
-        cause,
-    }
+    move |cause| PkiError::Io { op, path: path.to_owned(), cause }
 }
 
 fn ensure_dir(dir: &Path) -> Result<(), PkiError> {
@@ -75,10 +71,7 @@ fn ensure_dir(dir: &Path) -> Result<(), PkiError> {
 /// Writes `contents` to `path` atomically; `secret` files get mode 0600.
 fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiError> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
 
     let mut options = fs::OpenOptions::new();
@@ -96,11 +89,9 @@ fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiError>
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = if secret { 0o600 } else { 0o644 };
-            file.set_permissions(fs::Permissions::from_mode(mode))
-                .map_err(io_err("set permissions of", &tmp))?;
+            file.set_permissions(fs::Permissions::from_mode(mode)).map_err(io_err("set permissions of", &tmp))?;
         }
-        file.write_all(contents.as_bytes())
-            .map_err(io_err("write", &tmp))?;
+        file.write_all(contents.as_bytes()).map_err(io_err("write", &tmp))?;
         file.sync_all().map_err(io_err("sync", &tmp))?;
         fs::rename(&tmp, path).map_err(io_err("rename into place", path))
     })();
@@ -115,9 +106,7 @@ fn refuse_existing(paths: &[&Path], force: bool) -> Result<(), PkiError> {
         return Ok(());
     }
     match paths.iter().find(|p| p.exists()) {
-        Some(p) => Err(PkiError::AlreadyExists {
-            path: p.to_path_buf(),
-        }),
+        Some(p) => Err(PkiError::AlreadyExists { path: p.to_path_buf() }),
         None => Ok(()),
     }
 }
@@ -126,10 +115,7 @@ fn refuse_existing(paths: &[&Path], force: bool) -> Result<(), PkiError> {
 ///
 /// Refuses to replace existing files unless `force` is set.
 pub fn write_ca(dir: &Path, ca: &GeneratedCa, force: bool) -> Result<CertPaths, PkiError> {
-    let paths = CertPaths {
-        cert: dir.join(CA_CERT_FILE),
-        key: dir.join(CA_KEY_FILE),
-    };
+    let paths = CertPaths { cert: dir.join(CA_CERT_FILE), key: dir.join(CA_KEY_FILE) };
     refuse_existing(&[&paths.cert, &paths.key], force)?;
     ensure_dir(dir)?;
     write_file(&paths.key, &ca.key_pem, true)?;
@@ -140,16 +126,8 @@ pub fn write_ca(dir: &Path, ca: &GeneratedCa, force: bool) -> Result<CertPaths, 
 /// Writes `dir/<stem>.crt` and `dir/<stem>.key` (mode 0600), creating `dir`.
 ///
 /// Refuses to replace existing files unless `force` is set.
-pub fn write_issued(
-    dir: &Path,
-    stem: &str,
-    issued: &IssuedCert,
-    force: bool,
-) -> Result<CertPaths, PkiError> {
-    let paths = CertPaths {
-        cert: dir.join(format!("{stem}.crt")),
-        key: dir.join(format!("{stem}.key")),
-    };
+pub fn write_issued(dir: &Path, stem: &str, issued: &IssuedCert, force: bool) -> Result<CertPaths, PkiError> {
+    let paths = CertPaths { cert: dir.join(format!("{stem}.crt")), key: dir.join(format!("{stem}.key")) };
     refuse_existing(&[&paths.cert, &paths.key], force)?;
     ensure_dir(dir)?;
     write_file(&paths.key, &issued.key_pem, true)?;
@@ -168,30 +146,15 @@ pub fn load_ca(dir: &Path) -> Result<GeneratedCa, PkiError> {
     let key = dir.join(CA_KEY_FILE);
     match (cert.exists(), key.exists()) {
         (true, false) => {
-            return Err(PkiError::IncompleteCa {
-                dir: dir.to_owned(),
-                present: CA_CERT_FILE,
-                missing: CA_KEY_FILE,
-            })
+            return Err(PkiError::IncompleteCa { dir: dir.to_owned(), present: CA_CERT_FILE, missing: CA_KEY_FILE })
         }
         (false, true) => {
-            return Err(PkiError::IncompleteCa {
-                dir: dir.to_owned(),
-                present: CA_KEY_FILE,
-                missing: CA_CERT_FILE,
-            })
+            return Err(PkiError::IncompleteCa { dir: dir.to_owned(), present: CA_KEY_FILE, missing: CA_CERT_FILE })
         }
-        (false, false) => {
-            return Err(PkiError::NoCa {
-                dir: dir.to_owned(),
-            })
-        }
+        (false, false) => return Err(PkiError::NoCa { dir: dir.to_owned() }),
         (true, true) => {}
     }
-    let ca = GeneratedCa {
-        cert_pem: read_text(&cert)?,
-        key_pem: read_text(&key)?,
-    };
+    let ca = GeneratedCa { cert_pem: read_text(&cert)?, key_pem: read_text(&key)? };
     // Validate now, so that a broken CA is reported with its directory.
     crate::issue::check_ca(&ca).map_err(|e| with_ca_dir(e, dir))?;
     Ok(ca)

@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, DnValue,
-    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, PublicKeyData,
-    SanType, PKCS_ECDSA_P256_SHA256,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, DnValue, ExtendedKeyUsagePurpose, IsCa, Issuer,
+    KeyIdMethod, KeyPair, KeyUsagePurpose, PublicKeyData, SanType, PKCS_ECDSA_P256_SHA256,
 };
 use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
@@ -57,10 +56,7 @@ pub struct GeneratedCa {
 
 impl fmt::Debug for GeneratedCa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GeneratedCa")
-            .field("cert_pem", &self.cert_pem)
-            .field("key_pem", &"<redacted>")
-            .finish()
+        f.debug_struct("GeneratedCa").field("cert_pem", &self.cert_pem).field("key_pem", &"<redacted>").finish()
     }
 }
 
@@ -75,10 +71,7 @@ pub struct IssuedCert {
 
 impl fmt::Debug for IssuedCert {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IssuedCert")
-            .field("cert_pem", &self.cert_pem)
-            .field("key_pem", &"<redacted>")
-            .finish()
+        f.debug_struct("IssuedCert").field("cert_pem", &self.cert_pem).field("key_pem", &"<redacted>").finish()
     }
 }
 
@@ -91,22 +84,14 @@ pub fn train_san(train_id: &str) -> String {
 /// Checks that `id` is a usable train id: one lowercase DNS label, so that it
 /// fits in the SAN `<id>.trains.polycorn` and is a safe file name.
 pub fn validate_train_id(id: &str) -> Result<(), PkiError> {
-    let bad = |reason| {
-        Err(PkiError::InvalidTrainId {
-            id: id.to_owned(),
-            reason,
-        })
-    };
+    let bad = |reason| Err(PkiError::InvalidTrainId { id: id.to_owned(), reason });
     if id.is_empty() {
         return bad("it is empty");
     }
     if id.len() > 63 {
         return bad("it is longer than 63 characters");
     }
-    if !id
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
+    if !id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
         return bad("it contains a character other than a-z, 0-9 and '-'");
     }
     if id.starts_with('-') || id.ends_with('-') {
@@ -117,32 +102,20 @@ pub fn validate_train_id(id: &str) -> Result<(), PkiError> {
 
 /// Checks a name used as a CN and as a file stem (proxy name).
 fn validate_file_stem(what: &'static str, name: &str) -> Result<(), PkiError> {
-    let bad = |reason| {
-        Err(PkiError::InvalidName {
-            what,
-            name: name.to_owned(),
-            reason,
-        })
-    };
+    let bad = |reason| Err(PkiError::InvalidName { what, name: name.to_owned(), reason });
     if name.is_empty() || name.len() > 64 {
         return bad("it must have 1 to 64 characters");
     }
     if name.starts_with('.') {
         return bad("it must not start with '.'");
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
         return bad("use only A-Z, a-z, 0-9, '-', '_' and '.' (it becomes a file name)");
     }
     Ok(())
 }
 
-fn validity(
-    what: &'static str,
-    days: u32,
-) -> Result<(time::OffsetDateTime, time::OffsetDateTime), PkiError> {
+fn validity(what: &'static str, days: u32) -> Result<(time::OffsetDateTime, time::OffsetDateTime), PkiError> {
     if days == 0 || days > MAX_DAYS {
         return Err(PkiError::InvalidValidity { what, days });
     }
@@ -151,8 +124,7 @@ fn validity(
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
         .unwrap_or(0);
     let to_time = |secs: i64| {
-        time::OffsetDateTime::from_unix_timestamp(secs)
-            .map_err(|_| PkiError::InvalidValidity { what, days })
+        time::OffsetDateTime::from_unix_timestamp(secs).map_err(|_| PkiError::InvalidValidity { what, days })
     };
     let not_before = to_time(now - BACKDATE_SECS)?;
     let not_after = to_time(now + i64::from(days) * 86_400)?;
@@ -160,10 +132,8 @@ fn validity(
 }
 
 fn new_key(what: &str) -> Result<KeyPair, PkiError> {
-    KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(|cause| PkiError::Generate {
-        what: format!("the ECDSA P-256 key of {what}"),
-        cause,
-    })
+    KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)
+        .map_err(|cause| PkiError::Generate { what: format!("the ECDSA P-256 key of {what}"), cause })
 }
 
 fn subject(common_name: &str) -> DistinguishedName {
@@ -174,11 +144,7 @@ fn subject(common_name: &str) -> DistinguishedName {
 }
 
 fn ca_key_usages() -> Vec<KeyUsagePurpose> {
-    vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ]
+    vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature]
 }
 
 /// Generates a self-signed development CA named `name`, valid for `days`.
@@ -186,11 +152,7 @@ fn ca_key_usages() -> Vec<KeyUsagePurpose> {
 /// The CA may only sign leaf certificates (path length 0).
 pub fn generate_ca(name: &str, days: u32) -> Result<GeneratedCa, PkiError> {
     if name.trim().is_empty() {
-        return Err(PkiError::InvalidName {
-            what: "CA name",
-            name: name.to_owned(),
-            reason: "it is empty",
-        });
+        return Err(PkiError::InvalidName { what: "CA name", name: name.to_owned(), reason: "it is empty" });
     }
     let (not_before, not_after) = validity("the CA", days)?;
     let key = new_key("the CA")?;
@@ -202,14 +164,8 @@ pub fn generate_ca(name: &str, days: u32) -> Result<GeneratedCa, PkiError> {
     params.not_after = not_after;
     let cert = params
         .self_signed(&key)
-        .map_err(|cause| PkiError::Generate {
-            what: format!("the CA certificate `{name}`"),
-            cause,
-        })?;
-    Ok(GeneratedCa {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
+        .map_err(|cause| PkiError::Generate { what: format!("the CA certificate `{name}`"), cause })?;
+    Ok(GeneratedCa { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
 }
 
 /// A CA ready to sign: its key, its subject rebuilt for rcgen, and roots for
@@ -220,17 +176,14 @@ struct LoadedCa {
 }
 
 fn unusable(detail: impl Into<String>) -> PkiError {
-    PkiError::UnusableCa {
-        dir: PathBuf::from("<memory>"),
-        detail: detail.into(),
-    }
+    PkiError::UnusableCa { dir: PathBuf::from("<memory>"), detail: detail.into() }
 }
 
 fn open_ca(ca: &GeneratedCa) -> Result<LoadedCa, PkiError> {
     let cert_der = CertificateDer::from_pem_slice(ca.cert_pem.as_bytes())
         .map_err(|e| unusable(format!("the CA certificate is not valid PEM ({e})")))?;
-    let key = KeyPair::from_pem(&ca.key_pem)
-        .map_err(|e| unusable(format!("the CA key is not a usable PKCS#8 key ({e})")))?;
+    let key =
+        KeyPair::from_pem(&ca.key_pem).map_err(|e| unusable(format!("the CA key is not a usable PKCS#8 key ({e})")))?;
     let parsed = webpki::EndEntityCert::try_from(&cert_der)
         .map_err(|e| unusable(format!("the CA certificate does not parse ({e})")))?;
 
@@ -241,21 +194,16 @@ fn open_ca(ca: &GeneratedCa) -> Result<LoadedCa, PkiError> {
     // Rebuild the CA subject attribute by attribute so that the issuer name of
     // every leaf matches the CA subject byte for byte.
     let mut dn = DistinguishedName::new();
-    let attributes = der::parse_name(parsed.subject())
-        .map_err(|e| unusable(format!("the CA subject does not parse ({e})")))?;
+    let attributes =
+        der::parse_name(parsed.subject()).map_err(|e| unusable(format!("the CA subject does not parse ({e})")))?;
     for attr in &attributes {
-        let text = std::str::from_utf8(attr.value)
-            .map_err(|_| unusable("the CA subject has a non-text attribute"))?;
+        let text = std::str::from_utf8(attr.value).map_err(|_| unusable("the CA subject has a non-text attribute"))?;
         let value = match attr.tag {
             0x0c => DnValue::Utf8String(text.to_owned()),
             0x13 => DnValue::PrintableString(
-                text.try_into()
-                    .map_err(|_| unusable("the CA subject has a bad PrintableString"))?,
+                text.try_into().map_err(|_| unusable("the CA subject has a bad PrintableString"))?,
             ),
-            0x16 => DnValue::Ia5String(
-                text.try_into()
-                    .map_err(|_| unusable("the CA subject has a bad IA5String"))?,
-            ),
+            0x16 => DnValue::Ia5String(text.try_into().map_err(|_| unusable("the CA subject has a bad IA5String"))?),
             _ => return Err(unusable("the CA subject uses an unsupported string type")),
         };
         let ty = DnType::from_oid(&attr.oid);
@@ -272,23 +220,16 @@ fn open_ca(ca: &GeneratedCa) -> Result<LoadedCa, PkiError> {
     // subjectKeyIdentifier (OpenSSL refuses the chain otherwise). CAs made
     // by `generate_ca` use rcgen's default (truncated SHA-256), others may
     // not.
-    if let Some(ski) = der::subject_key_identifier(&cert_der)
-        .map_err(|e| unusable(format!("the CA extensions do not parse ({e})")))?
+    if let Some(ski) =
+        der::subject_key_identifier(&cert_der).map_err(|e| unusable(format!("the CA extensions do not parse ({e})")))?
     {
         params.key_identifier_method = KeyIdMethod::PreSpecified(ski);
     }
     let issuer = Issuer::new(params, key);
 
     let mut roots = RootCertStore::empty();
-    roots.add(cert_der).map_err(|e| {
-        unusable(format!(
-            "the CA certificate is not a usable trust anchor ({e})"
-        ))
-    })?;
-    Ok(LoadedCa {
-        issuer,
-        roots: Arc::new(roots),
-    })
+    roots.add(cert_der).map_err(|e| unusable(format!("the CA certificate is not a usable trust anchor ({e})")))?;
+    Ok(LoadedCa { issuer, roots: Arc::new(roots) })
 }
 
 /// Checks that `ca` can sign: PEM parses, key matches, subject is readable.
@@ -324,21 +265,13 @@ fn sign_leaf(
     let key = new_key(label)?;
     let cert = params
         .signed_by(&key, &ca.issuer)
-        .map_err(|cause| PkiError::Generate {
-            what: format!("the certificate of {label}"),
-            cause,
-        })?;
-    let issued = IssuedCert {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    };
+        .map_err(|cause| PkiError::Generate { what: format!("the certificate of {label}"), cause })?;
+    let issued = IssuedCert { cert_pem: cert.pem(), key_pem: key.serialize_pem() };
     Ok((cert.der().clone(), issued))
 }
 
 fn self_check_failed(label: &str, e: rustls::Error) -> PkiError {
-    unusable(format!(
-        "the certificate just issued for {label} does not verify against the CA ({e})"
-    ))
+    unusable(format!("the certificate just issued for {label} does not verify against the CA ({e})"))
 }
 
 /// Issues the certificate of train `train_id` (CN = train id, DNS SAN
@@ -347,22 +280,12 @@ fn self_check_failed(label: &str, e: rustls::Error) -> PkiError {
 pub fn issue_train(ca: &GeneratedCa, train_id: &str, days: u32) -> Result<IssuedCert, PkiError> {
     validate_train_id(train_id)?;
     let ca = open_ca(ca)?;
-    let san =
-        SanType::DnsName(
-            train_san(train_id)
-                .try_into()
-                .map_err(|cause| PkiError::Generate {
-                    what: format!("the SAN of train `{train_id}`"),
-                    cause,
-                })?,
-        );
-    let params = leaf_params(
-        train_id,
-        vec![san],
-        ExtendedKeyUsagePurpose::ClientAuth,
-        "a train certificate",
-        days,
-    )?;
+    let san = SanType::DnsName(
+        train_san(train_id)
+            .try_into()
+            .map_err(|cause| PkiError::Generate { what: format!("the SAN of train `{train_id}`"), cause })?,
+    );
+    let params = leaf_params(train_id, vec![san], ExtendedKeyUsagePurpose::ClientAuth, "a train certificate", days)?;
     let label = format!("train `{train_id}`");
     let (der, issued) = sign_leaf(&ca, &params, &label)?;
 
@@ -371,9 +294,7 @@ pub fn issue_train(ca: &GeneratedCa, train_id: &str, days: u32) -> Result<Issued
     let verifier = WebPkiClientVerifier::builder_with_provider(ca.roots, crate::provider())
         .build()
         .map_err(|e| unusable(format!("cannot build a verifier from the CA ({e})")))?;
-    verifier
-        .verify_client_cert(&der, &[], UnixTime::now())
-        .map_err(|e| self_check_failed(&label, e))?;
+    verifier.verify_client_cert(&der, &[], UnixTime::now()).map_err(|e| self_check_failed(&label, e))?;
     Ok(issued)
 }
 
@@ -382,20 +303,13 @@ fn parse_san(san: &str) -> Result<SanType, PkiError> {
     if let Ok(ip) = san.parse::<IpAddr>() {
         return Ok(SanType::IpAddress(ip));
     }
-    let invalid = |reason: String| PkiError::InvalidSan {
-        san: san.to_owned(),
-        reason,
-    };
+    let invalid = |reason: String| PkiError::InvalidSan { san: san.to_owned(), reason };
     rustls_pki_types::DnsName::try_from(san)
         .map_err(|_| invalid("it is neither an IP address nor a valid DNS name".into()))?;
     if san.ends_with(&format!(".{TRAIN_DOMAIN}")) {
-        return Err(invalid(format!(
-            "names under `{TRAIN_DOMAIN}` are reserved for train identities"
-        )));
+        return Err(invalid(format!("names under `{TRAIN_DOMAIN}` are reserved for train identities")));
     }
-    Ok(SanType::DnsName(
-        san.try_into().map_err(|e| invalid(format!("{e}")))?,
-    ))
+    Ok(SanType::DnsName(san.try_into().map_err(|e| invalid(format!("{e}")))?))
 }
 
 /// Issues a proxy server certificate (CN = `name`, the given DNS and IP SANs,
@@ -404,12 +318,7 @@ fn parse_san(san: &str) -> Result<SanType, PkiError> {
 /// `name` also becomes the file stem (`<name>.crt` / `<name>.key`). At least
 /// one SAN is required: the relay-agent verifies the proxy against the name
 /// or address it dials.
-pub fn issue_proxy(
-    ca: &GeneratedCa,
-    name: &str,
-    sans: &[String],
-    days: u32,
-) -> Result<IssuedCert, PkiError> {
+pub fn issue_proxy(ca: &GeneratedCa, name: &str, sans: &[String], days: u32) -> Result<IssuedCert, PkiError> {
     validate_file_stem("proxy name", name)?;
     if sans.is_empty() {
         return Err(PkiError::InvalidSan {
@@ -417,18 +326,9 @@ pub fn issue_proxy(
             reason: "no SAN given; pass at least one --san".into(),
         });
     }
-    let san_types = sans
-        .iter()
-        .map(|s| parse_san(s))
-        .collect::<Result<Vec<_>, _>>()?;
+    let san_types = sans.iter().map(|s| parse_san(s)).collect::<Result<Vec<_>, _>>()?;
     let ca = open_ca(ca)?;
-    let params = leaf_params(
-        name,
-        san_types,
-        ExtendedKeyUsagePurpose::ServerAuth,
-        "a proxy certificate",
-        days,
-    )?;
+    let params = leaf_params(name, san_types, ExtendedKeyUsagePurpose::ServerAuth, "a proxy certificate", days)?;
     let label = format!("proxy `{name}`");
     let (der, issued) = sign_leaf(&ca, &params, &label)?;
 
@@ -438,10 +338,7 @@ pub fn issue_proxy(
         .build()
         .map_err(|e| unusable(format!("cannot build a verifier from the CA ({e})")))?;
     let server_name = ServerName::try_from(sans[0].as_str())
-        .map_err(|e| PkiError::InvalidSan {
-            san: sans[0].clone(),
-            reason: e.to_string(),
-        })?
+        .map_err(|e| PkiError::InvalidSan { san: sans[0].clone(), reason: e.to_string() })?
         .to_owned();
     verifier
         .verify_server_cert(&der, &[], &server_name, &[], UnixTime::now())
@@ -452,10 +349,7 @@ pub fn issue_proxy(
 /// Re-labels an [`PkiError::UnusableCa`] with the directory it came from.
 pub(crate) fn with_ca_dir(err: PkiError, dir: &std::path::Path) -> PkiError {
     match err {
-        PkiError::UnusableCa { detail, .. } => PkiError::UnusableCa {
-            dir: dir.to_owned(),
-            detail,
-        },
+        PkiError::UnusableCa { detail, .. } => PkiError::UnusableCa { dir: dir.to_owned(), detail },
         other => other,
     }
 }
@@ -471,10 +365,7 @@ mod tests {
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
-        dn.push(
-            DnType::CountryName,
-            DnValue::PrintableString(PrintableString::try_from("DE").unwrap()),
-        );
+        dn.push(DnType::CountryName, DnValue::PrintableString(PrintableString::try_from("DE").unwrap()));
         dn.push(DnType::OrganizationName, "Elsewhere");
         dn.push(DnType::CommonName, "Foreign CA");
         params.distinguished_name = dn;
@@ -482,10 +373,7 @@ mod tests {
         params.key_usages = ca_key_usages();
         params.key_identifier_method = KeyIdMethod::PreSpecified(vec![0xab; 20]);
         let cert = params.self_signed(&key).unwrap();
-        GeneratedCa {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
+        GeneratedCa { cert_pem: cert.pem(), key_pem: key.serialize_pem() }
     }
 
     fn der_of(pem: &str) -> CertificateDer<'static> {
@@ -502,10 +390,7 @@ mod tests {
         let ca_cert = webpki::EndEntityCert::try_from(&ca_der).unwrap();
         let leaf = webpki::EndEntityCert::try_from(&leaf_der).unwrap();
         assert_eq!(leaf.issuer(), ca_cert.subject());
-        assert_eq!(
-            der::authority_key_identifier(&leaf_der).unwrap(),
-            Some(vec![0xab; 20])
-        );
+        assert_eq!(der::authority_key_identifier(&leaf_der).unwrap(), Some(vec![0xab; 20]));
     }
 
     #[test]
@@ -515,9 +400,6 @@ mod tests {
             .unwrap()
             .expect("generate_ca writes a subjectKeyIdentifier");
         let issued = issue_proxy(&ca, "p", &["localhost".to_owned()], 30).unwrap();
-        assert_eq!(
-            der::authority_key_identifier(&der_of(&issued.cert_pem)).unwrap(),
-            Some(ski)
-        );
+        assert_eq!(der::authority_key_identifier(&der_of(&issued.cert_pem)).unwrap(), Some(ski));
     }
 }

@@ -58,13 +58,11 @@ mod tls;
 
 pub use error::PkiError;
 pub use files::{
-    load_ca, write_ca, write_dev_bundle, write_issued, CertPaths, DevBundle, CA_CERT_FILE,
-    CA_KEY_FILE, DEV_PROXY_NAME,
+    load_ca, write_ca, write_dev_bundle, write_issued, CertPaths, DevBundle, CA_CERT_FILE, CA_KEY_FILE, DEV_PROXY_NAME,
 };
 pub use issue::{
-    generate_ca, issue_proxy, issue_train, train_san, validate_train_id, GeneratedCa, IssuedCert,
-    DEFAULT_CA_DAYS, DEFAULT_CA_NAME, DEFAULT_LEAF_DAYS, DEV_PROXY_SANS, ORGANIZATION,
-    TRAIN_DOMAIN,
+    generate_ca, issue_proxy, issue_train, train_san, validate_train_id, GeneratedCa, IssuedCert, DEFAULT_CA_DAYS,
+    DEFAULT_CA_NAME, DEFAULT_LEAF_DAYS, DEV_PROXY_SANS, ORGANIZATION, TRAIN_DOMAIN,
 };
 pub use tls::{client_config, load_certs, load_key, server_config, train_id_of, ALPN_PROTOCOL};
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use polycorn_pki::{
-    generate_ca, issue_proxy, issue_train, load_ca, write_ca, write_dev_bundle, write_issued,
-    DEFAULT_CA_DAYS, DEFAULT_CA_NAME, DEFAULT_LEAF_DAYS,
+    generate_ca, issue_proxy, issue_train, load_ca, write_ca, write_dev_bundle, write_issued, DEFAULT_CA_DAYS,
+    DEFAULT_CA_NAME, DEFAULT_LEAF_DAYS,
 };
 
 /// Polycorn development PKI.
@@ -105,39 +105,20 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Command::InitCa {
-            out,
-            name,
-            days,
-            force,
-        } => {
+        Command::InitCa { out, name, days, force } => {
             let ca = generate_ca(&name, days).context("init-ca failed")?;
             let paths = write_ca(&out, &ca, force).context("init-ca failed")?;
             println!("wrote {}", paths.cert.display());
             println!("wrote {} (mode 0600)", paths.key.display());
         }
-        Command::IssueTrain {
-            ca_dir,
-            train_id,
-            out,
-            days,
-            force,
-        } => {
+        Command::IssueTrain { ca_dir, train_id, out, days, force } => {
             let ca = load_ca(&ca_dir).context("issue-train failed")?;
             let issued = issue_train(&ca, &train_id, days).context("issue-train failed")?;
-            let paths =
-                write_issued(&out, &train_id, &issued, force).context("issue-train failed")?;
+            let paths = write_issued(&out, &train_id, &issued, force).context("issue-train failed")?;
             println!("wrote {}", paths.cert.display());
             println!("wrote {} (mode 0600)", paths.key.display());
         }
-        Command::IssueProxy {
-            ca_dir,
-            name,
-            sans,
-            out,
-            days,
-            force,
-        } => {
+        Command::IssueProxy { ca_dir, name, sans, out, days, force } => {
             let ca = load_ca(&ca_dir).context("issue-proxy failed")?;
             let issued = issue_proxy(&ca, &name, &sans, days).context("issue-proxy failed")?;
             let paths = write_issued(&out, &name, &issued, force).context("issue-proxy failed")?;
@@ -146,17 +127,9 @@ fn main() -> Result<()> {
         }
         Command::Dev { out, trains } => {
             let bundle = write_dev_bundle(&out, &trains).context("dev failed")?;
-            let ca_state = if bundle.reused_ca {
-                "reused"
-            } else {
-                "generated"
-            };
+            let ca_state = if bundle.reused_ca { "reused" } else { "generated" };
             println!("CA ({ca_state}): {}", bundle.ca_cert.display());
-            println!(
-                "proxy: {} {}",
-                bundle.proxy_cert.display(),
-                bundle.proxy_key.display()
-            );
+            println!("proxy: {} {}", bundle.proxy_cert.display(), bundle.proxy_key.display());
             for (train, (cert, key)) in &bundle.trains {
                 println!("train {train}: {} {}", cert.display(), key.display());
             }

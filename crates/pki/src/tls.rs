@@ -9,8 +9,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, OtherError,
-    RootCertStore, ServerConfig, SignatureScheme,
+    CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, OtherError, RootCertStore, ServerConfig,
+    SignatureScheme,
 };
 use rustls_pki_types::pem::{self, PemObject};
 
@@ -29,22 +29,10 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 
 fn pem_error(what: &'static str, path: &Path, err: pem::Error) -> PkiError {
     match err {
-        pem::Error::Io(cause) => PkiError::Io {
-            op: "read",
-            path: path.to_owned(),
-            cause,
-        },
-        pem::Error::NoItemsFound if what == "private key" => PkiError::NoPrivateKey {
-            path: path.to_owned(),
-        },
-        pem::Error::NoItemsFound => PkiError::NoCertificate {
-            path: path.to_owned(),
-        },
-        other => PkiError::Pem {
-            what,
-            path: path.to_owned(),
-            detail: other.to_string(),
-        },
+        pem::Error::Io(cause) => PkiError::Io { op: "read", path: path.to_owned(), cause },
+        pem::Error::NoItemsFound if what == "private key" => PkiError::NoPrivateKey { path: path.to_owned() },
+        pem::Error::NoItemsFound => PkiError::NoCertificate { path: path.to_owned() },
+        other => PkiError::Pem { what, path: path.to_owned(), detail: other.to_string() },
     }
 }
 
@@ -56,9 +44,7 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, PkiError>
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error("certificate", path, e))?;
     if certs.is_empty() {
-        return Err(PkiError::NoCertificate {
-            path: path.to_owned(),
-        });
+        return Err(PkiError::NoCertificate { path: path.to_owned() });
     }
     Ok(certs)
 }
@@ -91,10 +77,8 @@ fn load_roots(ca: &Path) -> Result<Arc<RootCertStore>, PkiError> {
 /// This only *reads* the identity; it does not verify the certificate. The
 /// proxy calls it after the chain has been verified against the CA.
 pub fn train_id_of(cert: &CertificateDer<'_>) -> Result<String, PkiError> {
-    let parsed = webpki::EndEntityCert::try_from(cert).map_err(|e| PkiError::BadCertificate {
-        what: "the client certificate".into(),
-        detail: e.to_string(),
-    })?;
+    let parsed = webpki::EndEntityCert::try_from(cert)
+        .map_err(|e| PkiError::BadCertificate { what: "the client certificate".into(), detail: e.to_string() })?;
     let none = |detail: String| PkiError::NoTrainIdentity { detail };
 
     let suffix = format!(".{TRAIN_DOMAIN}");
@@ -111,36 +95,28 @@ pub fn train_id_of(cert: &CertificateDer<'_>) -> Result<String, PkiError> {
         }
     }
 
-    let attributes = der::parse_name(parsed.subject())
-        .map_err(|e| none(format!("the subject does not parse: {e}")))?;
+    let attributes = der::parse_name(parsed.subject()).map_err(|e| none(format!("the subject does not parse: {e}")))?;
     let mut common_names = attributes.iter().filter(|a| a.oid == der::COMMON_NAME);
     let cn = match (common_names.next(), common_names.next()) {
         (None, _) => None,
-        (Some(attr), None) => Some(
-            der::directory_string(attr)
-                .ok_or_else(|| none("the CN is not a text string".into()))?
-                .to_owned(),
-        ),
+        (Some(attr), None) => {
+            Some(der::directory_string(attr).ok_or_else(|| none("the CN is not a text string".into()))?.to_owned())
+        }
         (Some(_), Some(_)) => return Err(none("the subject has several CNs".into())),
     };
 
     match (san_ids.as_slice(), cn) {
-        ([id], Some(cn)) if *id != cn => Err(none(format!(
-            "CN `{cn}` disagrees with the SAN `{id}{suffix}`"
-        ))),
+        ([id], Some(cn)) if *id != cn => Err(none(format!("CN `{cn}` disagrees with the SAN `{id}{suffix}`"))),
         ([id], _) => Ok(id.clone()),
-        ([], _) if has_dns_sans => Err(none(format!(
-            "it has DNS SANs but none under `{TRAIN_DOMAIN}`; is it a proxy certificate?"
-        ))),
+        ([], _) if has_dns_sans => {
+            Err(none(format!("it has DNS SANs but none under `{TRAIN_DOMAIN}`; is it a proxy certificate?")))
+        }
         ([], Some(cn)) => {
             validate_train_id(&cn).map_err(|e| none(format!("no train SAN, and the CN: {e}")))?;
             Ok(cn)
         }
         ([], None) => Err(none(format!("no CN and no `*{suffix}` SAN"))),
-        (ids, _) => Err(none(format!(
-            "several train SANs ({}), which is ambiguous",
-            ids.join(", ")
-        ))),
+        (ids, _) => Err(none(format!("several train SANs ({}), which is ambiguous", ids.join(", ")))),
     }
 }
 
@@ -203,15 +179,10 @@ impl ClientCertVerifier for TrainIdentityVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        let verified = self
-            .inner
-            .verify_client_cert(end_entity, intermediates, now)?;
+        let verified = self.inner.verify_client_cert(end_entity, intermediates, now)?;
         let train = train_id_of(end_entity).map_err(refuse)?;
         if !self.allowed.contains(&train) {
-            return Err(refuse(PkiError::TrainNotAllowed {
-                train,
-                allowed: self.allowed.join(", "),
-            }));
+            return Err(refuse(PkiError::TrainNotAllowed { train, allowed: self.allowed.join(", ") }));
         }
         Ok(verified)
     }
@@ -269,20 +240,10 @@ pub fn server_config(
 
     let inner = WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
         .build()
-        .map_err(|cause| PkiError::Verifier {
-            what: "client-certificate",
-            path: ca.to_owned(),
-            cause,
-        })?;
-    let verifier = Arc::new(TrainIdentityVerifier {
-        inner,
-        allowed: allowed_trains.to_vec(),
-    });
+        .map_err(|cause| PkiError::Verifier { what: "client-certificate", path: ca.to_owned(), cause })?;
+    let verifier = Arc::new(TrainIdentityVerifier { inner, allowed: allowed_trains.to_vec() });
 
-    let tls = |cause| PkiError::Tls {
-        what: "proxy TLS configuration",
-        cause,
-    };
+    let tls = |cause| PkiError::Tls { what: "proxy TLS configuration", cause };
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls)?
@@ -308,10 +269,7 @@ pub fn client_config(ca: &Path, cert: &Path, key: &Path) -> Result<Arc<ClientCon
     let key = load_key(key)?;
     let mut config = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|cause| PkiError::Tls {
-            what: "relay-agent TLS configuration",
-            cause,
-        })?
+        .map_err(|cause| PkiError::Tls { what: "relay-agent TLS configuration", cause })?
         .with_root_certificates(roots)
         .with_client_auth_cert(certs, key)
         .map_err(|cause| PkiError::Tls {

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use polycorn_pki::{
-    client_config, generate_ca, issue_proxy, issue_train, load_certs, load_key, server_config,
-    train_id_of, write_ca, write_dev_bundle, write_issued, CertPaths, DevBundle, GeneratedCa,
-    PkiError, ALPN_PROTOCOL, DEFAULT_CA_DAYS, DEFAULT_LEAF_DAYS, DEV_PROXY_SANS,
+    client_config, generate_ca, issue_proxy, issue_train, load_certs, load_key, server_config, train_id_of, write_ca,
+    write_dev_bundle, write_issued, CertPaths, DevBundle, GeneratedCa, PkiError, ALPN_PROTOCOL, DEFAULT_CA_DAYS,
+    DEFAULT_LEAF_DAYS, DEV_PROXY_SANS,
 };
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, ConnectionCommon, ServerConfig, ServerConnection};
@@ -35,10 +35,7 @@ impl Outcome {
 
 /// Moves every pending TLS record from `from` to `to` and lets `to` process
 /// them. Returns the number of bytes moved and `to`'s processing result.
-fn pump<A, B>(
-    from: &mut ConnectionCommon<A>,
-    to: &mut ConnectionCommon<B>,
-) -> (usize, Result<(), rustls::Error>) {
+fn pump<A, B>(from: &mut ConnectionCommon<A>, to: &mut ConnectionCommon<B>) -> (usize, Result<(), rustls::Error>) {
     let mut wire = Vec::new();
     while from.wants_write() {
         if from.write_tls(&mut wire).is_err() {
@@ -79,12 +76,7 @@ fn handshake(client: Arc<ClientConfig>, server: Arc<ServerConfig>) -> Outcome {
             break;
         }
     }
-    Outcome {
-        client: client_res,
-        server: server_res,
-        client_conn: c,
-        server_conn: s,
-    }
+    Outcome { client: client_res, server: server_res, client_conn: c, server_conn: s }
 }
 
 /// A CA with its train and proxy certificates on disk.
@@ -122,18 +114,10 @@ fn make_pki(ca_name: &str, trains: &[&str]) -> Pki {
         .iter()
         .map(|t| {
             let issued = issue_train(&ca, t, DEFAULT_LEAF_DAYS).unwrap();
-            (
-                (*t).to_owned(),
-                write_issued(dir.path(), t, &issued, false).unwrap(),
-            )
+            ((*t).to_owned(), write_issued(dir.path(), t, &issued, false).unwrap())
         })
         .collect();
-    Pki {
-        _dir: dir,
-        ca_cert: ca_paths.cert,
-        proxy,
-        trains,
-    }
+    Pki { _dir: dir, ca_cert: ca_paths.cert, proxy, trains }
 }
 
 fn error_text(err: &rustls::Error) -> String {
@@ -154,10 +138,7 @@ fn train_with_its_own_certificate_is_accepted() {
     assert!(!out.client_conn.is_handshaking() && !out.server_conn.is_handshaking());
 
     // TLS 1.3, ALPN polycorn/1, and the proxy sees the train's identity.
-    assert_eq!(
-        out.server_conn.protocol_version(),
-        Some(rustls::ProtocolVersion::TLSv1_3)
-    );
+    assert_eq!(out.server_conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_3));
     assert_eq!(out.client_conn.alpn_protocol(), Some(ALPN_PROTOCOL));
     assert_eq!(out.server_conn.alpn_protocol(), Some(ALPN_PROTOCOL));
     let peer = out.server_conn.peer_certificates().unwrap();
@@ -185,27 +166,14 @@ fn other_trains_certificate_is_refused() {
     let pki = make_pki("Test CA", &[TRAIN, OTHER_TRAIN]);
     let out = handshake(pki.client(OTHER_TRAIN), pki.server(&[TRAIN]));
 
-    let server_err = out
-        .server
-        .as_ref()
-        .expect_err("proxy must refuse the other train");
+    let server_err = out.server.as_ref().expect_err("proxy must refuse the other train");
     let text = error_text(server_err);
-    assert!(
-        matches!(server_err, rustls::Error::InvalidCertificate(_)),
-        "{text}"
-    );
-    assert!(
-        text.contains(OTHER_TRAIN),
-        "error must name the train: {text}"
-    );
+    assert!(matches!(server_err, rustls::Error::InvalidCertificate(_)), "{text}");
+    assert!(text.contains(OTHER_TRAIN), "error must name the train: {text}");
     assert!(text.contains("not served by this proxy"), "{text}");
     println!("proxy refused the other train with: {server_err}");
     // The relay-agent learns about it through an alert.
-    assert!(
-        matches!(out.client, Err(rustls::Error::AlertReceived(_))),
-        "client saw: {:?}",
-        out.client
-    );
+    assert!(matches!(out.client, Err(rustls::Error::AlertReceived(_))), "client saw: {:?}", out.client);
 
     // Sanity check: the same certificate is fine for its own proxy.
     assert!(handshake(pki.client(OTHER_TRAIN), pki.server(&[OTHER_TRAIN])).both_ok());
@@ -222,15 +190,9 @@ fn certificate_from_another_ca_is_refused() {
     let client = client_config(&pki.ca_cert, &rogue_train.cert, &rogue_train.key).unwrap();
     let out = handshake(client, pki.server(&[TRAIN]));
 
-    let server_err = out
-        .server
-        .as_ref()
-        .expect_err("proxy must refuse a foreign CA");
+    let server_err = out.server.as_ref().expect_err("proxy must refuse a foreign CA");
     assert!(
-        matches!(
-            server_err,
-            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)
-        ),
+        matches!(server_err, rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)),
         "{}",
         error_text(server_err)
     );
@@ -253,15 +215,8 @@ fn client_without_certificate_is_refused() {
     anonymous.alpn_protocols = vec![ALPN_PROTOCOL.to_vec()];
 
     let out = handshake(Arc::new(anonymous), pki.server(&[TRAIN]));
-    let server_err = out
-        .server
-        .as_ref()
-        .expect_err("proxy must require a certificate");
-    assert!(
-        matches!(server_err, rustls::Error::NoCertificatesPresented),
-        "{}",
-        error_text(server_err)
-    );
+    let server_err = out.server.as_ref().expect_err("proxy must require a certificate");
+    assert!(matches!(server_err, rustls::Error::NoCertificatesPresented), "{}", error_text(server_err));
     assert!(out.client.is_err(), "client must see the refusal");
 }
 
@@ -271,24 +226,12 @@ fn proxy_presenting_a_certificate_from_another_ca_is_refused_by_the_client() {
     let rogue = make_pki("Rogue CA", &[]);
     // The rogue proxy trusts the real CA for clients but presents its own
     // CA's server certificate (valid for proxy.polycorn).
-    let server = server_config(
-        &pki.ca_cert,
-        &rogue.proxy.cert,
-        &rogue.proxy.key,
-        &[TRAIN.to_owned()],
-    )
-    .unwrap();
+    let server = server_config(&pki.ca_cert, &rogue.proxy.cert, &rogue.proxy.key, &[TRAIN.to_owned()]).unwrap();
     let out = handshake(pki.client(TRAIN), server);
 
-    let client_err = out
-        .client
-        .as_ref()
-        .expect_err("relay must refuse the proxy");
+    let client_err = out.client.as_ref().expect_err("relay must refuse the proxy");
     assert!(
-        matches!(
-            client_err,
-            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)
-        ),
+        matches!(client_err, rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)),
         "{}",
         error_text(client_err)
     );
@@ -301,57 +244,38 @@ fn proxy_certificate_is_not_accepted_as_a_train_certificate() {
     let pki = make_pki("Test CA", &[TRAIN]);
     let client = client_config(&pki.ca_cert, &pki.proxy.cert, &pki.proxy.key).unwrap();
     let out = handshake(client, pki.server(&[TRAIN, "proxy"]));
-    assert!(
-        out.server.is_err(),
-        "proxy cert must not authenticate a train"
-    );
+    assert!(out.server.is_err(), "proxy cert must not authenticate a train");
 }
 
 #[test]
 fn train_id_of_reads_the_cn_and_san() {
     let pki = make_pki("Test CA", &[TRAIN]);
-    assert_eq!(
-        train_id_of(&first_cert(&pki.train(TRAIN).cert)).unwrap(),
-        TRAIN
-    );
+    assert_eq!(train_id_of(&first_cert(&pki.train(TRAIN).cert)).unwrap(), TRAIN);
 
     // Certificates shaped by hand with rcgen (self-signed: train_id_of only
     // reads, it does not verify).
     let make = |cn: Option<&str>, sans: &[&str]| -> CertificateDer<'static> {
         let mut params =
-            rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
-                .unwrap();
+            rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>()).unwrap();
         params.distinguished_name = rcgen::DistinguishedName::new();
         if let Some(cn) = cn {
-            params
-                .distinguished_name
-                .push(rcgen::DnType::CommonName, cn);
+            params.distinguished_name.push(rcgen::DnType::CommonName, cn);
         }
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         params.self_signed(&key).unwrap().der().clone()
     };
 
     // SAN only.
-    assert_eq!(
-        train_id_of(&make(None, &["train-7.trains.polycorn"])).unwrap(),
-        "train-7"
-    );
+    assert_eq!(train_id_of(&make(None, &["train-7.trains.polycorn"])).unwrap(), "train-7");
     // CN only (no DNS SAN at all).
     assert_eq!(train_id_of(&make(Some("train-8"), &[])).unwrap(), "train-8");
     // CN and SAN agree.
-    assert_eq!(
-        train_id_of(&make(Some("train-9"), &["train-9.trains.polycorn"])).unwrap(),
-        "train-9"
-    );
+    assert_eq!(train_id_of(&make(Some("train-9"), &["train-9.trains.polycorn"])).unwrap(), "train-9");
     // CN and SAN disagree.
     let err = train_id_of(&make(Some("train-1"), &["train-2.trains.polycorn"])).unwrap_err();
     assert!(matches!(err, PkiError::NoTrainIdentity { .. }), "{err}");
     // Two different train SANs.
-    let err = train_id_of(&make(
-        None,
-        &["train-1.trains.polycorn", "train-2.trains.polycorn"],
-    ))
-    .unwrap_err();
+    let err = train_id_of(&make(None, &["train-1.trains.polycorn", "train-2.trains.polycorn"])).unwrap_err();
     assert!(err.to_string().contains("ambiguous"), "{err}");
     // A proxy certificate has DNS SANs but no train identity.
     let err = train_id_of(&first_cert(&pki.proxy.cert)).unwrap_err();
@@ -403,13 +327,7 @@ fn cli_dev_bundle_files_exist_with_0600_keys() {
     // The bundle is usable as is.
     let (tc, tk) = &bundle.trains[TRAIN];
     let client = client_config(&bundle.ca_cert, tc, tk).unwrap();
-    let server = server_config(
-        &bundle.ca_cert,
-        &bundle.proxy_cert,
-        &bundle.proxy_key,
-        &[TRAIN.to_owned()],
-    )
-    .unwrap();
+    let server = server_config(&bundle.ca_cert, &bundle.proxy_cert, &bundle.proxy_key, &[TRAIN.to_owned()]).unwrap();
     assert!(handshake(client.clone(), server).both_ok());
 
     // Running it again reuses the CA, so earlier certificates stay valid.
@@ -417,13 +335,7 @@ fn cli_dev_bundle_files_exist_with_0600_keys() {
     let again = write_dev_bundle(&out, &[TRAIN.to_owned()]).unwrap();
     assert!(again.reused_ca);
     assert_eq!(std::fs::read(&again.ca_cert).unwrap(), ca_before);
-    let server = server_config(
-        &again.ca_cert,
-        &again.proxy_cert,
-        &again.proxy_key,
-        &[TRAIN.to_owned()],
-    )
-    .unwrap();
+    let server = server_config(&again.ca_cert, &again.proxy_cert, &again.proxy_key, &[TRAIN.to_owned()]).unwrap();
     assert!(handshake(client, server).both_ok());
 }
 
@@ -469,10 +381,7 @@ fn invalid_train_ids_and_sans_are_rejected() {
     let ca = generate_ca("Test CA", 30).unwrap();
     for bad in ["", "Train-1", "../etc", "a.b", "-x", "x-", &"a".repeat(64)] {
         let err = issue_train(&ca, bad, 30).unwrap_err();
-        assert!(
-            matches!(err, PkiError::InvalidTrainId { .. }),
-            "{bad}: {err}"
-        );
+        assert!(matches!(err, PkiError::InvalidTrainId { .. }), "{bad}: {err}");
     }
     for bad in ["not a name", "x.trains.polycorn"] {
         let err = issue_proxy(&ca, "proxy", &[bad.to_owned()], 30).unwrap_err();
@@ -487,10 +396,7 @@ fn invalid_train_ids_and_sans_are_rejected() {
 fn mismatched_ca_key_is_reported() {
     let a = generate_ca("A", 30).unwrap();
     let b = generate_ca("B", 30).unwrap();
-    let franken = GeneratedCa {
-        cert_pem: a.cert_pem,
-        key_pem: b.key_pem,
-    };
+    let franken = GeneratedCa { cert_pem: a.cert_pem, key_pem: b.key_pem };
     let err = issue_train(&franken, TRAIN, 30).unwrap_err();
     assert!(err.to_string().contains("does not belong"), "{err}");
 }
@@ -504,8 +410,7 @@ fn command_line_init_issue_and_handshake() {
         let out = std::process::Command::new(bin).args(args).output().unwrap();
         (
             out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
         )
     };
     let ca = ca_dir.to_str().unwrap();
@@ -517,15 +422,7 @@ fn command_line_init_issue_and_handshake() {
     let (ok, text) = run(&["init-ca", "--out", ca]);
     assert!(!ok && text.contains("--force"), "{text}");
 
-    let (ok, text) = run(&[
-        "issue-train",
-        "--ca-dir",
-        ca,
-        "--train-id",
-        TRAIN,
-        "--out",
-        out_s,
-    ]);
+    let (ok, text) = run(&["issue-train", "--ca-dir", ca, "--train-id", TRAIN, "--out", out_s]);
     assert!(ok, "{text}");
     let (ok, text) = run(&[
         "issue-proxy",
@@ -544,30 +441,14 @@ fn command_line_init_issue_and_handshake() {
         "30",
     ]);
     assert!(ok, "{text}");
-    let (ok, text) = run(&[
-        "issue-train",
-        "--ca-dir",
-        ca,
-        "--train-id",
-        "Bad",
-        "--out",
-        out_s,
-    ]);
+    let (ok, text) = run(&["issue-train", "--ca-dir", ca, "--train-id", "Bad", "--out", out_s]);
     assert!(!ok && text.contains("invalid train id"), "{text}");
 
-    let client = client_config(
-        &ca_dir.join("ca.crt"),
-        &out.join(format!("{TRAIN}.crt")),
-        &out.join(format!("{TRAIN}.key")),
-    )
-    .unwrap();
-    let server = server_config(
-        &ca_dir.join("ca.crt"),
-        &out.join("p1.crt"),
-        &out.join("p1.key"),
-        &[TRAIN.to_owned()],
-    )
-    .unwrap();
+    let client =
+        client_config(&ca_dir.join("ca.crt"), &out.join(format!("{TRAIN}.crt")), &out.join(format!("{TRAIN}.key")))
+            .unwrap();
+    let server =
+        server_config(&ca_dir.join("ca.crt"), &out.join("p1.crt"), &out.join("p1.key"), &[TRAIN.to_owned()]).unwrap();
     assert!(handshake(client, server).both_ok());
 
     let (ok, text) = run(&["--help"]);
