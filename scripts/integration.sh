@@ -127,7 +127,7 @@ metrics_exported() {
     local m p
     m=$(ip netns exec "$NS_TRAIN" curl -fsS "http://$RELAY_METRICS/metrics") &&
         p=$(ip netns exec "$NS_CLOUD" curl -fsS "http://$PROXY_METRICS/metrics") || return 1
-    grep -q '^polycorn_path_srtt_seconds{' <<<"$m" && grep -q '^polycorn_conns_opened_total ' <<<"$m" &&
+    grep -q '^polycorn_path_srtt_seconds{' <<<"$m" && grep -q '^polycorn_conns_opened_total' <<<"$m" &&
         grep -q '^polycorn_capture_accepted_total{' <<<"$m" && grep -q '^polycorn_path_up{' <<<"$p"
 }
 check "both ends export Prometheus metrics" metrics_exported
