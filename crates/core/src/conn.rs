@@ -188,6 +188,38 @@ impl SendStream {
 
     /// Process a data-level acknowledgement. Returns the bytes freed.
     pub fn on_ack(&mut self, cumulative: u64, fin: bool, sack: &[(u64, u64)]) -> u64 {
+        let base = self.acked_base;
+        let mut freed = self.apply_ack(cumulative, fin, sack);
+        // Segments just above a new cumulative point may already be known
+        // delivered (by a path-level ack, see `on_delivered`), waiting only
+        // for the gap below them. Fold them in now: a peer that has closed
+        // the connection sends no further data-level ACK, so otherwise the
+        // stream, and its FIN, would never complete.
+        if self.acked_base > base {
+            let (cum, fin) = self.delivered_run();
+            if cum > self.acked_base || (fin && !self.fin_acked) {
+                freed += self.apply_ack(cum, fin, &[]);
+            }
+        }
+        freed
+    }
+
+    /// End of the run of delivered segments starting at the cumulative
+    /// point, and whether the run carries the FIN.
+    fn delivered_run(&self) -> (u64, bool) {
+        let mut cum = self.acked_base;
+        let mut fin = false;
+        for (&off, s) in &self.segs {
+            if off != cum || !s.sacked {
+                break;
+            }
+            cum += u64::from(s.len);
+            fin |= s.fin;
+        }
+        (cum, fin)
+    }
+
+    fn apply_ack(&mut self, cumulative: u64, fin: bool, sack: &[(u64, u64)]) -> u64 {
         let cum = cumulative.min(self.next_new.max(self.acked_base));
         let mut freed = 0;
         if cum > self.acked_base {
@@ -288,6 +320,11 @@ pub enum RecvError {
     FinChanged { old: u64, new: u64 },
 }
 
+/// What either side may send on a new connection before the peer's first
+/// WINDOW frame: a protocol constant, so the two ends never disagree about
+/// a limit neither has announced.
+pub const INITIAL_MAX_DATA: u64 = 64 * 1024;
+
 impl RecvStream {
     pub fn new(window: u64) -> Self {
         RecvStream {
@@ -296,8 +333,17 @@ impl RecvStream {
             ooo: BTreeMap::new(),
             fin_off: None,
             window,
-            advertised: window,
+            advertised: INITIAL_MAX_DATA,
         }
+    }
+
+    /// The limit to announce right after the connection opens, when the
+    /// configured window exceeds the protocol's initial one.
+    pub fn initial_window_update(&mut self) -> Option<u64> {
+        (self.window > self.advertised).then(|| {
+            self.advertised = self.window;
+            self.window
+        })
     }
 
     fn contiguous_end(&self) -> u64 {
@@ -417,6 +463,11 @@ impl RecvStream {
         }
     }
 
+    /// The flow-control limit last advertised to the peer.
+    pub fn advertised(&self) -> u64 {
+        self.advertised
+    }
+
     /// Bytes held (ready plus out of order).
     pub fn buffered(&self) -> u64 {
         self.ready.len() as u64 + self.ooo.values().map(|v| v.len() as u64).sum::<u64>()
@@ -453,7 +504,7 @@ impl Conn {
             id,
             user,
             dst,
-            send: SendStream::new(send_capacity, window),
+            send: SendStream::new(send_capacity, INITIAL_MAX_DATA),
             recv: RecvStream::new(window),
             state: ConnState::Open,
             ack_pending: false,
@@ -500,19 +551,27 @@ mod tests {
     #[test]
     fn data_beyond_the_window_is_a_flow_control_error() {
         let mut r = RecvStream::new(10);
-        assert_eq!(r.insert(5, b"123456", false), Err(RecvError::FlowControl { end: 11, limit: 10 }));
+        let end = INITIAL_MAX_DATA + 1;
+        assert_eq!(
+            r.insert(5, &vec![0u8; end as usize - 5], false),
+            Err(RecvError::FlowControl { end, limit: INITIAL_MAX_DATA })
+        );
+        let mut big = RecvStream::new(1 << 20);
+        assert_eq!(big.initial_window_update(), Some(1 << 20));
+        assert!(big.insert(0, &vec![0u8; 100_000], false).is_ok());
     }
 
     #[test]
     fn window_reopens_after_reading_half_of_it() {
-        let mut r = RecvStream::new(10);
-        r.insert(0, b"0123456789", false).unwrap();
+        let w = INITIAL_MAX_DATA;
+        let mut r = RecvStream::new(w);
+        r.insert(0, &vec![7u8; w as usize], false).unwrap();
         assert_eq!(r.window_update(), None);
-        let mut out = [0u8; 4];
+        let mut out = vec![0u8; (w / 4) as usize];
         r.read(&mut out);
         assert_eq!(r.window_update(), None);
         r.read(&mut out);
-        assert_eq!(r.window_update(), Some(18));
+        assert_eq!(r.window_update(), Some(w + w / 2));
     }
 
     #[test]

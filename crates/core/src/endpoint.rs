@@ -277,6 +277,7 @@ impl Endpoint {
         }
         slot.path.up = false;
         slot.path.stats.state_changes += 1;
+        let lost_frames = !slot.path.sent.is_empty();
         let mut segs: Vec<SegmentRef> = slot.path.unacked_segments().collect();
         segs.extend(slot.data.iter().map(|q| q.seg));
         slot.data.clear();
@@ -291,6 +292,23 @@ impl Endpoint {
                 if c.send.requeue(s.offset).is_some() {
                     self.users.activate(c.user, c.id, now);
                 }
+            }
+        }
+        // ACK and WINDOW frames go out once, on one path, so any the lost
+        // subflow had not delivered are gone. A lost WINDOW deadlocks its
+        // connection when the reader has already read everything: the peer
+        // waits for credit this side believes it gave. Both frames are
+        // idempotent, so re-announce every connection's state elsewhere.
+        if lost_frames {
+            let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();
+            ids.sort_unstable(); // deterministic frame order
+            for id in ids {
+                let c = self.conns.get_mut(&id).expect("listed above");
+                if !c.ack_pending && c.window_pending.is_none() {
+                    self.ack_queue.push_back(id);
+                }
+                c.ack_pending = true;
+                c.window_pending = Some(c.recv.advertised());
             }
         }
     }
@@ -365,10 +383,33 @@ impl Endpoint {
         self.next_conn = self.next_conn.wrapping_add(1).max(1);
         let mut c = Conn::new(id, user, dst, self.cfg.conn_send_buffer_bytes, self.cfg.conn_window_bytes);
         c.open_unconfirmed = true;
+        self.broadcast(Frame::Open { conn: id, user, dst });
+        self.announce_window(&mut c);
         self.conns.insert(id, c);
         self.stats.conns_opened += 1;
-        self.broadcast(Frame::Open { conn: id, user, dst });
         Ok(id)
+    }
+
+    /// Queue a WINDOW with the configured window if it exceeds the
+    /// protocol's initial one.
+    fn announce_window(&mut self, c: &mut Conn) {
+        if let Some(limit) = c.recv.initial_window_update() {
+            c.window_pending = Some(limit);
+            self.ack_queue.push_back(c.id);
+        }
+    }
+
+    /// Reset every connection (the session is being replaced or shut down):
+    /// each is reported as [`Event::ConnReset`] so its streams end.
+    pub fn abort_all(&mut self, code: u32) {
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.conns.remove(&id) {
+                self.users.deactivate(c.user, id);
+                self.stats.conns_reset += 1;
+                self.events.push_back(Event::ConnReset { conn: id, code });
+            }
+        }
     }
 
     fn conn_mut(&mut self, conn: ConnId) -> Result<&mut Conn, StreamError> {
@@ -539,7 +580,8 @@ impl Endpoint {
                 while self.opened_above.remove(&self.opened_floor) {
                     self.opened_floor = self.opened_floor.wrapping_add(1);
                 }
-                let c = Conn::new(conn, user, dst, self.cfg.conn_send_buffer_bytes, self.cfg.conn_window_bytes);
+                let mut c = Conn::new(conn, user, dst, self.cfg.conn_send_buffer_bytes, self.cfg.conn_window_bytes);
+                self.announce_window(&mut c);
                 self.conns.insert(conn, c);
                 self.stats.conns_opened += 1;
                 self.events.push_back(Event::ConnOpened { conn, user, dst });

@@ -175,6 +175,12 @@ pub struct Path {
     pub(crate) kernel_unsent_bytes: u64,
     pub(crate) rto_count: u32,
     pub(crate) rto_deadline: Option<Instant>,
+    /// Byte counter when the retransmission timer last fired. Frames at or
+    /// below it were outstanding across a timeout, during which the TCP
+    /// beneath retransmitted or the link stalled: their RTT is not the
+    /// path's (Karn's algorithm, RFC 6298 §3), and one outage sample would
+    /// otherwise inflate `srtt` for many RTTs.
+    rto_fence: u64,
     pub(crate) last_used: Instant,
     pub(crate) bytes_since_use: u64,
     /// Last time a counted frame was sent (keepalive pings go after idle).
@@ -209,6 +215,7 @@ impl Path {
             kernel_unsent_bytes: 0,
             rto_count: 0,
             rto_deadline: None,
+            rto_fence: 0,
             last_used: now,
             bytes_since_use: 0,
             last_tx: now,
@@ -232,6 +239,7 @@ impl Path {
         self.kernel_unsent_bytes = 0;
         self.rto_count = 0;
         self.rto_deadline = None;
+        self.rto_fence = 0;
         self.rx_counter = 0;
         self.rx_acked = 0;
         self.delivered_time = now;
@@ -274,7 +282,7 @@ impl Path {
         if !self.up {
             Availability::Down
         } else if self.queued_bytes >= self.cfg.queue_limit_bytes
-            || self.in_flight_bytes() + self.queued_bytes >= self.cwnd_bytes()
+            || self.in_flight_bytes() + self.queued_bytes + self.kernel_unsent_bytes >= self.cwnd_bytes()
         {
             Availability::Full
         } else {
@@ -351,9 +359,11 @@ impl Path {
             }
         }
         if let Some(r) = newest {
-            let rtt = now.saturating_duration_since(r.sent_at);
-            let rtt = rtt.checked_sub(delay).filter(|d| !d.is_zero()).unwrap_or(rtt);
-            self.on_rtt_sample(rtt, now);
+            if r.end > self.rto_fence {
+                let rtt = now.saturating_duration_since(r.sent_at);
+                let rtt = rtt.checked_sub(delay).filter(|d| !d.is_zero()).unwrap_or(rtt);
+                self.on_rtt_sample(rtt, now);
+            }
             let interval = now.saturating_duration_since(r.delivered_time_at_send);
             if interval >= Duration::from_micros(100) {
                 let bytes = self.delivered - r.delivered_at_send;
@@ -409,6 +419,7 @@ impl Path {
     pub(crate) fn on_rto(&mut self, now: Instant) -> u32 {
         self.rto_count += 1;
         self.stats.rto_events += 1;
+        self.rto_fence = self.tx_counter;
         let backoff = self.rto().saturating_mul(1u32 << self.rto_count.min(16));
         self.rto_deadline = Some(now + backoff.min(self.cfg.max_rto));
         self.rto_count

@@ -84,8 +84,9 @@ pub enum Frame {
         train_id: String,
         path_name: String,
     },
-    /// Proxy's answer to `HELLO`.
-    HelloAck { version: u8, session: u64, path: PathId },
+    /// Proxy's answer to `HELLO`. `instance` is random per proxy start: a
+    /// relay that sees it change knows the proxy lost every connection.
+    HelloAck { version: u8, session: u64, path: PathId, instance: u64 },
     /// A passenger opened a connection to `dst`.
     Open { conn: ConnId, user: UserId, dst: SocketAddr },
     /// Bytes `[offset, offset + len)` of `conn`'s stream in this direction.
@@ -148,10 +149,11 @@ impl Frame {
                 put_str(out, path_name);
                 ty::HELLO
             }
-            Frame::HelloAck { version, session, path } => {
+            Frame::HelloAck { version, session, path, instance } => {
                 out.push(*version);
                 out.extend_from_slice(&session.to_be_bytes());
                 out.push(path.0);
+                out.extend_from_slice(&instance.to_be_bytes());
                 ty::HELLO_ACK
             }
             Frame::Open { conn, user, dst } => {
@@ -352,7 +354,7 @@ pub fn decode_frame(t: u8, payload: Bytes) -> Result<Option<Frame>, WireError> {
                 path_name: r.string("HELLO.path_name")?,
             }
         }
-        ty::HELLO_ACK => Frame::HelloAck { version: r.u8()?, session: r.u64()?, path: r.path()? },
+        ty::HELLO_ACK => Frame::HelloAck { version: r.u8()?, session: r.u64()?, path: r.path()?, instance: r.u64()? },
         ty::OPEN => {
             let conn = ConnId(r.u32()?);
             let mut user = [0u8; 16];
@@ -482,7 +484,7 @@ mod tests {
                 train_id: "train-0042".into(),
                 path_name: "carrier-a".into(),
             },
-            Frame::HelloAck { version: VERSION, session: 9, path: PathId(1) },
+            Frame::HelloAck { version: VERSION, session: 9, path: PathId(1), instance: 77 },
             Frame::Open {
                 conn: ConnId(7),
                 user: UserId::from("10.66.0.2".parse::<IpAddr>().unwrap()),
