@@ -12,8 +12,8 @@ export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 
 SH_SCRIPTS := $(sort $(wildcard scripts/*.sh testbed/*/*.sh)) .ci/run
 
-# Integration tests (scripts/integration.sh) are added later; until then the
-# step says so instead of silently passing.
+# Integration tests need the namespace testbed (root); the step says so
+# when the script is missing instead of silently passing.
 define run_integration
 	@if [[ -f scripts/integration.sh ]]; then \
 		bash scripts/integration.sh; \
