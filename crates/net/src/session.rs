@@ -226,7 +226,9 @@ impl Session {
                     if st.path_gen[path.index()] != gen {
                         return Err(superseded_err());
                     }
-                    st.ep.handle_input(path, &buf[..n], now).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+                    st.ep
+                        .handle_input(path, &buf[..n], now)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
                 })?;
             }
         };

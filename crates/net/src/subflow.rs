@@ -156,7 +156,9 @@ pub async fn client_hello<S: AsyncRead + AsyncWrite + Unpin>(
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "waiting for HELLO_ACK"))??;
     match f {
-        Frame::HelloAck { version: VERSION, session, path, instance } if session == hello.session && path == hello.path => {
+        Frame::HelloAck { version: VERSION, session, path, instance }
+            if session == hello.session && path == hello.path =>
+        {
             Ok(instance)
         }
         Frame::HelloAck { version, .. } if version != VERSION => Err(io::Error::new(
