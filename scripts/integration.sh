@@ -66,6 +66,33 @@ for f in 0B.bin 1KiB.bin 1MiB.bin 10MiB.bin 100MiB.bin; do
     check "curl upload $f through the pair, sha256 equal" upload_intact "$f"
 done
 
+dns_through_tunnel() {
+    # dig asks the train's gateway; nftables sends it to the relay, which
+    # forwards it over the tunnel to the cloud's resolver.
+    local a
+    a=$(PAX dig +short +time=3 +tries=1 @"$LAN_ADDR" origin.test A) && [[ $a == "$ORIGIN_ADDR" ]]
+}
+check "a passenger's DNS query is answered through the tunnel" dns_through_tunnel
+
+quic_rejected() {
+    # UDP 443 from passengers is refused at once (ICMP port unreachable),
+    # so apps fall back to TCP instead of waiting for a QUIC timeout.
+    PAX python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+s.connect((sys.argv[1], 443))
+s.send(b"x")
+try:
+    s.recv(10)
+except ConnectionRefusedError:
+    sys.exit(0)
+except OSError:
+    sys.exit(1)
+sys.exit(1)' "$ORIGIN_ADDR"
+}
+check "passenger QUIC (UDP 443) is rejected so apps fall back to TCP" quic_rejected
+
 socks_intact() {
     local got
     got=$(PAX curl -fsS --max-time 60 --socks5 "$RELAY_SOCKS" "$ORIGIN/files/1MiB.bin" | sha_of) &&
@@ -127,7 +154,7 @@ metrics_exported() {
     local m p
     m=$(ip netns exec "$NS_TRAIN" curl -fsS "http://$RELAY_METRICS/metrics") &&
         p=$(ip netns exec "$NS_CLOUD" curl -fsS "http://$PROXY_METRICS/metrics") || return 1
-    grep -q '^polycorn_path_srtt_seconds{' <<<"$m" && grep -q '^polycorn_conns_opened_total' <<<"$m" &&
+    grep -q '^polycorn_path_srtt_seconds{' <<<"$m" && grep -q '^polycorn_conn_opened_total' <<<"$m" &&
         grep -q '^polycorn_capture_accepted_total{' <<<"$m" && grep -q '^polycorn_path_up{' <<<"$p"
 }
 check "both ends export Prometheus metrics" metrics_exported

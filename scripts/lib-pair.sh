@@ -49,10 +49,12 @@ start_relay() {
     echo $! >"$PC_STATE/run/$name.pid"
 }
 
-# The usual relay: transparent capture on the passenger LAN plus SOCKS5.
+# The usual relay: transparent capture on the passenger LAN, SOCKS5, and
+# passengers' DNS answered by the origin's resolver through the tunnel.
 start_main_relay() {
     start_relay relay "$TRAIN_ID" --listen-transparent "0.0.0.0:$RELAY_TPROXY_PORT" --lan-interface lan0 \
-        --listen-socks "$RELAY_SOCKS" --metrics-listen "$RELAY_METRICS" "$@"
+        --listen-socks "$RELAY_SOCKS" --listen-dns 0.0.0.0:5353 --dns-upstream "$ORIGIN_ADDR:53" \
+        --metrics-listen "$RELAY_METRICS" "$@"
 }
 
 # wait_http NS URL SECONDS: poll until the URL answers 200.

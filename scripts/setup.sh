@@ -75,6 +75,9 @@ component_origin() {
     # unrelated echo module, so it is not used.
     need_apt nginx
     after_install check_nginx_dav
+    # A resolver for passengers' DNS through the tunnel (dnsmasq-base: the
+    # binary without a service), and a real DNS client to query it.
+    need_apt dnsmasq-base bind9-dnsutils
 }
 
 check_nginx_dav() {

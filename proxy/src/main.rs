@@ -161,12 +161,7 @@ struct Proxy {
 
 impl Proxy {
     fn allowed(&self, dst: SocketAddr) -> bool {
-        // ::ffff:127.0.0.1 is 127.0.0.1: compare the canonical form.
-        let ip = dst.ip().to_canonical();
-        if self.s.deny.iter().any(|n| n.contains(&ip)) {
-            return false;
-        }
-        self.s.allow.as_ref().is_none_or(|a| a.iter().any(|n| n.contains(&ip)))
+        destination_allowed(&self.s.deny, self.s.allow.as_deref(), dst)
     }
 
     /// The session for `hello`, replacing an older one of a restarted relay.
@@ -267,6 +262,14 @@ impl Proxy {
     }
 }
 
+/// The destination policy: never a denied network; only allowed ones when an
+/// allow list is set.
+fn destination_allowed(deny: &[IpNet], allow: Option<&[IpNet]>, dst: SocketAddr) -> bool {
+    // ::ffff:127.0.0.1 is 127.0.0.1: compare the canonical form.
+    let ip = dst.ip().to_canonical();
+    !deny.iter().any(|n| n.contains(&ip)) && allow.is_none_or(|a| a.iter().any(|n| n.contains(&ip)))
+}
+
 fn stream_reset(stream: polycorn_net::ConnStream, code: u32) {
     stream.reset(code);
 }
@@ -351,5 +354,39 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(deny: &[&str], allow: Option<&[&str]>) -> impl Fn(&str) -> bool {
+        let deny: Vec<IpNet> = deny.iter().map(|s| s.parse().unwrap()).collect();
+        let allow: Option<Vec<IpNet>> = allow.map(|a| a.iter().map(|s| s.parse().unwrap()).collect());
+        move |dst: &str| destination_allowed(&deny, allow.as_deref(), dst.parse().unwrap())
+    }
+
+    #[test]
+    fn loopback_is_refused_in_every_spelling() {
+        let ok = policy(&["127.0.0.0/8", "::1/128"], None);
+        assert!(!ok("127.0.0.1:80"));
+        assert!(!ok("[::ffff:127.0.0.1]:80"), "IPv4-mapped loopback is loopback");
+        assert!(!ok("[::1]:80"));
+        assert!(ok("10.99.0.10:80"));
+    }
+
+    #[test]
+    fn an_allow_list_admits_only_its_networks() {
+        let ok = policy(&[], Some(&["10.99.0.0/24"]));
+        assert!(ok("10.99.0.10:80"));
+        assert!(!ok("10.98.0.10:80"));
+    }
+
+    #[test]
+    fn the_config_file_uses_the_flag_names() {
+        let o: Opts = toml::from_str("train-id = \"t\"\ndeny = [\"10.0.0.0/8\"]\n").unwrap();
+        assert_eq!(o.deny.unwrap().len(), 1);
+        assert!(toml::from_str::<Opts>("listen = 5\n").is_err());
     }
 }

@@ -393,3 +393,37 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_spec_names_interface_and_proxy() {
+        let p = parse_path(1, "carrier-b=wwan1@203.0.113.7:4433").unwrap();
+        assert_eq!(p.id, PathId(1));
+        assert_eq!(p.name, "carrier-b");
+        assert_eq!(p.device.as_deref(), Some("wwan1"));
+        assert_eq!(p.proxy, "203.0.113.7:4433".parse().unwrap());
+        let p = parse_path(0, "lab=@[::1]:4433").unwrap();
+        assert_eq!(p.device, None, "an empty device means no SO_BINDTODEVICE");
+    }
+
+    #[test]
+    fn malformed_path_specs_are_refused_with_the_expected_form() {
+        for bad in ["carrier", "=wwan0@1.2.3.4:1", "a=wwan0", "a=wwan0@nowhere", "a=wwan0@1.2.3.4"] {
+            let e = parse_path(0, bad).unwrap_err().to_string();
+            assert!(e.contains("NAME=DEVICE@PROXY_ADDR"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_config_file_uses_the_flag_names() {
+        let o: Opts =
+            toml::from_str("train-id = \"train-0001\"\npath = [\"a=car0@10.77.0.2:4433\"]\nscheduler = \"blest\"\n")
+                .unwrap();
+        assert_eq!(o.paths.unwrap().len(), 1);
+        assert_eq!(o.scheduler.as_deref(), Some("blest"));
+        assert!(toml::from_str::<Opts>("trian-id = \"x\"\n").is_err(), "typos are errors");
+    }
+}

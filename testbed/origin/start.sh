@@ -4,6 +4,8 @@
 #   :80    nginx: GET /files/* (make-files.sh), PUT/GET/DELETE /upload/*
 #   :5201  iperf3 server
 #   :7     TCP echo server (echo.py), for interactive / messaging tests
+#   :53    dnsmasq (UDP and TCP): origin.test -> 10.99.0.10, for passengers'
+#          DNS carried through the tunnel
 # Pid files go to $PC_STATE/run/, logs to $PC_STATE/origin/logs/.
 # Restarts anything already running, then returns once all three listen.
 set -euo pipefail
@@ -13,7 +15,7 @@ source "$here/../netns/lib.sh"
 pc_require_root
 
 pc_ns_exists "$NS_CLOUD" || { echo "origin/start.sh: namespace $NS_CLOUD does not exist: run testbed/netns/up.sh first" >&2; exit 1; }
-for tool in nginx iperf3 python3; do
+for tool in nginx iperf3 python3 dnsmasq; do
     command -v "$tool" >/dev/null || { echo "origin/start.sh: $tool not found: run 'make setup'" >&2; exit 1; }
 done
 
@@ -39,15 +41,21 @@ in_cloud setsid python3 "$here/echo.py" --bind "$ORIGIN_ADDR" --port 7 --pidfile
     </dev/null >>"$origin/logs/echo.log" 2>&1 &
 disown
 
+# No upstream servers: it answers only for its own names, never forwards.
+in_cloud dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address="$ORIGIN_ADDR" \
+    --port=53 --address=/origin.test/"$ORIGIN_ADDR" --pid-file="$run/dnsmasq.pid" --log-facility=- \
+    </dev/null >>"$origin/logs/dnsmasq.log" 2>&1 &
+disown
+
 for ((i = 0; i < 50; i++)); do
-    listening=$(in_cloud ss -Hltn "src $ORIGIN_ADDR and ( sport = :80 or sport = :5201 or sport = :7 )" | wc -l)
-    ((listening >= 3)) && [[ -s $run/echo.pid ]] && break
+    listening=$(in_cloud ss -Hltn "src $ORIGIN_ADDR and ( sport = :80 or sport = :5201 or sport = :7 or sport = :53 )" | wc -l)
+    ((listening >= 4)) && [[ -s $run/echo.pid ]] && break
     sleep 0.1
 done
-if ((listening < 3)); then
+if ((listening < 4)); then
     echo "origin/start.sh: servers did not all start within 5 s; listening:" >&2
     in_cloud ss -ltnp >&2
     echo "logs: $origin/logs/" >&2
     exit 1
 fi
-echo "origin up in $NS_CLOUD: http://$ORIGIN_ADDR/files/ (PUT to /upload/), iperf3 $ORIGIN_ADDR:5201, echo $ORIGIN_ADDR:7"
+echo "origin up in $NS_CLOUD: http://$ORIGIN_ADDR/files/ (PUT to /upload/), iperf3 $ORIGIN_ADDR:5201, echo $ORIGIN_ADDR:7, DNS $ORIGIN_ADDR:53"

@@ -11,7 +11,7 @@ run=$PC_STATE/run
 
 # name:expected-comm. The comm check keeps a stale pid file, whose pid the
 # kernel has since given to another process, from killing that process.
-for entry in nginx:nginx iperf3:iperf3 echo:python3; do
+for entry in nginx:nginx iperf3:iperf3 echo:python3 dnsmasq:dnsmasq; do
     name=${entry%%:*} comm=${entry#*:}
     pidfile=$run/$name.pid
     [[ -s $pidfile ]] || { rm -f "$pidfile"; continue; }

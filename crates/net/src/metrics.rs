@@ -89,17 +89,22 @@ impl prometheus_client::collector::Collector for SnapshotCollector {
 pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, String)], now: std::time::Instant) {
     let s = ep.stats();
     let n = Labels::new;
-    w.gauge("polycorn_conns_active", "Passenger connections open.", n(), ep.conn_count() as f64);
-    w.gauge("polycorn_users_active", "Passengers with data waiting to be scheduled.", n(), ep.active_users() as f64);
+    w.gauge("polycorn_conn_active", "Passenger connections open.", n(), ep.conn_count() as f64);
     w.gauge(
-        "polycorn_buffered_bytes",
+        "polycorn_sched_users_active",
+        "Passengers with data waiting to be scheduled.",
+        n(),
+        ep.active_users() as f64,
+    );
+    w.gauge(
+        "polycorn_conn_buffered_bytes",
         "Bytes held in connection send and receive buffers.",
         n(),
         ep.buffered_bytes() as f64,
     );
-    w.counter("polycorn_conns_opened", "Passenger connections opened.", n(), s.conns_opened as f64);
-    w.counter("polycorn_conns_closed", "Passenger connections closed cleanly.", n(), s.conns_closed as f64);
-    w.counter("polycorn_conns_reset", "Passenger connections reset.", n(), s.conns_reset as f64);
+    w.counter("polycorn_conn_opened", "Passenger connections opened.", n(), s.conns_opened as f64);
+    w.counter("polycorn_conn_closed", "Passenger connections closed cleanly.", n(), s.conns_closed as f64);
+    w.counter("polycorn_conn_reset", "Passenger connections reset.", n(), s.conns_reset as f64);
     w.counter("polycorn_sched_decisions", "Scheduling decisions made.", n(), s.decisions as f64);
     w.counter(
         "polycorn_sched_reinjected_bytes",
@@ -119,7 +124,12 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         n(),
         s.duplicate_bytes_received as f64,
     );
-    w.counter("polycorn_protocol_errors", "Subflows closed for breaking the protocol.", n(), s.protocol_errors as f64);
+    w.counter(
+        "polycorn_wire_protocol_errors",
+        "Subflows closed for breaking the protocol.",
+        n(),
+        s.protocol_errors as f64,
+    );
     w.counter("polycorn_telemetry_received_records", "Telemetry records received.", n(), s.telemetry_received as f64);
     for (id, name) in path_names {
         let l = || vec![("path".to_string(), id.0.to_string()), ("name".to_string(), name.clone())];
@@ -137,7 +147,12 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
             l(),
             v.delivery_rate_bps as f64,
         );
-        w.gauge("polycorn_path_rto_count", "RTOs of the oldest unacknowledged data.", l(), f64::from(v.rto_count));
+        w.gauge(
+            "polycorn_path_consecutive_rtos",
+            "RTOs of the oldest unacknowledged data.",
+            l(),
+            f64::from(v.rto_count),
+        );
         w.counter("polycorn_path_sent_bytes", "Bytes written to the subflow.", l(), st.sent_bytes as f64);
         w.counter("polycorn_path_received_bytes", "Bytes read from the subflow.", l(), st.received_bytes as f64);
         w.counter("polycorn_path_data_bytes", "Passenger bytes sent on the path.", l(), st.data_bytes_sent as f64);
