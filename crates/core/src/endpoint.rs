@@ -191,6 +191,8 @@ pub struct Endpoint {
     stats: EndpointStats,
     views: Vec<PathView>,
     acked_scratch: Vec<SentRecord>,
+    /// RESETs made while no path was up.
+    orphan_resets: Vec<Frame>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -227,6 +229,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             views: Vec::with_capacity(MAX_PATHS),
             acked_scratch: Vec::new(),
+            orphan_resets: Vec::new(),
         }
     }
 
@@ -266,6 +269,7 @@ impl Endpoint {
         for c in unconfirmed {
             slot.ctrl.push_back(Frame::Open { conn: c.id, user: c.user, dst: c.dst });
         }
+        slot.ctrl.extend(self.orphan_resets.drain(..));
     }
 
     /// The subflow for `path` is gone. Everything it had not delivered goes
@@ -451,7 +455,12 @@ impl Endpoint {
         if let Some(c) = self.conns.remove(&conn) {
             self.users.deactivate(c.user, conn);
             self.stats.conns_reset += 1;
-            self.broadcast(Frame::Reset { conn, code });
+            if self.up_paths().is_empty() {
+                // No path to carry it now: the first path to come up does.
+                self.orphan_resets.push(Frame::Reset { conn, code });
+            } else {
+                self.broadcast(Frame::Reset { conn, code });
+            }
         }
     }
 
@@ -858,6 +867,7 @@ impl Endpoint {
     /// Fire due timers: retransmission timeouts (and reinjection), keepalive
     /// pings, dead-path detection.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.users.forget_idle(now);
         for i in 0..MAX_PATHS {
             let Some(slot) = self.slots[i].as_mut() else { continue };
             if !slot.path.up {
@@ -1014,6 +1024,24 @@ mod tests {
         pump(&mut relay, &mut proxy, now);
         let ev: Vec<Event> = std::iter::from_fn(|| relay.poll_event()).collect();
         assert!(ev.contains(&Event::TelemetryAcked { seq: 1 }));
+    }
+
+    #[test]
+    fn a_reset_made_while_no_path_is_up_goes_out_on_the_next_path() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        relay.path_up(PathId(0), now);
+        proxy.path_up(PathId(0), now);
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        assert!(proxy.has_conn(c));
+        relay.path_down(PathId(0), now);
+        proxy.path_down(PathId(0), now);
+        relay.reset(c, 9, now);
+        relay.path_up(PathId(1), now);
+        proxy.path_up(PathId(1), now);
+        pump(&mut relay, &mut proxy, now);
+        assert!(!proxy.has_conn(c), "the proxy learned of the reset");
     }
 
     #[test]

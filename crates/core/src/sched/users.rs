@@ -61,13 +61,20 @@ impl UserScheduler {
         }
     }
 
-    /// Forget a user with no flows left (bounded memory over a long trip).
-    pub fn forget_idle(&mut self, user: UserId, now: Instant) {
-        if let Some(u) = self.users.get(&user) {
-            if u.flows.is_empty() && self.decayed(u, now) < 1.0 {
-                self.users.remove(&user);
-            }
-        }
+    /// Forget users with no flows whose served bytes have decayed away, so
+    /// memory stays bounded over a long trip with passengers coming and
+    /// going. Forgetting them changes nothing: a returning user starts at 0.
+    pub fn forget_idle(&mut self, now: Instant) {
+        let tau = self.tau.as_secs_f64();
+        self.users.retain(|_, u| {
+            let dt = now.saturating_duration_since(u.updated).as_secs_f64();
+            !u.flows.is_empty() || u.served * (-dt / tau).exp() >= 1.0
+        });
+    }
+
+    /// Users the scheduler remembers (active or recently served).
+    pub fn known_users(&self) -> usize {
+        self.users.len()
     }
 
     /// The next (user, flow) to serve, skipping users in `skip`. The flow is
@@ -156,6 +163,20 @@ mod tests {
         s.deactivate(u(1), ConnId(2));
         let order: Vec<u32> = (0..2).map(|_| s.next(now, &[]).unwrap().1 .0).collect();
         assert_eq!(order, vec![1, 3]);
+    }
+
+    #[test]
+    fn idle_users_are_forgotten_once_their_history_decays() {
+        let t0 = Instant::now();
+        let mut s = UserScheduler::new(Duration::from_secs(1));
+        s.activate(u(1), ConnId(1), t0);
+        s.activate(u(2), ConnId(2), t0);
+        s.served(u(1), 1_000_000, t0);
+        s.deactivate(u(1), ConnId(1));
+        s.forget_idle(t0 + Duration::from_secs(1));
+        assert_eq!(s.known_users(), 2, "recent history is kept");
+        s.forget_idle(t0 + Duration::from_secs(20));
+        assert_eq!(s.known_users(), 1, "user 2 still has a flow; user 1 is forgotten");
     }
 
     #[test]
