@@ -24,6 +24,8 @@ trap cleanup EXIT
 echo "== building the testbed: $NS_PAX (passengers) -> $NS_TRAIN (relay) =[$PC_CARRIERS carriers]=> $NS_CLOUD (proxy, origin)"
 testbed/netns/up.sh >/dev/null
 testbed/origin/start.sh >/dev/null
+# Logs are appended across restarts within a run; start each run fresh.
+rm -rf "$PC_STATE/logs"
 pair_pki
 ORIGIN=http://$ORIGIN_ADDR
 FILES="$PC_STATE/origin/www/files"

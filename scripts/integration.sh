@@ -31,6 +31,8 @@ trap cleanup EXIT
 
 testbed/netns/up.sh >/dev/null
 testbed/origin/start.sh >/dev/null
+# Logs are appended across restarts within a run; start each run fresh.
+rm -rf "$PC_STATE/logs"
 pair_pki
 start_proxy
 start_main_relay
@@ -159,6 +161,28 @@ metrics_exported() {
 }
 check "both ends export Prometheus metrics" metrics_exported
 
+proxy_restart_recovers() {
+    # A restarted proxy has lost every connection; the relay notices (new
+    # proxy instance in HELLO_ACK), resets what it had, reconnects its
+    # subflows, and new connections work.
+    stop_pid proxy
+    start_proxy
+    # Give the relay a moment to see its subflows close before asking.
+    sleep 1
+    wait_paths_up "$PC_CARRIERS" && download_intact 1MiB.bin &&
+        grep -q "proxy restarted: resetting passenger connections" "$PC_STATE/logs/relay.log"
+}
+check "after a proxy restart the relay reconnects and traffic flows again" proxy_restart_recovers
+
+relay_restart_recovers() {
+    # A restarted relay opens a new session; the proxy drops the old one.
+    stop_pid relay
+    start_main_relay
+    sleep 1
+    wait_paths_up "$PC_CARRIERS" && download_intact 1MiB.bin && grep -q "replacing its session" "$PC_STATE/logs/proxy.log"
+}
+check "after a relay restart the proxy replaces the old session and traffic flows again" relay_restart_recovers
+
 kernel_mptcp_transport() {
     stop_pair
     start_proxy --transport kernel-mptcp
@@ -169,6 +193,18 @@ kernel_mptcp_transport() {
     ip netns exec "$NS_TRAIN" ss -tniM | grep -q mptcp
 }
 check "kernel-mptcp transport carries passenger traffic intact over one MPTCP connection" kernel_mptcp_transport
+
+graceful_shutdown() {
+    # SIGTERM: the relay removes its nftables table and exits by itself
+    # (stop_pid would only escalate to SIGKILL after 3 s).
+    local pid
+    pid=$(cat "$PC_STATE/run/relay.pid")
+    ip netns exec "$NS_TRAIN" nft list table inet polycorn_relay >/dev/null || return 1
+    kill -TERM "$pid"
+    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    ! kill -0 "$pid" 2>/dev/null && ! ip netns exec "$NS_TRAIN" nft list table inet polycorn_relay >/dev/null 2>&1
+}
+check "on SIGTERM the relay exits and removes its interception rules" graceful_shutdown
 
 echo
 echo "integration: $pass passed, $fail failed"

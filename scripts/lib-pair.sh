@@ -25,7 +25,7 @@ start_proxy() {
     mkdir -p "$PC_STATE/run" "$PC_STATE/logs"
     ip netns exec "$NS_CLOUD" "$BIN/polycorn-proxy" --train-id "$TRAIN_ID" --listen "0.0.0.0:$PROXY_PORT" \
         --ca "$PKI_DIR/ca.crt" --cert "$PKI_DIR/proxy.crt" --key "$PKI_DIR/proxy.key" \
-        --metrics-listen "$PROXY_METRICS" "$@" >"$PC_STATE/logs/proxy.log" 2>&1 &
+        --metrics-listen "$PROXY_METRICS" "$@" >>"$PC_STATE/logs/proxy.log" 2>&1 &
     echo $! >"$PC_STATE/run/proxy.pid"
 }
 
@@ -45,7 +45,7 @@ start_relay() {
     # shellcheck disable=SC2046  # relay_paths yields separate flags on purpose
     ip netns exec "$NS_TRAIN" "$BIN/polycorn-relay" --train-id "$train" $(relay_paths) \
         --ca "$PKI_DIR/ca.crt" --cert "$PKI_DIR/$train.crt" --key "$PKI_DIR/$train.key" \
-        --proxy-name proxy.polycorn "$@" >"$PC_STATE/logs/$name.log" 2>&1 &
+        --proxy-name proxy.polycorn "$@" >>"$PC_STATE/logs/$name.log" 2>&1 &
     echo $! >"$PC_STATE/run/$name.pid"
 }
 

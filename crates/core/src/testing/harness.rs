@@ -50,7 +50,8 @@ impl Side {
 }
 
 /// A path goes away at `at` (its subflow and everything in it are lost) and,
-/// optionally, comes back at `revive_at`.
+/// optionally, comes back at `revive_at`, with a fresh subflow at both ends
+/// at that instant (even inside a blackout: the revive is the test's word).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kill {
     pub at: Duration,
@@ -469,8 +470,11 @@ pub struct Harness {
     app_errors: Vec<String>,
     path_log: Vec<PathLogEntry>,
     max_buffered: [u64; 2],
+    /// Application reads and writes (fixed size).
     io_buf: Vec<u8>,
     expect_buf: Vec<u8>,
+    /// Bytes moving between an endpoint and a pipe.
+    wire_buf: Vec<u8>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -531,6 +535,7 @@ impl Harness {
             max_buffered: [0; 2],
             io_buf: vec![0; APP_CHUNK],
             expect_buf: vec![0; APP_CHUNK],
+            wire_buf: Vec::new(),
         };
         for (i, spec) in paths.into_iter().enumerate() {
             let spans = spec.blackouts.iter().map(|&(s, e)| (ns(s), ns(e))).collect();
@@ -853,7 +858,7 @@ impl Harness {
         let (now, at) = (self.now, self.at());
         let mut progress = false;
         let mut failed: Vec<(usize, Side, String)> = Vec::new();
-        let mut buf = std::mem::take(&mut self.io_buf);
+        let mut buf = std::mem::take(&mut self.wire_buf);
         for (i, p) in self.paths.iter_mut().enumerate() {
             let Some(pipes) = p.pipes.as_mut() else { continue };
             for (dir, pipe) in pipes.iter_mut().enumerate() {
@@ -869,8 +874,7 @@ impl Harness {
                 }
             }
         }
-        buf.resize(APP_CHUNK, 0);
-        self.io_buf = buf;
+        self.wire_buf = buf;
         for (i, side, e) in failed {
             self.input_errors.push(format!("{:?} {side:?}: {e}", self.now()));
             self.close_and_reconnect(i, PathChange::InputError(side));
@@ -894,7 +898,7 @@ impl Harness {
         let (now, at) = (self.now, self.at());
         let kernel = self.cfg.kernel_buffer_bytes;
         let mut progress = false;
-        let mut buf = std::mem::take(&mut self.io_buf);
+        let mut buf = std::mem::take(&mut self.wire_buf);
         for (i, p) in self.paths.iter_mut().enumerate() {
             let Some(pipes) = p.pipes.as_mut() else { continue };
             let id = PathId(i as u8);
@@ -913,8 +917,7 @@ impl Harness {
                 }
             }
         }
-        buf.resize(APP_CHUNK, 0);
-        self.io_buf = buf;
+        self.wire_buf = buf;
         progress
     }
 

@@ -86,7 +86,7 @@ fn conns(n: std::ops::Range<usize>) -> impl Strategy<Value = Vec<ConnSpec>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn every_byte_arrives_once_in_order_and_intact_whatever_happens_to_the_paths(
@@ -125,7 +125,7 @@ fn tunables() -> impl Strategy<Value = SimConfig> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn every_byte_arrives_intact_with_any_tunables(

@@ -109,9 +109,10 @@ proptest! {
                 let ctx = Context { now: t0 + Duration::from_millis(*at_ms), paths, packet: pkt };
                 let placed = p.select(&ctx);
                 for id in placed.iter() {
-                    let v = paths.iter().find(|v| v.id == id);
-                    prop_assert!(v.is_some(), "{}: placed on {id}, which is not live", p.name());
-                    prop_assert_eq!(v.unwrap().availability, Availability::Available, "{}: {} has no room", p.name(), id);
+                    let Some(v) = paths.iter().find(|v| v.id == id) else {
+                        return Err(TestCaseError::fail(format!("{}: placed on {id}, which is not live", p.name())));
+                    };
+                    prop_assert_eq!(v.availability, Availability::Available, "{}: {} has no room", p.name(), id);
                     prop_assert!(
                         !(pkt.is_reinjection && pkt.paths_used.contains(id)),
                         "{}: reinjection sent back to {id}", p.name()
