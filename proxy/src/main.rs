@@ -139,7 +139,8 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             deny,
             allow: o.allow,
             connect_timeout: Duration::from_secs_f64(timeout),
-            conn_window: o.conn_window.unwrap_or(1024 * 1024),
+            conn_window: polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024))
+                .map_err(anyhow::Error::msg)?,
         },
         o.log_json.unwrap_or(false),
     ))

@@ -173,6 +173,7 @@ fn settings() -> anyhow::Result<Settings> {
         "allow" => UdpPolicy::Allow,
         other => bail!("unknown --udp-policy {other:?}: use reject-quic, drop-all or allow"),
     };
+    polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024)).map_err(anyhow::Error::msg)?;
     if o.listen_dns.is_some() != o.dns_upstream.is_some() {
         bail!("--listen-dns and --dns-upstream go together");
     }

@@ -16,6 +16,17 @@ pub fn load_toml<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result<T
     toml::from_str(&text).map_err(|e| format!("parsing config file {}: {e}", path.display()))
 }
 
+/// The receive window must be at least the protocol's initial limit, which a
+/// peer may use before any WINDOW frame arrives.
+pub fn check_conn_window(bytes: u64) -> Result<u64, String> {
+    let min = polycorn_core::conn::INITIAL_MAX_DATA;
+    if (min..=1 << 30).contains(&bytes) {
+        Ok(bytes)
+    } else {
+        Err(format!("--conn-window must be between {min} and {} bytes, got {bytes}", 1u64 << 30))
+    }
+}
+
 /// `merge_options!(cli, file; a, b, c)` sets each listed field of `cli` to
 /// the file's value when the command line and environment left it unset.
 #[macro_export]
