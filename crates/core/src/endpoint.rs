@@ -695,8 +695,7 @@ impl Endpoint {
         }
 
         // Data-level ACKs and window updates ride on any healthy path.
-        let healthy = slot.path.rto_count == 0 && slot.path.link_state != LinkState::NoService;
-        if healthy {
+        if Self::carries_acks(&slot.path) {
             while let Some(&cid) = self.ack_queue.front() {
                 let Some(c) = self.conns.get_mut(&cid) else {
                     self.ack_queue.pop_front();
@@ -764,10 +763,22 @@ impl Endpoint {
     }
 
     /// Whether `path` has frames waiting to be written.
+    /// Includes data-level ACKs and WINDOW updates waiting for any healthy
+    /// path: a shell that slept on those would leave a flow-controlled peer
+    /// waiting for the next keepalive.
     pub fn has_pending(&self, path: PathId) -> bool {
         self.slots[path.index()].as_ref().is_some_and(|s| {
-            s.path.up && (!s.ctrl.is_empty() || !s.data.is_empty() || s.path.rx_counter > s.path.rx_acked)
+            s.path.up
+                && (!s.ctrl.is_empty()
+                    || !s.data.is_empty()
+                    || s.path.rx_counter > s.path.rx_acked
+                    || (!self.ack_queue.is_empty() && Self::carries_acks(&s.path)))
         })
+    }
+
+    /// Whether data-level ACKs and WINDOW updates may ride on this path.
+    fn carries_acks(p: &Path) -> bool {
+        p.rto_count == 0 && p.link_state != LinkState::NoService
     }
 
     fn refresh_views(&mut self, now: Instant) {
@@ -1042,6 +1053,23 @@ mod tests {
         proxy.path_up(PathId(1), now);
         pump(&mut relay, &mut proxy, now);
         assert!(!proxy.has_conn(c), "the proxy learned of the reset");
+    }
+
+    #[test]
+    fn a_window_update_wakes_the_writers() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        relay.path_up(PathId(0), now);
+        proxy.path_up(PathId(0), now);
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        // A full send buffer: reading it all frees more than half a window.
+        let n = relay.send(c, &vec![5u8; 1 << 20], now).unwrap();
+        assert!(n as u64 >= proxy.config().conn_window_bytes / 2);
+        pump(&mut relay, &mut proxy, now);
+        assert!(!proxy.has_pending(PathId(0)));
+        let mut buf = vec![0u8; n];
+        assert_eq!(proxy.recv(c, &mut buf), Ok(Recv::Data(n)));
+        assert!(proxy.has_pending(PathId(0)), "the WINDOW frame must wake a writer");
     }
 
     #[test]
