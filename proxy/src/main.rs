@@ -340,7 +340,7 @@ async fn main() -> anyhow::Result<()> {
     };
     tokio::select! {
         _ = accept => {}
-        _ = shutdown_signal() => info!("shutting down"),
+        _ = polycorn_net::shutdown_signal() => info!("shutting down"),
     }
     let _ = stop_tx.send(true);
     if let Some((_, s)) = proxy.current.lock().unwrap_or_else(|e| e.into_inner()).session.take() {
@@ -348,14 +348,6 @@ async fn main() -> anyhow::Result<()> {
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), metrics_task).await;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
 
 #[cfg(test)]

@@ -325,28 +325,30 @@ async fn main() -> anyhow::Result<()> {
     let ms = session.clone();
     sources.push(Arc::new(move |w| ms.with(|st, now| metrics::write_endpoint(w, &st.ep, &names, now))));
 
-    let opts = |max_conns| RelayOpts { max_conns, ..Default::default() };
-    if let Some(addr) = s.opts.listen_transparent {
-        let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        let o = opts(max_conns);
+    // Each passenger-facing server gets its own counters, exported with a
+    // `listener` label.
+    let mut opts_for = |kind: &'static str| {
+        let o = RelayOpts { max_conns, ..Default::default() };
         let st = o.stats.clone();
-        sources.push(Arc::new(move |w| capture_metrics(w, "transparent", &st)));
+        sources.push(Arc::new(move |w| capture_metrics(w, kind, &st)));
+        o
+    };
+    let bind = |addr: SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))
+    };
+    if let Some(addr) = s.opts.listen_transparent {
+        let (l, o) = (bind(addr).await?, opts_for("transparent"));
         tasks.spawn(polycorn_capture::serve_transparent(l, dialer.clone(), o, stop(stop_rx.clone())));
         info!(%addr, "transparent capture listening");
     }
     if let Some(addr) = s.opts.listen_socks {
-        let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        let o = opts(max_conns);
-        let st = o.stats.clone();
-        sources.push(Arc::new(move |w| capture_metrics(w, "socks5", &st)));
+        let (l, o) = (bind(addr).await?, opts_for("socks5"));
         tasks.spawn(polycorn_capture::serve_socks5(l, dialer.clone(), o, stop(stop_rx.clone())));
         info!(%addr, "SOCKS5 listening");
     }
     if let (Some(addr), Some(upstream)) = (s.opts.listen_dns, s.opts.dns_upstream) {
         let sock = tokio::net::UdpSocket::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        let o = opts(max_conns);
-        let st = o.stats.clone();
-        sources.push(Arc::new(move |w| capture_metrics(w, "dns", &st)));
+        let o = opts_for("dns");
         tasks.spawn(polycorn_capture::serve_dns(sock, upstream, dialer.clone(), o, stop(stop_rx.clone())));
         info!(%addr, %upstream, "DNS listening");
     }
@@ -374,7 +376,7 @@ async fn main() -> anyhow::Result<()> {
         }
     });
 
-    shutdown_signal().await;
+    polycorn_net::shutdown_signal().await;
     info!("shutting down");
     let _ = stop_tx.send(true);
     if let Some(r) = rules {
@@ -385,14 +387,6 @@ async fn main() -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(3), async { while tasks.join_next().await.is_some() {} }).await;
     session.close();
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
 
 #[cfg(test)]

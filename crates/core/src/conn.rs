@@ -264,15 +264,7 @@ impl SendStream {
             None => return 0,
         }
         self.reinject.remove(&offset);
-        let mut cum = self.acked_base;
-        let mut fin = false;
-        for (&off, s) in &self.segs {
-            if off != cum || !s.sacked {
-                break;
-            }
-            cum += u64::from(s.len);
-            fin |= s.fin;
-        }
+        let (cum, fin) = self.delivered_run();
         self.on_ack(cum, fin, &[])
     }
 

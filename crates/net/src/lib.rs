@@ -16,3 +16,20 @@ pub mod telemetry;
 
 pub use session::{ConnStream, Session, SessionEvent};
 pub use subflow::Transport;
+
+/// Resolves on SIGINT or SIGTERM: the shells' graceful-shutdown trigger.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        // Without a SIGTERM handler, Ctrl-C still works.
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
