@@ -49,6 +49,44 @@ fi
 if [[ ! -x $BIN/polycorn-relay || ! -x $BIN/polycorn-proxy || ! -x $BIN/polycorn-pki ]]; then
     cargo build --release --locked -p relay-agent -p polycorn-proxy -p polycorn-pki
 fi
+# Run private copies: a rebuild of target/release during the run (others
+# work in this tree) must not mix two versions of the pair in one result.
+mkdir -p "$WORK/bin"
+cp "$BIN/polycorn-relay" "$BIN/polycorn-proxy" "$BIN/polycorn-pki" "$WORK/bin/"
+BIN=$WORK/bin
+
+# bg_wait OUT ERR CMD...: run CMD (stdout to OUT, stderr to ERR, or to OUT
+# too for -) in the background and wait for it, so that Ctrl-C runs the INT
+# trap at once. With CMD in the foreground, bash runs the trap only when CMD
+# ends, and `timeout` moves its child into a process group of its own, which
+# the terminal's Ctrl-C does not reach. What CMD leaves running inside the
+# namespaces, down.sh kills; the rest (cargo bench), cleanup() kills by
+# BG_PID: a background job of a script ignores SIGINT. (Redirect here, not
+# around the call: the trap runs inside `wait` and would write into the
+# redirection.)
+BG_PID=
+bg_wait() {
+    local out=$1 err=$2 rc=0
+    shift 2
+    if [[ $err == - ]]; then
+        "$@" >"$out" 2>&1 &
+    else
+        "$@" >"$out" 2>"$err" &
+    fi
+    BG_PID=$!
+    wait "$BG_PID" || rc=$?
+    BG_PID=
+    return "$rc"
+}
+
+# kill_tree PID: PID and its descendants, children first.
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1" || true); do
+        kill_tree "$child"
+    done
+    kill "$1" 2>/dev/null || true
+}
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
@@ -56,6 +94,8 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     if [[ -n ${HOLD_PID:-} ]]; then kill "$HOLD_PID" 2>/dev/null || true; fi
+    if [[ -n $BG_PID ]]; then kill_tree "$BG_PID"; fi
+    if [[ -n ${SAMPLER_PID:-} ]]; then kill_tree "$SAMPLER_PID"; fi
     stop_pair || true
     testbed/origin/stop.sh >/dev/null 2>&1 || true
     testbed/netns/down.sh >/dev/null 2>&1 || true
@@ -79,6 +119,13 @@ pid_ticks() {
     s=${s##*) } # fields from 3 (state) on; comm may hold spaces
     read -r -a s <<<"$s"
     echo $((s[11] + s[12]))
+}
+# ctx_switches NAME: voluntary + involuntary context switches of all the
+# threads of a pair process (each sleep/wake-up of a thread counts).
+ctx_switches() {
+    local f="$PC_STATE/run/$1.pid" n=
+    [[ -f $f ]] && n=$(cat "/proc/$(cat "$f")"/task/*/status 2>/dev/null | awk '/ctxt_switches:/ { s += $2 } END { print s + 0 }')
+    echo "${n:-null}"
 }
 # Busy ticks of the whole machine (every CPU, every namespace: includes
 # softirq work of the veths, the iperf3 ends and any other load).
@@ -111,15 +158,17 @@ subflows() {
 scheme_up() {
     case $1 in
         direct | mptcp_raw) return 0 ;;
+        # Explicit scheduler and transport: the results must not follow a
+        # change of the defaults silently.
         relay_*)
             local k=${1#relay_}
-            start_proxy
-            PC_CARRIERS=$k start_main_relay
+            start_proxy --scheduler minrtt --transport tls
+            PC_CARRIERS=$k start_main_relay --scheduler minrtt --transport tls
             wait_paths_up "$k"
             ;;
         kernel_mptcp)
-            start_proxy --transport kernel-mptcp
-            PC_CARRIERS=1 start_main_relay --transport kernel-mptcp
+            start_proxy --scheduler minrtt --transport kernel-mptcp
+            PC_CARRIERS=1 start_main_relay --scheduler minrtt --transport kernel-mptcp
             wait_paths_up 1 || return 1
             # The kernel joins the extra subflows just after the handshake.
             local i
@@ -167,12 +216,15 @@ throughput() {
             top_snapshot "$OUT/dataplane-top.txt" "relay_2 $dir, $(date -u +%FT%TZ)"
         fi
     ) &
-    local sampler=$!
-    local r0 p0 m0 t0 r1 p1 m1 t1 rc=0
+    SAMPLER_PID=$!
+    local r0 p0 m0 t0 rx0 px0 r1 p1 m1 t1 rx1 px1 rc=0
+    rx0=$(ctx_switches relay) px0=$(ctx_switches proxy)
     r0=$(pid_ticks relay) p0=$(pid_ticks proxy) m0=$(machine_ticks) t0=$(now_ns)
-    iperf_client "$scheme" "${flags[@]}" >"$json" 2>"$WORK/iperf.err" || rc=$?
+    bg_wait "$json" "$WORK/iperf.err" iperf_client "$scheme" "${flags[@]}" || rc=$?
     t1=$(now_ns) r1=$(pid_ticks relay) p1=$(pid_ticks proxy) m1=$(machine_ticks)
-    wait "$sampler" || true
+    rx1=$(ctx_switches relay) px1=$(ctx_switches proxy)
+    wait "$SAMPLER_PID" || true
+    SAMPLER_PID=
     local err=null
     if ((rc != 0)) || ! jq -e '.end.sum_received.bytes > 0' "$json" >/dev/null 2>&1; then
         err=$(jq -Rs '.' < <(jq -r '.error // empty' "$json" 2>/dev/null; head -c 300 "$WORK/iperf.err"; echo "exit $rc"))
@@ -181,6 +233,7 @@ throughput() {
     jq -c --argjson rep "$rep" --arg scheme "$scheme" --arg dir "$dir" --argjson hz "$HZ" \
         --argjson relay "$(delta "$r0" "$r1")" --argjson proxy "$(delta "$p0" "$p1")" \
         --argjson machine "$(delta "$m0" "$m1")" --argjson wall_ns "$((t1 - t0))" \
+        --argjson relay_cs "$(delta "$rx0" "$rx1")" --argjson proxy_cs "$(delta "$px0" "$px1")" \
         --argjson subflows "$(cat "$sf_file")" --argjson error "$err" \
         '{kind: "throughput", rep: $rep, scheme: $scheme, dir: $dir,
           bits_per_second: .end.sum_received.bits_per_second, bytes: .end.sum_received.bytes,
@@ -188,7 +241,8 @@ throughput() {
           wall_s: ($wall_ns / 1e9),
           relay_cpu_s: (if $relay == null then null else $relay / $hz end),
           proxy_cpu_s: (if $proxy == null then null else $proxy / $hz end),
-          machine_cpu_s: ($machine / $hz), subflows: $subflows, error: $error}' "$json" >>"$RAW"
+          machine_cpu_s: ($machine / $hz), relay_ctx_switches: $relay_cs, proxy_ctx_switches: $proxy_cs,
+          subflows: $subflows, error: $error}' "$json" >>"$RAW"
     jq -r '"    \(.dir | . + "  ")  \(if .error then "FAILED: " + .error else
         "\(.bits_per_second / 1e9 * 100 | round / 100) Gb/s  empty 100ms intervals \([.intervals[] | select(.[1] == 0)] | length)  subflows \(.subflows)" +
         (if .relay_cpu_s then "  relay \(.relay_cpu_s)s proxy \(.proxy_cpu_s)s CPU" else "" end) end)"' \
@@ -197,17 +251,17 @@ throughput() {
 
 # latency REP SCHEME: echo round trips; appends a record to RAW.
 latency() {
-    local rep=$1 scheme=$2 out
+    local rep=$1 scheme=$2 out=$WORK/rtt.json
     local -a run
     case $scheme in
         direct) run=(ip netns exec "$NS_TRAIN" python3 bench/tools/echo_rtt.py "$DIRECT_ADDR" "$DIRECT_ECHO_PORT") ;;
         origin_local) run=(ip netns exec "$NS_CLOUD" python3 bench/tools/echo_rtt.py "$ORIGIN_ADDR" 7) ;;
         *) run=(ip netns exec "$NS_PAX" python3 bench/tools/echo_rtt.py "$ORIGIN_ADDR" 7) ;;
     esac
-    if out=$(timeout 60 "${run[@]}" --count "$RTTS" 2>"$WORK/rtt.err"); then
+    if bg_wait "$out" "$WORK/rtt.err" timeout 60 "${run[@]}" --count "$RTTS"; then
         jq -c --argjson rep "$rep" --arg scheme "$scheme" '{kind: "latency", rep: $rep, scheme: $scheme, error: null} + .' \
-            <<<"$out" >>"$RAW"
-        jq -r '"    rtt    p50 \(.p50_us) us  p99 \(.p99_us) us"' <<<"$out"
+            "$out" >>"$RAW"
+        jq -r '"    rtt    p50 \(.p50_us) us  p99 \(.p99_us) us"' "$out"
     else
         jq -nc --argjson rep "$rep" --arg scheme "$scheme" --arg e "$(head -c 300 "$WORK/rtt.err")" \
             '{kind: "latency", rep: $rep, scheme: $scheme, error: $e}' >>"$RAW"
@@ -274,8 +328,8 @@ decision() {
     fi
     touch "$marker"
     log "decision: cargo bench -p polycorn-core --bench decision (log: $WORK/decision.log)"
-    if ! cargo bench --locked -p polycorn-core --bench decision -- --warm-up-time 1 --measurement-time 3 'select/minrtt' \
-        >"$WORK/decision.log" 2>&1; then
+    if ! bg_wait "$WORK/decision.log" - \
+        cargo bench --locked -p polycorn-core --bench decision -- --warm-up-time 1 --measurement-time 3 'select/minrtt'; then
         log "decision: cargo bench failed; decision_ns is null. Last lines:"
         tail -n 15 "$WORK/decision.log" | sed 's/^/    /'
         jq -n --arg log "$(tail -n 15 "$WORK/decision.log")" '{error: "cargo bench failed", log_tail: $log}' >"$out"
@@ -367,7 +421,8 @@ jq -n --arg started "$started" --arg finished "$(date -u +%FT%TZ)" --arg commit 
     --arg cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" --argjson ncpu "$(nproc)" \
     --arg kernel "$(uname -r)" --argjson mem_mb "$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)" \
     --arg iperf3 "$(iperf3 --version | head -n 1)" --arg python "$(python3 --version)" \
-    --arg relay "$("$BIN/polycorn-relay" --version)" --arg proxy "$("$BIN/polycorn-proxy" --version)" \
+    --arg relay "$("$BIN/polycorn-relay" --version), sha256 $(sha256sum "$BIN/polycorn-relay" | cut -c1-16)" \
+    --arg proxy "$("$BIN/polycorn-proxy" --version), sha256 $(sha256sum "$BIN/polycorn-proxy" | cut -c1-16)" \
     '{started: $started, finished: $finished, git_commit: $commit, git_dirty: $dirty,
       settings: {reps: $reps, seconds_per_run: $secs, conns: $conns, round_trips: $rtts,
                  mptcp_subflows: $mptcp_subflows, testbed_carriers: $carriers},
