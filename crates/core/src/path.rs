@@ -135,11 +135,6 @@ impl PathView {
             (self.cwnd_bytes as u128 * 1_000_000 / u128::from(self.srtt_us.max(1))) as u64
         }
     }
-
-    /// Room left in the congestion window.
-    pub fn window_room_bytes(&self) -> u64 {
-        self.cwnd_bytes.saturating_sub(self.in_flight_bytes + self.queued_bytes)
-    }
 }
 
 /// Statistics a shell exports (plain data; the shells make metrics).
@@ -282,7 +277,10 @@ impl Path {
         if !self.up {
             Availability::Down
         } else if self.queued_bytes >= self.cfg.queue_limit_bytes
-            || self.in_flight_bytes() + self.queued_bytes + self.kernel_unsent_bytes >= self.cwnd_bytes()
+            // Bytes unsent in the kernel are already in flight (written and
+            // not acknowledged), so they are not added again here; they
+            // only count toward the send-buffer occupancy of `view()`.
+            || self.in_flight_bytes() + self.queued_bytes >= self.cwnd_bytes()
         {
             Availability::Full
         } else {
