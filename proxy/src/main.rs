@@ -232,6 +232,7 @@ impl Proxy {
 
     async fn accept_subflow(self: Arc<Self>, tcp: TcpStream, peer: SocketAddr) -> anyhow::Result<()> {
         subflow::tune(&tcp)?;
+        let probe = subflow::UnsentProbe::new(&tcp)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(self.s.tls.clone());
         let mut tls = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
             .await
@@ -257,7 +258,7 @@ impl Proxy {
         let session = self.session_for(&hello)?;
         subflow::server_ack(&mut tls, &hello, self.instance).await?;
         info!(%peer, path = %hello.path, name = %hello.path_name, "subflow up");
-        let r = session.run_path(hello.path, tls).await;
+        let r = session.run_path(hello.path, tls, Some(probe)).await;
         info!(%peer, path = %hello.path, result = ?r, "subflow down");
         Ok(())
     }

@@ -217,6 +217,7 @@ async fn keep_path(
     loop {
         let attempt = async {
             let tcp = subflow::connect(spec.proxy, spec.device.as_deref(), s.transport).await?;
+            let probe = subflow::UnsentProbe::new(&tcp)?;
             let mut tls = connector.connect(s.proxy_name.clone(), tcp).await?;
             let hello = Hello {
                 session: session_id,
@@ -225,14 +226,14 @@ async fn keep_path(
                 path_name: spec.name.clone(),
             };
             let instance = subflow::client_hello(&mut tls, &hello, Duration::from_secs(10)).await?;
-            Ok::<_, std::io::Error>((tls, instance))
+            Ok::<_, std::io::Error>((tls, instance, probe))
         };
         let r = tokio::select! {
             r = tokio::time::timeout(Duration::from_secs(15), attempt) => r,
             _ = stop.changed() => return,
         };
         match r {
-            Ok(Ok((tls, instance))) => {
+            Ok(Ok((tls, instance, probe))) => {
                 let restarted = {
                     let mut known = proxy.lock().unwrap_or_else(|e| e.into_inner());
                     let restarted = known.is_some_and(|k| k != instance);
@@ -248,7 +249,7 @@ async fn keep_path(
                 info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, "subflow up");
                 backoff = Duration::from_millis(100);
                 let r = tokio::select! {
-                    r = session.run_path(spec.id, tls) => r,
+                    r = session.run_path(spec.id, tls, Some(probe)) => r,
                     _ = stop.changed() => return,
                 };
                 warn!(path = %spec.id, name = %spec.name, error = ?r.err(), "subflow down");

@@ -196,7 +196,15 @@ impl Session {
     /// Carry one subflow until it fails, the peer breaks the protocol, the
     /// endpoint declares the path dead, or the session closes. Calls
     /// `path_up` first and `path_down` last.
-    pub async fn run_path<S>(&self, path: PathId, stream: S) -> io::Result<()>
+    ///
+    /// `probe`, when given, reads the socket's unsent kernel bytes after each
+    /// write and read, for the path's send-buffer occupancy.
+    pub async fn run_path<S>(
+        &self,
+        path: PathId,
+        stream: S,
+        probe: Option<crate::subflow::UnsentProbe>,
+    ) -> io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
@@ -226,6 +234,9 @@ impl Session {
                     if st.path_gen[path.index()] != gen {
                         return Err(superseded_err());
                     }
+                    if let Some(unsent) = probe.as_ref().and_then(|p| p.unsent_bytes()) {
+                        st.ep.set_kernel_unsent(path, unsent);
+                    }
                     st.ep
                         .handle_input(path, &buf[..n], now)
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
@@ -248,6 +259,9 @@ impl Session {
                 }
                 wr.write_all(&out).await?;
                 wr.flush().await?;
+                if let Some(unsent) = probe.as_ref().and_then(|p| p.unsent_bytes()) {
+                    self.with(|st, _| st.ep.set_kernel_unsent(path, unsent));
+                }
             }
         };
         let dead = self.inner.path_dead[path.index()].notified();

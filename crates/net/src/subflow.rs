@@ -87,15 +87,28 @@ pub fn listen(addr: SocketAddr, transport: Transport) -> io::Result<tokio::net::
     tokio::net::TcpListener::from_std(sock.into())
 }
 
-/// Unsent bytes in a socket's kernel buffer (SIOCOUTQNSD).
-pub fn kernel_unsent(stream: &TcpStream) -> Option<u64> {
-    use std::os::fd::AsRawFd;
-    let mut v: libc::c_int = 0;
-    // SAFETY: ioctl with an int out-parameter on a valid socket fd.
-    let rc = unsafe {
-        libc::ioctl(stream.as_raw_fd(), 0x894B /* SIOCOUTQNSD */, &mut v)
-    };
-    (rc == 0).then_some(v.max(0) as u64)
+/// Reads the bytes a subflow socket holds unsent in the kernel
+/// (SIOCOUTQNSD), so the endpoint can count them into the path's send-buffer
+/// occupancy. Holds a duplicate of the socket's descriptor, so it stays valid
+/// whatever wraps the socket (TLS) and however long either lives.
+#[derive(Debug)]
+pub struct UnsentProbe(std::os::fd::OwnedFd);
+
+impl UnsentProbe {
+    pub fn new(stream: &TcpStream) -> io::Result<Self> {
+        use std::os::fd::AsFd;
+        Ok(UnsentProbe(stream.as_fd().try_clone_to_owned()?))
+    }
+
+    pub fn unsent_bytes(&self) -> Option<u64> {
+        use std::os::fd::AsRawFd;
+        let mut v: libc::c_int = 0;
+        // SAFETY: ioctl with an int out-parameter on a socket descriptor we own.
+        let rc = unsafe {
+            libc::ioctl(self.0.as_raw_fd(), 0x894B /* SIOCOUTQNSD */, &mut v)
+        };
+        (rc == 0).then_some(v.max(0) as u64)
+    }
 }
 
 /// Keep SockRef in use for platform checks in tests.
