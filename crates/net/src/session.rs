@@ -197,8 +197,9 @@ impl Session {
     /// endpoint declares the path dead, or the session closes. Calls
     /// `path_up` first and `path_down` last.
     ///
-    /// `probe`, when given, reads the socket's unsent kernel bytes after each
-    /// write and read, for the path's send-buffer occupancy.
+    /// `probe`, when given, reads the socket's unsent kernel bytes on every
+    /// read and before every transmit poll, for the path's send-buffer
+    /// occupancy.
     pub async fn run_path<S>(
         &self,
         path: PathId,
@@ -251,6 +252,11 @@ impl Session {
                     if st.path_gen[path.index()] != gen {
                         return Err(superseded_err());
                     }
+                    // What the last write left unsent in the kernel counts toward
+                    // the path's occupancy before the scheduler decides again.
+                    if let Some(unsent) = probe.as_ref().and_then(|p| p.unsent_bytes()) {
+                        st.ep.set_kernel_unsent(path, unsent);
+                    }
                     Ok(st.ep.poll_transmit(path, now, &mut out, 256 * 1024))
                 })?;
                 if n == 0 {
@@ -259,9 +265,6 @@ impl Session {
                 }
                 wr.write_all(&out).await?;
                 wr.flush().await?;
-                if let Some(unsent) = probe.as_ref().and_then(|p| p.unsent_bytes()) {
-                    self.with(|st, _| st.ep.set_kernel_unsent(path, unsent));
-                }
             }
         };
         let dead = self.inner.path_dead[path.index()].notified();
