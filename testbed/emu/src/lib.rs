@@ -64,6 +64,8 @@ mod link;
 mod rng;
 mod schedule;
 mod trace;
+#[cfg(target_os = "linux")]
+pub mod tun;
 
 pub use link::{
     Admission, ConfigError, Counter, EventKind, Link, LinkConfig, LinkEvent, LinkStats, Packet, Service,
