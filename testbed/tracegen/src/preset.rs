@@ -1,0 +1,272 @@
+//! Named parameter sets (hsr-facts §15.7). Every field names the hsr-facts section it comes
+//! from; "unsourced" marks free parameters the seeds do not constrain.
+
+use serde::Serialize;
+
+/// Parameters of one carrier (A = China Mobile-like, B = China Unicom-like in PC's naming).
+#[derive(Debug, Clone, Serialize)]
+pub struct CarrierParams {
+    /// Label used in logs ("A" or "B").
+    pub label: &'static str,
+    /// Mean gap between handover boundaries along the track, metres (§15.3.1: D_A = 894 m,
+    /// D_B = 631 m for PC; 13.4 s / 8.25 s at 300 / 350 km/h for M19, i.e. 1117 / 802 m).
+    pub mean_gap_m: f64,
+    /// Gamma shape k_s of the boundary gaps (§15.3.1: unconstrained, default 4, CV 0.5).
+    pub gap_shape: f64,
+    /// Target overall failed-handover share; β0 is tuned to it (§15.3.3, §6.3, §6.2).
+    pub target_fail_share: f64,
+    /// Log-odds of failure when RSRP < −95 dBm at HO start (§15.3.3, §7.1: A 1.99, B 0.90).
+    pub beta_rsrp: f64,
+    /// Log-odds of failure when the trigger is ≥ 200 m past the boundary (§15.3.3: A 0.46, B 0.70).
+    pub beta_late: f64,
+    /// SD of the route-fixed per-cell log-odds u_cell (§15.3.3; chosen as the logit-scale SD of
+    /// the Beta(1.63, 24.5) / Beta(0.91, 15.7) fits there: ≈0.95 / ≈1.2 — a model fit, not data).
+    pub sigma_cell: f64,
+    /// Weibull shape of the capacity marginal (§15.4: A 0.993, B 1.078).
+    pub weibull_k: f64,
+    /// Weibull scale of the capacity marginal, Mbit/s (§15.4: A 9.09, B 14.72).
+    pub weibull_lambda_mbps: f64,
+    /// RTT shifted-gamma shift, ms (§15.5: A 97, B 141; M19-BBR 50).
+    pub rtt_shift_ms: f64,
+    /// RTT shifted-gamma shape (§15.5: A 0.64, B 0.33; M19-BBR 0.58).
+    pub rtt_shape: f64,
+    /// RTT shifted-gamma scale, ms (§15.5: A 250, B 518; M19-BBR 333).
+    pub rtt_scale_ms: f64,
+    /// Mean random loss outside handovers (§15.6: A 0.21%, B 1.35%; static 0.008%).
+    pub loss_rate: f64,
+}
+
+/// A complete parameter set for one trip.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preset {
+    /// Preset name (§15.7).
+    pub name: &'static str,
+    /// Cruise speed, km/h (§15.2: 300 PC, 350 M19; 0 static).
+    pub cruise_kmh: f64,
+    /// Acceleration and braking at stations, m/s² (§15.2: no figure in the seeds; unsourced).
+    pub accel_mps2: f64,
+    /// Distance between station stops, metres; `None` = no stops (§15.2 "optional"; unsourced:
+    /// 200 km, roughly an express service; the first stop is 200 km after the trip start).
+    pub station_spacing_m: Option<f64>,
+    /// Dwell time at a station, seconds (unsourced).
+    pub dwell_s: f64,
+    /// Capacity speed factor s(v) as (km/h, factor) points, interpolated linearly (§15.4).
+    pub speed_factor: &'static [(f64, f64)],
+    /// Whether handovers happen at all (`static`: none, §15.7).
+    pub handovers: bool,
+    /// Mean trigger jitter m_δ past the boundary, metres (§15.3.2: 150–250 m).
+    pub mean_jitter_m: f64,
+    /// Threshold for the "late" indicator, metres (§15.3.3 / §7.1: 200 m).
+    pub late_threshold_m: f64,
+    /// Share of failures that are type II (RLF), the rest type III (§15.3.3: 53% at 300 km/h,
+    /// 57% at 350 km/h).
+    pub type_ii_share: f64,
+    /// Share of type I durations drawn from the lognormal tail (§15.3.4: 15%).
+    pub type_i_tail_share: f64,
+    /// Median of the type I tail, seconds (§15.3.4: 0.5–0.65 s; 0.5 s in the §15.3.6 fit).
+    pub type_i_tail_median_s: f64,
+    /// Lognormal σ of the type I tail (§15.3.4: 1.0), capped at 5 s.
+    pub type_i_tail_sigma: f64,
+    /// Type II lognormal median, seconds (§15.3.4: 0.85 s at 350; ×2.09/1.91 at 300).
+    pub type_ii_median_s: f64,
+    /// Type II lognormal σ (§15.3.4: 1.28).
+    pub type_ii_sigma: f64,
+    /// Type III lognormal median, seconds (§15.3.4: 1.85 s at 350; ×3.98/5.49 at 300).
+    pub type_iii_median_s: f64,
+    /// Type III lognormal σ (§15.3.4: 1.48).
+    pub type_iii_sigma: f64,
+    /// Truncation of failure blackouts, seconds (§15.3.4 PC preset: [1, 10] s).
+    pub failure_truncation_s: Option<(f64, f64)>,
+    /// SD of the capacity latent Z (1 on HSR, §15.4; 0 for `static` = constant median capacity,
+    /// an unsourced simplification of "stable").
+    pub fading_sd: f64,
+    /// Fast OU time constant τ_f, seconds (§15.4 two-time-scale variant: 0.4–0.5 s).
+    pub tau_fast_s: f64,
+    /// Weight w of the slow spatial component (§15.4: ≈0.7).
+    pub slow_weight: f64,
+    /// Spatial correlation length ℓ of the slow component, metres (§15.4: ≈10 km).
+    pub slow_length_m: f64,
+    /// Uplink capacity as a multiple of downlink (unsourced: §15 has no uplink figures).
+    pub uplink_factor: f64,
+    /// Time constant τ_r of the 2nd-order Gauss–Markov RTT latent, seconds (§15.5: 0.2–0.25 s).
+    pub tau_rtt_s: f64,
+    /// Multiplier on the RTT gamma scale (1 on HSR; `static` uses 0.1 for "stable", unsourced).
+    pub rtt_jitter_factor: f64,
+    /// Mean bad-state run of the Gilbert–Elliott chain, packets (§15.6: 3–5, default 4).
+    pub mean_bad_run: f64,
+    /// GPS error bound, metres (§15.2: E_GPS = 20 m maximum).
+    pub gps_error_max_m: f64,
+    /// Maximum RSRP reporting delay, ms (§15.2 / §7.2: 0–200 ms).
+    pub rsrp_delay_max_ms: f64,
+    /// RSRP sampling period, ms (unsourced).
+    pub rsrp_period_ms: u64,
+    /// SD of the RSRP shadowing OU, dB (unsourced; §7.2 only says RSRP "fluctuates heavily").
+    pub rsrp_shadow_sd_db: f64,
+    /// The two carrier parameter sets; carrier i uses `carriers[i % 2]`.
+    pub carriers: [CarrierParams; 2],
+}
+
+/// §15.4 speed factor table (relative to 300 km/h): static 1.65, 200 km/h 1.15, 300 km/h 1.
+const SPEED_FACTOR_FIG4: &[(f64, f64)] = &[(0.0, 1.65), (200.0, 1.15), (300.0, 1.0), (350.0, 0.57)];
+
+const PC_A: CarrierParams = CarrierParams {
+    label: "A",
+    mean_gap_m: 894.0,
+    gap_shape: 4.0,
+    target_fail_share: 0.0622,
+    beta_rsrp: 1.99,
+    beta_late: 0.46,
+    sigma_cell: 0.95,
+    weibull_k: 0.993,
+    weibull_lambda_mbps: 9.09,
+    rtt_shift_ms: 97.0,
+    rtt_shape: 0.64,
+    rtt_scale_ms: 250.0,
+    loss_rate: 0.0021,
+};
+
+const PC_B: CarrierParams = CarrierParams {
+    label: "B",
+    mean_gap_m: 631.0,
+    gap_shape: 4.0,
+    target_fail_share: 0.0547,
+    beta_rsrp: 0.90,
+    beta_late: 0.70,
+    sigma_cell: 1.2,
+    weibull_k: 1.078,
+    weibull_lambda_mbps: 14.72,
+    rtt_shift_ms: 141.0,
+    rtt_shape: 0.33,
+    rtt_scale_ms: 518.0,
+    loss_rate: 0.0135,
+};
+
+/// M19 carriers: M19 gap and failure share, PC odds ratios and capacity, M19-BBR RTT fit.
+const fn m19(base: CarrierParams, gap_m: f64, fail: f64) -> CarrierParams {
+    CarrierParams {
+        mean_gap_m: gap_m,
+        target_fail_share: fail,
+        rtt_shift_ms: 50.0,
+        rtt_shape: 0.58,
+        rtt_scale_ms: 333.0,
+        ..base
+    }
+}
+
+impl Preset {
+    /// Names accepted by [`Preset::by_name`].
+    pub const NAMES: [&'static str; 4] = ["pc-gateway-300", "m19-phone-300", "m19-phone-350", "static"];
+
+    /// PC gateway at 300 km/h (§15.7 row 1); the default.
+    pub fn pc_gateway_300() -> Self {
+        Self {
+            name: "pc-gateway-300",
+            cruise_kmh: 300.0,
+            accel_mps2: 0.5,
+            station_spacing_m: Some(200_000.0),
+            dwell_s: 120.0,
+            speed_factor: SPEED_FACTOR_FIG4,
+            handovers: true,
+            mean_jitter_m: 200.0,
+            late_threshold_m: 200.0,
+            type_ii_share: 0.53,
+            type_i_tail_share: 0.15,
+            type_i_tail_median_s: 0.5,
+            type_i_tail_sigma: 1.0,
+            type_ii_median_s: 0.85 * 2.09 / 1.91,
+            type_ii_sigma: 1.28,
+            type_iii_median_s: 1.85 * 3.98 / 5.49,
+            type_iii_sigma: 1.48,
+            failure_truncation_s: Some((1.0, 10.0)),
+            fading_sd: 1.0,
+            tau_fast_s: 0.45,
+            slow_weight: 0.7,
+            slow_length_m: 10_000.0,
+            uplink_factor: 1.0,
+            tau_rtt_s: 0.22,
+            rtt_jitter_factor: 1.0,
+            mean_bad_run: 4.0,
+            gps_error_max_m: 20.0,
+            rsrp_delay_max_ms: 200.0,
+            rsrp_period_ms: 500,
+            rsrp_shadow_sd_db: 4.0,
+            carriers: [PC_A, PC_B],
+        }
+    }
+
+    /// M19 phones at 300 km/h (§15.7 row 3): 13.4 s mean gap, 16.1% failures, capacity ×1.
+    pub fn m19_phone_300() -> Self {
+        Self {
+            name: "m19-phone-300",
+            failure_truncation_s: None,
+            type_i_tail_median_s: 0.5,
+            carriers: [m19(PC_A, 13.4 * 300.0 / 3.6, 0.161), m19(PC_B, 13.4 * 300.0 / 3.6, 0.161)],
+            ..Self::pc_gateway_300()
+        }
+    }
+
+    /// M19 phones at 350 km/h (§15.7 row 2): 8.25 s gap, 19.2% failures (II:III = 57:43),
+    /// capacity ×0.57 (the "Fig. 4" variant of §15.4).
+    pub fn m19_phone_350() -> Self {
+        Self {
+            name: "m19-phone-350",
+            cruise_kmh: 350.0,
+            type_ii_share: 0.57,
+            type_i_tail_median_s: 0.65,
+            type_ii_median_s: 0.85,
+            type_iii_median_s: 1.85,
+            failure_truncation_s: None,
+            carriers: [m19(PC_A, 8.25 * 350.0 / 3.6, 0.192), m19(PC_B, 8.25 * 350.0 / 3.6, 0.192)],
+            ..Self::pc_gateway_300()
+        }
+    }
+
+    /// Stationary train (§15.7 row 5): no handovers, capacity ×1.65, stable RTT, 0.008% loss.
+    pub fn static_() -> Self {
+        let mut carriers = [PC_A, PC_B];
+        for c in &mut carriers {
+            c.loss_rate = 0.00008;
+        }
+        Self {
+            name: "static",
+            cruise_kmh: 0.0,
+            station_spacing_m: None,
+            handovers: false,
+            fading_sd: 0.0,
+            rtt_jitter_factor: 0.1,
+            carriers,
+            ..Self::pc_gateway_300()
+        }
+    }
+
+    /// Looks a preset up by name.
+    pub fn by_name(name: &str) -> Option<Self> {
+        match name {
+            "pc-gateway-300" => Some(Self::pc_gateway_300()),
+            "m19-phone-300" => Some(Self::m19_phone_300()),
+            "m19-phone-350" => Some(Self::m19_phone_350()),
+            "static" => Some(Self::static_()),
+            _ => None,
+        }
+    }
+
+    /// Parameters of carrier `i`.
+    pub fn carrier(&self, i: usize) -> &CarrierParams {
+        &self.carriers[i % 2]
+    }
+
+    /// s(v) by linear interpolation in the table (clamped at the ends).
+    pub fn speed_factor_at(&self, kmh: f64) -> f64 {
+        let t = self.speed_factor;
+        if kmh <= t[0].0 {
+            return t[0].1;
+        }
+        for w in t.windows(2) {
+            if kmh <= w[1].0 {
+                let f = (kmh - w[0].0) / (w[1].0 - w[0].0);
+                return w[0].1 + f * (w[1].1 - w[0].1);
+            }
+        }
+        t[t.len() - 1].1
+    }
+}

@@ -1,0 +1,191 @@
+//! Behavioural tests of the generator (issue 3).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use polycorn_emu::{BlackoutKind, Schedule, Trace};
+use polycorn_tracegen::{generate, mahimahi, validate::validate, write, Outcome, Preset, TripConfig};
+
+fn cfg(preset: Preset, route_seed: u64, trip_seed: u64, duration_s: u64, carriers: usize) -> TripConfig {
+    TripConfig { preset, route_seed, trip_seed, duration_s, carriers }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("polycorn-tracegen-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn files(dir: &PathBuf) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn same_seeds_give_byte_identical_output() {
+    let (a, b) = (tmp("same-a"), tmp("same-b"));
+    let c = cfg(Preset::pc_gateway_300(), 3, 4, 120, 2);
+    write(&c, &generate(&c), &a).unwrap();
+    write(&c, &generate(&c), &b).unwrap();
+    let (fa, fb) = (files(&a), files(&b));
+    assert_eq!(
+        fa.keys().collect::<Vec<_>>(),
+        ["c0.down", "c0.schedule", "c0.up", "c1.down", "c1.schedule", "c1.up", "events.jsonl", "trip.json"]
+    );
+    assert_eq!(fa, fb);
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+#[test]
+fn different_trip_seeds_differ_but_failures_cluster_at_high_propensity_cells() {
+    // m19-phone-350 has the most failures per km, so 20 short trips give enough of them.
+    let trips: Vec<_> = (0..20).map(|s| generate(&cfg(Preset::m19_phone_350(), 11, 100 + s, 240, 1))).collect();
+    // Same route: identical layout; different trips: different fading and handover timing.
+    assert!(trips.windows(2).all(|w| w[0].carriers[0].layout == w[1].carriers[0].layout));
+    assert_ne!(trips[0].carriers[0].down_mbps, trips[1].carriers[0].down_mbps);
+    let starts = |i: usize| trips[i].carriers[0].handovers.iter().map(|h| h.start_ms).collect::<Vec<_>>();
+    assert_ne!(starts(0), starts(1));
+
+    let layout = &trips[0].carriers[0].layout;
+    let mut passes: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut fails: BTreeMap<usize, usize> = BTreeMap::new();
+    for t in &trips {
+        for h in &t.carriers[0].handovers {
+            *passes.entry(h.from_cell).or_default() += 1;
+            if h.outcome.failed() {
+                *fails.entry(h.from_cell).or_default() += 1;
+            }
+        }
+    }
+    let n_fail: usize = fails.values().sum();
+    assert!(n_fail >= 40, "too few failures to test clustering: {n_fail}");
+    // Cells passed in every trip, ranked by route-fixed propensity u_cell.
+    let mut cells: Vec<usize> = passes.iter().filter(|(_, &n)| n == trips.len()).map(|(&c, _)| c).collect();
+    cells.sort_by(|a, b| layout.u_cell[*b].total_cmp(&layout.u_cell[*a]));
+    let top = &cells[..cells.len() / 5];
+    let in_top: usize = top.iter().map(|c| fails.get(c).copied().unwrap_or(0)).sum();
+    let in_all: usize = cells.iter().map(|c| fails.get(c).copied().unwrap_or(0)).sum();
+    // Without location dependence the top fifth would hold ≈20% of failures; σ_cell = 0.95 gives ≈40%.
+    assert!(in_top as f64 > 0.35 * in_all as f64, "top-propensity fifth holds {in_top} of {in_all} failures");
+    // Failures are concentrated: fewer distinct failing cells than failures spread at random.
+    assert!(fails.len() < n_fail, "{} cells for {n_fail} failures", fails.len());
+}
+
+#[test]
+fn traces_and_schedules_parse_with_polycorn_emu_and_validate_runs() {
+    let dir = tmp("parse");
+    let c = cfg(Preset::m19_phone_350(), 5, 6, 180, 3);
+    let trip = generate(&c);
+    write(&c, &trip, &dir).unwrap();
+    for i in 0..3 {
+        for dirn in ["up", "down"] {
+            let t = Trace::parse(&std::fs::read_to_string(dir.join(format!("c{i}.{dirn}"))).unwrap()).unwrap();
+            assert_eq!(t.period_ms(), 180_000, "a trace repeats with the trip's period");
+            // No opportunity inside a blackout.
+            for h in &trip.carriers[i].handovers {
+                assert!(!t.millis().iter().any(|&ms| ms > h.start_ms && ms <= h.end_ms && ms < 180_000));
+            }
+        }
+        let s = Schedule::parse(&std::fs::read_to_string(dir.join(format!("c{i}.schedule"))).unwrap()).unwrap();
+        let hos = &trip.carriers[i].handovers;
+        assert_eq!(s.blackouts.len(), hos.len());
+        for (b, h) in s.blackouts.iter().zip(hos) {
+            let want = if h.outcome == Outcome::Nas { BlackoutKind::Flush } else { BlackoutKind::Hold };
+            assert_eq!(b.kind, want, "type III flushes, types I and II hold");
+        }
+        assert!(!s.delay.points().is_empty() && !s.loss.points().is_empty());
+    }
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let gps = events.lines().filter(|l| l.contains("\"event\":\"gps\"")).count();
+    assert_eq!(gps, 180, "GPS at 1 Hz");
+    let report = validate(std::slice::from_ref(&dir)).unwrap();
+    assert!(report.contains("failure share") && report.contains("not checked yet"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn static_preset_has_no_handovers_and_near_constant_capacity() {
+    let trip = generate(&cfg(Preset::static_(), 1, 2, 120, 2));
+    for c in &trip.carriers {
+        assert!(c.handovers.is_empty());
+        let (lo, hi) = c.down_mbps.iter().fold((f32::MAX, f32::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        assert!(hi - lo < 1e-3 * hi, "capacity {lo}..{hi}");
+        assert!(lo > 5.0);
+    }
+    assert!(trip.v_mps.iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn long_trip_handover_rate_and_failure_share_match_the_preset_loosely() {
+    let p = Preset::m19_phone_300();
+    let trip = generate(&cfg(p.clone(), 21, 22, 3600, 2));
+    let km = trip.x_m.last().unwrap() / 1000.0;
+    let (mut n, mut f) = (0, 0);
+    for (i, c) in trip.carriers.iter().enumerate() {
+        let per_km = c.handovers.len() as f64 / km;
+        let want = 1000.0 / p.carrier(i).mean_gap_m;
+        assert!((per_km / want - 1.0).abs() < 0.15, "carrier {i}: {per_km:.3}/km vs {want:.3}/km");
+        n += c.handovers.len();
+        f += c.handovers.iter().filter(|h| h.outcome.failed()).count();
+    }
+    let share = f as f64 / n as f64;
+    let target = p.carrier(0).target_fail_share;
+    assert!((0.6 * target..1.5 * target).contains(&share), "failure share {share:.3} vs {target}");
+}
+
+#[test]
+fn mahimahi_conversion_emits_one_opportunity_per_1500_bytes_and_skips_blackouts() {
+    // 12 Mbit/s = 1500 bytes per ms.
+    let caps = vec![12.0f32; 100];
+    let t = mahimahi(&caps, &[(100, 200)], 1000);
+    assert_eq!(t.len(), 900);
+    assert_eq!(t[0], 1);
+    assert!(!t.iter().any(|&ms| ms > 100 && ms <= 200));
+    assert_eq!(*t.last().unwrap(), 1000);
+    // 6 Mbit/s: one every 2 ms; an all-blackout trace still has a period.
+    assert_eq!(mahimahi(&[6.0f32; 10], &[], 100).len(), 50);
+    assert_eq!(mahimahi(&[6.0f32; 10], &[(0, 100)], 100), vec![100]);
+}
+
+#[test]
+fn telemetry_is_bounded_and_consistent_with_handovers() {
+    let c = cfg(Preset::pc_gateway_300(), 8, 9, 300, 2);
+    let trip = generate(&c);
+    let ev = polycorn_tracegen::events(&c, &trip);
+    assert!(ev.windows(2).all(|w| w[0].t_ms() <= w[1].t_ms()), "events sorted by time");
+    let (lat0, lon0) = (39.865f64, 116.379f64);
+    let mut cell = [0usize; 2];
+    for e in &ev {
+        match e {
+            polycorn_tracegen::Event::Gps { lat, lon, track_m, accuracy_m, .. } => {
+                let h = 160f64.to_radians();
+                let north = (lat - lat0) * 111_320.0 - track_m * h.cos();
+                let east = (lon - lon0) * 111_320.0 * lat0.to_radians().cos() - track_m * h.sin();
+                assert!((north * north + east * east).sqrt() <= accuracy_m + 1e-6, "GPS error within the bound");
+            }
+            polycorn_tracegen::Event::Rsrp { t_ms, measured_ms, carrier, cell: serving, .. } => {
+                assert!((*measured_ms..=measured_ms + 200).contains(t_ms), "RSRP reported 0–200 ms late");
+                assert!(*serving <= cell[*carrier] && serving + 2 >= cell[*carrier], "RSRP names the serving cell");
+            }
+            polycorn_tracegen::Event::HandoverStart { carrier, from_cell, to_cell, .. } => {
+                assert_eq!(*from_cell, cell[*carrier], "a handover leaves the serving cell");
+                assert_eq!(*to_cell, from_cell + 1);
+            }
+            polycorn_tracegen::Event::CellChange { carrier, cell: new, .. } => cell[*carrier] = *new,
+            polycorn_tracegen::Event::HandoverEnd { outcome, ho_type, blackout, .. } => {
+                assert_eq!(*ho_type, outcome.ho_type());
+                assert_eq!(blackout == "flush", *outcome == Outcome::Nas);
+            }
+        }
+    }
+    for (i, c) in trip.carriers.iter().enumerate() {
+        assert_eq!(cell[i], c.handovers.len(), "one cell change per handover");
+        assert!(c.handovers.windows(2).all(|w| w[0].end_ms <= w[1].start_ms), "blackouts never overlap");
+    }
+}
