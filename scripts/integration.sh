@@ -79,19 +79,7 @@ check "a passenger's DNS query is answered through the tunnel" dns_through_tunne
 quic_rejected() {
     # UDP 443 from passengers is refused at once (ICMP port unreachable),
     # so apps fall back to TCP instead of waiting for a QUIC timeout.
-    PAX python3 -c '
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(2)
-s.connect((sys.argv[1], 443))
-s.send(b"x")
-try:
-    s.recv(10)
-except ConnectionRefusedError:
-    sys.exit(0)
-except OSError:
-    sys.exit(1)
-sys.exit(1)' "$ORIGIN_ADDR"
+    PAX python3 testbed/netns/udp_refused.py "$ORIGIN_ADDR" 443
 }
 check "passenger QUIC (UDP 443) is rejected so apps fall back to TCP" quic_rejected
 

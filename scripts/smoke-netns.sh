@@ -138,18 +138,7 @@ body=$(in_ns "$NS_PAX" curl -fsS --max-time 5 "http://$ORIGIN_ADDR:80/" 2>&1 || 
 wait "$listener" || true
 check "passenger's connection to $ORIGIN_ADDR:80 lands on the train's :15001" test "$body" = intercepted
 check "SO_ORIGINAL_DST is $ORIGIN_ADDR:80 from $PAX_ADDR" test "$(cat "$tmp/origdst" 2>/dev/null)" = "$ORIGIN_ADDR:80 from $PAX_ADDR"
-check "passenger UDP 443 (QUIC) is refused at once" in_ns "$NS_PAX" timeout 5 python3 - "$ORIGIN_ADDR" <<'PY'
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(2)
-s.connect((sys.argv[1], 443))
-s.send(b"quic?")
-try:
-    s.recv(16)
-except ConnectionRefusedError:
-    sys.exit(0)
-sys.exit(1)
-PY
+check "passenger UDP 443 (QUIC) is refused at once" in_ns "$NS_PAX" timeout 5 python3 "$netns/udp_refused.py" "$ORIGIN_ADDR" 443
 "$netns/intercept.sh" del 15001
 check_fails "intercept.sh del removes the REDIRECT" bash -c "ip netns exec '$NS_TRAIN' iptables -t nat -S PREROUTING | grep -q REDIRECT"
 check_fails "intercept.sh del removes the UDP reject" in_ns "$NS_TRAIN" nft list table inet pc_intercept
