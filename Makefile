@@ -10,19 +10,20 @@ CARGO ?= cargo
 # rustup installs into ~/.cargo/bin, which a non-login shell (CI) may lack.
 export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 
-SH_SCRIPTS := $(sort $(wildcard scripts/*.sh testbed/*/*.sh)) .ci/run
+SH_SCRIPTS := $(sort $(wildcard scripts/*.sh testbed/*.sh testbed/*/*.sh)) .ci/run
 
 # Integration tests need the namespace testbed (root); the step says so
 # when the script is missing instead of silently passing.
 define run_integration
 	@if [[ -f scripts/integration.sh ]]; then \
 		bash scripts/integration.sh; \
+		bash scripts/integration-hsr.sh; \
 	else \
 		echo "integration: scripts/integration.sh does not exist yet; no integration tests run"; \
 	fi
 endef
 
-.PHONY: help setup build test integration demo bench-dataplane lint lint-rust lint-sh smoke-netns clean-testbed
+.PHONY: help setup build test integration demo bench-dataplane bench-hsr lint lint-rust lint-sh smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -50,6 +51,11 @@ demo: build ## end-to-end demo on the namespace testbed
 
 bench-dataplane: build ## data-plane benchmark
 	bash scripts/bench-dataplane.sh
+
+PROFILE ?= short
+bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full) -> bench/out/hsr.json
+	uv sync --project bench --locked --quiet
+	PROFILE=$(PROFILE) bash scripts/bench-hsr.sh
 
 lint: lint-rust lint-sh ## all linters
 

@@ -11,7 +11,7 @@
 set -euo pipefail
 
 # Order matters only for the summary.
-COMPONENTS=(base net origin lint rust)
+COMPONENTS=(base net origin lint rust python)
 
 PENDING=()       # Debian packages found missing, installed in one batch.
 POST_CHECKS=()   # functions run once everything is installed.
@@ -92,6 +92,29 @@ component_lint() {
 
 component_rust() {
     after_install check_rust
+}
+
+# Python tools (bench/ analysis and plots; later the cloud services) are
+# managed with uv and its lockfiles. uv itself comes from PyPI, pinned.
+UV_VERSION=0.13.9
+
+component_python() {
+    need_apt python3-pip python3-venv
+    after_install check_uv
+}
+
+check_uv() {
+    local have=""
+    command -v uv >/dev/null && have=$(uv --version | awk '{print $2}')
+    if [[ $have != "$UV_VERSION" ]]; then
+        log "installing uv $UV_VERSION from PyPI"
+        python3 -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION" \
+            || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "uv==$UV_VERSION" \
+            || die "could not install uv $UV_VERSION with pip"
+        hash -r
+        command -v uv >/dev/null || die "uv installed but not on PATH (pip's script directory)"
+    fi
+    SUMMARY+=("uv: $(uv --version | awk '{print $2}')")
 }
 
 check_rust() {

@@ -20,6 +20,10 @@ declare -A sizes=(
     [1MiB.bin]=1048576
     [10MiB.bin]=10485760
     [100MiB.bin]=104857600
+    # The bulk downloads of make bench-hsr (polycorn-loadgen's default sizes).
+    [bench-256KB.bin]=262144
+    [bench-1MB.bin]=1048576
+    [bench-4MB.bin]=4194304
 )
 
 changed=0

@@ -80,6 +80,9 @@ pub(crate) struct SentRecord {
     /// Delivery counters at send time, for rate samples.
     pub delivered_at_send: u64,
     pub delivered_time_at_send: Instant,
+    /// The window was full after this frame: its rate sample measures the
+    /// path, not how much the application had to send.
+    pub cwnd_limited: bool,
     /// The passenger data this frame carried, for reinjection.
     pub segment: Option<SegmentRef>,
 }
@@ -263,11 +266,17 @@ impl Path {
         self.tx_counter - self.acked_counter
     }
 
+    /// In-flight limit: `cwnd_gain` × rate × min RTT (BBR), but never less
+    /// than rate × smoothed RTT. On cellular links most RTT variation is not
+    /// queueing (radio scheduling, HARQ, handovers: hsr-facts §15.5), and a
+    /// window of 2 × BDP(min RTT) would cap a path at a fraction of its rate
+    /// whenever the RTT spikes past twice its minimum.
     pub fn cwnd_bytes(&self) -> u64 {
         match (self.max_rate_bps, self.min_rtt) {
             (r, Some((m, _))) if r > 0 => {
                 let bdp = r as f64 * m.as_secs_f64();
-                ((bdp * self.cfg.cwnd_gain) as u64).clamp(self.cfg.min_cwnd_bytes, self.cfg.max_cwnd_bytes)
+                let pipe = r as f64 * self.srtt().as_secs_f64();
+                ((bdp * self.cfg.cwnd_gain).max(pipe) as u64).clamp(self.cfg.min_cwnd_bytes, self.cfg.max_cwnd_bytes)
             }
             _ => self.cfg.initial_cwnd_bytes,
         }
@@ -327,6 +336,7 @@ impl Path {
             sent_at: now,
             delivered_at_send: self.delivered,
             delivered_time_at_send: self.delivered_time,
+            cwnd_limited: self.in_flight_bytes() + self.queued_bytes >= self.cwnd_bytes(),
             segment,
         });
     }
@@ -366,7 +376,7 @@ impl Path {
             if interval >= Duration::from_micros(100) {
                 let bytes = self.delivered - r.delivered_at_send;
                 let rate = (bytes as f64 / interval.as_secs_f64()) as u64;
-                self.on_rate_sample(rate, now);
+                self.on_rate_sample(rate, r.cwnd_limited, now);
             }
             acked.push(r);
         }
@@ -393,7 +403,15 @@ impl Path {
         }
     }
 
-    fn on_rate_sample(&mut self, rate: u64, now: Instant) {
+    /// Windowed maximum of the delivery rate (BBR's bottleneck-bandwidth
+    /// filter). A sample taken while the sender did not fill the window
+    /// (app-limited: idle passengers, keepalives) only counts when it is
+    /// higher than the current estimate, so a quiet path keeps its last
+    /// estimate instead of decaying to the rate of its keepalives.
+    fn on_rate_sample(&mut self, rate: u64, cwnd_limited: bool, now: Instant) {
+        if !cwnd_limited && rate < self.max_rate_bps {
+            return;
+        }
         while let Some(&(t, _)) = self.rate_samples.front() {
             if now.saturating_duration_since(t) > self.cfg.rate_window {
                 self.rate_samples.pop_front();
@@ -466,6 +484,66 @@ mod tests {
         assert!(!p.on_path_ack(101, Duration::ZERO, t0, &mut acked));
         assert!(p.on_path_ack(50, Duration::ZERO, t0, &mut acked));
         assert!(acked.is_empty(), "a partial frame acknowledges nothing");
+    }
+
+    #[test]
+    fn an_idle_path_keeps_its_rate_estimate_but_a_full_one_follows_the_link() {
+        let t0 = Instant::now();
+        let mut p = path(t0);
+        let mut acked = Vec::new();
+        // 10 MB/s for 200 ms (as above).
+        for i in 0..200u64 {
+            let t = t0 + Duration::from_millis(i);
+            p.on_frame_sent(10_000, None, t);
+            if i >= 20 {
+                p.on_path_ack((i - 19) * 10_000, Duration::ZERO, t, &mut acked);
+            }
+        }
+        p.on_path_ack(p.tx_counter, Duration::ZERO, t0 + Duration::from_millis(220), &mut acked);
+        // Then 10 s of 100-byte keepalives once a second: app-limited samples.
+        for s in 1..=10u64 {
+            let t = t0 + Duration::from_secs(s);
+            p.on_frame_sent(100, None, t);
+            p.on_path_ack(p.tx_counter, Duration::ZERO, t + Duration::from_millis(20), &mut acked);
+        }
+        let r = p.view(t0 + Duration::from_secs(11)).delivery_rate_bps;
+        assert!(r >= 9_000_000, "an idle path forgot its rate: {r}");
+        // Now the link gives only 1 MB/s while the window stays full: the
+        // estimate follows once the old maximum leaves the 2 s window.
+        let t1 = t0 + Duration::from_secs(12);
+        let mut tx_ms = 0u64;
+        for i in 0..4000u64 {
+            let t = t1 + Duration::from_millis(i);
+            while p.availability() == Availability::Available {
+                p.on_frame_sent(1_000, None, t + Duration::from_micros(tx_ms % 1000));
+                tx_ms += 1;
+            }
+            // 1 kB delivered per ms.
+            let target = (p.acked_counter + 1_000).min(p.tx_counter);
+            p.on_path_ack(target, Duration::ZERO, t, &mut acked);
+        }
+        let r = p.view(t1 + Duration::from_secs(4)).delivery_rate_bps;
+        assert!((500_000..=2_000_000).contains(&r), "rate {r} did not follow a full path down");
+    }
+
+    #[test]
+    fn the_window_covers_rate_times_smoothed_rtt() {
+        let t0 = Instant::now();
+        let mut p = path(t0);
+        let mut acked = Vec::new();
+        // One fast RTT sample (20 ms), then 400 ms ones: min RTT stays 20 ms.
+        p.on_frame_sent(100_000, None, t0);
+        p.on_path_ack(100_000, Duration::ZERO, t0 + Duration::from_millis(20), &mut acked);
+        let mut t = t0 + Duration::from_millis(20);
+        for _ in 0..20 {
+            p.on_frame_sent(100_000, None, t);
+            t += Duration::from_millis(400);
+            p.on_path_ack(p.tx_counter, Duration::ZERO, t, &mut acked);
+        }
+        let v = p.view(t);
+        let pipe = v.delivery_rate_bps as f64 * v.srtt_us as f64 / 1e6;
+        assert!(v.cwnd_bytes as f64 >= pipe * 0.99, "cwnd {} < rate × srtt {pipe}", v.cwnd_bytes);
+        assert!(v.min_rtt_us < 30_000 && v.srtt_us > 300_000, "{v:?}");
     }
 
     #[test]

@@ -81,6 +81,29 @@ mod shell {
         /// Delete existing car<i>/cpx<i> interfaces first (e.g. the veths of testbed/netns/up.sh).
         #[arg(long)]
         replace: bool,
+        /// Time 0 of every trace and schedule as a wall-clock time (UNIX ms), instead of the
+        /// emulator's start: emulators started at different moments then replay the same trip
+        /// in step (side-by-side benchmarks). At most 60 s in the future; packets before it are
+        /// handled as at time 0.
+        #[arg(long, value_name = "UNIX_MS")]
+        epoch_unix_ms: Option<u64>,
+    }
+
+    /// The `Instant` that is trip time 0: now, or the wall-clock `--epoch-unix-ms`.
+    fn trip_start(epoch_unix_ms: Option<u64>) -> Result<Instant, String> {
+        let now = Instant::now();
+        let Some(epoch_ms) = epoch_unix_ms else { return Ok(now) };
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| format!("system clock before 1970: {e}"))?;
+        let epoch = Duration::from_millis(epoch_ms);
+        if epoch <= wall {
+            now.checked_sub(wall - epoch).ok_or_else(|| format!("--epoch-unix-ms {epoch_ms} is too far in the past"))
+        } else if epoch - wall <= Duration::from_secs(60) {
+            Ok(now + (epoch - wall))
+        } else {
+            Err(format!("--epoch-unix-ms {epoch_ms} is more than 60 s in the future"))
+        }
     }
 
     /// One direction of one carrier, shared by its reader and writer threads.
@@ -122,7 +145,13 @@ mod shell {
         // SAFETY: `sigs` is an initialised sigset_t.
         unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &sigs, std::ptr::null_mut()) };
 
-        let start = Instant::now();
+        let start = match trip_start(cli.epoch_unix_ms) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("polycorn-emu: {e}");
+                return 2;
+            }
+        };
         let mut dirs: Vec<Arc<Dir>> = Vec::new();
         let mut tuns: Vec<(Arc<Tun>, Arc<Tun>)> = Vec::new();
         for (i, (up, down)) in links.into_iter().enumerate() {

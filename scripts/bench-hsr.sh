@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# make bench-hsr: every scheme side by side on the same emulated HSR trips.
+#
+#   PROFILE=demo|ci|short|full scripts/bench-hsr.sh
+#
+# For each link set and trip, one copy of the topology per scheme
+# (testbed/topology.sh, prefixes hb0, hb1, ...) is built; all their emulators
+# share one wall-clock epoch, so every scheme sees the same capacity, delay,
+# loss and handover realisation at the same moment. Then one load generator
+# per topology runs the same plan (same seed): bulk downloads of 256 KB, 1 MB
+# and 4 MB at random points of a window, then instant messaging with 10, 20
+# and 30 users. bench/polycorn_bench turns the records into ratios, oracle
+# comparisons, tables and plots.
+#
+# Link sets:
+#   hsr       trips from polycorn-tracegen (preset pc-gateway-300, 2 carriers)
+#             on REPORT seeds: route seed 7, trip seeds 1001.. Development and
+#             tuning use route seed 1 / trip seeds 1..99 (scripts/validate-tracegen.sh,
+#             unit tests); results are never reported on those.
+#   mahimahi  the real LTE traces of ../shared/data/traces/mahimahi (T-Mobile
+#             and Verizon, driving) as carriers 0 and 1, 30 ms one-way delay,
+#             no random loss, no scheduled blackouts; skipped when the folder
+#             is absent (set MAHIMAHI_DIR to use another copy).
+#
+# Environment: PROFILE (default short), SCHEMES (space-separated, default all
+# below), LINK_SETS (default: the profile's), BENCH_WORK (raw runs, default
+# /tmp/polycorn-bench-hsr), BENCH_OUT (default bench/out; the demo and ci
+# profiles write only under BENCH_WORK), PLOTS (directory for PNGs).
+# Ctrl-C or any failure tears every topology down.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+PROFILE=${PROFILE:-short}
+BIN=${BIN:-$root/target/release}
+export BIN
+WORK=${BENCH_WORK:-/tmp/polycorn-bench-hsr}
+MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/../shared/data/traces/mahimahi}
+DEFAULT_SCHEMES="minrtt roundrobin redundant blest ecf single-path kernel-mptcp"
+read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
+ORIGIN=10.99.0.10
+ROUTE_SEED=7
+LOAD_SEED=424242
+CARRIERS=2
+
+log() { printf 'bench-hsr: %s\n' "$*" >&2; }
+die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "must run as root (network namespaces)"
+
+# Profile: per_size downloads per size and trip, IM messages per user and
+# mean gap, trips per link set, link sets.
+case $PROFILE in
+    ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" ;;
+    demo) PER_SIZE=5 MESSAGES=15 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=7 IM_WIN_S=20 USERS="10 20 30" ;;
+    short) PER_SIZE=8 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr mahimahi" SLOT_S=7 IM_WIN_S=25 USERS="10 20 30" ;;
+    full) PER_SIZE=12 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=3 DEF_SETS="hsr mahimahi" SLOT_S=7.5 IM_WIN_S=115 USERS="10 20 30" ;;
+    *) die "PROFILE must be demo, ci, short or full, got '$PROFILE'" ;;
+esac
+read -r -a LINK_SETS <<<"${LINK_SETS:-$DEF_SETS}"
+read -r -a USER_COUNTS <<<"$USERS"
+N_SIZES=3
+BULK_S=$(awk -v n="$PER_SIZE" -v s="$SLOT_S" -v k="$N_SIZES" 'BEGIN { printf "%d", n * k * s + 0.999 }')
+IM_S=$((IM_WIN_S * ${#USER_COUNTS[@]}))
+# Topologies come up during the first seconds of the trip (warm-up); the
+# load starts once all are up. The trip is generated long enough for the
+# longest warm-up allowed.
+MAX_WARMUP_S=90
+TRIP_S=$((MAX_WARMUP_S + BULK_S + IM_S + 15))
+
+if [[ $PROFILE == demo || $PROFILE == ci ]]; then
+    OUT=${BENCH_OUT:-$WORK/out}
+else
+    OUT=${BENCH_OUT:-bench/out}
+fi
+PLOTS=${PLOTS:-$OUT/plots-$PROFILE}
+
+for b in polycorn-emu polycorn-relay polycorn-proxy polycorn-pki polycorn-loadgen polycorn-tracegen; do
+    [[ -x $BIN/$b ]] || die "$BIN/$b missing: run 'make build'"
+done
+command -v uv >/dev/null || die "uv not found: run 'make setup'"
+
+RUN=$WORK/run-$PROFILE
+rm -rf "$RUN"
+mkdir -p "$RUN" "$OUT"
+
+prefix_of() { echo "hb$1"; }
+
+ALL_DOWN_DONE=0
+all_down() {
+    local i
+    for i in "${!SCHEMES[@]}"; do
+        PC_PREFIX=$(prefix_of "$i") testbed/topology.sh down >/dev/null 2>&1 || true
+    done
+}
+on_exit() {
+    local rc=$? j
+    # The per-scheme load sequences first, so none starts a new step in a
+    # namespace being deleted.
+    for j in $(jobs -p); do kill "$j" 2>/dev/null || true; done
+    ((ALL_DOWN_DONE)) || { log "tearing down"; all_down; }
+    exit "$rc"
+}
+trap on_exit EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+now_ms() { date +%s%3N; }
+
+# make_trip LINK_SET INDEX DIR: the link files of one trip; prints its id.
+make_trip() {
+    local set=$1 k=$2 dir=$3
+    case $set in
+        hsr)
+            local ts=$((1001 + k))
+            "$BIN/polycorn-tracegen" generate --preset pc-gateway-300 --route-seed "$ROUTE_SEED" \
+                --trip-seed "$ts" --duration-s "$TRIP_S" --carriers "$CARRIERS" --out "$dir" >/dev/null
+            ;;
+        mahimahi)
+            mkdir -p "$dir"
+            local i name
+            local names=(TMobile-LTE-short Verizon-LTE-short)
+            for i in 0 1; do
+                name=${names[$i]}
+                cp "$MAHIMAHI_DIR/$name.up" "$dir/c$i.up"
+                cp "$MAHIMAHI_DIR/$name.down" "$dir/c$i.down"
+                printf '# %s, Mahimahi LTE trace: constant delay, no loss, no blackouts\ndelay 0 30\n' \
+                    "$name" >"$dir/c$i.schedule"
+            done
+            ;;
+    esac
+}
+
+trip_ids() {
+    local set=$1 k n
+    case $set in
+        hsr) n=$HSR_TRIPS ;;
+        mahimahi) n=1 ;;
+    esac
+    for ((k = 0; k < n; k++)); do
+        case $set in
+            hsr) echo "r$ROUTE_SEED-t$((1001 + k))" ;;
+            mahimahi) echo "tmobile-verizon" ;;
+        esac
+    done
+}
+
+# run_load DIR SCHEME_INDEX EPOCH START_S: the whole plan of one scheme.
+run_load() {
+    local dir=$1 i=$2 epoch=$3 start=$4
+    local ns
+    ns="$(prefix_of "$i")-pax"
+    local bulk_end
+    bulk_end=$(awk -v a="$start" -v b="$BULK_S" 'BEGIN { printf "%d", a + b }')
+    ip netns exec "$ns" "$BIN/polycorn-loadgen" bulk --origin "$ORIGIN:80" --epoch-unix-ms "$epoch" \
+        --seed "$LOAD_SEED" --window-s "$start:$bulk_end" --per-size "$PER_SIZE" \
+        --out "$dir/bulk.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: bulk exited with $?"
+    local t=$bulk_end u
+    for u in "${USER_COUNTS[@]}"; do
+        ip netns exec "$ns" "$BIN/polycorn-loadgen" im --server "$ORIGIN:7100" --epoch-unix-ms "$epoch" \
+            --seed "$((LOAD_SEED + u))" --users "$u" --messages "$MESSAGES" --mean-gap-ms "$GAP_MS" \
+            --start-s "$t" --deadline-s "$((t + IM_WIN_S - 1))" \
+            --out "$dir/im-$u.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: im $u exited with $?"
+        t=$((t + IM_WIN_S))
+    done
+}
+
+# collect DIR SCHEME_INDEX: logs and final metrics of a scheme's topology.
+collect() {
+    local dir=$1 i=$2 p state
+    p=$(prefix_of "$i")
+    state=/tmp/polycorn-state-$p
+    mkdir -p "$dir/logs"
+    ip netns exec "$p-train" curl -fsS --max-time 2 http://127.0.0.1:9465/metrics >"$dir/logs/relay.metrics" 2>/dev/null || true
+    ip netns exec "$p-cloud" curl -fsS --max-time 2 http://127.0.0.1:9464/metrics >"$dir/logs/proxy.metrics" 2>/dev/null || true
+    # The emulator prints its per-link stats on SIGTERM (at teardown), so its
+    # log is copied after all_down.
+    cp "$state"/logs/*.log "$dir/logs/" 2>/dev/null || true
+}
+
+run_trip() {
+    local set=$1 k=$2 id=$3
+    local tdir=$RUN/$set/$id
+    mkdir -p "$tdir"
+    make_trip "$set" "$k" "$tdir/trip"
+    local epoch i
+    epoch=$(now_ms)
+    log "$set/$id: building ${#SCHEMES[@]} topologies (epoch $epoch)"
+    for i in "${!SCHEMES[@]}"; do
+        PC_PREFIX=$(prefix_of "$i") testbed/topology.sh up --trip "$tdir/trip" --scheme "${SCHEMES[$i]}" \
+            --epoch-unix-ms "$epoch" --seed "$((LOAD_SEED + k))" >/dev/null \
+            || die "$set/$id: topology for ${SCHEMES[$i]} failed (logs: /tmp/polycorn-state-$(prefix_of "$i")/logs)"
+    done
+    local warm
+    warm=$((($(now_ms) - epoch) / 1000 + 5))
+    ((warm < 15)) && warm=15
+    ((warm <= MAX_WARMUP_S)) || die "topologies took ${warm}s to come up (more than $MAX_WARMUP_S s)"
+    log "$set/$id: load from trip time ${warm}s: $((PER_SIZE * N_SIZES)) downloads in ${BULK_S}s, then IM ${USER_COUNTS[*]} users"
+    local pids=()
+    for i in "${!SCHEMES[@]}"; do
+        mkdir -p "$tdir/${SCHEMES[$i]}"
+        run_load "$tdir/${SCHEMES[$i]}" "$i" "$epoch" "$warm" &
+        pids+=($!)
+    done
+    for i in "${pids[@]}"; do wait "$i"; done
+    for i in "${!SCHEMES[@]}"; do collect "$tdir/${SCHEMES[$i]}" "$i"; done
+    printf '{"link_set": "%s", "trip": "%s", "epoch_unix_ms": %s, "load_start_s": %s}\n' \
+        "$set" "$id" "$epoch" "$warm" >"$tdir/timing.json"
+    all_down
+    for i in "${!SCHEMES[@]}"; do
+        cp "/tmp/polycorn-state-$(prefix_of "$i")/logs/emu.log" "$tdir/${SCHEMES[$i]}/logs/" 2>/dev/null || true
+    done
+}
+
+sets_json=""
+for set in "${LINK_SETS[@]}"; do
+    if [[ $set == mahimahi && ! -f $MAHIMAHI_DIR/TMobile-LTE-short.down ]]; then
+        log "no Mahimahi traces at $MAHIMAHI_DIR: the mahimahi link set is skipped"
+        continue
+    fi
+    [[ $set == hsr || $set == mahimahi ]] || die "unknown link set '$set' (hsr, mahimahi)"
+    mapfile -t ids < <(trip_ids "$set")
+    for k in "${!ids[@]}"; do
+        run_trip "$set" "$k" "${ids[$k]}"
+    done
+    case $set in
+        hsr) desc="polycorn-tracegen pc-gateway-300, $CARRIERS carriers, route seed $ROUTE_SEED, held-out trip seeds" ;;
+        mahimahi) desc="Mahimahi LTE driving traces (T-Mobile, Verizon), 30 ms one-way delay, no loss" ;;
+    esac
+    sets_json+="${sets_json:+, }\"$set\": {\"trips\": $(printf '%s\n' "${ids[@]}" | jq -R . | jq -s -c .), \"description\": \"$desc\"}"
+done
+ALL_DOWN_DONE=1
+[[ -n $sets_json ]] || die "no link set ran"
+
+sizes_json='{"256KB": 262144, "1MB": 1048576, "4MB": 4194304}'
+users_json=$(printf '%s\n' "${USER_COUNTS[@]}" | jq -s -c 'map(tonumber)')
+schemes_json=$(printf '%s\n' "${SCHEMES[@]}" | jq -R . | jq -s -c .)
+cat >"$RUN/run.json" <<EOF
+{"profile": "$PROFILE", "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
+ "schemes": $schemes_json,
+ "bulk": {"per_size": $PER_SIZE, "sizes": $sizes_json, "slot_s": $SLOT_S},
+ "im": {"users": $users_json, "messages": $MESSAGES, "mean_gap_ms": $GAP_MS},
+ "buffer_bytes": 3000000, "load_seed": $LOAD_SEED,
+ "link_sets": {$sets_json}}
+EOF
+
+log "analysing $RUN"
+mkdir -p "$PLOTS"
+uv run --project bench --locked --quiet python -m polycorn_bench.hsr "$RUN" \
+    --out "$OUT/hsr.json" --md "$OUT/hsr.md" --plots "$PLOTS"
+log "results: $OUT/hsr.json, $OUT/hsr.md, plots in $PLOTS; raw records in $RUN"

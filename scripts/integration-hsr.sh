@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Integration tests of the HSR testbed: the topology runner on emulated links
+# replaying a generated trip, its teardown after a crash and after Ctrl-C,
+# and `make bench-hsr` end to end on its smallest profile (ci). Ends with
+# "N passed, N failed".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+BIN=${BIN:-$root/target/release}
+export BIN
+for b in polycorn-emu polycorn-relay polycorn-proxy polycorn-pki polycorn-loadgen polycorn-tracegen; do
+    [[ -x $BIN/$b ]] || cargo build --release --locked --workspace
+done
+
+pass=0 fail=0
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+ko() { echo "FAIL $1"; fail=$((fail + 1)); }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else ko "$name"; fi; }
+
+WORK=$(mktemp -d /tmp/polycorn-ithsr.XXXXXX)
+P=pcith
+cleanup() {
+    PC_PREFIX=$P testbed/topology.sh down >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$BIN/polycorn-tracegen" generate --route-seed 1 --trip-seed 3 --duration-s 120 --carriers 2 --out "$WORK/trip" >/dev/null
+
+# leftovers PREFIX: prints whatever of a topology survives (namespaces,
+# processes naming it, TUN devices in the root namespace); empty when clean.
+leftovers() {
+    local p=$1
+    local ns
+    for ns in /run/netns/"$p"-*; do [[ -e $ns ]] && echo "namespace ${ns#/run/netns/}"; done
+    pgrep -af -- "$p-(train|cloud|pax)|polycorn-state-$p" | grep -v pgrep || true
+    ip -o link show type tun 2>/dev/null | grep -E ': (pe[0-9]+[tc][0-9]+|car[0-9]+|cpx[0-9]+)[:@]' || true
+}
+
+PAX() { ip netns exec "$P-pax" "$@"; }
+
+topology_carries_traffic() {
+    PC_PREFIX=$P testbed/topology.sh up --trip "$WORK/trip" --scheme minrtt >/dev/null || return 1
+    # Through relay, emulated links and proxy to the origin and back.
+    local got want
+    got=$(PAX curl -fsS --max-time 60 http://10.99.0.10/files/bench-256KB.bin | sha256sum | cut -d' ' -f1)
+    want=$(sha256sum /tmp/polycorn-state-$P/origin/www/files/bench-256KB.bin | cut -d' ' -f1)
+    [[ $got == "$want" ]] || return 1
+    # The carriers really are the emulator's TUN devices.
+    ip -n "$P-train" -d link show car0 | grep -q tun
+}
+check "topology.sh up: a passenger download crosses relay, emulated links and proxy intact" topology_carries_traffic
+
+teardown_after_sigkill() {
+    # The caller of `up` dies without any cleanup (SIGKILL); `down` must still
+    # remove everything it started.
+    (PC_PREFIX=$P testbed/topology.sh up --trip "$WORK/trip" --scheme kernel-mptcp >/dev/null && exec sleep 1000) &
+    local runner=$! i
+    for ((i = 0; i < 300; i++)); do
+        [[ $(ps -o comm= --ppid "$runner" 2>/dev/null) == sleep || $(ps -o comm= -p "$runner") == sleep ]] && break
+        sleep 0.1
+    done
+    [[ -n $(leftovers "$P") ]] || return 1 # it really was up
+    kill -KILL "$runner"
+    wait "$runner" 2>/dev/null || true
+    PC_PREFIX=$P testbed/topology.sh down >/dev/null
+    local left
+    left=$(leftovers "$P")
+    [[ -z $left ]] || { echo "left behind: $left"; return 1; }
+}
+check "after a SIGKILL of its caller, topology.sh down leaves no namespace, process or TUN device" teardown_after_sigkill
+
+bench_ci_runs() {
+    BENCH_WORK=$WORK/bench PROFILE=ci SCHEMES="minrtt single-path kernel-mptcp" bash scripts/bench-hsr.sh \
+        >"$WORK/bench.log" 2>&1 || { tail -30 "$WORK/bench.log"; return 1; }
+    local out=$WORK/bench/out/hsr.json
+    # Every scheme has results for every size, and minrtt's ratio to itself is 1.
+    jq -e '.profile == "ci" and (.bulk | keys | length) == 3
+        and ([.bulk[] | .["256KB"].n, .["1MB"].n, .["4MB"].n] | min) >= 1
+        and .bulk.minrtt.overall.ratio_vs_minrtt == 1
+        and (.im | keys | length) == 3' "$out" >/dev/null || { cat "$out"; return 1; }
+    [[ -z $(leftovers hb0)$(leftovers hb1)$(leftovers hb2) ]]
+}
+check "make bench-hsr PROFILE=ci: three schemes side by side, results for every size, nothing left behind" bench_ci_runs
+
+bench_interrupted_cleans_up() {
+    # A background job of a script starts with SIGINT ignored; give it back
+    # the default, as a terminal's Ctrl-C would find it.
+    BENCH_WORK=$WORK/bench-int PROFILE=ci SCHEMES="minrtt kernel-mptcp" env --default-signal=INT bash scripts/bench-hsr.sh \
+        >"$WORK/bench-int.log" 2>&1 &
+    local pid=$! i
+    for ((i = 0; i < 600; i++)); do
+        grep -q "load from trip time" "$WORK/bench-int.log" && break
+        kill -0 "$pid" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    sleep 2
+    kill -INT "$pid"
+    local rc=0
+    wait "$pid" || rc=$?
+    ((rc != 0)) || return 1
+    local left
+    left=$(leftovers hb0)$(leftovers hb1)
+    [[ -z $left ]] || { echo "left behind: $left"; return 1; }
+}
+check "Ctrl-C during make bench-hsr tears every topology down" bench_interrupted_cleans_up
+
+echo
+echo "integration-hsr: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]

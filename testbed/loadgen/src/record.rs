@@ -1,0 +1,92 @@
+//! JSON-lines output: one record per line, each written with one `write` and no user-space
+//! buffering, so that every record is on disk (in the page cache) as soon as it is complete and
+//! survives a kill.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+/// A shared, line-at-a-time JSONL writer. `-` is standard output.
+#[derive(Clone)]
+pub struct Sink {
+    inner: Arc<Mutex<Box<dyn Write + Send>>>,
+    name: String,
+}
+
+impl Sink {
+    pub fn create(path: &Path) -> Result<Self> {
+        let w: Box<dyn Write + Send> = if path == Path::new("-") {
+            Box::new(std::io::stdout())
+        } else {
+            Box::new(File::create(path).with_context(|| format!("cannot create {}", path.display()))?)
+        };
+        Ok(Self { inner: Arc::new(Mutex::new(w)), name: path.display().to_string() })
+    }
+
+    /// Writes one record as a JSON line and flushes it.
+    pub fn write<T: Serialize>(&self, rec: &T) -> Result<()> {
+        let mut line = serde_json::to_vec(rec).context("cannot serialise a record")?;
+        line.push(b'\n');
+        let mut w = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        w.write_all(&line).and_then(|()| w.flush()).with_context(|| format!("cannot write to {}", self.name))
+    }
+}
+
+/// A planned bulk download (`bulk --plan-only`).
+#[derive(Debug, Serialize)]
+pub struct BulkPlanRecord<'a> {
+    pub id: usize,
+    pub label: &'a str,
+    pub size: u64,
+    pub planned_ms: f64,
+    pub timeout_ms: f64,
+    pub slot_start_ms: f64,
+    pub slot_end_ms: f64,
+}
+
+/// The result of one bulk download.
+#[derive(Debug, Serialize)]
+pub struct BulkRecord<'a> {
+    pub id: usize,
+    pub label: &'a str,
+    pub size: u64,
+    pub planned_ms: f64,
+    pub start_ms: f64,
+    pub end_ms: Option<f64>,
+    pub bytes: u64,
+    pub ok: bool,
+    pub timeout: bool,
+    pub error: Option<String>,
+    /// The planned start had already passed when the download's turn came (it started at once).
+    pub late: bool,
+    pub timeout_ms: f64,
+}
+
+/// One IM message.
+#[derive(Debug, Serialize)]
+pub struct ImRecord {
+    pub user: u32,
+    pub msg: u32,
+    pub due_ms: f64,
+    pub send_ms: Option<f64>,
+    pub recv_ms: Option<f64>,
+    pub delay_ms: Option<f64>,
+    pub ok: bool,
+    pub error: Option<String>,
+}
+
+/// One IM connection attempt (side file).
+#[derive(Debug, Serialize)]
+pub struct ConnRecord {
+    pub user: u32,
+    pub attempt: u32,
+    pub start_ms: f64,
+    pub end_ms: Option<f64>,
+    pub connect_ms: Option<f64>,
+    pub ok: bool,
+    pub error: Option<String>,
+}

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The HSR topology in one command: namespaces, emulated carrier links replaying
+# a generated (or Mahimahi) trip, origin servers, and a relay/proxy pair
+# running one scheme.
+#
+#   testbed/topology.sh up --trip DIR [--scheme NAME] [--epoch-unix-ms MS]
+#                          [--buffer-bytes N] [--seed N] [--no-pair]
+#   testbed/topology.sh down
+#   testbed/topology.sh status
+#
+# PC_PREFIX picks the copy of the topology (namespaces <prefix>-pax, -train,
+# -cloud; files under PC_STATE): several copies run side by side, one per
+# scheme, each with its own emulator replaying the same trip in step when they
+# share --epoch-unix-ms. The carrier count is the trip's (c<i>.down files).
+#
+#   <prefix>-pax    passengers (10.66.0.2), default route via the relay
+#   <prefix>-train  relay-agent; lan0 10.66.0.1; car<i> 10.77.<i>.1 (TUN)
+#   <prefix>-cloud  proxy on 10.77.<i>.2:4433; origin 10.99.0.10: nginx :80,
+#                   iperf3 :5201, echo :7, DNS :53, IM echo :7100
+#   root namespace  polycorn-emu (carrier i: car<i> <-> cpx<i> through the
+#                   trip's c<i>.up / c<i>.down traces and c<i>.schedule)
+#
+# Schemes: every scheduler composition of the framework (`minrtt`,
+# `roundrobin`, `redundant`, `blest`, `ecf`, `single-path`, ...; passed to
+# relay and proxy as --scheduler) and `kernel-mptcp` (the same binaries with
+# --transport kernel-mptcp: one MPTCP connection whose subflows the kernel
+# opens on every carrier and schedules itself).
+#
+# Teardown: every process started here writes a pid file under
+# $PC_STATE/run, and the emulator runs in its own process group, so `down`
+# works after a crash of whatever called `up` (or of `up` itself): it stops
+# the emulator (its TUN devices vanish with it), kills everything left in the
+# three namespaces and deletes them. scripts/integration.sh checks that nothing
+# leaks after a SIGKILL of the caller.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+die() { echo "topology.sh: $*" >&2; exit 2; }
+
+cmd=${1:-}
+[[ -n $cmd ]] || { usage >&2; exit 2; }
+shift
+
+trip="" scheme=minrtt epoch="" buffer=3000000 seed=1 pair=1
+while (($#)); do
+    case $1 in
+        --trip) trip=${2:?}; shift 2 ;;
+        --scheme) scheme=${2:?}; shift 2 ;;
+        --epoch-unix-ms) epoch=${2:?}; shift 2 ;;
+        --buffer-bytes) buffer=${2:?}; shift 2 ;;
+        --seed) seed=${2:?}; shift 2 ;;
+        --no-pair) pair=0; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+
+if [[ $cmd == up ]]; then
+    [[ -n $trip ]] || die "up needs --trip DIR"
+    [[ -d $trip ]] || die "trip directory '$trip' does not exist"
+    trip=$(cd "$trip" && pwd)
+    n=0
+    while [[ -f $trip/c$n.down ]]; do n=$((n + 1)); done
+    ((n >= 1)) || die "no c0.down in $trip: not a trip directory (polycorn-tracegen generate writes one)"
+    for ((i = 0; i < n; i++)); do
+        for f in "c$i.up" "c$i.schedule"; do
+            [[ -f $trip/$f ]] || die "$trip/$f missing"
+        done
+    done
+    export PC_CARRIERS=$n
+    [[ -z $epoch || $epoch =~ ^[0-9]+$ ]] || die "--epoch-unix-ms must be an integer, got '$epoch'"
+    [[ $buffer =~ ^[0-9]+$ ]] || die "--buffer-bytes must be an integer, got '$buffer'"
+    [[ $seed =~ ^[0-9]+$ ]] || die "--seed must be an integer, got '$seed'"
+fi
+
+# shellcheck source=testbed/netns/lib.sh
+source "$here/netns/lib.sh"
+pc_require_root
+BIN=${BIN:-$root/target/release}
+# shellcheck source=scripts/lib-pair.sh
+source "$root/scripts/lib-pair.sh"
+IM_PORT=7100
+
+run=$PC_STATE/run
+logs=$PC_STATE/logs
+
+# stop_emu: the emulator runs in the root namespace, so the namespace sweep of
+# down.sh does not see it; its pid file (and, as a safety net, its command
+# line naming our namespaces) finds it.
+stop_emu() {
+    local pids=() p
+    if [[ -s $run/emu.pid ]]; then
+        p=$(<"$run/emu.pid")
+        [[ $p =~ ^[0-9]+$ ]] && pids+=("$p")
+    fi
+    mapfile -t -O "${#pids[@]}" pids < <(pgrep -f -- "polycorn-emu .*--train-ns $NS_TRAIN( |$)" || true)
+    ((${#pids[@]})) || { rm -f "$run/emu.pid"; return 0; }
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+        local alive=0
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        ((alive)) || break
+        sleep 0.1
+    done
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    rm -f "$run/emu.pid"
+}
+
+topology_down() {
+    stop_emu
+    "$here/origin/stop.sh" 2>/dev/null || true
+    "$here/netns/down.sh"
+}
+
+start_emu() {
+    local args=(--train-ns "$NS_TRAIN" --cloud-ns "$NS_CLOUD" --carriers "$PC_CARRIERS" --replace
+        --buffer-bytes "$buffer" --seed "$seed" --stats-interval 30)
+    local i
+    for ((i = 0; i < PC_CARRIERS; i++)); do
+        args+=(--up-trace "$trip/c$i.up" --down-trace "$trip/c$i.down" --schedule "$trip/c$i.schedule")
+    done
+    [[ -n $epoch ]] && args+=(--epoch-unix-ms "$epoch")
+    mkdir -p "$run" "$logs"
+    : >"$logs/emu.log"
+    setsid "$BIN/polycorn-emu" "${args[@]}" </dev/null >>"$logs/emu.log" 2>&1 &
+    echo $! >"$run/emu.pid"
+    for ((i = 0; i < 100; i++)); do
+        grep -q "ready" "$logs/emu.log" && return 0
+        kill -0 "$(<"$run/emu.pid")" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "topology.sh: the emulator did not come up:" >&2
+    cat "$logs/emu.log" >&2
+    return 1
+}
+
+# The TUN devices replaced the veths, so the MPTCP endpoints that up.sh bound
+# to the old interfaces are re-created.
+mptcp_endpoints() {
+    ip netns exec "$NS_TRAIN" test "$(cat /proc/sys/net/mptcp/enabled 2>/dev/null || echo 0)" = 1 || return 0
+    ip -n "$NS_TRAIN" mptcp endpoint flush
+    local i
+    for ((i = 1; i < PC_CARRIERS; i++)); do
+        ip -n "$NS_TRAIN" mptcp endpoint add "$(car_addr "$i")" dev "$(car_if "$i")" subflow
+    done
+}
+
+start_im_server() {
+    mkdir -p "$run" "$logs"
+    ip netns exec "$NS_CLOUD" setsid "$BIN/polycorn-loadgen" im-server --listen "$ORIGIN_ADDR:$IM_PORT" \
+        </dev/null >>"$logs/im-server.log" 2>&1 &
+    echo $! >"$run/im-server.pid"
+}
+
+start_scheme_pair() {
+    pair_pki
+    case $scheme in
+        kernel-mptcp)
+            start_proxy --transport kernel-mptcp
+            start_main_relay --transport kernel-mptcp
+            wait_paths_up 1
+            ;;
+        *)
+            start_proxy --scheduler "$scheme" --transport tls
+            start_main_relay --scheduler "$scheme" --transport tls
+            # A carrier in a blackout at start-up joins later: one is enough.
+            wait_paths_up 1
+            ;;
+    esac
+}
+
+case $cmd in
+    up)
+        for b in polycorn-emu polycorn-relay polycorn-proxy polycorn-pki polycorn-loadgen; do
+            [[ -x $BIN/$b ]] || die "$BIN/$b not built: run 'cargo build --release --workspace'"
+        done
+        topology_down
+        # From here on, a failure leaves nothing behind.
+        trap 'topology_down >/dev/null 2>&1 || true' ERR
+        "$here/netns/up.sh" >/dev/null
+        "$here/origin/start.sh" >/dev/null
+        start_im_server
+        start_emu
+        mptcp_endpoints
+        if ((pair)); then
+            if ! start_scheme_pair; then
+                echo "topology.sh: the $scheme relay did not bring a path up; logs in $logs" >&2
+                topology_down >/dev/null 2>&1 || true
+                exit 1
+            fi
+        fi
+        trap - ERR
+        echo "topology $PC_PREFIX up: trip $trip, $PC_CARRIERS carriers, scheme $scheme${epoch:+, epoch $epoch}; state $PC_STATE"
+        ;;
+    down)
+        topology_down
+        ;;
+    status)
+        for ns in "${PC_NAMESPACES[@]}"; do
+            if pc_ns_exists "$ns"; then echo "$ns: $(ip netns pids "$ns" | wc -l) processes"; else echo "$ns: absent"; fi
+        done
+        if [[ -s $run/emu.pid ]] && kill -0 "$(<"$run/emu.pid")" 2>/dev/null; then
+            echo "emulator: pid $(<"$run/emu.pid")"
+        else
+            echo "emulator: not running"
+        fi
+        ;;
+    *)
+        usage >&2
+        exit 2
+        ;;
+esac
