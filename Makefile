@@ -23,7 +23,7 @@ define run_integration
 	fi
 endef
 
-.PHONY: help setup build test integration demo bench-dataplane bench-hsr lint lint-rust lint-sh smoke-netns clean-testbed
+.PHONY: help setup build test integration demo bench-dataplane bench-hsr validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -37,10 +37,11 @@ build: setup ## release build of the whole workspace
 
 # --release: the integration tests push 100 MB through the proxies, and the
 # unit tests then share the release build's artifacts.
-test: setup ## what CI runs: fmt check, clippy, unit tests (release), integration tests
+test: setup ## what CI runs: fmt check, clippy, unit tests (release), Python lint and tests, integration tests
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked --release
+	$(MAKE) --no-print-directory lint-py test-py
 	$(run_integration)
 
 integration: setup ## only the integration tests (scripts/integration.sh)
@@ -52,12 +53,28 @@ demo: build ## end-to-end demo on the namespace testbed
 bench-dataplane: build ## data-plane benchmark
 	bash scripts/bench-dataplane.sh
 
+validate-tracegen: build ## HSR trace generator vs the published numbers (hsr-facts §15.8) -> bench/out/tracegen-validation.txt
+	bash scripts/validate-tracegen.sh
+
+bench-emu: build ## the link emulator's ceiling: 4 x 100 Mbit/s iperf3 through polycorn-emu -> bench/out/emu.json
+	bash scripts/bench-emu.sh
+
 PROFILE ?= short
 bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full) -> bench/out/hsr.json
 	uv sync --project bench --locked --quiet
 	PROFILE=$(PROFILE) bash scripts/bench-hsr.sh
 
-lint: lint-rust lint-sh ## all linters
+lint: lint-rust lint-sh lint-py ## all linters
+
+# Python: the uv projects, each with its lockfile (bench/ for now).
+UV := uv run --project bench --locked --quiet
+lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
+	$(UV) ruff check bench
+	$(UV) ruff format --check bench
+	$(UV) mypy --config-file bench/pyproject.toml
+
+test-py: setup ## pytest of the Python code (bench analysis)
+	$(UV) pytest -q bench/tests
 
 lint-rust: setup ## cargo fmt --check and clippy -D warnings
 	$(CARGO) fmt --all --check

@@ -105,7 +105,7 @@ fn traces_and_schedules_parse_with_polycorn_emu_and_validate_runs() {
     let gps = events.lines().filter(|l| l.contains("\"event\":\"gps\"")).count();
     assert_eq!(gps, 180, "GPS at 1 Hz");
     let report = validate(std::slice::from_ref(&dir)).unwrap();
-    assert!(report.contains("failure share") && report.contains("not checked yet"));
+    assert!(report.contains("failure share") && report.contains("not checked here"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -87,6 +87,37 @@ mod shell {
         /// handled as at time 0.
         #[arg(long, value_name = "UNIX_MS")]
         epoch_unix_ms: Option<u64>,
+        /// Per-packet event log (every enqueue, drop, dequeue, delivery and blackout edge of
+        /// every link) as tab-separated lines: time_ms, carrier, direction, event, packet id,
+        /// size, queue bytes after the event. Costs CPU and disk; for debugging and studies.
+        #[arg(long, value_name = "FILE")]
+        event_log: Option<PathBuf>,
+    }
+
+    /// The shared writer of `--event-log`.
+    type EventLog = Arc<Mutex<io::BufWriter<std::fs::File>>>;
+
+    /// Appends the events a link recorded since the last call to the event log.
+    fn write_events(dir: &Dir, st: &mut State) {
+        let Some(log) = &dir.events else { return };
+        let events = st.link.drain_events();
+        if events.is_empty() {
+            return;
+        }
+        let mut w = log.lock().unwrap_or_else(|e| e.into_inner());
+        for e in events {
+            let id = e.id.map_or_else(|| "-".to_string(), |i| i.to_string());
+            let _ = writeln!(
+                w,
+                "{:.3}\t{}\t{}\t{}\t{id}\t{}\t{}",
+                e.time.as_secs_f64() * 1e3,
+                dir.carrier,
+                dir.direction,
+                e.kind,
+                e.size,
+                e.queue_bytes
+            );
+        }
     }
 
     /// The `Instant` that is trip time 0: now, or the wall-clock `--epoch-unix-ms`.
@@ -109,6 +140,9 @@ mod shell {
     /// One direction of one carrier, shared by its reader and writer threads.
     struct Dir {
         label: String,
+        carrier: usize,
+        direction: &'static str,
+        events: Option<EventLog>,
         state: Mutex<State>,
         wake: Condvar,
         /// Non-IP packets read and ignored.
@@ -152,6 +186,20 @@ mod shell {
                 return 2;
             }
         };
+        let events: Option<EventLog> = match &cli.event_log {
+            None => None,
+            Some(p) => match std::fs::File::create(p) {
+                Ok(f) => {
+                    let mut w = io::BufWriter::with_capacity(1 << 20, f);
+                    let _ = writeln!(w, "time_ms\tcarrier\tdirection\tevent\tid\tsize\tqueue_bytes");
+                    Some(Arc::new(Mutex::new(w)))
+                }
+                Err(e) => {
+                    eprintln!("polycorn-emu: --event-log {}: {e}", p.display());
+                    return 2;
+                }
+            },
+        };
         let mut dirs: Vec<Arc<Dir>> = Vec::new();
         let mut tuns: Vec<(Arc<Tun>, Arc<Tun>)> = Vec::new();
         for (i, (up, down)) in links.into_iter().enumerate() {
@@ -164,8 +212,8 @@ mod shell {
                 }
             };
             let (car, cpx) = (Arc::new(car), Arc::new(cpx));
-            let up = new_dir(format!("carrier {i} up"), up);
-            let down = new_dir(format!("carrier {i} down"), down);
+            let up = new_dir(i, "up", up, events.clone());
+            let down = new_dir(i, "down", down, events.clone());
             spawn_direction(&up, &car, &cpx, start);
             spawn_direction(&down, &cpx, &car, start);
             dirs.push(up);
@@ -179,15 +227,24 @@ mod shell {
         let signal = wait_for_signal(&sigs, interval, &dirs, start);
         eprintln!("polycorn-emu: signal {signal}, exiting");
         print_stats(&dirs, start);
+        if let Some(log) = &events {
+            for d in &dirs {
+                write_events(d, &mut d.lock());
+            }
+            let _ = log.lock().unwrap_or_else(|e| e.into_inner()).flush();
+        }
         // Exiting closes the TUN file descriptors, which deletes the interfaces in both
         // namespaces; the forwarding threads die with the process.
         drop(tuns);
         0
     }
 
-    fn new_dir(label: String, link: Link) -> Arc<Dir> {
+    fn new_dir(carrier: usize, direction: &'static str, link: Link, events: Option<EventLog>) -> Arc<Dir> {
         Arc::new(Dir {
-            label,
+            label: format!("carrier {carrier} {direction}"),
+            carrier,
+            direction,
+            events,
             state: Mutex::new(State { link, wake_at: None, waiting: false }),
             wake: Condvar::new(),
             ignored: AtomicU64::new(0),
@@ -253,7 +310,7 @@ mod shell {
                 buffer_bytes: buffer,
                 schedule: schedule.clone(),
                 seed,
-                event_log: false,
+                event_log: cli.event_log.is_some(),
             };
             let up = Link::new(config(up_service, seed)).map_err(|e| format!("carrier {i} up: {e}"))?;
             let down = Link::new(config(down_service, seed ^ 0x9E37_79B9_7F4A_7C15))
@@ -366,6 +423,7 @@ mod shell {
                 st = dir.lock();
                 continue;
             }
+            write_events(dir, &mut st);
             let next = st.link.next_event(now);
             st.wake_at = next;
             st.waiting = true;

@@ -1,0 +1,429 @@
+"""From a read :class:`~polycorn_bench.records.Run` to the ``hsr.json`` document.
+
+Conventions (repeated in ``METHODS`` in the output and in ``README.md``):
+
+* goodput_mbps = size · 8 / (end_ms − start_ms) / 1000.
+* A timed-out download is *censored*: it counts as completing at its timeout (``end_ms`` of the
+  record, else ``start_ms + timeout_ms`` from the record or ``run.json`` ``bulk.timeout_ms``).
+  Its real goodput is lower, so this favours the scheme that timed out. Other failures are
+  left out of every statistic and counted in ``n_failed``.
+* ``ratio_vs_minrtt``: geometric mean over paired downloads (same trip and id, both with a
+  goodput value) of goodput_scheme / goodput_minrtt, with a 95 % percentile bootstrap CI
+  (10,000 resamples of the pairs, fixed seed). ``ratio_of_means`` = mean goodput of the scheme
+  over the pairs / mean goodput of minrtt over the same pairs.
+* ``ratio_vs_oracle``: geometric mean over the scheme's downloads of oracle_ms / actual_ms (see
+  :mod:`polycorn_bench.oracle`).
+* Handover bins: a pair's bin is the number of ``handover_start`` events (any carrier) with
+  ``t_ms`` in [start_ms, end_ms] of the *minrtt* download of that pair, so every scheme is
+  compared on the same downloads in each bin.
+* IM: over delivered messages, pooled over trips: mean and p90 of delay_ms; ``cov`` is the
+  coefficient of variation (population std / mean) of the per-user mean delays, computed per
+  trip and averaged over trips.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from polycorn_bench.links import LinkFileError
+from polycorn_bench.oracle import PAYLOAD_PER_OPPORTUNITY, Oracle, load_carriers
+from polycorn_bench.records import Download, Issues, LinkSetRun, Run, TripRun
+from polycorn_bench.stats import (
+    bootstrap_geomean_ci,
+    finite_or_none,
+    geomean,
+    im_stats,
+    safe_ratio,
+)
+
+REFERENCE = "minrtt"
+IM_REFERENCE = "single-path"
+OVERALL = "overall"
+HANDOVER_BINS = ("0", "1", "2+")
+PRIMARY_LINK_SET = "hsr"
+
+METHODS = {
+    "goodput": "goodput_mbps = size*8/(end_ms-start_ms)/1000, trip milliseconds",
+    "censoring": (
+        "a timed-out download counts as completing at its timeout (censored value); its real "
+        "goodput is lower, so this favours the scheme that timed out; other failures are "
+        "excluded from the statistics and counted in n_failed"
+    ),
+    "ratio_vs_minrtt": (
+        "geometric mean over paired downloads (same trip and id, both with a goodput) of "
+        "goodput_scheme/goodput_minrtt; ci95: percentile bootstrap, 10000 resamples of the "
+        "pairs, fixed seed; ratio_of_means: mean over the pairs of the scheme's goodput / "
+        "mean of minrtt's"
+    ),
+    "oracle": (
+        "request leaves at start_ms on the carrier that gets it to the cloud first (first "
+        "uplink opportunity after start_ms outside blackouts, plus the scheduled one-way "
+        "delay); the payload then uses the union of all carriers' downlink opportunities after "
+        "that, outside blackouts, 1448 payload bytes each (1500 - 52 IP/TCP header bytes), "
+        "each arriving after its carrier's one-way delay (FIFO per carrier); oracle_ms = time "
+        "of the last needed arrival - start_ms. No loss, no set-up, no congestion control: a "
+        "lower bound. ratio_vs_oracle = geometric mean of oracle_ms/actual_ms"
+    ),
+    "handover_bins": (
+        "handover_start events (any carrier) with t_ms in [start_ms, end_ms] of the minrtt "
+        "download of each pair (the same downloads in a bin for every scheme); bins 0, 1, 2+"
+    ),
+    "im": (
+        "delivered messages pooled over trips: mean and p90 (linear) of delay_ms; cov = "
+        "population std / mean of per-user mean delays, per trip, averaged over trips; "
+        "ratios are scheme value / reference value"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A download with its derived numbers."""
+
+    trip: str
+    scheme: str
+    rec: Download
+    duration_ms: float | None  # None: no goodput (failed, or timeout without a known timeout)
+    censored: bool
+    oracle_ms: float | None
+
+    @property
+    def goodput_mbps(self) -> float | None:
+        if self.duration_ms is None:
+            return None
+        return self.rec.size * 8 / self.duration_ms / 1000
+
+    @property
+    def end_ms(self) -> float | None:
+        return None if self.duration_ms is None else self.rec.start_ms + self.duration_ms
+
+    @property
+    def oracle_ratio(self) -> float | None:
+        if self.oracle_ms is None or self.duration_ms is None:
+            return None
+        return self.oracle_ms / self.duration_ms
+
+
+def _duration(
+    rec: Download, default_timeout_ms: float | None, issues: Issues, where: str
+) -> tuple[float | None, bool]:
+    """(duration, censored) of a record."""
+    if rec.ok and not rec.timeout:
+        assert rec.end_ms is not None  # checked when parsed
+        end = rec.end_ms
+        censored = False
+    elif rec.timeout:
+        if rec.end_ms is not None:
+            end = rec.end_ms
+        elif rec.timeout_ms is not None:
+            end = rec.start_ms + rec.timeout_ms
+        elif default_timeout_ms is not None:
+            end = rec.start_ms + default_timeout_ms
+        else:
+            issues.add("timeout without end_ms or timeout_ms (not censored)", where)
+            return None, False
+        censored = True
+    else:
+        return None, False
+    dur = end - rec.start_ms
+    if dur <= 0:
+        issues.add("non-positive download duration", where)
+        return None, False
+    return dur, censored
+
+
+def _trip_oracle(trip: TripRun, issues: Issues) -> Oracle | None:
+    try:
+        carriers = load_carriers(trip.trip_dir)
+    except (OSError, LinkFileError) as e:
+        issues.add("unusable link files (no oracle)", str(e))
+        return None
+    if not carriers:
+        issues.add("no c0.down in trip directory (no oracle)", str(trip.trip_dir))
+        return None
+    return Oracle(carriers)
+
+
+def collect_flows(ls: LinkSetRun, run: Run, with_oracle: bool = True) -> list[Flow]:
+    bulk_meta = run.meta.get("bulk")
+    t = bulk_meta.get("timeout_ms") if isinstance(bulk_meta, dict) else None
+    default_timeout = float(t) if isinstance(t, int | float) else None
+    flows: list[Flow] = []
+    for trip in ls.trips:
+        oracle = _trip_oracle(trip, run.issues) if with_oracle else None
+        cache: dict[tuple[float, int], float] = {}
+        for scheme, sr in trip.schemes.items():
+            seen: set[int] = set()
+            for rec in sr.downloads:
+                where = f"{ls.name}/{trip.name}/{scheme}/bulk.jsonl id {rec.id}"
+                if rec.id in seen:
+                    run.issues.add("duplicate download id (kept the first)", where)
+                    continue
+                seen.add(rec.id)
+                dur, censored = _duration(rec, default_timeout, run.issues, where)
+                o_ms: float | None = None
+                if oracle is not None:
+                    key = (rec.start_ms, rec.size)
+                    if key not in cache:
+                        cache[key] = oracle.time_ms(rec.start_ms, rec.size)
+                    o_ms = finite_or_none(cache[key])
+                flows.append(Flow(trip.name, scheme, rec, dur, censored, o_ms))
+    return flows
+
+
+def _pairs(
+    flows: list[Flow], scheme: str, ref: dict[tuple[str, int], Flow]
+) -> list[tuple[Flow, Flow]]:
+    out = []
+    for f in flows:
+        r = ref.get((f.trip, f.rec.id))
+        if r is not None and f.goodput_mbps is not None and r.goodput_mbps is not None:
+            out.append((f, r))
+    return out
+
+
+def _paired_summary(pairs: list[tuple[Flow, Flow]], is_ref: bool) -> dict[str, Any]:
+    if is_ref:
+        has = bool(pairs)
+        return {
+            "n_pairs": len(pairs),
+            "ratio_vs_minrtt": 1.0 if has else None,
+            "ci95": [1.0, 1.0] if has else None,
+            "ratio_of_means": 1.0 if has else None,
+        }
+    ratios = np.asarray([f.goodput_mbps / r.goodput_mbps for f, r in pairs])  # type: ignore[operator]
+    lo, hi = bootstrap_geomean_ci(ratios)
+    mean_s = float(np.mean([f.goodput_mbps for f, _ in pairs])) if pairs else math.nan
+    mean_r = float(np.mean([r.goodput_mbps for _, r in pairs])) if pairs else math.nan
+    return {
+        "n_pairs": len(pairs),
+        "ratio_vs_minrtt": finite_or_none(geomean(ratios)),
+        "ci95": [finite_or_none(lo), finite_or_none(hi)] if pairs else None,
+        "ratio_of_means": safe_ratio(mean_s, mean_r),
+    }
+
+
+def _group_summary(
+    flows: list[Flow], scheme: str, ref: dict[tuple[str, int], Flow] | None
+) -> dict[str, Any]:
+    good = [f.goodput_mbps for f in flows if f.goodput_mbps is not None]
+    oracle = [f.oracle_ratio for f in flows if f.oracle_ratio is not None]
+    n_timeout = sum(1 for f in flows if f.rec.timeout)
+    n_failed = sum(1 for f in flows if not f.rec.ok and not f.rec.timeout)
+    out: dict[str, Any] = {
+        "n": len(good),
+        "n_records": len(flows),
+        "n_ok": sum(1 for f in flows if f.rec.ok and not f.rec.timeout),
+        "n_timeout": n_timeout,
+        "n_censored": sum(1 for f in flows if f.censored),
+        "n_failed": n_failed,
+        "goodput_mbps_median": float(np.median(good)) if good else None,
+        "goodput_mbps_mean": float(np.mean(good)) if good else None,
+    }
+    if ref is not None:
+        out.update(_paired_summary(_pairs(flows, scheme, ref), scheme == REFERENCE))
+    else:
+        out.update({"n_pairs": 0, "ratio_vs_minrtt": None, "ci95": None, "ratio_of_means": None})
+    out["ratio_vs_oracle"] = finite_or_none(geomean(oracle))
+    out["n_oracle"] = len(oracle)
+    oracle_good = [f.rec.size * 8 / f.oracle_ms / 1000 for f in flows if f.oracle_ms]
+    out["oracle_goodput_mbps_median"] = float(np.median(oracle_good)) if oracle_good else None
+    return out
+
+
+def bulk_summary(
+    flows: list[Flow], schemes: list[str], labels: list[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    ref_flows = [f for f in flows if f.scheme == REFERENCE]
+    ref = {(f.trip, f.rec.id): f for f in ref_flows} if ref_flows else None
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for scheme in schemes:
+        mine = [f for f in flows if f.scheme == scheme]
+        if not mine:
+            continue
+        per: dict[str, dict[str, Any]] = {}
+        for label in labels:
+            group = [f for f in mine if f.rec.label == label]
+            if group:
+                per[label] = _group_summary(group, scheme, ref)
+        per[OVERALL] = _group_summary(mine, scheme, ref)
+        out[scheme] = per
+    return out
+
+
+def handover_count(starts: list[float], lo: float, hi: float) -> int:
+    return bisect.bisect_right(starts, hi) - bisect.bisect_left(starts, lo)
+
+
+def handover_bin(count: int) -> str:
+    return "0" if count == 0 else "1" if count == 1 else "2+"
+
+
+def bulk_by_handovers(
+    flows: list[Flow], schemes: list[str], ls: LinkSetRun
+) -> dict[str, dict[str, dict[str, Any]]] | None:
+    """Pairs binned by the handovers during the minrtt download; None without events or
+    without minrtt."""
+    events = {t.name: t.handover_starts for t in ls.trips if t.handover_starts is not None}
+    if not events:
+        return None
+    ref_bin: dict[tuple[str, int], tuple[str, Flow]] = {}
+    for f in flows:
+        if f.scheme == REFERENCE and f.trip in events and f.end_ms is not None:
+            c = handover_count(events[f.trip], f.rec.start_ms, f.end_ms)
+            ref_bin[(f.trip, f.rec.id)] = (handover_bin(c), f)
+    if not ref_bin:
+        return None
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for scheme in schemes:
+        mine = [f for f in flows if f.scheme == scheme and f.goodput_mbps is not None]
+        if not mine:
+            continue
+        per: dict[str, dict[str, Any]] = {}
+        for b in HANDOVER_BINS:
+            pairs = []
+            for f in mine:
+                hit = ref_bin.get((f.trip, f.rec.id))
+                if hit is not None and hit[0] == b:
+                    pairs.append((f, hit[1]))
+            good = [f.goodput_mbps for f, _ in pairs]
+            entry: dict[str, Any] = {
+                "n": len(pairs),
+                "goodput_mbps_median": float(np.median(good)) if good else None,  # type: ignore[arg-type]
+            }
+            entry.update(_paired_summary(pairs, scheme == REFERENCE))
+            del entry["n_pairs"]
+            per[b] = entry
+        out[scheme] = per
+    return out
+
+
+def im_summary(ls: LinkSetRun, schemes: list[str], users: list[int]) -> dict[str, Any]:
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for scheme in schemes:
+        per: dict[str, dict[str, Any]] = {}
+        for u in users:
+            pooled: dict[tuple[str, int], list[float]] = defaultdict(list)
+            covs: list[float] = []
+            n_failed = 0
+            n_trips = 0
+            for trip in ls.trips:
+                sr = trip.schemes.get(scheme)
+                if sr is None or u not in sr.im:
+                    continue
+                n_trips += 1
+                by_user: dict[int, list[float]] = defaultdict(list)
+                for m in sr.im[u]:
+                    if m.ok and m.delay_ms is not None:
+                        by_user[m.user].append(m.delay_ms)
+                    else:
+                        n_failed += 1
+                for user, ds in by_user.items():
+                    pooled[(trip.name, user)] = ds
+                _, _, cov, n = im_stats(by_user)
+                if n and math.isfinite(cov):
+                    covs.append(cov)
+            if n_trips == 0:
+                continue
+            mean, p90, _, n_ok = im_stats(pooled)  # type: ignore[arg-type]
+            per[str(u)] = {
+                "n_ok": n_ok,
+                "n_failed": n_failed,
+                "n_trips": n_trips,
+                "mean_ms": finite_or_none(mean),
+                "p90_ms": finite_or_none(p90),
+                "cov": float(np.mean(covs)) if covs else None,
+            }
+        if per:
+            out[scheme] = per
+    for per in out.values():
+        for users_key, st in per.items():
+            for ref_name, key in ((IM_REFERENCE, "vs_single_path"), (REFERENCE, "vs_minrtt")):
+                ref = out.get(ref_name, {}).get(users_key)
+                st[key] = {
+                    k: safe_ratio(st[f], ref[f]) if ref else None
+                    for k, f in (("mean", "mean_ms"), ("p90", "p90_ms"), ("cov", "cov"))
+                }
+    return out
+
+
+def size_labels(run: Run) -> list[str]:
+    """Size labels in increasing size."""
+    return sorted(run.sizes, key=lambda k: (run.sizes[k], k))
+
+
+def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
+    flows = collect_flows(ls, run)
+    schemes = run.schemes
+    labels = size_labels(run)
+    out: dict[str, Any] = {
+        "description": ls.description,
+        "trips": [t.name for t in ls.trips],
+        "seeds": [t.name for t in ls.trips],
+        "bulk": bulk_summary(flows, schemes, labels),
+        "bulk_by_handovers": bulk_by_handovers(flows, schemes, ls),
+        "im": im_summary(ls, schemes, run.users),
+        "goodput_mbps": {
+            scheme: {
+                label: sorted(
+                    round(g, 4)
+                    for f in flows
+                    if f.scheme == scheme and f.rec.label == label
+                    for g in [f.goodput_mbps]
+                    if g is not None
+                )
+                for label in labels
+            }
+            for scheme in schemes
+            if any(f.scheme == scheme for f in flows)
+        },
+    }
+    return out
+
+
+def analyse(run: Run) -> dict[str, Any]:
+    """The full ``hsr.json`` document."""
+    sets = {ls.name: analyse_link_set(ls, run) for ls in run.link_sets}
+    primary = PRIMARY_LINK_SET if PRIMARY_LINK_SET in sets else next(iter(sets), None)
+    p = sets.get(primary, {}) if primary is not None else {}
+    doc: dict[str, Any] = {
+        "profile": run.meta.get("profile"),
+        "commit": run.meta.get("commit"),
+        "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+        "run_dir": str(run.root),
+        "link_set": primary,
+        "seeds": p.get("seeds", []),
+        "schemes": [
+            s for s in run.schemes if any(s in d["bulk"] or s in d["im"] for d in sets.values())
+        ],
+        "sizes": {k: run.sizes[k] for k in size_labels(run)},
+        "users": run.users,
+        "bulk": p.get("bulk", {}),
+        "im": p.get("im", {}),
+        "link_sets": sets,
+        "methods": {**METHODS, "payload_per_opportunity": PAYLOAD_PER_OPPORTUNITY},
+        "issues": run.issues.to_json(),
+    }
+    result = _json_safe(doc)
+    assert isinstance(result, dict)
+    return result
+
+
+def _json_safe(x: Any) -> Any:
+    """Replace any NaN/inf left anywhere by ``None`` (strict JSON), numpy scalars by floats."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float | np.floating):
+        return finite_or_none(float(x))
+    if isinstance(x, np.integer):
+        return int(x)
+    return x

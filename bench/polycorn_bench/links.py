@@ -1,0 +1,223 @@
+"""Link files of a trip: Mahimahi traces and polycorn-emu schedules.
+
+Both are read with the semantics of ``testbed/emu`` (``trace.rs``, ``schedule.rs``, ``lib.rs``):
+
+* A trace is one integer millisecond timestamp per line, one 1500-byte delivery opportunity
+  each; equal lines are several opportunities in the same millisecond. The trace repeats
+  forever with period equal to its last timestamp (opportunity ``k`` is at
+  ``ms[k mod n] + (k div n) * period``). An opportunity at time ``T`` serves only packets that
+  arrived strictly before ``T``.
+* A schedule holds the one-way delay (``delay-mode step|linear``, ``delay t d`` points; before
+  the first point the first value applies, none at all means zero delay), loss lines (ignored
+  here: the oracle is loss-free) and blackouts ``[start, end)`` during which no opportunity is
+  used (one exactly at ``start`` is inside, one exactly at ``end`` is usable). A packet that
+  leaves the bottleneck at ``t`` arrives at ``max(previous arrival, t + delay(t))`` (FIFO per
+  carrier). The schedule applies to both directions of its carrier.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+class LinkFileError(ValueError):
+    """A trace or schedule file that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One period of a Mahimahi trace (sorted integer ms timestamps, last one = period)."""
+
+    ms: IntArray
+    _ms_f: FloatArray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # searchsorted with a float key on an int array converts the whole array every call.
+        object.__setattr__(self, "_ms_f", self.ms.astype(np.float64))
+
+    @property
+    def period_ms(self) -> int:
+        return int(self.ms[-1])
+
+    @classmethod
+    def parse(cls, text: str, name: str = "<trace>") -> Trace:
+        # Fast path for well-formed files (a 600 s trip has ~10^6 lines per file); anything
+        # unexpected goes through the line-by-line pass, which names the bad line.
+        n_lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                ms = np.fromstring(text, dtype=np.int64, sep="\n")
+        except (ValueError, DeprecationWarning):
+            ms = np.zeros(0, dtype=np.int64)
+        if (
+            0 < len(ms) == n_lines
+            and ms.min() >= 0
+            and ms[-1] > 0
+            and bool(np.all(np.diff(ms) >= 0))
+        ):
+            return cls(ms)
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return cls._parse_slow(lines, name)
+
+    @classmethod
+    def _parse_slow(cls, lines: list[str], name: str) -> Trace:
+        values: list[int] = []
+        for i, raw in enumerate(lines, start=1):
+            t = raw.strip()
+            if not t:
+                raise LinkFileError(f"{name}:{i}: empty line")
+            if not t.isdigit():
+                raise LinkFileError(f"{name}:{i}: not a millisecond timestamp: {t!r}")
+            v = int(t)
+            if values and v < values[-1]:
+                raise LinkFileError(f"{name}:{i}: timestamp {v} is smaller than the previous one")
+            values.append(v)
+        if not values:
+            raise LinkFileError(f"{name}: trace is empty")
+        if values[-1] == 0:
+            raise LinkFileError(f"{name}: trace must last a non-zero time (last timestamp is 0)")
+        return cls(np.asarray(values, dtype=np.int64))
+
+    @classmethod
+    def load(cls, path: Path) -> Trace:
+        return cls.parse(path.read_text(encoding="utf-8"), str(path))
+
+    def times_until(self, until_ms: float) -> FloatArray:
+        """Every opportunity time in ``[0, until_ms]``, repetitions included, sorted."""
+        reps = max(1, math.ceil(until_ms / self.period_ms) + 1)
+        base = self.ms.astype(np.float64)
+        t = np.concatenate([base + r * self.period_ms for r in range(reps)])
+        return t[: int(np.searchsorted(t, until_ms, side="right"))]
+
+    def first_after(self, t: float) -> float:
+        """Time of the first opportunity strictly after ``t`` (the one that can serve a packet
+        that arrives at ``t``)."""
+        n = len(self.ms)
+        period = self.period_ms
+        r = math.floor(t / period)
+        within = t - r * period
+        idx = int(np.searchsorted(self._ms_f, within, side="right"))
+        k = r * n + idx
+        return float((k // n) * period + int(self.ms[k % n]))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Delay and blackouts of one carrier (loss is parsed for validation only)."""
+
+    delay_t: FloatArray = field(default_factory=lambda: np.zeros(0))
+    delay_ms: FloatArray = field(default_factory=lambda: np.zeros(0))
+    linear: bool = False
+    blackout_start: FloatArray = field(default_factory=lambda: np.zeros(0))
+    blackout_end: FloatArray = field(default_factory=lambda: np.zeros(0))
+    blackout_kind: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str, name: str = "<schedule>") -> Schedule:
+        dt: list[float] = []
+        dv: list[float] = []
+        bs: list[float] = []
+        be: list[float] = []
+        bk: list[str] = []
+        linear = False
+        mode_seen = False
+        loss_t: list[float] = []
+
+        def num(s: str, line: int) -> float:
+            try:
+                v = float(s)
+            except ValueError:
+                raise LinkFileError(f"{name}:{line}: not a number: {s!r}") from None
+            if not math.isfinite(v) or v < 0:
+                raise LinkFileError(f"{name}:{line}: must be finite and non-negative: {s!r}")
+            return v
+
+        for i, raw in enumerate(text.splitlines(), start=1):
+            fields = raw.split("#", 1)[0].split()
+            if not fields:
+                continue
+            kind, args = fields[0], fields[1:]
+            if kind == "delay-mode":
+                if mode_seen or len(args) != 1 or args[0] not in ("step", "linear"):
+                    raise LinkFileError(f"{name}:{i}: expected one 'delay-mode step|linear'")
+                mode_seen = True
+                linear = args[0] == "linear"
+            elif kind == "delay":
+                if len(args) != 2:
+                    raise LinkFileError(f"{name}:{i}: expected 'delay <t_ms> <one_way_ms>'")
+                t, d = num(args[0], i), num(args[1], i)
+                if dt and t <= dt[-1]:
+                    raise LinkFileError(f"{name}:{i}: delay points must have increasing times")
+                dt.append(t)
+                dv.append(d)
+            elif kind == "loss":
+                if len(args) != 5:
+                    raise LinkFileError(f"{name}:{i}: expected 'loss <t_ms> <4 probabilities>'")
+                t = num(args[0], i)
+                if loss_t and t <= loss_t[-1]:
+                    raise LinkFileError(f"{name}:{i}: loss points must have increasing times")
+                loss_t.append(t)
+            elif kind == "blackout":
+                if len(args) != 3 or args[2] not in ("hold", "flush"):
+                    raise LinkFileError(f"{name}:{i}: expected 'blackout <start> <end> hold|flush'")
+                s, e = num(args[0], i), num(args[1], i)
+                if s >= e:
+                    raise LinkFileError(f"{name}:{i}: blackout end must be after its start")
+                if be and s < be[-1]:
+                    raise LinkFileError(f"{name}:{i}: blackouts must be sorted, non-overlapping")
+                bs.append(s)
+                be.append(e)
+                bk.append(args[2])
+            else:
+                raise LinkFileError(f"{name}:{i}: unknown directive {kind!r}")
+        return cls(
+            delay_t=np.asarray(dt, dtype=np.float64),
+            delay_ms=np.asarray(dv, dtype=np.float64),
+            linear=linear,
+            blackout_start=np.asarray(bs, dtype=np.float64),
+            blackout_end=np.asarray(be, dtype=np.float64),
+            blackout_kind=tuple(bk),
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> Schedule:
+        return cls.parse(path.read_text(encoding="utf-8"), str(path))
+
+    def delay_at(self, t: FloatArray) -> FloatArray:
+        """One-way delay (ms) for packets leaving the bottleneck at times ``t``."""
+        if len(self.delay_t) == 0:
+            return np.zeros_like(t)
+        if self.linear:
+            return np.interp(t, self.delay_t, self.delay_ms)
+        i = np.searchsorted(self.delay_t, t, side="right") - 1
+        return self.delay_ms[np.maximum(i, 0)]
+
+    def in_blackout(self, t: FloatArray) -> npt.NDArray[np.bool_]:
+        """Whether each time lies in a blackout ``[start, end)``."""
+        if len(self.blackout_start) == 0:
+            return np.zeros(t.shape, dtype=bool)
+        i = np.searchsorted(self.blackout_start, t, side="right") - 1
+        ok = i >= 0
+        ends = self.blackout_end[np.maximum(i, 0)]
+        return ok & (t < ends)
+
+    def next_lit(self, t: float) -> float:
+        """``t`` if the carrier is not blacked out at ``t``, else the end of its blackout."""
+        if len(self.blackout_start) == 0:
+            return t
+        i = int(np.searchsorted(self.blackout_start, t, side="right")) - 1
+        if i >= 0 and t < self.blackout_end[i]:
+            return float(self.blackout_end[i])
+        return t

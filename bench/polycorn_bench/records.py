@@ -1,0 +1,299 @@
+"""Reading a raw HSR benchmark run directory (written by ``scripts/bench-hsr.sh``).
+
+Layout::
+
+    RUN/run.json
+    RUN/<link_set>/<trip>/trip/{c<i>.down,c<i>.up,c<i>.schedule,events.jsonl,trip.json}
+    RUN/<link_set>/<trip>/<scheme>/bulk.jsonl
+    RUN/<link_set>/<trip>/<scheme>/im-<U>.jsonl
+
+Nothing here raises on bad data: a missing file is an absent scheme, a line that is not a JSON
+object with the expected fields is skipped and counted in :class:`Issues`, with the first few
+locations kept for the report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Issues:
+    """Problems met while reading (skipped lines, unreadable files), counted by kind."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+    max_examples: int = 20
+
+    def add(self, kind: str, where: str) -> None:
+        self.counts[kind] += 1
+        if len(self.examples) < self.max_examples:
+            self.examples.append(f"{kind}: {where}")
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "by_kind": dict(self.counts), "examples": self.examples}
+
+
+def _num(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+@dataclass(frozen=True)
+class Download:
+    """One line of ``bulk.jsonl``."""
+
+    id: int
+    label: str
+    size: int
+    planned_ms: float | None
+    start_ms: float
+    end_ms: float | None
+    bytes: int
+    ok: bool
+    timeout: bool
+    error: str | None
+    timeout_ms: float | None = None  # optional field; used only to censor a null end_ms
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Download | None:
+        ident, label, size, start = d.get("id"), d.get("label"), d.get("size"), d.get("start_ms")
+        ok, timeout = d.get("ok"), d.get("timeout", False)
+        if not (
+            isinstance(ident, int)
+            and isinstance(label, str)
+            and isinstance(size, int)
+            and size > 0
+            and _num(start) is not None
+            and isinstance(ok, bool)
+            and isinstance(timeout, bool)
+        ):
+            return None
+        end = _num(d.get("end_ms"))
+        if ok and end is None:
+            return None
+        err = d.get("error")
+        nbytes = d.get("bytes")
+        return cls(
+            id=ident,
+            label=label,
+            size=size,
+            planned_ms=_num(d.get("planned_ms")),
+            start_ms=float(start),  # type: ignore[arg-type]
+            end_ms=end,
+            bytes=nbytes if isinstance(nbytes, int) else 0,
+            ok=ok,
+            timeout=timeout,
+            error=str(err) if err is not None else None,
+            timeout_ms=_num(d.get("timeout_ms")),
+        )
+
+
+@dataclass(frozen=True)
+class Message:
+    """One line of ``im-<U>.jsonl``."""
+
+    user: int
+    msg: int
+    due_ms: float | None
+    delay_ms: float | None
+    ok: bool
+    error: str | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Message | None:
+        user, msg, ok = d.get("user"), d.get("msg"), d.get("ok")
+        if not (isinstance(user, int) and isinstance(msg, int) and isinstance(ok, bool)):
+            return None
+        delay = _num(d.get("delay_ms"))
+        if ok and delay is None:
+            return None
+        err = d.get("error")
+        return cls(
+            user=user,
+            msg=msg,
+            due_ms=_num(d.get("due_ms")),
+            delay_ms=delay,
+            ok=ok,
+            error=str(err) if err is not None else None,
+        )
+
+
+def read_jsonl(path: Path, issues: Issues) -> Iterator[dict[str, Any]]:
+    """JSON objects of a JSON-lines file; bad lines are counted in ``issues`` and skipped."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        issues.add("unreadable file", f"{path}: {e}")
+        return
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            issues.add("malformed JSON line", f"{path}:{i}: {e.msg}")
+            continue
+        if not isinstance(obj, dict):
+            issues.add("malformed JSON line", f"{path}:{i}: not an object")
+            continue
+        yield obj
+
+
+def read_downloads(path: Path, issues: Issues) -> list[Download]:
+    out: list[Download] = []
+    for i, obj in enumerate(read_jsonl(path, issues), start=1):
+        rec = Download.from_json(obj)
+        if rec is None:
+            issues.add("bad bulk record", f"{path}: record {i}")
+        else:
+            out.append(rec)
+    return out
+
+
+def read_messages(path: Path, issues: Issues) -> list[Message]:
+    out: list[Message] = []
+    for i, obj in enumerate(read_jsonl(path, issues), start=1):
+        rec = Message.from_json(obj)
+        if rec is None:
+            issues.add("bad IM record", f"{path}: record {i}")
+        else:
+            out.append(rec)
+    return out
+
+
+@dataclass
+class SchemeRun:
+    """What one scheme left for one trip (possibly nothing)."""
+
+    downloads: list[Download] = field(default_factory=list)
+    im: dict[int, list[Message]] = field(default_factory=dict)  # users -> messages
+
+
+@dataclass
+class TripRun:
+    name: str
+    trip_dir: Path
+    schemes: dict[str, SchemeRun]
+    handover_starts: list[float] | None  # None: no events.jsonl
+
+
+@dataclass
+class LinkSetRun:
+    name: str
+    description: str
+    trips: list[TripRun]
+
+
+@dataclass
+class Run:
+    root: Path
+    meta: dict[str, Any]
+    schemes: list[str]
+    sizes: dict[str, int]
+    users: list[int]
+    link_sets: list[LinkSetRun]
+    issues: Issues
+
+
+def read_handover_starts(path: Path, issues: Issues) -> list[float]:
+    """``t_ms`` of every ``handover_start`` event (any carrier), sorted."""
+    out = []
+    for obj in read_jsonl(path, issues):
+        if obj.get("event") == "handover_start":
+            t = _num(obj.get("t_ms"))
+            if t is None:
+                issues.add("bad event", f"{path}: handover_start without t_ms")
+            else:
+                out.append(t)
+    return sorted(out)
+
+
+def _dict(x: object) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def _list(x: object) -> list[Any]:
+    return x if isinstance(x, list) else []
+
+
+def _scheme_dirs(trip_path: Path, listed: list[str]) -> list[str]:
+    """Schemes in ``run.json`` order, then any extra directory found (not ``trip``)."""
+    found = sorted(p.name for p in trip_path.iterdir() if p.is_dir() and p.name != "trip")
+    return listed + [s for s in found if s not in listed]
+
+
+def read_run(root: Path) -> Run:
+    """Read a run directory. Raises ``FileNotFoundError``/``ValueError`` only if ``run.json``
+    itself is missing or unusable."""
+    issues = Issues()
+    meta_path = root / "run.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if not isinstance(meta, dict):
+        raise ValueError(f"{meta_path}: not a JSON object")
+    listed = [s for s in _list(meta.get("schemes")) if isinstance(s, str)]
+    sizes = {
+        k: int(v)
+        for k, v in _dict(_dict(meta.get("bulk")).get("sizes")).items()
+        if isinstance(v, int | float) and v > 0
+    }
+    users = sorted(int(u) for u in _list(_dict(meta.get("im")).get("users")) if isinstance(u, int))
+
+    all_schemes = list(listed)
+    link_sets: list[LinkSetRun] = []
+    for ls_name, ls_raw in _dict(meta.get("link_sets")).items():
+        ls_meta = _dict(ls_raw)
+        ls_path = root / ls_name
+        trips: list[TripRun] = []
+        for trip in _list(ls_meta.get("trips")):
+            trip_path = ls_path / str(trip)
+            if not trip_path.is_dir():
+                issues.add("missing trip directory", str(trip_path))
+                continue
+            schemes: dict[str, SchemeRun] = {}
+            for scheme in _scheme_dirs(trip_path, listed):
+                if scheme not in all_schemes:
+                    all_schemes.append(scheme)
+                sdir = trip_path / scheme
+                if not sdir.is_dir():
+                    issues.add("missing scheme directory", str(sdir))
+                    continue
+                sr = SchemeRun()
+                bulk = sdir / "bulk.jsonl"
+                if bulk.exists():
+                    sr.downloads = read_downloads(bulk, issues)
+                for f in sorted(sdir.glob("im-*.jsonl")):
+                    if f.name.endswith(".conn.jsonl"):
+                        # polycorn-loadgen's connection log: not analysed.
+                        continue
+                    u = f.stem.removeprefix("im-")
+                    if not u.isdigit():
+                        issues.add("unexpected file", str(f))
+                        continue
+                    sr.im[int(u)] = read_messages(f, issues)
+                    if int(u) not in users:
+                        users.append(int(u))
+                schemes[scheme] = sr
+            events = trip_path / "trip" / "events.jsonl"
+            ho = read_handover_starts(events, issues) if events.exists() else None
+            trips.append(TripRun(str(trip), trip_path / "trip", schemes, ho))
+        link_sets.append(LinkSetRun(ls_name, str(ls_meta.get("description", "")), trips))
+
+    for ls in link_sets:
+        for tr in ls.trips:
+            for sr in tr.schemes.values():
+                for d in sr.downloads:
+                    sizes.setdefault(d.label, d.size)
+    return Run(root, meta, all_schemes, sizes, sorted(users), link_sets, issues)

@@ -1,0 +1,96 @@
+"""Builders for tiny synthetic run directories."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def write_trace(path: Path, per_ms: int, period_ms: int) -> None:
+    """A constant-rate trace: ``per_ms`` opportunities in every ms 1..period_ms."""
+    lines = [str(t) for t in range(1, period_ms + 1) for _ in range(per_ms)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]], extra_lines: Sequence[str] = ()) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r) + "\n" for r in rows) + "".join(x + "\n" for x in extra_lines)
+    path.write_text(text, encoding="utf-8")
+
+
+def download(
+    ident: int, start: float, dur: float | None, size: int = 1_048_576, **kw: Any
+) -> dict[str, Any]:
+    label = {262144: "256KB", 1048576: "1MB", 4194304: "4MB"}[size]
+    rec = {
+        "id": ident,
+        "label": label,
+        "size": size,
+        "planned_ms": start,
+        "start_ms": start,
+        "end_ms": None if dur is None else start + dur,
+        "bytes": size if dur is not None else 0,
+        "ok": dur is not None,
+        "timeout": False,
+        "error": None,
+    }
+    rec.update(kw)
+    return rec
+
+
+class RunBuilder:
+    def __init__(self, root: Path, schemes: list[str], trips: list[str], link_set: str = "hsr"):
+        self.root = root
+        self.link_set = link_set
+        self.trips = trips
+        self.meta: dict[str, Any] = {
+            "profile": "short",
+            "commit": "abc123",
+            "schemes": schemes,
+            "bulk": {"per_size": 2, "sizes": {"256KB": 262144, "1MB": 1048576, "4MB": 4194304}},
+            "im": {"users": [10, 20], "messages": 5, "mean_gap_ms": 100},
+            "link_sets": {link_set: {"trips": trips, "description": "synthetic"}},
+        }
+        for trip in trips:
+            tdir = self.trip_dir(trip)
+            tdir.mkdir(parents=True, exist_ok=True)
+            # 1 opportunity per ms = 1448 payload bytes/ms, 10 ms one-way delay.
+            write_trace(tdir / "c0.down", 1, 60_000)
+            write_trace(tdir / "c0.up", 1, 60_000)
+            (tdir / "c0.schedule").write_text("delay 0 10\n", encoding="utf-8")
+
+    def trip_dir(self, trip: str) -> Path:
+        return self.root / self.link_set / trip / "trip"
+
+    def scheme_dir(self, trip: str, scheme: str) -> Path:
+        return self.root / self.link_set / trip / scheme
+
+    def bulk(
+        self, trip: str, scheme: str, rows: list[dict[str, Any]], extra: Sequence[str] = ()
+    ) -> None:
+        write_jsonl(self.scheme_dir(trip, scheme) / "bulk.jsonl", rows, extra)
+
+    def im(self, trip: str, scheme: str, users: int, rows: list[dict[str, Any]]) -> None:
+        write_jsonl(self.scheme_dir(trip, scheme) / f"im-{users}.jsonl", rows)
+
+    def events(self, trip: str, t_ms: list[float]) -> None:
+        rows: list[dict[str, Any]] = []
+        for t in t_ms:
+            rows.append({"event": "handover_start", "t_ms": t, "carrier": 0})
+            rows.append(
+                {"event": "handover_end", "t_ms": t + 50, "carrier": 0, "outcome": "success"}
+            )
+        write_jsonl(self.trip_dir(trip) / "events.jsonl", rows)
+
+    def finish(self) -> Path:
+        (self.root / "run.json").write_text(json.dumps(self.meta), encoding="utf-8")
+        return self.root
+
+
+@pytest.fixture
+def builder(tmp_path: Path) -> RunBuilder:
+    return RunBuilder(tmp_path / "run", ["minrtt", "redundant", "single-path"], ["r1-t1", "r1-t2"])
