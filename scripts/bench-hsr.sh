@@ -23,7 +23,7 @@
 #             is absent (set MAHIMAHI_DIR to use another copy).
 #
 # Environment: PROFILE (default short), SCHEMES (space-separated, default all
-# below), LINK_SETS (default: the profile's), BENCH_WORK (raw runs, default
+# below), BENCH_PREFIX (topology prefix, default hb), LINK_SETS (default: the profile's), BENCH_WORK (raw runs, default
 # /tmp/polycorn-bench-hsr), BENCH_OUT (default bench/out; the demo and ci
 # profiles write only under BENCH_WORK), PLOTS (directory for PNGs).
 # Ctrl-C or any failure tears every topology down.
@@ -84,7 +84,11 @@ RUN=$WORK/run-$PROFILE
 rm -rf "$RUN"
 mkdir -p "$RUN" "$OUT"
 
-prefix_of() { echo "hb$1"; }
+# Topology prefixes: ${BENCH_PREFIX}0, 1, ... (another run, e.g. the
+# integration tests, uses another BENCH_PREFIX).
+BENCH_PREFIX=${BENCH_PREFIX:-hb}
+[[ $BENCH_PREFIX =~ ^[a-z][a-z0-9]{0,7}$ ]] || die "BENCH_PREFIX must be 1-8 lower-case letters/digits, got '$BENCH_PREFIX'"
+prefix_of() { echo "$BENCH_PREFIX$1"; }
 
 ALL_DOWN_DONE=0
 all_down() {

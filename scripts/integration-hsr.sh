@@ -72,7 +72,7 @@ teardown_after_sigkill() {
 check "after a SIGKILL of its caller, topology.sh down leaves no namespace, process or TUN device" teardown_after_sigkill
 
 bench_ci_runs() {
-    BENCH_WORK=$WORK/bench PROFILE=ci SCHEMES="minrtt single-path kernel-mptcp" bash scripts/bench-hsr.sh \
+    BENCH_PREFIX=hbit BENCH_WORK=$WORK/bench PROFILE=ci SCHEMES="minrtt single-path kernel-mptcp" bash scripts/bench-hsr.sh \
         >"$WORK/bench.log" 2>&1 || { tail -30 "$WORK/bench.log"; return 1; }
     local out=$WORK/bench/out/hsr.json
     # Every scheme has results for every size, and minrtt's ratio to itself is 1.
@@ -80,14 +80,14 @@ bench_ci_runs() {
         and ([.bulk[] | .["256KB"].n, .["1MB"].n, .["4MB"].n] | min) >= 1
         and .bulk.minrtt.overall.ratio_vs_minrtt == 1
         and (.im | keys | length) == 3' "$out" >/dev/null || { cat "$out"; return 1; }
-    [[ -z $(leftovers hb0)$(leftovers hb1)$(leftovers hb2) ]]
+    [[ -z $(leftovers hbit0)$(leftovers hbit1)$(leftovers hbit2) ]]
 }
 check "make bench-hsr PROFILE=ci: three schemes side by side, results for every size, nothing left behind" bench_ci_runs
 
 bench_interrupted_cleans_up() {
     # A background job of a script starts with SIGINT ignored; give it back
     # the default, as a terminal's Ctrl-C would find it.
-    BENCH_WORK=$WORK/bench-int PROFILE=ci SCHEMES="minrtt kernel-mptcp" env --default-signal=INT bash scripts/bench-hsr.sh \
+    BENCH_PREFIX=hbit BENCH_WORK=$WORK/bench-int PROFILE=ci SCHEMES="minrtt kernel-mptcp" env --default-signal=INT bash scripts/bench-hsr.sh \
         >"$WORK/bench-int.log" 2>&1 &
     local pid=$! i
     for ((i = 0; i < 600; i++)); do
@@ -101,7 +101,7 @@ bench_interrupted_cleans_up() {
     wait "$pid" || rc=$?
     ((rc != 0)) || return 1
     local left
-    left=$(leftovers hb0)$(leftovers hb1)
+    left=$(leftovers hbit0)$(leftovers hbit1)
     [[ -z $left ]] || { echo "left behind: $left"; return 1; }
 }
 check "Ctrl-C during make bench-hsr tears every topology down" bench_interrupted_cleans_up
