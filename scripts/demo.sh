@@ -10,7 +10,8 @@
 #
 # It is `make bench-hsr PROFILE=demo`: results go under
 # /tmp/polycorn-bench-hsr/out (never over the committed bench/out).
-# SCHEMES="minrtt blest" limits the schemes.
+# SCHEMES="minrtt blest" limits the schemes. Its topologies are hd0, hd1, ...
+# (a bench-hsr run uses hb0, ...), so both can run at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +20,7 @@ cat <<'TXT'
    passengers -> relay-agent -> 2 emulated carriers (trace replay, handovers) -> proxy -> origin
    about 4 minutes: a few downloads of 256 KB, 1 MB and 4 MB, then 10/20/30 chat users
 TXT
-PROFILE=demo bash scripts/bench-hsr.sh
+BENCH_PREFIX=${BENCH_PREFIX:-hd} PROFILE=demo bash scripts/bench-hsr.sh
 cat <<'TXT'
 
 == how to read it: goodput ratio to minrtt per download size (higher is better),

@@ -391,7 +391,8 @@ fn schedule_file_drives_a_link() {
 
 #[test]
 fn real_mahimahi_traces_deliver_1500_bytes_per_line_per_period() {
-    let dir = std::path::Path::new("/work/shared/data/traces/mahimahi");
+    // The shared data folder sits next to the repository (`../shared` from its root).
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces/mahimahi");
     let names = ["TMobile-LTE-short.down", "TMobile-LTE-short.up", "Verizon-LTE-short.down", "Verizon-LTE-short.up"];
     let mut checked = 0;
     for name in names {
