@@ -92,10 +92,14 @@ prefix_of() { echo "$BENCH_PREFIX$1"; }
 
 ALL_DOWN_DONE=0
 all_down() {
-    local i
+    local i pids=()
+    # In parallel: each takes a few seconds (processes get SIGTERM and time
+    # to exit before SIGKILL).
     for i in "${!SCHEMES[@]}"; do
-        PC_PREFIX=$(prefix_of "$i") testbed/topology.sh down >/dev/null 2>&1 || true
+        PC_PREFIX=$(prefix_of "$i") testbed/topology.sh down >/dev/null 2>&1 &
+        pids+=($!)
     done
+    for i in "${pids[@]}"; do wait "$i" || true; done
 }
 on_exit() {
     local rc=$? j
@@ -162,7 +166,7 @@ run_load() {
     for u in "${USER_COUNTS[@]}"; do
         ip netns exec "$ns" "$BIN/polycorn-loadgen" im --server "$ORIGIN:7100" --epoch-unix-ms "$epoch" \
             --seed "$((LOAD_SEED + u))" --users "$u" --messages "$MESSAGES" --mean-gap-ms "$GAP_MS" \
-            --start-s "$t" --deadline-s "$((t + IM_WIN_S - 1))" \
+            --start-s "$t" --deadline-s "$((t + IM_WIN_S - 1))" --source-base 10.66.0.100 \
             --out "$dir/im-$u.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: im $u exited with $?"
         t=$((t + IM_WIN_S))
     done

@@ -13,7 +13,8 @@
 # scheme, each with its own emulator replaying the same trip in step when they
 # share --epoch-unix-ms. The carrier count is the trip's (c<i>.down files).
 #
-#   <prefix>-pax    passengers (10.66.0.2), default route via the relay
+#   <prefix>-pax    passengers (10.66.0.2, and 10.66.0.100-163 for more
+#                   passengers), default route via the relay
 #   <prefix>-train  relay-agent; lan0 10.66.0.1; car<i> 10.77.<i>.1 (TUN)
 #   <prefix>-cloud  proxy on 10.77.<i>.2:4433; origin 10.99.0.10: nginx :80,
 #                   iperf3 :5201, echo :7, DNS :53, IM echo :7100
@@ -180,6 +181,12 @@ case $cmd in
         # From here on, a failure leaves nothing behind.
         trap 'topology_down >/dev/null 2>&1 || true' ERR
         "$here/netns/up.sh" >/dev/null
+        # More passengers: 10.66.0.100-163 on the passengers' interface (the
+        # relay tells passengers apart by source address; the benchmark's
+        # chat users each take one).
+        for ((k = 100; k < 164; k++)); do
+            ip -n "$NS_PAX" addr add "10.66.0.$k/24" dev "$PAX_IF"
+        done
         "$here/origin/start.sh" >/dev/null
         start_im_server
         start_emu

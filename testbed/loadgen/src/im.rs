@@ -42,6 +42,17 @@ pub struct ImConfig {
     pub mean_gap_ms: f64,
     pub start_us: i64,
     pub deadline_us: Option<i64>,
+    /// User u's connections come from this IPv4 address + u (distinct passengers, as the
+    /// relay tells users apart by source address); `None`: the system's choice for all.
+    pub source_base: Option<std::net::Ipv4Addr>,
+}
+
+/// The local address of user `user`'s connections: `base + user`.
+pub fn source_addr(base: std::net::Ipv4Addr, user: u32) -> Result<std::net::Ipv4Addr> {
+    u32::from(base)
+        .checked_add(user)
+        .map(std::net::Ipv4Addr::from)
+        .ok_or_else(|| anyhow!("--source-base {base} + user {user} overflows IPv4"))
 }
 
 /// Runs all users to completion (every message recorded) or to the deadline.
@@ -132,7 +143,15 @@ impl User {
         self.attempts += 1;
         let start_us = self.clock.now_us();
         let res = async {
-            let s = TcpStream::connect(self.cfg.server).await.context("connect")?;
+            let s = match self.cfg.source_base {
+                None => TcpStream::connect(self.cfg.server).await.context("connect")?,
+                Some(base) => {
+                    let local = source_addr(base, self.user)?;
+                    let sock = tokio::net::TcpSocket::new_v4().context("socket")?;
+                    sock.bind(SocketAddr::from((local, 0))).with_context(|| format!("bind {local}"))?;
+                    sock.connect(self.cfg.server).await.context("connect")?
+                }
+            };
             s.set_nodelay(true).context("TCP_NODELAY")?;
             anyhow::Ok(s)
         }

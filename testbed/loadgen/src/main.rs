@@ -105,6 +105,11 @@ struct ImArgs {
     /// Connection log, one line per connection attempt [default: OUT with .jsonl -> .conn.jsonl].
     #[arg(long, value_name = "FILE.jsonl")]
     conn_out: Option<PathBuf>,
+    /// Bind user u's connections to this IPv4 address + u, so that every user is a distinct
+    /// passenger to the relay (which tells passengers apart by source address). The addresses
+    /// must exist on the host.
+    #[arg(long, value_name = "IPV4")]
+    source_base: Option<std::net::Ipv4Addr>,
 }
 
 /// UNIX milliseconds between 1970 and 2286 (keeps all µs arithmetic far from overflow).
@@ -203,6 +208,9 @@ fn im(a: ImArgs) -> Result<()> {
             bail!("--deadline-s must be after --start-s");
         }
     }
+    if let Some(base) = a.source_base {
+        polycorn_loadgen::im::source_addr(base, a.users - 1)?;
+    }
     let rt = current_thread()?;
     let server = rt.block_on(resolve(&a.server))?;
     let conn_out = a.conn_out.clone().unwrap_or_else(|| default_conn_out(&a.out));
@@ -216,6 +224,7 @@ fn im(a: ImArgs) -> Result<()> {
         mean_gap_ms: a.mean_gap_ms,
         start_us: a.start_s,
         deadline_us: a.deadline_s,
+        source_base: a.source_base,
     };
     let clock = TripClock::new(a.epoch_unix_ms)?;
     run_until_signal(rt, run_im(clock, cfg, sink, conn_sink))

@@ -508,3 +508,53 @@ fn im_records_connection_failures_and_continues() {
     assert!(conns.len() >= 2);
     assert!(conns.iter().all(|c| c["ok"] == false && c["end_ms"].is_null() && c["error"].is_string()));
 }
+
+#[test]
+fn im_users_come_from_distinct_source_addresses_with_source_base() {
+    // A server that answers like im-server and records each connection's peer address.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let peers = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&peers);
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            seen.lock().unwrap().push(s.peer_addr().unwrap().ip().to_string());
+            std::thread::spawn(move || {
+                let mut msg = [0u8; 100];
+                while s.read_exact(&mut msg).is_ok() {
+                    if s.write_all(&msg[4..8]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let out = tmp("source-base.jsonl");
+    let o = run(&[
+        "im",
+        "--server",
+        &addr,
+        "--epoch-unix-ms",
+        &now_ms().to_string(),
+        "--seed",
+        "5",
+        "--users",
+        "3",
+        "--messages",
+        "2",
+        "--mean-gap-ms",
+        "10",
+        "--start-s",
+        "0",
+        "--source-base",
+        "127.0.0.10",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(read_jsonl(&out).iter().all(|r| r["ok"] == true));
+    let mut got = peers.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, ["127.0.0.10", "127.0.0.11", "127.0.0.12"]);
+}
