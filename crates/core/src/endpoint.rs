@@ -20,9 +20,9 @@ use bytes::Bytes;
 
 use crate::conn::{Conn, ConnState, RecvError};
 use crate::ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
-use crate::path::{Availability, Path, PathConfig, PathStats, PathView, SegmentRef, SentRecord};
+use crate::path::{Availability, FailureForecast, Path, PathConfig, PathStats, PathView, SegmentRef, SentRecord};
 use crate::sched::users::UserScheduler;
-use crate::sched::{Context, PacketInfo, Pipeline, Reinject};
+use crate::sched::{Context, FailureTable, PacketInfo, Pipeline, Reinject, TrainState};
 use crate::wire::{self, Frame, FrameDecoder, LinkState, WireError};
 
 /// Which end of the session this is.
@@ -55,6 +55,10 @@ pub struct EndpointConfig {
     /// A path with data in flight that hears nothing this long is reported
     /// dead ([`Event::PathDead`]); the shell then closes and reconnects it.
     pub dead_after: Duration,
+    /// A train position ([`Endpoint::set_train_state`]) is extrapolated at
+    /// its speed for at most this long; older, no handover failure is
+    /// predicted.
+    pub train_state_max_age: Duration,
 }
 
 impl EndpointConfig {
@@ -68,6 +72,7 @@ impl EndpointConfig {
             user_fairness_tau: Duration::from_secs(1),
             ping_interval: Duration::from_secs(1),
             dead_after: Duration::from_secs(10),
+            train_state_max_age: Duration::from_secs(30),
         }
     }
 }
@@ -193,6 +198,9 @@ pub struct Endpoint {
     acked_scratch: Vec<SentRecord>,
     /// RESETs made while no path was up.
     orphan_resets: Vec<Frame>,
+    /// Handover-failure prediction inputs (POLYCORN §3, §4.3).
+    train: Option<TrainState>,
+    failure_table: Option<FailureTable>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -230,6 +238,8 @@ impl Endpoint {
             views: Vec::with_capacity(MAX_PATHS),
             acked_scratch: Vec::new(),
             orphan_resets: Vec::new(),
+            train: None,
+            failure_table: None,
         }
     }
 
@@ -328,7 +338,52 @@ impl Endpoint {
     }
 
     pub fn path_view(&self, path: PathId, now: Instant) -> Option<PathView> {
-        self.slots[path.index()].as_ref().map(|s| s.path.view(now))
+        self.slots[path.index()].as_ref().map(|s| self.view_of(&s.path, now))
+    }
+
+    /// A path's view with its handover-failure forecast.
+    fn view_of(&self, p: &Path, now: Instant) -> PathView {
+        let mut v = p.view(now);
+        v.failure = self.forecast(p, now);
+        v
+    }
+
+    /// Where the train is relative to the predicted failure location of the
+    /// path's current cell, if anything is predicted.
+    fn forecast(&self, p: &Path, now: Instant) -> Option<FailureForecast> {
+        let train = self.train.as_ref()?;
+        let table = self.failure_table.as_ref()?;
+        if p.cell == 0 || now.saturating_duration_since(train.at) > self.cfg.train_state_max_age {
+            return None;
+        }
+        let distance_m = table.distance_to_failure(p.cell, train.direction, train.position_at(now))?;
+        Some(FailureForecast { distance_m, speed_mps: train.speed_mps })
+    }
+
+    /// Handover-failure prediction (POLYCORN §4.3): where the train is.
+    /// The relay-agent's shell calls this with every GPS fix; the proxy's
+    /// with every position the relay-agent reports in telemetry, `at`
+    /// converted to the proxy's clock (the arrival time minus the path's
+    /// one-way delay is close enough). Positions are extrapolated at
+    /// `speed_mps` for up to [`EndpointConfig::train_state_max_age`].
+    /// Paths' cells come from [`Self::report_link`] (relay) and
+    /// `PATH_STATUS` (proxy).
+    pub fn set_train_state(&mut self, state: TrainState) {
+        self.train = Some(state);
+    }
+
+    pub fn train_state(&self) -> Option<TrainState> {
+        self.train
+    }
+
+    /// Handover-failure prediction: the failure-location table (LinkDB),
+    /// replacing any previous one. Without a table nothing is predicted.
+    pub fn set_failure_table(&mut self, table: FailureTable) {
+        self.failure_table = Some(table);
+    }
+
+    pub fn failure_table(&self) -> Option<&FailureTable> {
+        self.failure_table.as_ref()
     }
 
     pub fn path_stats(&self, path: PathId) -> Option<&PathStats> {
@@ -509,6 +564,15 @@ impl Endpoint {
             self.users.deactivate(c.user, conn);
             self.stats.conns_closed += 1;
             self.events.push_back(Event::ConnClosed(conn));
+            if c.ack_pending {
+                // The peer's last bytes (and its FIN) are not acknowledged
+                // yet, and the ACK queue skips closed connections. Without
+                // this ACK the peer learns of its FIN only from path-level
+                // acknowledgements, which do not come for a copy it skipped
+                // because an earlier SACK covered it: it would never close.
+                let (cumulative, sack) = c.recv.ack_state(wire::MAX_SACK_RANGES);
+                self.broadcast(Frame::Ack { conn, cumulative, fin: c.recv.fin_received(), sack });
+            }
         }
     }
 
@@ -676,6 +740,7 @@ impl Endpoint {
             _ => return 0,
         }
         let room = |out: &Vec<u8>, n: usize| out.len() == start || out.len() - start + n <= max;
+        let acks_here = self.may_carry_acks(path);
 
         let slot = self.slots[path.index()].as_mut().expect("checked");
         if slot.path.rx_counter > slot.path.rx_acked {
@@ -695,7 +760,7 @@ impl Endpoint {
         }
 
         // Data-level ACKs and window updates ride on any healthy path.
-        if Self::carries_acks(&slot.path) {
+        if acks_here {
             while let Some(&cid) = self.ack_queue.front() {
                 let Some(c) = self.conns.get_mut(&cid) else {
                     self.ack_queue.pop_front();
@@ -772,8 +837,21 @@ impl Endpoint {
                 && (!s.ctrl.is_empty()
                     || !s.data.is_empty()
                     || s.path.rx_counter > s.path.rx_acked
-                    || (!self.ack_queue.is_empty() && Self::carries_acks(&s.path)))
+                    || (!self.ack_queue.is_empty() && self.may_carry_acks(path)))
         })
+    }
+
+    /// Whether data-level ACKs and WINDOW updates may ride on `path` now:
+    /// a healthy path, or any path when none is healthy. Radio reports
+    /// can say "no service" on every path while a subflow still works (or
+    /// never say anything else); ACKs held back then would deadlock every
+    /// flow-controlled connection.
+    fn may_carry_acks(&self, path: PathId) -> bool {
+        let up = || self.slots.iter().flatten().filter(|s| s.path.up);
+        match self.slots[path.index()].as_ref() {
+            Some(s) if s.path.up => Self::carries_acks(&s.path) || !up().any(|s| Self::carries_acks(&s.path)),
+            _ => false,
+        }
     }
 
     /// Whether data-level ACKs and WINDOW updates may ride on this path.
@@ -782,12 +860,14 @@ impl Endpoint {
     }
 
     fn refresh_views(&mut self, now: Instant) {
-        self.views.clear();
+        let mut views = std::mem::take(&mut self.views);
+        views.clear();
         for s in self.slots.iter().flatten() {
             if s.path.up {
-                self.views.push(s.path.view(now));
+                views.push(self.view_of(&s.path, now));
             }
         }
+        self.views = views;
     }
 
     /// Run scheduling rounds until no path has room or nothing is left to
@@ -795,6 +875,10 @@ impl Endpoint {
     /// flow's lowest unsent packet (reinjections first), then paths for it.
     pub fn schedule(&mut self, now: Instant) {
         self.refresh_views(now);
+        let live = self.views.iter().fold(PathMask::EMPTY, |mut m, v| {
+            m.insert(v.id);
+            m
+        });
         let mut skip: Vec<UserId> = Vec::new();
         loop {
             if !self.views.iter().any(|v| v.availability == Availability::Available) {
@@ -809,6 +893,15 @@ impl Endpoint {
                 self.users.deactivate(user, cid);
                 continue;
             };
+            if pkt.reinjection && live.minus(pkt.paths_used).is_empty() {
+                // Every live path already has a copy (a redundant one, or
+                // an earlier reinjection): there is nowhere to reinject it,
+                // and waiting would hold back the flow's new data behind
+                // it. The copies in flight deliver it; a path that goes
+                // down throws its copies back (`path_down`).
+                c.send.on_scheduled(&pkt, PathMask::EMPTY);
+                continue;
+            }
             let info = PacketInfo {
                 conn: cid,
                 user,
@@ -829,11 +922,14 @@ impl Endpoint {
             c.send.on_scheduled(&pkt, placed);
             let frame = data_frame_len(pkt.len);
             let seg = SegmentRef { conn: cid, offset: pkt.offset };
-            for (i, p) in placed.iter().enumerate() {
-                let copy = match (pkt.reinjection, i) {
-                    (true, _) => Copy::Reinjection,
-                    (false, 0) => Copy::First,
-                    (false, _) => Copy::Redundant,
+            // The first copy is on the lowest path a hard selector did not
+            // add (idle-inject's copies are redundant wherever they go).
+            let first = placed.minus(self.pipeline.last_copies()).iter().next();
+            for p in placed.iter() {
+                let copy = match pkt.reinjection {
+                    true => Copy::Reinjection,
+                    false if Some(p) == first => Copy::First,
+                    false => Copy::Redundant,
                 };
                 let slot = self.slots[p.index()].as_mut().expect("placed on a live path");
                 slot.data.push_back(Queued { seg, len: pkt.len, fin: pkt.fin, copy });
@@ -848,7 +944,11 @@ impl Endpoint {
             }
             for v in self.views.iter_mut() {
                 if let Some(s) = self.slots[v.id.index()].as_ref() {
+                    // Neither the train nor the cells moved since
+                    // `refresh_views` (same `now`): keep the forecast.
+                    let failure = v.failure;
                     *v = s.path.view(now);
+                    v.failure = failure;
                 }
             }
             self.users.served(user, u64::from(pkt.len), now);
@@ -1070,6 +1170,51 @@ mod tests {
         let mut buf = vec![0u8; n];
         assert_eq!(proxy.recv(c, &mut buf), Ok(Recv::Data(n)));
         assert!(proxy.has_pending(PathId(0)), "the WINDOW frame must wake a writer");
+    }
+
+    #[test]
+    fn a_reinjection_with_a_copy_on_every_path_does_not_hold_back_new_data() {
+        let now = Instant::now();
+        let (mut relay, _) = pair("redundant", now);
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+        }
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        relay.send(c, &[7u8; 20_000], now).unwrap();
+        for p in [PathId(0), PathId(1)] {
+            relay.poll_transmit(p, now, &mut Vec::new(), 1 << 20);
+        }
+        // Both paths time out: their oldest packet is thrown back, but it
+        // already has a copy on each path, so it cannot be placed anywhere.
+        let later = now + Duration::from_secs(1);
+        relay.handle_timeout(later);
+        assert_eq!(relay.path_stats(PathId(0)).unwrap().rto_events, 1);
+        let before = relay.path_stats(PathId(1)).unwrap().data_bytes_sent;
+        relay.send(c, &[8u8; 10_000], later).unwrap();
+        relay.poll_transmit(PathId(1), later, &mut Vec::new(), 1 << 20);
+        let sent = relay.path_stats(PathId(1)).unwrap().data_bytes_sent - before;
+        assert_eq!(sent, 10_000, "the new bytes went out; the unplaceable reinjection was dropped");
+        assert_eq!(relay.stats().reinjected_bytes, 0);
+    }
+
+    #[test]
+    fn the_train_state_and_failure_table_become_forecasts_in_path_views() {
+        use crate::sched::TrackDirection::Increasing;
+        let t0 = Instant::now();
+        let (mut relay, _) = pair("hrsch", t0);
+        relay.path_up(PathId(0), t0);
+        relay.path_up(PathId(1), t0);
+        relay.report_link(PathId(0), LinkState::Connected, 42);
+        assert_eq!(relay.path_view(PathId(0), t0).unwrap().failure, None, "no train, no table");
+        relay.set_failure_table(FailureTable::new(7).with(42, Increasing, 1_000.0));
+        relay.set_train_state(TrainState { position_m: 200.0, speed_mps: 80.0, direction: Increasing, at: t0 });
+        assert_eq!(relay.failure_table().map(FailureTable::version), Some(7));
+        let f = relay.path_view(PathId(0), t0 + Duration::from_secs(5)).unwrap().failure.unwrap();
+        assert_eq!(f, FailureForecast { distance_m: 400.0, speed_mps: 80.0 }, "extrapolated 400 m");
+        assert_eq!(f.time_to_failure_us(), Some(5_000_000));
+        assert_eq!(relay.path_view(PathId(1), t0).unwrap().failure, None, "path 1's cell is unknown");
+        let stale = t0 + relay.config().train_state_max_age + Duration::from_millis(1);
+        assert_eq!(relay.path_view(PathId(0), stale).unwrap().failure, None, "a stale position predicts nothing");
     }
 
     #[test]

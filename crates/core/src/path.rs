@@ -121,6 +121,38 @@ pub struct PathView {
     pub link_state: LinkState,
     /// Current cell, as reported by the relay-agent; 0 when unknown.
     pub cell: u64,
+    /// Where the train is relative to the predicted handover-failure
+    /// location of this path's current cell (POLYCORN §3, §4.3); `None`
+    /// when nothing is predicted: no train position, no failure table, the
+    /// cell is unknown or not in the table. Filled by the endpoint from
+    /// [`crate::Endpoint::set_train_state`] and
+    /// [`crate::Endpoint::set_failure_table`].
+    pub failure: Option<FailureForecast>,
+}
+
+/// A predicted handover failure on a path, as schedulerlets see it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FailureForecast {
+    /// Distance (m) the train still has to travel, in its direction of
+    /// travel, to the predicted failure location; negative once the train
+    /// has passed it while still on the same cell (the handover is overdue).
+    pub distance_m: f64,
+    /// Train speed (m/s) from the latest position report.
+    pub speed_mps: f64,
+}
+
+impl FailureForecast {
+    /// Predicted time to the failure, t_HOF (µs); 0 once passed, `None`
+    /// when the train is not moving.
+    pub fn time_to_failure_us(&self) -> Option<u64> {
+        if self.distance_m <= 0.0 {
+            Some(0)
+        } else if self.speed_mps > 0.0 && self.speed_mps.is_finite() {
+            Some((self.distance_m / self.speed_mps * 1e6).min(u64::MAX as f64) as u64)
+        } else {
+            None
+        }
+    }
 }
 
 impl PathView {
@@ -314,6 +346,7 @@ impl Path {
             bytes_since_use: self.bytes_since_use,
             link_state: self.link_state,
             cell: self.cell,
+            failure: None,
         }
     }
 

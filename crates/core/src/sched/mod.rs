@@ -21,7 +21,12 @@
 //! composed by name, in configuration. The built-in compositions are listed
 //! in [`registry`]; writing a new schedulerlet is described in
 //! `docs/schedulerlets.md`.
+//!
+//! HRSCH, the paper's scheduler, and its ablations are compositions too;
+//! its schedulerlets and the inputs of handover-failure prediction
+//! ([`TrainState`], [`FailureTable`]) are in [`hrsch`].
 
+pub mod hrsch;
 pub mod lets;
 pub mod registry;
 pub mod users;
@@ -31,6 +36,7 @@ use std::time::Instant;
 use crate::ids::{ConnId, PathId, PathMask, UserId};
 use crate::path::{Availability, PathView};
 
+pub use hrsch::{FailureTable, TrackDirection, TrainState};
 pub use registry::{ConfigError, Params, PipelineSpec, Registry, SchedulerletSpec};
 
 /// Which set moves a schedulerlet may make.
@@ -154,6 +160,8 @@ pub struct Pipeline {
     name: String,
     lets: Vec<Box<dyn Schedulerlet>>,
     reinjection: Box<dyn ReinjectionHandler>,
+    /// Paths of the last decision that only a hard selector put in `S`.
+    last_copies: PathMask,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -173,7 +181,7 @@ impl Pipeline {
         lets: Vec<Box<dyn Schedulerlet>>,
         reinjection: Box<dyn ReinjectionHandler>,
     ) -> Self {
-        Pipeline { name: name.into(), lets, reinjection }
+        Pipeline { name: name.into(), lets, reinjection, last_copies: PathMask::EMPTY }
     }
 
     pub fn name(&self) -> &str {
@@ -201,12 +209,19 @@ impl Pipeline {
             candidates: live.minus(excluded),
             unavailable: live.intersect(excluded),
         };
+        let mut hard = PathMask::EMPTY;
         for l in &mut self.lets {
             let before = sets;
             l.apply(ctx, &mut sets);
             sets = enforce(l.kind(), before, sets, live);
+            if l.kind() == Kind::HardSelector {
+                hard = hard.union(sets.selected.minus(before.selected));
+            }
         }
         let placed = sets.selected.intersect(ready).minus(excluded);
+        // Copies are what hard selectors added next to a packet placed
+        // elsewhere too; alone, what they selected is the packet's path.
+        self.last_copies = if placed.minus(hard).is_empty() { PathMask::EMPTY } else { placed.intersect(hard) };
         if !placed.is_empty() {
             for l in &mut self.lets {
                 l.on_scheduled(ctx, placed);
@@ -217,6 +232,13 @@ impl Pipeline {
 
     pub fn on_rto(&mut self, now: Instant, path: &PathView) -> Reinject {
         self.reinjection.on_rto(now, path)
+    }
+
+    /// Of the paths the last [`Self::select`] returned, those only a hard
+    /// selector chose while the packet was placed on other paths as well:
+    /// redundant copies, for accounting (`redundant_bytes`).
+    pub fn last_copies(&self) -> PathMask {
+        self.last_copies
     }
 }
 
@@ -281,6 +303,7 @@ pub(crate) mod test_support {
             bytes_since_use: 0,
             link_state: LinkState::Connected,
             cell: 0,
+            failure: None,
         }
     }
 

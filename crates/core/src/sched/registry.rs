@@ -11,9 +11,18 @@
 //! | `blest`       | `minrtt`, `blest`         | `rto-oldest` |
 //! | `ecf`         | `minrtt`, `ecf`           | `rto-oldest` |
 //! | `single-path` | `pin-user`, `minrtt`      | `rto-oldest` |
+//! | `hrsch`       | `hof-reject`, `minrtt`, `tail-reject`, `idle-inject` | `extended` (k = 3) |
+//! | `minrtt+hpr`  | `hof-reject`, `minrtt`    | `rto-oldest` |
+//! | `minrtt+tpr`  | `minrtt`, `tail-reject`   | `rto-oldest` |
+//! | `minrtt+ori`  | `minrtt`, `idle-inject`   | `rto-oldest` |
+//! | `minrtt+er`   | `minrtt`                  | `extended` (k = 3) |
+//!
+//! The last five are HRSCH (POLYCORN §4) and its ablations, one HRSCH
+//! mechanism added to MPTCP's minRTT each ([`super::hrsch`]).
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::hrsch::{HofReject, IdleInject, TailReject};
 use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinUser, RoundRobin, RtoOldest};
 use super::{Pipeline, ReinjectionHandler, Schedulerlet};
 
@@ -135,6 +144,29 @@ impl Registry {
             let r = ParamReader::new("ecf", p, &["beta"])?;
             Ok(Box::new(Ecf::new(r.get("beta", 0.25, 0.0..=10.0, "0..=10")?)) as _)
         });
+        r.register_schedulerlet("hof-reject", |p| {
+            let r = ParamReader::new("hof-reject", p, &["gps_error_m", "max_hold_s"])?;
+            let e = r.get("gps_error_m", 20.0, 0.0..=10_000.0, "0..=10000")?;
+            let hold = r.get("max_hold_s", 10.0, 0.1..=3600.0, "0.1..=3600")?;
+            Ok(Box::new(HofReject::new(e, std::time::Duration::from_secs_f64(hold))) as _)
+        });
+        r.register_schedulerlet("tail-reject", |p| no_params("tail-reject", p).map(|_| Box::new(TailReject) as _));
+        r.register_schedulerlet("idle-inject", |p| {
+            let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;
+            let alpha = r.get("alpha", 1.0, 0.0..=3600.0, "0..=3600 (seconds)")?;
+            let beta = r.get("beta", 8192.0, 0.0..=1e12, "0..=1e12 (bytes)")?;
+            let tau = r.get("tau", 16.0, 0.0..=65_536.0, "0..=65536 (packets)")?;
+            let revive = r.get("revive_unavailable", 0.0, 0.0..=1.0, "0 or 1")?;
+            if revive != 0.0 && revive != 1.0 {
+                return Err(ConfigError::BadParam("idle-inject".into(), "revive_unavailable".into(), revive, "0 or 1"));
+            }
+            Ok(Box::new(IdleInject::new(
+                std::time::Duration::from_secs_f64(alpha),
+                beta as u64,
+                tau as u32,
+                revive == 1.0,
+            )) as _)
+        });
         r.register_reinjection("none", |p| no_params("none", p).map(|_| Box::new(NoReinjection) as _));
         r.register_reinjection("rto-oldest", |p| no_params("rto-oldest", p).map(|_| Box::new(RtoOldest) as _));
         r.register_reinjection("extended", |p| {
@@ -151,6 +183,15 @@ impl Registry {
         r.register_pipeline("blest", comp(&["minrtt", "blest"]));
         r.register_pipeline("ecf", comp(&["minrtt", "ecf"]));
         r.register_pipeline("single-path", comp(&["pin-user", "minrtt"]));
+        let extended = |lets: &[&str]| PipelineSpec {
+            reinjection: SchedulerletSpec { name: "extended".into(), params: Params::from([("k".into(), 3.0)]) },
+            ..comp(lets)
+        };
+        r.register_pipeline("hrsch", extended(&["hof-reject", "minrtt", "tail-reject", "idle-inject"]));
+        r.register_pipeline("minrtt+hpr", comp(&["hof-reject", "minrtt"]));
+        r.register_pipeline("minrtt+tpr", comp(&["minrtt", "tail-reject"]));
+        r.register_pipeline("minrtt+ori", comp(&["minrtt", "idle-inject"]));
+        r.register_pipeline("minrtt+er", extended(&["minrtt"]));
         r
     }
 
@@ -224,7 +265,19 @@ mod tests {
     #[test]
     fn every_builtin_composition_builds() {
         let r = Registry::with_builtins();
-        for name in ["minrtt", "roundrobin", "redundant", "blest", "ecf", "single-path"] {
+        for name in [
+            "minrtt",
+            "roundrobin",
+            "redundant",
+            "blest",
+            "ecf",
+            "single-path",
+            "hrsch",
+            "minrtt+hpr",
+            "minrtt+tpr",
+            "minrtt+ori",
+            "minrtt+er",
+        ] {
             let p = r.build(name).unwrap();
             assert_eq!(p.name(), name);
         }

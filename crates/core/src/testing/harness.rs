@@ -9,6 +9,13 @@
 //! opens connections on the relay, writes deterministic pseudo-random
 //! content in each direction, and checks every byte it reads.
 //!
+//! For HRSCH's handover-failure prediction the harness also plays the
+//! shells' telemetry: [`Harness::set_train`] gives both endpoints a moving
+//! train's position (the proxy without telemetry delay),
+//! [`Harness::set_failure_table`] loads a failure table into both, and
+//! [`Harness::report_link`] makes the relay's radio report a state and cell,
+//! which reaches the proxy in `PATH_STATUS` frames over the simulated paths.
+//!
 //! Time only moves when nothing more can happen at the current instant; it
 //! then jumps to the earliest of: a scheduled action (connection start,
 //! kill, revive, reconnect, slow-reader wake-up), a segment starting to
@@ -26,7 +33,8 @@ use super::trace::MahimahiTrace;
 use crate::endpoint::{Endpoint, EndpointConfig, EndpointStats, Event, Recv, Role};
 use crate::ids::{ConnId, PathId, UserId, MAX_PATHS};
 use crate::path::PathStats;
-use crate::sched::{Pipeline, Registry};
+use crate::sched::{FailureTable, Pipeline, Registry, TrackDirection, TrainState};
+use crate::wire::LinkState;
 
 /// Largest read or write the test application makes at once.
 const APP_CHUNK: usize = 64 * 1024;
@@ -106,6 +114,29 @@ impl PathSpec {
     pub fn with_kill(mut self, at: Duration, revive_at: Option<Duration>) -> Self {
         self.kills.push(Kill { at, revive_at });
         self
+    }
+}
+
+/// A train moving at constant speed, for handover-failure prediction. Both
+/// endpoints are given its position every `report_every` (the proxy at the
+/// same instant, as if the relay-agent's telemetry took no time).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainSpec {
+    /// Position along the track at time 0 (m).
+    pub start_m: f64,
+    pub speed_mps: f64,
+    pub direction: TrackDirection,
+    pub report_every: Duration,
+}
+
+impl TrainSpec {
+    /// Position at virtual time `t`.
+    pub fn position(&self, t: Duration) -> f64 {
+        let d = self.speed_mps * t.as_secs_f64();
+        match self.direction {
+            TrackDirection::Increasing => self.start_m + d,
+            TrackDirection::Decreasing => self.start_m - d,
+        }
     }
 }
 
@@ -440,6 +471,10 @@ enum Action {
     Reconnect(usize),
     /// A rate-limited reader may read again.
     Wake,
+    /// The train's position is reported to both endpoints.
+    Gps,
+    /// The relay's radio on a path reports a state and cell.
+    Link(usize, LinkState, u64),
 }
 
 fn user_id(user: u16) -> UserId {
@@ -475,6 +510,7 @@ pub struct Harness {
     expect_buf: Vec<u8>,
     /// Bytes moving between an endpoint and a pipe.
     wire_buf: Vec<u8>,
+    train: Option<TrainSpec>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -536,6 +572,7 @@ impl Harness {
             io_buf: vec![0; APP_CHUNK],
             expect_buf: vec![0; APP_CHUNK],
             wire_buf: Vec::new(),
+            train: None,
         };
         for (i, spec) in paths.into_iter().enumerate() {
             let spans = spec.blackouts.iter().map(|&(s, e)| (ns(s), ns(e))).collect();
@@ -579,6 +616,28 @@ impl Harness {
         });
         self.schedule(start, Action::Open(k));
         k
+    }
+
+    /// Run a train: both endpoints get its position from now on, every
+    /// `spec.report_every`.
+    pub fn set_train(&mut self, spec: TrainSpec) {
+        assert!(!spec.report_every.is_zero(), "report_every must be positive");
+        self.train = Some(spec);
+        self.schedule(self.now, Action::Gps);
+    }
+
+    /// Give both endpoints a failure-location table, now.
+    pub fn set_failure_table(&mut self, table: FailureTable) {
+        self.relay.set_failure_table(table.clone());
+        self.proxy.set_failure_table(table);
+    }
+
+    /// At `at`, the relay's radio on path `path` reports `state` and `cell`
+    /// ([`Endpoint::report_link`]); the proxy learns it from `PATH_STATUS`,
+    /// over whichever paths are up.
+    pub fn report_link(&mut self, path: usize, at: Duration, state: LinkState, cell: u64) {
+        assert!(path < self.paths.len(), "no path {path}");
+        self.schedule(ns(at).max(self.now), Action::Link(path, state, cell));
     }
 
     /// Current virtual time since the start.
@@ -803,6 +862,19 @@ impl Harness {
                     }
                 }
                 Action::Wake => self.wake_at = None,
+                Action::Gps => {
+                    let spec = self.train.expect("a train is set");
+                    let state = TrainState {
+                        position_m: spec.position(self.now()),
+                        speed_mps: spec.speed_mps,
+                        direction: spec.direction,
+                        at: self.at(),
+                    };
+                    self.relay.set_train_state(state);
+                    self.proxy.set_train_state(state);
+                    self.schedule(self.now + ns(spec.report_every), Action::Gps);
+                }
+                Action::Link(i, state, cell) => self.relay.report_link(PathId(i as u8), state, cell),
             }
         }
         any

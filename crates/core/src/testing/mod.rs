@@ -50,12 +50,14 @@ pub mod trace;
 
 pub use harness::{
     ConnReport, ConnSpec, Harness, Kill, PathChange, PathLogEntry, PathReport, PathSpec, Report, Side, SimConfig,
-    StreamReport,
+    StreamReport, TrainSpec,
 };
 pub use pipe::{Blackouts, DirSpec, Link, Pipe, PipeStats};
 pub use rng::SplitMix64;
 pub use trace::{MahimahiTrace, TraceCursor, TraceError};
 
+#[cfg(test)]
+mod hrsch_scenarios;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]

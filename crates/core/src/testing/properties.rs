@@ -10,7 +10,19 @@ use proptest::prelude::*;
 
 use super::*;
 
-const SCHEDULERS: [&str; 6] = ["minrtt", "roundrobin", "redundant", "blest", "ecf", "single-path"];
+const SCHEDULERS: [&str; 11] = [
+    "minrtt",
+    "roundrobin",
+    "redundant",
+    "blest",
+    "ecf",
+    "single-path",
+    "hrsch",
+    "minrtt+hpr",
+    "minrtt+tpr",
+    "minrtt+ori",
+    "minrtt+er",
+];
 
 #[derive(Clone, Debug)]
 struct PathParams {
@@ -143,5 +155,93 @@ proptest! {
         }
         let r = h.run_until(Duration::from_secs(1800));
         prop_assert!(r.all_done(), "{}: {:#?}\n{:?}\n{:?}", SCHEDULERS[sched], r.conns, r.input_errors, r.path_log);
+    }
+}
+
+/// What a path's radio does on a trip: cells it moves to (at ms, state;
+/// each report after the first names a new cell unless it is "no
+/// service"), and failure locations of its cells in the table
+/// (cell index, position in m).
+#[derive(Clone, Debug)]
+struct Radio {
+    reports: Vec<(u64, u8)>,
+    failures: Vec<(usize, f64)>,
+}
+
+fn radio() -> impl Strategy<Value = Radio> {
+    (vec((0u64..10_000, 0u8..3), 0..5), vec((0usize..3, -300.0f64..800.0), 0..6))
+        .prop_map(|(reports, failures)| Radio { reports, failures })
+}
+
+/// The HRSCH pipelines, one of them with idle-inject reviving rejected
+/// paths and copying every packet (α = 0).
+fn hsr_pipeline(i: usize) -> (String, crate::Pipeline) {
+    use crate::sched::{PipelineSpec, Registry, SchedulerletSpec};
+    let r = Registry::with_builtins();
+    match i {
+        0 => ("hrsch".into(), r.build("hrsch").unwrap()),
+        1 => ("minrtt+hpr".into(), r.build("minrtt+hpr").unwrap()),
+        _ => {
+            let mut spec = r.pipeline_spec("hrsch").unwrap().clone();
+            let ori: &mut SchedulerletSpec = &mut spec.schedulerlets[3];
+            ori.params = [("revive_unavailable".to_string(), 1.0), ("alpha".to_string(), 0.0)].into();
+            let spec = PipelineSpec { ..spec };
+            ("hrsch-revive".into(), r.build_spec("hrsch-revive", &spec).unwrap())
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// HRSCH with its prediction inputs live: a moving train, cells that
+    /// change (or drop to no service), failure locations ahead, behind and
+    /// on the way, blackouts and kills. Rejections and waiting must never
+    /// lose, duplicate or reorder a byte, nor stall a connection for good.
+    #[test]
+    fn hrsch_delivers_every_byte_once_in_order_whatever_the_handover_predictions(
+        sched in 0usize..3,
+        seed in any::<u64>(),
+        paths in paths(),
+        radios in vec(radio(), 3),
+        speed in prop_oneof![Just(0.0f64), 1.0f64..120.0],
+        decreasing in any::<bool>(),
+        conns in conns(1..4),
+    ) {
+        use crate::sched::{FailureTable, TrackDirection};
+        use crate::wire::LinkState;
+        let (name, relay) = hsr_pipeline(sched);
+        let (_, proxy) = hsr_pipeline(sched);
+        let mut h = Harness::with_config(SimConfig::default(), relay, proxy, paths.iter().map(PathParams::spec).collect(), seed);
+        let direction = if decreasing { TrackDirection::Decreasing } else { TrackDirection::Increasing };
+        let cell = |path: usize, k: usize| 1_000 * (path as u64 + 1) + k as u64;
+        let mut table = FailureTable::new(1);
+        for (i, radio) in radios.iter().enumerate().take(paths.len()) {
+            h.report_link(i, Duration::ZERO, LinkState::Connected, cell(i, 0));
+            let mut k = 0;
+            let mut reports = radio.reports.clone();
+            reports.sort();
+            for (at, state) in reports {
+                let (state, c) = match state {
+                    0 => { k += 1; (LinkState::Connected, cell(i, k)) }
+                    1 => (LinkState::HandoverStarted, cell(i, k)),
+                    _ => (LinkState::NoService, 0),
+                };
+                h.report_link(i, Duration::from_millis(at), state, c);
+            }
+            for &(k, pos) in &radio.failures {
+                // Positions relative to where the train is at 1 s.
+                let at = if decreasing { -speed - pos } else { speed + pos };
+                table.insert(cell(i, k), direction, at);
+            }
+        }
+        h.set_failure_table(table);
+        h.set_train(TrainSpec { start_m: 0.0, speed_mps: speed, direction, report_every: Duration::from_millis(200) });
+        for c in conns {
+            h.open(c);
+        }
+        let r = h.run_until(Duration::from_secs(900));
+        prop_assert!(r.all_done(), "{}: {:#?}\n{:?}\n{:?}", name, r.conns, r.input_errors, r.path_log);
+        prop_assert_eq!(r.relay.protocol_errors + r.proxy.protocol_errors, 0);
     }
 }

@@ -399,3 +399,21 @@ fn a_fin_delivered_before_the_gap_below_it_still_completes_the_stream() {
     s.on_ack(10, false, &[]); // a stale ACK fills the gap
     assert!(s.is_done(), "the delivered FIN segment completes the stream");
 }
+
+#[test]
+fn a_peer_that_closes_before_its_last_ack_goes_out_still_lets_the_other_end_close() {
+    // Found by the property test with the redundant scheduler: the proxy
+    // read the upload's FIN and closed at once, dropping the queued ACK;
+    // the relay had skipped sending copies an older SACK covered, so no
+    // path-level acknowledgement told it either, and it never closed.
+    let paths = vec![
+        PathSpec::rate(913_242, ms(95)).with_blackout(ms(367), ms(2_517)),
+        PathSpec::rate(2_495_056, ms(47)).with_loss(0.044_488_557_545_180_55),
+        PathSpec::rate(983_736, ms(115)).with_kill(ms(3_240), Some(ms(4_676))),
+    ];
+    let mut h = Harness::new("redundant", paths, 12_992_116_246_425_834_592);
+    h.open(ConnSpec::new(2).upload(297_643).download(217_354).at(ms(2_076)).request_response());
+    h.open(ConnSpec::new(2).upload(336_798).download(69_580).at(ms(2_039)));
+    h.open(ConnSpec::new(0).upload(201_887).download(310_064).at(ms(2_200)));
+    h.run_until(secs(900)).assert_all_done();
+}

@@ -2,15 +2,19 @@
 //! states and the packet, a decision only places a packet on paths that
 //! are live and have room, and never sends a reinjection back to a path it
 //! already used.
+//!
+//! Views carry random handover-failure forecasts (none, ahead, passed, a
+//! stopped train, NaN), so HRSCH's `hof-reject` acts on them.
 
 use std::time::{Duration, Instant};
 
 use proptest::collection::vec;
+use proptest::option;
 use proptest::prelude::*;
 use proptest::sample::subsequence;
 
 use crate::ids::{ConnId, PathId, PathMask, UserId};
-use crate::path::{Availability, PathView};
+use crate::path::{Availability, FailureForecast, PathView};
 use crate::sched::{Context, PacketInfo, Pipeline, PipelineSpec, Registry, SchedulerletSpec};
 use crate::wire::LinkState;
 
@@ -19,8 +23,18 @@ fn pipelines() -> Vec<Pipeline> {
     let mut v: Vec<Pipeline> = r.pipeline_names().iter().map(|n| r.build(n).unwrap()).collect();
     // Every schedulerlet at least once with extended reinjection, and the
     // selection filters behind a selector that picks several paths.
-    let compositions: [&[&str]; 4] =
-        [&["pin-user", "roundrobin"], &["all-paths", "blest"], &["all-paths", "ecf"], &["roundrobin", "blest", "ecf"]];
+    let compositions: [&[&str]; 8] = [
+        &["pin-user", "roundrobin"],
+        &["all-paths", "blest"],
+        &["all-paths", "ecf"],
+        &["roundrobin", "blest", "ecf"],
+        // HRSCH's schedulerlets behind selectors that pick several paths,
+        // and idle-inject alone (no primary: it must not place anything).
+        &["hof-reject", "all-paths", "tail-reject", "idle-inject"],
+        &["pin-user", "roundrobin", "tail-reject", "idle-inject", "hof-reject"],
+        &["idle-inject"],
+        &["hof-reject", "blest", "idle-inject", "tail-reject"],
+    ];
     for lets in compositions {
         let spec = PipelineSpec {
             schedulerlets: lets.iter().map(|n| SchedulerletSpec::named(n)).collect(),
@@ -28,6 +42,14 @@ fn pipelines() -> Vec<Pipeline> {
         };
         v.push(r.build_spec(&lets.join("+"), &spec).unwrap());
     }
+    // idle-inject allowed to revive rejected paths, copying every packet.
+    let mut ori = SchedulerletSpec::named("idle-inject");
+    ori.params = [("revive_unavailable".to_string(), 1.0), ("alpha".to_string(), 0.0)].into();
+    let spec = PipelineSpec {
+        schedulerlets: vec![SchedulerletSpec::named("hof-reject"), SchedulerletSpec::named("minrtt"), ori],
+        reinjection: SchedulerletSpec::named("extended"),
+    };
+    v.push(r.build_spec("hpr+minrtt+ori-revive", &spec).unwrap());
     v
 }
 
@@ -39,6 +61,15 @@ fn link_state() -> impl Strategy<Value = LinkState> {
     prop_oneof![Just(LinkState::Connected), Just(LinkState::HandoverStarted), Just(LinkState::NoService)]
 }
 
+/// A handover-failure forecast: none, or anywhere around the location,
+/// at any speed including a stopped train and nonsense values.
+fn forecast() -> impl Strategy<Value = Option<FailureForecast>> {
+    option::of(
+        (prop_oneof![-2_000.0f64..2_000.0, Just(0.0), Just(f64::NAN)], prop_oneof![0.0f64..120.0, Just(0.0)])
+            .prop_map(|(distance_m, speed_mps)| FailureForecast { distance_m, speed_mps }),
+    )
+}
+
 /// A view of path `id`, in any state a real path can be in (and some it
 /// hardly can: zero RTTs and windows).
 fn view(id: u8) -> impl Strategy<Value = PathView> {
@@ -46,9 +77,10 @@ fn view(id: u8) -> impl Strategy<Value = PathView> {
         availability(),
         (0u64..2_000_000, 0u64..500_000, 0u64..2_000_000),
         (0u64..1 << 24, 0u64..1 << 24, 0u64..1 << 20, 0u64..1 << 28),
-        (0u32..6, 0u64..10_000_000, 0u64..1 << 24, link_state(), any::<u64>()),
+        (0u32..6, 0u64..10_000_000, 0u64..1 << 24, link_state(), prop_oneof![Just(0u64), 1u64..4, any::<u64>()]),
+        forecast(),
     )
-        .prop_map(move |(availability, rtt, win, misc)| PathView {
+        .prop_map(move |(availability, rtt, win, misc, failure)| PathView {
             id: PathId(id),
             availability,
             srtt_us: rtt.0,
@@ -63,6 +95,7 @@ fn view(id: u8) -> impl Strategy<Value = PathView> {
             bytes_since_use: misc.2,
             link_state: misc.3,
             cell: misc.4,
+            failure,
         })
 }
 
