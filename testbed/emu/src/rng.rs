@@ -32,6 +32,17 @@ impl SplitMix64 {
     pub fn bernoulli(&mut self, p: f64) -> bool {
         self.next_f64() < p
     }
+
+    /// Uniform integer on `[0, n)` (`n > 0`), by Lemire's multiply-shift (bias < n / 2^64).
+    pub fn below(&mut self, n: u64) -> u64 {
+        debug_assert!(n > 0);
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// Exponential with the given mean (inversion on `(0, 1]`).
+    pub fn exponential(&mut self, mean: f64) -> f64 {
+        -mean * (1.0 - self.next_f64()).ln()
+    }
 }
 
 #[cfg(test)]

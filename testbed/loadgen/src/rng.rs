@@ -1,41 +1,8 @@
-//! SplitMix64 (Steele, Lea & Flood 2014): a tiny, fully specified generator, so that plans are
-//! byte-identical across copies, builds and dependency upgrades.
+//! Seeded streams of SplitMix64 (Steele, Lea & Flood 2014; the testbed's one generator, from
+//! polycorn-emu): a tiny, fully specified generator, so that plans are byte-identical across
+//! copies, builds and dependency upgrades.
 
-/// The SplitMix64 generator.
-#[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        Self { state: seed }
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform on `[0, 1)` with 53 random bits.
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform integer on `[0, n)` (`n > 0`), by Lemire's multiply-shift (bias < n / 2^64).
-    pub fn below(&mut self, n: u64) -> u64 {
-        debug_assert!(n > 0);
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// Exponential with the given mean (inversion on `(0, 1]`).
-    pub fn exponential(&mut self, mean: f64) -> f64 {
-        -mean * (1.0 - self.next_f64()).ln()
-    }
-}
+pub use polycorn_emu::SplitMix64;
 
 /// Stream tag of the bulk plan.
 pub const TAG_BULK: u64 = 0x6275_6C6B; // "bulk"

@@ -24,6 +24,15 @@ const SCHEDULERS: [&str; 11] = [
     "minrtt+er",
 ];
 
+/// The list above must name every built-in composition (it stays a literal
+/// so that the saved regression cases keep replaying the same schedulers).
+#[test]
+fn the_properties_cover_every_builtin_composition() {
+    let mut listed: Vec<String> = SCHEDULERS.iter().map(|s| s.to_string()).collect();
+    listed.sort();
+    assert_eq!(listed, crate::sched::Registry::with_builtins().pipeline_names());
+}
+
 #[derive(Clone, Debug)]
 struct PathParams {
     bytes_per_sec: u64,
