@@ -22,6 +22,13 @@
 #             no random loss, no scheduled blackouts; skipped when the folder
 #             is absent (set MAHIMAHI_DIR to use another copy).
 #
+# Failure-location table (HRSCH's handover-failure-aware path rejection):
+# until the trainer (issue 6) learns one, a stand-in is built from the event
+# logs of TABLE_TRIPS (default 20) PREVIOUS trips of the same route (trip
+# seeds 901..), never from a trip being measured: `polycorn-tracegen
+# failure-table` puts each cell's mean failure location in it. Every scheme
+# gets the table and the radio replay; only hof-reject uses the table.
+#
 # Environment: PROFILE (default short), SCHEMES (space-separated, default all
 # below), BENCH_PREFIX (topology prefix, default hb), LINK_SETS (default: the profile's), BENCH_WORK (raw runs, default
 # /tmp/polycorn-bench-hsr), BENCH_OUT (default bench/out; the demo and ci
@@ -36,10 +43,14 @@ BIN=${BIN:-$root/target/release}
 export BIN
 WORK=${BENCH_WORK:-/tmp/polycorn-bench-hsr}
 MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/../shared/data/traces/mahimahi}
-DEFAULT_SCHEMES="minrtt roundrobin redundant blest ecf single-path kernel-mptcp"
+# hrsch and its ablations (one HRSCH mechanism added to minrtt each), hrsch
+# with extended reinjection at k = 1 and 2 (testbed/pipelines.toml), the
+# baselines.
+DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path kernel-mptcp"
 read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 ORIGIN=10.99.0.10
 ROUTE_SEED=7
+TABLE_TRIPS=${TABLE_TRIPS:-20}
 LOAD_SEED=424242
 CARRIERS=2
 
@@ -152,6 +163,22 @@ trip_ids() {
     done
 }
 
+# make_table: the stand-in failure-location table from previous trips of the
+# route (seeds 901..900+TABLE_TRIPS; measured trips are 1001..).
+make_table() {
+    local k dir events=()
+    for ((k = 1; k <= TABLE_TRIPS; k++)); do
+        dir=$RUN/table-trips/r$ROUTE_SEED-t$((900 + k))
+        "$BIN/polycorn-tracegen" generate --preset pc-gateway-300 --route-seed "$ROUTE_SEED" \
+            --trip-seed "$((900 + k))" --duration-s "$TRIP_S" --carriers "$CARRIERS" --out "$dir" >/dev/null
+        events+=(--events "$dir/events.jsonl")
+        # Only the event log is used.
+        rm -f "$dir"/c*.up "$dir"/c*.down "$dir"/c*.schedule
+    done
+    "$BIN/polycorn-tracegen" failure-table "${events[@]}" --out "$RUN/failure-table.json" >/dev/null
+    log "failure-location table: $(jq '.entries | length' "$RUN/failure-table.json") cells from $TABLE_TRIPS previous trips"
+}
+
 # run_load DIR SCHEME_INDEX EPOCH START_S: the whole plan of one scheme.
 run_load() {
     local dir=$1 i=$2 epoch=$3 start=$4
@@ -193,9 +220,11 @@ run_trip() {
     local epoch i
     epoch=$(now_ms)
     log "$set/$id: building ${#SCHEMES[@]} topologies (epoch $epoch)"
+    local table=()
+    [[ $set == hsr ]] && table=(--failure-table "$RUN/failure-table.json")
     for i in "${!SCHEMES[@]}"; do
         PC_PREFIX=$(prefix_of "$i") testbed/topology.sh up --trip "$tdir/trip" --scheme "${SCHEMES[$i]}" \
-            --epoch-unix-ms "$epoch" --seed "$((LOAD_SEED + k))" >/dev/null \
+            --epoch-unix-ms "$epoch" --seed "$((LOAD_SEED + k))" "${table[@]}" >/dev/null \
             || die "$set/$id: topology for ${SCHEMES[$i]} failed (logs: /tmp/polycorn-state-$(prefix_of "$i")/logs)"
     done
     local warm
@@ -226,6 +255,7 @@ for set in "${LINK_SETS[@]}"; do
         continue
     fi
     [[ $set == hsr || $set == mahimahi ]] || die "unknown link set '$set' (hsr, mahimahi)"
+    [[ $set == hsr && ! -f $RUN/failure-table.json ]] && make_table
     mapfile -t ids < <(trip_ids "$set")
     for k in "${!ids[@]}"; do
         run_trip "$set" "$k" "${ids[$k]}"
@@ -248,6 +278,9 @@ cat >"$RUN/run.json" <<EOF
  "bulk": {"per_size": $PER_SIZE, "sizes": $sizes_json, "slot_s": $SLOT_S},
  "im": {"users": $users_json, "messages": $MESSAGES, "mean_gap_ms": $GAP_MS},
  "buffer_bytes": 3000000, "load_seed": $LOAD_SEED,
+ "failure_table": $(if [[ -f $RUN/failure-table.json ]]; then jq -c --arg r "$ROUTE_SEED" --arg n "$TABLE_TRIPS" \
+    '{route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "901..\(900 + ($n|tonumber))", entries: (.entries|length)}' \
+    "$RUN/failure-table.json"; else echo null; fi),
  "link_sets": {$sets_json}}
 EOF
 

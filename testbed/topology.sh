@@ -4,7 +4,8 @@
 # running one scheme.
 #
 #   testbed/topology.sh up --trip DIR [--scheme NAME] [--epoch-unix-ms MS]
-#                          [--buffer-bytes N] [--seed N] [--no-pair]
+#                          [--buffer-bytes N] [--seed N] [--failure-table FILE]
+#                          [--no-pair]
 #   testbed/topology.sh down
 #   testbed/topology.sh status
 #
@@ -21,11 +22,17 @@
 #   root namespace  polycorn-emu (carrier i: car<i> <-> cpx<i> through the
 #                   trip's c<i>.up / c<i>.down traces and c<i>.schedule)
 #
-# Schemes: every scheduler composition of the framework (`minrtt`,
-# `roundrobin`, `redundant`, `blest`, `ecf`, `single-path`, ...; passed to
-# relay and proxy as --scheduler) and `kernel-mptcp` (the same binaries with
+# Schemes: every scheduler composition of the framework (`hrsch`, `minrtt`,
+# `roundrobin`, `redundant`, `blest`, `ecf`, `single-path`, the ablations
+# `minrtt+hpr` ...; and those in testbed/pipelines.toml; passed to relay and
+# proxy as --scheduler) and `kernel-mptcp` (the same binaries with
 # --transport kernel-mptcp: one MPTCP connection whose subflows the kernel
 # opens on every carrier and schedules itself).
+#
+# Radio: when the trip has an events.jsonl, the relay replays it (GPS fixes,
+# serving cells, signal, handovers) in step with the emulator, whatever the
+# scheme; --failure-table gives relay and proxy a failure-location table
+# (only HRSCH's hof-reject uses it).
 #
 # Teardown: every process started here writes a pid file under
 # $PC_STATE/run, and the emulator runs in its own process group, so `down`
@@ -44,7 +51,7 @@ cmd=${1:-}
 [[ -n $cmd ]] || { usage >&2; exit 2; }
 shift
 
-trip="" scheme=minrtt epoch="" buffer=3000000 seed=1 pair=1
+trip="" scheme=minrtt epoch="" buffer=3000000 seed=1 pair=1 table=""
 while (($#)); do
     case $1 in
         --trip) trip=${2:?}; shift 2 ;;
@@ -52,6 +59,7 @@ while (($#)); do
         --epoch-unix-ms) epoch=${2:?}; shift 2 ;;
         --buffer-bytes) buffer=${2:?}; shift 2 ;;
         --seed) seed=${2:?}; shift 2 ;;
+        --failure-table) table=${2:?}; shift 2 ;;
         --no-pair) pair=0; shift ;;
         -h | --help) usage; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
@@ -65,6 +73,12 @@ if [[ $cmd == up ]]; then
     n=0
     while [[ -f $trip/c$n.down ]]; do n=$((n + 1)); done
     ((n >= 1)) || die "no c0.down in $trip: not a trip directory (polycorn-tracegen generate writes one)"
+    if [[ -n $table ]]; then
+        [[ -f $table ]] || die "failure table '$table' does not exist"
+        table=$(cd "$(dirname "$table")" && pwd)/$(basename "$table")
+    fi
+    # One epoch for the emulator and the relay's radio replay.
+    [[ -n $epoch ]] || epoch=$(date +%s%3N)
     for ((i = 0; i < n; i++)); do
         for f in "c$i.up" "c$i.schedule"; do
             [[ -f $trip/$f ]] || die "$trip/$f missing"
@@ -157,15 +171,19 @@ start_im_server() {
 
 start_scheme_pair() {
     pair_pki
+    local both=(--config "$here/pipelines.toml") relay=()
+    [[ -n $table ]] && both+=(--failure-table "$table")
+    [[ -f $trip/events.jsonl ]] && relay+=(--replay-events "$trip/events.jsonl" --replay-epoch-unix-ms "$epoch")
     case $scheme in
         kernel-mptcp)
-            start_proxy --transport kernel-mptcp
-            start_main_relay --transport kernel-mptcp
+            # The kernel schedules; the endpoint sees one path.
+            start_proxy "${both[@]}" --scheduler minrtt --transport kernel-mptcp
+            start_main_relay "${both[@]}" "${relay[@]}" --scheduler minrtt --transport kernel-mptcp
             wait_paths_up 1
             ;;
         *)
-            start_proxy --scheduler "$scheme" --transport tls
-            start_main_relay --scheduler "$scheme" --transport tls
+            start_proxy "${both[@]}" --scheduler "$scheme" --transport tls
+            start_main_relay "${both[@]}" "${relay[@]}" --scheduler "$scheme" --transport tls
             # A carrier in a blackout at start-up joins later: one is enough.
             wait_paths_up 1
             ;;

@@ -48,9 +48,10 @@ struct Opts {
     /// This proxy's private key (PEM).
     #[arg(long, env = "POLYCORN_PROXY_KEY")]
     key: Option<PathBuf>,
-    /// Downlink scheduler: a built-in composition (minrtt, roundrobin,
-    /// redundant, blest, ecf, single-path) or one defined under [pipelines]
-    /// in the config file [default: minrtt].
+    /// Downlink scheduler: a built-in composition (hrsch, minrtt,
+    /// roundrobin, redundant, blest, ecf, single-path, and the HRSCH
+    /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er) or one
+    /// defined under [pipelines] in the config file [default: hrsch].
     #[arg(long, env = "POLYCORN_PROXY_SCHEDULER")]
     scheduler: Option<String>,
     /// `tls` (one TLS subflow per train interface) or `kernel-mptcp` (one
@@ -73,6 +74,11 @@ struct Opts {
     /// Receive window per passenger connection, bytes [default: 1048576].
     #[arg(long, env = "POLYCORN_PROXY_CONN_WINDOW")]
     conn_window: Option<u64>,
+    /// Failure-location table (JSON, docs/schedulerlets.md "HRSCH") for
+    /// handover-failure-aware path rejection on the downlink; reloaded when
+    /// the file changes (a malformed new file is refused, the old table kept).
+    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE")]
+    failure_table: Option<PathBuf>,
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_PROXY_LOG_JSON")]
     log_json: Option<bool>,
@@ -94,6 +100,7 @@ struct Settings {
     allow: Option<Vec<IpNet>>,
     connect_timeout: Duration,
     conn_window: u64,
+    failure_table: Option<PathBuf>,
 }
 
 fn parse_transport(s: &str) -> anyhow::Result<Transport> {
@@ -108,14 +115,14 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, metrics_listen, deny, allow,
-        connect_timeout_s, conn_window, log_json);
+        connect_timeout_s, conn_window, log_json, failure_table);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;
     let need = |p: Option<PathBuf>, flag: &str| p.with_context(|| format!("--{flag} is required"));
     let (ca, cert, key) = (need(o.ca, "ca")?, need(o.cert, "cert")?, need(o.key, "key")?);
     let tls = polycorn_pki::server_config(&ca, &cert, &key, std::slice::from_ref(&train_id))
         .context("loading the proxy's TLS material")?;
-    let scheduler = o.scheduler.unwrap_or_else(|| "minrtt".into());
+    let scheduler = o.scheduler.unwrap_or_else(|| "hrsch".into());
     build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
     let deny = o.deny.unwrap_or_else(|| {
         ["127.0.0.0/8", "::1/128", "0.0.0.0/8", "169.254.0.0/16", "fe80::/10", "224.0.0.0/4"]
@@ -141,6 +148,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             connect_timeout: Duration::from_secs_f64(timeout),
             conn_window: polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024))
                 .map_err(anyhow::Error::msg)?,
+            failure_table: o.failure_table,
         },
         o.log_json.unwrap_or(false),
     ))
@@ -158,6 +166,10 @@ struct Proxy {
     /// Random per process start; relays detect a restarted proxy by it.
     instance: u64,
     current: Mutex<Current>,
+    /// The failure-location table in use, given to every new session.
+    table: Mutex<Option<polycorn_core::FailureTable>>,
+    /// Telemetry records that did not decode.
+    telemetry_malformed: std::sync::atomic::AtomicU64,
 }
 
 impl Proxy {
@@ -181,7 +193,11 @@ impl Proxy {
         let mut cfg = EndpointConfig::new(Role::Proxy);
         cfg.conn_window_bytes = self.s.conn_window;
         let pipeline = build_pipeline(&self.s.scheduler, &self.s.pipelines).map_err(anyhow::Error::msg)?;
-        let (session, events) = Session::new(Endpoint::new(cfg, pipeline, Instant::now()));
+        let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
+        if let Some(t) = self.table.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            ep.set_failure_table(t);
+        }
+        let (session, events) = Session::new(ep);
         tokio::spawn(self.clone().events(session.clone(), events));
         cur.session = Some((hello.session, session.clone()));
         cur.path_names = vec![(hello.path, hello.path_name.clone())];
@@ -189,6 +205,9 @@ impl Proxy {
     }
 
     async fn events(self: Arc<Self>, session: Session, mut rx: tokio::sync::mpsc::UnboundedReceiver<SessionEvent>) {
+        // The train's position, from its GPS telemetry, for the downlink's
+        // handover-failure prediction.
+        let mut tracker = polycorn_core::TrainTracker::new();
         while let Some(ev) = rx.recv().await {
             match ev {
                 SessionEvent::ConnOpened { conn, user, dst } => {
@@ -222,7 +241,19 @@ impl Proxy {
                 SessionEvent::Telemetry { seq, payload } => {
                     // The telemetry pipeline (Kafka) lands with the telemetry
                     // issue; until then records are acknowledged on receipt.
-                    tracing::debug!(seq, bytes = payload.len(), "telemetry record");
+                    use prost::Message as _;
+                    match polycorn_telemetry::v1::Record::decode(payload.as_ref()) {
+                        Ok(rec) => session.with(|st, now| {
+                            let now_unix = std::time::SystemTime::now();
+                            if let Some(t) = polycorn_net::hof::train_state_of(&rec, &mut tracker, now, now_unix) {
+                                st.ep.set_train_state(t);
+                            }
+                        }),
+                        Err(e) => {
+                            self.telemetry_malformed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tracing::debug!(seq, error = %e, "malformed telemetry record");
+                        }
+                    }
                     session.with(|st, _| st.ep.ack_telemetry(seq));
                 }
                 SessionEvent::TelemetryAcked { .. } => {}
@@ -300,7 +331,20 @@ async fn main() -> anyhow::Result<()> {
         &std::collections::hash_map::RandomState::new(),
         (Instant::now(), std::process::id()),
     );
-    let proxy = Arc::new(Proxy { s, instance, current: Mutex::new(Current::default()) });
+    let table_watch = match &s.failure_table {
+        Some(path) => {
+            let (w, t) = polycorn_net::hof::TableWatch::open(path).map_err(anyhow::Error::msg)?;
+            Some((w, t))
+        }
+        None => None,
+    };
+    let proxy = Arc::new(Proxy {
+        s,
+        instance,
+        current: Mutex::new(Current::default()),
+        table: Mutex::new(table_watch.as_ref().map(|(_, t)| t.clone())),
+        telemetry_malformed: Default::default(),
+    });
 
     let p = proxy.clone();
     let source: Source = Arc::new(move |w| {
@@ -309,7 +353,14 @@ async fn main() -> anyhow::Result<()> {
             let names = cur.path_names.clone();
             s.with(|st, now| metrics::write_endpoint(w, &st.ep, &names, now));
         }
+        w.counter(
+            "polycorn_telemetry_malformed",
+            "Telemetry records from the relay that did not decode.",
+            vec![],
+            p.telemetry_malformed.load(std::sync::atomic::Ordering::Relaxed) as f64,
+        );
     });
+    let mut sources = vec![source];
     let p = proxy.clone();
     let ready = Arc::new(move || {
         let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
@@ -317,7 +368,20 @@ async fn main() -> anyhow::Result<()> {
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut m_stop = stop_rx.clone();
-    let metrics_task = tokio::spawn(metrics::serve(metrics_addr, vec![source], ready, async move {
+    if let Some((w, _)) = table_watch {
+        let stats = w.stats.clone();
+        sources.push(Arc::new(move |wr: &mut metrics::Writer| stats.write(wr)));
+        let p = proxy.clone();
+        let apply = move |t: polycorn_core::FailureTable| {
+            *p.table.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.clone());
+            let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, s)) = &cur.session {
+                s.with(|st, _| st.ep.set_failure_table(t));
+            }
+        };
+        tokio::spawn(w.run(Duration::from_secs(2), apply, stop_rx.clone()));
+    }
+    let metrics_task = tokio::spawn(metrics::serve(metrics_addr, sources, ready, async move {
         let _ = m_stop.changed().await;
     }));
 

@@ -22,6 +22,8 @@ use polycorn_net::{merge_options, ConnStream, Session, SessionEvent};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+mod radio;
+
 /// Options: from the file given by `--config`, then `POLYCORN_RELAY_*`
 /// environment variables, then flags (later wins).
 #[derive(Parser, serde::Deserialize, Default, Debug)]
@@ -75,9 +77,10 @@ struct Opts {
     /// fall back to TCP, drop the rest), `drop-all` or `allow` [default: reject-quic].
     #[arg(long, env = "POLYCORN_RELAY_UDP_POLICY")]
     udp_policy: Option<String>,
-    /// Uplink scheduler: a built-in composition (minrtt, roundrobin,
-    /// redundant, blest, ecf, single-path) or one under [pipelines] in the
-    /// config file [default: minrtt].
+    /// Uplink scheduler: a built-in composition (hrsch, minrtt, roundrobin,
+    /// redundant, blest, ecf, single-path, and the HRSCH ablations
+    /// minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er) or one under
+    /// [pipelines] in the config file [default: hrsch].
     #[arg(long, env = "POLYCORN_RELAY_SCHEDULER")]
     scheduler: Option<String>,
     /// `tls` (one TLS subflow per interface) or `kernel-mptcp` (one MPTCP
@@ -94,6 +97,20 @@ struct Opts {
     /// Most passenger connections at once per listener [default: 4096].
     #[arg(long, env = "POLYCORN_RELAY_MAX_CONNS")]
     max_conns: Option<usize>,
+    /// Failure-location table (JSON, docs/schedulerlets.md "HRSCH") for
+    /// handover-failure-aware path rejection on the uplink; reloaded when
+    /// the file changes (a malformed new file is refused, the old table kept).
+    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE")]
+    failure_table: Option<PathBuf>,
+    /// Testbed radio source: replay a polycorn-tracegen event log
+    /// (events.jsonl) as GPS fixes, serving cells, signal samples and
+    /// handovers; carrier k of the log is the k-th --path.
+    #[arg(long, env = "POLYCORN_RELAY_REPLAY_EVENTS")]
+    replay_events: Option<PathBuf>,
+    /// Unix ms of the replayed trip's time zero (the link emulator's
+    /// --epoch-unix-ms) [default: when the relay starts].
+    #[arg(long, env = "POLYCORN_RELAY_REPLAY_EPOCH_UNIX_MS")]
+    replay_epoch_unix_ms: Option<i64>,
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_LOG_JSON")]
     log_json: Option<bool>,
@@ -143,7 +160,8 @@ fn settings() -> anyhow::Result<Settings> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
-        dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, max_conns, log_json);
+        dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, max_conns, log_json,
+        failure_table, replay_events, replay_epoch_unix_ms);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
     let specs = o.paths.clone().unwrap_or_default();
@@ -160,7 +178,7 @@ fn settings() -> anyhow::Result<Settings> {
     let name = o.proxy_name.clone().unwrap_or_else(|| "proxy.polycorn".into());
     let proxy_name = rustls::pki_types::ServerName::try_from(name.clone())
         .with_context(|| format!("--proxy-name {name:?} is not a valid DNS name or IP address"))?;
-    let scheduler = o.scheduler.clone().unwrap_or_else(|| "minrtt".into());
+    let scheduler = o.scheduler.clone().unwrap_or_else(|| "hrsch".into());
     build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
     let transport = match o.transport.as_deref().unwrap_or("tls") {
         "tls" => Transport::Tls,
@@ -292,7 +310,16 @@ async fn main() -> anyhow::Result<()> {
     let mut cfg = EndpointConfig::new(Role::Relay);
     cfg.conn_window_bytes = s.opts.conn_window.unwrap_or(1024 * 1024);
     let pipeline = build_pipeline(&s.scheduler, &s.pipelines).map_err(anyhow::Error::msg)?;
-    let (session, mut events) = Session::new(Endpoint::new(cfg, pipeline, Instant::now()));
+    let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
+    let table_watch = match &s.opts.failure_table {
+        Some(path) => {
+            let (w, t) = polycorn_net::hof::TableWatch::open(path).map_err(anyhow::Error::msg)?;
+            ep.set_failure_table(t);
+            Some(w)
+        }
+        None => None,
+    };
+    let (session, mut events) = Session::new(ep);
     info!(train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, paths = s.paths.len(), session = session_id, "relay started");
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -308,6 +335,7 @@ async fn main() -> anyhow::Result<()> {
         Transport::KernelMptcp => s.paths.iter().take(1).map(|p| PathSpec { device: None, ..p.clone() }).collect(),
     };
     let known_proxy = KnownProxy::default();
+    let mut sources_pre: Vec<Source> = Vec::new();
     for p in &paths {
         tasks.spawn(keep_path(s.clone(), session.clone(), p.clone(), session_id, known_proxy.clone(), stop_rx.clone()));
     }
@@ -319,9 +347,31 @@ async fn main() -> anyhow::Result<()> {
         }
     });
 
+    if let Some(w) = table_watch {
+        let stats = w.stats.clone();
+        sources_pre.push(Arc::new(move |wr: &mut Writer| stats.write(wr)));
+        let ts = session.clone();
+        let apply = move |t| ts.with(|st, _| st.ep.set_failure_table(t));
+        tasks.spawn(w.run(Duration::from_secs(2), apply, stop_rx.clone()));
+    }
+    if let Some(file) = s.opts.replay_events.clone() {
+        let opts = radio::ReplayOpts {
+            file,
+            epoch_unix_ms: s
+                .opts
+                .replay_epoch_unix_ms
+                .unwrap_or_else(|| polycorn_net::hof::unix_ms(std::time::SystemTime::now())),
+            path_names: s.paths.iter().map(|p| p.name.clone()).collect(),
+        };
+        let log = radio::load_log(&opts.file)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        tasks.spawn(radio::replay(opts, log, tx, stop_rx.clone()));
+        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), rx));
+    }
+
     let dialer = TunnelDialer(session.clone());
     let max_conns = s.opts.max_conns.unwrap_or(4096);
-    let mut sources: Vec<Source> = Vec::new();
+    let mut sources: Vec<Source> = std::mem::take(&mut sources_pre);
     let names: Vec<(PathId, String)> = paths.iter().map(|p| (p.id, p.name.clone())).collect();
     let ms = session.clone();
     sources.push(Arc::new(move |w| ms.with(|st, now| metrics::write_endpoint(w, &st.ep, &names, now))));

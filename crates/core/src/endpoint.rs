@@ -201,6 +201,10 @@ pub struct Endpoint {
     /// Handover-failure prediction inputs (POLYCORN §3, §4.3).
     train: Option<TrainState>,
     failure_table: Option<FailureTable>,
+    /// Sequence number of the last `PATH_STATUS` sent.
+    path_status_seq: u32,
+    /// Per path, the sequence number of the newest `PATH_STATUS` received.
+    path_status_last: [Option<u32>; MAX_PATHS],
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -240,6 +244,8 @@ impl Endpoint {
             orphan_resets: Vec::new(),
             train: None,
             failure_table: None,
+            path_status_seq: 0,
+            path_status_last: [None; MAX_PATHS],
         }
     }
 
@@ -405,7 +411,8 @@ impl Endpoint {
             s.path.link_state = state;
             s.path.cell = cell;
         }
-        self.broadcast_front(Frame::PathStatus { path, state, cell });
+        self.path_status_seq = self.path_status_seq.wrapping_add(1);
+        self.broadcast_front(Frame::PathStatus { path, state, cell, seq: self.path_status_seq });
     }
 
     /// Relay side: send a telemetry record with top priority on every live
@@ -694,7 +701,14 @@ impl Endpoint {
                     self.events.push_back(Event::ConnReset { conn, code });
                 }
             }
-            Frame::PathStatus { path: p, state, cell } => {
+            Frame::PathStatus { path: p, state, cell, seq } => {
+                // Every copy after the first, and late copies of older
+                // reports, change nothing.
+                let last = &mut self.path_status_last[p.index()];
+                if last.is_some_and(|l| seq.wrapping_sub(l) as i32 <= 0) {
+                    return Ok(());
+                }
+                *last = Some(seq);
                 if let Some(s) = self.slots[p.index()].as_mut() {
                     s.path.link_state = state;
                     s.path.cell = cell;
@@ -1232,5 +1246,34 @@ mod tests {
         let mut v = Vec::new();
         Frame::Open { conn: ConnId(1), user: UserId([0; 16]), dst: "1.2.3.4:80".parse().unwrap() }.encode(&mut v);
         assert!(matches!(relay.handle_input(PathId(0), &v, now), Err(InputError::Unexpected(_, "OPEN"))));
+    }
+
+    #[test]
+    fn a_late_copy_of_an_older_path_status_does_not_undo_a_newer_one() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        pump(&mut relay, &mut proxy, now);
+        // Two reports about path 0, each copied onto both paths.
+        relay.report_link(PathId(0), LinkState::Connected, 11);
+        let mut old = [Vec::new(), Vec::new()];
+        for (i, o) in old.iter_mut().enumerate() {
+            relay.poll_transmit(PathId(i as u8), now, o, 1 << 20);
+        }
+        relay.report_link(PathId(0), LinkState::Connected, 22);
+        let mut new = Vec::new();
+        relay.poll_transmit(PathId(0), now, &mut new, 1 << 20);
+        // Path 0 delivers both in order; path 1 delivers the older one late.
+        proxy.handle_input(PathId(0), &old[0], now).unwrap();
+        proxy.handle_input(PathId(0), &new, now).unwrap();
+        assert_eq!(proxy.path_view(PathId(0), now).unwrap().cell, 22);
+        proxy.handle_input(PathId(1), &old[1], now).unwrap();
+        assert_eq!(proxy.path_view(PathId(0), now).unwrap().cell, 22, "the stale copy was ignored");
+        let statuses =
+            std::iter::from_fn(|| proxy.poll_event()).filter(|e| matches!(e, Event::PathStatus { .. })).count();
+        assert_eq!(statuses, 2, "one event per report, not per copy");
     }
 }

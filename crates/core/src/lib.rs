@@ -25,4 +25,4 @@ pub mod wire;
 pub use endpoint::{Endpoint, EndpointConfig, Event, InputError, Recv, Role, StreamError};
 pub use ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 pub use path::{Availability, PathConfig, PathStats, PathView};
-pub use sched::{Pipeline, Registry};
+pub use sched::{FailureTable, Pipeline, Registry, TrackDirection, TrainState, TrainTracker};

@@ -106,7 +106,10 @@ pub enum Frame {
     /// Echo of a `PING`.
     Pong { id: u64, timestamp_us: u64 },
     /// A radio interface changed cell or state (relay → proxy).
-    PathStatus { path: PathId, state: LinkState, cell: u64 },
+    /// `seq` orders reports (per sender, wrapping): the same report goes out
+    /// on every live path, and a late copy of an older one must not undo a
+    /// newer one.
+    PathStatus { path: PathId, state: LinkState, cell: u64, seq: u32 },
     /// One telemetry record; the payload schema is versioned separately.
     Telemetry { seq: u64, payload: Bytes },
     /// The proxy has stored telemetry up to and including `seq`.
@@ -214,10 +217,11 @@ impl Frame {
                 out.extend_from_slice(&timestamp_us.to_be_bytes());
                 ty::PONG
             }
-            Frame::PathStatus { path, state, cell } => {
+            Frame::PathStatus { path, state, cell, seq } => {
                 out.push(path.0);
                 out.push(*state as u8);
                 out.extend_from_slice(&cell.to_be_bytes());
+                out.extend_from_slice(&seq.to_be_bytes());
                 ty::PATH_STATUS
             }
             Frame::Telemetry { seq, payload } => {
@@ -407,7 +411,9 @@ pub fn decode_frame(t: u8, payload: Bytes) -> Result<Option<Frame>, WireError> {
         ty::PATH_ACK => Frame::PathAck { received: r.u64()?, delay_us: r.u32()? },
         ty::PING => Frame::Ping { id: r.u64()?, timestamp_us: r.u64()? },
         ty::PONG => Frame::Pong { id: r.u64()?, timestamp_us: r.u64()? },
-        ty::PATH_STATUS => Frame::PathStatus { path: r.path()?, state: LinkState::from_u8(r.u8()?)?, cell: r.u64()? },
+        ty::PATH_STATUS => {
+            Frame::PathStatus { path: r.path()?, state: LinkState::from_u8(r.u8()?)?, cell: r.u64()?, seq: r.u32()? }
+        }
         ty::TELEMETRY => Frame::Telemetry { seq: r.u64()?, payload: r.rest() },
         ty::TELEMETRY_ACK => Frame::TelemetryAck { seq: r.u64()? },
         _ => unreachable!("type checked above"),
@@ -503,7 +509,7 @@ mod tests {
             Frame::PathAck { received: 12345, delay_us: 17 },
             Frame::Ping { id: 1, timestamp_us: 2 },
             Frame::Pong { id: 1, timestamp_us: 2 },
-            Frame::PathStatus { path: PathId(2), state: LinkState::HandoverStarted, cell: 0x1234_5678 },
+            Frame::PathStatus { path: PathId(2), state: LinkState::HandoverStarted, cell: 0x1234_5678, seq: 9 },
             Frame::Telemetry { seq: 5, payload: Bytes::from_static(&[1, 2, 3]) },
             Frame::TelemetryAck { seq: 5 },
         ]

@@ -6,9 +6,12 @@
 //!   the HELLO handshake.
 //! - [`metrics`]: Prometheus metrics from the endpoint's plain statistics, and
 //!   the health endpoint.
+//! - [`hof`]: the failure-location table file (hot-reloaded) and train
+//!   positions from telemetry, for handover-failure prediction.
 //! - [`telemetry`]: logging set-up shared by both binaries.
 
 pub mod config;
+pub mod hof;
 pub mod metrics;
 pub mod session;
 pub mod subflow;

@@ -106,6 +106,14 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
     w.counter("polycorn_conn_closed", "Passenger connections closed cleanly.", n(), s.conns_closed as f64);
     w.counter("polycorn_conn_reset", "Passenger connections reset.", n(), s.conns_reset as f64);
     w.counter("polycorn_sched_decisions", "Scheduling decisions made.", n(), s.decisions as f64);
+    for (schedulerlet, event, v) in ep.pipeline().counters() {
+        w.counter(
+            "polycorn_sched_schedulerlet_events",
+            "Schedulerlet events: hof-reject rejections (and those released by max_hold), tail-reject deselections, idle-inject bursts.",
+            vec![("schedulerlet".into(), schedulerlet.into()), ("event".into(), event.into())],
+            v as f64,
+        );
+    }
     w.counter(
         "polycorn_sched_reinjected_bytes",
         "Passenger bytes sent again as reinjections.",

@@ -69,6 +69,72 @@ impl TrainState {
     }
 }
 
+/// Turns successive GPS fixes into a [`TrainState`] (the shells of both
+/// ends use it): direction of travel from the trajectory (the sign of the
+/// position change since the last fix that moved more than
+/// [`Self::MIN_MOVE_M`]), speed from the fix when it has one (GNSS speed
+/// over ground is Doppler-derived and better than differencing noisy
+/// positions), else from the trajectory.
+#[derive(Clone, Debug, Default)]
+pub struct TrainTracker {
+    /// The last fix that moved the train (the trajectory's anchor).
+    last: Option<(Instant, f64)>,
+    /// When the latest fix was measured.
+    latest: Option<Instant>,
+    direction: Option<TrackDirection>,
+}
+
+impl TrainTracker {
+    /// Movements smaller than this (m) leave the direction as it was: GPS
+    /// noise of a stopped train must not flip it.
+    pub const MIN_MOVE_M: f64 = 5.0;
+
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A fix measured at `at` (on the caller's clock) at `track_m` along
+    /// the track. Returns the new state, or `None` if the fix is unusable
+    /// (non-finite position) or older than the last one.
+    pub fn update(&mut self, at: Instant, track_m: f64, speed_mps: Option<f64>) -> Option<TrainState> {
+        if !track_m.is_finite() {
+            return None;
+        }
+        if self.latest.is_some_and(|l| at < l) {
+            return None;
+        }
+        self.latest = Some(at);
+        let mut trajectory_speed = None;
+        if let Some((t0, x0)) = self.last {
+            let moved = track_m - x0;
+            let dt = at.duration_since(t0).as_secs_f64();
+            if moved.abs() >= Self::MIN_MOVE_M {
+                self.direction =
+                    Some(if moved > 0.0 { TrackDirection::Increasing } else { TrackDirection::Decreasing });
+                if dt > 0.0 {
+                    trajectory_speed = Some(moved.abs() / dt);
+                }
+                self.last = Some((at, track_m));
+            } else if dt > 0.0 {
+                trajectory_speed = Some(0.0);
+                if dt > 10.0 {
+                    self.last = Some((at, track_m));
+                }
+            }
+        } else {
+            self.last = Some((at, track_m));
+        }
+        let speed = speed_mps.filter(|v| v.is_finite() && *v >= 0.0).or(trajectory_speed).unwrap_or(0.0);
+        Some(TrainState {
+            position_m: track_m,
+            speed_mps: speed,
+            // Until the train has moved, assume the track's own direction.
+            direction: self.direction.unwrap_or(TrackDirection::Increasing),
+            at,
+        })
+    }
+}
+
 /// Predicted handover-failure locations (LinkDB, §3): for a cell and a
 /// direction of travel, the position(s) along the track where handovers
 /// out of that cell have failed (the paper uses one, the average location
@@ -168,11 +234,22 @@ pub struct HofReject {
     /// report of it (`PATH_STATUS` on another path, arriving late) must
     /// not reject the path again.
     released: [Option<(u64, Instant)>; MAX_PATHS],
+    /// Rejections begun (a path held off until it reports a new cell).
+    pub rejections: u64,
+    /// Rejections released by `max_hold` rather than by a new cell.
+    pub expired: u64,
 }
 
 impl HofReject {
     pub fn new(gps_error_m: f64, max_hold: Duration) -> Self {
-        HofReject { gps_error_m, max_hold, holds: [None; MAX_PATHS], released: [None; MAX_PATHS] }
+        HofReject {
+            gps_error_m,
+            max_hold,
+            holds: [None; MAX_PATHS],
+            released: [None; MAX_PATHS],
+            rejections: 0,
+            expired: 0,
+        }
     }
 
     /// Whether the forecast says the path fails within L.
@@ -196,12 +273,16 @@ impl Schedulerlet for HofReject {
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
     }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("rejections", self.rejections), ("rejections_expired", self.expired)]
+    }
     fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
         for p in ctx.paths {
             let predicted = self.predicts_failure(p);
             let max_hold = self.max_hold;
             let slot = &mut self.holds[p.id.index()];
             let released = &mut self.released[p.id.index()];
+            let (rejections, expired) = (&mut self.rejections, &mut self.expired);
             if let Some(h) = slot {
                 if p.cell != 0 && p.cell != h.cell && p.link_state == LinkState::Connected {
                     // Connected to a new cell: re-enabled.
@@ -215,6 +296,7 @@ impl Schedulerlet for HofReject {
                 Some(h) if !h.spent => {
                     if ctx.now.saturating_duration_since(h.since) >= max_hold {
                         h.spent = true;
+                        *expired += 1;
                     } else {
                         sets.reject(p.id);
                     }
@@ -222,6 +304,7 @@ impl Schedulerlet for HofReject {
                 Some(_) => {}
                 None => {
                     if predicted && !just_left {
+                        *rejections += 1;
                         *slot = Some(Hold { cell: p.cell, since: ctx.now, spent: false });
                         sets.reject(p.id);
                     }
@@ -243,7 +326,10 @@ impl Schedulerlet for HofReject {
 /// whose retransmission timer has fired (`rto_count > 0`): a stalled path
 /// is no alternative (not in the paper).
 #[derive(Debug, Default)]
-pub struct TailReject;
+pub struct TailReject {
+    /// Paths taken out of `S` for a tail packet.
+    pub deselected: u64,
+}
 
 fn seconds(us: u64) -> f64 {
     us as f64 / 1e6
@@ -277,6 +363,9 @@ impl Schedulerlet for TailReject {
     fn kind(&self) -> Kind {
         Kind::SelectionFilter
     }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("deselected", self.deselected)]
+    }
     fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
         if !ctx.packet.is_tail {
             return;
@@ -291,6 +380,7 @@ impl Schedulerlet for TailReject {
                 .map(|j| Self::t_plus_term(j, remain))
                 .fold(f64::INFINITY, f64::min);
             if Self::t_minus(i) > t_plus {
+                self.deselected += 1;
                 sets.deselect(i.id);
             }
         }
@@ -316,11 +406,13 @@ pub struct IdleInject {
     pub revive_unavailable: bool,
     /// Copies still due, per path.
     budget: [u32; MAX_PATHS],
+    /// Bursts of copies begun (an idle path found).
+    pub bursts: u64,
 }
 
 impl IdleInject {
     pub fn new(alpha: Duration, beta_bytes: u64, tau: u32, revive_unavailable: bool) -> Self {
-        IdleInject { alpha, beta_bytes, tau, revive_unavailable, budget: [0; MAX_PATHS] }
+        IdleInject { alpha, beta_bytes, tau, revive_unavailable, budget: [0; MAX_PATHS], bursts: 0 }
     }
 
     /// Whether `p` counts as idle (α or β).
@@ -341,6 +433,9 @@ impl Schedulerlet for IdleInject {
     fn kind(&self) -> Kind {
         Kind::HardSelector
     }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("bursts", self.bursts)]
+    }
     fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
         let primary = ctx.in_set(sets.selected).any(|p| p.availability == Availability::Available);
         let pool = if self.revive_unavailable { sets.candidates.union(sets.unavailable) } else { sets.candidates };
@@ -353,6 +448,7 @@ impl Schedulerlet for IdleInject {
             let b = &mut self.budget[p.id.index()];
             if *b == 0 && idle {
                 *b = self.tau;
+                self.bursts += 1;
             }
             if *b > 0 && primary {
                 copies.insert(p.id);
@@ -474,6 +570,9 @@ mod tests {
         assert_eq!(decide(&mut p, t0 + Duration::from_secs(11), &paths, &pkt), vec![0], "not again on this cell");
         paths[0].cell = 12;
         assert_eq!(decide(&mut p, t0 + Duration::from_secs(12), &paths, &pkt), vec![1], "a new cell, a new forecast");
+        let c = p.counters();
+        assert!(c.contains(&("hof-reject", "rejections", 2)), "{c:?}");
+        assert!(c.contains(&("hof-reject", "rejections_expired", 1)), "{c:?}");
     }
 
     #[test]
@@ -488,8 +587,8 @@ mod tests {
         paths[0].cell = 12;
         paths[0].failure = None;
         assert_eq!(decide(&mut p, t0 + Duration::from_secs(1), &paths, &pkt), vec![0]);
-        // PATH_STATUS has no sequence number: an older report of cell 11,
-        // sent on the slower path, arrives after the new one.
+        // A stale report of cell 11 (the endpoint drops PATH_STATUS copies
+        // older than the newest, but a radio may report late itself).
         paths[0].cell = 11;
         paths[0].link_state = LinkState::HandoverStarted;
         paths[0].failure = forecast(-70.0, 80.0);
@@ -505,7 +604,7 @@ mod tests {
     }
 
     fn tpr_minrtt() -> Pipeline {
-        Pipeline::new("t", vec![Box::new(MinRtt), Box::new(TailReject)], Box::new(NoReinjection))
+        Pipeline::new("t", vec![Box::new(MinRtt), Box::new(TailReject::default())], Box::new(NoReinjection))
     }
 
     /// The paper's Appendix A: path A has a low RTT and a nearly full send
@@ -668,5 +767,25 @@ mod tests {
         spec.schedulerlets[3].params.remove("revive_unavailable");
         spec.schedulerlets[0].params.insert("e_gps".into(), 5.0);
         assert!(r.build_spec("x", &spec).unwrap_err().to_string().contains("e_gps"));
+    }
+
+    #[test]
+    fn the_tracker_takes_direction_from_the_trajectory_and_speed_from_the_fix() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let mut tr = TrainTracker::new();
+        let a = tr.update(s(0), 1000.0, Some(80.0)).unwrap();
+        assert_eq!((a.direction, a.speed_mps), (TrackDirection::Increasing, 80.0));
+        let b = tr.update(s(1), 920.0, None).unwrap();
+        assert_eq!(b.direction, TrackDirection::Decreasing);
+        assert!((b.speed_mps - 80.0).abs() < 1e-9, "speed from the trajectory without a GPS speed");
+        // GPS jitter of a stopped train keeps the direction.
+        let c = tr.update(s(2), 922.0, Some(0.0)).unwrap();
+        assert_eq!((c.direction, c.speed_mps), (TrackDirection::Decreasing, 0.0));
+        assert!(tr.update(s(3), f64::NAN, None).is_none(), "unusable fixes are ignored");
+        assert!(tr.update(s(1), 900.0, None).is_none(), "fixes older than the last are ignored");
+        let d = tr.update(s(4), 1000.0, Some(f64::NAN)).unwrap();
+        assert_eq!(d.direction, TrackDirection::Increasing);
+        assert!(d.speed_mps.is_finite());
     }
 }

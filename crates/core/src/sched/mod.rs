@@ -36,7 +36,7 @@ use std::time::Instant;
 use crate::ids::{ConnId, PathId, PathMask, UserId};
 use crate::path::{Availability, PathView};
 
-pub use hrsch::{FailureTable, TrackDirection, TrainState};
+pub use hrsch::{FailureTable, TrackDirection, TrainState, TrainTracker};
 pub use registry::{ConfigError, Params, PipelineSpec, Registry, SchedulerletSpec};
 
 /// Which set moves a schedulerlet may make.
@@ -134,6 +134,11 @@ pub trait Schedulerlet: Send {
     fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets);
     /// Feedback after the decision: the paths the packet was placed on.
     fn on_scheduled(&mut self, _ctx: &Context<'_>, _placed: PathMask) {}
+    /// Event counters for metrics (name, total since start), e.g. how many
+    /// paths a filter rejected.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// What to do with a path's unacknowledged packets after an RTO.
@@ -176,6 +181,11 @@ impl std::fmt::Debug for Pipeline {
 }
 
 impl Pipeline {
+    /// Every schedulerlet's event counters: (schedulerlet, event, total).
+    pub fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+        self.lets.iter().flat_map(|l| l.counters().into_iter().map(|(e, v)| (l.name(), e, v))).collect()
+    }
+
     pub fn new(
         name: impl Into<String>,
         lets: Vec<Box<dyn Schedulerlet>>,

@@ -150,7 +150,9 @@ impl Registry {
             let hold = r.get("max_hold_s", 10.0, 0.1..=3600.0, "0.1..=3600")?;
             Ok(Box::new(HofReject::new(e, std::time::Duration::from_secs_f64(hold))) as _)
         });
-        r.register_schedulerlet("tail-reject", |p| no_params("tail-reject", p).map(|_| Box::new(TailReject) as _));
+        r.register_schedulerlet("tail-reject", |p| {
+            no_params("tail-reject", p).map(|_| Box::new(TailReject::default()) as _)
+        });
         r.register_schedulerlet("idle-inject", |p| {
             let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;
             let alpha = r.get("alpha", 1.0, 0.0..=3600.0, "0..=3600 (seconds)")?;

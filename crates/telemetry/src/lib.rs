@@ -1,0 +1,37 @@
+//! Fleet telemetry shared by the relay-agent, the proxy and the testbed.
+//!
+//! - [`v1`]: the telemetry record schema (`schema/telemetry/v1/telemetry.proto`).
+//! - [`failure_table`]: the failure-location table file.
+//! - [`replay`]: the testbed's event log as a radio and position source.
+//! - [`testbed_cell_id`]: how the testbed's per-carrier cell indices map to
+//!   the cell IDs the data plane and the failure-location tables use.
+
+pub mod failure_table;
+pub mod replay;
+
+/// The cell ID the data plane uses for cell `cell` of carrier `carrier` in
+/// a testbed trip (`polycorn-tracegen`'s event log numbers cells per
+/// carrier from 0). Real cell IDs (E-UTRAN cell identities) are 28-bit and
+/// never 0; this keeps those properties distinct per carrier and never 0,
+/// because 0 means "cell unknown" everywhere.
+pub fn testbed_cell_id(carrier: u32, cell: u32) -> u64 {
+    (u64::from(carrier) + 1) << 32 | u64::from(cell)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn testbed_cell_ids_are_distinct_per_carrier_and_never_zero() {
+        assert_ne!(testbed_cell_id(0, 0), 0);
+        assert_ne!(testbed_cell_id(0, 5), testbed_cell_id(1, 5));
+        assert_eq!(testbed_cell_id(1, 7), (2u64 << 32) | 7);
+    }
+}
+
+/// The telemetry record schema, version 1 (`schema/telemetry/v1/telemetry.proto`).
+pub mod v1 {
+    #![allow(clippy::all)]
+    include!(concat!(env!("OUT_DIR"), "/polycorn.telemetry.v1.rs"));
+}

@@ -1,0 +1,286 @@
+//! Radio and position sources and what the relay-agent does with them.
+//!
+//! Sources produce [`RadioEvent`]s into one channel; [`apply`] feeds them
+//! to the endpoint (the train's state for handover-failure prediction on
+//! the uplink, each path's cell via `PATH_STATUS`) and sends each as a
+//! telemetry record to the proxy with top priority on every live path
+//! (POLYCORN §4.3). Today's source is the testbed's event log
+//! ([`replay`]); gpsd and ModemManager sources come with the telemetry
+//! issue and produce the same events.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use polycorn_core::sched::TrainTracker;
+use polycorn_core::wire::LinkState;
+use polycorn_core::PathId;
+use polycorn_net::Session;
+use polycorn_telemetry::replay::{parse_events, TestbedEvent};
+use polycorn_telemetry::{testbed_cell_id, v1};
+use prost::Message as _;
+use tokio::sync::{mpsc, watch};
+use tracing::info;
+
+/// Something the train's receivers observed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RadioEvent {
+    /// A position fix, measured at `time_unix_ms`.
+    Gps { time_unix_ms: i64, fix: v1::GpsFix },
+    /// Path `path` is now served by `cell_id` (0: no service).
+    Cell { time_unix_ms: i64, path: PathId, cell_id: u64 },
+    /// A signal sample of path `path`'s interface.
+    Signal { time_unix_ms: i64, sample: v1::CellSample },
+    /// A finished handover.
+    Handover { time_unix_ms: i64, event: v1::HandoverEvent },
+}
+
+/// Options of the replay source.
+#[derive(Clone, Debug)]
+pub struct ReplayOpts {
+    pub file: PathBuf,
+    /// Unix ms of the trip's time zero (the link emulator's epoch).
+    pub epoch_unix_ms: i64,
+    /// Path names in `--path` order; carrier k of the log is path k, and
+    /// carriers beyond the configured paths are ignored.
+    pub path_names: Vec<String>,
+}
+
+fn now_unix_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The events of a testbed trip as radio events at their trip times.
+/// Events before the replay starts are not reported, except the state they
+/// leave (each carrier's serving cell, the last fix), reported at once: a
+/// relay started or restarted mid-trip knows where it is.
+pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEvent)> {
+    let n = opts.path_names.len();
+    let name = |c: u32| opts.path_names.get(c as usize).cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    let mut cells: Vec<Option<u64>> = vec![None; n];
+    let mut last_start: Vec<Option<(f64, f64)>> = vec![None; n];
+    let mut last_fix: Option<v1::GpsFix> = None;
+    for e in log {
+        let t = opts.epoch_unix_ms + e.t_ms().unwrap_or(0) as i64;
+        match *e {
+            TestbedEvent::Gps { lat, lon, speed_mps, heading_deg, accuracy_m, track_m, .. } => {
+                let fix = v1::GpsFix {
+                    lat_deg: lat,
+                    lon_deg: lon,
+                    speed_mps,
+                    heading_deg,
+                    accuracy_m,
+                    track_m: Some(track_m),
+                };
+                last_fix = Some(fix);
+                out.push((t, RadioEvent::Gps { time_unix_ms: t, fix }));
+            }
+            TestbedEvent::Rsrp { measured_ms, carrier, cell, rsrp_dbm, .. } if (carrier as usize) < n => {
+                let cell_id = testbed_cell_id(carrier, cell);
+                // The first report names the cell the trip starts in.
+                if cells[carrier as usize].is_none() {
+                    cells[carrier as usize] = Some(cell_id);
+                    out.push((t, RadioEvent::Cell { time_unix_ms: t, path: PathId(carrier as u8), cell_id }));
+                }
+                let sample = v1::CellSample {
+                    path: carrier,
+                    carrier: name(carrier),
+                    cell_id,
+                    rsrp_dbm: Some(rsrp_dbm),
+                    registration: v1::RegistrationState::Registered as i32,
+                    measured_unix_ms: opts.epoch_unix_ms + measured_ms as i64,
+                };
+                out.push((t, RadioEvent::Signal { time_unix_ms: t, sample }));
+            }
+            TestbedEvent::CellChange { carrier, cell, .. } if (carrier as usize) < n => {
+                let cell_id = testbed_cell_id(carrier, cell);
+                cells[carrier as usize] = Some(cell_id);
+                out.push((t, RadioEvent::Cell { time_unix_ms: t, path: PathId(carrier as u8), cell_id }));
+            }
+            TestbedEvent::HandoverStart { carrier, track_m, rsrp_dbm, .. } if (carrier as usize) < n => {
+                last_start[carrier as usize] = Some((track_m, rsrp_dbm));
+            }
+            TestbedEvent::HandoverEnd { carrier, from_cell, to_cell, ref outcome, duration_ms, .. }
+                if (carrier as usize) < n =>
+            {
+                let (track, rsrp) = last_start[carrier as usize].take().unzip();
+                let fix = last_fix.unwrap_or_default();
+                let event = v1::HandoverEvent {
+                    path: carrier,
+                    carrier: name(carrier),
+                    source_cell_id: testbed_cell_id(carrier, from_cell),
+                    target_cell_id: testbed_cell_id(carrier, to_cell),
+                    start_unix_ms: t - duration_ms as i64,
+                    start_lat_deg: fix.lat_deg,
+                    start_lon_deg: fix.lon_deg,
+                    start_track_m: track,
+                    rsrp_dbm: rsrp,
+                    outcome: if outcome == "success" {
+                        v1::HandoverOutcome::Success
+                    } else {
+                        v1::HandoverOutcome::Failure
+                    } as i32,
+                    duration_ms: u32::try_from(duration_ms).unwrap_or(u32::MAX),
+                };
+                out.push((t, RadioEvent::Handover { time_unix_ms: t, event }));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Read and parse a testbed event log; errors name the file and line.
+pub fn load_log(file: &std::path::Path) -> anyhow::Result<Vec<TestbedEvent>> {
+    use anyhow::Context as _;
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    parse_events(&text).with_context(|| format!("{}: not a testbed event log", file.display()))
+}
+
+/// Replay a testbed event log in real time into `tx`.
+pub async fn replay(
+    opts: ReplayOpts,
+    log: Vec<TestbedEvent>,
+    tx: mpsc::Sender<RadioEvent>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let events = events_of(&log, &opts);
+    let start = now_unix_ms();
+    // Catch up: the state past events leave.
+    let past = events.partition_point(|(t, _)| *t < start);
+    let mut latest_cell: Vec<Option<RadioEvent>> = vec![None; opts.path_names.len()];
+    let mut latest_fix = None;
+    for (_, e) in &events[..past] {
+        match e {
+            RadioEvent::Cell { path, .. } => latest_cell[path.index()] = Some(e.clone()),
+            RadioEvent::Gps { .. } => latest_fix = Some(e.clone()),
+            _ => {}
+        }
+    }
+    info!(file = %opts.file.display(), events = events.len(), skipped = past, "replay source started");
+    for e in latest_cell.into_iter().flatten().chain(latest_fix) {
+        if tx.send(e).await.is_err() {
+            return;
+        }
+    }
+    for (t, e) in events.into_iter().skip(past) {
+        let wait = Duration::from_millis((t - now_unix_ms()).max(0) as u64);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return,
+        }
+        if tx.send(e).await.is_err() {
+            return;
+        }
+    }
+    info!("replay source: end of the event log");
+}
+
+/// Apply radio events to the session and send each as telemetry.
+pub async fn apply(session: Session, train_id: String, mut rx: mpsc::Receiver<RadioEvent>) {
+    let mut tracker = TrainTracker::new();
+    let mut seq = 0u64;
+    let mut cells: Vec<u64> = Vec::new();
+    let mut reported_up: Vec<PathId> = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => match ev { Some(e) => e, None => return },
+            _ = tick.tick() => {
+                // A path that came up after its cell was reported must learn
+                // it (and so must the proxy's view of it).
+                session.with(|st, _| {
+                    let up = st.ep.up_paths();
+                    if up != reported_up {
+                        for (i, &c) in cells.iter().enumerate() {
+                            if c != 0 {
+                                st.ep.report_link(PathId(i as u8), LinkState::Connected, c);
+                            }
+                        }
+                        reported_up = up;
+                    }
+                });
+                continue;
+            }
+        };
+        let (time_unix_ms, body) = match &ev {
+            RadioEvent::Gps { time_unix_ms, fix } => (*time_unix_ms, v1::record::Body::Gps(*fix)),
+            RadioEvent::Signal { time_unix_ms, sample } => (*time_unix_ms, v1::record::Body::Cell(sample.clone())),
+            RadioEvent::Handover { time_unix_ms, event } => (*time_unix_ms, v1::record::Body::Handover(event.clone())),
+            RadioEvent::Cell { time_unix_ms, path, cell_id } => {
+                let (p, c) = (*path, *cell_id);
+                if cells.len() <= p.index() {
+                    cells.resize(p.index() + 1, 0);
+                }
+                cells[p.index()] = c;
+                let state = if c == 0 { LinkState::NoService } else { LinkState::Connected };
+                session.with(|st, _| st.ep.report_link(p, state, c));
+                let sample = v1::CellSample {
+                    path: u32::from(p.0),
+                    cell_id: c,
+                    registration: v1::RegistrationState::Registered as i32,
+                    measured_unix_ms: *time_unix_ms,
+                    ..Default::default()
+                };
+                (*time_unix_ms, v1::record::Body::Cell(sample))
+            }
+        };
+        let record = v1::Record { train_id: train_id.clone(), time_unix_ms, body: Some(body) };
+        seq += 1;
+        let payload = bytes::Bytes::from(record.encode_to_vec());
+        session.with(|st, now| {
+            if let Some(s) = polycorn_net::hof::train_state_of(&record, &mut tracker, now, SystemTime::now()) {
+                st.ep.set_train_state(s);
+            }
+            st.ep.send_telemetry(seq, payload);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(n: usize) -> ReplayOpts {
+        ReplayOpts {
+            file: PathBuf::new(),
+            epoch_unix_ms: 1_000_000,
+            path_names: (0..n).map(|i| format!("carrier-{i}")).collect(),
+        }
+    }
+
+    #[test]
+    fn a_trip_log_becomes_radio_events_with_data_plane_cell_ids() {
+        let log = parse_events(
+            r#"{"event":"gps","t_ms":0,"lat":1,"lon":2,"speed_mps":80,"heading_deg":0,"accuracy_m":20,"track_m":0}
+{"event":"rsrp","t_ms":60,"measured_ms":0,"carrier":0,"cell":0,"rsrp_dbm":-100}
+{"event":"rsrp","t_ms":70,"measured_ms":0,"carrier":2,"cell":0,"rsrp_dbm":-100}
+{"event":"handover_start","t_ms":900,"carrier":0,"from_cell":0,"to_cell":1,"track_m":75,"rsrp_dbm":-110}
+{"event":"handover_end","t_ms":2900,"carrier":0,"from_cell":0,"to_cell":1,"outcome":"failure","ho_type":3,"duration_ms":2000,"blackout":"flush","track_m":75}
+{"event":"cell_change","t_ms":2900,"carrier":0,"cell":1}
+"#,
+        )
+        .unwrap();
+        let ev = events_of(&log, &opts(2));
+        let cells: Vec<_> = ev
+            .iter()
+            .filter_map(|(t, e)| match e {
+                RadioEvent::Cell { path, cell_id, .. } => Some((*t, path.0, *cell_id)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            cells,
+            vec![(1_000_060, 0, testbed_cell_id(0, 0)), (1_002_900, 0, testbed_cell_id(0, 1))],
+            "the first report names the starting cell; carrier 2 has no path"
+        );
+        let ho = ev.iter().find_map(|(_, e)| match e {
+            RadioEvent::Handover { event, .. } => Some(event.clone()),
+            _ => None,
+        });
+        let ho = ho.unwrap();
+        assert_eq!(ho.outcome, v1::HandoverOutcome::Failure as i32);
+        assert_eq!((ho.start_unix_ms, ho.start_track_m, ho.duration_ms), (1_000_900, Some(75.0), 2000));
+    }
+}
