@@ -10,17 +10,20 @@
 #
 # It is `make bench-hsr PROFILE=demo`: results go under
 # /tmp/polycorn-bench-hsr/out (never over the committed bench/out).
-# SCHEMES="minrtt blest" limits the schemes. Its topologies are hd0, hd1, ...
+# By default it runs HRSCH (the paper's scheduler, with a failure-location
+# table built from previous trips) against the main baselines; SCHEMES="minrtt
+# blest" picks others (bench-hsr's list has them all). Its topologies are hd0, hd1, ...
 # (a bench-hsr run uses hb0, ...), so both can run at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cat <<'TXT'
-== Polycorn demo: an emulated HSR trip, every scheme side by side
+== Polycorn demo: an emulated HSR trip, HRSCH and the baselines side by side
    passengers -> relay-agent -> 2 emulated carriers (trace replay, handovers) -> proxy -> origin
    about 4 minutes: a few downloads of 256 KB, 1 MB and 4 MB, then 10/20/30 chat users
 TXT
-BENCH_PREFIX=${BENCH_PREFIX:-hd} PROFILE=demo bash scripts/bench-hsr.sh
+SCHEMES=${SCHEMES:-minrtt hrsch blest redundant single-path kernel-mptcp} \
+    BENCH_PREFIX=${BENCH_PREFIX:-hd} PROFILE=demo bash scripts/bench-hsr.sh
 cat <<'TXT'
 
 == how to read it: goodput ratio to minrtt per download size (higher is better),

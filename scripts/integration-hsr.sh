@@ -72,7 +72,7 @@ teardown_after_sigkill() {
 check "after a SIGKILL of its caller, topology.sh down leaves no namespace, process or TUN device" teardown_after_sigkill
 
 bench_ci_runs() {
-    BENCH_PREFIX=hbit BENCH_WORK=$WORK/bench PROFILE=ci SCHEMES="minrtt single-path kernel-mptcp" bash scripts/bench-hsr.sh \
+    BENCH_PREFIX=hbit BENCH_WORK=$WORK/bench PROFILE=ci SCHEMES="minrtt hrsch kernel-mptcp" bash scripts/bench-hsr.sh \
         >"$WORK/bench.log" 2>&1 || { tail -30 "$WORK/bench.log"; return 1; }
     local out=$WORK/bench/out/hsr.json
     # Every scheme has results for every size, and minrtt's ratio to itself is 1.
@@ -80,9 +80,18 @@ bench_ci_runs() {
         and ([.bulk[] | .["256KB"].n, .["1MB"].n, .["4MB"].n] | min) >= 1
         and .bulk.minrtt.overall.ratio_vs_minrtt == 1
         and (.im | keys | length) == 3' "$out" >/dev/null || { cat "$out"; return 1; }
+    # hrsch ran with the stand-in failure table and the relay's radio replay:
+    # the proxy loaded the table, got the train's telemetry and exports
+    # hof-reject's counters.
+    local m
+    m=$(echo "$WORK"/bench/run-ci/hsr/*/hrsch/logs/proxy.metrics)
+    jq -e '.failure_table.previous_trips >= 1' "$WORK/bench/run-ci/run.json" >/dev/null || return 1
+    grep -q '^polycorn_failure_table_loads_total{} 1' "$m" || { echo "no table in $m"; return 1; }
+    grep -Eq '^polycorn_telemetry_received_records_total\{\} [1-9]' "$m" || { echo "no telemetry in $m"; return 1; }
+    grep -q 'schedulerlet="hof-reject",event="rejections"' "$m" || { echo "no hof-reject counters in $m"; return 1; }
     [[ -z $(leftovers hbit0)$(leftovers hbit1)$(leftovers hbit2) ]]
 }
-check "make bench-hsr PROFILE=ci: three schemes side by side, results for every size, nothing left behind" bench_ci_runs
+check "make bench-hsr PROFILE=ci: minrtt, hrsch (with a stand-in failure table and the radio replay) and kernel-mptcp side by side, results for every size, nothing left behind" bench_ci_runs
 
 bench_interrupted_cleans_up() {
     # A background job of a script starts with SIGINT ignored; give it back
