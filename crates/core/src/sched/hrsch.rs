@@ -411,6 +411,13 @@ pub struct IdleInject {
 }
 
 impl IdleInject {
+    /// Default β: the paper's 8 KB is about 5.7 of its packets (TCP
+    /// segments of 1448 bytes); the same number of ours (up to 16 368
+    /// bytes) is 96 KiB. With 8 KB a single packet elsewhere would make a
+    /// path idle, and a bulk transfer's slower path would carry mostly
+    /// copies (docs/schedulerlets.md, "idle-inject").
+    pub const DEFAULT_BETA_BYTES: u64 = 96 * 1024;
+
     pub fn new(alpha: Duration, beta_bytes: u64, tau: u32, revive_unavailable: bool) -> Self {
         IdleInject { alpha, beta_bytes, tau, revive_unavailable, budget: [0; MAX_PATHS], bursts: 0 }
     }

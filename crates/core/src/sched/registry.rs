@@ -156,7 +156,7 @@ impl Registry {
         r.register_schedulerlet("idle-inject", |p| {
             let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;
             let alpha = r.get("alpha", 1.0, 0.0..=3600.0, "0..=3600 (seconds)")?;
-            let beta = r.get("beta", 8192.0, 0.0..=1e12, "0..=1e12 (bytes)")?;
+            let beta = r.get("beta", IdleInject::DEFAULT_BETA_BYTES as f64, 0.0..=1e12, "0..=1e12 (bytes)")?;
             let tau = r.get("tau", 16.0, 0.0..=65_536.0, "0..=65536 (packets)")?;
             let revive = r.get("revive_unavailable", 0.0, 0.0..=1.0, "0 or 1")?;
             if revive != 0.0 && revive != 1.0 {

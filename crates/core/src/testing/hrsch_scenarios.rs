@@ -162,6 +162,10 @@ fn a_path_with_three_rtos_has_its_in_flight_data_reinjected_once_never_onto_itse
 /// every 30 ms from 2 s, while path 1 has been idle since the start.
 fn small_uploads(name: &str, n: u64) -> Report {
     let (a, b) = pipelines(name);
+    small_uploads_with(a, b, n)
+}
+
+fn small_uploads_with(a: crate::Pipeline, b: crate::Pipeline, n: u64) -> Report {
     let mut h = Harness::with_config(SimConfig::default(), a, b, two_paths(), 13);
     for i in 0..n {
         h.open(ConnSpec::new(i as u16).upload(1000).at(ms(2_000 + 30 * i)));
@@ -171,16 +175,39 @@ fn small_uploads(name: &str, n: u64) -> Report {
     r
 }
 
+/// HRSCH's pipeline with `idle-inject`'s β set.
+fn hrsch_with_beta(beta: f64) -> crate::Pipeline {
+    let r = Registry::with_builtins();
+    let mut ori = SchedulerletSpec::named("idle-inject");
+    ori.params = [("beta".to_string(), beta)].into();
+    let mut ext = SchedulerletSpec::named("extended");
+    ext.params = [("k".to_string(), 3.0)].into();
+    let spec = PipelineSpec {
+        schedulerlets: vec![
+            SchedulerletSpec::named("hof-reject"),
+            SchedulerletSpec::named("minrtt"),
+            SchedulerletSpec::named("tail-reject"),
+            ori,
+        ],
+        reinjection: ext,
+    };
+    r.build_spec("hrsch-beta", &spec).unwrap()
+}
+
 #[test]
 fn an_idle_path_gets_exactly_tau_copies() {
-    // Path 1 idle for 2 s (α = 1 s): copies of the next 16 packets. Then
-    // it is idle again only after 9 more packets (9000 B ≥ β = 8 KiB).
+    // Path 1 idle for 2 s (α = 1 s): copies of the next 16 packets, the
+    // last at 2.45 s. It is idle again by α 1 s later (the 50th packet, at
+    // 3.47 s), long before β = 96 KiB of packets went elsewhere.
     let redundant = |r: &Report, i: usize| r.paths[i].relay.as_ref().unwrap().redundant_bytes;
     let r = small_uploads("hrsch", 25);
     assert_eq!(redundant(&r, 1), 16 * 1000, "τ = 16 copies of 1000-byte packets");
     assert_eq!(redundant(&r, 0), 0, "path 0 carried the packets themselves");
     assert_eq!(r.relay.redundant_bytes, 16 * 1000);
-    let r = small_uploads("hrsch", 27);
+    assert_eq!(redundant(&small_uploads("hrsch", 49), 1), 16 * 1000, "not idle again before α");
+    assert_eq!(redundant(&small_uploads("hrsch", 52), 1), 19 * 1000, "α: a second burst from the 50th packet");
+    // β: with the paper's 8 KiB, idle again after 9 packets elsewhere.
+    let r = small_uploads_with(hrsch_with_beta(8192.0), hrsch_with_beta(8192.0), 27);
     assert_eq!(redundant(&r, 1), 18 * 1000, "β: a second burst from the 26th packet");
     let r = small_uploads("minrtt", 25);
     assert_eq!(r.relay.redundant_bytes, 0);
