@@ -19,6 +19,8 @@ Conventions (repeated in ``METHODS`` in the output and in ``README.md``):
 * IM: over delivered messages, pooled over trips: mean and p90 of delay_ms; ``cov`` is the
   coefficient of variation (population std / mean) of the per-user mean delays, computed per
   trip and averaged over trips.
+* HRSCH (hrsch against each baseline, ablation, IM changes, extra traffic, reinjection
+  overhead, recovery after failed handovers): :mod:`polycorn_bench.hrsch`.
 """
 
 from __future__ import annotations
@@ -26,15 +28,15 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from polycorn_bench.links import LinkFileError
-from polycorn_bench.oracle import PAYLOAD_PER_OPPORTUNITY, Oracle, load_carriers
-from polycorn_bench.records import Download, Issues, LinkSetRun, Run, TripRun
+from polycorn_bench import hrsch
+from polycorn_bench.flows import IM_REFERENCE, OVERALL, REFERENCE, Flow, collect_flows
+from polycorn_bench.oracle import PAYLOAD_PER_OPPORTUNITY
+from polycorn_bench.records import LinkSetRun, Run
 from polycorn_bench.stats import (
     bootstrap_geomean_ci,
     finite_or_none,
@@ -43,11 +45,28 @@ from polycorn_bench.stats import (
     safe_ratio,
 )
 
-REFERENCE = "minrtt"
-IM_REFERENCE = "single-path"
-OVERALL = "overall"
+__all__ = [
+    "HANDOVER_BINS",
+    "IM_REFERENCE",
+    "METHODS",
+    "OVERALL",
+    "REFERENCE",
+    "Flow",
+    "analyse",
+    "collect_flows",
+]
+
 HANDOVER_BINS = ("0", "1", "2+")
 PRIMARY_LINK_SET = "hsr"
+#: Sections of the HRSCH issue, per link set and copied to the top level from the primary one.
+HRSCH_KEYS = (
+    "hrsch_vs_baselines",
+    "ablation",
+    "im_hrsch",
+    "extra_traffic",
+    "reinjection_overhead",
+    "hof_recovery",
+)
 
 METHODS = {
     "goodput": "goodput_mbps = size*8/(end_ms-start_ms)/1000, trip milliseconds",
@@ -80,102 +99,8 @@ METHODS = {
         "population std / mean of per-user mean delays, per trip, averaged over trips; "
         "ratios are scheme value / reference value"
     ),
+    **hrsch.METHODS,
 }
-
-
-@dataclass(frozen=True)
-class Flow:
-    """A download with its derived numbers."""
-
-    trip: str
-    scheme: str
-    rec: Download
-    duration_ms: float | None  # None: no goodput (failed, or timeout without a known timeout)
-    censored: bool
-    oracle_ms: float | None
-
-    @property
-    def goodput_mbps(self) -> float | None:
-        if self.duration_ms is None:
-            return None
-        return self.rec.size * 8 / self.duration_ms / 1000
-
-    @property
-    def end_ms(self) -> float | None:
-        return None if self.duration_ms is None else self.rec.start_ms + self.duration_ms
-
-    @property
-    def oracle_ratio(self) -> float | None:
-        if self.oracle_ms is None or self.duration_ms is None:
-            return None
-        return self.oracle_ms / self.duration_ms
-
-
-def _duration(
-    rec: Download, default_timeout_ms: float | None, issues: Issues, where: str
-) -> tuple[float | None, bool]:
-    """(duration, censored) of a record."""
-    if rec.ok and not rec.timeout:
-        assert rec.end_ms is not None  # checked when parsed
-        end = rec.end_ms
-        censored = False
-    elif rec.timeout:
-        if rec.end_ms is not None:
-            end = rec.end_ms
-        elif rec.timeout_ms is not None:
-            end = rec.start_ms + rec.timeout_ms
-        elif default_timeout_ms is not None:
-            end = rec.start_ms + default_timeout_ms
-        else:
-            issues.add("timeout without end_ms or timeout_ms (not censored)", where)
-            return None, False
-        censored = True
-    else:
-        return None, False
-    dur = end - rec.start_ms
-    if dur <= 0:
-        issues.add("non-positive download duration", where)
-        return None, False
-    return dur, censored
-
-
-def _trip_oracle(trip: TripRun, issues: Issues) -> Oracle | None:
-    try:
-        carriers = load_carriers(trip.trip_dir)
-    except (OSError, LinkFileError) as e:
-        issues.add("unusable link files (no oracle)", str(e))
-        return None
-    if not carriers:
-        issues.add("no c0.down in trip directory (no oracle)", str(trip.trip_dir))
-        return None
-    return Oracle(carriers)
-
-
-def collect_flows(ls: LinkSetRun, run: Run, with_oracle: bool = True) -> list[Flow]:
-    bulk_meta = run.meta.get("bulk")
-    t = bulk_meta.get("timeout_ms") if isinstance(bulk_meta, dict) else None
-    default_timeout = float(t) if isinstance(t, int | float) else None
-    flows: list[Flow] = []
-    for trip in ls.trips:
-        oracle = _trip_oracle(trip, run.issues) if with_oracle else None
-        cache: dict[tuple[float, int], float] = {}
-        for scheme, sr in trip.schemes.items():
-            seen: set[int] = set()
-            for rec in sr.downloads:
-                where = f"{ls.name}/{trip.name}/{scheme}/bulk.jsonl id {rec.id}"
-                if rec.id in seen:
-                    run.issues.add("duplicate download id (kept the first)", where)
-                    continue
-                seen.add(rec.id)
-                dur, censored = _duration(rec, default_timeout, run.issues, where)
-                o_ms: float | None = None
-                if oracle is not None:
-                    key = (rec.start_ms, rec.size)
-                    if key not in cache:
-                        cache[key] = oracle.time_ms(rec.start_ms, rec.size)
-                    o_ms = finite_or_none(cache[key])
-                flows.append(Flow(trip.name, scheme, rec, dur, censored, o_ms))
-    return flows
 
 
 def _pairs(
@@ -363,13 +288,29 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
     flows = collect_flows(ls, run)
     schemes = run.schemes
     labels = size_labels(run)
+    bulk = bulk_summary(flows, schemes, labels)
+    im = im_summary(ls, schemes, run.users)
+    extra = hrsch.extra_traffic(ls, schemes, run.issues)
+    hof, hof_note = hrsch.hof_recovery(flows, ls, schemes)
+    notes: dict[str, str] = {}
+    if not any(f.scheme == hrsch.HRSCH for f in flows) and not im.get(hrsch.HRSCH):
+        notes["hrsch"] = "hrsch did not run: hrsch_vs_baselines and im_hrsch are null"
+    if hof_note:
+        notes["hof_recovery"] = hof_note
     out: dict[str, Any] = {
         "description": ls.description,
         "trips": [t.name for t in ls.trips],
         "seeds": [t.name for t in ls.trips],
-        "bulk": bulk_summary(flows, schemes, labels),
+        "bulk": bulk,
         "bulk_by_handovers": bulk_by_handovers(flows, schemes, ls),
-        "im": im_summary(ls, schemes, run.users),
+        "im": im,
+        "hrsch_vs_baselines": hrsch.vs_baselines(flows, labels),
+        "ablation": hrsch.ablation(bulk),
+        "im_hrsch": hrsch.im_changes(im),
+        "extra_traffic": extra,
+        "reinjection_overhead": hrsch.reinjection_overhead(extra),
+        "hof_recovery": hof,
+        "notes": notes,
         "goodput_mbps": {
             scheme: {
                 label: sorted(
@@ -407,6 +348,9 @@ def analyse(run: Run) -> dict[str, Any]:
         "users": run.users,
         "bulk": p.get("bulk", {}),
         "im": p.get("im", {}),
+        **{key: p.get(key) for key in HRSCH_KEYS},
+        "notes": p.get("notes", {}),
+        "paper": hrsch.PAPER,
         "link_sets": sets,
         "methods": {**METHODS, "payload_per_opportunity": PAYLOAD_PER_OPPORTUNITY},
         "issues": run.issues.to_json(),

@@ -6,7 +6,9 @@ Files, per link set ``LS`` (only those with data are written):
 * ``LS-goodput-cdf.png``: goodput CDF per size, one line per scheme;
 * ``LS-ratio-oracle.png``: oracle time / actual time per size;
 * ``LS-im.png``: IM mean and p90 delay against the number of users;
-* ``LS-handovers.png``: ratio vs minrtt by handovers during the flow.
+* ``LS-handovers.png``: ratio vs minrtt by handovers during the flow;
+* ``LS-ablation.png``: goodput gain over minrtt of each HRSCH mechanism alone and of hrsch,
+  with the paper's gains.
 """
 
 from __future__ import annotations
@@ -152,6 +154,31 @@ def plot_link_set(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path)
         ax.set_title(f"{name}: goodput relative to minrtt by handovers")
         _legend_outside(ax)
         written.append(_save(fig, out / f"{name}-handovers.png"))
+
+    abl = ls.get("ablation")
+    if abl:
+        schemes = list(abl)
+        x = np.arange(len(schemes))
+        gains = [np.nan if abl[s]["gain"] is None else abl[s]["gain"] * 100 for s in schemes]
+        lo, hi = [], []
+        for s, g in zip(schemes, gains, strict=True):
+            ci = abl[s]["ci95"]
+            ok = ci and ci[0] is not None and ci[1] is not None and np.isfinite(g)
+            lo.append(g - ci[0] * 100 if ok else 0.0)
+            hi.append(ci[1] * 100 - g if ok else 0.0)
+        paper = [
+            np.nan if abl[s]["paper_gain"] is None else abl[s]["paper_gain"] * 100 for s in schemes
+        ]
+        fig, ax = plt.subplots(figsize=(8, 4.2))
+        ax.bar(x, gains, 0.6, yerr=[lo, hi], capsize=3, label="this run (95 % CI)")
+        ax.scatter(x, paper, marker="D", color="black", zorder=3, label="paper")
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_xticks(x, [f"{abl[s]['mechanism']}\n{s}" for s in schemes])
+        ax.set_ylabel("goodput gain over minrtt (%)\n(geometric mean of pairs)")
+        ax.set_title(f"{name}: HRSCH ablation")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize="small")
+        written.append(_save(fig, out / f"{name}-ablation.png"))
     return written
 
 

@@ -6,6 +6,7 @@ Layout::
     RUN/<link_set>/<trip>/trip/{c<i>.down,c<i>.up,c<i>.schedule,events.jsonl,trip.json}
     RUN/<link_set>/<trip>/<scheme>/bulk.jsonl
     RUN/<link_set>/<trip>/<scheme>/im-<U>.jsonl
+    RUN/<link_set>/<trip>/<scheme>/logs/{relay,proxy}.metrics
 
 Nothing here raises on bad data: a missing file is an absent scheme, a line that is not a JSON
 object with the expected fields is skipped and counted in :class:`Issues`, with the first few
@@ -21,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from polycorn_bench.metrics import Metrics, read_metrics
 
 
 @dataclass
@@ -66,6 +69,10 @@ class Download:
     timeout: bool
     error: str | None
     timeout_ms: float | None = None  # optional field; used only to censor a null end_ms
+    # Optional ``progress``: cumulative body bytes at trip times, sorted; None when the record
+    # has none (older polycorn-loadgen) or it is malformed (see ``progress_bad``).
+    progress: tuple[tuple[float, float], ...] | None = None
+    progress_bad: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Download | None:
@@ -86,6 +93,8 @@ class Download:
             return None
         err = d.get("error")
         nbytes = d.get("bytes")
+        progress = parse_progress(d.get("progress"))
+        progress_bad = "progress" in d and d["progress"] is not None and progress is None
         return cls(
             id=ident,
             label=label,
@@ -98,7 +107,27 @@ class Download:
             timeout=timeout,
             error=str(err) if err is not None else None,
             timeout_ms=_num(d.get("timeout_ms")),
+            progress=progress,
+            progress_bad=progress_bad,
         )
+
+
+def parse_progress(v: object) -> tuple[tuple[float, float], ...] | None:
+    """``[[t_ms, bytes], ...]`` with non-decreasing times and bytes, else None (also for an
+    empty list: no sample is no progress curve)."""
+    if not isinstance(v, list) or not v:
+        return None
+    out: list[tuple[float, float]] = []
+    for point in v:
+        if not isinstance(point, list | tuple) or len(point) != 2:
+            return None
+        t, b = _num(point[0]), _num(point[1])
+        if t is None or b is None or b < 0:
+            return None
+        if out and (t < out[-1][0] or b < out[-1][1]):
+            return None
+        out.append((t, b))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -159,6 +188,8 @@ def read_downloads(path: Path, issues: Issues) -> list[Download]:
         if rec is None:
             issues.add("bad bulk record", f"{path}: record {i}")
         else:
+            if rec.progress_bad:
+                issues.add("bad progress field (ignored)", f"{path}: record {i}")
             out.append(rec)
     return out
 
@@ -180,6 +211,24 @@ class SchemeRun:
 
     downloads: list[Download] = field(default_factory=list)
     im: dict[int, list[Message]] = field(default_factory=dict)  # users -> messages
+    # End-of-trip metrics snapshots (logs/relay.metrics, logs/proxy.metrics); None: no file.
+    relay_metrics: Metrics | None = None
+    proxy_metrics: Metrics | None = None
+
+
+@dataclass(frozen=True)
+class HandoverFailure:
+    """A handover whose ``handover_end`` outcome is not ``success`` (e.g. ``rlf``), with its
+    ``handover_start`` (same carrier, the latest start before the end)."""
+
+    t_ms: float  # handover_start
+    end_ms: float  # handover_end
+    carrier: int | None
+    from_cell: int | None
+    to_cell: int | None
+    track_m: float | None
+    outcome: str
+    duration_ms: float | None
 
 
 @dataclass
@@ -188,6 +237,7 @@ class TripRun:
     trip_dir: Path
     schemes: dict[str, SchemeRun]
     handover_starts: list[float] | None  # None: no events.jsonl
+    handover_failures: list[HandoverFailure] | None = None  # None: no events.jsonl
 
 
 @dataclass
@@ -210,15 +260,72 @@ class Run:
 
 def read_handover_starts(path: Path, issues: Issues) -> list[float]:
     """``t_ms`` of every ``handover_start`` event (any carrier), sorted."""
-    out = []
+    return read_handovers(path, issues)[0]
+
+
+def _int_or_none(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def read_handovers(path: Path, issues: Issues) -> tuple[list[float], list[HandoverFailure]]:
+    """(``t_ms`` of every ``handover_start``, sorted; the failed handovers, sorted by start).
+
+    A ``handover_end`` is matched with the latest unmatched ``handover_start`` of the same
+    carrier at or before it; an end whose outcome is anything but ``success`` is a failure.
+    A failure without a matching start is counted as a problem and left out."""
+    starts: list[float] = []
+    open_starts: dict[object, list[dict[str, Any]]] = {}
+    ends: list[dict[str, Any]] = []
     for obj in read_jsonl(path, issues):
-        if obj.get("event") == "handover_start":
-            t = _num(obj.get("t_ms"))
-            if t is None:
-                issues.add("bad event", f"{path}: handover_start without t_ms")
-            else:
-                out.append(t)
-    return sorted(out)
+        event = obj.get("event")
+        if event not in ("handover_start", "handover_end"):
+            continue
+        t = _num(obj.get("t_ms"))
+        if t is None:
+            issues.add("bad event", f"{path}: {event} without t_ms")
+            continue
+        if event == "handover_start":
+            starts.append(t)
+            open_starts.setdefault(obj.get("carrier"), []).append(obj)
+        else:
+            ends.append(obj)
+    for lst in open_starts.values():
+        lst.sort(key=lambda o: float(o["t_ms"]))
+    failures: list[HandoverFailure] = []
+    for end in sorted(ends, key=lambda o: float(o["t_ms"])):
+        t_end = float(end["t_ms"])
+        cands = open_starts.get(end.get("carrier"), [])
+        idx = max((i for i, s in enumerate(cands) if float(s["t_ms"]) <= t_end), default=None)
+        start = cands.pop(idx) if idx is not None else None
+        outcome = end.get("outcome")
+        if outcome == "success":
+            continue
+        if not isinstance(outcome, str) or not outcome:
+            issues.add("handover_end without outcome", f"{path}: t_ms {t_end:g}")
+            continue
+        if start is None:
+            issues.add("failed handover without handover_start", f"{path}: t_ms {t_end:g}")
+            continue
+        failures.append(
+            HandoverFailure(
+                t_ms=float(start["t_ms"]),
+                end_ms=t_end,
+                carrier=_int_or_none(end.get("carrier")),
+                from_cell=_int_or_none(start.get("from_cell", end.get("from_cell"))),
+                to_cell=_int_or_none(start.get("to_cell", end.get("to_cell"))),
+                track_m=_num(start.get("track_m", end.get("track_m"))),
+                outcome=outcome,
+                duration_ms=_num(end.get("duration_ms")),
+            )
+        )
+    return sorted(starts), sorted(failures, key=lambda f: f.t_ms)
+
+
+def _read_snapshot(path: Path, issues: Issues) -> Metrics | None:
+    m = read_metrics(path)
+    if m is not None and m.bad_lines:
+        issues.add("malformed metrics line", f"{path}: {m.bad_lines} line(s), {m.first_bad}")
+    return m
 
 
 def _dict(x: object) -> dict[str, Any]:
@@ -285,10 +392,12 @@ def read_run(root: Path) -> Run:
                     sr.im[int(u)] = read_messages(f, issues)
                     if int(u) not in users:
                         users.append(int(u))
+                sr.relay_metrics = _read_snapshot(sdir / "logs" / "relay.metrics", issues)
+                sr.proxy_metrics = _read_snapshot(sdir / "logs" / "proxy.metrics", issues)
                 schemes[scheme] = sr
             events = trip_path / "trip" / "events.jsonl"
-            ho = read_handover_starts(events, issues) if events.exists() else None
-            trips.append(TripRun(str(trip), trip_path / "trip", schemes, ho))
+            ho, failures = read_handovers(events, issues) if events.exists() else (None, None)
+            trips.append(TripRun(str(trip), trip_path / "trip", schemes, ho, failures))
         link_sets.append(LinkSetRun(ls_name, str(ls_meta.get("description", "")), trips))
 
     for ls in link_sets:

@@ -86,6 +86,17 @@ class RunBuilder:
             )
         write_jsonl(self.trip_dir(trip) / "events.jsonl", rows)
 
+    def event_rows(self, trip: str, rows: list[dict[str, Any]]) -> None:
+        write_jsonl(self.trip_dir(trip) / "events.jsonl", rows)
+
+    def metrics(self, trip: str, scheme: str, relay: str | None, proxy: str | None) -> None:
+        """Write logs/relay.metrics and logs/proxy.metrics (None: no file)."""
+        logs = self.scheme_dir(trip, scheme) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for name, text in (("relay.metrics", relay), ("proxy.metrics", proxy)):
+            if text is not None:
+                (logs / name).write_text(text, encoding="utf-8")
+
     def finish(self) -> Path:
         (self.root / "run.json").write_text(json.dumps(self.meta), encoding="utf-8")
         return self.root
@@ -94,3 +105,48 @@ class RunBuilder:
 @pytest.fixture
 def builder(tmp_path: Path) -> RunBuilder:
     return RunBuilder(tmp_path / "run", ["minrtt", "redundant", "single-path"], ["r1-t1", "r1-t2"])
+
+
+def handover(
+    t: float, duration: float, outcome: str = "success", carrier: int = 0
+) -> list[dict[str, Any]]:
+    """A handover_start/handover_end pair as polycorn-tracegen writes them."""
+    cells = {"from_cell": 3, "to_cell": 4}
+    return [
+        {"event": "handover_start", "t_ms": t, "carrier": carrier, "track_m": t / 12, **cells},
+        {
+            "event": "handover_end",
+            "t_ms": t + duration,
+            "carrier": carrier,
+            "outcome": outcome,
+            "duration_ms": duration,
+            **cells,
+        },
+    ]
+
+
+def relay_metrics(reinjected: float, redundant: float, down: float, up: float) -> str:
+    """A relay snapshot in the exposition format of polycorn's metrics endpoint: capture
+    counters per listener (down/up split over two listeners), scheduler counters."""
+    return (
+        "# HELP polycorn_capture_down_bytes Bytes to passengers.\n"
+        "# TYPE polycorn_capture_down_bytes counter\n"
+        f'polycorn_capture_down_bytes_total{{listener="transparent"}} {down - 10}\n'
+        'polycorn_capture_down_bytes_total{listener="socks5"} 10.0\n'
+        'polycorn_capture_down_bytes_total{listener="dns"} 0.0\n'
+        f'polycorn_capture_up_bytes_total{{listener="transparent"}} {up}\n'
+        'polycorn_capture_up_bytes_total{listener="dns"} 0.0\n'
+        'polycorn_path_reinjected_bytes_total{path="0",name="carrier-0"} 999.0\n'
+        f"polycorn_sched_redundant_bytes_total{{}} {redundant}\n"
+        f"polycorn_sched_reinjected_bytes_total{{}} {reinjected}\n"
+        "# EOF\n"
+    )
+
+
+def proxy_metrics(reinjected: float, redundant: float) -> str:
+    return (
+        "# TYPE polycorn_sched_reinjected_bytes counter\n"
+        f"polycorn_sched_reinjected_bytes_total{{}} {reinjected}\n"
+        f"polycorn_sched_redundant_bytes_total {redundant}\n"
+        "polycorn_sched_decisions_total{} 2776.0\n"
+    )

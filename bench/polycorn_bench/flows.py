@@ -1,0 +1,112 @@
+"""Per-download numbers shared by the summaries: :class:`Flow` (duration, censoring, oracle time)
+and the scheme names every comparison refers to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polycorn_bench.links import LinkFileError
+from polycorn_bench.oracle import Oracle, load_carriers
+from polycorn_bench.records import Download, Issues, LinkSetRun, Run, TripRun
+from polycorn_bench.stats import finite_or_none
+
+#: The reference of every bulk ratio.
+REFERENCE = "minrtt"
+#: The second reference of the IM ratios (today's operators: one passenger, one SIM).
+IM_REFERENCE = "single-path"
+OVERALL = "overall"
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A download with its derived numbers."""
+
+    trip: str
+    scheme: str
+    rec: Download
+    duration_ms: float | None  # None: no goodput (failed, or timeout without a known timeout)
+    censored: bool
+    oracle_ms: float | None
+
+    @property
+    def goodput_mbps(self) -> float | None:
+        if self.duration_ms is None:
+            return None
+        return self.rec.size * 8 / self.duration_ms / 1000
+
+    @property
+    def end_ms(self) -> float | None:
+        return None if self.duration_ms is None else self.rec.start_ms + self.duration_ms
+
+    @property
+    def oracle_ratio(self) -> float | None:
+        if self.oracle_ms is None or self.duration_ms is None:
+            return None
+        return self.oracle_ms / self.duration_ms
+
+
+def _duration(
+    rec: Download, default_timeout_ms: float | None, issues: Issues, where: str
+) -> tuple[float | None, bool]:
+    """(duration, censored) of a record."""
+    if rec.ok and not rec.timeout:
+        assert rec.end_ms is not None  # checked when parsed
+        end = rec.end_ms
+        censored = False
+    elif rec.timeout:
+        if rec.end_ms is not None:
+            end = rec.end_ms
+        elif rec.timeout_ms is not None:
+            end = rec.start_ms + rec.timeout_ms
+        elif default_timeout_ms is not None:
+            end = rec.start_ms + default_timeout_ms
+        else:
+            issues.add("timeout without end_ms or timeout_ms (not censored)", where)
+            return None, False
+        censored = True
+    else:
+        return None, False
+    dur = end - rec.start_ms
+    if dur <= 0:
+        issues.add("non-positive download duration", where)
+        return None, False
+    return dur, censored
+
+
+def _trip_oracle(trip: TripRun, issues: Issues) -> Oracle | None:
+    try:
+        carriers = load_carriers(trip.trip_dir)
+    except (OSError, LinkFileError) as e:
+        issues.add("unusable link files (no oracle)", str(e))
+        return None
+    if not carriers:
+        issues.add("no c0.down in trip directory (no oracle)", str(trip.trip_dir))
+        return None
+    return Oracle(carriers)
+
+
+def collect_flows(ls: LinkSetRun, run: Run, with_oracle: bool = True) -> list[Flow]:
+    bulk_meta = run.meta.get("bulk")
+    t = bulk_meta.get("timeout_ms") if isinstance(bulk_meta, dict) else None
+    default_timeout = float(t) if isinstance(t, int | float) else None
+    flows: list[Flow] = []
+    for trip in ls.trips:
+        oracle = _trip_oracle(trip, run.issues) if with_oracle else None
+        cache: dict[tuple[float, int], float] = {}
+        for scheme, sr in trip.schemes.items():
+            seen: set[int] = set()
+            for rec in sr.downloads:
+                where = f"{ls.name}/{trip.name}/{scheme}/bulk.jsonl id {rec.id}"
+                if rec.id in seen:
+                    run.issues.add("duplicate download id (kept the first)", where)
+                    continue
+                seen.add(rec.id)
+                dur, censored = _duration(rec, default_timeout, run.issues, where)
+                o_ms: float | None = None
+                if oracle is not None:
+                    key = (rec.start_ms, rec.size)
+                    if key not in cache:
+                        cache[key] = oracle.time_ms(rec.start_ms, rec.size)
+                    o_ms = finite_or_none(cache[key])
+                flows.append(Flow(trip.name, scheme, rec, dur, censored, o_ms))
+    return flows

@@ -1,0 +1,469 @@
+"""The evidence of the HRSCH issue (the paper's scheduler against its baselines).
+
+Each function takes what :mod:`polycorn_bench.analysis` already computed for a link set (flows,
+the bulk and IM summaries) or the run's own records, and returns a JSON-ready section, or None
+when the schemes it needs did not run. The method is in ``README.md`` ("HRSCH"); the paper's
+numbers are in :data:`PAPER`.
+
+* :func:`vs_baselines`: paired goodput ratio of ``hrsch`` against each baseline, per size;
+* :func:`ablation`: goodput gain over minrtt of minrtt plus one HRSCH mechanism, and of hrsch;
+* :func:`im_changes`: relative change of IM delivery time (mean, p90, CoV) against
+  single-path and minrtt;
+* :func:`extra_traffic` and :func:`reinjection_overhead`: reinjected and redundant bytes per
+  goodput byte, from the relay's and the proxy's metrics snapshots;
+* :func:`hof_recovery`: goodput in the 2 s after each failed handover, paired with minrtt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from polycorn_bench.flows import IM_REFERENCE, OVERALL, REFERENCE, Flow
+from polycorn_bench.metrics import CAPTURE_DOWN, CAPTURE_UP, REDUNDANT, REINJECTED, Metrics
+from polycorn_bench.records import Issues, LinkSetRun
+from polycorn_bench.stats import (
+    bootstrap_ratio_of_means_ci,
+    finite_or_none,
+    paired_ratio_stats,
+    safe_ratio,
+)
+
+HRSCH = "hrsch"
+#: Baselines hrsch is compared with, in report order (those that ran).
+BASELINES = (REFERENCE, "blest", "ecf", "roundrobin", "redundant", "kernel-mptcp", IM_REFERENCE)
+#: Ablation rows: scheme -> HRSCH mechanism added to minrtt.
+ABLATION = {
+    "minrtt+hpr": "HPR",
+    "minrtt+tpr": "TPR",
+    "minrtt+ori": "ORI",
+    "minrtt+er": "ER",
+    HRSCH: "all (hrsch)",
+}
+#: Extended reinjection's k -> the scheme that runs hrsch with it.
+REINJECTION_K = {"1": "hrsch-k1", "2": "hrsch-k2", "3": HRSCH}
+#: Schemes whose packets the kernel schedules: polycorn's scheduler counters say nothing.
+KERNEL_SCHEMES = frozenset({"kernel-mptcp"})
+#: Recovery after a failed handover: window length from the failure's handover_start, and the
+#: least time a download must be active in it (two progress samples) to count.
+HOF_WINDOW_MS = 2000.0
+HOF_MIN_ACTIVE_MS = 200.0
+
+#: The paper's numbers (PC = the POLYCORN paper; ../shared/design/hsr-facts.md §12).
+PAPER: dict[str, Any] = {
+    "source": "POLYCORN paper §4.5, §6.2, §6.3 as collected in shared/design/hsr-facts.md §12",
+    "hrsch_vs_minrtt": {"256KB": 1.45, "1MB": 1.28, "4MB": 1.26, OVERALL: 1.31},
+    # Gain over minrtt ("POLYCORN Vanilla") averaged over the three sizes. The paper prints
+    # "7.0%, 18.8%, 4.2%, and 2.9%"; hsr-facts §12.3 takes the mapping from the slides
+    # (ORI 18.8 %, TPR 4.2 %); the issue text has TPR and ORI the other way round.
+    "ablation_gain": {
+        "minrtt+hpr": 0.070,
+        "minrtt+tpr": 0.042,
+        "minrtt+ori": 0.188,
+        "minrtt+er": 0.029,
+        HRSCH: 0.16,
+    },
+    "reinjection_overhead": {"1": 0.47, "2": 0.15, "3": 0.003},
+    "hof_recovery": {"hrsch_vs_minrtt_mean": 1.2, "hrsch_vs_minrtt_median": 1.5},
+    # Relative change of hrsch's delivery time (negative = faster).
+    "im_hrsch": {
+        "vs_single_path": {"mean": -0.45, "p90": -0.34, "cov": -0.86},
+        "vs_minrtt": {"mean": -0.16, "p90": -0.14, "cov": -0.49},
+    },
+}
+
+METHODS = {
+    "hrsch_vs_baselines": (
+        "per size and overall, pairs of downloads (same trip and id) of hrsch and the baseline, "
+        "both with a goodput: ratio = geometric mean of goodput_hrsch/goodput_baseline with "
+        "percentile bootstrap ci95 (10000 resamples, fixed seed), ratio_of_means, "
+        "mean_of_ratios (arithmetic, the paper's 'average goodput ratio')"
+    ),
+    "ablation": (
+        "gain = overall ratio_vs_minrtt - 1 of the scheme (geometric mean over all paired "
+        "downloads, sizes pooled), ci95 likewise; gain_ratio_of_means from ratio_of_means; "
+        "gain_by_size from the per-size ratios"
+    ),
+    "im_hrsch": (
+        "relative change (hrsch/reference - 1) of the IM mean, p90 and cov per number of "
+        "users; average = mean over the user counts of the ratios, minus 1"
+    ),
+    "extra_traffic": (
+        "summed over the link set's trips, from the end-of-trip metrics snapshots: "
+        "reinjected_bytes = polycorn_sched_reinjected_bytes of proxy.metrics (downlink) + "
+        "relay.metrics (uplink), redundant_bytes likewise with polycorn_sched_redundant_bytes, "
+        "goodput_bytes = polycorn_capture_down_bytes + polycorn_capture_up_bytes of "
+        "relay.metrics (all listeners): passenger bytes delivered; shares = bytes / "
+        "goodput_bytes; whole trip (bulk and IM); null for kernel-mptcp (the kernel schedules) "
+        "and when no trip has usable snapshots"
+    ),
+    "reinjection_overhead": (
+        "k -> reinjected_share of hrsch-k1, hrsch-k2, hrsch (k = 3); keys of schemes that did "
+        "not run are absent"
+    ),
+    "hof_recovery": (
+        "failure = handover_end with outcome other than success, at the t_ms of its "
+        "handover_start (t_f); for each failure and each download in flight at t_f in both "
+        "the scheme and minrtt (start_ms < t_f < end): goodput = bytes received in "
+        "[t_f, min(t_f + 2000 ms, end)] (progress curve, linear between samples) / that "
+        "time; pairs with less than 200 ms of activity in either scheme are dropped; "
+        "ratio of the means and ratio of the medians of the paired goodputs"
+    ),
+}
+
+
+# --- bulk ---------------------------------------------------------------------------------
+
+
+def pairs_between(
+    flows: Iterable[Flow], scheme: str, other: str, label: str | None = None
+) -> list[tuple[Flow, Flow]]:
+    """Downloads of ``scheme`` paired with ``other``'s by (trip, id), both with a goodput;
+    ``label`` restricts to one size."""
+    mine: dict[tuple[str, int], Flow] = {}
+    theirs: dict[tuple[str, int], Flow] = {}
+    for f in flows:
+        if f.goodput_mbps is None or (label is not None and f.rec.label != label):
+            continue
+        if f.scheme == scheme:
+            mine.setdefault((f.trip, f.rec.id), f)
+        elif f.scheme == other:
+            theirs.setdefault((f.trip, f.rec.id), f)
+    return [(f, theirs[k]) for k, f in mine.items() if k in theirs]
+
+
+def _paired(pairs: list[tuple[Flow, Flow]]) -> dict[str, Any]:
+    return paired_ratio_stats(
+        [a.goodput_mbps for a, _ in pairs],  # type: ignore[misc]
+        [b.goodput_mbps for _, b in pairs],  # type: ignore[misc]
+    )
+
+
+def vs_baselines(flows: list[Flow], labels: list[str]) -> dict[str, Any] | None:
+    """hrsch against each baseline that ran: per size and overall, the paired ratio stats
+    plus ``paper`` (the paper's number, only against minrtt)."""
+    schemes = {f.scheme for f in flows}
+    if HRSCH not in schemes:
+        return None
+    out: dict[str, Any] = {}
+    for base in BASELINES:
+        if base not in schemes:
+            continue
+        per: dict[str, Any] = {}
+        for label in [*labels, OVERALL]:
+            pairs = pairs_between(flows, HRSCH, base, None if label == OVERALL else label)
+            if not pairs and label != OVERALL:
+                continue
+            entry = _paired(pairs)
+            entry["paper"] = PAPER["hrsch_vs_minrtt"].get(label) if base == REFERENCE else None
+            per[label] = entry
+        out[base] = per
+    return out
+
+
+def ablation(bulk: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Gain over minrtt of each ablation scheme that ran (and of hrsch), from the bulk summary
+    (``analysis.bulk_summary``)."""
+    if REFERENCE not in bulk or not any(s in bulk for s in ABLATION):
+        return None
+    out: dict[str, Any] = {}
+    for scheme, mechanism in ABLATION.items():
+        per = bulk.get(scheme)
+        if per is None:
+            continue
+        o = per.get(OVERALL, {})
+        ratio, ci, rom = o.get("ratio_vs_minrtt"), o.get("ci95"), o.get("ratio_of_means")
+        out[scheme] = {
+            "mechanism": mechanism,
+            "n_pairs": o.get("n_pairs", 0),
+            "gain": None if ratio is None else ratio - 1,
+            "ci95": None if not ci or None in ci else [ci[0] - 1, ci[1] - 1],
+            "gain_ratio_of_means": None if rom is None else rom - 1,
+            "gain_by_size": {
+                label: None if s.get("ratio_vs_minrtt") is None else s["ratio_vs_minrtt"] - 1
+                for label, s in per.items()
+                if label != OVERALL
+            },
+            "paper_gain": PAPER["ablation_gain"].get(scheme),
+        }
+    return out
+
+
+# --- instant messaging --------------------------------------------------------------------
+
+_IM_KEYS = (("mean", "mean_ms"), ("p90", "p90_ms"), ("cov", "cov"))
+_IM_REFS = ((IM_REFERENCE, "vs_single_path"), (REFERENCE, "vs_minrtt"))
+
+
+def im_changes(im: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Relative change of hrsch's IM numbers against single-path and minrtt, per number of
+    users and averaged over the user counts (``analysis.im_summary`` as input)."""
+    mine = im.get(HRSCH)
+    if not mine:
+        return None
+    by_users: dict[str, Any] = {}
+    collected: dict[str, dict[str, list[float]]] = {
+        key: {k: [] for k, _ in _IM_KEYS} for _, key in _IM_REFS
+    }
+    for users, st in mine.items():
+        entry: dict[str, Any] = {}
+        for ref, key in _IM_REFS:
+            ref_st = im.get(ref, {}).get(users)
+            changes: dict[str, float | None] = {}
+            for k, field in _IM_KEYS:
+                r = safe_ratio(st.get(field), ref_st.get(field)) if ref_st else None
+                changes[k] = None if r is None else r - 1
+                if r is not None:
+                    collected[key][k].append(r)
+            entry[key] = changes
+        by_users[users] = entry
+    average = {
+        key: {k: (float(np.mean(v)) - 1 if v else None) for k, v in per.items()}
+        for key, per in collected.items()
+    }
+    return {"by_users": by_users, "average": average, "paper": PAPER["im_hrsch"]}
+
+
+# --- extra traffic ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Traffic:
+    reinjected_down: float
+    reinjected_up: float
+    redundant_down: float | None
+    redundant_up: float | None
+    goodput_down: float
+    goodput_up: float
+
+
+def _trip_traffic(
+    relay: Metrics | None, proxy: Metrics | None, issues: Issues, where: str
+) -> _Traffic | None:
+    if relay is None or proxy is None:
+        missing = " and ".join(
+            n for n, m in (("relay.metrics", relay), ("proxy.metrics", proxy)) if m is None
+        )
+        issues.add("missing metrics file (no extra_traffic)", f"{where}: {missing}")
+        return None
+    values = {
+        "reinjected_down": proxy.counter(REINJECTED),
+        "reinjected_up": relay.counter(REINJECTED),
+        "goodput_down": relay.counter(CAPTURE_DOWN),
+        "goodput_up": relay.counter(CAPTURE_UP),
+    }
+    absent = [k for k, v in values.items() if v is None]
+    if absent:
+        issues.add(
+            "metrics snapshot without the needed counters (no extra_traffic)",
+            f"{where}: {', '.join(absent)}",
+        )
+        return None
+    return _Traffic(
+        reinjected_down=values["reinjected_down"],  # type: ignore[arg-type]
+        reinjected_up=values["reinjected_up"],  # type: ignore[arg-type]
+        redundant_down=proxy.counter(REDUNDANT),
+        redundant_up=relay.counter(REDUNDANT),
+        goodput_down=values["goodput_down"],  # type: ignore[arg-type]
+        goodput_up=values["goodput_up"],  # type: ignore[arg-type]
+    )
+
+
+def _sum_or_none(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return float(sum(vals)) if xs and len(vals) == len(xs) else None
+
+
+def extra_traffic(ls: LinkSetRun, schemes: list[str], issues: Issues) -> dict[str, Any]:
+    """Per scheme that ran in the link set: reinjected and redundant bytes against the
+    passenger bytes delivered, summed over the trips with usable snapshots (None for
+    kernel-mptcp and when no trip has them)."""
+    out: dict[str, Any] = {}
+    for scheme in schemes:
+        runs = [(t.name, t.schemes[scheme]) for t in ls.trips if scheme in t.schemes]
+        if not runs:
+            continue
+        if scheme in KERNEL_SCHEMES:
+            out[scheme] = None
+            continue
+        per_trip: list[_Traffic] = []
+        for trip, sr in runs:
+            where = f"{ls.name}/{trip}/{scheme}/logs"
+            tr = _trip_traffic(sr.relay_metrics, sr.proxy_metrics, issues, where)
+            if tr is not None:
+                per_trip.append(tr)
+        if not per_trip:
+            out[scheme] = None
+            continue
+        re_down = sum(t.reinjected_down for t in per_trip)
+        re_up = sum(t.reinjected_up for t in per_trip)
+        red_down = _sum_or_none([t.redundant_down for t in per_trip])
+        red_up = _sum_or_none([t.redundant_up for t in per_trip])
+        redundant = None if red_down is None or red_up is None else red_down + red_up
+        g_down = sum(t.goodput_down for t in per_trip)
+        g_up = sum(t.goodput_up for t in per_trip)
+        goodput = g_down + g_up
+        out[scheme] = {
+            "reinjected_bytes": re_down + re_up,
+            "redundant_bytes": redundant,
+            "goodput_bytes": goodput,
+            "reinjected_share": safe_ratio(re_down + re_up, goodput),
+            "redundant_share": safe_ratio(redundant, goodput),
+            "reinjected_bytes_down": re_down,
+            "reinjected_bytes_up": re_up,
+            "redundant_bytes_down": red_down,
+            "redundant_bytes_up": red_up,
+            "goodput_bytes_down": g_down,
+            "goodput_bytes_up": g_up,
+            "n_trips": len(per_trip),
+            "n_trips_missing": len(runs) - len(per_trip),
+        }
+    return out
+
+
+def reinjection_overhead(extra: Mapping[str, Any]) -> dict[str, float]:
+    """``{"1": share, "2": share, "3": share}`` from :func:`extra_traffic`, for the schemes
+    that ran with a usable share."""
+    out: dict[str, float] = {}
+    for k, scheme in REINJECTION_K.items():
+        e = extra.get(scheme)
+        if e and e.get("reinjected_share") is not None:
+            out[k] = e["reinjected_share"]
+    return out
+
+
+# --- recovery after failed handovers ------------------------------------------------------
+
+
+def _active_end(f: Flow) -> float | None:
+    """When the download stopped receiving: its (censored) end, else the record's end_ms,
+    else the last progress sample."""
+    if f.end_ms is not None:
+        return f.end_ms
+    if f.rec.end_ms is not None:
+        return f.rec.end_ms
+    return f.rec.progress[-1][0] if f.rec.progress else None
+
+
+def in_flight(f: Flow, t: float) -> bool:
+    end = _active_end(f)
+    return end is not None and f.rec.start_ms < t < end
+
+
+def window_goodput(f: Flow, t0: float, window_ms: float = HOF_WINDOW_MS) -> tuple[float, float]:
+    """(goodput in Mbit/s, active ms) of a download in ``[t0, min(t0 + window, end)]`` from
+    its progress curve (cumulative bytes, linear between samples, 0 at start_ms). NaN goodput
+    when it has no progress or no active time."""
+    end = _active_end(f)
+    if not f.rec.progress or end is None:
+        return math.nan, 0.0
+    ts = [p[0] for p in f.rec.progress]
+    bs = [p[1] for p in f.rec.progress]
+    if ts[0] > f.rec.start_ms:
+        ts.insert(0, f.rec.start_ms)
+        bs.insert(0, 0.0)
+    t1 = min(t0 + window_ms, end)
+    active = t1 - t0
+    if active <= 0:
+        return math.nan, 0.0
+    got = float(np.interp(t1, ts, bs) - np.interp(t0, ts, bs))
+    return got * 8 / active / 1000, active
+
+
+def _median(xs: list[float]) -> float | None:
+    return float(np.median(xs)) if xs else None
+
+
+def _mean(xs: list[float]) -> float | None:
+    return float(np.mean(xs)) if xs else None
+
+
+def hof_recovery(
+    flows: list[Flow], ls: LinkSetRun, schemes: list[str]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(section, note): goodput right after failed handovers, each scheme paired with minrtt
+    on the same failure and download. The section is None (with the reason in the note)
+    without handover events, without minrtt, or without any progress samples."""
+    trips = {t.name: t.handover_failures for t in ls.trips if t.handover_failures is not None}
+    if not trips:
+        return None, "no handover events (trip/events.jsonl) in this link set"
+    if not any(f.scheme == REFERENCE for f in flows):
+        return None, "minrtt did not run: no reference for the recovery ratios"
+    if not any(f.rec.progress for f in flows):
+        return None, (
+            "bulk.jsonl records have no 'progress' samples (polycorn-loadgen without the "
+            "progress field): recovery after handover failures is not computed"
+        )
+    by_key: dict[tuple[str, str], list[Flow]] = {}
+    for f in flows:
+        by_key.setdefault((f.scheme, f.trip), []).append(f)
+    failures = [(trip, hf) for trip, fs in trips.items() for hf in fs]
+    by_scheme: dict[str, Any] = {}
+    for scheme in schemes:
+        if scheme == REFERENCE or not any(f.scheme == scheme for f in flows):
+            continue
+        mine_g: list[float] = []
+        ref_g: list[float] = []
+        windows: list[dict[str, Any]] = []
+        n_no_progress = n_short = n_unpaired = 0
+        for trip, hf in failures:
+            t_f = hf.t_ms
+            mine = {f.rec.id: f for f in by_key.get((scheme, trip), []) if in_flight(f, t_f)}
+            ref = {r.rec.id: r for r in by_key.get((REFERENCE, trip), []) if in_flight(r, t_f)}
+            n_unpaired += len(mine.keys() ^ ref.keys())
+            for ident in sorted(mine.keys() & ref.keys()):
+                f, r = mine[ident], ref[ident]
+                if not f.rec.progress or not r.rec.progress:
+                    n_no_progress += 1
+                    continue
+                g, active = window_goodput(f, t_f)
+                g_ref, active_ref = window_goodput(r, t_f)
+                if min(active, active_ref) < HOF_MIN_ACTIVE_MS:
+                    n_short += 1
+                    continue
+                mine_g.append(g)
+                ref_g.append(g_ref)
+                windows.append(
+                    {
+                        "trip": trip,
+                        "t_ms": t_f,
+                        "carrier": hf.carrier,
+                        "id": r.rec.id,
+                        "label": r.rec.label,
+                        "goodput_mbps": g,
+                        "minrtt_goodput_mbps": g_ref,
+                    }
+                )
+        lo, hi = bootstrap_ratio_of_means_ci(mine_g, ref_g)
+        by_scheme[scheme] = {
+            "n": len(mine_g),
+            "n_unpaired": n_unpaired,
+            "n_no_progress": n_no_progress,
+            "n_short": n_short,
+            "goodput_mbps_mean": _mean(mine_g),
+            "goodput_mbps_median": _median(mine_g),
+            "minrtt_goodput_mbps_mean": _mean(ref_g),
+            "minrtt_goodput_mbps_median": _median(ref_g),
+            "ratio_of_means": safe_ratio(_mean(mine_g), _mean(ref_g)),
+            "ci95": [finite_or_none(lo), finite_or_none(hi)] if mine_g else None,
+            "ratio_of_medians": safe_ratio(_median(mine_g), _median(ref_g)),
+            "windows": windows,
+        }
+    h = by_scheme.get(HRSCH)
+    section = {
+        "window_ms": HOF_WINDOW_MS,
+        "min_active_ms": HOF_MIN_ACTIVE_MS,
+        "anchor": "handover_start",
+        "n_failures": len(failures),
+        "hrsch_vs_minrtt_mean": h["ratio_of_means"] if h else None,
+        "hrsch_vs_minrtt_median": h["ratio_of_medians"] if h else None,
+        "hrsch_vs_minrtt_mean_ci95": h["ci95"] if h else None,
+        "n": h["n"] if h else 0,
+        "by_scheme": by_scheme,
+    }
+    note = None if h else "hrsch did not run: hrsch_vs_minrtt_* are null"
+    return section, note

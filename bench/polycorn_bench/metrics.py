@@ -1,0 +1,84 @@
+"""The relay's and the proxy's Prometheus snapshots (``logs/relay.metrics``,
+``logs/proxy.metrics``), taken by ``scripts/bench-hsr.sh`` at the end of each trip.
+
+Text exposition format: ``# HELP``/``# TYPE``/``# EOF`` comments, then one sample a line,
+``name{label="value",...} value`` (the braces may be absent or empty). Counters are
+cumulative over the process, which lives for one trip. Only what the analysis needs is kept:
+each metric's value summed over its label sets, and the number of lines that did not parse.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)"
+    r"(?:\{(?P<labels>[^}]*)\})?"
+    r"\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
+)
+
+#: Counters read by the analysis (``_total`` is the exposition's counter suffix).
+REINJECTED = "polycorn_sched_reinjected_bytes"
+REDUNDANT = "polycorn_sched_redundant_bytes"
+CAPTURE_DOWN = "polycorn_capture_down_bytes"
+CAPTURE_UP = "polycorn_capture_up_bytes"
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """A parsed snapshot: metric name → value summed over its label sets (finite values
+    only), and how many non-comment lines could not be read."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    bad_lines: int = 0
+    first_bad: str | None = None
+
+    def counter(self, name: str) -> float | None:
+        """A counter's value, summed over labels; ``name`` with or without ``_total``.
+        None when the snapshot does not have it."""
+        base = name.removesuffix("_total")
+        for key in (base + "_total", base):
+            if key in self.values:
+                return self.values[key]
+        return None
+
+    @property
+    def empty(self) -> bool:
+        return not self.values
+
+
+def parse_metrics(text: str) -> Metrics:
+    values: dict[str, float] = {}
+    bad = 0
+    first_bad: str | None = None
+    for i, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        value = math.nan
+        if m is not None:
+            try:
+                value = float(m.group("value"))
+            except ValueError:
+                m = None
+        if m is None or not math.isfinite(value):
+            bad += 1
+            if first_bad is None:
+                first_bad = f"line {i}: {line[:80]!r}"
+            continue
+        name = m.group("name")
+        values[name] = values.get(name, 0.0) + value
+    return Metrics(values, bad, first_bad)
+
+
+def read_metrics(path: Path) -> Metrics | None:
+    """The snapshot at ``path``; None if the file is missing or unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return parse_metrics(text)
