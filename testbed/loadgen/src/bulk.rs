@@ -13,11 +13,68 @@ use crate::record::{BulkRecord, Sink};
 /// Largest response header accepted.
 const MAX_HEADER: usize = 64 * 1024;
 
+/// Spacing of the progress samples, µs of trip time.
+pub const PROGRESS_STEP_US: i64 = 100_000;
+
 /// What a download achieved so far; kept outside the future so a timeout can still report it.
-#[derive(Debug, Default)]
-struct Progress {
+///
+/// Progress samples lie on a grid of [`PROGRESS_STEP_US`] from the download's start: the point at
+/// grid time g holds the body bytes of the reads that completed at or before g. They are written
+/// lazily, when a read completes after one or more grid times (so a stall costs nothing while it
+/// lasts, and its grid points all show the bytes from before it), and by [`Progress::finish`].
+#[derive(Debug)]
+pub struct Progress {
     body_bytes: u64,
     end_us: Option<i64>,
+    next_sample_us: i64,
+    samples: Vec<(i64, u64)>,
+}
+
+impl Progress {
+    /// A download starting at trip time `start_us`: the first point is (start, 0).
+    pub fn new(start_us: i64) -> Self {
+        Progress {
+            body_bytes: 0,
+            end_us: None,
+            next_sample_us: start_us + PROGRESS_STEP_US,
+            samples: vec![(start_us, 0)],
+        }
+    }
+
+    /// A read that completed at `now_us` brought the body to `bytes` in total.
+    pub fn update(&mut self, now_us: i64, bytes: u64) {
+        self.fill(now_us);
+        self.body_bytes = bytes;
+    }
+
+    /// Grid points before `now_us` (they hold the bytes from before any read completing at `now_us`).
+    fn fill(&mut self, now_us: i64) {
+        while self.next_sample_us < now_us {
+            self.samples.push((self.next_sample_us, self.body_bytes));
+            self.next_sample_us += PROGRESS_STEP_US;
+        }
+    }
+
+    /// The download ended (completed, failed or abandoned) at `end_us`: grid points before it and a
+    /// final point (end, bytes); a final point at the time of the last point replaces it.
+    pub fn finish(&mut self, end_us: i64) {
+        self.fill(end_us);
+        match self.samples.last_mut() {
+            Some(last) if last.0 >= end_us => last.1 = self.body_bytes,
+            _ => self.samples.push((end_us, self.body_bytes)),
+        }
+        self.next_sample_us = i64::MAX;
+    }
+
+    /// Body bytes so far.
+    pub fn body_bytes(&self) -> u64 {
+        self.body_bytes
+    }
+
+    /// The samples as (trip µs, cumulative body bytes).
+    pub fn samples(&self) -> &[(i64, u64)] {
+        &self.samples
+    }
 }
 
 pub struct BulkRun<'a> {
@@ -42,8 +99,8 @@ impl BulkRun<'_> {
 
     async fn download<'d>(&self, d: &'d Download, late: bool) -> BulkRecord<'d> {
         let path = expand_path(self.path_template, d);
-        let mut progress = Progress::default();
         let start_us = self.clock.now_us();
+        let mut progress = Progress::new(start_us);
         let deadline = d.deadline_us();
         let (timeout, error) = if start_us >= deadline {
             (true, Some("started after its deadline (slot end - 100 ms)".to_owned()))
@@ -56,6 +113,14 @@ impl BulkRun<'_> {
             }
         };
         let ok = error.is_none();
+        // The progress ends at the last byte, or when the download failed or was abandoned (at its
+        // start if it never ran).
+        let end_us = match progress.end_us {
+            Some(t) if ok => t,
+            _ if start_us >= deadline => start_us,
+            _ => self.clock.now_us(),
+        };
+        progress.finish(end_us);
         BulkRecord {
             id: d.id,
             label: &d.label,
@@ -69,6 +134,7 @@ impl BulkRun<'_> {
             error,
             late,
             timeout_ms: us_to_ms(d.timeout_us),
+            progress: progress.samples().iter().map(|&(t, b)| (us_to_ms(t), b)).collect(),
         }
     }
 }
@@ -116,9 +182,10 @@ async fn fetch(
 
     // Body: what came with the header, then until `size` bytes (Content-Length) or EOF.
     let early = (head.len() - header_end) as u64;
-    p.body_bytes = early.min(size);
+    let now = clock.now_us();
+    p.update(now, early.min(size));
     if early > 0 {
-        p.end_us = Some(clock.now_us());
+        p.end_us = Some(now);
     }
     if early > size {
         bail!("more body bytes than the planned size {size}");
@@ -128,8 +195,9 @@ async fn fetch(
         if n == 0 {
             break;
         }
-        p.body_bytes += n as u64;
-        p.end_us = Some(clock.now_us());
+        let now = clock.now_us();
+        p.update(now, p.body_bytes + n as u64);
+        p.end_us = Some(now);
         if p.body_bytes > size {
             bail!("more body bytes than the planned size {size}");
         }
@@ -184,6 +252,40 @@ fn truncate(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_is_sampled_on_a_100_ms_grid_from_the_start() {
+        const MS: i64 = 1000;
+        let mut p = Progress::new(1_000 * MS);
+        p.update(1_020 * MS, 0); // header only
+        p.update(1_050 * MS, 1000);
+        p.update(1_100 * MS, 3000); // completes exactly at the first grid time: counts there
+        p.update(1_130 * MS, 5000);
+        // A 450 ms stall, then two reads; the stall's grid points show the bytes from before it.
+        p.update(1_580 * MS, 6000);
+        p.update(1_590 * MS, 8000);
+        p.finish(1_590 * MS);
+        assert_eq!(p.body_bytes(), 8000);
+        let want: Vec<(i64, u64)> =
+            vec![(1_000, 0), (1_100, 3000), (1_200, 5000), (1_300, 5000), (1_400, 5000), (1_500, 5000), (1_590, 8000)]
+                .into_iter()
+                .map(|(t, b)| (t * MS, b))
+                .collect();
+        assert_eq!(p.samples(), &want[..]);
+
+        // Abandoned with nothing received: grid points up to the end, then the end.
+        let mut p = Progress::new(0);
+        p.finish(250 * MS);
+        assert_eq!(p.samples(), &[(0, 0), (100 * MS, 0), (200 * MS, 0), (250 * MS, 0)]);
+        // Ending on a grid time or at the start gives no duplicate time.
+        let mut p = Progress::new(0);
+        p.update(150 * MS, 10);
+        p.finish(200 * MS);
+        assert_eq!(p.samples(), &[(0, 0), (100 * MS, 0), (200 * MS, 10)]);
+        let mut p = Progress::new(5);
+        p.finish(5);
+        assert_eq!(p.samples(), &[(5, 0)]);
+    }
 
     #[test]
     fn head_parsing() {

@@ -64,6 +64,9 @@ pub struct BulkRecord<'a> {
     /// The planned start had already passed when the download's turn came (it started at once).
     pub late: bool,
     pub timeout_ms: f64,
+    /// Cumulative body bytes over the download as `[trip_ms, bytes]`: the start (0 bytes), every
+    /// 100 ms of trip time after the start, and the end (see `bulk::Progress`).
+    pub progress: Vec<(f64, u64)>,
 }
 
 /// One IM message.

@@ -54,7 +54,8 @@ fn sigterm(child: &Child) {
 
 /// A tiny HTTP/1.1 origin: `/files/bench-{label}.bin`. Labels: `ok*` serve the size in the table;
 /// `short` announces its size but closes early; `wrong` announces a different length; `stall`
-/// sends the header and then nothing; anything else is 404. Records the request heads.
+/// sends the header and then nothing; `slow` sends its body in 10 pieces 40 ms apart; anything
+/// else is 404. Records the request heads.
 fn http_origin(sizes: HashMap<String, usize>) -> (String, Arc<Mutex<Vec<String>>>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
@@ -94,6 +95,17 @@ fn http_origin(sizes: HashMap<String, usize>) -> (String, Arc<Mutex<Vec<String>>
                     return;
                 }
                 let body = vec![0x5au8; send];
+                if label == "slow" {
+                    for (i, piece) in body.chunks(send.div_ceil(10).max(1)).enumerate() {
+                        if i > 0 {
+                            std::thread::sleep(Duration::from_millis(40));
+                        }
+                        if s.write_all(piece).is_err() {
+                            return;
+                        }
+                    }
+                    return;
+                }
                 for chunk in body.chunks(8192) {
                     if s.write_all(chunk).is_err() {
                         return;
@@ -226,6 +238,7 @@ fn bulk_end_to_end() {
         let (start, planned) = (r["start_ms"].as_f64().unwrap(), r["planned_ms"].as_f64().unwrap());
         assert!(start >= planned, "download {k} started before its plan");
         assert_eq!(r["late"], false);
+        check_progress(r);
         match label {
             "oksmall" | "okbig" => {
                 assert_eq!(r["ok"], true, "{r}");
@@ -260,6 +273,83 @@ fn bulk_end_to_end() {
         assert!(h.starts_with("GET /files/bench-"), "{h}");
         assert!(h.contains("\r\nConnection: close\r\n"), "{h}");
         assert!(h.contains(&format!("\r\nHost: {origin}\r\n")), "{h}");
+    }
+}
+
+/// Checks a record's `progress` against its other fields; returns the points.
+fn check_progress(r: &Value) -> Vec<(f64, u64)> {
+    let pts: Vec<(f64, u64)> = r["progress"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no progress: {r}"))
+        .iter()
+        .map(|p| (p[0].as_f64().unwrap(), p[1].as_u64().unwrap()))
+        .collect();
+    let start = r["start_ms"].as_f64().unwrap();
+    assert_eq!(pts[0], (start, 0), "{r}");
+    assert!(pts.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "times increase, bytes never fall: {r}");
+    let &(end, bytes) = pts.last().unwrap();
+    assert_eq!(bytes, r["bytes"].as_u64().unwrap(), "{r}");
+    if r["ok"] == true {
+        assert_eq!(end, r["end_ms"].as_f64().unwrap(), "{r}");
+    }
+    // Between the first and the last point: every 100 ms after the start, none skipped, and the
+    // last of them less than 100 ms before the end.
+    let inner = &pts[1..pts.len().saturating_sub(1)];
+    for (k, &(t, _)) in inner.iter().enumerate() {
+        assert!((t - start - 100.0 * (k + 1) as f64).abs() < 0.01, "point {} at {t}: {r}", k + 1);
+    }
+    let last_grid = inner.last().map_or(start, |p| p.0);
+    assert!(pts.len() == 1 || end - last_grid <= 100.01, "{r}");
+    pts
+}
+
+#[test]
+fn bulk_records_download_progress() {
+    let sizes: HashMap<String, usize> = [("slow", 250_000), ("short", 5000), ("stall", 100), ("oksmall", 1000)]
+        .into_iter()
+        .map(|(l, s)| (l.to_owned(), s))
+        .collect();
+    let (origin, _) = http_origin(sizes);
+    let out = tmp("progress.jsonl");
+    let epoch = now_ms().to_string();
+    let o = run(&[
+        "bulk",
+        "--seed",
+        "5",
+        "--window-s",
+        "0.3:10.3",
+        "--per-size",
+        "1",
+        "--sizes",
+        "slow=250000,short=5000,stall=100,oksmall=1000",
+        "--origin",
+        &origin,
+        "--epoch-unix-ms",
+        &epoch,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let recs = read_jsonl(&out);
+    assert_eq!(recs.len(), 4);
+    for r in &recs {
+        let pts = check_progress(r);
+        match r["label"].as_str().unwrap() {
+            "slow" => {
+                assert_eq!(r["ok"], true, "{r}");
+                // The origin's pauses alone make it last more than 360 ms: at least three grid points.
+                assert!(pts.len() >= 5, "{r}");
+                assert_eq!(pts.last().unwrap().1, 250_000);
+            }
+            "short" => assert_eq!(pts.last().unwrap().1, 2500, "{r}"),
+            "stall" => {
+                assert_eq!(r["timeout"], true, "{r}");
+                assert!(pts.iter().all(|p| p.1 == 0), "{r}");
+                assert!(pts.len() >= 2, "{r}");
+            }
+            "oksmall" => assert_eq!(r["ok"], true, "{r}"),
+            _ => unreachable!(),
+        }
     }
 }
 

@@ -3,8 +3,10 @@
 //!
 //! [`generate`] runs the model for a [`TripConfig`] in memory; [`write`] writes a trip's
 //! directory (Mahimahi traces, polycorn-emu schedules, `events.jsonl`, `trip.json`);
-//! [`validate`] compares generated trips with published numbers (§15.8).
+//! [`validate`] compares generated trips with published numbers (§15.8); [`failure_table`] builds
+//! a stand-in failure-location table from previous trips' event logs.
 
+pub mod failure_table;
 mod model;
 mod output;
 mod preset;

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use polycorn_tracegen::{generate, validate::validate, write, Preset, TripConfig};
+use polycorn_telemetry::failure_table::FailureTableFile;
+use polycorn_tracegen::failure_table::{self as ft, Thresholds};
+use polycorn_tracegen::{generate, validate::validate, write, Error, Preset, TripConfig};
 
 #[derive(Parser)]
 #[command(name = "polycorn-tracegen", version, about = "Synthetic HSR multi-carrier link traces (hsr-facts §15)")]
@@ -42,6 +44,76 @@ enum Cmd {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
     },
+    /// Build a failure-location table (mean failure position per cell and direction) from the
+    /// event logs of previous trips.
+    FailureTable {
+        /// An `events.jsonl`, or a trip directory containing one; repeat for more trips.
+        #[arg(long = "events", required = true, value_name = "FILE")]
+        events: Vec<PathBuf>,
+        /// Output table (JSON, polycorn-failure-table/1).
+        #[arg(long)]
+        out: PathBuf,
+        /// Table version.
+        #[arg(long, default_value_t = 1)]
+        version: u64,
+        /// A cell and direction needs at least this many past failures.
+        #[arg(long, default_value_t = ft::DEFAULT_MIN_FAILURES)]
+        min_failures: u64,
+        /// ... and at least this share of its past handovers failed.
+        #[arg(long, default_value_t = ft::DEFAULT_MIN_FAILURE_RATE)]
+        min_failure_rate: f64,
+    },
+    /// Score a failure-location table on the handovers of other trips.
+    FailureTableScore {
+        /// The table.
+        #[arg(long)]
+        table: PathBuf,
+        /// An `events.jsonl`, or a trip directory containing one; repeat for more trips.
+        #[arg(long = "events", required = true, value_name = "FILE")]
+        events: Vec<PathBuf>,
+        /// A failure counts as located when it starts within this distance of the table's position, m.
+        #[arg(long, default_value_t = 500.0)]
+        window_m: f64,
+    },
+}
+
+/// An `events.jsonl` path, or a trip directory's.
+fn events_file(p: PathBuf) -> PathBuf {
+    if p.is_dir() {
+        p.join("events.jsonl")
+    } else {
+        p
+    }
+}
+
+fn failure_table(events: Vec<PathBuf>, out: PathBuf, version: u64, th: Thresholds) -> Result<(), Error> {
+    let files: Vec<PathBuf> = events.into_iter().map(events_file).collect();
+    let refs: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
+    let (table, skipped) = ft::build_table(&refs, version, th)?;
+    std::fs::write(&out, table.to_json() + "\n")?;
+    eprintln!(
+        "polycorn-tracegen: {} entries from {} trip(s) into {}{}",
+        table.entries.len(),
+        files.len(),
+        out.display(),
+        if skipped > 0 {
+            format!(" ({skipped} incomplete or direction-less handovers skipped)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+fn failure_table_score(table: PathBuf, events: Vec<PathBuf>, window_m: f64) -> Result<(), Error> {
+    let text = std::fs::read_to_string(&table)?;
+    let table = FailureTableFile::parse(&text).map_err(|e| Error::Invalid(format!("{}: {e}", table.display())))?;
+    let mut all = Vec::new();
+    for p in events.into_iter().map(events_file) {
+        all.extend(ft::read_events(&p)?.handovers);
+    }
+    print!("{}", ft::score(&table, &all, window_m));
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -59,6 +131,10 @@ fn main() -> ExitCode {
             write(&cfg, &generate(&cfg), &out)
         }
         Cmd::Validate { dirs } => validate(&dirs).map(|r| print!("{r}")),
+        Cmd::FailureTable { events, out, version, min_failures, min_failure_rate } => {
+            failure_table(events, out, version, Thresholds { min_failures, min_failure_rate })
+        }
+        Cmd::FailureTableScore { table, events, window_m } => failure_table_score(table, events, window_m),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
