@@ -33,6 +33,16 @@
 # below), BENCH_PREFIX (topology prefix, default hb), LINK_SETS (default: the profile's), BENCH_WORK (raw runs, default
 # /tmp/polycorn-bench-hsr), BENCH_OUT (default bench/out; the demo and ci
 # profiles write only under BENCH_WORK), PLOTS (directory for PNGs).
+#
+# Diagnostics (development only; any of these makes the run a diagnostic
+# one: its results go under BENCH_WORK/out, never bench/out, and run.json
+# says "diagnostic"): ROUTE_SEED (default 7; development uses 1),
+# TRIP_SEED_BASE (measured trips are BASE+1.., default 1000),
+# TABLE_SEED_BASE (previous trips for the table, BASE+1.., default 900),
+# HSR_TRIPS (trips of the hsr set), BENCH_SLOT_S (seconds per download
+# slot), TABLE=previous|truth|none (truth: an oracle table built from the
+# measured trip's own events, every failed cell, for an upper bound on
+# hof-reject; none: no table).
 # Ctrl-C or any failure tears every topology down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +59,15 @@ MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/../shared/data/traces/mahimahi}
 DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path kernel-mptcp"
 read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 ORIGIN=10.99.0.10
-ROUTE_SEED=7
+DIAGNOSTIC=0
+for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE; do
+    [[ -n ${!v:-} ]] && DIAGNOSTIC=1
+done
+ROUTE_SEED=${ROUTE_SEED:-7}
+TRIP_SEED_BASE=${TRIP_SEED_BASE:-1000}
+TABLE_SEED_BASE=${TABLE_SEED_BASE:-900}
+TABLE=${TABLE:-previous}
+HSR_TRIPS_ENV=${HSR_TRIPS:-}
 TABLE_TRIPS=${TABLE_TRIPS:-20}
 LOAD_SEED=424242
 CARRIERS=2
@@ -68,6 +86,16 @@ case $PROFILE in
     full) PER_SIZE=12 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=3 DEF_SETS="hsr mahimahi" SLOT_S=7.5 IM_WIN_S=115 USERS="10 20 30" ;;
     *) die "PROFILE must be demo, ci, short or full, got '$PROFILE'" ;;
 esac
+HSR_TRIPS=${HSR_TRIPS_ENV:-$HSR_TRIPS}
+[[ $TABLE =~ ^(previous|truth|none)$ ]] || die "TABLE must be previous, truth or none, got '$TABLE'"
+for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE; do
+    [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
+done
+if [[ -n ${BENCH_SLOT_S:-} ]]; then
+    [[ $BENCH_SLOT_S =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "BENCH_SLOT_S must be a number of seconds, got '$BENCH_SLOT_S'"
+    SLOT_S=$BENCH_SLOT_S
+fi
+[[ $HSR_TRIPS =~ ^[1-9][0-9]*$ ]] || die "HSR_TRIPS must be a positive integer, got '$HSR_TRIPS'"
 read -r -a LINK_SETS <<<"${LINK_SETS:-$DEF_SETS}"
 read -r -a USER_COUNTS <<<"$USERS"
 N_SIZES=3
@@ -79,7 +107,7 @@ IM_S=$((IM_WIN_S * ${#USER_COUNTS[@]}))
 MAX_WARMUP_S=90
 TRIP_S=$((MAX_WARMUP_S + BULK_S + IM_S + 15))
 
-if [[ $PROFILE == demo || $PROFILE == ci ]]; then
+if [[ $PROFILE == demo || $PROFILE == ci || $DIAGNOSTIC == 1 ]]; then
     OUT=${BENCH_OUT:-$WORK/out}
 else
     OUT=${BENCH_OUT:-bench/out}
@@ -130,7 +158,7 @@ make_trip() {
     local set=$1 k=$2 dir=$3
     case $set in
         hsr)
-            local ts=$((1001 + k))
+            local ts=$((TRIP_SEED_BASE + 1 + k))
             "$BIN/polycorn-tracegen" generate --preset pc-gateway-300 --route-seed "$ROUTE_SEED" \
                 --trip-seed "$ts" --duration-s "$TRIP_S" --carriers "$CARRIERS" --out "$dir" >/dev/null
             ;;
@@ -157,20 +185,21 @@ trip_ids() {
     esac
     for ((k = 0; k < n; k++)); do
         case $set in
-            hsr) echo "r$ROUTE_SEED-t$((1001 + k))" ;;
+            hsr) echo "r$ROUTE_SEED-t$((TRIP_SEED_BASE + 1 + k))" ;;
             mahimahi) echo "tmobile-verizon" ;;
         esac
     done
 }
 
 # make_table: the stand-in failure-location table from previous trips of the
-# route (seeds 901..900+TABLE_TRIPS; measured trips are 1001..).
+# route (seeds TABLE_SEED_BASE+1..+TABLE_TRIPS, 901..920 by default;
+# measured trips are TRIP_SEED_BASE+1.., 1001.. by default).
 make_table() {
     local k dir events=()
     for ((k = 1; k <= TABLE_TRIPS; k++)); do
-        dir=$RUN/table-trips/r$ROUTE_SEED-t$((900 + k))
+        dir=$RUN/table-trips/r$ROUTE_SEED-t$((TABLE_SEED_BASE + k))
         "$BIN/polycorn-tracegen" generate --preset pc-gateway-300 --route-seed "$ROUTE_SEED" \
-            --trip-seed "$((900 + k))" --duration-s "$TRIP_S" --carriers "$CARRIERS" --out "$dir" >/dev/null
+            --trip-seed "$((TABLE_SEED_BASE + k))" --duration-s "$TRIP_S" --carriers "$CARRIERS" --out "$dir" >/dev/null
         events+=(--events "$dir/events.jsonl")
         # Only the event log is used.
         rm -f "$dir"/c*.up "$dir"/c*.down "$dir"/c*.schedule
@@ -221,7 +250,15 @@ run_trip() {
     epoch=$(now_ms)
     log "$set/$id: building ${#SCHEMES[@]} topologies (epoch $epoch)"
     local table=()
-    [[ $set == hsr ]] && table=(--failure-table "$RUN/failure-table.json")
+    if [[ $set == hsr && $TABLE == previous ]]; then
+        table=(--failure-table "$RUN/failure-table.json")
+    elif [[ $set == hsr && $TABLE == truth ]]; then
+        # Oracle (diagnostic only): every cell where this very trip fails.
+        "$BIN/polycorn-tracegen" failure-table --events "$tdir/trip/events.jsonl" --min-failures 1 \
+            --min-failure-rate 0 --out "$tdir/failure-table-truth.json" >/dev/null
+        log "$set/$id: oracle failure table, $(jq '.entries | length' "$tdir/failure-table-truth.json") cells"
+        table=(--failure-table "$tdir/failure-table-truth.json")
+    fi
     for i in "${!SCHEMES[@]}"; do
         PC_PREFIX=$(prefix_of "$i") testbed/topology.sh up --trip "$tdir/trip" --scheme "${SCHEMES[$i]}" \
             --epoch-unix-ms "$epoch" --seed "$((LOAD_SEED + k))" "${table[@]}" >/dev/null \
@@ -255,13 +292,16 @@ for set in "${LINK_SETS[@]}"; do
         continue
     fi
     [[ $set == hsr || $set == mahimahi ]] || die "unknown link set '$set' (hsr, mahimahi)"
-    [[ $set == hsr && ! -f $RUN/failure-table.json ]] && make_table
+    [[ $set == hsr && $TABLE == previous && ! -f $RUN/failure-table.json ]] && make_table
     mapfile -t ids < <(trip_ids "$set")
     for k in "${!ids[@]}"; do
         run_trip "$set" "$k" "${ids[$k]}"
     done
     case $set in
-        hsr) desc="polycorn-tracegen pc-gateway-300, $CARRIERS carriers, route seed $ROUTE_SEED, held-out trip seeds" ;;
+        hsr)
+            desc="polycorn-tracegen pc-gateway-300, $CARRIERS carriers, route seed $ROUTE_SEED, held-out trip seeds"
+            ((DIAGNOSTIC)) && desc="DIAGNOSTIC: polycorn-tracegen pc-gateway-300, $CARRIERS carriers, route seed $ROUTE_SEED, trip seeds from $((TRIP_SEED_BASE + 1)), slot ${SLOT_S}s, table $TABLE"
+            ;;
         mahimahi) desc="Mahimahi LTE driving traces (T-Mobile, Verizon), 30 ms one-way delay, no loss" ;;
     esac
     sets_json+="${sets_json:+, }\"$set\": {\"trips\": $(printf '%s\n' "${ids[@]}" | jq -R . | jq -s -c .), \"description\": \"$desc\"}"
@@ -273,13 +313,13 @@ sizes_json='{"256KB": 262144, "1MB": 1048576, "4MB": 4194304}'
 users_json=$(printf '%s\n' "${USER_COUNTS[@]}" | jq -s -c 'map(tonumber)')
 schemes_json=$(printf '%s\n' "${SCHEMES[@]}" | jq -R . | jq -s -c .)
 cat >"$RUN/run.json" <<EOF
-{"profile": "$PROFILE", "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
+{"profile": "$PROFILE", "diagnostic": $( ((DIAGNOSTIC)) && echo true || echo false), "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
  "schemes": $schemes_json,
  "bulk": {"per_size": $PER_SIZE, "sizes": $sizes_json, "slot_s": $SLOT_S},
  "im": {"users": $users_json, "messages": $MESSAGES, "mean_gap_ms": $GAP_MS},
  "buffer_bytes": 3000000, "load_seed": $LOAD_SEED,
  "failure_table": $(if [[ -f $RUN/failure-table.json ]]; then jq -c --arg r "$ROUTE_SEED" --arg n "$TABLE_TRIPS" \
-    '{route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "901..\(900 + ($n|tonumber))", entries: (.entries|length)}' \
+    --arg b "$TABLE_SEED_BASE" '{route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "\(($b|tonumber) + 1)..\(($b|tonumber) + ($n|tonumber))", entries: (.entries|length)}' \
     "$RUN/failure-table.json"; else echo null; fi),
  "link_sets": {$sets_json}}
 EOF
