@@ -9,8 +9,10 @@
 # loss and handover realisation at the same moment. Then one load generator
 # per topology runs the same plan (same seed): bulk downloads of 256 KB, 1 MB
 # and 4 MB at random points of a window, then instant messaging with 10, 20
-# and 30 users. bench/polycorn_bench turns the records into ratios, oracle
-# comparisons, tables and plots.
+# and 30 users, then (hsr link set only) one backlogged download, requests
+# back to back across BACKLOG_S seconds, so that every handover failure in
+# that window gets a recovery measurement. bench/polycorn_bench turns the
+# records into ratios, oracle comparisons, tables and plots.
 #
 # Link sets:
 #   hsr       trips from polycorn-tracegen (preset pc-gateway-300, 2 carriers)
@@ -78,12 +80,12 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "must run as root (network namespaces)"
 
 # Profile: per_size downloads per size and trip, IM messages per user and
-# mean gap, trips per link set, link sets.
+# mean gap, trips per link set, link sets, backlogged-download seconds.
 case $PROFILE in
-    ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" ;;
-    demo) PER_SIZE=5 MESSAGES=15 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=7 IM_WIN_S=20 USERS="10 20 30" ;;
-    short) PER_SIZE=8 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr mahimahi" SLOT_S=7 IM_WIN_S=25 USERS="10 20 30" ;;
-    full) PER_SIZE=12 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=3 DEF_SETS="hsr mahimahi" SLOT_S=7.5 IM_WIN_S=115 USERS="10 20 30" ;;
+    ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" BACKLOG_S=15 ;;
+    demo) PER_SIZE=5 MESSAGES=15 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=7 IM_WIN_S=20 USERS="10 20 30" BACKLOG_S=30 ;;
+    short) PER_SIZE=8 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr mahimahi" SLOT_S=7 IM_WIN_S=25 USERS="10 20 30" BACKLOG_S=120 ;;
+    full) PER_SIZE=12 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=3 DEF_SETS="hsr mahimahi" SLOT_S=7.5 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 ;;
     *) die "PROFILE must be demo, ci, short or full, got '$PROFILE'" ;;
 esac
 HSR_TRIPS=${HSR_TRIPS_ENV:-$HSR_TRIPS}
@@ -105,7 +107,10 @@ IM_S=$((IM_WIN_S * ${#USER_COUNTS[@]}))
 # load starts once all are up. The trip is generated long enough for the
 # longest warm-up allowed.
 MAX_WARMUP_S=90
-TRIP_S=$((MAX_WARMUP_S + BULK_S + IM_S + 15))
+TRIP_S=$((MAX_WARMUP_S + BULK_S + IM_S + BACKLOG_S + 15))
+# The backlogged download fetches this origin file (testbed/origin/make-files.sh) again and again.
+BACKLOG_PATH=/files/100MiB.bin
+BACKLOG_SIZE=104857600
 
 if [[ $PROFILE == demo || $PROFILE == ci || $DIAGNOSTIC == 1 ]]; then
     OUT=${BENCH_OUT:-$WORK/out}
@@ -208,9 +213,9 @@ make_table() {
     log "failure-location table: $(jq '.entries | length' "$RUN/failure-table.json") cells from $TABLE_TRIPS previous trips"
 }
 
-# run_load DIR SCHEME_INDEX EPOCH START_S: the whole plan of one scheme.
+# run_load DIR SCHEME_INDEX EPOCH START_S LINK_SET: the whole plan of one scheme.
 run_load() {
-    local dir=$1 i=$2 epoch=$3 start=$4
+    local dir=$1 i=$2 epoch=$3 start=$4 set=$5
     local ns
     ns="$(prefix_of "$i")-pax"
     local bulk_end
@@ -226,6 +231,12 @@ run_load() {
             --out "$dir/im-$u.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: im $u exited with $?"
         t=$((t + IM_WIN_S))
     done
+    # Recovery after handover failures: the mahimahi set has none.
+    if [[ $set == hsr ]] && ((BACKLOG_S > 0)); then
+        ip netns exec "$ns" "$BIN/polycorn-loadgen" backlog --origin "$ORIGIN:80" --epoch-unix-ms "$epoch" \
+            --window-s "$t:$((t + BACKLOG_S))" --path "$BACKLOG_PATH" --size "$BACKLOG_SIZE" \
+            --out "$dir/backlog.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: backlog exited with $?"
+    fi
 }
 
 # collect DIR SCHEME_INDEX: logs and final metrics of a scheme's topology.
@@ -268,11 +279,13 @@ run_trip() {
     warm=$((($(now_ms) - epoch) / 1000 + 5))
     ((warm < 15)) && warm=15
     ((warm <= MAX_WARMUP_S)) || die "topologies took ${warm}s to come up (more than $MAX_WARMUP_S s)"
-    log "$set/$id: load from trip time ${warm}s: $((PER_SIZE * N_SIZES)) downloads in ${BULK_S}s, then IM ${USER_COUNTS[*]} users"
+    local after="IM ${USER_COUNTS[*]} users"
+    [[ $set == hsr ]] && ((BACKLOG_S > 0)) && after+=", then a backlogged download for ${BACKLOG_S}s"
+    log "$set/$id: load from trip time ${warm}s: $((PER_SIZE * N_SIZES)) downloads in ${BULK_S}s, then $after"
     local pids=()
     for i in "${!SCHEMES[@]}"; do
         mkdir -p "$tdir/${SCHEMES[$i]}"
-        run_load "$tdir/${SCHEMES[$i]}" "$i" "$epoch" "$warm" &
+        run_load "$tdir/${SCHEMES[$i]}" "$i" "$epoch" "$warm" "$set" &
         pids+=($!)
     done
     for i in "${pids[@]}"; do wait "$i"; done
@@ -317,6 +330,7 @@ cat >"$RUN/run.json" <<EOF
  "schemes": $schemes_json,
  "bulk": {"per_size": $PER_SIZE, "sizes": $sizes_json, "slot_s": $SLOT_S},
  "im": {"users": $users_json, "messages": $MESSAGES, "mean_gap_ms": $GAP_MS},
+ "backlog": {"seconds": $BACKLOG_S, "path": "$BACKLOG_PATH", "link_sets": ["hsr"]},
  "buffer_bytes": 3000000, "load_seed": $LOAD_SEED,
  "failure_table": $(if [[ -f $RUN/failure-table.json ]]; then jq -c --arg r "$ROUTE_SEED" --arg n "$TABLE_TRIPS" \
     --arg b "$TABLE_SEED_BASE" '{route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "\(($b|tonumber) + 1)..\(($b|tonumber) + ($n|tonumber))", entries: (.entries|length)}' \

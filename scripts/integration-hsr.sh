@@ -89,9 +89,13 @@ bench_ci_runs() {
     grep -q '^polycorn_failure_table_loads_total{} 1' "$m" || { echo "no table in $m"; return 1; }
     grep -Eq '^polycorn_telemetry_received_records_total\{\} [1-9]' "$m" || { echo "no telemetry in $m"; return 1; }
     grep -q 'schedulerlet="hof-reject",event="rejections"' "$m" || { echo "no hof-reject counters in $m"; return 1; }
+    # The backlog phase: an always-busy download for every scheme, with bytes,
+    # in the report.
+    jq -e '[.backlog.minrtt, .backlog.hrsch, .backlog["kernel-mptcp"]] | all(.n >= 1 and .bytes > 0)' "$out" >/dev/null \
+        || { jq '.backlog, .notes' "$out"; return 1; }
     [[ -z $(leftovers hbit0)$(leftovers hbit1)$(leftovers hbit2) ]]
 }
-check "make bench-hsr PROFILE=ci: minrtt, hrsch (with a stand-in failure table and the radio replay) and kernel-mptcp side by side, results for every size, nothing left behind" bench_ci_runs
+check "make bench-hsr PROFILE=ci: minrtt, hrsch (with a stand-in failure table and the radio replay) and kernel-mptcp side by side, results for every size and the backlog phase, nothing left behind" bench_ci_runs
 
 bench_interrupted_cleans_up() {
     # A background job of a script starts with SIGINT ignored; give it back

@@ -19,6 +19,10 @@ Conventions (repeated in ``METHODS`` in the output and in ``README.md``):
 * IM: over delivered messages, pooled over trips: mean and p90 of delay_ms; ``cov`` is the
   coefficient of variation (population std / mean) of the per-user mean delays, computed per
   trip and averaged over trips.
+* Backlog (the always-busy download of the backlog phase, ``backlog.jsonl``): goodput over the
+  whole window = bytes / (end_ms − start_ms), mean over the records (one per trip); ratio vs
+  minrtt = geometric mean over paired records (same trip and id). Backlog records never enter
+  the bulk numbers.
 * HRSCH (hrsch against each baseline, ablation, IM changes, extra traffic, reinjection
   overhead, recovery after failed handovers): :mod:`polycorn_bench.hrsch`.
 """
@@ -34,7 +38,15 @@ from typing import Any
 import numpy as np
 
 from polycorn_bench import hrsch
-from polycorn_bench.flows import IM_REFERENCE, OVERALL, REFERENCE, Flow, collect_flows
+from polycorn_bench.flows import (
+    IM_REFERENCE,
+    OVERALL,
+    REFERENCE,
+    BacklogRun,
+    Flow,
+    collect_backlogs,
+    collect_flows,
+)
 from polycorn_bench.oracle import PAYLOAD_PER_OPPORTUNITY
 from polycorn_bench.records import LinkSetRun, Run
 from polycorn_bench.stats import (
@@ -93,6 +105,14 @@ METHODS = {
     "handover_bins": (
         "handover_start events (any carrier) with t_ms in [start_ms, end_ms] of the minrtt "
         "download of each pair (the same downloads in a bin for every scheme); bins 0, 1, 2+"
+    ),
+    "backlog": (
+        "always-busy download of the backlog phase (backlog.jsonl, back-to-back requests): "
+        "goodput_mbps = bytes*8/(end_ms-start_ms)/1000 over the whole window; mean and median "
+        "over the records (one per trip); ratio_vs_minrtt = geometric mean over records paired "
+        "with minrtt's (same trip and id) of goodput_scheme/goodput_minrtt, ci95 percentile "
+        "bootstrap of the pairs (10000 resamples, fixed seed), ratio_of_means; never part of "
+        "the bulk numbers"
     ),
     "im": (
         "delivered messages pooled over trips: mean and p90 (linear) of delay_ms; cov = "
@@ -230,6 +250,83 @@ def bulk_by_handovers(
     return out
 
 
+BACKLOG_NOTE = (
+    "no backlog.jsonl in this link set (no backlog phase, or polycorn-loadgen without the "
+    "backlog subcommand)"
+)
+
+
+def backlog_summary(backlogs: list[BacklogRun], schemes: list[str]) -> dict[str, Any] | None:
+    """Per scheme with backlog records: goodput over the whole backlog window, and the paired
+    ratio to minrtt's (same trip and id). None without any backlog record."""
+    if not backlogs:
+        return None
+    ref = {(b.trip, b.rec.id): b for b in backlogs if b.scheme == REFERENCE}
+    out: dict[str, Any] = {}
+    for scheme in schemes:
+        mine = [b for b in backlogs if b.scheme == scheme]
+        if not mine:
+            continue
+        good = [b.rec.goodput_mbps for b in mine]
+        pairs = [(b, ref[(b.trip, b.rec.id)]) for b in mine if (b.trip, b.rec.id) in ref]
+        records = []
+        for b in mine:
+            r = ref.get((b.trip, b.rec.id))
+            records.append(
+                {
+                    "trip": b.trip,
+                    "id": b.rec.id,
+                    "start_ms": b.rec.start_ms,
+                    "end_ms": b.rec.end_ms,
+                    "bytes": b.rec.bytes,
+                    "requests": b.rec.requests,
+                    "completed": b.rec.completed,
+                    "failed": b.rec.failed,
+                    "goodput_mbps": b.rec.goodput_mbps,
+                    "ratio_vs_minrtt": None
+                    if r is None
+                    else safe_ratio(b.rec.goodput_mbps, r.rec.goodput_mbps),
+                }
+            )
+        entry: dict[str, Any] = {
+            "n": len(mine),
+            "n_trips": len({b.trip for b in mine}),
+            "goodput_mbps_mean": float(np.mean(good)),
+            "goodput_mbps_median": float(np.median(good)),
+            "bytes": sum(b.rec.bytes for b in mine),
+            "requests": sum(b.rec.requests or 0 for b in mine),
+            "completed": sum(b.rec.completed or 0 for b in mine),
+            "failed": sum(b.rec.failed or 0 for b in mine),
+        }
+        if scheme == REFERENCE:
+            has = bool(pairs)
+            entry.update(
+                {
+                    "n_pairs": len(pairs),
+                    "ratio_vs_minrtt": 1.0 if has else None,
+                    "ci95": [1.0, 1.0] if has else None,
+                    "ratio_of_means": 1.0 if has else None,
+                }
+            )
+        else:
+            ratios = np.asarray([b.rec.goodput_mbps / r.rec.goodput_mbps for b, r in pairs])
+            lo, hi = bootstrap_geomean_ci(ratios)
+            entry.update(
+                {
+                    "n_pairs": len(pairs),
+                    "ratio_vs_minrtt": finite_or_none(geomean(ratios)),
+                    "ci95": [finite_or_none(lo), finite_or_none(hi)] if pairs else None,
+                    "ratio_of_means": safe_ratio(
+                        float(np.mean([b.rec.goodput_mbps for b, _ in pairs])) if pairs else None,
+                        float(np.mean([r.rec.goodput_mbps for _, r in pairs])) if pairs else None,
+                    ),
+                }
+            )
+        entry["records"] = records
+        out[scheme] = entry
+    return out
+
+
 def im_summary(ls: LinkSetRun, schemes: list[str], users: list[int]) -> dict[str, Any]:
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for scheme in schemes:
@@ -286,23 +383,28 @@ def size_labels(run: Run) -> list[str]:
 
 def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
     flows = collect_flows(ls, run)
+    backlogs = collect_backlogs(ls, run.issues)
     schemes = run.schemes
     labels = size_labels(run)
     bulk = bulk_summary(flows, schemes, labels)
     im = im_summary(ls, schemes, run.users)
     extra = hrsch.extra_traffic(ls, schemes, run.issues)
-    hof, hof_note = hrsch.hof_recovery(flows, ls, schemes)
+    hof, hof_note = hrsch.hof_recovery(flows, ls, schemes, backlogs)
+    backlog = backlog_summary(backlogs, schemes)
     notes: dict[str, str] = {}
     if not any(f.scheme == hrsch.HRSCH for f in flows) and not im.get(hrsch.HRSCH):
         notes["hrsch"] = "hrsch did not run: hrsch_vs_baselines and im_hrsch are null"
     if hof_note:
         notes["hof_recovery"] = hof_note
+    if backlog is None:
+        notes["backlog"] = BACKLOG_NOTE
     out: dict[str, Any] = {
         "description": ls.description,
         "trips": [t.name for t in ls.trips],
         "seeds": [t.name for t in ls.trips],
         "bulk": bulk,
         "bulk_by_handovers": bulk_by_handovers(flows, schemes, ls),
+        "backlog": backlog,
         "im": im,
         "hrsch_vs_baselines": hrsch.vs_baselines(flows, labels),
         "ablation": hrsch.ablation(bulk),
@@ -342,12 +444,17 @@ def analyse(run: Run) -> dict[str, Any]:
         "link_set": primary,
         "seeds": p.get("seeds", []),
         "schemes": [
-            s for s in run.schemes if any(s in d["bulk"] or s in d["im"] for d in sets.values())
+            s
+            for s in run.schemes
+            if any(
+                s in d["bulk"] or s in d["im"] or s in (d["backlog"] or {}) for d in sets.values()
+            )
         ],
         "sizes": {k: run.sizes[k] for k in size_labels(run)},
         "users": run.users,
         "bulk": p.get("bulk", {}),
         "im": p.get("im", {}),
+        "backlog": p.get("backlog"),
         **{key: p.get(key) for key in HRSCH_KEYS},
         "notes": p.get("notes", {}),
         "paper": hrsch.PAPER,

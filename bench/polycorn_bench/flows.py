@@ -1,5 +1,9 @@
-"""Per-download numbers shared by the summaries: :class:`Flow` (duration, censoring, oracle time)
-and the scheme names every comparison refers to."""
+"""Per-download numbers shared by the summaries: :class:`Flow` (duration, censoring, oracle time),
+:class:`BacklogRun` (a backlog record with its trip and scheme) and the scheme names every
+comparison refers to.
+
+Backlog records are never flows: they stay out of the bulk tables, the per-size ratios, the
+oracle comparison and the handover bins."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from dataclasses import dataclass
 
 from polycorn_bench.links import LinkFileError
 from polycorn_bench.oracle import Oracle, load_carriers
-from polycorn_bench.records import Download, Issues, LinkSetRun, Run, TripRun
+from polycorn_bench.records import Backlog, Download, Issues, LinkSetRun, Run, TripRun
 from polycorn_bench.stats import finite_or_none
 
 #: The reference of every bulk ratio.
@@ -110,3 +114,29 @@ def collect_flows(ls: LinkSetRun, run: Run, with_oracle: bool = True) -> list[Fl
                     o_ms = finite_or_none(cache[key])
                 flows.append(Flow(trip.name, scheme, rec, dur, censored, o_ms))
     return flows
+
+
+@dataclass(frozen=True)
+class BacklogRun:
+    """A ``backlog.jsonl`` record of one scheme on one trip."""
+
+    trip: str
+    scheme: str
+    rec: Backlog
+
+
+def collect_backlogs(ls: LinkSetRun, issues: Issues) -> list[BacklogRun]:
+    """Every backlog record of the link set; a repeated id in one scheme's file keeps the
+    first (counted in ``issues``)."""
+    out: list[BacklogRun] = []
+    for trip in ls.trips:
+        for scheme, sr in trip.schemes.items():
+            seen: set[int] = set()
+            for rec in sr.backlog:
+                if rec.id in seen:
+                    where = f"{ls.name}/{trip.name}/{scheme}/backlog.jsonl id {rec.id}"
+                    issues.add("duplicate backlog id (kept the first)", where)
+                    continue
+                seen.add(rec.id)
+                out.append(BacklogRun(trip.name, scheme, rec))
+    return out

@@ -11,19 +11,20 @@ numbers are in :data:`PAPER`.
   single-path and minrtt;
 * :func:`extra_traffic` and :func:`reinjection_overhead`: reinjected and redundant bytes per
   goodput byte, from the relay's and the proxy's metrics snapshots;
-* :func:`hof_recovery`: goodput in the 2 s after each failed handover, paired with minrtt.
+* :func:`hof_recovery`: goodput in the 2 s after each failed handover, paired with minrtt, from
+  the bulk downloads and the backlog phase's always-busy download.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from polycorn_bench.flows import IM_REFERENCE, OVERALL, REFERENCE, Flow
+from polycorn_bench.flows import IM_REFERENCE, OVERALL, REFERENCE, BacklogRun, Flow
 from polycorn_bench.metrics import CAPTURE_DOWN, CAPTURE_UP, REDUNDANT, REINJECTED, Metrics
 from polycorn_bench.records import Issues, LinkSetRun
 from polycorn_bench.stats import (
@@ -108,7 +109,10 @@ METHODS = {
     "hof_recovery": (
         "failure = handover_end with outcome other than success, at the t_ms of its "
         "handover_start (t_f); for each failure and each download in flight at t_f in both "
-        "the scheme and minrtt (start_ms < t_f < end): goodput = bytes received in "
+        "the scheme and minrtt, paired by source and id: a bulk download (start_ms < t_f < "
+        "end) or a backlog record, the always-busy download of the backlog phase (start_ms <= "
+        "t_f < end_ms); n_bulk and n_backlog count the windows of each: goodput = bytes "
+        "received in "
         "[t_f, min(t_f + 2000 ms, end)] (progress curve, linear between samples) / that "
         "time; pairs with less than 200 ms of activity in either scheme are dropped; "
         "ratio of the means and ratio of the medians of the paired goodputs"
@@ -338,6 +342,37 @@ def reinjection_overhead(extra: Mapping[str, Any]) -> dict[str, float]:
 
 # --- recovery after failed handovers ------------------------------------------------------
 
+#: Sources of recovery windows: bulk downloads (bulk.jsonl) and the always-busy download of the
+#: backlog phase (backlog.jsonl).
+SOURCE_BULK = "bulk"
+SOURCE_BACKLOG = "backlog"
+SOURCES = (SOURCE_BULK, SOURCE_BACKLOG)
+
+Progress = tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A download that may be in flight at a failure: a bulk download or a backlog record."""
+
+    source: str
+    id: int
+    label: str
+    start_ms: float
+    end_ms: float | None  # when it stopped receiving (see _active_end); None: unknown
+    progress: Progress | None
+
+    def in_flight(self, t: float) -> bool:
+        if self.end_ms is None:
+            return False
+        if self.source == SOURCE_BACKLOG:
+            # Always busy from start_ms: a failure at start_ms finds it running.
+            return self.start_ms <= t < self.end_ms
+        return self.start_ms < t < self.end_ms
+
+    def window_goodput(self, t0: float, window_ms: float = HOF_WINDOW_MS) -> tuple[float, float]:
+        return _progress_goodput(self.progress, self.start_ms, self.end_ms, t0, window_ms)
+
 
 def _active_end(f: Flow) -> float | None:
     """When the download stopped receiving: its (censored) end, else the record's end_ms,
@@ -349,22 +384,30 @@ def _active_end(f: Flow) -> float | None:
     return f.rec.progress[-1][0] if f.rec.progress else None
 
 
+def _bulk_candidate(f: Flow) -> _Candidate:
+    return _Candidate(
+        SOURCE_BULK, f.rec.id, f.rec.label, f.rec.start_ms, _active_end(f), f.rec.progress
+    )
+
+
+def _backlog_candidate(b: BacklogRun) -> _Candidate:
+    r = b.rec
+    return _Candidate(SOURCE_BACKLOG, r.id, r.label, r.start_ms, r.end_ms, r.progress)
+
+
 def in_flight(f: Flow, t: float) -> bool:
-    end = _active_end(f)
-    return end is not None and f.rec.start_ms < t < end
+    return _bulk_candidate(f).in_flight(t)
 
 
-def window_goodput(f: Flow, t0: float, window_ms: float = HOF_WINDOW_MS) -> tuple[float, float]:
-    """(goodput in Mbit/s, active ms) of a download in ``[t0, min(t0 + window, end)]`` from
-    its progress curve (cumulative bytes, linear between samples, 0 at start_ms). NaN goodput
-    when it has no progress or no active time."""
-    end = _active_end(f)
-    if not f.rec.progress or end is None:
+def _progress_goodput(
+    progress: Progress | None, start: float, end: float | None, t0: float, window_ms: float
+) -> tuple[float, float]:
+    if not progress or end is None:
         return math.nan, 0.0
-    ts = [p[0] for p in f.rec.progress]
-    bs = [p[1] for p in f.rec.progress]
-    if ts[0] > f.rec.start_ms:
-        ts.insert(0, f.rec.start_ms)
+    ts = [p[0] for p in progress]
+    bs = [p[1] for p in progress]
+    if ts[0] > start:
+        ts.insert(0, start)
         bs.insert(0, 0.0)
     t1 = min(t0 + window_ms, end)
     active = t1 - t0
@@ -372,6 +415,13 @@ def window_goodput(f: Flow, t0: float, window_ms: float = HOF_WINDOW_MS) -> tupl
         return math.nan, 0.0
     got = float(np.interp(t1, ts, bs) - np.interp(t0, ts, bs))
     return got * 8 / active / 1000, active
+
+
+def window_goodput(f: Flow, t0: float, window_ms: float = HOF_WINDOW_MS) -> tuple[float, float]:
+    """(goodput in Mbit/s, active ms) of a download in ``[t0, min(t0 + window, end)]`` from
+    its progress curve (cumulative bytes, linear between samples, 0 at start_ms). NaN goodput
+    when it has no progress or no active time."""
+    return _bulk_candidate(f).window_goodput(t0, window_ms)
 
 
 def _median(xs: list[float]) -> float | None:
@@ -383,28 +433,36 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def hof_recovery(
-    flows: list[Flow], ls: LinkSetRun, schemes: list[str]
+    flows: list[Flow],
+    ls: LinkSetRun,
+    schemes: list[str],
+    backlogs: Sequence[BacklogRun] = (),
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(section, note): goodput right after failed handovers, each scheme paired with minrtt
-    on the same failure and download. The section is None (with the reason in the note)
-    without handover events, without minrtt, or without any progress samples."""
+    on the same failure and download: a bulk download (same id) or a backlog record (same
+    id), never one with the other. The section is None (with the reason in the note) without
+    handover events, without minrtt, or without any progress samples."""
     trips = {t.name: t.handover_failures for t in ls.trips if t.handover_failures is not None}
     if not trips:
         return None, "no handover events (trip/events.jsonl) in this link set"
-    if not any(f.scheme == REFERENCE for f in flows):
-        return None, "minrtt did not run: no reference for the recovery ratios"
-    if not any(f.rec.progress for f in flows):
-        return None, (
-            "bulk.jsonl records have no 'progress' samples (polycorn-loadgen without the "
-            "progress field): recovery after handover failures is not computed"
-        )
-    by_key: dict[tuple[str, str], list[Flow]] = {}
+    cands: dict[tuple[str, str], list[_Candidate]] = {}
     for f in flows:
-        by_key.setdefault((f.scheme, f.trip), []).append(f)
+        cands.setdefault((f.scheme, f.trip), []).append(_bulk_candidate(f))
+    for b in backlogs:
+        cands.setdefault((b.scheme, b.trip), []).append(_backlog_candidate(b))
+    ran = {scheme for scheme, _ in cands}
+    if REFERENCE not in ran:
+        return None, "minrtt did not run: no reference for the recovery ratios"
+    if not any(c.progress for cs in cands.values() for c in cs):
+        return None, (
+            "bulk.jsonl and backlog.jsonl records have no 'progress' samples "
+            "(polycorn-loadgen without the progress field): recovery after handover failures "
+            "is not computed"
+        )
     failures = [(trip, hf) for trip, fs in trips.items() for hf in fs]
     by_scheme: dict[str, Any] = {}
     for scheme in schemes:
-        if scheme == REFERENCE or not any(f.scheme == scheme for f in flows):
+        if scheme == REFERENCE or scheme not in ran:
             continue
         mine_g: list[float] = []
         ref_g: list[float] = []
@@ -412,16 +470,18 @@ def hof_recovery(
         n_no_progress = n_short = n_unpaired = 0
         for trip, hf in failures:
             t_f = hf.t_ms
-            mine = {f.rec.id: f for f in by_key.get((scheme, trip), []) if in_flight(f, t_f)}
-            ref = {r.rec.id: r for r in by_key.get((REFERENCE, trip), []) if in_flight(r, t_f)}
+            mine = {(c.source, c.id): c for c in cands.get((scheme, trip), []) if c.in_flight(t_f)}
+            ref = {
+                (c.source, c.id): c for c in cands.get((REFERENCE, trip), []) if c.in_flight(t_f)
+            }
             n_unpaired += len(mine.keys() ^ ref.keys())
-            for ident in sorted(mine.keys() & ref.keys()):
-                f, r = mine[ident], ref[ident]
-                if not f.rec.progress or not r.rec.progress:
+            for key in sorted(mine.keys() & ref.keys(), key=lambda k: (SOURCES.index(k[0]), k[1])):
+                c, r = mine[key], ref[key]
+                if not c.progress or not r.progress:
                     n_no_progress += 1
                     continue
-                g, active = window_goodput(f, t_f)
-                g_ref, active_ref = window_goodput(r, t_f)
+                g, active = c.window_goodput(t_f)
+                g_ref, active_ref = r.window_goodput(t_f)
                 if min(active, active_ref) < HOF_MIN_ACTIVE_MS:
                     n_short += 1
                     continue
@@ -432,8 +492,9 @@ def hof_recovery(
                         "trip": trip,
                         "t_ms": t_f,
                         "carrier": hf.carrier,
-                        "id": r.rec.id,
-                        "label": r.rec.label,
+                        "source": r.source,
+                        "id": r.id,
+                        "label": r.label,
                         "goodput_mbps": g,
                         "minrtt_goodput_mbps": g_ref,
                     }
@@ -441,6 +502,8 @@ def hof_recovery(
         lo, hi = bootstrap_ratio_of_means_ci(mine_g, ref_g)
         by_scheme[scheme] = {
             "n": len(mine_g),
+            "n_bulk": sum(1 for w in windows if w["source"] == SOURCE_BULK),
+            "n_backlog": sum(1 for w in windows if w["source"] == SOURCE_BACKLOG),
             "n_unpaired": n_unpaired,
             "n_no_progress": n_no_progress,
             "n_short": n_short,
@@ -463,6 +526,8 @@ def hof_recovery(
         "hrsch_vs_minrtt_median": h["ratio_of_medians"] if h else None,
         "hrsch_vs_minrtt_mean_ci95": h["ci95"] if h else None,
         "n": h["n"] if h else 0,
+        "n_bulk": h["n_bulk"] if h else 0,
+        "n_backlog": h["n_backlog"] if h else 0,
         "by_scheme": by_scheme,
     }
     note = None if h else "hrsch did not run: hrsch_vs_minrtt_* are null"

@@ -5,10 +5,12 @@ Layout::
     RUN/run.json
     RUN/<link_set>/<trip>/trip/{c<i>.down,c<i>.up,c<i>.schedule,events.jsonl,trip.json}
     RUN/<link_set>/<trip>/<scheme>/bulk.jsonl
+    RUN/<link_set>/<trip>/<scheme>/backlog.jsonl   (optional)
     RUN/<link_set>/<trip>/<scheme>/im-<U>.jsonl
     RUN/<link_set>/<trip>/<scheme>/logs/{relay,proxy}.metrics
 
-Nothing here raises on bad data: a missing file is an absent scheme, a line that is not a JSON
+Nothing here raises on bad data: a missing file is an absent scheme (a missing
+``backlog.jsonl``: no backlog phase), a line that is not a JSON
 object with the expected fields is skipped and counted in :class:`Issues`, with the first few
 locations kept for the report.
 """
@@ -130,6 +132,103 @@ def parse_progress(v: object) -> tuple[tuple[float, float], ...] | None:
     return tuple(out)
 
 
+def _nonneg_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+BACKLOG_KIND = "backlog"
+
+
+def backlog_problem(d: dict[str, Any]) -> str | None:
+    """Why a ``backlog.jsonl`` object is not a usable record, or None if it is."""
+    kind = d.get("kind", BACKLOG_KIND)
+    if kind != BACKLOG_KIND:
+        return f"kind {kind!r} is not {BACKLOG_KIND!r}"
+    ident = d.get("id")
+    if not isinstance(ident, int) or isinstance(ident, bool):
+        return "id missing or not an integer"
+    if not isinstance(d.get("label"), str):
+        return "label missing or not a string"
+    start, end = _num(d.get("start_ms")), _num(d.get("end_ms"))
+    if start is None:
+        return "start_ms missing or not a number"
+    if end is None:
+        return "end_ms missing or not a number"
+    if end <= start:
+        return f"end_ms {end:g} not after start_ms {start:g}"
+    if not _nonneg_int(d.get("bytes")):
+        return "bytes missing or not a non-negative integer"
+    size = d.get("size")
+    if size is not None and not (_nonneg_int(size) and size > 0):
+        return "size not a positive integer"
+    for key in ("requests", "completed", "failed"):
+        if d.get(key) is not None and not _nonneg_int(d.get(key)):
+            return f"{key} not a non-negative integer"
+    if d.get("errors") is not None and not isinstance(d.get("errors"), list):
+        return "errors not a list"
+    if not isinstance(d.get("late", False), bool):
+        return "late not a boolean"
+    return None
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """One line of ``backlog.jsonl``: an always-busy download (back-to-back requests of the
+    same file) over a window of trip time, ``[start_ms, end_ms]``."""
+
+    id: int
+    label: str
+    start_ms: float
+    end_ms: float
+    bytes: int  # body bytes over the whole window, all requests
+    path: str | None = None
+    size: int | None = None  # of the file each request fetches
+    planned_ms: float | None = None
+    requests: int | None = None
+    completed: int | None = None
+    failed: int | None = None
+    errors: tuple[str, ...] = ()
+    late: bool = False
+    # Optional ``progress`` as in bulk.jsonl (cumulative over the requests); None when absent
+    # or malformed (see ``progress_bad``).
+    progress: tuple[tuple[float, float], ...] | None = None
+    progress_bad: bool = False
+
+    @property
+    def duration_ms(self) -> float:
+        return self.end_ms - self.start_ms
+
+    @property
+    def goodput_mbps(self) -> float:
+        """Body bytes over the whole window / its length (the window is checked non-empty)."""
+        return self.bytes * 8 / self.duration_ms / 1000
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Backlog | None:
+        """The record, or None when :func:`backlog_problem` finds one."""
+        if backlog_problem(d) is not None:
+            return None
+        progress = parse_progress(d.get("progress"))
+        path, size = d.get("path"), d.get("size")
+        return cls(
+            id=d["id"],
+            label=d["label"],
+            start_ms=float(d["start_ms"]),
+            end_ms=float(d["end_ms"]),
+            bytes=d["bytes"],
+            path=path if isinstance(path, str) else None,
+            size=size if isinstance(size, int) else None,
+            planned_ms=_num(d.get("planned_ms")),
+            requests=_int_or_none(d.get("requests")),
+            completed=_int_or_none(d.get("completed")),
+            failed=_int_or_none(d.get("failed")),
+            errors=tuple(str(e) for e in d.get("errors") or ()),
+            late=bool(d.get("late", False)),
+            progress=progress,
+            progress_bad="progress" in d and d["progress"] is not None and progress is None,
+        )
+
+
 @dataclass(frozen=True)
 class Message:
     """One line of ``im-<U>.jsonl``."""
@@ -162,6 +261,12 @@ class Message:
 
 def read_jsonl(path: Path, issues: Issues) -> Iterator[dict[str, Any]]:
     """JSON objects of a JSON-lines file; bad lines are counted in ``issues`` and skipped."""
+    for _, obj in read_jsonl_numbered(path, issues):
+        yield obj
+
+
+def read_jsonl_numbered(path: Path, issues: Issues) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of a JSON-lines file, as :func:`read_jsonl`."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
@@ -178,7 +283,7 @@ def read_jsonl(path: Path, issues: Issues) -> Iterator[dict[str, Any]]:
         if not isinstance(obj, dict):
             issues.add("malformed JSON line", f"{path}:{i}: not an object")
             continue
-        yield obj
+        yield i, obj
 
 
 def read_downloads(path: Path, issues: Issues) -> list[Download]:
@@ -191,6 +296,23 @@ def read_downloads(path: Path, issues: Issues) -> list[Download]:
             if rec.progress_bad:
                 issues.add("bad progress field (ignored)", f"{path}: record {i}")
             out.append(rec)
+    return out
+
+
+def read_backlogs(path: Path, issues: Issues) -> list[Backlog]:
+    """Every usable line of a ``backlog.jsonl`` (normally one). A line that is not JSON, or
+    not a valid record, is skipped and counted in ``issues`` with the file, the line number
+    and the reason."""
+    out: list[Backlog] = []
+    for line, obj in read_jsonl_numbered(path, issues):
+        problem = backlog_problem(obj)
+        rec = Backlog.from_json(obj) if problem is None else None
+        if rec is None:
+            issues.add("bad backlog record", f"{path}:{line}: {problem}")
+            continue
+        if rec.progress_bad:
+            issues.add("bad progress field (ignored)", f"{path}:{line}")
+        out.append(rec)
     return out
 
 
@@ -210,6 +332,8 @@ class SchemeRun:
     """What one scheme left for one trip (possibly nothing)."""
 
     downloads: list[Download] = field(default_factory=list)
+    # backlog.jsonl's records; empty: no file (no backlog phase) or no usable line.
+    backlog: list[Backlog] = field(default_factory=list)
     im: dict[int, list[Message]] = field(default_factory=dict)  # users -> messages
     # End-of-trip metrics snapshots (logs/relay.metrics, logs/proxy.metrics); None: no file.
     relay_metrics: Metrics | None = None
@@ -381,6 +505,9 @@ def read_run(root: Path) -> Run:
                 bulk = sdir / "bulk.jsonl"
                 if bulk.exists():
                     sr.downloads = read_downloads(bulk, issues)
+                backlog = sdir / "backlog.jsonl"
+                if backlog.exists():
+                    sr.backlog = read_backlogs(backlog, issues)
                 for f in sorted(sdir.glob("im-*.jsonl")):
                     if f.name.endswith(".conn.jsonl"):
                         # polycorn-loadgen's connection log: not analysed.

@@ -256,7 +256,8 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
         out += [
             f"**Recovery after handover failures**: {hof['n_failures']} failed handovers; "
             f"goodput in the {HOF_WINDOW_MS / 1000:g} s from each failure's handover_start of "
-            "the download in flight in both schemes (bytes received / time active in the "
+            "the download in flight in both schemes, a bulk download or the backlog phase's "
+            "always-busy one (bytes received / time active in the "
             f"window; pairs active less than {HOF_MIN_ACTIVE_MS:g} ms dropped), against "
             "minrtt on the same failure and download.",
             "",
@@ -267,6 +268,8 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
                 [
                     f"`{scheme}`",
                     str(b["n"]),
+                    str(b.get("n_bulk", 0)),
+                    str(b.get("n_backlog", 0)),
                     f"{_f(b['goodput_mbps_mean'])} / {_f(b['minrtt_goodput_mbps_mean'])}",
                     f"{_f(b['goodput_mbps_median'])} / {_f(b['minrtt_goodput_mbps_median'])}",
                     _f(b["ratio_of_means"]) + _ci(b["ci95"]),
@@ -277,6 +280,8 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
             [
                 "scheme",
                 "n",
+                "n bulk",
+                "n backlog",
                 "mean Mbit/s (scheme / minrtt)",
                 "median",
                 "ratio of means [95 % CI]",
@@ -292,11 +297,53 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
             f"median {_f(hof['hrsch_vs_minrtt_median'])} (paper "
             f"{paper['hrsch_vs_minrtt_median']:.1f}, "
             f"{_paper_cmp(hof['hrsch_vs_minrtt_median'], paper['hrsch_vs_minrtt_median'])}), "
-            f"n = {hof['n']}.",
+            f"n = {hof['n']} ({hof.get('n_bulk', 0)} bulk, {hof.get('n_backlog', 0)} "
+            "backlog).",
             "",
         ]
     for key, text in notes.items():
-        out += [f"*{key}: {text}.*", ""]
+        if key != "backlog":  # with the backlog section
+            out += [f"*{key}: {text}.*", ""]
+    return out
+
+
+def _backlog_section(ls: dict[str, Any]) -> list[str]:
+    """The always-busy download of the backlog phase; its note when there is none."""
+    bl = ls.get("backlog")
+    note = ls.get("notes", {}).get("backlog")
+    if not bl:
+        return [f"*backlog: {note}.*", ""] if note else []
+    out = [
+        "### Always-busy download (backlog phase)",
+        "",
+        "One download kept busy (back-to-back requests) over a window of each trip: goodput "
+        "= bytes / window length, mean over trips; geometric mean of the per-trip paired "
+        "ratios vs minrtt [95 % CI]; ratio of means.",
+        "",
+    ]
+    rows = [
+        [
+            f"`{scheme}`",
+            str(b["n_trips"]),
+            _f(b["goodput_mbps_mean"]),
+            _f(b["ratio_vs_minrtt"]) + _ci(b["ci95"]),
+            _f(b["ratio_of_means"]),
+            f"{b['completed']}/{b['requests']}",
+        ]
+        for scheme, b in bl.items()
+    ]
+    out += _table(
+        [
+            "scheme",
+            "n trips",
+            "mean Mbit/s",
+            "× minrtt [95 % CI]",
+            "ratio of means",
+            "requests completed",
+        ],
+        rows,
+    )
+    out.append("")
     return out
 
 
@@ -381,6 +428,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 rows.append(row)
             out += _table(["scheme", *[_bin_title(b) for b in HANDOVER_BINS]], rows)
             out.append("")
+        out += _backlog_section(ls)
         im = ls.get("im", {})
         if im:
             out += [
@@ -465,7 +513,13 @@ def text_table(doc: dict[str, Any]) -> str:
         lines.append(
             f"after failed handovers: hrsch/minrtt mean {_f(hof['hrsch_vs_minrtt_mean'])} "
             f"(paper 1.2), median {_f(hof['hrsch_vs_minrtt_median'])} (paper 1.5), "
-            f"n {hof['n']}"
+            f"n {hof['n']} ({hof.get('n_bulk', 0)} bulk, {hof.get('n_backlog', 0)} backlog)"
+        )
+    bl = (doc.get("backlog") or {}).get("hrsch")
+    if bl and bl.get("ratio_vs_minrtt") is not None:
+        lines.append(
+            f"backlog (always busy): hrsch/minrtt {_f(bl['ratio_vs_minrtt'])}{_ci(bl['ci95'])}, "
+            f"n {bl['n_pairs']}"
         )
     total = doc.get("issues", {}).get("total", 0)
     if total:

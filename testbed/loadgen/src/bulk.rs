@@ -22,9 +22,17 @@ pub const PROGRESS_STEP_US: i64 = 100_000;
 /// grid time g holds the body bytes of the reads that completed at or before g. They are written
 /// lazily, when a read completes after one or more grid times (so a stall costs nothing while it
 /// lasts, and its grid points all show the bytes from before it), and by [`Progress::finish`].
+///
+/// One curve can span several requests (`backlog`): [`Progress::begin_request`] starts the next
+/// request on the same grid, its bytes adding to the running total; `fetch` checks the body of
+/// the current request ([`Progress::request_bytes`]). A bulk download is a single request.
 #[derive(Debug)]
 pub struct Progress {
+    /// Cumulative body bytes over all requests.
     body_bytes: u64,
+    /// `body_bytes` when the current request began (0 for the first).
+    request_base: u64,
+    /// Trip time of the current request's last body byte.
     end_us: Option<i64>,
     next_sample_us: i64,
     samples: Vec<(i64, u64)>,
@@ -35,6 +43,7 @@ impl Progress {
     pub fn new(start_us: i64) -> Self {
         Progress {
             body_bytes: 0,
+            request_base: 0,
             end_us: None,
             next_sample_us: start_us + PROGRESS_STEP_US,
             samples: vec![(start_us, 0)],
@@ -45,6 +54,22 @@ impl Progress {
     pub fn update(&mut self, now_us: i64, bytes: u64) {
         self.fill(now_us);
         self.body_bytes = bytes;
+    }
+
+    /// A read of the current request that completed at `now_us` brought `n` more body bytes.
+    pub fn add(&mut self, now_us: i64, n: u64) {
+        self.update(now_us, self.body_bytes + n);
+    }
+
+    /// The next request starts: its body bytes add to those so far, on the same grid.
+    pub fn begin_request(&mut self) {
+        self.request_base = self.body_bytes;
+        self.end_us = None;
+    }
+
+    /// Body bytes of the current request.
+    pub fn request_bytes(&self) -> u64 {
+        self.body_bytes - self.request_base
     }
 
     /// Grid points before `now_us` (they hold the bytes from before any read completing at `now_us`).
@@ -66,7 +91,7 @@ impl Progress {
         self.next_sample_us = i64::MAX;
     }
 
-    /// Body bytes so far.
+    /// Body bytes so far (over all requests).
     pub fn body_bytes(&self) -> u64 {
         self.body_bytes
     }
@@ -139,9 +164,10 @@ impl BulkRun<'_> {
     }
 }
 
-/// Connects, sends the request and reads the whole response body, updating `p` as bytes arrive.
-/// Succeeds only with status 200 and exactly `size` body bytes.
-async fn fetch(
+/// Connects, sends the request and reads the whole response body, adding the body bytes to `p` as
+/// they arrive (the caller starts `p`'s request). Succeeds only with status 200 and exactly `size`
+/// body bytes.
+pub(crate) async fn fetch(
     clock: &TripClock,
     origin: SocketAddr,
     host: &str,
@@ -183,27 +209,28 @@ async fn fetch(
     // Body: what came with the header, then until `size` bytes (Content-Length) or EOF.
     let early = (head.len() - header_end) as u64;
     let now = clock.now_us();
-    p.update(now, early.min(size));
+    p.add(now, early.min(size));
     if early > 0 {
         p.end_us = Some(now);
     }
     if early > size {
         bail!("more body bytes than the planned size {size}");
     }
-    while content_length.is_none() || p.body_bytes < size {
-        let n = s.read(&mut buf).await.map_err(|e| anyhow::anyhow!("read body after {} bytes: {e}", p.body_bytes))?;
+    while content_length.is_none() || p.request_bytes() < size {
+        let n =
+            s.read(&mut buf).await.map_err(|e| anyhow::anyhow!("read body after {} bytes: {e}", p.request_bytes()))?;
         if n == 0 {
             break;
         }
         let now = clock.now_us();
-        p.update(now, p.body_bytes + n as u64);
+        p.add(now, n as u64);
         p.end_us = Some(now);
-        if p.body_bytes > size {
+        if p.request_bytes() > size {
             bail!("more body bytes than the planned size {size}");
         }
     }
-    if p.body_bytes != size {
-        bail!("connection closed after {} of {size} body bytes", p.body_bytes);
+    if p.request_bytes() != size {
+        bail!("connection closed after {} of {size} body bytes", p.request_bytes());
     }
     if size == 0 {
         p.end_us = Some(clock.now_us());

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use polycorn_loadgen::backlog::{check_path, check_size, BacklogRun, MAX_SIZE};
 use polycorn_loadgen::bulk::BulkRun;
 use polycorn_loadgen::clock::TripClock;
 use polycorn_loadgen::im::{default_conn_out, run_im, serve, ImConfig};
@@ -19,7 +20,7 @@ use polycorn_loadgen::record::{BulkPlanRecord, Sink};
 #[command(
     name = "polycorn-loadgen",
     version,
-    about = "Workload generator of the HSR benchmark (bulk downloads, instant messaging)",
+    about = "Workload generator of the HSR benchmark (bulk and backlogged downloads, instant messaging)",
     long_about = "Workload generator of the HSR benchmark. All times are trip time: milliseconds since \
                   --epoch-unix-ms (UNIX wall clock, ms). The same --seed gives the same plan in every copy."
 )]
@@ -32,6 +33,9 @@ struct Cli {
 enum Cmd {
     /// Sequential HTTP/1.1 downloads, one per equal slot of a trip-time window (see README.md).
     Bulk(BulkArgs),
+    /// One always-busy download flow: back-to-back HTTP/1.1 requests over a trip-time window, one
+    /// record for the whole run (see README.md).
+    Backlog(BacklogArgs),
     /// Instant-messaging users: 100-byte messages with exponential gaps, each answered by 4 bytes.
     Im(ImArgs),
     /// The IM peer: answers every 100-byte message with its bytes 4..8 (the message index).
@@ -71,6 +75,28 @@ struct BulkArgs {
     /// Print the plan (one line per download) and exit without network I/O.
     #[arg(long)]
     plan_only: bool,
+}
+
+#[derive(clap::Args)]
+struct BacklogArgs {
+    /// Origin server to download from.
+    #[arg(long, value_name = "HOST:PORT")]
+    origin: String,
+    /// Trip time 0 as UNIX wall-clock milliseconds (shared by all copies).
+    #[arg(long, value_name = "E", value_parser = epoch_arg())]
+    epoch_unix_ms: i64,
+    /// Window of trip time, in seconds, during which a download is always in flight.
+    #[arg(long, value_name = "A:B", value_parser = window_arg)]
+    window_s: (i64, i64),
+    /// URL path of every request.
+    #[arg(long, value_name = "PATH", default_value = "/files/100MiB.bin", value_parser = path_arg)]
+    path: String,
+    /// Expected body size of each request (the Content-Length must match).
+    #[arg(long, value_name = "BYTES", default_value_t = 104_857_600, value_parser = clap::value_parser!(u64).range(1..=MAX_SIZE))]
+    size: u64,
+    /// Output JSONL file, one line for the whole run ("-": standard output).
+    #[arg(long, value_name = "FILE.jsonl")]
+    out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -129,6 +155,10 @@ fn sizes_arg(s: &str) -> Result<Sizes, String> {
     parse_sizes(s).map(Sizes).map_err(|e| format!("{e:#}"))
 }
 
+fn path_arg(s: &str) -> Result<String, String> {
+    check_path(s).map(|()| s.to_owned()).map_err(|e| format!("{e:#}"))
+}
+
 fn seconds_arg(s: &str) -> Result<i64, String> {
     parse_seconds(s).map_err(|e| format!("{e:#}"))
 }
@@ -143,6 +173,7 @@ fn mean_gap_arg(s: &str) -> Result<f64, String> {
 fn main() -> ExitCode {
     let result = match Cli::parse().cmd {
         Cmd::Bulk(a) => bulk(a),
+        Cmd::Backlog(a) => backlog(a),
         Cmd::Im(a) => im(a),
         Cmd::ImServer { listen } => im_server(&listen),
     };
@@ -157,14 +188,25 @@ fn main() -> ExitCode {
 
 /// Runs `work` on a runtime until it ends or SIGINT/SIGTERM arrives; a signal is a clean stop.
 fn run_until_signal(rt: tokio::runtime::Runtime, work: impl Future<Output = Result<()>>) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
     rt.block_on(async {
-        let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-        let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let stop = stop_signal()?;
         tokio::select! {
             r = work => r,
-            _ = int.recv() => { eprintln!("polycorn-loadgen: stopped by SIGINT"); Ok(()) }
-            _ = term.recv() => { eprintln!("polycorn-loadgen: stopped by SIGTERM"); Ok(()) }
+            () = stop => Ok(()),
+        }
+    })
+}
+
+/// A future that resolves at the first SIGINT or SIGTERM (reporting it on stderr). The handlers are
+/// installed at once, so this must be called inside the runtime.
+fn stop_signal() -> Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => eprintln!("polycorn-loadgen: stopped by SIGINT"),
+            _ = term.recv() => eprintln!("polycorn-loadgen: stopped by SIGTERM"),
         }
     })
 }
@@ -200,6 +242,18 @@ fn bulk(a: BulkArgs) -> Result<()> {
     let clock = TripClock::new(epoch)?;
     let run = BulkRun { clock, origin: addr, host: &origin, path_template: &a.path_template, sink };
     run_until_signal(rt, run.run(&plan))
+}
+
+fn backlog(a: BacklogArgs) -> Result<()> {
+    check_path(&a.path)?;
+    check_size(a.size)?;
+    let rt = current_thread()?;
+    let origin = rt.block_on(resolve(&a.origin))?;
+    let sink = Sink::create(&a.out)?;
+    let clock = TripClock::new(a.epoch_unix_ms)?;
+    let run = BacklogRun { clock, origin, host: &a.origin, path: &a.path, size: a.size, window: a.window_s };
+    // A signal ends the run early; the record is written either way.
+    rt.block_on(async { run.run(&sink, stop_signal()?).await })
 }
 
 fn im(a: ImArgs) -> Result<()> {
@@ -246,4 +300,61 @@ async fn resolve(hostport: &str) -> Result<std::net::SocketAddr> {
     let mut addrs =
         tokio::net::lookup_host(hostport).await.with_context(|| format!("cannot resolve {hostport:?} (HOST:PORT)"))?;
     addrs.next().with_context(|| format!("{hostport:?} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backlog_args(extra: &[&str]) -> Result<BacklogArgs, clap::Error> {
+        let base = ["polycorn-loadgen", "backlog", "--origin", "127.0.0.1:8080", "--epoch-unix-ms", "1000"];
+        match Cli::try_parse_from(base.iter().chain(extra)) {
+            Ok(Cli { cmd: Cmd::Backlog(a) }) => Ok(a),
+            Ok(_) => unreachable!(),
+            Err(e) => Err(e),
+        }
+    }
+
+    #[test]
+    fn backlog_flags() {
+        let a = backlog_args(&["--window-s", "60:600.5", "--out", "x.jsonl"]).unwrap();
+        assert_eq!(a.window_s, (60_000_000, 600_500_000));
+        assert_eq!((a.path.as_str(), a.size), ("/files/100MiB.bin", 104_857_600));
+        assert_eq!(a.out, PathBuf::from("x.jsonl"));
+        assert_eq!(a.origin, "127.0.0.1:8080");
+        assert_eq!(a.epoch_unix_ms, 1000);
+        let a =
+            backlog_args(&["--window-s", "0:1", "--path", "/f/1MB.bin", "--size", "1048576", "--out", "-"]).unwrap();
+        assert_eq!((a.path.as_str(), a.size), ("/f/1MB.bin", 1_048_576));
+        for bad in [
+            &["--window-s", "10:5", "--out", "-"][..],
+            &["--window-s", "5", "--out", "-"],
+            &["--window-s", "-1:5", "--out", "-"],
+            &["--window-s", "0:5"],
+            &["--out", "-"],
+            &["--window-s", "0:5", "--out", "-", "--size", "0"],
+            &["--window-s", "0:5", "--out", "-", "--size", "1MB"],
+            &["--window-s", "0:5", "--out", "-", "--size", "1099511627777"],
+            &["--window-s", "0:5", "--out", "-", "--path", "files/x"],
+            &["--window-s", "0:5", "--out", "-", "--path", "/a b"],
+            &["--window-s", "0:5", "--out", "-", "--seed", "1"],
+        ] {
+            assert!(backlog_args(bad).is_err(), "accepted {bad:?}");
+        }
+        // --origin and --epoch-unix-ms are required.
+        assert!(Cli::try_parse_from(["polycorn-loadgen", "backlog", "--window-s", "0:5", "--out", "-"]).is_err());
+        assert!(Cli::try_parse_from([
+            "polycorn-loadgen",
+            "backlog",
+            "--origin",
+            "h:1",
+            "--epoch-unix-ms",
+            "-5",
+            "--window-s",
+            "0:5",
+            "--out",
+            "-"
+        ])
+        .is_err());
+    }
 }

@@ -69,6 +69,42 @@ pub struct BulkRecord<'a> {
     pub progress: Vec<(f64, u64)>,
 }
 
+/// The single record of a `backlog` run: one always-busy download flow over a window.
+#[derive(Debug, Serialize)]
+pub struct BacklogRecord<'a> {
+    /// Always `"backlog"` (tells the record apart from bulk records in shared tooling).
+    pub kind: &'static str,
+    /// Always 0.
+    pub id: usize,
+    /// Always `"backlog"`.
+    pub label: &'static str,
+    /// URL path of every request.
+    pub path: &'a str,
+    /// Expected body size of each request.
+    pub size: u64,
+    /// Window start A (trip ms).
+    pub planned_ms: f64,
+    /// Actual start (trip ms, just before the first `connect()`).
+    pub start_ms: f64,
+    /// Actual end: ≈ window end B, or the time of SIGINT/SIGTERM.
+    pub end_ms: f64,
+    /// Body bytes over all requests, including partial ones.
+    pub bytes: u64,
+    /// Requests started.
+    pub requests: u64,
+    /// Requests with status 200 and exactly `size` body bytes.
+    pub completed: u64,
+    /// Requests that failed (the one abandoned at the end counts in neither).
+    pub failed: u64,
+    /// The first errors, each `"<trip ms>: <error>"`.
+    pub errors: Vec<String>,
+    /// The window had already started when the run began (it started at once).
+    pub late: bool,
+    /// Cumulative body bytes over the whole run as `[trip_ms, bytes]` on the 100 ms grid from
+    /// `start_ms` (see `bulk::Progress`).
+    pub progress: Vec<(f64, u64)>,
+}
+
 /// One IM message.
 #[derive(Debug, Serialize)]
 pub struct ImRecord {
