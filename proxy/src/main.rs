@@ -74,6 +74,10 @@ struct Opts {
     /// Receive window per passenger connection, bytes [default: 1048576].
     #[arg(long, env = "POLYCORN_PROXY_CONN_WINDOW")]
     conn_window: Option<u64>,
+    /// Send buffer per passenger connection: bytes read from the passenger
+    /// and not yet cumulatively acknowledged by the relay [default: 524288].
+    #[arg(long, env = "POLYCORN_PROXY_CONN_SEND_BUFFER")]
+    conn_send_buffer: Option<u64>,
     /// Failure-location table (JSON, docs/schedulerlets.md "HRSCH") for
     /// handover-failure-aware path rejection on the downlink; reloaded when
     /// the file changes (a malformed new file is refused, the old table kept).
@@ -100,6 +104,7 @@ struct Settings {
     allow: Option<Vec<IpNet>>,
     connect_timeout: Duration,
     conn_window: u64,
+    conn_send_buffer: usize,
     failure_table: Option<PathBuf>,
 }
 
@@ -115,7 +120,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, metrics_listen, deny, allow,
-        connect_timeout_s, conn_window, log_json, failure_table);
+        connect_timeout_s, conn_window, conn_send_buffer, log_json, failure_table);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;
     let need = |p: Option<PathBuf>, flag: &str| p.with_context(|| format!("--{flag} is required"));
@@ -148,6 +153,10 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             connect_timeout: Duration::from_secs_f64(timeout),
             conn_window: polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024))
                 .map_err(anyhow::Error::msg)?,
+            conn_send_buffer: polycorn_net::config::check_conn_send_buffer(
+                o.conn_send_buffer.unwrap_or(EndpointConfig::new(Role::Proxy).conn_send_buffer_bytes as u64),
+            )
+            .map_err(anyhow::Error::msg)?,
             failure_table: o.failure_table,
         },
         o.log_json.unwrap_or(false),
@@ -192,6 +201,7 @@ impl Proxy {
         }
         let mut cfg = EndpointConfig::new(Role::Proxy);
         cfg.conn_window_bytes = self.s.conn_window;
+        cfg.conn_send_buffer_bytes = self.s.conn_send_buffer;
         let pipeline = build_pipeline(&self.s.scheduler, &self.s.pipelines).map_err(anyhow::Error::msg)?;
         let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
         if let Some(t) = self.table.lock().unwrap_or_else(|e| e.into_inner()).clone() {

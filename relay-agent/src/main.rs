@@ -94,6 +94,10 @@ struct Opts {
     /// Receive window per passenger connection, bytes [default: 1048576].
     #[arg(long, env = "POLYCORN_RELAY_CONN_WINDOW")]
     conn_window: Option<u64>,
+    /// Send buffer per passenger connection: bytes read from the passenger
+    /// and not yet cumulatively acknowledged by the proxy [default: 524288].
+    #[arg(long, env = "POLYCORN_RELAY_CONN_SEND_BUFFER")]
+    conn_send_buffer: Option<u64>,
     /// Most passenger connections at once per listener [default: 4096].
     #[arg(long, env = "POLYCORN_RELAY_MAX_CONNS")]
     max_conns: Option<usize>,
@@ -160,7 +164,7 @@ fn settings() -> anyhow::Result<Settings> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
-        dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, max_conns, log_json,
+        dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, conn_send_buffer, max_conns, log_json,
         failure_table, replay_events, replay_epoch_unix_ms);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
@@ -192,6 +196,9 @@ fn settings() -> anyhow::Result<Settings> {
         other => bail!("unknown --udp-policy {other:?}: use reject-quic, drop-all or allow"),
     };
     polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024)).map_err(anyhow::Error::msg)?;
+    if let Some(b) = o.conn_send_buffer {
+        polycorn_net::config::check_conn_send_buffer(b).map_err(anyhow::Error::msg)?;
+    }
     if o.listen_dns.is_some() != o.dns_upstream.is_some() {
         bail!("--listen-dns and --dns-upstream go together");
     }
@@ -309,6 +316,9 @@ async fn main() -> anyhow::Result<()> {
     let session_id = std::collections::hash_map::RandomState::new().hash_one((Instant::now(), std::process::id()));
     let mut cfg = EndpointConfig::new(Role::Relay);
     cfg.conn_window_bytes = s.opts.conn_window.unwrap_or(1024 * 1024);
+    if let Some(b) = s.opts.conn_send_buffer {
+        cfg.conn_send_buffer_bytes = b as usize;
+    }
     let pipeline = build_pipeline(&s.scheduler, &s.pipelines).map_err(anyhow::Error::msg)?;
     let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
     let table_watch = match &s.opts.failure_table {

@@ -27,6 +27,17 @@ pub fn check_conn_window(bytes: u64) -> Result<u64, String> {
     }
 }
 
+/// The per-connection send buffer (bytes the passenger wrote that the peer
+/// has not cumulatively acknowledged) must hold at least one full segment.
+pub fn check_conn_send_buffer(bytes: u64) -> Result<usize, String> {
+    const MIN: u64 = 64 * 1024;
+    if (MIN..=1 << 30).contains(&bytes) {
+        Ok(bytes as usize)
+    } else {
+        Err(format!("--conn-send-buffer must be between {MIN} and {} bytes, got {bytes}", 1u64 << 30))
+    }
+}
+
 /// `merge_options!(cli, file; a, b, c)` sets each listed field of `cli` to
 /// the file's value when the command line and environment left it unset.
 #[macro_export]
@@ -81,4 +92,21 @@ pub fn build_pipeline(
         None => reg.build(name),
     };
     r.map_err(|e| format!("scheduler {name:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conn_limits_are_checked() {
+        let min = polycorn_core::conn::INITIAL_MAX_DATA;
+        assert_eq!(check_conn_window(min), Ok(min));
+        assert!(check_conn_window(min - 1).unwrap_err().contains("--conn-window"));
+        assert!(check_conn_window((1 << 30) + 1).is_err());
+        assert_eq!(check_conn_send_buffer(64 * 1024), Ok(64 * 1024));
+        assert_eq!(check_conn_send_buffer(4 << 20), Ok(4 << 20));
+        assert!(check_conn_send_buffer(10).unwrap_err().contains("--conn-send-buffer"));
+        assert!(check_conn_send_buffer((1 << 30) + 1).is_err());
+    }
 }
