@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use polycorn_loadgen::backlog::{check_path, check_size, BacklogRun, MAX_SIZE};
+use polycorn_loadgen::backlog::{check_path, BacklogRun, MAX_SIZE};
 use polycorn_loadgen::bulk::BulkRun;
 use polycorn_loadgen::clock::TripClock;
 use polycorn_loadgen::im::{default_conn_out, run_im, serve, ImConfig};
@@ -245,8 +245,7 @@ fn bulk(a: BulkArgs) -> Result<()> {
 }
 
 fn backlog(a: BacklogArgs) -> Result<()> {
-    check_path(&a.path)?;
-    check_size(a.size)?;
+    // --path and --size were checked by their value parsers.
     let rt = current_thread()?;
     let origin = rt.block_on(resolve(&a.origin))?;
     let sink = Sink::create(&a.out)?;
