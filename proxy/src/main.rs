@@ -104,7 +104,8 @@ struct Settings {
     allow: Option<Vec<IpNet>>,
     connect_timeout: Duration,
     conn_window: u64,
-    conn_send_buffer: usize,
+    /// None: the endpoint's default.
+    conn_send_buffer: Option<usize>,
     failure_table: Option<PathBuf>,
 }
 
@@ -153,10 +154,11 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             connect_timeout: Duration::from_secs_f64(timeout),
             conn_window: polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024))
                 .map_err(anyhow::Error::msg)?,
-            conn_send_buffer: polycorn_net::config::check_conn_send_buffer(
-                o.conn_send_buffer.unwrap_or(EndpointConfig::new(Role::Proxy).conn_send_buffer_bytes as u64),
-            )
-            .map_err(anyhow::Error::msg)?,
+            conn_send_buffer: o
+                .conn_send_buffer
+                .map(polycorn_net::config::check_conn_send_buffer)
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
             failure_table: o.failure_table,
         },
         o.log_json.unwrap_or(false),
@@ -201,7 +203,9 @@ impl Proxy {
         }
         let mut cfg = EndpointConfig::new(Role::Proxy);
         cfg.conn_window_bytes = self.s.conn_window;
-        cfg.conn_send_buffer_bytes = self.s.conn_send_buffer;
+        if let Some(b) = self.s.conn_send_buffer {
+            cfg.conn_send_buffer_bytes = b;
+        }
         let pipeline = build_pipeline(&self.s.scheduler, &self.s.pipelines).map_err(anyhow::Error::msg)?;
         let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
         if let Some(t) = self.table.lock().unwrap_or_else(|e| e.into_inner()).clone() {
