@@ -11,7 +11,7 @@
 set -euo pipefail
 
 # Order matters only for the summary.
-COMPONENTS=(base net origin lint rust python)
+COMPONENTS=(base net origin lint rust python infra)
 
 PENDING=()       # Debian packages found missing, installed in one batch.
 POST_CHECKS=()   # functions run once everything is installed.
@@ -148,6 +148,38 @@ check_rust() {
         done
     fi
     SUMMARY+=("rust: $(rustc --version | awk '{print $2}') (workspace needs >= ${want:-?}), rustfmt+clippy present")
+}
+
+# The fleet's real third-party services, run on loopback by scripts/infra.sh
+# for the tests, benchmarks and the demo: PostgreSQL 15 + PostGIS 3, Kafka
+# (KRaft; its jars come from Maven Central, pinned in services/kafka/pom.xml,
+# because Debian packages no Kafka) and Prometheus with promtool.
+KAFKA_VERSION=4.3.1
+
+component_infra() {
+    need_apt postgresql-15 postgresql-15-postgis-3 postgresql-client-15 prometheus openjdk-17-jre-headless maven
+    after_install check_kafka
+}
+
+# Where the Kafka jars live: a cache outside the repository, shared by every
+# clone on the machine (override with POLYCORN_CACHE).
+kafka_libs_dir() { echo "${POLYCORN_CACHE:-/var/cache/polycorn}/kafka-$KAFKA_VERSION/libs"; }
+
+check_kafka() {
+    local libs stamp
+    libs=$(kafka_libs_dir)
+    stamp="$libs/.complete-$(sha256sum "$REPO_ROOT/services/kafka/pom.xml" | cut -c1-16)"
+    if [[ ! -e $stamp ]]; then
+        log "fetching Kafka $KAFKA_VERSION jars from Maven Central into $libs"
+        rm -rf "$libs" && mkdir -p "$libs"
+        mvn -q -B -f "$REPO_ROOT/services/kafka/pom.xml" \
+            -Dmaven.repo.local="${POLYCORN_CACHE:-/var/cache/polycorn}/m2" \
+            dependency:copy-dependencies -DoutputDirectory="$libs" \
+            || die "could not fetch the Kafka jars with Maven (services/kafka/pom.xml)"
+        touch "$stamp"
+    fi
+    ls "$libs"/kafka_2.13-"$KAFKA_VERSION".jar >/dev/null 2>&1 || die "Kafka jars incomplete in $libs"
+    SUMMARY+=("kafka: $KAFKA_VERSION jars in $libs; postgis: $(dpkg-query -W -f='${Version}' postgresql-15-postgis-3); prometheus: $(dpkg-query -W -f='${Version}' prometheus)")
 }
 
 # ---------------------------------------------------------------- install

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# The fleet's third-party services on loopback, for tests, benchmarks and the
+# demo: PostgreSQL 15 + PostGIS (LinkDB), Kafka 4.3 (KRaft, one node) and
+# Prometheus. Installed by `make setup` (scripts/setup.sh, component infra).
+#
+#   scripts/infra.sh up [pg] [kafka] [prom]     start (default: all); idempotent
+#   scripts/infra.sh down [pg] [kafka] [prom]   stop (default: all); data kept
+#   scripts/infra.sh restart pg|kafka|prom      stop then start (fault-injection tests)
+#   scripts/infra.sh status
+#   scripts/infra.sh env                        print the exports below
+#   scripts/infra.sh wipe                       stop everything and delete all data
+#
+# State lives in $POLYCORN_INFRA_DIR (default /tmp/polycorn-infra). Ports:
+# POLYCORN_PG_PORT (55432), POLYCORN_KAFKA_PORT (59092; controller +1),
+# POLYCORN_PROM_PORT (59090). Exports for clients:
+#   POLYCORN_DATABASE_URL=postgresql://postgres@127.0.0.1:55432/linkdb
+#   POLYCORN_KAFKA_BOOTSTRAP=127.0.0.1:59092
+#   POLYCORN_PROMETHEUS_URL=http://127.0.0.1:59090
+#   POLYCORN_PROM_TARGETS_DIR=<state>/prom/targets
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE=${POLYCORN_INFRA_DIR:-/tmp/polycorn-infra}
+PG_PORT=${POLYCORN_PG_PORT:-55432}
+KAFKA_PORT=${POLYCORN_KAFKA_PORT:-59092}
+KAFKA_CTRL_PORT=$((KAFKA_PORT + 1))
+PROM_PORT=${POLYCORN_PROM_PORT:-59090}
+KAFKA_VERSION=$(sed -n 's/^KAFKA_VERSION=//p' "$ROOT/scripts/setup.sh")
+KAFKA_LIBS="${POLYCORN_CACHE:-/var/cache/polycorn}/kafka-$KAFKA_VERSION/libs"
+PGBIN=/usr/lib/postgresql/15/bin
+
+log() { printf 'infra: %s\n' "$*" >&2; }
+die() { printf 'infra: ERROR: %s\n' "$*" >&2; exit 1; }
+
+wait_for() { # wait_for SECONDS DESCRIPTION CMD...
+    local secs=$1 what=$2 i
+    shift 2
+    for ((i = 0; i < secs * 5; i++)); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    die "$what not ready after ${secs}s"
+}
+
+pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# ---------------------------------------------------------------- PostgreSQL
+
+pg_running() { su postgres -c "$PGBIN/pg_ctl -D $STATE/pg/data status" >/dev/null 2>&1; }
+
+pg_up() {
+    [[ -x $PGBIN/postgres ]] || die "PostgreSQL 15 missing: run make setup"
+    mkdir -p "$STATE/pg"
+    chown postgres:postgres "$STATE/pg"
+    chmod 755 "$STATE"
+    if [[ ! -f $STATE/pg/data/PG_VERSION ]]; then
+        log "initdb $STATE/pg/data"
+        su postgres -c "$PGBIN/initdb -D $STATE/pg/data -A trust -U postgres -E UTF8 --locale=C.UTF-8" >"$STATE/pg/initdb.log"
+        cat "$ROOT/services/postgis/postgresql.conf" >>"$STATE/pg/data/postgresql.conf"
+    fi
+    if ! pg_running; then
+        su postgres -c "$PGBIN/pg_ctl -D $STATE/pg/data -l $STATE/pg/pg.log -o '-p $PG_PORT -k $STATE/pg' -w -t 60 start" >/dev/null \
+            || { tail -20 "$STATE/pg/pg.log" >&2; die "PostgreSQL did not start"; }
+    fi
+    wait_for 30 PostgreSQL psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc 'select 1'
+    if [[ -z $(psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc "select 1 from pg_database where datname='linkdb'") ]]; then
+        psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -qc 'create database linkdb'
+    fi
+    psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d linkdb -qc 'create extension if not exists postgis' 2>/dev/null
+    log "PostgreSQL + PostGIS on 127.0.0.1:$PG_PORT (database linkdb)"
+}
+
+pg_down() {
+    if pg_running; then
+        su postgres -c "$PGBIN/pg_ctl -D $STATE/pg/data -m fast -w stop" >/dev/null
+        log "PostgreSQL stopped"
+    fi
+}
+
+# ---------------------------------------------------------------- Kafka
+
+kafka_java() {
+    java -Xms256m -Xmx1g -XX:+UseG1GC -Dlog4j2.configurationFile="$ROOT/services/kafka/log4j2.properties" \
+        -cp "$KAFKA_LIBS/*" "$@"
+}
+
+kafka_ready() { kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --list; }
+
+kafka_up() {
+    [[ -f $KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar ]] || die "Kafka jars missing in $KAFKA_LIBS: run make setup"
+    mkdir -p "$STATE/kafka"
+    local conf=$STATE/kafka/server.properties
+    sed -e "s|@PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$KAFKA_CTRL_PORT|g" -e "s|@DATA@|$STATE/kafka/data|g" \
+        "$ROOT/services/kafka/server.properties.in" >"$conf"
+    if [[ ! -f $STATE/kafka/data/meta.properties ]]; then
+        kafka_java kafka.tools.StorageTool format -t "$(kafka_java kafka.tools.StorageTool random-uuid)" -c "$conf" \
+            >"$STATE/kafka/format.log" 2>&1 || { cat "$STATE/kafka/format.log" >&2; die "Kafka storage format failed"; }
+    fi
+    if ! pid_alive "$STATE/kafka/pid"; then
+        : >"$STATE/kafka/kafka.log"
+        (setsid java -Xms256m -Xmx1g -XX:+UseG1GC -Dlog4j2.configurationFile="$ROOT/services/kafka/log4j2.properties" \
+            -cp "$KAFKA_LIBS/*" kafka.Kafka "$conf" >>"$STATE/kafka/kafka.log" 2>&1 &
+            echo $! >"$STATE/kafka/pid")
+        local i
+        for ((i = 0; i < 300; i++)); do
+            grep -q 'Kafka Server started' "$STATE/kafka/kafka.log" && break
+            pid_alive "$STATE/kafka/pid" || { tail -30 "$STATE/kafka/kafka.log" >&2; die "Kafka exited at start"; }
+            sleep 0.2
+        done
+        grep -q 'Kafka Server started' "$STATE/kafka/kafka.log" || die "Kafka not started after 60 s (see $STATE/kafka/kafka.log)"
+    fi
+    kafka_topics
+    log "Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT"
+}
+
+kafka_topics() {
+    local have name parts rest args c
+    have=$(kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --list 2>/dev/null)
+    while read -r name parts rest; do
+        [[ -z $name || $name == \#* ]] && continue
+        grep -qxF "$name" <<<"$have" && continue
+        args=()
+        for c in $rest; do args+=(--config "$c"); done
+        kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --create \
+            --if-not-exists --topic "$name" --partitions "$parts" --replication-factor 1 "${args[@]}" >/dev/null
+    done <"$ROOT/services/kafka/topics.txt"
+}
+
+kafka_down() {
+    if pid_alive "$STATE/kafka/pid"; then
+        local pid i
+        pid=$(cat "$STATE/kafka/pid")
+        kill -TERM "$pid"
+        for ((i = 0; i < 150; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$pid" 2>/dev/null || true
+        log "Kafka stopped"
+    fi
+    rm -f "$STATE/kafka/pid"
+}
+
+# ---------------------------------------------------------------- Prometheus
+
+prom_up() {
+    command -v prometheus >/dev/null || die "prometheus missing: run make setup"
+    mkdir -p "$STATE/prom/targets" "$STATE/prom/data"
+    sed "s|@STATE@|$STATE/prom|g" "$ROOT/services/prometheus/prometheus.yml.in" >"$STATE/prom/prometheus.yml"
+    if ! pid_alive "$STATE/prom/pid"; then
+        (setsid prometheus --config.file="$STATE/prom/prometheus.yml" --storage.tsdb.path="$STATE/prom/data" \
+            --web.listen-address="127.0.0.1:$PROM_PORT" --web.enable-lifecycle \
+            >"$STATE/prom/prom.log" 2>&1 &
+            echo $! >"$STATE/prom/pid")
+    fi
+    wait_for 30 Prometheus curl -fsS "http://127.0.0.1:$PROM_PORT/-/ready"
+    log "Prometheus on 127.0.0.1:$PROM_PORT (targets: $STATE/prom/targets/*.json)"
+}
+
+prom_down() {
+    if pid_alive "$STATE/prom/pid"; then
+        kill -TERM "$(cat "$STATE/prom/pid")"
+        log "Prometheus stopped"
+    fi
+    rm -f "$STATE/prom/pid"
+}
+
+# ---------------------------------------------------------------- main
+
+print_env() {
+    cat <<EOV
+export POLYCORN_DATABASE_URL=postgresql://postgres@127.0.0.1:$PG_PORT/linkdb
+export POLYCORN_KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
+export POLYCORN_PROMETHEUS_URL=http://127.0.0.1:$PROM_PORT
+export POLYCORN_PROM_TARGETS_DIR=$STATE/prom/targets
+EOV
+}
+
+services() { # the named services, or all
+    local s
+    (($#)) || set -- pg kafka prom
+    for s in "$@"; do
+        case $s in pg | kafka | prom) echo "$s" ;; *) die "unknown service '$s' (pg, kafka, prom)" ;; esac
+    done
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+    up | start) for s in $(services "$@"); do "${s}_up"; done ;;
+    down | stop) for s in $(services "$@"); do "${s}_down"; done ;;
+    restart) for s in $(services "$@"); do "${s}_down"; "${s}_up"; done ;;
+    status)
+        pg_running && echo "pg: running" || echo "pg: stopped"
+        pid_alive "$STATE/kafka/pid" && echo "kafka: running" || echo "kafka: stopped"
+        pid_alive "$STATE/prom/pid" && echo "prom: running" || echo "prom: stopped"
+        ;;
+    env) print_env ;;
+    wipe) for s in pg kafka prom; do "${s}_down"; done; rm -rf "$STATE" ;;
+    *) die "usage: $0 up|down|restart|status|env|wipe [pg] [kafka] [prom]" ;;
+esac
