@@ -66,15 +66,26 @@ bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=sho
 
 lint: lint-rust lint-sh lint-py ## all linters
 
-# Python: the uv projects, each with its lockfile (bench/ for now).
+# Python: the uv projects, each with its lockfile: bench/ (benchmark analysis)
+# and the cloud services' workspace at the root (schema/, ingest/,
+# linkdb-api/; uv.lock).
 UV := uv run --project bench --locked --quiet
+UVW := uv run --all-packages --locked --quiet
+PY_WS := schema ingest linkdb-api
 lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
 	$(UV) ruff check bench
 	$(UV) ruff format --check bench
 	$(UV) mypy --config-file bench/pyproject.toml
+	$(UVW) ruff check $(wildcard $(PY_WS))
+	$(UVW) ruff format --check $(wildcard $(PY_WS))
+	$(UVW) mypy $(wildcard $(PY_WS))
 
-test-py: setup ## pytest of the Python code (bench analysis)
+# The services' tests run against real PostgreSQL + PostGIS and Kafka, started
+# (or reused) by scripts/infra.sh on loopback.
+test-py: setup ## pytest of the Python code: bench analysis, and the services against real PostGIS and Kafka
 	$(UV) pytest -q bench/tests
+	bash scripts/infra.sh up pg kafka
+	eval "$$(bash scripts/infra.sh env)" && $(UVW) pytest -q $(wildcard $(addsuffix /tests,$(PY_WS)))
 
 lint-rust: setup ## cargo fmt --check and clippy -D warnings
 	$(CARGO) fmt --all --check

@@ -1,0 +1,288 @@
+"""LinkDB: the fleet's record of trains, trips, positions, cells and handovers.
+
+One place owns the schema: these SQLAlchemy 2 models and the Alembic
+migrations next to them (``polycorn-linkdb upgrade``). ingest writes it,
+linkdb-api reads it, the trainer reads it and writes models and
+failure-location tables. ``docs/linkdb.md`` has the diagram and the rules.
+
+Conventions:
+
+- Times are ``timestamptz``; positions are ``geography(Point, 4326)``
+  (WGS 84 lon/lat, distances in metres).
+- ``track_m`` is the position along the route's linear reference (kilometre
+  posts), when the train knows it; ``direction`` is the direction of travel
+  along it (``increasing``/``decreasing``), the key of a cell together with
+  carrier and cell ID (paper §3: a cell's failure location depends on the
+  direction of travel).
+- The high-volume time series (``gps_fixes``, ``signal_samples``,
+  ``path_stats``) are partitioned by time (monthly ranges; a DEFAULT
+  partition catches anything outside the created ones, so no row is ever
+  refused). ingest creates the month partitions it needs.
+- Idempotency lives in natural keys: a fix is (train, time), a handover is
+  (train, carrier, start time), a sample is (train, path, time). Replayed or
+  duplicated telemetry changes nothing (``ON CONFLICT DO NOTHING``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+from geoalchemy2 import Geography
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Double,
+    Enum,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Deterministic constraint names, so that migrations can refer to them.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Outcome(enum.StrEnum):
+    """How a handover ended."""
+
+    success = "success"
+    failure = "failure"
+
+
+class Direction(enum.StrEnum):
+    """Direction of travel along the track's linear reference."""
+
+    increasing = "increasing"
+    decreasing = "decreasing"
+
+
+class Source(enum.StrEnum):
+    """Where a row came from."""
+
+    telemetry = "telemetry"  # a train's relay-agent, through Kafka
+    drivetest = "drivetest"  # a third-party drive-test log (polycorn-ingest import-drivetest)
+
+
+OUTCOME = Enum(Outcome, name="handover_outcome", values_callable=lambda e: [m.value for m in e])
+DIRECTION = Enum(Direction, name="track_direction", values_callable=lambda e: [m.value for m in e])
+SOURCE = Enum(Source, name="row_source", values_callable=lambda e: [m.value for m in e])
+
+
+def point(nullable: bool = False) -> Geography:
+    """A WGS 84 point column type; a new instance per column (GeoAlchemy2 keeps
+    the nullability on the type). The GiST indexes are declared explicitly."""
+    return Geography(geometry_type="POINT", srid=4326, spatial_index=False, nullable=nullable)
+
+
+TS = DateTime(timezone=True)
+
+
+class Train(Base):
+    """A train (its relay-agent's certificate name), or a drive-test log."""
+
+    __tablename__ = "trains"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    source: Mapped[Source] = mapped_column(SOURCE, default=Source.telemetry)
+    first_seen: Mapped[dt.datetime] = mapped_column(TS)
+    last_seen: Mapped[dt.datetime] = mapped_column(TS)
+
+
+class Trip(Base):
+    """A run of a train's fixes with no gap longer than the trip gap (ingest)."""
+
+    __tablename__ = "trips"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    train_id: Mapped[str] = mapped_column(ForeignKey("trains.id", ondelete="CASCADE"))
+    started_at: Mapped[dt.datetime] = mapped_column(TS)
+    ended_at: Mapped[dt.datetime] = mapped_column(TS)
+    fixes: Mapped[int] = mapped_column(Integer, default=0)
+    # Direction of travel over most of the trip, when track_m is known.
+    direction: Mapped[Direction | None] = mapped_column(DIRECTION, nullable=True)
+    __table_args__ = (
+        UniqueConstraint("train_id", "started_at"),
+        Index("ix_trips_train_time", "train_id", "started_at", "ended_at"),
+    )
+
+
+class GpsFix(Base):
+    """A position fix. Partitioned by ``time`` (see the migration)."""
+
+    __tablename__ = "gps_fixes"
+    train_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    time: Mapped[dt.datetime] = mapped_column(TS, primary_key=True)
+    geog: Mapped[Any] = mapped_column(point())
+    speed_mps: Mapped[float | None] = mapped_column(Double)
+    heading_deg: Mapped[float | None] = mapped_column(Double)
+    accuracy_m: Mapped[float | None] = mapped_column(Double)
+    track_m: Mapped[float | None] = mapped_column(Double)
+    __table_args__ = (
+        Index("ix_gps_fixes_time", "time"),
+        Index("ix_gps_fixes_geog", "geog", postgresql_using="gist"),
+        {"postgresql_partition_by": "RANGE (time)"},
+    )
+
+
+class SignalSample(Base):
+    """One interface's serving cell and signal. Partitioned by ``time``."""
+
+    __tablename__ = "signal_samples"
+    train_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    path: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    time: Mapped[dt.datetime] = mapped_column(TS, primary_key=True)
+    carrier: Mapped[str] = mapped_column(String(64))
+    cell_id: Mapped[int] = mapped_column(BigInteger)
+    rsrp_dbm: Mapped[float | None] = mapped_column(Double)
+    registration: Mapped[str] = mapped_column(String(16))
+    measured_at: Mapped[dt.datetime | None] = mapped_column(TS)
+    __table_args__ = (
+        Index("ix_signal_samples_time", "time"),
+        {"postgresql_partition_by": "RANGE (time)"},
+    )
+
+
+class PathStat(Base):
+    """One data-plane path's counters and estimates. Partitioned by ``time``."""
+
+    __tablename__ = "path_stats"
+    train_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    path: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    time: Mapped[dt.datetime] = mapped_column(TS, primary_key=True)
+    carrier: Mapped[str] = mapped_column(String(64))
+    up: Mapped[bool] = mapped_column()
+    srtt_us: Mapped[int] = mapped_column(BigInteger)
+    rate_bps: Mapped[int] = mapped_column(BigInteger)
+    bytes_sent: Mapped[int] = mapped_column(BigInteger)
+    bytes_acked: Mapped[int] = mapped_column(BigInteger)
+    reinjected_bytes: Mapped[int] = mapped_column(BigInteger)
+    redundant_bytes: Mapped[int] = mapped_column(BigInteger)
+    rto_count: Mapped[int] = mapped_column(Integer)
+    __table_args__ = (
+        Index("ix_path_stats_time", "time"),
+        {"postgresql_partition_by": "RANGE (time)"},
+    )
+
+
+class Cell(Base):
+    """A cell as the trainer sees it: ⟨carrier, cell ID, direction⟩.
+
+    Derived by ingest from the handovers out of the cell (its source cell):
+    counts, and the earliest handover position along the direction of travel
+    (the smallest ``track_m`` when increasing, the largest when decreasing;
+    its point too).
+    """
+
+    __tablename__ = "cells"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    carrier: Mapped[str] = mapped_column(String(64))
+    cell_id: Mapped[int] = mapped_column(BigInteger)
+    direction: Mapped[Direction] = mapped_column(DIRECTION)
+    handovers: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    earliest_ho_track_m: Mapped[float | None] = mapped_column(Double)
+    earliest_ho_geog: Mapped[Any | None] = mapped_column(point(nullable=True), nullable=True)
+    first_seen: Mapped[dt.datetime] = mapped_column(TS)
+    last_seen: Mapped[dt.datetime] = mapped_column(TS)
+    __table_args__ = (
+        UniqueConstraint("carrier", "cell_id", "direction"),
+        Index("ix_cells_earliest_geog", "earliest_ho_geog", postgresql_using="gist"),
+    )
+
+
+class Handover(Base):
+    """A handover out of ``source_cell_id`` and how it ended."""
+
+    __tablename__ = "handovers"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    train_id: Mapped[str] = mapped_column(ForeignKey("trains.id", ondelete="CASCADE"))
+    trip_id: Mapped[int | None] = mapped_column(ForeignKey("trips.id", ondelete="SET NULL"))
+    cell: Mapped[int | None] = mapped_column(ForeignKey("cells.id", ondelete="SET NULL"))
+    source: Mapped[Source] = mapped_column(SOURCE, default=Source.telemetry)
+    carrier: Mapped[str] = mapped_column(String(64))
+    path: Mapped[int | None] = mapped_column(SmallInteger)
+    source_cell_id: Mapped[int] = mapped_column(BigInteger)
+    target_cell_id: Mapped[int] = mapped_column(BigInteger)
+    start_time: Mapped[dt.datetime] = mapped_column(TS)
+    geog: Mapped[Any] = mapped_column(point())
+    track_m: Mapped[float | None] = mapped_column(Double)
+    direction: Mapped[Direction | None] = mapped_column(DIRECTION)
+    rsrp_dbm: Mapped[float | None] = mapped_column(Double)
+    outcome: Mapped[Outcome] = mapped_column(OUTCOME)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    __table_args__ = (
+        UniqueConstraint("train_id", "carrier", "start_time"),
+        Index("ix_handovers_geog", "geog", postgresql_using="gist"),
+        Index("ix_handovers_start_time", "start_time"),
+        Index("ix_handovers_cell_key", "carrier", "source_cell_id", "direction"),
+        Index("ix_handovers_cell", "cell"),
+        Index("ix_handovers_trip", "trip_id"),
+    )
+
+
+class Model(Base):
+    """A trainer run: its parameters and validation results (issue 6)."""
+
+    __tablename__ = "models"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(TS, server_default=func.now())
+    trainer_version: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    cells_fitted: Mapped[int] = mapped_column(Integer, default=0)
+    handovers_used: Mapped[int] = mapped_column(Integer, default=0)
+    validation: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+
+
+class CellModel(Base):
+    """One cell's fitted model within a trainer run."""
+
+    __tablename__ = "cell_models"
+    model_id: Mapped[int] = mapped_column(
+        ForeignKey("models.id", ondelete="CASCADE"), primary_key=True
+    )
+    cell: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))  # e.g. "linear_svc", "fallback"
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    predicted_failure_track_m: Mapped[float | None] = mapped_column(Double)
+    failure_rate: Mapped[float | None] = mapped_column(Double)
+
+
+class FailureTable(Base):
+    """A published failure-location table (the proxies' file format in ``body``).
+
+    ``version`` grows by one per publication; ``etag`` is a hash of ``body``
+    that the API serves for conditional polling. The current table is the
+    highest version.
+    """
+
+    __tablename__ = "failure_tables"
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    created_at: Mapped[dt.datetime] = mapped_column(TS, server_default=func.now())
+    model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id", ondelete="SET NULL"))
+    etag: Mapped[str] = mapped_column(String(80))
+    entries: Mapped[int] = mapped_column(Integer)
+    body: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    note: Mapped[str] = mapped_column(Text, default="")
+
+
+# The partitioned tables, for migrations and ingest's partition upkeep.
+PARTITIONED = ("gps_fixes", "signal_samples", "path_stats")
