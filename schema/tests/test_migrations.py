@@ -24,8 +24,10 @@ def test_the_migrations_build_exactly_the_models() -> None:
             ctx = MigrationContext.configure(
                 conn,
                 opts={
-                    "include_object": lambda o, n, t, r, c: not (
-                        t == "table" and (n == "spatial_ref_sys" or str(n).endswith("_default"))
+                    "include_object": lambda o, n, t, r, c: (
+                        not (
+                            t == "table" and (n == "spatial_ref_sys" or str(n).endswith("_default"))
+                        )
                     )
                 },
             )
