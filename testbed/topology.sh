@@ -5,7 +5,8 @@
 #
 #   testbed/topology.sh up --trip DIR [--scheme NAME] [--epoch-unix-ms MS]
 #                          [--buffer-bytes N] [--seed N] [--failure-table FILE]
-#                          [--no-pair]
+#                          [--no-pair] [--relay-arg ARG]... [--proxy-arg ARG]...
+#                          [--forward-port PORT]...
 #   testbed/topology.sh down
 #   testbed/topology.sh status
 #
@@ -34,6 +35,12 @@
 # scheme; --failure-table gives relay and proxy a failure-location table
 # (only HRSCH's hof-reject uses it).
 #
+# --relay-arg/--proxy-arg pass one more flag to the relay or the proxy (e.g.
+# `--proxy-arg --kafka-brokers=127.0.0.1:59092`). --forward-port PORT makes
+# 127.0.0.1:PORT inside the cloud namespace reach 127.0.0.1:PORT of the root
+# namespace (testbed/netns/portfwd.py), so the proxy can use the Kafka broker
+# that scripts/infra.sh runs there.
+#
 # Teardown: every process started here writes a pid file under
 # $PC_STATE/run, and the emulator runs in its own process group, so `down`
 # works after a crash of whatever called `up` (or of `up` itself): it stops
@@ -52,6 +59,7 @@ cmd=${1:-}
 shift
 
 trip="" scheme=minrtt epoch="" buffer=3000000 seed=1 pair=1 table=""
+relay_extra=() proxy_extra=() forward_ports=()
 while (($#)); do
     case $1 in
         --trip) trip=${2:?}; shift 2 ;;
@@ -61,6 +69,11 @@ while (($#)); do
         --seed) seed=${2:?}; shift 2 ;;
         --failure-table) table=${2:?}; shift 2 ;;
         --no-pair) pair=0; shift ;;
+        --relay-arg) relay_extra+=("${2:?}"); shift 2 ;;
+        --proxy-arg) proxy_extra+=("${2:?}"); shift 2 ;;
+        --forward-port)
+            [[ ${2:?} =~ ^[0-9]+$ ]] || die "--forward-port must be a port number, got '$2'"
+            forward_ports+=("$2"); shift 2 ;;
         -h | --help) usage; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -123,8 +136,32 @@ stop_emu() {
     rm -f "$run/emu.pid"
 }
 
+start_portfwd() {
+    ((${#forward_ports[@]})) || return 0
+    mkdir -p "$run" "$logs"
+    : >"$logs/portfwd.log"
+    setsid python3 "$here/netns/portfwd.py" "$NS_CLOUD" "${forward_ports[@]}" </dev/null >>"$logs/portfwd.log" 2>&1 &
+    echo $! >"$run/portfwd.pid"
+    local i
+    for ((i = 0; i < 50; i++)); do
+        grep -q ready "$logs/portfwd.log" && return 0
+        sleep 0.1
+    done
+    echo "topology.sh: the port forwarder did not come up:" >&2
+    cat "$logs/portfwd.log" >&2
+    return 1
+}
+
+stop_portfwd() {
+    if [[ -s $run/portfwd.pid ]]; then
+        kill -TERM "$(<"$run/portfwd.pid")" 2>/dev/null || true
+        rm -f "$run/portfwd.pid"
+    fi
+}
+
 topology_down() {
     stop_emu
+    stop_portfwd
     "$here/origin/stop.sh" 2>/dev/null || true
     "$here/netns/down.sh"
 }
@@ -171,18 +208,18 @@ start_im_server() {
 
 start_scheme_pair() {
     pair_pki
-    local both=(--config "$here/pipelines.toml") relay=()
+    local both=(--config "$here/pipelines.toml") relay=("${relay_extra[@]}") proxy=("${proxy_extra[@]}")
     [[ -n $table ]] && both+=(--failure-table "$table")
     [[ -f $trip/events.jsonl ]] && relay+=(--replay-events "$trip/events.jsonl" --replay-epoch-unix-ms "$epoch")
     case $scheme in
         kernel-mptcp)
             # The kernel schedules; the endpoint sees one path.
-            start_proxy "${both[@]}" --scheduler minrtt --transport kernel-mptcp
+            start_proxy "${both[@]}" "${proxy[@]}" --scheduler minrtt --transport kernel-mptcp
             start_main_relay "${both[@]}" "${relay[@]}" --scheduler minrtt --transport kernel-mptcp
             wait_paths_up 1
             ;;
         *)
-            start_proxy "${both[@]}" --scheduler "$scheme" --transport tls
+            start_proxy "${both[@]}" "${proxy[@]}" --scheduler "$scheme" --transport tls
             start_main_relay "${both[@]}" "${relay[@]}" --scheduler "$scheme" --transport tls
             # A carrier in a blackout at start-up joins later: one is enough.
             wait_paths_up 1
@@ -208,6 +245,7 @@ case $cmd in
         "$here/origin/start.sh" >/dev/null
         start_im_server
         start_emu
+        start_portfwd
         mptcp_endpoints
         if ((pair)); then
             if ! start_scheme_pair; then

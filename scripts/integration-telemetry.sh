@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# End-to-end test of the fleet telemetry path on a testbed trip, with real
+# Kafka and real PostgreSQL + PostGIS (scripts/infra.sh):
+#
+#   relay-agent (replay source, durable spool) -> emulated carriers -> proxy
+#   -> Kafka (idempotent producer, ack after Kafka) -> polycorn-ingest -> LinkDB
+#
+# While the trip runs, every fault the issue names happens once, in turn:
+# Kafka restarted, PostgreSQL restarted, the relay restarted, and every path
+# blacked out for 60 s. Afterwards every handover event and every GPS fix of
+# the trip must be in LinkDB exactly once, nothing may be in the dead-letter
+# topic, and ingest must have survived. Also runs the Kafka-dependent Rust
+# tests (`cargo test -- --ignored`). Ends with "N passed, N failed".
+#
+# TRIP_S (default 300) sets the trip length; the fault times scale with it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+BIN=${BIN:-$root/target/release}
+export BIN
+for b in polycorn-emu polycorn-relay polycorn-proxy polycorn-pki polycorn-loadgen polycorn-tracegen; do
+    [[ -x $BIN/$b ]] || cargo build --release --locked --workspace
+done
+uv sync --all-packages --locked --quiet
+
+pass=0 fail=0
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+ko() { echo "FAIL $1"; fail=$((fail + 1)); }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else ko "$name"; fi; }
+log() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
+
+bash scripts/infra.sh up pg kafka
+eval "$(bash scripts/infra.sh env)"
+KAFKA_PORT=${POLYCORN_KAFKA_BOOTSTRAP##*:}
+PY() { uv run --all-packages --locked --quiet "$@"; }
+
+TRIP_S=${TRIP_S:-300}
+RUN=e2e$(date +%s)$$
+TOPIC=polycorn.telemetry.v1.$RUN
+DLQ=polycorn.telemetry.dlq.$RUN
+DB=linkdb_$RUN
+DB_URL=${POLYCORN_DATABASE_URL%/*}/$DB
+P=pcite
+export TRAIN_ID=train-e2e
+WORK=$(mktemp -d /tmp/polycorn-ite.XXXXXX)
+INGEST_PID=""
+BLACKOUT=0
+
+cleanup() {
+    ((BLACKOUT)) && blackout off 2>/dev/null
+    [[ -n $INGEST_PID ]] && kill -TERM "$INGEST_PID" 2>/dev/null
+    PC_PREFIX=$P testbed/topology.sh down >/dev/null 2>&1 || true
+    bash scripts/infra.sh up pg kafka >/dev/null 2>&1 || true
+    psql "${POLYCORN_DATABASE_URL%/*}/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
+    kafka_topics --delete --topic "$TOPIC" >/dev/null 2>&1 || true
+    kafka_topics --delete --topic "$DLQ" >/dev/null 2>&1 || true
+    [[ ${KEEP_WORK:-0} == 1 ]] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+KAFKA_LIBS="${POLYCORN_CACHE:-/var/cache/polycorn}/kafka-$(sed -n 's/^KAFKA_VERSION=//p' scripts/setup.sh)/libs"
+kafka_topics() {
+    java -Dlog4j2.configurationFile="$root/services/kafka/log4j2.properties" -cp "$KAFKA_LIBS/*" \
+        org.apache.kafka.tools.TopicCommand --bootstrap-server "$POLYCORN_KAFKA_BOOTSTRAP" "$@" 2>/dev/null
+}
+
+# ------------------------------------------------------------------ Rust tests that need Kafka
+
+rust_kafka_tests() {
+    cargo test --workspace --locked --release -- --ignored 2>&1 | tee "$WORK/cargo-ignored.log" | tail -5
+    ! grep -q "FAILED\|panicked" "$WORK/cargo-ignored.log"
+}
+check "the Rust tests that need a real Kafka broker (cargo test -- --ignored)" rust_kafka_tests
+
+# ------------------------------------------------------------------ the trip
+
+log "generating a ${TRIP_S} s trip"
+"$BIN/polycorn-tracegen" generate --route-seed 2 --trip-seed 5 --duration-s "$TRIP_S" --carriers 2 \
+    --out "$WORK/trip" >/dev/null
+kafka_topics --create --topic "$TOPIC" --partitions 4 --replication-factor 1 >/dev/null
+kafka_topics --create --topic "$DLQ" --partitions 1 --replication-factor 1 >/dev/null
+psql "${POLYCORN_DATABASE_URL%/*}/postgres" -qc "CREATE DATABASE $DB"
+psql "$DB_URL" -qc "CREATE EXTENSION postgis"
+PY polycorn-linkdb --url "$DB_URL" upgrade
+
+PY polycorn-ingest run --bootstrap "$POLYCORN_KAFKA_BOOTSTRAP" --database-url "$DB_URL" \
+    --topic "$TOPIC" --dlq-topic "$DLQ" --group "ingest-$RUN" --metrics-addr 127.0.0.1:9481 \
+    >"$WORK/ingest.log" 2>&1 &
+INGEST_PID=$!
+
+EPOCH=$(($(date +%s%3N) + 3000))
+log "topology up (epoch $EPOCH)"
+PC_PREFIX=$P testbed/topology.sh up --trip "$WORK/trip" --scheme hrsch --epoch-unix-ms "$EPOCH" \
+    --forward-port "$KAFKA_PORT" \
+    --relay-arg "--telemetry-spool=$WORK/spool" --relay-arg --replay-resume \
+    --proxy-arg "--kafka-brokers=$POLYCORN_KAFKA_BOOTSTRAP" --proxy-arg "--kafka-topic=$TOPIC" \
+    --proxy-arg "--kafka-dlq-topic=$DLQ" >"$WORK/topology.log"
+STATE=/tmp/polycorn-state-$P
+
+trip_t() { echo $((($(date +%s%3N) - EPOCH) / 1000)); }
+until_t() { while (($(trip_t) < $1)); do sleep 0.5; done; }
+
+# Every path of the train dark: drop everything on the carrier interfaces.
+blackout() {
+    local op=-I
+    [[ $1 == off ]] && op=-D
+    ip netns exec "$P-train" iptables "$op" OUTPUT -o car+ -j DROP
+    ip netns exec "$P-train" iptables "$op" INPUT -i car+ -j DROP
+}
+
+restart_relay() {
+    local pid
+    pid=$(cat "$STATE/run/relay.pid")
+    mapfile -d '' -t cmd <"/proc/$pid/cmdline"
+    kill -TERM "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    sleep 1
+    ip netns exec "$P-train" "${cmd[@]}" >>"$STATE/logs/relay.log" 2>&1 &
+    echo $! >"$STATE/run/relay.pid"
+}
+
+s=$((TRIP_S / 10))
+until_t $((s * 1)); log "fault: Kafka restart";      bash scripts/infra.sh restart kafka
+until_t $((s * 3)); log "fault: PostgreSQL restart"; bash scripts/infra.sh restart pg
+until_t $((s * 4)); log "fault: relay restart";      restart_relay
+until_t $((s * 5)); log "fault: every path dark for 60 s"; blackout on; BLACKOUT=1
+until_t $((s * 5 + 60)); blackout off; BLACKOUT=0; log "paths back"
+until_t "$TRIP_S"
+log "trip over; waiting for the spool to drain and ingest to catch up"
+
+relay_metric() { # NAME: sum of the relay's metric
+    ip netns exec "$P-train" curl -fsS --max-time 2 http://127.0.0.1:9465/metrics 2>/dev/null |
+        awk -v m="$1" '$1 ~ "^"m"([{]|$)" {s += $2} END {print s + 0}'
+}
+
+drained() {
+    local i
+    for ((i = 0; i < 240; i++)); do
+        [[ $(relay_metric polycorn_relay_telemetry_spool_records) == 0 ]] && return 0
+        sleep 0.5
+    done
+    echo "spool still holds $(relay_metric polycorn_relay_telemetry_spool_records) records"
+    return 1
+}
+check "the relay's spool drains after the faults (every record confirmed by the proxy after Kafka)" drained
+
+# ingest has caught up when the row counts stop changing and its lag is 0.
+caught_up() {
+    local i last="" now
+    for ((i = 0; i < 120; i++)); do
+        now=$(psql "$DB_URL" -Atc "select (select count(*) from handovers), (select count(*) from gps_fixes)")
+        [[ $now == "$last" ]] && return 0
+        last=$now
+        sleep 2
+    done
+    return 1
+}
+check "ingest catches up" caught_up
+
+exactly_once() {
+    PY python3 - "$WORK/trip/events.jsonl" "$EPOCH" "$DB_URL" "$TRAIN_ID" <<'PYEOF'
+import json, sys
+import psycopg
+events, epoch, url, train = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+want_ho, want_fix = [], []
+for line in open(events):
+    e = json.loads(line)
+    if e["event"] == "handover_end" and e["carrier"] < 2:
+        want_ho.append((f"carrier-{e['carrier']}", epoch + e["t_ms"] - e["duration_ms"]))
+    elif e["event"] == "gps":
+        want_fix.append(epoch + e["t_ms"])
+with psycopg.connect(url) as c:
+    got_ho = c.execute(
+        "select carrier, (extract(epoch from start_time) * 1000)::bigint from handovers where train_id = %s",
+        (train,)).fetchall()
+    got_fix = [r[0] for r in c.execute(
+        "select (extract(epoch from time) * 1000)::bigint from gps_fixes where train_id = %s", (train,))]
+ok = True
+for what, want, got in (("handovers", want_ho, [tuple(r) for r in got_ho]), ("gps fixes", want_fix, got_fix)):
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    dups = len(got) - len(set(got))
+    print(f"{what}: trip {len(want)}, LinkDB {len(got)}, missing {len(missing)}, extra {len(extra)}, duplicates {dups}")
+    if missing[:5]: print("  missing e.g.", missing[:5])
+    if extra[:5]: print("  extra e.g.", extra[:5])
+    ok &= not missing and not extra and dups == 0 and len(want) > 0
+sys.exit(0 if ok else 1)
+PYEOF
+}
+check "every handover event and GPS fix of the trip is in LinkDB exactly once" exactly_once
+
+no_dead_letters() {
+    local n
+    n=$(PY python3 -c "
+from confluent_kafka import Consumer, TopicPartition
+c = Consumer({'bootstrap.servers': '$POLYCORN_KAFKA_BOOTSTRAP', 'group.id': 'dlqcheck-$RUN'})
+lo, hi = c.get_watermark_offsets(TopicPartition('$DLQ', 0), timeout=10)
+print(hi - lo)")
+    [[ $n == 0 ]] || { echo "$n dead letters"; return 1; }
+}
+check "no telemetry record went to the dead-letter topic" no_dead_letters
+
+faults_bit() {
+    # The faults were real: the relay resent records, ingest saw database
+    # errors, and the proxy saw Kafka errors or held records unacknowledged.
+    local resent
+    resent=$(relay_metric polycorn_relay_telemetry_resent_total)
+    ((resent > 0)) || { echo "relay resent nothing"; return 1; }
+    kill -0 "$INGEST_PID" || { echo "ingest died"; tail -20 "$WORK/ingest.log"; return 1; }
+    grep -qi "error\|retry\|unavailable" "$WORK/ingest.log" || { echo "ingest never noticed the PostgreSQL restart"; return 1; }
+}
+check "the faults really happened (relay resends, ingest noticed the database restart and survived)" faults_bit
+
+echo
+echo "integration-telemetry: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
