@@ -447,10 +447,10 @@ class LinkDbSink:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.rollback()
         except (pgerr.DataError, pgerr.IntegrityError) as e:
-            if isinstance(e, pgerr.TransactionRollbackError):
+            if isinstance(e, pgerr.TransactionRollback):
                 raise TransientDbError(str(e)) from e
             raise DataRejected(f"{type(e).__name__}: {e}".strip()) from e
-        except (psycopg.OperationalError, psycopg.InterfaceError, pgerr.TransactionRollbackError,
+        except (psycopg.OperationalError, psycopg.InterfaceError, pgerr.TransactionRollback,
                 sa.exc.OperationalError, sa.exc.InterfaceError) as e:
             self.close()
             raise TransientDbError(f"{type(e).__name__}: {e}".strip()) from e
