@@ -73,7 +73,7 @@ STAGING = {
     "stg_ho": "train_id text, carrier text, path int2, src bigint, tgt bigint, start_ms bigint, "
     "lat float8, lon float8, track_m float8, rsrp float8, outcome text, duration int4",
     "tmp_ho_change": "id bigint, carrier text, src bigint, old_dir track_direction, "
-    "new_dir track_direction",
+    "new_dir track_direction, trip bigint",
 }
 
 
@@ -177,34 +177,12 @@ FROM (
 ) AS d
 WHERE t.id = d.id AND t.direction IS DISTINCT FROM d.dir"""
 
-# Handovers to re-derive: the new ones plus those in the given regions.
+# Handovers in the given regions (besides the new ones, which the caller adds).
 CANDIDATES = f"""
-  SELECT id FROM handovers WHERE id = ANY(%(new_ids)s::bigint[])
-  UNION
-  SELECT h.id FROM unnest(%(rt)s::text[], %(rlo)s::bigint[], %(rhi)s::bigint[]) AS r(train_id, lo, hi)
-  JOIN handovers h ON h.train_id = r.train_id
-   AND h.start_time BETWEEN {ts("r.lo")} AND {ts("r.hi")}"""
-
-# The contained trip, else the nearest within one gap (earlier on a tie).
-ASSIGN_TRIPS = f"""
-UPDATE handovers AS h SET trip_id = x.trip
-FROM (
-  SELECT h.id, (
-    SELECT n.id FROM (
-      (SELECT id, started_at, ended_at FROM trips
-       WHERE train_id = h.train_id AND started_at <= h.start_time
-       ORDER BY started_at DESC LIMIT 1)
-      UNION ALL
-      (SELECT id, started_at, ended_at FROM trips
-       WHERE train_id = h.train_id AND started_at > h.start_time
-       ORDER BY started_at LIMIT 1)) AS n
-    WHERE n.started_at - %(gap)s * interval '1 millisecond' <= h.start_time
-      AND h.start_time <= n.ended_at + %(gap)s * interval '1 millisecond'
-    ORDER BY GREATEST(n.started_at - h.start_time, h.start_time - n.ended_at), n.started_at
-    LIMIT 1) AS trip
-  FROM handovers h WHERE h.id IN ({CANDIDATES})
-) AS x
-WHERE h.id = x.id AND h.trip_id IS DISTINCT FROM x.trip"""
+SELECT coalesce(array_agg(DISTINCT h.id), '{{}}')
+FROM unnest(%(rt)s::text[], %(rlo)s::bigint[], %(rhi)s::bigint[]) AS r(train_id, lo, hi)
+JOIN handovers h ON h.train_id = r.train_id
+ AND h.start_time BETWEEN {ts("r.lo")} AND {ts("r.hi")}"""
 
 # Regions of handovers whose direction bracket a train's new fixes may have
 # changed: from the old fix before the new ones to the old fix after them
@@ -229,9 +207,13 @@ FROM unnest(%(ids)s::text[], %(lo)s::bigint[], %(hi)s::bigint[], %(tlo)s::bigint
             %(thi)s::bigint[]) AS a(train_id, lo, hi, tlo, thi)"""
 
 W = "%(w)s * interval '1 millisecond'"
-DERIVE_DIRECTIONS = f"""
+# One pass over the candidate handovers: their trip (the contained trip, else
+# the nearest within one gap, earlier on a tie) and direction (module doc).
+# Rows whose trip or direction changes go to tmp_ho_change; the caller then
+# updates cells and writes each changed handover once.
+DERIVE = f"""
 WITH c AS (
-  SELECT h.id, h.carrier, h.source_cell_id, h.direction AS old_dir,
+  SELECT h.id, h.carrier, h.source_cell_id, h.direction AS old_dir, h.trip_id AS old_trip,
     CASE
       WHEN a.track_m - b.track_m >= 1 THEN 'increasing'
       WHEN a.track_m - b.track_m <= -1 THEN 'decreasing'
@@ -241,7 +223,19 @@ WITH c AS (
       WHEN nf.speed_mps >= 1 AND nf.heading_deg IS NOT NULL THEN
         CASE WHEN mod(mod(nf.heading_deg::numeric, 360) + 360, 360) < 180 THEN 'increasing'
              ELSE 'decreasing' END
-    END::track_direction AS dir
+    END::track_direction AS dir,
+    (SELECT n.id FROM (
+      (SELECT id, started_at, ended_at FROM trips
+       WHERE train_id = h.train_id AND started_at <= h.start_time
+       ORDER BY started_at DESC LIMIT 1)
+      UNION ALL
+      (SELECT id, started_at, ended_at FROM trips
+       WHERE train_id = h.train_id AND started_at > h.start_time
+       ORDER BY started_at LIMIT 1)) AS n
+     WHERE n.started_at - %(gap)s * interval '1 millisecond' <= h.start_time
+       AND h.start_time <= n.ended_at + %(gap)s * interval '1 millisecond'
+     ORDER BY GREATEST(n.started_at - h.start_time, h.start_time - n.ended_at), n.started_at
+     LIMIT 1) AS trip
   FROM handovers h
   LEFT JOIN LATERAL (SELECT track_m FROM gps_fixes f WHERE f.train_id = h.train_id
     AND f.time <= h.start_time AND f.time >= h.start_time - {W} AND f.track_m IS NOT NULL
@@ -259,21 +253,30 @@ WITH c AS (
                                            (ag.time, ag.speed_mps, ag.heading_deg))
     AS v(time, speed_mps, heading_deg) WHERE v.time IS NOT NULL
     ORDER BY abs(extract(epoch from v.time - h.start_time)), v.time LIMIT 1) nf ON true
-  WHERE h.id IN ({CANDIDATES})
-), u AS (
-  UPDATE handovers AS h SET direction = c.dir FROM c
-  WHERE h.id = c.id AND h.direction IS DISTINCT FROM c.dir
-  RETURNING h.id, c.carrier, c.source_cell_id, c.old_dir, c.dir)
-INSERT INTO tmp_ho_change SELECT * FROM u"""
+  WHERE h.id = ANY(%(ids)s::bigint[])
+)
+INSERT INTO tmp_ho_change
+SELECT id, carrier, source_cell_id, old_dir, dir, trip FROM c
+WHERE dir IS DISTINCT FROM old_dir OR trip IS DISTINCT FROM old_trip
+RETURNING id, trip, new_dir::text, old_dir IS DISTINCT FROM new_dir"""
+
+# Write each changed handover once: trip, direction and (existing) cell.
+APPLY = """
+UPDATE handovers AS h SET trip_id = u.trip, direction = u.dir::track_direction,
+  cell = (SELECT c.id FROM cells c WHERE c.carrier = h.carrier
+          AND c.cell_id = h.source_cell_id AND c.direction = u.dir::track_direction)
+FROM unnest(%(id)s::bigint[], %(trip)s::bigint[], %(dir)s::text[]) AS u(id, trip, dir)
+WHERE h.id = u.id"""
 
 CHANGED_KEYS = """
 SELECT DISTINCT carrier, src, d::text FROM tmp_ho_change,
-  LATERAL (VALUES (old_dir), (new_dir)) AS v(d) WHERE d IS NOT NULL"""
+  LATERAL (VALUES (old_dir), (new_dir)) AS v(d)
+WHERE d IS NOT NULL AND old_dir IS DISTINCT FROM new_dir"""
 
 # Cells that lost a handover: recompute from the handovers.
 RECOMPUTE_CELLS = """
 WITH k AS (SELECT DISTINCT carrier, src AS cell_id, old_dir AS dir FROM tmp_ho_change
-           WHERE old_dir IS NOT NULL),
+           WHERE old_dir IS NOT NULL AND old_dir IS DISTINCT FROM new_dir),
 z AS (
   UPDATE cells c SET handovers = 0, failures = 0, earliest_ho_track_m = NULL,
                      earliest_ho_geog = NULL
@@ -304,12 +307,12 @@ SET handovers = EXCLUDED.handovers, failures = EXCLUDED.failures,
 # replace the earliest position when a new one is strictly earlier.
 ADD_TO_CELLS = """
 WITH full_keys AS (SELECT DISTINCT carrier, src, old_dir AS dir FROM tmp_ho_change
-                   WHERE old_dir IS NOT NULL),
+                   WHERE old_dir IS NOT NULL AND old_dir IS DISTINCT FROM new_dir),
 added AS (
   SELECT h.carrier, h.source_cell_id AS cell_id, h.direction AS dir, h.outcome, h.start_time,
          h.track_m, h.geog, h.id
   FROM tmp_ho_change x JOIN handovers h ON h.id = x.id
-  WHERE x.new_dir IS NOT NULL AND NOT EXISTS (SELECT 1 FROM full_keys f WHERE
+  WHERE x.new_dir IS NOT NULL AND x.old_dir IS DISTINCT FROM x.new_dir AND NOT EXISTS (SELECT 1 FROM full_keys f WHERE
     f.carrier = x.carrier AND f.src = x.src AND f.dir = x.new_dir)),
 g AS (SELECT carrier, cell_id, dir, count(*) AS n, count(*) FILTER (WHERE outcome = 'failure') AS f,
              min(start_time) AS first, max(start_time) AS last
@@ -338,11 +341,11 @@ SET handovers = c.handovers + EXCLUDED.handovers,
     first_seen = LEAST(c.first_seen, EXCLUDED.first_seen),
     last_seen = GREATEST(c.last_seen, EXCLUDED.last_seen)"""
 
+# Handovers of cells created after APPLY ran (a cell's first handover).
 LINK_CELLS = """
-UPDATE handovers AS h SET cell = c.id
-FROM tmp_ho_change x LEFT JOIN cells c
-  ON c.carrier = x.carrier AND c.cell_id = x.src AND c.direction = x.new_dir
-WHERE h.id = x.id AND h.cell IS DISTINCT FROM c.id"""
+UPDATE handovers AS h SET cell = c.id FROM cells c
+WHERE h.id = ANY(%(ids)s::bigint[]) AND h.cell IS NULL AND c.carrier = h.carrier
+  AND c.cell_id = h.source_cell_id AND c.direction = h.direction"""
 
 
 class TransientDbError(Exception):
@@ -499,15 +502,19 @@ class LinkDbSink:
                 return res  # a replay: nothing to derive
             trip_regions = self._trips(cur, new_fixes, res)
             dir_regions = self._direction_regions(cur, new_fixes)
-            gap = self.gap_ms
-            cur.execute(ASSIGN_TRIPS, {**_regions(trip_regions), "new_ids": new_ho, "gap": gap})
-            cur.execute(
-                DERIVE_DIRECTIONS,
-                {**_regions(dir_regions), "new_ids": new_ho, "w": DIRECTION_WINDOW_MS},
-            )
-            res.handovers_rederived = cur.rowcount
-            if res.handovers_rederived > 0:
-                res.cells_changed = self._cells(cur)
+            cur.execute(CANDIDATES, _regions(trip_regions + dir_regions))
+            ids = _union(new_ho, cur)
+            if ids:
+                cur.execute(DERIVE, {"ids": ids, "gap": self.gap_ms, "w": DIRECTION_WINDOW_MS})
+                changed = cur.fetchall()
+                res.handovers_rederived = len(changed)
+                if changed:
+                    cur.execute(APPLY, {"id": [c[0] for c in changed],
+                                        "trip": [c[1] for c in changed],
+                                        "dir": [c[2] for c in changed]})
+                    moved = [c[0] for c in changed if c[3]]
+                    if moved:
+                        res.cells_changed = self._cells(cur, moved)
         return res
 
     @staticmethod
@@ -614,7 +621,7 @@ class LinkDbSink:
         return [(r[0], r[1], r[2]) for r in cur.fetchall()]
 
     @staticmethod
-    def _cells(cur: psycopg.Cursor[Any]) -> int:
+    def _cells(cur: psycopg.Cursor[Any], moved: list[int]) -> int:
         cur.execute(CHANGED_KEYS)
         keys = sorted(lock_key("cell", f"{c}\x00{s}\x00{d}") for c, s, d in cur.fetchall())
         cur.execute(
@@ -626,8 +633,13 @@ class LinkDbSink:
         n = max(cur.rowcount, 0)
         cur.execute(ADD_TO_CELLS)
         n += max(cur.rowcount, 0)
-        cur.execute(LINK_CELLS)
+        cur.execute(LINK_CELLS, {"ids": moved})
         return n
+
+
+def _union(new_ids: list[int], cur: psycopg.Cursor[Any]) -> list[int]:
+    row = cur.fetchone()
+    return sorted(set(new_ids).union(row[0] if row else []))
 
 
 def _regions(regions: Iterable[tuple[str, int, int]]) -> dict[str, list[Any]]:
