@@ -28,20 +28,21 @@ import platform
 import queue
 import secrets
 import statistics
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from polycorn_schema.testing import fresh_database
 
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.records import Rows
 from polycorn_ingest.sink import LinkDbSink
-from polycorn_schema.telemetry.v1 import telemetry_pb2 as pb
-from polycorn_schema.testing import fresh_database
 
 CARRIERS = ("carrier-a", "carrier-b")
 
@@ -55,36 +56,80 @@ def fleet(trains: int, t0_ms: int) -> Iterator[pb.Record]:
             train = f"train-{i:05d}"
             d = 83.0 * sec + 997.0 * i
             lat, lon = 39.865 - d * 8.5e-6, 116.379 + d * 3.6e-6
-            yield pb.Record(train_id=train, time_unix_ms=t + i % 1000, gps=pb.GpsFix(
-                lat_deg=lat, lon_deg=lon, speed_mps=83.0, heading_deg=160.0, accuracy_m=8.0,
-                track_m=d))
+            yield pb.Record(
+                train_id=train,
+                time_unix_ms=t + i % 1000,
+                gps=pb.GpsFix(
+                    lat_deg=lat,
+                    lon_deg=lon,
+                    speed_mps=83.0,
+                    heading_deg=160.0,
+                    accuracy_m=8.0,
+                    track_m=d,
+                ),
+            )
             for c, name in enumerate(CARRIERS):
                 cell = (c + 1) << 32 | int(d // (900 - 250 * c))
                 for half in (0, 500):
-                    yield pb.Record(train_id=train, time_unix_ms=t + half + 10 + i % 490,
-                                    cell=pb.CellSample(
-                                        path=c, carrier=name, cell_id=cell,
-                                        rsrp_dbm=-80.0 - (d % 900) / 30,
-                                        registration=pb.REGISTRATION_STATE_REGISTERED,
-                                        measured_unix_ms=t + half + i % 490))
-                yield pb.Record(train_id=train, time_unix_ms=t + 20 + c + i % 900,
-                                path=pb.PathStatistics(
-                                    path=c, carrier=name, up=True, srtt_us=60_000 + sec,
-                                    rate_bps=20_000_000, bytes_sent=sec * 10**6,
-                                    bytes_acked=sec * 10**6, rto_count=sec // 100))
+                    yield pb.Record(
+                        train_id=train,
+                        time_unix_ms=t + half + 10 + i % 490,
+                        cell=pb.CellSample(
+                            path=c,
+                            carrier=name,
+                            cell_id=cell,
+                            rsrp_dbm=-80.0 - (d % 900) / 30,
+                            registration=pb.REGISTRATION_STATE_REGISTERED,
+                            measured_unix_ms=t + half + i % 490,
+                        ),
+                    )
+                yield pb.Record(
+                    train_id=train,
+                    time_unix_ms=t + 20 + c + i % 900,
+                    path=pb.PathStatistics(
+                        path=c,
+                        carrier=name,
+                        up=True,
+                        srtt_us=60_000 + sec,
+                        rate_bps=20_000_000,
+                        bytes_sent=sec * 10**6,
+                        bytes_acked=sec * 10**6,
+                        rto_count=sec // 100,
+                    ),
+                )
                 if (sec + 3 * i + 5 * c) % 10 == 0:
-                    yield pb.Record(train_id=train, time_unix_ms=t + 900, handover=pb.HandoverEvent(
-                        path=c, carrier=name, source_cell_id=cell, target_cell_id=cell + 1,
-                        start_unix_ms=t + 30 + c, start_lat_deg=lat, start_lon_deg=lon,
-                        start_track_m=d, rsrp_dbm=-112.0,
-                        outcome=pb.HANDOVER_OUTCOME_FAILURE if (sec + i) % 12 == 0
-                        else pb.HANDOVER_OUTCOME_SUCCESS, duration_ms=80))
+                    yield pb.Record(
+                        train_id=train,
+                        time_unix_ms=t + 900,
+                        handover=pb.HandoverEvent(
+                            path=c,
+                            carrier=name,
+                            source_cell_id=cell,
+                            target_cell_id=cell + 1,
+                            start_unix_ms=t + 30 + c,
+                            start_lat_deg=lat,
+                            start_lon_deg=lon,
+                            start_track_m=d,
+                            rsrp_dbm=-112.0,
+                            outcome=pb.HANDOVER_OUTCOME_FAILURE
+                            if (sec + i) % 12 == 0
+                            else pb.HANDOVER_OUTCOME_SUCCESS,
+                            duration_ms=80,
+                        ),
+                    )
         sec += 1
 
 
 def _produce(bootstrap: str, topic: str, recs: Iterator[pb.Record], n: int) -> dict[str, int]:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                  "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
     mix: dict[str, int] = {}
     for _ in range(n):
         r = next(recs)
@@ -96,18 +141,32 @@ def _produce(bootstrap: str, topic: str, recs: Iterator[pb.Record], n: int) -> d
                 break
             except BufferError:
                 p.poll(0.05)
-    assert p.flush(120) == 0
+    if p.flush(120):
+        raise RuntimeError("preload: Kafka did not take every record")
     return mix
 
 
-def _worker(url: str, bootstrap: str, topic: str, group: str, out: Any, stop: Any,
-            batch_max: int) -> None:
-    cfg = IngestConfig(bootstrap, group=group, topic=topic, dlq_topic=topic + ".dlq",
-                       batch_max=batch_max, batch_timeout_s=0.2)
+def _worker(
+    url: str, bootstrap: str, topic: str, group: str, *, out: Any, stop: Any, batch_max: int
+) -> None:
+    cfg = IngestConfig(
+        bootstrap,
+        group=group,
+        topic=topic,
+        dlq_topic=topic + ".dlq",
+        batch_max=batch_max,
+        batch_timeout_s=0.2,
+    )
 
     def hook(rows: Rows, commit_s: float) -> None:
-        out.put(("commit", commit_s, len(rows.times), [commit_s - t / 1000 for t in rows.times]
-                 if stop_lags.is_set() else None))
+        out.put(
+            (
+                "commit",
+                commit_s,
+                len(rows.times),
+                [commit_s - t / 1000 for t in rows.times] if stop_lags.is_set() else None,
+            )
+        )
 
     stop_lags = stop[1]
     ing = Ingestor(cfg, LinkDbSink(url), Metrics(), on_commit=hook)
@@ -115,8 +174,6 @@ def _worker(url: str, bootstrap: str, topic: str, group: str, out: Any, stop: An
     def watch() -> None:
         stop[0].wait()
         ing.stop()
-
-    import threading
 
     threading.Thread(target=watch, daemon=True).start()
     ing.run()
@@ -133,8 +190,13 @@ def _machine() -> dict[str, Any]:
         mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
     except OSError:
         mem = "?"
-    return {"cpus": os.cpu_count(), "cpu_model": cpu, "mem_kib": mem,
-            "platform": platform.platform(), "python": platform.python_version()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "mem_kib": mem,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,18 +221,24 @@ def main(argv: list[str] | None = None) -> int:
             t_pre = time.monotonic()
             now_ms = int(time.time() * 1000)
             secs = a.records // (a.trains * 7) + 2
-            mix = _produce(bootstrap, topic, fleet(a.trains, now_ms - secs * 1000 - 3_600_000),
-                           a.records)
+            mix = _produce(
+                bootstrap, topic, fleet(a.trains, now_ms - secs * 1000 - 3_600_000), a.records
+            )
             preload_s = time.monotonic() - t_pre
             print(f"preloaded {a.records} records in {preload_s:.1f} s: {mix}", flush=True)
             out = ctx.Queue()
             stop = (ctx.Event(), ctx.Event())
             group = f"bench-{tag}"
-            procs = [ctx.Process(target=_worker, args=(url, bootstrap, topic, group, out, stop,
-                                                       a.batch_max))
-                     for _ in range(a.consumers)]
-            for p in procs:
-                p.start()
+            procs = [
+                ctx.Process(
+                    target=_worker,
+                    args=(url, bootstrap, topic, group),
+                    kwargs={"out": out, "stop": stop, "batch_max": a.batch_max},
+                )
+                for _ in range(a.consumers)
+            ]
+            for proc in procs:
+                proc.start()
             commits: list[tuple[float, int]] = []
             done = 0
             while done < a.records:
@@ -185,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             stop[1].set()
             time.sleep(1.0)
             lags: list[float] = []
-            p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+            prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
             recs = fleet(a.trains, int(time.time() * 1000))
             target = int(a.lag_rate * a.lag_seconds)
             t0 = time.monotonic()
@@ -195,21 +263,21 @@ def main(argv: list[str] | None = None) -> int:
                 while sent < due:
                     r = next(recs)
                     r.time_unix_ms = int(time.time() * 1000)
-                    p.produce(topic, key=r.train_id.encode(), value=r.SerializeToString())
+                    prod.produce(topic, key=r.train_id.encode(), value=r.SerializeToString())
                     sent += 1
-                p.poll(0)
+                prod.poll(0)
                 while True:
                     try:
-                        kind, _, n, lag = out.get_nowait()
+                        _, _, n, lag = out.get_nowait()
                     except queue.Empty:
                         break
                     if lag is not None:
                         lags.extend(lag)
                 time.sleep(0.002)
             achieved = sent / (time.monotonic() - t0)
-            p.flush(30)
+            prod.flush(30)
             while len(lags) < target:
-                kind, _, n, lag = out.get(timeout=120)
+                _, _, n, lag = out.get(timeout=120)
                 if lag is not None:
                     lags.extend(lag)
             stop[0].set()
@@ -239,9 +307,13 @@ def main(argv: list[str] | None = None) -> int:
                 "batch_max": a.batch_max,
                 "throughput_window_s": round(span, 2),
                 "preload_s": round(preload_s, 1),
-                "lag_phase": {"rate_per_s": a.lag_rate, "achieved_rate_per_s": round(achieved),
-                              "seconds": a.lag_seconds, "records": len(lags),
-                              "max_ms": round(lags[-1] * 1000, 1)},
+                "lag_phase": {
+                    "rate_per_s": a.lag_rate,
+                    "achieved_rate_per_s": round(achieved),
+                    "seconds": a.lag_seconds,
+                    "records": len(lags),
+                    "max_ms": round(lags[-1] * 1000, 1),
+                },
                 "stage_seconds_all_consumers": total,
                 "batches": batches,
                 "machine": _machine(),

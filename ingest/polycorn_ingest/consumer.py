@@ -25,6 +25,7 @@ uncommitted for the next owner.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -35,8 +36,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from polycorn_ingest.metrics import Metrics
-from polycorn_ingest.records import Invalid, Rows, decode
-from polycorn_ingest.sink import DataRejected, LinkDbSink, TransientDbError, WriteResult
+from polycorn_ingest.records import InvalidRecordError, Rows, decode
+from polycorn_ingest.sink import DataRejectedError, LinkDbSink, TransientDbError, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,7 @@ class Ingestor:
         )
         self.batches = 0
         # Wall time per stage (decode, db, dlq, commit), for the benchmark's profile.
-        self.stage_seconds: dict[str, float] = {"decode": 0.0, "db": 0.0, "dlq": 0.0,
-                                                "commit": 0.0}
+        self.stage_seconds: dict[str, float] = {"decode": 0.0, "db": 0.0, "dlq": 0.0, "commit": 0.0}
 
     # ------------------------------------------------------------ callbacks
 
@@ -131,10 +131,8 @@ class Ingestor:
         # there is nothing to flush or abort here.
         for p in parts:
             self._assignment.discard((p.topic, p.partition))
-            try:
+            with contextlib.suppress(KeyError):
                 self.metrics.consumer_lag.remove(str(p.partition))
-            except KeyError:
-                pass
         log.info("revoked %s", sorted(p.partition for p in parts))
 
     # ------------------------------------------------------------ loop
@@ -170,10 +168,8 @@ class Ingestor:
             self.close()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # already closed
             self.consumer.close()
-        except RuntimeError:
-            pass  # already closed
         self.producer.flush(5)
         self.sink.close()
 
@@ -229,7 +225,7 @@ class Ingestor:
             try:
                 decode(m.key(), m.value(), rows)
                 good.append(m)
-            except Invalid as e:
+            except InvalidRecordError as e:
                 rejected.append(Rejected(m, e.reason, e.detail))
         offsets = _next_offsets(msgs)
         if not offsets:
@@ -260,7 +256,7 @@ class Ingestor:
         ones the database refuses. None: stopped while the database was down."""
         try:
             result = self._write_retrying(rows)
-        except DataRejected as e:
+        except DataRejectedError as e:
             if len(msgs) == 1:
                 return [Rejected(msgs[0], "db_rejected", str(e))]
             mid = len(msgs) // 2
@@ -306,14 +302,9 @@ class Ingestor:
         delay = self.cfg.retry_initial_s
         while pending:
             failed: list[Rejected] = []
-
-            def report(err: KafkaError | None, _msg: Message, r: Rejected) -> None:
-                if err is not None:
-                    failed.append(r)
-
             for r in pending:
                 m = r.msg
-                headers = [
+                headers: list[tuple[str, str | bytes | None]] = [
                     ("polycorn-error", f"{r.reason}: {r.detail}".encode()),
                     ("polycorn-source-topic", (m.topic() or "").encode()),
                     ("polycorn-source-partition", str(m.partition()).encode()),
@@ -326,7 +317,7 @@ class Ingestor:
                             key=m.key(),
                             value=m.value(),
                             headers=headers,
-                            on_delivery=lambda err, msg, r=r: report(err, msg, r),
+                            on_delivery=_delivery(failed, r),
                         )
                         break
                     except BufferError:
@@ -368,6 +359,14 @@ class Ingestor:
             m.labels("invalid").inc(len(rejected))
             for r in rejected:
                 self.metrics.dead_letters.labels(r.reason).inc()
+
+
+def _delivery(failed: list[Rejected], r: Rejected) -> Callable[[KafkaError | None, Message], None]:
+    def report(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            failed.append(r)
+
+    return report
 
 
 def _next_offsets(msgs: list[Message]) -> list[TopicPartition]:

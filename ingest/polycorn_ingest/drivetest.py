@@ -32,7 +32,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from polycorn_ingest.records import MAX_TIME_MS, MIN_TIME_MS, I64, Invalid, Rows, check_train_id
+from polycorn_ingest.records import (
+    I64,
+    MAX_TIME_MS,
+    MIN_TIME_MS,
+    InvalidRecordError,
+    Rows,
+    check_train_id,
+)
 from polycorn_ingest.sink import LinkDbSink, WriteResult
 
 
@@ -94,15 +101,17 @@ def parse_cell(s: str) -> int:
     return v
 
 
-def read(path: Path, cols: Columns, time_format: str, delimiter: str,
-         report: ImportReport) -> list[Measurement]:
+def read(
+    path: Path, cols: Columns, time_format: str, delimiter: str, report: ImportReport
+) -> list[Measurement]:
     """Parse the CSV; bad rows go to ``report.bad`` as (line, reason)."""
     out: list[Measurement] = []
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         header = reader.fieldnames or []
-        missing = [c for c in (cols.time, cols.lat, cols.lon, cols.cell, cols.signal)
-                   if c not in header]
+        missing = [
+            c for c in (cols.time, cols.lat, cols.lon, cols.cell, cols.signal) if c not in header
+        ]
         if missing:
             raise ValueError(
                 f"{path}: no column {', '.join(map(repr, missing))} in the header "
@@ -114,8 +123,12 @@ def read(path: Path, cols: Columns, time_format: str, delimiter: str,
             try:
                 t = parse_time(row[cols.time] or "", time_format)
                 lat, lon = float(row[cols.lat] or "nan"), float(row[cols.lon] or "nan")
-                if not (math.isfinite(lat) and math.isfinite(lon)
-                        and -90 <= lat <= 90 and -180 <= lon <= 180) or (lat == 0 and lon == 0):
+                if not (
+                    math.isfinite(lat)
+                    and math.isfinite(lon)
+                    and -90 <= lat <= 90
+                    and -180 <= lon <= 180
+                ) or (lat == 0 and lon == 0):
                     raise ValueError(f"bad position ({row[cols.lat]!r}, {row[cols.lon]!r})")
                 sig_s = (row[cols.signal] or "").strip()
                 sig = float(sig_s) if sig_s else None
@@ -134,14 +147,25 @@ def read(path: Path, cols: Columns, time_format: str, delimiter: str,
     return uniq
 
 
-def to_rows(ms: Iterable[Measurement], train: str, carrier: str, failure_gap_ms: int,
-            report: ImportReport) -> Rows:
+def to_rows(
+    ms: Iterable[Measurement], train: str, carrier: str, failure_gap_ms: int, report: ImportReport
+) -> Rows:
     rows = Rows()
     last_on: Measurement | None = None  # last row on the current serving cell
     for m in ms:
         rows.fixes.append((train, m.t_ms, m.lat, m.lon, None, None, None, None))
-        rows.samples.append((train, 0, m.t_ms, carrier, m.cell, m.signal,
-                             "registered" if m.cell else "searching", None))
+        rows.samples.append(
+            (
+                train,
+                0,
+                m.t_ms,
+                carrier,
+                m.cell,
+                m.signal,
+                "registered" if m.cell else "searching",
+                None,
+            )
+        )
         rows.see(train, m.t_ms)
         rows.times.append(m.t_ms)
         if not m.cell:
@@ -149,9 +173,22 @@ def to_rows(ms: Iterable[Measurement], train: str, carrier: str, failure_gap_ms:
         if last_on is not None and m.cell != last_on.cell:
             gap = m.t_ms - last_on.t_ms
             failed = gap > failure_gap_ms
-            rows.handovers.append((train, carrier, 0, last_on.cell, m.cell, last_on.t_ms,
-                                   last_on.lat, last_on.lon, None, last_on.signal,
-                                   "failure" if failed else "success", min(gap, 2**31 - 1)))
+            rows.handovers.append(
+                (
+                    train,
+                    carrier,
+                    0,
+                    last_on.cell,
+                    m.cell,
+                    last_on.t_ms,
+                    last_on.lat,
+                    last_on.lon,
+                    None,
+                    last_on.signal,
+                    "failure" if failed else "success",
+                    min(gap, 2**31 - 1),
+                )
+            )
             report.handovers += 1
             report.failures += failed
         last_on = m
@@ -159,13 +196,21 @@ def to_rows(ms: Iterable[Measurement], train: str, carrier: str, failure_gap_ms:
     return rows
 
 
-def import_csv(path: Path, sink: LinkDbSink, *, train: str, carrier: str, cols: Columns,
-               time_format: str = "iso", delimiter: str = ",",
-               failure_gap_ms: int = 1500) -> ImportReport:
+def import_csv(
+    path: Path,
+    sink: LinkDbSink,
+    *,
+    train: str,
+    carrier: str,
+    cols: Columns,
+    time_format: str = "iso",
+    delimiter: str = ",",
+    failure_gap_ms: int = 1500,
+) -> ImportReport:
     """Import one log; the whole file is one transaction."""
     try:
         check_train_id(train, train.encode())
-    except Invalid as e:
+    except InvalidRecordError as e:
         raise ValueError(f"--train-id: {e.detail}") from None
     if not carrier or len(carrier) > 64:
         raise ValueError("--carrier must be 1-64 characters")

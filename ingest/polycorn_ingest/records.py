@@ -16,9 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Final
 
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from google.protobuf.message import DecodeError
-
-from polycorn_schema.telemetry.v1 import telemetry_pb2 as pb
 
 # Why a record went to the dead-letter topic (label values of
 # polycorn_ingest_dead_letters_total{reason}).
@@ -61,7 +60,7 @@ HandoverRow = tuple[
 ]
 
 
-class Invalid(Exception):
+class InvalidRecordError(Exception):
     """A record that cannot go into LinkDB; ``reason`` is one of :data:`REASONS`."""
 
     def __init__(self, reason: str, detail: str) -> None:
@@ -108,64 +107,64 @@ class Rows:
 
 def _finite(x: float, what: str) -> float:
     if not math.isfinite(x):
-        raise Invalid("bad_value", f"{what} is {x}")
+        raise InvalidRecordError("bad_value", f"{what} is {x}")
     return x
 
 
 def _time(t_ms: int, what: str) -> int:
     if not MIN_TIME_MS <= t_ms < MAX_TIME_MS:
-        raise Invalid("bad_time", f"{what} {t_ms} ms is not between 1990 and 2200")
+        raise InvalidRecordError("bad_time", f"{what} {t_ms} ms is not between 1990 and 2200")
     return t_ms
 
 
 def _position(lat: float, lon: float) -> None:
     if not (math.isfinite(lat) and math.isfinite(lon)):
-        raise Invalid("bad_position", f"lat/lon not finite ({lat}, {lon})")
+        raise InvalidRecordError("bad_position", f"lat/lon not finite ({lat}, {lon})")
     if not (-90.0 <= lat <= 90.0 and -180.0 <= lon <= 180.0):
-        raise Invalid("bad_position", f"lat/lon out of range ({lat}, {lon})")
+        raise InvalidRecordError("bad_position", f"lat/lon out of range ({lat}, {lon})")
     if lat == 0.0 and lon == 0.0:
-        raise Invalid("bad_position", "lat/lon (0, 0): no fix")
+        raise InvalidRecordError("bad_position", "lat/lon (0, 0): no fix")
 
 
 def _text(s: str, what: str, limit: int) -> str:
     if not s:
-        raise Invalid("bad_value", f"{what} is empty")
+        raise InvalidRecordError("bad_value", f"{what} is empty")
     if len(s) > limit:
-        raise Invalid("bad_value", f"{what} is longer than {limit} characters")
+        raise InvalidRecordError("bad_value", f"{what} is longer than {limit} characters")
     if "\x00" in s:
-        raise Invalid("bad_value", f"{what} contains a NUL character")
+        raise InvalidRecordError("bad_value", f"{what} contains a NUL character")
     return s
 
 
 def _path(p: int) -> int:
     if p > I16:
-        raise Invalid("bad_value", f"path {p} > {I16}")
+        raise InvalidRecordError("bad_value", f"path {p} > {I16}")
     return p
 
 
 def _u64(v: int, what: str, limit: int = I64) -> int:
     if v > limit:
-        raise Invalid("bad_value", f"{what} {v} > {limit}")
+        raise InvalidRecordError("bad_value", f"{what} {v} > {limit}")
     return v
 
 
 def check_train_id(train_id: str, key: bytes | None) -> None:
     if not train_id:
-        raise Invalid("no_train_id", "train_id is empty")
+        raise InvalidRecordError("no_train_id", "train_id is empty")
     _text(train_id, "train_id", MAX_TRAIN_ID)
     if key is None or key != train_id.encode():
-        raise Invalid("key_mismatch", f"key {key!r} is not the train_id {train_id!r}")
+        raise InvalidRecordError("key_mismatch", f"key {key!r} is not the train_id {train_id!r}")
 
 
 def decode(key: bytes | None, value: bytes | None, rows: Rows) -> None:
-    """Decode one message and append its row to ``rows``; raises :class:`Invalid`."""
+    """Decode one message and append its row to ``rows``; raises :class:`InvalidRecordError`."""
     if not value:
-        raise Invalid("decode_error", "empty value")
+        raise InvalidRecordError("decode_error", "empty value")
     rec = pb.Record()
     try:
         rec.ParseFromString(value)
     except DecodeError as e:
-        raise Invalid("decode_error", f"not a polycorn.telemetry.v1.Record: {e}") from None
+        raise InvalidRecordError("decode_error", f"not a telemetry.v1.Record: {e}") from None
     add_record(rec, key, rows)
 
 
@@ -173,7 +172,7 @@ def add_record(rec: pb.Record, key: bytes | None, rows: Rows) -> None:
     """Validate a decoded Record and append its row (used by the importer's tests too)."""
     kind = rec.WhichOneof("body")
     if kind is None:
-        raise Invalid("no_body", "the Record has no gps/cell/handover/path body")
+        raise InvalidRecordError("no_body", "the Record has no gps/cell/handover/path body")
     train = rec.train_id
     check_train_id(train, key)
     t = rec_t = _time(rec.time_unix_ms, "time_unix_ms")
@@ -213,7 +212,9 @@ def add_record(rec: pb.Record, key: bytes | None, rows: Rows) -> None:
         _position(h.start_lat_deg, h.start_lon_deg)
         outcome = OUTCOME.get(h.outcome)
         if outcome is None:
-            raise Invalid("bad_value", f"handover outcome {h.outcome} is neither success nor failure")
+            raise InvalidRecordError(
+                "bad_value", f"handover outcome {h.outcome} is neither success nor failure"
+            )
         rows.handovers.append(
             (
                 train,

@@ -51,12 +51,12 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from polycorn_schema.linkdb.cli import sqlalchemy_url, upgrade
+from polycorn_schema.linkdb.partitions import ensure_month_partitions, month_start, next_month
 from psycopg import errors as pgerr
 
 from polycorn_ingest.records import Rows
 from polycorn_ingest.trips import Trip, merge
-from polycorn_schema.linkdb.cli import sqlalchemy_url, upgrade
-from polycorn_schema.linkdb.partitions import ensure_month_partitions, month_start, next_month
 
 log = logging.getLogger(__name__)
 
@@ -312,8 +312,9 @@ added AS (
   SELECT h.carrier, h.source_cell_id AS cell_id, h.direction AS dir, h.outcome, h.start_time,
          h.track_m, h.geog, h.id
   FROM tmp_ho_change x JOIN handovers h ON h.id = x.id
-  WHERE x.new_dir IS NOT NULL AND x.old_dir IS DISTINCT FROM x.new_dir AND NOT EXISTS (SELECT 1 FROM full_keys f WHERE
-    f.carrier = x.carrier AND f.src = x.src AND f.dir = x.new_dir)),
+  WHERE x.new_dir IS NOT NULL AND x.old_dir IS DISTINCT FROM x.new_dir
+    AND NOT EXISTS (SELECT 1 FROM full_keys f
+                    WHERE f.carrier = x.carrier AND f.src = x.src AND f.dir = x.new_dir)),
 g AS (SELECT carrier, cell_id, dir, count(*) AS n, count(*) FILTER (WHERE outcome = 'failure') AS f,
              min(start_time) AS first, max(start_time) AS last
       FROM added GROUP BY carrier, cell_id, dir),
@@ -353,7 +354,7 @@ class TransientDbError(Exception):
     conflict; retrying the same batch later is safe (everything is idempotent)."""
 
 
-class DataRejected(Exception):
+class DataRejectedError(Exception):
     """The database refused the batch for a data reason (a row it cannot store)."""
 
 
@@ -416,7 +417,9 @@ class LinkDbSink:
             conn = psycopg.connect(self.url, connect_timeout=5, application_name="polycorn-ingest")
             with conn.cursor() as cur:
                 for name, cols in STAGING.items():
-                    cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} ({cols}) ON COMMIT DELETE ROWS")
+                    cur.execute(
+                        f"CREATE TEMP TABLE IF NOT EXISTS {name} ({cols}) ON COMMIT DELETE ROWS"
+                    )
             conn.commit()
             self._conn = conn
         return self._conn
@@ -427,7 +430,8 @@ class LinkDbSink:
             return
         if self._engine is None:
             self._engine = sa.create_engine(
-                sqlalchemy_url(self.url), poolclass=sa.NullPool,
+                sqlalchemy_url(self.url),
+                poolclass=sa.NullPool,
                 connect_args={"connect_timeout": 5},
             )
         with self._engine.begin() as conn:
@@ -438,7 +442,7 @@ class LinkDbSink:
 
     def write(self, rows: Rows) -> WriteResult:
         """Store one batch in one transaction. Raises :class:`TransientDbError`
-        (retry later) or :class:`DataRejected` (isolate the bad row)."""
+        (retry later) or :class:`DataRejectedError` (isolate the bad row)."""
         try:
             self._ensure_partitions(rows.seen)
             conn = self._connection()
@@ -452,9 +456,14 @@ class LinkDbSink:
         except (pgerr.DataError, pgerr.IntegrityError) as e:
             if isinstance(e, pgerr.TransactionRollback):
                 raise TransientDbError(str(e)) from e
-            raise DataRejected(f"{type(e).__name__}: {e}".strip()) from e
-        except (psycopg.OperationalError, psycopg.InterfaceError, pgerr.TransactionRollback,
-                sa.exc.OperationalError, sa.exc.InterfaceError) as e:
+            raise DataRejectedError(f"{type(e).__name__}: {e}".strip()) from e
+        except (
+            psycopg.OperationalError,
+            psycopg.InterfaceError,
+            pgerr.TransactionRollback,
+            sa.exc.OperationalError,
+            sa.exc.InterfaceError,
+        ) as e:
             self.close()
             raise TransientDbError(f"{type(e).__name__}: {e}".strip()) from e
 
@@ -509,9 +518,14 @@ class LinkDbSink:
                 changed = cur.fetchall()
                 res.handovers_rederived = len(changed)
                 if changed:
-                    cur.execute(APPLY, {"id": [c[0] for c in changed],
-                                        "trip": [c[1] for c in changed],
-                                        "dir": [c[2] for c in changed]})
+                    cur.execute(
+                        APPLY,
+                        {
+                            "id": [c[0] for c in changed],
+                            "trip": [c[1] for c in changed],
+                            "dir": [c[2] for c in changed],
+                        },
+                    )
                     moved = [c[0] for c in changed if c[3]]
                     if moved:
                         res.cells_changed = self._cells(cur, moved)

@@ -6,18 +6,41 @@ from pathlib import Path
 
 import pytest
 from helpers import query
-
 from polycorn_ingest.cli import main
 from polycorn_schema.testing import fresh_database
 
 DATA = Path(__file__).parent / "data" / "drivetest.csv"
-MAPPING = ["--time-col", "Timestamp", "--lat-col", "Latitude", "--lon-col", "Longitude",
-           "--cell-col", "ECI", "--signal-col", "RSRP_dBm", "--delimiter", ";"]
+MAPPING = [
+    "--time-col",
+    "Timestamp",
+    "--lat-col",
+    "Latitude",
+    "--lon-col",
+    "Longitude",
+    "--cell-col",
+    "ECI",
+    "--signal-col",
+    "RSRP_dBm",
+    "--delimiter",
+    ";",
+]
 
 
 def run(url: str, *extra: str) -> int:
-    return main(["import-drivetest", str(DATA), "--database-url", url, "--train-id", "dt-1",
-                 "--carrier", "op-x", *MAPPING, *extra])
+    return main(
+        [
+            "import-drivetest",
+            str(DATA),
+            "--database-url",
+            url,
+            "--train-id",
+            "dt-1",
+            "--carrier",
+            "op-x",
+            *MAPPING,
+            *extra,
+        ]
+    )
 
 
 def test_a_log_imports_with_mapped_columns_and_bad_rows_reported(
@@ -29,8 +52,11 @@ def test_a_log_imports_with_mapped_columns_and_bad_rows_reported(
         assert f"{DATA}:11:" in err and f"{DATA}:12:" in err and f"{DATA}:13:" in err
         assert query(url, "SELECT id, source FROM trains") == [("dt-1", "drivetest")]
         assert query(url, "SELECT count(*) FROM gps_fixes") == [(11,)]
-        hos = query(url, "SELECT source_cell_id, target_cell_id, outcome, duration_ms, "
-                         "direction, ST_X(geog::geometry) FROM handovers ORDER BY start_time")
+        hos = query(
+            url,
+            "SELECT source_cell_id, target_cell_id, outcome, duration_ms, "
+            "direction, ST_X(geog::geometry) FROM handovers ORDER BY start_time",
+        )
         assert hos == [
             (0x1A2B01, 0x1A2B02, "success", 1000, "increasing", 116.302),
             (0x1A2B02, 0x1A2B03, "failure", 3000, "increasing", 116.305),
@@ -45,8 +71,20 @@ def test_a_log_imports_with_mapped_columns_and_bad_rows_reported(
 
 def test_a_missing_column_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with fresh_database() as url:
-        rc = main(["import-drivetest", str(DATA), "--database-url", url, "--train-id", "dt-1",
-                   "--carrier", "op-x", "--delimiter", ";"])
+        rc = main(
+            [
+                "import-drivetest",
+                str(DATA),
+                "--database-url",
+                url,
+                "--train-id",
+                "dt-1",
+                "--carrier",
+                "op-x",
+                "--delimiter",
+                ";",
+            ]
+        )
         assert rc == 2
         assert "no column 'time'" in capsys.readouterr().err
         assert query(url, "SELECT count(*) FROM trains") == [(0,)]
@@ -56,6 +94,16 @@ def test_nothing_importable_exits_non_zero(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("time,lat,lon,cell_id,rsrp\nnope,1,2,3,-90\n2026-11-18T10:00:00,95,2,3,-90\n")
     with fresh_database() as url:
-        rc = main(["import-drivetest", str(bad), "--database-url", url, "--train-id", "dt-2",
-                   "--carrier", "x"])
+        rc = main(
+            [
+                "import-drivetest",
+                str(bad),
+                "--database-url",
+                url,
+                "--train-id",
+                "dt-2",
+                "--carrier",
+                "x",
+            ]
+        )
         assert rc == 1

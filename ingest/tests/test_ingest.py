@@ -6,6 +6,7 @@ import secrets
 import threading
 from typing import Any
 
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from confluent_kafka import Consumer, TopicPartition
 from helpers import (
     T0,
@@ -20,21 +21,33 @@ from helpers import (
     query,
     topics,
 )
-
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.sink import LinkDbSink
-from polycorn_schema.telemetry.v1 import telemetry_pb2 as pb
 from polycorn_schema.testing import fresh_database
 
 FAST: dict[str, Any] = {"topic.metadata.refresh.interval.ms": 1000}
 
 
-def ingest(url: str, topic: str, dlq: str, group: str | None = None,
-           sink: LinkDbSink | None = None, metrics: Metrics | None = None) -> Ingestor:
-    cfg = IngestConfig(bootstrap(), group=group or f"g-{secrets.token_hex(4)}", topic=topic,
-                       dlq_topic=dlq, batch_max=500, batch_timeout_s=0.2,
-                       retry_initial_s=0.05, retry_max_s=0.2, kafka=FAST)
+def ingest(  # noqa: PLR0917
+    url: str,
+    topic: str,
+    dlq: str,
+    group: str | None = None,
+    sink: LinkDbSink | None = None,
+    metrics: Metrics | None = None,
+) -> Ingestor:
+    cfg = IngestConfig(
+        bootstrap(),
+        group=group or f"g-{secrets.token_hex(4)}",
+        topic=topic,
+        dlq_topic=dlq,
+        batch_max=500,
+        batch_timeout_s=0.2,
+        retry_initial_s=0.05,
+        retry_max_s=0.2,
+        kafka=FAST,
+    )
     return Ingestor(cfg, sink or LinkDbSink(url), metrics or Metrics())
 
 
@@ -54,22 +67,40 @@ def mixed(train: str, t0: int, n: int = 60) -> list[pb.Record]:
         recs.append(pathstat(train, t0 + i * 1000 + 400))
     for k in range(1, n // 20):
         i = 20 * k
-        recs.append(handover(train, t0 + i * 1000 + 500, "carrier-a", (1 << 32) | (k - 1),
-                             (1 << 32) | k, 39.79, 116.31, 80.0 * i + 40, failure=k % 2 == 0))
+        recs.append(
+            handover(
+                train,
+                t0 + i * 1000 + 500,
+                "carrier-a",
+                (1 << 32) | (k - 1),
+                (1 << 32) | k,
+                39.79,
+                116.31,
+                80.0 * i + 40,
+                failure=k % 2 == 0,
+            )
+        )
     return recs
 
 
 def snapshot(url: str) -> dict[str, Any]:
     return {
         "counts": counts(url),
-        "trips": query(url, "SELECT train_id, started_at, ended_at, fixes, direction FROM trips "
-                            "ORDER BY 1, 2"),
-        "handovers": query(url, "SELECT h.train_id, h.start_time, h.direction, t.started_at, "
-                                "c.cell_id FROM handovers h LEFT JOIN trips t ON t.id = h.trip_id "
-                                "LEFT JOIN cells c ON c.id = h.cell ORDER BY 1, 2"),
-        "cells": query(url, "SELECT carrier, cell_id, direction, handovers, failures, "
-                            "earliest_ho_track_m, ST_AsText(earliest_ho_geog), first_seen, "
-                            "last_seen FROM cells ORDER BY 1, 2, 3"),
+        "trips": query(
+            url, "SELECT train_id, started_at, ended_at, fixes, direction FROM trips ORDER BY 1, 2"
+        ),
+        "handovers": query(
+            url,
+            "SELECT h.train_id, h.start_time, h.direction, t.started_at, "
+            "c.cell_id FROM handovers h LEFT JOIN trips t ON t.id = h.trip_id "
+            "LEFT JOIN cells c ON c.id = h.cell ORDER BY 1, 2",
+        ),
+        "cells": query(
+            url,
+            "SELECT carrier, cell_id, direction, handovers, failures, "
+            "earliest_ho_track_m, ST_AsText(earliest_ho_geog), first_seen, "
+            "last_seen FROM cells ORDER BY 1, 2, 3",
+        ),
         "trains": query(url, "SELECT id, source, first_seen, last_seen FROM trains ORDER BY 1"),
     }
 
@@ -124,8 +155,13 @@ def test_garbage_goes_to_the_dead_letter_topic_with_the_reason() -> None:
         m = Metrics()
         ingest(url, topic, dlq, metrics=m).run(until_caught_up=True)
         assert counts(url)["gps_fixes"] == 1
-        c = Consumer({"bootstrap.servers": bootstrap(), "group.id": f"r-{secrets.token_hex(4)}",
-                      "auto.offset.reset": "earliest"})
+        c = Consumer(
+            {
+                "bootstrap.servers": bootstrap(),
+                "group.id": f"r-{secrets.token_hex(4)}",
+                "auto.offset.reset": "earliest",
+            }
+        )
         c.subscribe([dlq])
         got: list[Any] = []
         while len(got) < len(bad):
@@ -139,11 +175,8 @@ def test_garbage_goes_to_the_dead_letter_topic_with_the_reason() -> None:
             assert h["polycorn-source-partition"] == b"0"
             reasons.append(h["polycorn-error"].decode().split(":")[0])
             assert int(h["polycorn-source-offset"]) >= 1
-        assert reasons == ["decode_error", "no_body", "key_mismatch", "bad_position",
-                           "bad_value"]
+        assert reasons == ["decode_error", "no_body", "key_mismatch", "bad_position", "bad_value"]
         assert m.dead_letters.labels("key_mismatch")._value.get() == 1
-
-
 
 
 def test_no_offsets_are_committed_while_the_database_is_down() -> None:
@@ -181,26 +214,50 @@ def test_trips_cells_and_directions_are_derived() -> None:
         b = (1 << 32) | 8
         # Southbound along increasing track_m, then (next trip) back north.
         up = line("train-1", T0, n=30)
-        down = [gps("train-1", T0 + 7_200_000 + i * 1000, 39.8, 116.3 + (30 - i) * 0.001,
-                    10_000.0 - 80 * i) for i in range(30)]
+        down = [
+            gps(
+                "train-1",
+                T0 + 7_200_000 + i * 1000,
+                39.8,
+                116.3 + (30 - i) * 0.001,
+                10_000.0 - 80 * i,
+            )
+            for i in range(30)
+        ]
         hos = [
             handover("train-1", T0 + 10_500, "carrier-a", a, b, 39.79, 116.31, 840.0),
-            handover("train-1", T0 + 20_500, "carrier-a", a, b, 39.78, 116.32, 1640.0,
-                     failure=True),
-            handover("train-1", T0 + 7_200_000 + 5_500, "carrier-a", a, b, 39.8, 116.32,
-                     9560.0, failure=True),
+            handover(
+                "train-1", T0 + 20_500, "carrier-a", a, b, 39.78, 116.32, 1640.0, failure=True
+            ),
+            handover(
+                "train-1",
+                T0 + 7_200_000 + 5_500,
+                "carrier-a",
+                a,
+                b,
+                39.8,
+                116.32,
+                9560.0,
+                failure=True,
+            ),
         ]
         # Handovers first: their direction is decided when the fixes arrive.
         produce(topic, hos + up + down)
         ingest(url, topic, dlq).run(until_caught_up=True)
         trips = query(url, "SELECT fixes, direction FROM trips ORDER BY started_at")
         assert trips == [(30, "increasing"), (30, "decreasing")]
-        cells = query(url, "SELECT direction, handovers, failures, earliest_ho_track_m "
-                           "FROM cells ORDER BY direction")
+        cells = query(
+            url,
+            "SELECT direction, handovers, failures, earliest_ho_track_m "
+            "FROM cells ORDER BY direction",
+        )
         assert cells == [("increasing", 2, 1, 840.0), ("decreasing", 1, 1, 9560.0)]
-        linked = query(url, "SELECT count(*) FROM handovers h JOIN cells c ON c.id = h.cell "
-                            "AND c.direction = h.direction JOIN trips t ON t.id = h.trip_id "
-                            "AND h.start_time BETWEEN t.started_at AND t.ended_at")
+        linked = query(
+            url,
+            "SELECT count(*) FROM handovers h JOIN cells c ON c.id = h.cell "
+            "AND c.direction = h.direction JOIN trips t ON t.id = h.trip_id "
+            "AND h.start_time BETWEEN t.started_at AND t.ended_at",
+        )
         assert linked == [(3,)]
         trains = query(url, "SELECT id, source FROM trains")
         assert trains == [("train-1", "telemetry")]
@@ -210,10 +267,13 @@ def test_without_track_the_direction_comes_from_the_gps_track() -> None:
     with fresh_database() as url, topics(partitions=1) as (topic, dlq):
         east = [gps("t", T0 + i * 1000, 39.8, 116.3 + i * 0.001) for i in range(10)]
         west = [gps("t", T0 + 3_600_000 + i * 1000, 39.8, 116.4 - i * 0.001) for i in range(10)]
-        hos = [handover("t", T0 + 4500, "c", 5, 6, 39.8, 116.3045),
-               handover("t", T0 + 3_604_500, "c", 5, 6, 39.8, 116.3955)]
+        hos = [
+            handover("t", T0 + 4500, "c", 5, 6, 39.8, 116.3045),
+            handover("t", T0 + 3_604_500, "c", 5, 6, 39.8, 116.3955),
+        ]
         produce(topic, east + west + hos)
         ingest(url, topic, dlq).run(until_caught_up=True)
-        got = query(url, "SELECT direction, handovers, earliest_ho_track_m FROM cells "
-                         "ORDER BY direction")
+        got = query(
+            url, "SELECT direction, handovers, earliest_ho_track_m FROM cells ORDER BY direction"
+        )
         assert got == [("increasing", 1, None), ("decreasing", 1, None)]

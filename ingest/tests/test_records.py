@@ -4,25 +4,33 @@ from __future__ import annotations
 
 import math
 
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 import pytest
 from helpers import T0, cell, gps, handover, pathstat
-
-from polycorn_ingest.records import Invalid, Rows, decode
-from polycorn_schema.telemetry.v1 import telemetry_pb2 as pb
+from polycorn_ingest.records import InvalidRecordError, Rows, decode
 
 
 def reason(key: bytes | None, value: bytes | None) -> str:
-    with pytest.raises(Invalid) as e:
+    with pytest.raises(InvalidRecordError) as e:
         decode(key, value, Rows())
     return e.value.reason
 
 
 def test_every_kind_of_record_becomes_one_row() -> None:
     rows = Rows()
-    for r in (gps("t", T0, 39.8, 116.3, 10.0), cell("t", T0, "a", 1 << 40),
-              handover("t", T0, "a", 1, 2, 39.8, 116.3), pathstat("t", T0)):
+    for r in (
+        gps("t", T0, 39.8, 116.3, 10.0),
+        cell("t", T0, "a", 1 << 40),
+        handover("t", T0, "a", 1, 2, 39.8, 116.3),
+        pathstat("t", T0),
+    ):
         decode(b"t", r.SerializeToString(), rows)
-    assert (len(rows.fixes), len(rows.samples), len(rows.handovers), len(rows.paths)) == (1, 1, 1, 1)
+    assert (len(rows.fixes), len(rows.samples), len(rows.handovers), len(rows.paths)) == (
+        1,
+        1,
+        1,
+        1,
+    )
     assert rows.seen["t"] == [T0, T0]
     assert rows.samples[0][4] == 1 << 40
 
@@ -47,8 +55,9 @@ def test_every_kind_of_record_becomes_one_row() -> None:
         (b"t", cell("t", T0, "a", 1, path=70000).SerializeToString(), "bad_value"),
     ],
 )
-def test_malformed_records_are_invalid_with_a_reason(key: bytes | None, value: bytes,
-                                                     why: str) -> None:
+def test_malformed_records_are_invalid_with_a_reason(
+    key: bytes | None, value: bytes, why: str
+) -> None:
     assert reason(key, value) == why
 
 
