@@ -23,7 +23,7 @@ define run_integration
 	fi
 endef
 
-.PHONY: help setup build test integration demo bench-dataplane bench-hsr validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test integration demo bench-dataplane bench-hsr bench-ingest validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -63,6 +63,13 @@ PROFILE ?= short
 bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full) -> bench/out/hsr.json
 	uv sync --project bench --locked --quiet
 	PROFILE=$(PROFILE) bash scripts/bench-hsr.sh
+
+# Against the real Kafka and PostGIS of scripts/infra.sh: a fresh database and
+# topic; parameters and method in docs/ingest.md.
+INGEST_BENCH_ARGS ?=
+bench-ingest: setup ## ingest throughput (events/s) and end-to-end lag, Kafka -> LinkDB -> bench/out/ingest.json
+	bash scripts/infra.sh up pg kafka
+	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_ingest.bench --out bench/out/ingest.json $(INGEST_BENCH_ARGS)
 
 lint: lint-rust lint-sh lint-py ## all linters
 

@@ -236,6 +236,8 @@ class Handover(Base):
         Index("ix_handovers_cell_key", "carrier", "source_cell_id", "direction"),
         Index("ix_handovers_cell", "cell"),
         Index("ix_handovers_trip", "trip_id"),
+        # ingest's per-train re-derivation of trips and directions (0002).
+        Index("ix_handovers_train_time", "train_id", "start_time"),
     )
 
 

@@ -1,0 +1,332 @@
+"""``make bench-ingest``: sustained Kafka → LinkDB throughput and end-to-end lag.
+
+    python -m polycorn_ingest.bench [--records 1000000] [--trains 1000] [--consumers 2]
+                                     [--lag-rate 10000] [--lag-seconds 30] [--out FILE]
+
+Against the real Kafka and PostGIS of ``scripts/infra.sh`` (env
+``POLYCORN_KAFKA_BOOTSTRAP``, ``POLYCORN_DATABASE_URL``), on a fresh
+database and a fresh 8-partition topic:
+
+1. preload: N records of a fleet of T trains in time order, the mix a train
+   sends per second: 1 GPS fix, 4 cell samples (2 carriers, 2 Hz), 2 path
+   statistics, and a handover every 10 s per carrier (1 in 12 failed);
+2. throughput: C ingest processes (one consumer group) start, and the
+   events/s is N over the time from the end of the first batch's database
+   commit to the last one (group join and start-up excluded);
+3. lag: the same processes stay up while a producer sends records stamped
+   with their send time at a fixed rate R for D seconds; the lag of every
+   record is its database commit time minus that stamp (p50/p99).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import queue
+import secrets
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from polycorn_schema.testing import fresh_database
+
+from polycorn_ingest.consumer import IngestConfig, Ingestor
+from polycorn_ingest.metrics import Metrics
+from polycorn_ingest.records import Rows
+from polycorn_ingest.sink import LinkDbSink
+
+CARRIERS = ("carrier-a", "carrier-b")
+
+
+def fleet(trains: int, t0_ms: int) -> Iterator[pb.Record]:
+    """The fleet's records in time order, forever (second by second)."""
+    sec = 0
+    while True:
+        t = t0_ms + sec * 1000
+        for i in range(trains):
+            train = f"train-{i:05d}"
+            d = 83.0 * sec + 997.0 * i
+            lat, lon = 39.865 - d * 8.5e-6, 116.379 + d * 3.6e-6
+            yield pb.Record(
+                train_id=train,
+                time_unix_ms=t + i % 1000,
+                gps=pb.GpsFix(
+                    lat_deg=lat,
+                    lon_deg=lon,
+                    speed_mps=83.0,
+                    heading_deg=160.0,
+                    accuracy_m=8.0,
+                    track_m=d,
+                ),
+            )
+            for c, name in enumerate(CARRIERS):
+                cell = (c + 1) << 32 | int(d // (900 - 250 * c))
+                for half in (0, 500):
+                    yield pb.Record(
+                        train_id=train,
+                        time_unix_ms=t + half + 10 + i % 490,
+                        cell=pb.CellSample(
+                            path=c,
+                            carrier=name,
+                            cell_id=cell,
+                            rsrp_dbm=-80.0 - (d % 900) / 30,
+                            registration=pb.REGISTRATION_STATE_REGISTERED,
+                            measured_unix_ms=t + half + i % 490,
+                        ),
+                    )
+                yield pb.Record(
+                    train_id=train,
+                    time_unix_ms=t + 20 + c + i % 900,
+                    path=pb.PathStatistics(
+                        path=c,
+                        carrier=name,
+                        up=True,
+                        srtt_us=60_000 + sec,
+                        rate_bps=20_000_000,
+                        bytes_sent=sec * 10**6,
+                        bytes_acked=sec * 10**6,
+                        rto_count=sec // 100,
+                    ),
+                )
+                if (sec + 3 * i + 5 * c) % 10 == 0:
+                    yield pb.Record(
+                        train_id=train,
+                        time_unix_ms=t + 900,
+                        handover=pb.HandoverEvent(
+                            path=c,
+                            carrier=name,
+                            source_cell_id=cell,
+                            target_cell_id=cell + 1,
+                            start_unix_ms=t + 30 + c,
+                            start_lat_deg=lat,
+                            start_lon_deg=lon,
+                            start_track_m=d,
+                            rsrp_dbm=-112.0,
+                            outcome=pb.HANDOVER_OUTCOME_FAILURE
+                            if (sec + i) % 12 == 0
+                            else pb.HANDOVER_OUTCOME_SUCCESS,
+                            duration_ms=80,
+                        ),
+                    )
+        sec += 1
+
+
+def _produce(bootstrap: str, topic: str, recs: Iterator[pb.Record], n: int) -> dict[str, int]:
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    mix: dict[str, int] = {}
+    for _ in range(n):
+        r = next(recs)
+        kind = r.WhichOneof("body") or "?"
+        mix[kind] = mix.get(kind, 0) + 1
+        while True:
+            try:
+                p.produce(topic, key=r.train_id.encode(), value=r.SerializeToString())
+                break
+            except BufferError:
+                p.poll(0.05)
+    if p.flush(120):
+        raise RuntimeError("preload: Kafka did not take every record")
+    return mix
+
+
+def _worker(
+    url: str, bootstrap: str, topic: str, group: str, *, out: Any, stop: Any, batch_max: int
+) -> None:
+    cfg = IngestConfig(
+        bootstrap,
+        group=group,
+        topic=topic,
+        dlq_topic=topic + ".dlq",
+        batch_max=batch_max,
+        batch_timeout_s=0.2,
+    )
+
+    def hook(rows: Rows, commit_s: float) -> None:
+        out.put(
+            (
+                "commit",
+                commit_s,
+                len(rows.times),
+                [commit_s - t / 1000 for t in rows.times] if stop_lags.is_set() else None,
+            )
+        )
+
+    stop_lags = stop[1]
+    ing = Ingestor(cfg, LinkDbSink(url), Metrics(), on_commit=hook)
+
+    def watch() -> None:
+        stop[0].wait()
+        ing.stop()
+
+    threading.Thread(target=watch, daemon=True).start()
+    ing.run()
+    out.put(("stages", ing.stage_seconds, ing.batches))
+
+
+def _machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+    except OSError:
+        mem = "?"
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "mem_kib": mem,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--trains", type=int, default=1000)
+    ap.add_argument("--consumers", type=int, default=2)
+    ap.add_argument("--batch-max", type=int, default=20_000)
+    ap.add_argument("--lag-rate", type=int, default=10_000, help="records/s in the lag phase")
+    ap.add_argument("--lag-seconds", type=float, default=30.0)
+    ap.add_argument("--out", type=Path, default=Path("bench/out/ingest.json"))
+    a = ap.parse_args(argv)
+    bootstrap = os.environ["POLYCORN_KAFKA_BOOTSTRAP"]
+    tag = secrets.token_hex(3)
+    topic = f"bench.telemetry.{tag}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, 8, 1), NewTopic(topic + ".dlq", 1, 1)]).values():
+        f.result(30)
+    ctx = mp.get_context("spawn")
+    try:
+        with fresh_database(prefix="linkdb_bench") as url:
+            t_pre = time.monotonic()
+            now_ms = int(time.time() * 1000)
+            secs = a.records // (a.trains * 7) + 2
+            mix = _produce(
+                bootstrap, topic, fleet(a.trains, now_ms - secs * 1000 - 3_600_000), a.records
+            )
+            preload_s = time.monotonic() - t_pre
+            print(f"preloaded {a.records} records in {preload_s:.1f} s: {mix}", flush=True)
+            out = ctx.Queue()
+            stop = (ctx.Event(), ctx.Event())
+            group = f"bench-{tag}"
+            procs = [
+                ctx.Process(
+                    target=_worker,
+                    args=(url, bootstrap, topic, group),
+                    kwargs={"out": out, "stop": stop, "batch_max": a.batch_max},
+                )
+                for _ in range(a.consumers)
+            ]
+            for proc in procs:
+                proc.start()
+            commits: list[tuple[float, int]] = []
+            done = 0
+            while done < a.records:
+                _, commit_s, n, _ = out.get(timeout=600)
+                commits.append((commit_s, n))
+                done += n
+            commits.sort()
+            span = commits[-1][0] - commits[0][0]
+            eps = (done - commits[0][1]) / span
+            print(f"throughput: {done} records, {eps:,.0f} events/s over {span:.1f} s", flush=True)
+            # Lag phase.
+            stop[1].set()
+            time.sleep(1.0)
+            lags: list[float] = []
+            prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+            recs = fleet(a.trains, int(time.time() * 1000))
+            target = int(a.lag_rate * a.lag_seconds)
+            t0 = time.monotonic()
+            sent = 0
+            while sent < target:
+                due = min(target, int((time.monotonic() - t0) * a.lag_rate))
+                while sent < due:
+                    r = next(recs)
+                    r.time_unix_ms = int(time.time() * 1000)
+                    prod.produce(topic, key=r.train_id.encode(), value=r.SerializeToString())
+                    sent += 1
+                prod.poll(0)
+                while True:
+                    try:
+                        _, _, n, lag = out.get_nowait()
+                    except queue.Empty:
+                        break
+                    if lag is not None:
+                        lags.extend(lag)
+                time.sleep(0.002)
+            achieved = sent / (time.monotonic() - t0)
+            prod.flush(30)
+            while len(lags) < target:
+                _, _, n, lag = out.get(timeout=120)
+                if lag is not None:
+                    lags.extend(lag)
+            stop[0].set()
+            stages: list[dict[str, float]] = []
+            batches = 0
+            while len(stages) < len(procs):
+                msg = out.get(timeout=60)
+                if msg[0] == "stages":
+                    stages.append(msg[1])
+                    batches += msg[2]
+            for proc in procs:
+                proc.join(30)
+            lags.sort()
+            q = statistics.quantiles(lags, n=100)
+            total = {k: round(sum(s[k] for s in stages), 2) for k in stages[0]}
+            result = {
+                "events_per_s": round(eps),
+                "lag_p50_ms": round(q[49] * 1000, 1),
+                "lag_p99_ms": round(q[98] * 1000, 1),
+                "goal_events_per_s": 50_000,
+                "records": done,
+                "mix": mix,
+                "trains": a.trains,
+                "consumers": a.consumers,
+                "consumer_note": "one consumer group, each consumer its own process",
+                "partitions": 8,
+                "batch_max": a.batch_max,
+                "throughput_window_s": round(span, 2),
+                "preload_s": round(preload_s, 1),
+                "lag_phase": {
+                    "rate_per_s": a.lag_rate,
+                    "achieved_rate_per_s": round(achieved),
+                    "seconds": a.lag_seconds,
+                    "records": len(lags),
+                    "max_ms": round(lags[-1] * 1000, 1),
+                },
+                "stage_seconds_all_consumers": total,
+                "batches": batches,
+                "machine": _machine(),
+                "method": "see docs/ingest.md#benchmark",
+            }
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps(result, indent=2) + "\n")
+            print(json.dumps(result, indent=2))
+    finally:
+        for f in admin.delete_topics([topic, topic + ".dlq"]).values():
+            f.result(30)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

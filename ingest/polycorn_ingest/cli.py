@@ -1,0 +1,230 @@
+"""``polycorn-ingest``: Kafka → LinkDB, the drive-test importer, the testbed producer.
+
+    polycorn-ingest run [--bootstrap B] [--database-url URL] [--group G] [--topic T]
+                        [--dlq-topic D] [--migrate] [--metrics-addr HOST:PORT] ...
+    polycorn-ingest import-drivetest FILE.csv --train-id NAME --carrier NAME
+                        [--time-col C --lat-col C --lon-col C --cell-col C --signal-col C]
+                        [--time-format iso|unix-s|unix-ms] [--delimiter ,]
+    polycorn-ingest produce-testbed EVENTS.jsonl --train-id NAME [--topic T]
+
+``--bootstrap`` defaults to ``POLYCORN_KAFKA_BOOTSTRAP``, ``--database-url``
+to ``POLYCORN_DATABASE_URL``. ``docs/ingest.md`` has the guarantees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from confluent_kafka import Producer
+
+from polycorn_ingest.consumer import IngestConfig, Ingestor
+from polycorn_ingest.drivetest import Columns, import_csv
+from polycorn_ingest.metrics import Metrics
+from polycorn_ingest.sink import LinkDbSink, TransientDbError
+from polycorn_ingest.testbed import records
+
+log = logging.getLogger("polycorn_ingest")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="polycorn-ingest", description=__doc__.split("\n")[0])
+    p.add_argument("--log-level", default="INFO")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def db(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--database-url",
+            default=os.environ.get("POLYCORN_DATABASE_URL"),
+            help="postgresql://user@host:port/db (env POLYCORN_DATABASE_URL)",
+        )
+        sp.add_argument(
+            "--migrate", action="store_true", help="bring LinkDB to the latest schema first"
+        )
+        sp.add_argument(
+            "--trip-gap-s",
+            type=float,
+            default=600.0,
+            help="a gap between fixes longer than this starts a new trip",
+        )
+
+    def kafka(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--bootstrap",
+            default=os.environ.get("POLYCORN_KAFKA_BOOTSTRAP"),
+            help="Kafka bootstrap servers (env POLYCORN_KAFKA_BOOTSTRAP)",
+        )
+        sp.add_argument("--topic", default="polycorn.telemetry.v1")
+
+    run = sub.add_parser("run", help="consume telemetry into LinkDB")
+    kafka(run)
+    db(run)
+    run.add_argument("--group", default="polycorn-ingest")
+    run.add_argument("--dlq-topic", default="polycorn.telemetry.dlq")
+    run.add_argument("--batch-max", type=int, default=20_000, help="messages per batch at most")
+    run.add_argument(
+        "--batch-timeout-s", type=float, default=0.5, help="wait at most this long to fill a batch"
+    )
+    run.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1:9464",
+        help="serve Prometheus /metrics here ('' to disable)",
+    )
+
+    imp = sub.add_parser("import-drivetest", help="import a third-party drive-test CSV log")
+    imp.add_argument("file", type=Path)
+    db(imp)
+    imp.add_argument("--train-id", required=True, help="LinkDB train id for this log")
+    imp.add_argument("--carrier", required=True, help="carrier name of the logged interface")
+    for col, default in (
+        ("time", "time"),
+        ("lat", "lat"),
+        ("lon", "lon"),
+        ("cell", "cell_id"),
+        ("signal", "rsrp"),
+    ):
+        imp.add_argument(f"--{col}-col", default=default, help=f"CSV column (default {default})")
+    imp.add_argument("--time-format", choices=("iso", "unix-s", "unix-ms"), default="iso")
+    imp.add_argument("--delimiter", default=",")
+    imp.add_argument(
+        "--failure-gap-ms",
+        type=int,
+        default=1500,
+        help="a cell change with a longer interruption is a failed handover",
+    )
+
+    tb = sub.add_parser("produce-testbed", help="publish a testbed trip's events.jsonl")
+    tb.add_argument("events", type=Path)
+    kafka(tb)
+    tb.add_argument("--train-id", required=True)
+    tb.add_argument("--epoch-unix-ms", type=int, default=None, help="trip start (default: now)")
+    tb.add_argument(
+        "--carriers",
+        default="carrier-a,carrier-b",
+        help="names of carriers 0, 1, ... (comma-separated)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    a = p.parse_args(argv)
+    logging.basicConfig(
+        level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if a.cmd == "produce-testbed":
+        return _produce_testbed(p, a)
+    if not a.database_url:
+        p.error("no database: give --database-url or set POLYCORN_DATABASE_URL")
+    if a.cmd == "import-drivetest":
+        return _import(a)
+    if not a.bootstrap:
+        p.error("no Kafka: give --bootstrap or set POLYCORN_KAFKA_BOOTSTRAP")
+    return _run(a)
+
+
+def _migrate(sink: LinkDbSink) -> None:
+    delay = 0.5
+    while True:
+        try:
+            sink.migrate()
+            return
+        except Exception as e:  # the database may still be starting
+            log.warning("migration failed (%s); retrying in %.1f s", e, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30)
+
+
+def _run(a: argparse.Namespace) -> int:
+    metrics = Metrics()
+    if a.metrics_addr:
+        metrics.serve(a.metrics_addr)
+    sink = LinkDbSink(a.database_url, trip_gap_s=a.trip_gap_s)
+    if a.migrate:
+        _migrate(sink)
+    cfg = IngestConfig(
+        bootstrap=a.bootstrap,
+        group=a.group,
+        topic=a.topic,
+        dlq_topic=a.dlq_topic,
+        batch_max=a.batch_max,
+        batch_timeout_s=a.batch_timeout_s,
+    )
+    ing = Ingestor(cfg, sink, metrics)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the current batch", signum)
+        ing.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("consuming %s as group %s into LinkDB", a.topic, a.group)
+    ing.run()
+    return 0
+
+
+def _import(a: argparse.Namespace) -> int:
+    sink = LinkDbSink(a.database_url, trip_gap_s=a.trip_gap_s, source="drivetest")
+    if a.migrate:
+        sink.migrate()
+    cols = Columns(a.time_col, a.lat_col, a.lon_col, a.cell_col, a.signal_col)
+    try:
+        rep = import_csv(
+            a.file,
+            sink,
+            train=a.train_id,
+            carrier=a.carrier,
+            cols=cols,
+            time_format=a.time_format,
+            delimiter=a.delimiter,
+            failure_gap_ms=a.failure_gap_ms,
+        )
+    except (OSError, ValueError) as e:
+        print(f"polycorn-ingest import-drivetest: {e}", file=sys.stderr)
+        return 2
+    except TransientDbError as e:
+        print(
+            f"polycorn-ingest import-drivetest: database unavailable, nothing imported: {e}",
+            file=sys.stderr,
+        )
+        return 3
+    finally:
+        sink.close()
+    for line, reason in rep.bad:
+        print(f"{a.file}:{line}: skipped: {reason}", file=sys.stderr)
+    w = rep.written.inserted if rep.written else {}
+    print(
+        f"{a.file}: {rep.rows} rows, {rep.imported} imported, {len(rep.bad)} bad, "
+        f"{rep.duplicates} repeated times; {rep.handovers} handovers "
+        f"({rep.failures} failed); new rows: {dict(w)}"
+    )
+    return 0 if rep.imported else 1
+
+
+def _produce_testbed(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+    if not a.bootstrap:
+        p.error("no Kafka: give --bootstrap or set POLYCORN_KAFKA_BOOTSTRAP")
+    epoch = a.epoch_unix_ms if a.epoch_unix_ms is not None else int(time.time() * 1000)
+    prod = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    n = 0
+    for rec in records(a.events, a.train_id, epoch, a.carriers.split(",")):
+        while True:
+            try:
+                prod.produce(a.topic, key=a.train_id.encode(), value=rec.SerializeToString())
+                break
+            except BufferError:
+                prod.poll(0.1)
+        n += 1
+    left = prod.flush(60)
+    print(f"{n - left} records to {a.topic}")
+    return 0 if left == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,661 @@
+"""The idempotent LinkDB sink: one batch of rows in, one database transaction.
+
+Call order inside :meth:`LinkDbSink.write` (all in one transaction):
+
+1. month partitions for the batch's times (their own short transaction
+   first, cached per process; ``polycorn_schema.linkdb.partitions``);
+2. per-train advisory locks (sorted), so that two consumers never derive the
+   same train at once (it happens briefly during a group rebalance);
+3. COPY the rows into temporary staging tables, then ``INSERT … SELECT …
+   ON CONFLICT DO NOTHING`` into LinkDB on the natural keys (a fix is
+   (train, time), a sample or path stat (train, path, time), a handover
+   (train, carrier, start time)): replays and duplicates insert nothing;
+4. trains upserted (first/last seen only ever widen);
+5. trips (:mod:`polycorn_ingest.trips`) merged with the *newly inserted*
+   fixes only, so a replay changes nothing;
+6. handovers near the new fixes (and the new handovers) get their trip and
+   their direction re-derived (rule below); a change of direction moves the
+   handover from one cell to another;
+7. cells ⟨carrier, cell ID, direction⟩ updated from those transitions,
+   under per-cell advisory locks: counts added incrementally, or recomputed
+   from the handovers when a cell lost one; the earliest handover position
+   along the direction is the smallest ``track_m`` (increasing) or the
+   largest (decreasing), with its point;
+8. commit. Only then does the caller commit Kafka offsets.
+
+Direction of a handover at time t (deterministic in the fixes, whatever
+order they arrive in; re-derived when a fix arrives inside its bracket):
+
+- b = the last fix with ``track_m`` in [t − 120 s, t], a = the first fix with
+  ``track_m`` in (t, t + 120 s]. increasing if a − b ≥ 1 m, decreasing if
+  ≤ −1 m.
+- Else (no track reference, or stopped): the bearing from the last fix at
+  or before t to the first fix after t (both within 120 s, ≥ 5 m apart):
+  increasing when it points east of north-south, i.e. in [0°, 180°);
+  else the nearer fix's ``heading_deg`` the same way if it moves ≥ 1 m/s.
+  (Without a linear reference, "increasing" is "eastbound"; a line that runs
+  due north-south should carry ``track_m``.)
+- Else unknown: the handover keeps no direction and no cell until a fix
+  arrives that decides it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from polycorn_schema.linkdb.cli import sqlalchemy_url, upgrade
+from polycorn_schema.linkdb.partitions import ensure_month_partitions, month_start, next_month
+from psycopg import errors as pgerr
+
+from polycorn_ingest.records import Rows
+from polycorn_ingest.trips import Trip, merge
+
+log = logging.getLogger(__name__)
+
+# How far a fix may be from a handover to decide its direction.
+DIRECTION_WINDOW_MS = 120_000
+
+STAGING = {
+    "stg_fix": "train_id text, t_ms bigint, lat float8, lon float8, speed float8, "
+    "heading float8, accuracy float8, track_m float8",
+    "stg_sample": "train_id text, path int2, t_ms bigint, carrier text, cell_id bigint, "
+    "rsrp float8, registration text, measured_ms bigint",
+    "stg_path": "train_id text, path int2, t_ms bigint, carrier text, up bool, srtt bigint, "
+    "rate bigint, sent bigint, acked bigint, reinj bigint, redund bigint, rto int4",
+    "stg_ho": "train_id text, carrier text, path int2, src bigint, tgt bigint, start_ms bigint, "
+    "lat float8, lon float8, track_m float8, rsrp float8, outcome text, duration int4",
+    "tmp_ho_change": "id bigint, carrier text, src bigint, old_dir track_direction, "
+    "new_dir track_direction, trip bigint",
+}
+
+
+def ts(col: str) -> str:
+    """SQL: Unix milliseconds (bigint) as timestamptz, exactly."""
+    return f"(timestamptz 'epoch' + ({col}) * interval '1 millisecond')"
+
+
+def ms(col: str) -> str:
+    """SQL: timestamptz as Unix milliseconds (bigint)."""
+    return f"(extract(epoch from {col}) * 1000)::bigint"
+
+
+INSERT_FIXES = f"""
+WITH ins AS (
+  INSERT INTO gps_fixes (train_id, time, geog, speed_mps, heading_deg, accuracy_m, track_m)
+  SELECT train_id, {ts("t_ms")}, ST_SetSRID(ST_MakePoint(lon, lat), 4326)::geography,
+         speed, heading, accuracy, track_m
+  FROM stg_fix ON CONFLICT DO NOTHING
+  RETURNING train_id, time, track_m IS NOT NULL AS has_track)
+SELECT train_id, {ms("time")}, has_track FROM ins"""
+
+INSERT_SAMPLES = f"""
+INSERT INTO signal_samples (train_id, path, time, carrier, cell_id, rsrp_dbm, registration,
+                            measured_at)
+SELECT train_id, path, {ts("t_ms")}, carrier, cell_id, rsrp, registration, {ts("measured_ms")}
+FROM stg_sample ON CONFLICT DO NOTHING"""
+
+INSERT_PATHS = f"""
+INSERT INTO path_stats (train_id, path, time, carrier, up, srtt_us, rate_bps, bytes_sent,
+                        bytes_acked, reinjected_bytes, redundant_bytes, rto_count)
+SELECT train_id, path, {ts("t_ms")}, carrier, up, srtt, rate, sent, acked, reinj, redund, rto
+FROM stg_path ON CONFLICT DO NOTHING"""
+
+INSERT_HANDOVERS = f"""
+WITH ins AS (
+  INSERT INTO handovers (train_id, source, carrier, path, source_cell_id, target_cell_id,
+                         start_time, geog, track_m, rsrp_dbm, outcome, duration_ms)
+  SELECT train_id, %(source)s::row_source, carrier, path, src, tgt, {ts("start_ms")},
+         ST_SetSRID(ST_MakePoint(lon, lat), 4326)::geography, track_m, rsrp,
+         outcome::handover_outcome, duration
+  FROM stg_ho ON CONFLICT (train_id, carrier, start_time) DO NOTHING
+  RETURNING id)
+SELECT coalesce(array_agg(id), '{{}}') FROM ins"""
+
+UPSERT_TRAINS = f"""
+INSERT INTO trains AS t (id, source, first_seen, last_seen)
+SELECT id, %(source)s::row_source, {ts("lo")}, {ts("hi")}
+FROM unnest(%(ids)s::text[], %(lo)s::bigint[], %(hi)s::bigint[]) AS s(id, lo, hi)
+ON CONFLICT (id) DO UPDATE
+SET first_seen = LEAST(t.first_seen, EXCLUDED.first_seen),
+    last_seen = GREATEST(t.last_seen, EXCLUDED.last_seen)
+WHERE t.first_seen > EXCLUDED.first_seen OR t.last_seen < EXCLUDED.last_seen"""
+
+# The trips that overlap [lo - gap, hi + gap]: the last one starting at or
+# before lo - gap (if it reaches that far) and every one starting after it.
+EXISTING_TRIPS = f"""
+SELECT a.train_id, t.id, {ms("t.started_at")}, {ms("t.ended_at")}, t.fixes
+FROM unnest(%(ids)s::text[], %(lo)s::bigint[], %(hi)s::bigint[]) AS a(train_id, lo, hi)
+CROSS JOIN LATERAL (
+  (SELECT id, started_at, ended_at, fixes FROM trips
+   WHERE train_id = a.train_id AND started_at <= {ts("a.lo - %(gap)s")}
+   ORDER BY started_at DESC LIMIT 1)
+  UNION ALL
+  (SELECT id, started_at, ended_at, fixes FROM trips
+   WHERE train_id = a.train_id AND started_at > {ts("a.lo - %(gap)s")}
+     AND started_at <= {ts("a.hi + %(gap)s")})
+) AS t
+WHERE t.ended_at >= {ts("a.lo - %(gap)s")}"""
+
+UPDATE_TRIPS = f"""
+UPDATE trips AS t SET started_at = {ts("u.s")}, ended_at = {ts("u.e")}, fixes = u.n
+FROM unnest(%(id)s::bigint[], %(s)s::bigint[], %(e)s::bigint[], %(n)s::int[]) AS u(id, s, e, n)
+WHERE t.id = u.id
+RETURNING t.id"""
+
+INSERT_TRIPS = f"""
+INSERT INTO trips AS t (train_id, started_at, ended_at, fixes)
+SELECT train_id, {ts("s")}, {ts("e")}, n
+FROM unnest(%(train)s::text[], %(s)s::bigint[], %(e)s::bigint[], %(n)s::int[])
+  AS u(train_id, s, e, n)
+ON CONFLICT (train_id, started_at) DO UPDATE
+SET ended_at = GREATEST(t.ended_at, EXCLUDED.ended_at), fixes = EXCLUDED.fixes
+RETURNING t.id"""
+
+# A trip's direction: the sign of its net movement along the track (first to
+# last fix with track_m), when that is at least 5 m.
+TRIP_DIRECTION = """
+UPDATE trips AS t SET direction = d.dir
+FROM (
+  SELECT t.id, CASE WHEN l.track_m - f.track_m >= 5 THEN 'increasing'
+                    WHEN l.track_m - f.track_m <= -5 THEN 'decreasing' END::track_direction AS dir
+  FROM trips t
+  LEFT JOIN LATERAL (SELECT track_m FROM gps_fixes g WHERE g.train_id = t.train_id
+    AND g.time BETWEEN t.started_at AND t.ended_at AND g.track_m IS NOT NULL
+    ORDER BY g.time LIMIT 1) f ON true
+  LEFT JOIN LATERAL (SELECT track_m FROM gps_fixes g WHERE g.train_id = t.train_id
+    AND g.time BETWEEN t.started_at AND t.ended_at AND g.track_m IS NOT NULL
+    ORDER BY g.time DESC LIMIT 1) l ON true
+  WHERE t.id = ANY(%(ids)s::bigint[])
+) AS d
+WHERE t.id = d.id AND t.direction IS DISTINCT FROM d.dir"""
+
+# Handovers in the given regions (besides the new ones, which the caller adds).
+CANDIDATES = f"""
+SELECT coalesce(array_agg(DISTINCT h.id), '{{}}')
+FROM unnest(%(rt)s::text[], %(rlo)s::bigint[], %(rhi)s::bigint[]) AS r(train_id, lo, hi)
+JOIN handovers h ON h.train_id = r.train_id
+ AND h.start_time BETWEEN {ts("r.lo")} AND {ts("r.hi")}"""
+
+# Regions of handovers whose direction bracket a train's new fixes may have
+# changed: from the old fix before the new ones to the old fix after them
+# (within the direction window), for any fix and for fixes with track_m.
+DIRECTION_REGIONS = f"""
+SELECT a.train_id,
+  LEAST(
+    coalesce((SELECT {ms("max(f.time)")} FROM gps_fixes f WHERE f.train_id = a.train_id
+              AND f.time < {ts("a.lo")} AND f.time >= {ts("a.lo - %(w)s")}), a.lo - %(w)s),
+    CASE WHEN a.tlo IS NOT NULL THEN coalesce(
+      (SELECT {ms("max(f.time)")} FROM gps_fixes f WHERE f.train_id = a.train_id
+       AND f.track_m IS NOT NULL AND f.time < {ts("a.tlo")} AND f.time >= {ts("a.tlo - %(w)s")}),
+      a.tlo - %(w)s) END),
+  GREATEST(
+    coalesce((SELECT {ms("min(f.time)")} FROM gps_fixes f WHERE f.train_id = a.train_id
+              AND f.time > {ts("a.hi")} AND f.time <= {ts("a.hi + %(w)s")}), a.hi + %(w)s),
+    CASE WHEN a.thi IS NOT NULL THEN coalesce(
+      (SELECT {ms("min(f.time)")} FROM gps_fixes f WHERE f.train_id = a.train_id
+       AND f.track_m IS NOT NULL AND f.time > {ts("a.thi")} AND f.time <= {ts("a.thi + %(w)s")}),
+      a.thi + %(w)s) END)
+FROM unnest(%(ids)s::text[], %(lo)s::bigint[], %(hi)s::bigint[], %(tlo)s::bigint[],
+            %(thi)s::bigint[]) AS a(train_id, lo, hi, tlo, thi)"""
+
+W = "%(w)s * interval '1 millisecond'"
+# One pass over the candidate handovers: their trip (the contained trip, else
+# the nearest within one gap, earlier on a tie) and direction (module doc).
+# Rows whose trip or direction changes go to tmp_ho_change; the caller then
+# updates cells and writes each changed handover once.
+DERIVE = f"""
+WITH c AS (
+  SELECT h.id, h.carrier, h.source_cell_id, h.direction AS old_dir, h.trip_id AS old_trip,
+    CASE
+      WHEN a.track_m - b.track_m >= 1 THEN 'increasing'
+      WHEN a.track_m - b.track_m <= -1 THEN 'decreasing'
+      WHEN ST_Distance(bg.geog, ag.geog) >= 5 THEN
+        CASE WHEN degrees(ST_Azimuth(bg.geog, ag.geog)) < 180 THEN 'increasing'
+             ELSE 'decreasing' END
+      WHEN nf.speed_mps >= 1 AND nf.heading_deg IS NOT NULL THEN
+        CASE WHEN mod(mod(nf.heading_deg::numeric, 360) + 360, 360) < 180 THEN 'increasing'
+             ELSE 'decreasing' END
+    END::track_direction AS dir,
+    (SELECT n.id FROM (
+      (SELECT id, started_at, ended_at FROM trips
+       WHERE train_id = h.train_id AND started_at <= h.start_time
+       ORDER BY started_at DESC LIMIT 1)
+      UNION ALL
+      (SELECT id, started_at, ended_at FROM trips
+       WHERE train_id = h.train_id AND started_at > h.start_time
+       ORDER BY started_at LIMIT 1)) AS n
+     WHERE n.started_at - %(gap)s * interval '1 millisecond' <= h.start_time
+       AND h.start_time <= n.ended_at + %(gap)s * interval '1 millisecond'
+     ORDER BY GREATEST(n.started_at - h.start_time, h.start_time - n.ended_at), n.started_at
+     LIMIT 1) AS trip
+  FROM handovers h
+  LEFT JOIN LATERAL (SELECT track_m FROM gps_fixes f WHERE f.train_id = h.train_id
+    AND f.time <= h.start_time AND f.time >= h.start_time - {W} AND f.track_m IS NOT NULL
+    ORDER BY f.time DESC LIMIT 1) b ON true
+  LEFT JOIN LATERAL (SELECT track_m FROM gps_fixes f WHERE f.train_id = h.train_id
+    AND f.time > h.start_time AND f.time <= h.start_time + {W} AND f.track_m IS NOT NULL
+    ORDER BY f.time LIMIT 1) a ON true
+  LEFT JOIN LATERAL (SELECT time, geog, speed_mps, heading_deg FROM gps_fixes f
+    WHERE f.train_id = h.train_id AND f.time <= h.start_time AND f.time >= h.start_time - {W}
+    ORDER BY f.time DESC LIMIT 1) bg ON true
+  LEFT JOIN LATERAL (SELECT time, geog, speed_mps, heading_deg FROM gps_fixes f
+    WHERE f.train_id = h.train_id AND f.time > h.start_time AND f.time <= h.start_time + {W}
+    ORDER BY f.time LIMIT 1) ag ON true
+  LEFT JOIN LATERAL (SELECT * FROM (VALUES (bg.time, bg.speed_mps, bg.heading_deg),
+                                           (ag.time, ag.speed_mps, ag.heading_deg))
+    AS v(time, speed_mps, heading_deg) WHERE v.time IS NOT NULL
+    ORDER BY abs(extract(epoch from v.time - h.start_time)), v.time LIMIT 1) nf ON true
+  WHERE h.id = ANY(%(ids)s::bigint[])
+)
+INSERT INTO tmp_ho_change
+SELECT id, carrier, source_cell_id, old_dir, dir, trip FROM c
+WHERE dir IS DISTINCT FROM old_dir OR trip IS DISTINCT FROM old_trip
+RETURNING id, trip, new_dir::text, old_dir IS DISTINCT FROM new_dir"""
+
+# Write each changed handover once: trip, direction and (existing) cell.
+APPLY = """
+UPDATE handovers AS h SET trip_id = u.trip, direction = u.dir::track_direction,
+  cell = (SELECT c.id FROM cells c WHERE c.carrier = h.carrier
+          AND c.cell_id = h.source_cell_id AND c.direction = u.dir::track_direction)
+FROM unnest(%(id)s::bigint[], %(trip)s::bigint[], %(dir)s::text[]) AS u(id, trip, dir)
+WHERE h.id = u.id"""
+
+CHANGED_KEYS = """
+SELECT DISTINCT carrier, src, d::text FROM tmp_ho_change,
+  LATERAL (VALUES (old_dir), (new_dir)) AS v(d)
+WHERE d IS NOT NULL AND old_dir IS DISTINCT FROM new_dir"""
+
+# Cells that lost a handover: recompute from the handovers.
+RECOMPUTE_CELLS = """
+WITH k AS (SELECT DISTINCT carrier, src AS cell_id, old_dir AS dir FROM tmp_ho_change
+           WHERE old_dir IS NOT NULL AND old_dir IS DISTINCT FROM new_dir),
+z AS (
+  UPDATE cells c SET handovers = 0, failures = 0, earliest_ho_track_m = NULL,
+                     earliest_ho_geog = NULL
+  FROM k WHERE c.carrier = k.carrier AND c.cell_id = k.cell_id AND c.direction = k.dir
+   AND NOT EXISTS (SELECT 1 FROM handovers h WHERE h.carrier = k.carrier
+                   AND h.source_cell_id = k.cell_id AND h.direction = k.dir)
+  RETURNING c.id)
+INSERT INTO cells AS c (carrier, cell_id, direction, handovers, failures, earliest_ho_track_m,
+                        earliest_ho_geog, first_seen, last_seen)
+SELECT k.carrier, k.cell_id, k.dir, g.n, g.f, e.track_m, e.geog, g.first, g.last
+FROM k
+CROSS JOIN LATERAL (SELECT count(*) AS n, count(*) FILTER (WHERE outcome = 'failure') AS f,
+                           min(start_time) AS first, max(start_time) AS last
+  FROM handovers h WHERE h.carrier = k.carrier AND h.source_cell_id = k.cell_id
+   AND h.direction = k.dir) AS g
+LEFT JOIN LATERAL (SELECT track_m, geog FROM handovers h WHERE h.carrier = k.carrier
+   AND h.source_cell_id = k.cell_id AND h.direction = k.dir AND h.track_m IS NOT NULL
+  ORDER BY CASE WHEN k.dir = 'increasing' THEN h.track_m ELSE -h.track_m END, h.start_time, h.id
+  LIMIT 1) AS e ON true
+WHERE g.n > 0
+ON CONFLICT (carrier, cell_id, direction) DO UPDATE
+SET handovers = EXCLUDED.handovers, failures = EXCLUDED.failures,
+    earliest_ho_track_m = EXCLUDED.earliest_ho_track_m,
+    earliest_ho_geog = EXCLUDED.earliest_ho_geog,
+    first_seen = EXCLUDED.first_seen, last_seen = EXCLUDED.last_seen"""
+
+# Cells that only gained handovers: add the counts, widen the times, and
+# replace the earliest position when a new one is strictly earlier.
+ADD_TO_CELLS = """
+WITH full_keys AS (SELECT DISTINCT carrier, src, old_dir AS dir FROM tmp_ho_change
+                   WHERE old_dir IS NOT NULL AND old_dir IS DISTINCT FROM new_dir),
+added AS (
+  SELECT h.carrier, h.source_cell_id AS cell_id, h.direction AS dir, h.outcome, h.start_time,
+         h.track_m, h.geog, h.id
+  FROM tmp_ho_change x JOIN handovers h ON h.id = x.id
+  WHERE x.new_dir IS NOT NULL AND x.old_dir IS DISTINCT FROM x.new_dir
+    AND NOT EXISTS (SELECT 1 FROM full_keys f
+                    WHERE f.carrier = x.carrier AND f.src = x.src AND f.dir = x.new_dir)),
+g AS (SELECT carrier, cell_id, dir, count(*) AS n, count(*) FILTER (WHERE outcome = 'failure') AS f,
+             min(start_time) AS first, max(start_time) AS last
+      FROM added GROUP BY carrier, cell_id, dir),
+e AS (SELECT DISTINCT ON (carrier, cell_id, dir) carrier, cell_id, dir, track_m, geog
+      FROM added WHERE track_m IS NOT NULL
+      ORDER BY carrier, cell_id, dir,
+               CASE WHEN dir = 'increasing' THEN track_m ELSE -track_m END, start_time, id)
+INSERT INTO cells AS c (carrier, cell_id, direction, handovers, failures, earliest_ho_track_m,
+                        earliest_ho_geog, first_seen, last_seen)
+SELECT g.carrier, g.cell_id, g.dir, g.n, g.f, e.track_m, e.geog, g.first, g.last
+FROM g LEFT JOIN e USING (carrier, cell_id, dir)
+ON CONFLICT (carrier, cell_id, direction) DO UPDATE
+SET handovers = c.handovers + EXCLUDED.handovers,
+    failures = c.failures + EXCLUDED.failures,
+    earliest_ho_track_m = CASE WHEN EXCLUDED.earliest_ho_track_m IS NOT NULL AND (
+        c.earliest_ho_track_m IS NULL
+        OR (c.direction = 'increasing' AND EXCLUDED.earliest_ho_track_m < c.earliest_ho_track_m)
+        OR (c.direction = 'decreasing' AND EXCLUDED.earliest_ho_track_m > c.earliest_ho_track_m))
+      THEN EXCLUDED.earliest_ho_track_m ELSE c.earliest_ho_track_m END,
+    earliest_ho_geog = CASE WHEN EXCLUDED.earliest_ho_track_m IS NOT NULL AND (
+        c.earliest_ho_track_m IS NULL
+        OR (c.direction = 'increasing' AND EXCLUDED.earliest_ho_track_m < c.earliest_ho_track_m)
+        OR (c.direction = 'decreasing' AND EXCLUDED.earliest_ho_track_m > c.earliest_ho_track_m))
+      THEN EXCLUDED.earliest_ho_geog ELSE c.earliest_ho_geog END,
+    first_seen = LEAST(c.first_seen, EXCLUDED.first_seen),
+    last_seen = GREATEST(c.last_seen, EXCLUDED.last_seen)"""
+
+# Handovers of cells created after APPLY ran (a cell's first handover).
+LINK_CELLS = """
+UPDATE handovers AS h SET cell = c.id FROM cells c
+WHERE h.id = ANY(%(ids)s::bigint[]) AND h.cell IS NULL AND c.carrier = h.carrier
+  AND c.cell_id = h.source_cell_id AND c.direction = h.direction"""
+
+
+class TransientDbError(Exception):
+    """The database is unreachable or the transaction hit a transient
+    conflict; retrying the same batch later is safe (everything is idempotent)."""
+
+
+class DataRejectedError(Exception):
+    """The database refused the batch for a data reason (a row it cannot store)."""
+
+
+def lock_key(namespace: str, key: str) -> int:
+    """A stable signed 64-bit advisory-lock key."""
+    h = hashlib.blake2b(f"{namespace}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big", signed=True)
+
+
+@dataclass
+class WriteResult:
+    """Rows inserted (not counting duplicates) per table, and derivation counts."""
+
+    inserted: dict[str, int] = field(default_factory=dict)
+    trips_changed: int = 0
+    handovers_rederived: int = 0
+    cells_changed: int = 0
+
+
+def _months(seen: dict[str, list[int]]) -> set[dt.datetime]:
+    out: set[dt.datetime] = set()
+    for lo, hi in seen.values():
+        m = month_start(dt.datetime.fromtimestamp(lo / 1000, dt.UTC))
+        end = month_start(dt.datetime.fromtimestamp(hi / 1000, dt.UTC))
+        out.add(end)
+        # Rows between far-apart ends go to the DEFAULT partition instead of
+        # creating a partition for every month in between.
+        for _ in range(4):
+            if m >= end:
+                break
+            out.add(m)
+            m = next_month(m)
+    return out
+
+
+class LinkDbSink:
+    """Writes :class:`Rows` batches into LinkDB; one connection, reconnected on demand."""
+
+    def __init__(self, url: str, *, trip_gap_s: float = 600.0, source: str = "telemetry") -> None:
+        self.url = url
+        self.gap_ms = int(trip_gap_s * 1000)
+        self.source = source
+        self._conn: psycopg.Connection[Any] | None = None
+        self._engine: sa.Engine | None = None
+        self._months: set[dt.datetime] = set()
+
+    def migrate(self) -> None:
+        upgrade(self.url)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            conn = psycopg.connect(self.url, connect_timeout=5, application_name="polycorn-ingest")
+            with conn.cursor() as cur:
+                for name, cols in STAGING.items():
+                    cur.execute(
+                        f"CREATE TEMP TABLE IF NOT EXISTS {name} ({cols}) ON COMMIT DELETE ROWS"
+                    )
+            conn.commit()
+            self._conn = conn
+        return self._conn
+
+    def _ensure_partitions(self, seen: dict[str, list[int]]) -> None:
+        need = _months(seen) - self._months
+        if not need:
+            return
+        if self._engine is None:
+            self._engine = sa.create_engine(
+                sqlalchemy_url(self.url),
+                poolclass=sa.NullPool,
+                connect_args={"connect_timeout": 5},
+            )
+        with self._engine.begin() as conn:
+            created = ensure_month_partitions(conn, need)
+        if created:
+            log.info("created partitions %s", ", ".join(created))
+        self._months |= need
+
+    def write(self, rows: Rows) -> WriteResult:
+        """Store one batch in one transaction. Raises :class:`TransientDbError`
+        (retry later) or :class:`DataRejectedError` (isolate the bad row)."""
+        try:
+            self._ensure_partitions(rows.seen)
+            conn = self._connection()
+            try:
+                with conn.transaction():
+                    return self._write(conn, rows)
+            finally:
+                # Nothing stays open between batches.
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.rollback()
+        except (pgerr.DataError, pgerr.IntegrityError) as e:
+            if isinstance(e, pgerr.TransactionRollback):
+                raise TransientDbError(str(e)) from e
+            raise DataRejectedError(f"{type(e).__name__}: {e}".strip()) from e
+        except (
+            psycopg.OperationalError,
+            psycopg.InterfaceError,
+            pgerr.TransactionRollback,
+            sa.exc.OperationalError,
+            sa.exc.InterfaceError,
+        ) as e:
+            self.close()
+            raise TransientDbError(f"{type(e).__name__}: {e}".strip()) from e
+
+    def _write(self, conn: psycopg.Connection[Any], rows: Rows) -> WriteResult:
+        res = WriteResult()
+        src = {"source": self.source}
+        with conn.cursor() as cur:
+            trains = sorted(rows.seen)
+            cur.execute(
+                "SELECT count(pg_advisory_xact_lock(k)) FROM "
+                "(SELECT k FROM unnest(%s::bigint[]) AS k ORDER BY k) AS s",
+                (sorted(lock_key("train", t) for t in trains),),
+            )
+            cur.execute(
+                UPSERT_TRAINS,
+                {
+                    **src,
+                    "ids": trains,
+                    "lo": [rows.seen[t][0] for t in trains],
+                    "hi": [rows.seen[t][1] for t in trains],
+                },
+            )
+            self._copy(cur, "stg_fix", rows.fixes)
+            self._copy(cur, "stg_sample", rows.samples)
+            self._copy(cur, "stg_path", rows.paths)
+            self._copy(cur, "stg_ho", rows.handovers)
+            new_fixes: list[tuple[str, int, bool]] = []
+            if rows.fixes:
+                cur.execute(INSERT_FIXES)
+                new_fixes = cur.fetchall()
+            res.inserted["gps_fixes"] = len(new_fixes)
+            if rows.samples:
+                cur.execute(INSERT_SAMPLES)
+                res.inserted["signal_samples"] = cur.rowcount
+            if rows.paths:
+                cur.execute(INSERT_PATHS)
+                res.inserted["path_stats"] = cur.rowcount
+            new_ho: list[int] = []
+            if rows.handovers:
+                cur.execute(INSERT_HANDOVERS, src)
+                row = cur.fetchone()
+                new_ho = list(row[0]) if row else []
+            res.inserted["handovers"] = len(new_ho)
+            if not new_fixes and not new_ho:
+                return res  # a replay: nothing to derive
+            trip_regions = self._trips(cur, new_fixes, res)
+            dir_regions = self._direction_regions(cur, new_fixes)
+            cur.execute(CANDIDATES, _regions(trip_regions + dir_regions))
+            ids = _union(new_ho, cur)
+            if ids:
+                cur.execute(DERIVE, {"ids": ids, "gap": self.gap_ms, "w": DIRECTION_WINDOW_MS})
+                changed = cur.fetchall()
+                res.handovers_rederived = len(changed)
+                if changed:
+                    cur.execute(
+                        APPLY,
+                        {
+                            "id": [c[0] for c in changed],
+                            "trip": [c[1] for c in changed],
+                            "dir": [c[2] for c in changed],
+                        },
+                    )
+                    moved = [c[0] for c in changed if c[3]]
+                    if moved:
+                        res.cells_changed = self._cells(cur, moved)
+        return res
+
+    @staticmethod
+    def _copy(cur: psycopg.Cursor[Any], table: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        with cur.copy(f"COPY {table} FROM STDIN") as cp:
+            for r in rows:
+                cp.write_row(r)
+
+    def _trips(
+        self, cur: psycopg.Cursor[Any], new_fixes: list[tuple[str, int, bool]], res: WriteResult
+    ) -> list[tuple[str, int, int]]:
+        by_train: dict[str, list[int]] = defaultdict(list)
+        for train, t, _ in new_fixes:
+            by_train[train].append(t)
+        if not by_train:
+            return []
+        ids = sorted(by_train)
+        cur.execute(
+            EXISTING_TRIPS,
+            {
+                "ids": ids,
+                "lo": [min(by_train[t]) for t in ids],
+                "hi": [max(by_train[t]) for t in ids],
+                "gap": self.gap_ms,
+            },
+        )
+        existing: dict[str, list[Trip]] = defaultdict(list)
+        for train, tid, s, e, n in cur.fetchall():
+            existing[train].append(Trip(tid, s, e, n))
+        deletes: list[int] = []
+        updates: list[Trip] = []
+        inserts: list[tuple[str, Trip]] = []
+        regions: list[tuple[str, int, int]] = []
+        for train in ids:
+            olds = sorted(existing[train], key=lambda t: t.started_ms)
+            ch = merge(olds, by_train[train], self.gap_ms)
+            deletes.extend(ch.deletes)
+            for trip in ch.upserts:
+                if trip.id is None:
+                    inserts.append((train, trip))
+                else:
+                    updates.append(trip)
+            regions.extend((train, lo, hi) for lo, hi in ch.regions)
+        changed: list[int] = []
+        if deletes:
+            cur.execute("DELETE FROM trips WHERE id = ANY(%s::bigint[])", (deletes,))
+        if updates:
+            cur.execute(
+                UPDATE_TRIPS,
+                {
+                    "id": [t.id for t in updates],
+                    "s": [t.started_ms for t in updates],
+                    "e": [t.ended_ms for t in updates],
+                    "n": [t.fixes for t in updates],
+                },
+            )
+            changed.extend(r[0] for r in cur.fetchall())
+        if inserts:
+            cur.execute(
+                INSERT_TRIPS,
+                {
+                    "train": [tr for tr, _ in inserts],
+                    "s": [t.started_ms for _, t in inserts],
+                    "e": [t.ended_ms for _, t in inserts],
+                    "n": [t.fixes for _, t in inserts],
+                },
+            )
+            changed.extend(r[0] for r in cur.fetchall())
+        if changed:
+            cur.execute(TRIP_DIRECTION, {"ids": changed})
+        res.trips_changed = len(changed) + len(deletes)
+        return regions
+
+    def _direction_regions(
+        self, cur: psycopg.Cursor[Any], new_fixes: list[tuple[str, int, bool]]
+    ) -> list[tuple[str, int, int]]:
+        lo: dict[str, int] = {}
+        hi: dict[str, int] = {}
+        tlo: dict[str, int] = {}
+        thi: dict[str, int] = {}
+        for train, t, has_track in new_fixes:
+            lo[train] = min(lo.get(train, t), t)
+            hi[train] = max(hi.get(train, t), t)
+            if has_track:
+                tlo[train] = min(tlo.get(train, t), t)
+                thi[train] = max(thi.get(train, t), t)
+        span = lo
+        if not span:
+            return []
+        ids = sorted(span)
+        cur.execute(
+            DIRECTION_REGIONS,
+            {
+                "ids": ids,
+                "lo": [lo[t] for t in ids],
+                "hi": [hi[t] for t in ids],
+                "tlo": [tlo.get(t) for t in ids],
+                "thi": [thi.get(t) for t in ids],
+                "w": DIRECTION_WINDOW_MS,
+            },
+        )
+        return [(r[0], r[1], r[2]) for r in cur.fetchall()]
+
+    @staticmethod
+    def _cells(cur: psycopg.Cursor[Any], moved: list[int]) -> int:
+        cur.execute(CHANGED_KEYS)
+        keys = sorted(lock_key("cell", f"{c}\x00{s}\x00{d}") for c, s, d in cur.fetchall())
+        cur.execute(
+            "SELECT count(pg_advisory_xact_lock(k)) FROM "
+            "(SELECT k FROM unnest(%s::bigint[]) AS k ORDER BY k) AS s",
+            (keys,),
+        )
+        cur.execute(RECOMPUTE_CELLS)
+        n = max(cur.rowcount, 0)
+        cur.execute(ADD_TO_CELLS)
+        n += max(cur.rowcount, 0)
+        cur.execute(LINK_CELLS, {"ids": moved})
+        return n
+
+
+def _union(new_ids: list[int], cur: psycopg.Cursor[Any]) -> list[int]:
+    row = cur.fetchone()
+    return sorted(set(new_ids).union(row[0] if row else []))
+
+
+def _regions(regions: Iterable[tuple[str, int, int]]) -> dict[str, list[Any]]:
+    rs = list(regions)
+    return {"rt": [r[0] for r in rs], "rlo": [r[1] for r in rs], "rhi": [r[2] for r in rs]}
