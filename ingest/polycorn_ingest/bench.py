@@ -34,15 +34,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from polycorn_schema.testing import fresh_database
 
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.records import Rows
 from polycorn_ingest.sink import LinkDbSink
+from polycorn_schema.testing import fresh_database
 
 CARRIERS = ("carrier-a", "carrier-b")
 

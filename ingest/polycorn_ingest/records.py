@@ -16,8 +16,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Final
 
-import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from google.protobuf.message import DecodeError
+
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 
 # Why a record went to the dead-letter topic (label values of
 # polycorn_ingest_dead_letters_total{reason}).

@@ -51,12 +51,12 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
-from polycorn_schema.linkdb.cli import sqlalchemy_url, upgrade
-from polycorn_schema.linkdb.partitions import ensure_month_partitions, month_start, next_month
 from psycopg import errors as pgerr
 
 from polycorn_ingest.records import Rows
 from polycorn_ingest.trips import Trip, merge
+from polycorn_schema.linkdb.cli import sqlalchemy_url, upgrade
+from polycorn_schema.linkdb.partitions import ensure_month_partitions, month_start, next_month
 
 log = logging.getLogger(__name__)
 

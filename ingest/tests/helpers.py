@@ -8,10 +8,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 
 T0 = 1_795_000_000_000  # 2026-11-18, Unix ms
 

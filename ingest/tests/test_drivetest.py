@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from helpers import query
+
 from polycorn_ingest.cli import main
 from polycorn_schema.testing import fresh_database
 

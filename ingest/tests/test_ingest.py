@@ -6,7 +6,6 @@ import secrets
 import threading
 from typing import Any
 
-import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from confluent_kafka import Consumer, TopicPartition
 from helpers import (
     T0,
@@ -21,6 +20,8 @@ from helpers import (
     query,
     topics,
 )
+
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.sink import LinkDbSink

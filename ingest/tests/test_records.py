@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 import pytest
 from helpers import T0, cell, gps, handover, pathstat
+
+import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from polycorn_ingest.records import InvalidRecordError, Rows, decode
 
 
