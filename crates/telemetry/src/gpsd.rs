@@ -3,9 +3,13 @@
 //!
 //! A client connects (TCP 2947 by default), sends [`WATCH`] and then reads
 //! one JSON object per line. Only `TPV` reports with `mode` ≥ 2 (a 2D or 3D
-//! fix) and a latitude and longitude become fixes; every other class
+//! fix), a latitude, a longitude and a time become fixes; every other class
 //! (`VERSION`, `DEVICES`, `WATCH`, `SKY`, ...) and TPVs without a fix are
-//! skipped. A line that is not JSON, not an object with a `class`, or a
+//! skipped. gpsd's first TPV after a `WATCH` can be a partial report from
+//! its cache, with a position but no time, speed or course (seen with gpsd
+//! 3.22); it cannot be placed in time and is skipped too. Speed, course
+//! and accuracy missing from a timed fix are 0 ("unknown", as in the
+//! schema's accuracy). A line that is not JSON, not an object with a `class`, or a
 //! TPV with impossible values is an error for that line only; [`GpsdStats`]
 //! counts every case, and nothing here panics on any input.
 //!
@@ -29,8 +33,8 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// A position fix from a TPV report.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GpsdFix {
-    /// The fix's GPS time (TPV `time`), Unix ms, when present and valid.
-    pub time_unix_ms: Option<i64>,
+    /// The fix's GPS time (TPV `time`), Unix ms.
+    pub time_unix_ms: i64,
     pub fix: v1::GpsFix,
 }
 
@@ -38,7 +42,7 @@ pub struct GpsdFix {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
     Fix(GpsdFix),
-    /// A TPV without a usable fix (mode 0/1, or no position yet).
+    /// A TPV without a usable fix (mode 0/1, no position or no time).
     NoFix,
     /// A report of another class, e.g. `SKY`.
     Other(String),
@@ -51,6 +55,8 @@ pub enum GpsdError {
     NotJson(#[from] serde_json::Error),
     #[error("gpsd TPV with an impossible {field}: {value}")]
     Invalid { field: &'static str, value: f64 },
+    #[error("gpsd TPV with an unreadable time: {0:?}")]
+    BadTime(String),
     #[error("gpsd line longer than {MAX_LINE_BYTES} bytes, dropped")]
     TooLong,
 }
@@ -107,7 +113,9 @@ pub fn parse_line(line: &str) -> Result<Message, GpsdError> {
     if r.class != "TPV" {
         return Ok(Message::Other(r.class));
     }
-    let (Some(mode), Some(lat), Some(lon)) = (r.mode, r.lat, r.lon) else { return Ok(Message::NoFix) };
+    let (Some(mode), Some(lat), Some(lon), Some(time)) = (r.mode, r.lat, r.lon, r.time) else {
+        return Ok(Message::NoFix);
+    };
     if mode < 2 {
         return Ok(Message::NoFix);
     }
@@ -124,13 +132,14 @@ pub fn parse_line(line: &str) -> Result<Message, GpsdError> {
     let track = r.track.map(|v| check("track", v, v.is_finite())).transpose()?;
     // `eph` (gpsd ≥ 3.19) is the horizontal error; older ones give the
     // per-axis 95 % errors, combined here conservatively.
+    let time_unix_ms = parse_time_unix_ms(&time).ok_or(GpsdError::BadTime(time))?;
     let accuracy = match (r.eph, r.epx, r.epy) {
         (Some(h), _, _) if h.is_finite() && h >= 0.0 => h,
         (_, Some(x), Some(y)) if x.is_finite() && y.is_finite() => x.hypot(y),
         _ => 0.0,
     };
     Ok(Message::Fix(GpsdFix {
-        time_unix_ms: r.time.as_deref().and_then(parse_time_unix_ms),
+        time_unix_ms,
         fix: v1::GpsFix {
             lat_deg: lat,
             lon_deg: lon,
@@ -232,21 +241,24 @@ mod tests {
         let Message::Fix(f) = parse_line(TPV).unwrap() else { panic!("not a fix") };
         assert_eq!((f.fix.lat_deg, f.fix.lon_deg), (39.865, 116.379));
         assert_eq!((f.fix.speed_mps, f.fix.heading_deg, f.fix.accuracy_m), (83.333, 160.0, 11.6));
-        assert_eq!(f.time_unix_ms, Some(1_714_550_401_000));
+        assert_eq!(f.time_unix_ms, 1_714_550_401_000);
         assert_eq!(f.fix.track_m, None, "gpsd knows no track position");
     }
 
     #[test]
     fn without_eph_the_axis_errors_give_the_accuracy() {
-        let l = r#"{"class":"TPV","mode":2,"lat":1.0,"lon":2.0,"epx":3.0,"epy":4.0}"#;
+        let l = r#"{"class":"TPV","mode":2,"time":"1970-01-01T00:00:01Z","lat":1.0,"lon":2.0,"epx":3.0,"epy":4.0}"#;
         let Message::Fix(f) = parse_line(l).unwrap() else { panic!("not a fix") };
-        assert_eq!((f.fix.accuracy_m, f.time_unix_ms, f.fix.speed_mps), (5.0, None, 0.0));
+        assert_eq!((f.fix.accuracy_m, f.time_unix_ms, f.fix.speed_mps), (5.0, 1000, 0.0));
     }
 
     #[test]
     fn tpvs_without_a_fix_and_other_classes_are_skipped() {
         assert_eq!(parse_line(r#"{"class":"TPV","device":"/dev/ttyS0","mode":1}"#).unwrap(), Message::NoFix);
         assert_eq!(parse_line(r#"{"class":"TPV","mode":3}"#).unwrap(), Message::NoFix);
+        // gpsd 3.22's cached partial TPV right after WATCH.
+        let partial = r#"{"class":"TPV","device":"/dev/pts/1","mode":3,"lat":39.84671,"lon":116.387673333,"altHAE":36.0,"eph":17.1}"#;
+        assert_eq!(parse_line(partial).unwrap(), Message::NoFix);
         let v = r#"{"class":"VERSION","release":"3.22","rev":"3.22","proto_major":3,"proto_minor":14}"#;
         assert_eq!(parse_line(v).unwrap(), Message::Other("VERSION".into()));
         assert!(matches!(parse_line(r#"{"class":"SKY","satellites":[]}"#).unwrap(), Message::Other(_)));
@@ -260,15 +272,16 @@ mod tests {
             "not json",
             "[1,2]",
             r#"{"mode":3}"#,
-            r#"{"class":"TPV","mode":3,"lat":91,"lon":0}"#,
+            r#"{"class":"TPV","mode":3,"time":"2024-01-01T00:00:00Z","lat":91,"lon":0}"#,
             r#"{"class":"TPV","mode":"3"}"#,
+            r#"{"class":"TPV","mode":3,"time":"noon","lat":1,"lon":1}"#,
         ] {
             let r = parse_line(l);
             assert!(r.is_err(), "{l:?} -> {r:?}");
             st.count(&r);
         }
         st.count(&parse_line(TPV));
-        assert_eq!((st.lines, st.malformed, st.fixes), (7, 6, 1));
+        assert_eq!((st.lines, st.malformed, st.fixes), (8, 7, 1));
     }
 
     #[test]

@@ -61,8 +61,8 @@
 //! - start position: the latest fix at that moment (its `track_m` too);
 //!   0/0 when no fix has arrived yet.
 //! - `rsrp_dbm`: the last RSRP sample of the *source* cell (PC §3 trains on
-//!   RSRP at the moment the UE leaves the source cell); absent when the last
-//!   sample was of another cell or there was none.
+//!   RSRP at the moment the UE leaves the source cell), even when a sample
+//!   of the target cell arrived first; absent when the source cell had none.
 //!
 //! Observations older than the path's previous one are taken as happening
 //! at the previous one's time (counted in [`DetectorStats::out_of_order`]),
@@ -71,6 +71,9 @@
 use std::collections::BTreeMap;
 
 use crate::v1;
+
+/// How many cells' last RSRP a path keeps.
+const SIGNAL_CELLS: usize = 4;
 
 /// Default of [`DetectorConfig::failure_threshold_ms`].
 pub const DEFAULT_FAILURE_THRESHOLD_MS: u64 = 1000;
@@ -142,8 +145,10 @@ struct PathState {
     /// The cell of the last in-service observation; 0 before any.
     serving: u64,
     last_ms: Option<i64>,
-    /// The last RSRP sample: (cell, dBm).
-    signal: Option<(u64, f64)>,
+    /// The last RSRP sample of each of the last few cells, newest last:
+    /// (cell, dBm). More than one because a poll may report the target
+    /// cell's signal before the observation that shows the change.
+    signals: Vec<(u64, f64)>,
     outage: Option<Outage>,
 }
 
@@ -175,7 +180,12 @@ impl HandoverDetector {
     /// An RSRP sample of `cell_id` on `path`.
     pub fn on_signal(&mut self, path: u32, cell_id: u64, rsrp_dbm: f64) {
         if cell_id != 0 && rsrp_dbm.is_finite() {
-            self.paths.entry(path).or_default().signal = Some((cell_id, rsrp_dbm));
+            let signals = &mut self.paths.entry(path).or_default().signals;
+            signals.retain(|&(c, _)| c != cell_id);
+            if signals.len() >= SIGNAL_CELLS {
+                signals.remove(0);
+            }
+            signals.push((cell_id, rsrp_dbm));
         }
     }
 
@@ -196,7 +206,7 @@ impl HandoverDetector {
             _ => obs.time_unix_ms,
         };
         st.last_ms = Some(now);
-        let rsrp_of = |signal: Option<(u64, f64)>, cell: u64| signal.filter(|&(c, _)| c == cell).map(|(_, r)| r);
+        let rsrp_of = |signals: &[(u64, f64)], cell: u64| signals.iter().find(|&&(c, _)| c == cell).map(|&(_, r)| r);
 
         if !obs.in_service() {
             match &mut st.outage {
@@ -206,7 +216,7 @@ impl HandoverDetector {
                         start_ms: now,
                         fix,
                         source_cell: st.serving,
-                        rsrp_dbm: rsrp_of(st.signal, st.serving),
+                        rsrp_dbm: rsrp_of(&st.signals, st.serving),
                         registration_lost: obs.registration_lost(),
                     })
                 }
@@ -218,7 +228,7 @@ impl HandoverDetector {
         let previous = std::mem::replace(&mut st.serving, target);
         let (outcome, source, start_ms, fix, rsrp, duration_ms) = match st.outage.take() {
             None if previous == 0 || previous == target => return None,
-            None => (v1::HandoverOutcome::Success, previous, now, fix, rsrp_of(st.signal, previous), 0),
+            None => (v1::HandoverOutcome::Success, previous, now, fix, rsrp_of(&st.signals, previous), 0),
             Some(o) if o.source_cell == 0 => return None,
             Some(o) => {
                 let blackout = now - o.start_ms;
@@ -365,13 +375,15 @@ mod tests {
     }
 
     #[test]
-    fn rsrp_of_another_cell_is_not_the_source_cells() {
+    fn rsrp_at_start_is_the_source_cells_even_after_a_target_sample() {
         let mut d = detector();
         d.observe(0, up(0, 7));
         d.on_signal(0, 6, -90.0);
-        assert_eq!(d.observe(0, up(10, 8)).unwrap().rsrp_dbm, None);
+        assert_eq!(d.observe(0, up(10, 8)).unwrap().rsrp_dbm, None, "cell 6 is not the source");
         d.observe(0, Observation { rsrp_dbm: Some(-101.0), ..up(20, 8) });
-        assert_eq!(d.observe(0, up(30, 9)).unwrap().rsrp_dbm, Some(-101.0));
+        // A poll that reports the target's signal along with the change.
+        let e = d.observe(0, Observation { rsrp_dbm: Some(-85.0), ..up(30, 9) }).unwrap();
+        assert_eq!(e.rsrp_dbm, Some(-101.0));
     }
 
     #[test]
