@@ -240,9 +240,13 @@ mod tests {
 
     impl Drop for GpsFake {
         fn drop(&mut self) {
-            // gpsfake runs gpsd as a child: end the whole group.
-            let _ = std::process::Command::new("kill").args(["-TERM", "--", &format!("-{}", self.0.id())]).status();
+            // gpsfake runs gpsd as a child: end the whole group (gpsfake
+            // takes seconds to act on SIGTERM, so SIGKILL), then remove the
+            // control socket it leaves in /tmp.
+            let pid = self.0.id();
+            let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
             let _ = self.0.wait();
+            let _ = std::fs::remove_file(format!("/tmp/gpsfake-{pid}.sock"));
         }
     }
 
