@@ -11,7 +11,7 @@
 set -euo pipefail
 
 # Order matters only for the summary.
-COMPONENTS=(base net origin lint rust python infra)
+COMPONENTS=(base net origin radio lint rust python infra)
 
 PENDING=()       # Debian packages found missing, installed in one batch.
 POST_CHECKS=()   # functions run once everything is installed.
@@ -84,6 +84,12 @@ check_nginx_dav() {
     nginx -V 2>&1 | grep -q -- '--with-http_dav_module' \
         || die "nginx lacks http_dav_module; testbed/origin needs it for PUT uploads"
     SUMMARY+=("nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //') with http_dav_module")
+}
+
+component_radio() {
+    # The relay's gpsd source is tested against the real gpsd fed by its own
+    # gpsfake (gpsd-clients), replaying relay-agent/tests/data/trip.nmea.
+    need_apt gpsd gpsd-clients
 }
 
 component_lint() {

@@ -115,6 +115,31 @@ struct Opts {
     /// --epoch-unix-ms) [default: when the relay starts].
     #[arg(long, env = "POLYCORN_RELAY_REPLAY_EPOCH_UNIX_MS")]
     replay_epoch_unix_ms: Option<i64>,
+    /// Replay source: detect handovers from the log's raw cell and link
+    /// stream (as the live sources do) instead of replaying its labels.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_REPLAY_DETECT")]
+    replay_detect: Option<bool>,
+    /// Read position fixes from gpsd at ADDR (host:port) [default when
+    /// given without a value: 127.0.0.1:2947].
+    #[arg(long, num_args = 0..=1, default_missing_value = radio::gpsd::DEFAULT_ADDR, env = "POLYCORN_RELAY_GPSD")]
+    gpsd: Option<String>,
+    /// Poll ModemManager modem MODEM_INDEX for path PATH_NAME's serving
+    /// cell, registration and RSRP: `PATH_NAME=MODEM_INDEX`, e.g.
+    /// `carrier-a=0`. Repeat the flag, or comma-separate.
+    #[arg(long = "modem", env = "POLYCORN_RELAY_MODEMS", value_delimiter = ',')]
+    #[serde(rename = "modem")]
+    modems: Option<Vec<String>>,
+    /// The mmcli program to run [default: mmcli].
+    #[arg(long, env = "POLYCORN_RELAY_MMCLI")]
+    mmcli: Option<String>,
+    /// How often each modem is polled, ms [default: 1000].
+    #[arg(long, env = "POLYCORN_RELAY_MMCLI_INTERVAL_MS")]
+    mmcli_interval_ms: Option<u64>,
+    /// A loss of service at least this long is a failed handover, a shorter
+    /// one a successful handover's interruption (docs/radio-sources.md)
+    /// [default: 1000].
+    #[arg(long, env = "POLYCORN_RELAY_HANDOVER_FAILURE_THRESHOLD_MS")]
+    handover_failure_threshold_ms: Option<u64>,
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_LOG_JSON")]
     log_json: Option<bool>,
@@ -158,6 +183,8 @@ struct Settings {
     pipelines: BTreeMap<String, PipelineToml>,
     transport: Transport,
     udp_policy: UdpPolicy,
+    modems: Vec<radio::mmcli::ModemSpec>,
+    detector: polycorn_telemetry::handover::DetectorConfig,
 }
 
 fn settings() -> anyhow::Result<Settings> {
@@ -165,7 +192,8 @@ fn settings() -> anyhow::Result<Settings> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, conn_send_buffer, max_conns, log_json,
-        failure_table, replay_events, replay_epoch_unix_ms);
+        failure_table, replay_events, replay_epoch_unix_ms, replay_detect, gpsd, modems, mmcli, mmcli_interval_ms,
+        handover_failure_threshold_ms);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
     let specs = o.paths.clone().unwrap_or_default();
@@ -205,7 +233,34 @@ fn settings() -> anyhow::Result<Settings> {
     if o.lan_interface.is_some() && o.listen_transparent.is_none() {
         bail!("--lan-interface needs --listen-transparent (where intercepted connections go)");
     }
-    Ok(Settings { train_id, paths, proxy_name, tls, opts: o, scheduler, pipelines, transport, udp_policy })
+    let names: Vec<String> = paths.iter().map(|p| p.name.clone()).collect();
+    let modems = o
+        .modems
+        .iter()
+        .flatten()
+        .map(|m| radio::mmcli::parse_modem_spec(m, &names))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if o.mmcli_interval_ms == Some(0) {
+        bail!("--mmcli-interval-ms must be at least 1");
+    }
+    let detector = polycorn_telemetry::handover::DetectorConfig {
+        failure_threshold_ms: o
+            .handover_failure_threshold_ms
+            .unwrap_or(polycorn_telemetry::handover::DEFAULT_FAILURE_THRESHOLD_MS),
+    };
+    Ok(Settings {
+        train_id,
+        paths,
+        proxy_name,
+        tls,
+        opts: o,
+        scheduler,
+        pipelines,
+        transport,
+        udp_policy,
+        modems,
+        detector,
+    })
 }
 
 /// Opens passenger connections through the session.
@@ -364,19 +419,45 @@ async fn main() -> anyhow::Result<()> {
         let apply = move |t| ts.with(|st, _| st.ep.set_failure_table(t));
         tasks.spawn(w.run(Duration::from_secs(2), apply, stop_rx.clone()));
     }
-    if let Some(file) = s.opts.replay_events.clone() {
-        let opts = radio::ReplayOpts {
-            file,
-            epoch_unix_ms: s
-                .opts
-                .replay_epoch_unix_ms
-                .unwrap_or_else(|| polycorn_net::hof::unix_ms(std::time::SystemTime::now())),
-            path_names: s.paths.iter().map(|p| p.name.clone()).collect(),
-        };
-        let log = radio::load_log(&opts.file)?;
+    // Radio sources: the replay feeds `apply` directly; gpsd and the
+    // modems go through the handover detector first. All end in one channel.
+    let live = s.opts.gpsd.is_some() || !s.modems.is_empty();
+    if s.opts.replay_events.is_some() || live {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
-        tasks.spawn(radio::replay(opts, log, tx, stop_rx.clone()));
         tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), rx));
+        let names: Vec<String> = s.paths.iter().map(|p| p.name.clone()).collect();
+        if let Some(file) = s.opts.replay_events.clone() {
+            let opts = radio::ReplayOpts {
+                file,
+                epoch_unix_ms: s
+                    .opts
+                    .replay_epoch_unix_ms
+                    .unwrap_or_else(|| polycorn_net::hof::unix_ms(std::time::SystemTime::now())),
+                path_names: names.clone(),
+                detect: s.opts.replay_detect.unwrap_or(false).then_some(s.detector),
+            };
+            let log = radio::load_log(&opts.file)?;
+            tasks.spawn(radio::replay(opts, log, tx.clone(), stop_rx.clone()));
+        }
+        if live {
+            let counters = Arc::new(radio::detect::RadioCounters::default());
+            let c = counters.clone();
+            sources_pre.push(Arc::new(move |w: &mut Writer| c.write(w)));
+            let (src_tx, src_rx) = tokio::sync::mpsc::channel(1024);
+            let stage = radio::detect::DetectStage::new(s.detector, names, counters.clone());
+            tasks.spawn(radio::detect::run(stage, src_rx, tx));
+            if let Some(addr) = s.opts.gpsd.clone() {
+                tasks.spawn(radio::gpsd::run(addr, src_tx.clone(), counters.clone(), stop_rx.clone()));
+            }
+            if !s.modems.is_empty() {
+                let opts = radio::mmcli::MmcliOpts {
+                    cmd: s.opts.mmcli.clone().unwrap_or_else(|| "mmcli".into()),
+                    modems: s.modems.clone(),
+                    interval: Duration::from_millis(s.opts.mmcli_interval_ms.unwrap_or(1000)),
+                };
+                tasks.spawn(radio::mmcli::run(opts, src_tx, counters, stop_rx.clone()));
+            }
+        }
     }
 
     let dialer = TunnelDialer(session.clone());
@@ -481,5 +562,21 @@ mod tests {
         assert_eq!(o.paths.unwrap().len(), 1);
         assert_eq!(o.scheduler.as_deref(), Some("blest"));
         assert!(toml::from_str::<Opts>("trian-id = \"x\"\n").is_err(), "typos are errors");
+        let o: Opts = toml::from_str(
+            "gpsd = \"127.0.0.1:2947\"\nmodem = [\"a=0\", \"b=1\"]\nmmcli = \"/usr/bin/mmcli\"\nmmcli-interval-ms = 500\nreplay-detect = true\n",
+        )
+        .unwrap();
+        assert_eq!(o.modems.map(|m| m.len()), Some(2));
+        assert_eq!((o.mmcli_interval_ms, o.replay_detect), (Some(500), Some(true)));
+    }
+
+    #[test]
+    fn radio_flags_parse() {
+        let o =
+            Opts::try_parse_from(["polycorn-relay", "--gpsd", "--modem", "a=0", "--modem", "b=1", "--replay-detect"])
+                .unwrap();
+        assert_eq!(o.gpsd.as_deref(), Some(radio::gpsd::DEFAULT_ADDR));
+        assert_eq!(o.modems.unwrap(), vec!["a=0".to_string(), "b=1".to_string()]);
+        assert_eq!(o.replay_detect, Some(true));
     }
 }

@@ -4,9 +4,14 @@
 //! to the endpoint (the train's state for handover-failure prediction on
 //! the uplink, each path's cell via `PATH_STATUS`) and sends each as a
 //! telemetry record to the proxy with top priority on every live path
-//! (POLYCORN §4.3). Today's source is the testbed's event log
-//! ([`replay`]); gpsd and ModemManager sources come with the telemetry
-//! issue and produce the same events.
+//! (POLYCORN §4.3). Sources: the testbed's event log ([`replay`]), gpsd
+//! ([`gpsd`]) and ModemManager ([`mmcli`]); the live ones go through the
+//! handover detector ([`detect`]) on their way to `apply`. See
+//! docs/radio-sources.md.
+
+pub mod detect;
+pub mod gpsd;
+pub mod mmcli;
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -43,6 +48,10 @@ pub struct ReplayOpts {
     /// Path names in `--path` order; carrier k of the log is path k, and
     /// carriers beyond the configured paths are ignored.
     pub path_names: Vec<String>,
+    /// Detect handovers from the log's raw cell and link stream with this
+    /// configuration instead of replaying its labels
+    /// ([`detect::detected_events_of`]).
+    pub detect: Option<polycorn_telemetry::handover::DetectorConfig>,
 }
 
 fn now_unix_ms() -> i64 {
@@ -144,7 +153,10 @@ pub async fn replay(
     tx: mpsc::Sender<RadioEvent>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let events = events_of(&log, &opts);
+    let events = match opts.detect {
+        Some(cfg) => detect::detected_events_of(&log, &opts, cfg),
+        None => events_of(&log, &opts),
+    };
     let start = now_unix_ms();
     // Catch up: the state past events leave.
     let past = events.partition_point(|(t, _)| *t < start);
@@ -157,7 +169,7 @@ pub async fn replay(
             _ => {}
         }
     }
-    info!(file = %opts.file.display(), events = events.len(), skipped = past, "replay source started");
+    info!(file = %opts.file.display(), events = events.len(), skipped = past, detect = opts.detect.is_some(), "replay source started");
     for e in latest_cell.into_iter().flatten().chain(latest_fix) {
         if tx.send(e).await.is_err() {
             return;
@@ -247,6 +259,7 @@ mod tests {
             file: PathBuf::new(),
             epoch_unix_ms: 1_000_000,
             path_names: (0..n).map(|i| format!("carrier-{i}")).collect(),
+            detect: None,
         }
     }
 

@@ -3,10 +3,18 @@
 //! - [`v1`]: the telemetry record schema (`schema/telemetry/v1/telemetry.proto`).
 //! - [`failure_table`]: the failure-location table file.
 //! - [`replay`]: the testbed's event log as a radio and position source.
+//! - [`handover`]: handover detection and outcome labelling from serving
+//!   cells, registration and link state (sans-IO).
+//! - [`gpsd`]: gpsd's JSON protocol, parsed into position fixes (sans-IO).
+//! - [`mmcli`]: ModemManager's `mmcli -J` outputs, parsed into cell
+//!   observations (sans-IO).
 //! - [`testbed_cell_id`]: how the testbed's per-carrier cell indices map to
 //!   the cell IDs the data plane and the failure-location tables use.
 
 pub mod failure_table;
+pub mod gpsd;
+pub mod handover;
+pub mod mmcli;
 pub mod replay;
 
 /// The cell ID the data plane uses for cell `cell` of carrier `carrier` in
