@@ -81,7 +81,9 @@ def problem_openapi(spec: dict[str, Any]) -> dict[str, Any]:
     """Document 422 (and every problem response) as what the handlers send:
     ``application/problem+json`` with the Problem schema."""
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
-    problem_schema = Problem.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+    problem_schema = Problem.model_json_schema(
+        by_alias=True, ref_template="#/components/schemas/{model}"
+    )
     for name, sub in problem_schema.pop("$defs", {}).items():
         schemas[name] = sub
     schemas["Problem"] = problem_schema
@@ -94,6 +96,14 @@ def problem_openapi(spec: dict[str, Any]) -> dict[str, Any]:
             for status, resp in responses.items():
                 if status[0] in "45":
                     resp["content"] = {"application/problem+json": {"schema": ref}}
+            if op.get("requestBody"):
+                responses.setdefault(
+                    "400",
+                    {
+                        "description": "the body is not JSON",
+                        "content": {"application/problem+json": {"schema": ref}},
+                    },
+                )
             if op.get("parameters") or op.get("requestBody"):
                 responses.setdefault(
                     "422",

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fastapi import Request
 
-from polycorn_linkdb_api.errors import Forbidden, Unauthenticated
+from polycorn_linkdb_api.errors import ForbiddenError, UnauthenticatedError
 
 
 class Scope(enum.StrEnum):
@@ -106,24 +106,25 @@ class KeyStore:
             if auth is not None:
                 scheme, _, token = auth.partition(" ")
                 if scheme.lower() != "bearer" or not token.strip():
-                    raise Unauthenticated(
+                    raise UnauthenticatedError(
                         "the Authorization header must be 'Bearer <key>'", CHALLENGE
                     )
                 key = token.strip()
         if key is None:
-            raise Unauthenticated(
+            raise UnauthenticatedError(
                 "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
                 CHALLENGE,
             )
         who = self._keys.get(hash_key(key))
         if who is None:
-            raise Unauthenticated(
-                "unknown API key", {"WWW-Authenticate": 'Bearer realm="linkdb", error="invalid_token"'}
+            raise UnauthenticatedError(
+                "unknown API key",
+                {"WWW-Authenticate": 'Bearer realm="linkdb", error="invalid_token"'},
             )
         return who
 
     def require(self, request: Request, scope: Scope) -> Principal:
         who = self.authenticate(request)
         if not who.has(scope):
-            raise Forbidden(f"key {who.name!r} has scope {who.scope}; this needs {scope}")
+            raise ForbiddenError(f"key {who.name!r} has scope {who.scope}; this needs {scope}")
         return who

@@ -8,9 +8,8 @@ Sessions run in UTC, so the JSON PostgreSQL builds carries ``+00:00`` times.
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine
-
 from polycorn_schema.linkdb.cli import sqlalchemy_url
+from sqlalchemy import Engine, create_engine
 
 from polycorn_linkdb_api.settings import DatabaseSettings
 
@@ -28,4 +27,3 @@ def make_engine(s: DatabaseSettings) -> Engine:
             "connect_timeout": 5,
         },
     )
-

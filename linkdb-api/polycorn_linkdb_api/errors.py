@@ -25,7 +25,9 @@ PROBLEM = "application/problem+json"
 
 
 class InvalidParam(BaseModel):
-    name: str = Field(description="where the bad value is: query.bbox, path.cell_id, body.entries.0.cell")
+    name: str = Field(
+        description="where the bad value is: query.bbox, path.cell_id, body.entries.0.cell"
+    )
     reason: str
 
 
@@ -51,23 +53,23 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-class NotFound(ApiError):
+class NotFoundError(ApiError):
     pass
 
 
-class Unauthenticated(ApiError):
+class UnauthenticatedError(ApiError):
     pass
 
 
-class Forbidden(ApiError):
+class ForbiddenError(ApiError):
     pass
 
 
-class Conflict(ApiError):
+class ConflictError(ApiError):
     pass
 
 
-class InvalidInput(ApiError):
+class InvalidInputError(ApiError):
     """Input that passed the parameter types but not a domain rule."""
 
     def __init__(self, detail: str, params: list[InvalidParam] | None = None) -> None:
@@ -75,32 +77,32 @@ class InvalidInput(ApiError):
         self.params = params or []
 
 
-class Unavailable(ApiError):
+class UnavailableError(ApiError):
     pass
 
 
 STATUS: dict[type[ApiError], tuple[int, str]] = {
-    InvalidInput: (422, "Unprocessable Content"),
-    Unauthenticated: (401, "Unauthorized"),
-    Forbidden: (403, "Forbidden"),
-    NotFound: (404, "Not Found"),
-    Conflict: (409, "Conflict"),
-    Unavailable: (503, "Service Unavailable"),
+    InvalidInputError: (422, "Unprocessable Content"),
+    UnauthenticatedError: (401, "Unauthorized"),
+    ForbiddenError: (403, "ForbiddenError"),
+    NotFoundError: (404, "Not Found"),
+    ConflictError: (409, "ConflictError"),
+    UnavailableError: (503, "Service UnavailableError"),
 }
 
 TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
-    403: "Forbidden",
+    403: "ForbiddenError",
     404: "Not Found",
     405: "Method Not Allowed",
     406: "Not Acceptable",
-    409: "Conflict",
+    409: "ConflictError",
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
     500: "Internal Server Error",
-    503: "Service Unavailable",
+    503: "Service UnavailableError",
 }
 
 
@@ -146,10 +148,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         status, title = STATUS.get(type(exc), (500, "Internal Server Error"))
-        params = exc.params if isinstance(exc, InvalidInput) else None
-        return problem(
-            status, exc.detail, request, params=params, headers=exc.headers, title=title
-        )
+        params = exc.params if isinstance(exc, InvalidInputError) else None
+        return problem(status, exc.detail, request, params=params, headers=exc.headers, title=title)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -20,9 +20,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
 
 FORMAT = "polycorn-failure-table/1"
 U64_MAX = 2**64 - 1
@@ -59,7 +68,7 @@ class Entry(BaseModel):
             v = float(v)
         except OverflowError:
             raise ValueError("position_m must be a finite number") from None
-        if v != v or v in (float("inf"), float("-inf")):
+        if not math.isfinite(v):
             raise ValueError("position_m must be a finite number")
         return v
 

@@ -14,7 +14,11 @@ import argparse
 import json
 import sys
 
+import uvicorn
+
+from polycorn_linkdb_api.app import create_app
 from polycorn_linkdb_api.auth import Scope, hash_key, new_key
+from polycorn_linkdb_api.settings import ApiSettings, DatabaseSettings, Settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,14 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{a.name}:{a.scope}:{hash_key(key)}")
         return 0
     if a.cmd == "openapi":
-        from polycorn_linkdb_api.app import create_app
-        from polycorn_linkdb_api.settings import ApiSettings, DatabaseSettings, Settings
-
-        app = create_app(Settings(DatabaseSettings(url="postgresql://unused@127.0.0.1/x"), ApiSettings()))
+        app = create_app(
+            Settings(DatabaseSettings(url="postgresql://unused@127.0.0.1/x"), ApiSettings())
+        )
         print(json.dumps(app.openapi(), indent=2))
         return 0
-
-    import uvicorn
 
     uvicorn.run(
         "polycorn_linkdb_api.app:create_app",

@@ -53,7 +53,11 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             route = scope.get("route")
-            template = route.path if isinstance(route, BaseRoute) and hasattr(route, "path") else "<unmatched>"
+            template = (
+                route.path
+                if isinstance(route, BaseRoute) and hasattr(route, "path")
+                else "<unmatched>"
+            )
             self.metrics.duration.labels(template, scope["method"], str(status)).observe(
                 time.perf_counter() - start
             )

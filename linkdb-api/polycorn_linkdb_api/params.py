@@ -1,5 +1,5 @@
 """Query-parameter types and their checks: bounding boxes, time windows,
-keyset cursors. Each failure is an :class:`InvalidInput` naming the parameter."""
+keyset cursors. Each failure is an :class:`InvalidInputError` naming the parameter."""
 
 from __future__ import annotations
 
@@ -13,15 +13,13 @@ from typing import Annotated
 
 from fastapi import Query
 
-from polycorn_linkdb_api.errors import InvalidInput, InvalidParam
+from polycorn_linkdb_api.errors import InvalidInputError, InvalidParam
 
 BIGINT_MAX = 2**63 - 1
 # Identifiers (train IDs, carriers): PostgreSQL text cannot hold NUL.
 NO_NUL = r"^[^\x00]*$"
 
-Limit = Annotated[
-    int, Query(ge=1, le=1000, description="page size, 1..1000 (default 100)")
-]
+Limit = Annotated[int, Query(ge=1, le=1000, description="page size, 1..1000 (default 100)")]
 CursorParam = Annotated[
     str | None,
     Query(
@@ -55,8 +53,8 @@ Carrier = Annotated[
 BigId = Annotated[int | None, Query(ge=1, le=BIGINT_MAX)]
 
 
-def bad(name: str, reason: str) -> InvalidInput:
-    return InvalidInput(f"{name}: {reason}", [InvalidParam(name=name, reason=reason)])
+def bad(name: str, reason: str) -> InvalidInputError:
+    return InvalidInputError(f"{name}: {reason}", [InvalidParam(name=name, reason=reason)])
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,10 @@ def parse_bbox(raw: str | None) -> Bbox | None:
     name = "query.bbox"
     parts = raw.split(",")
     if len(parts) != 4:
-        raise bad(name, f"expected 4 comma-separated numbers minlon,minlat,maxlon,maxlat, got {len(parts)}")
+        raise bad(
+            name,
+            f"expected 4 comma-separated numbers minlon,minlat,maxlon,maxlat, got {len(parts)}",
+        )
     try:
         v = [float(p) for p in parts]
     except ValueError:
@@ -104,7 +105,9 @@ def utc(t: dt.datetime | None) -> dt.datetime | None:
     return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
 
 
-def window(since: dt.datetime | None, until: dt.datetime | None) -> tuple[dt.datetime | None, dt.datetime | None]:
+def window(
+    since: dt.datetime | None, until: dt.datetime | None
+) -> tuple[dt.datetime | None, dt.datetime | None]:
     s, u = utc(since), utc(until)
     if s is not None and u is not None and not s < u:
         raise bad("query.until", "until must be later than since")

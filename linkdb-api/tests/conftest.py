@@ -7,7 +7,6 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
-
 from polycorn_linkdb_api.app import create_app
 from polycorn_linkdb_api.auth import hash_key
 from polycorn_linkdb_api.settings import ApiSettings, DatabaseSettings, Settings
@@ -26,7 +25,8 @@ INSERT INTO trains (id, source, first_seen, last_seen) VALUES
   ('t1', 'telemetry', '2026-11-01T00:00:00Z', '2026-11-02T00:00:00Z'),
   ('t2', 'telemetry', '2026-11-01T00:00:00Z', '2026-11-02T00:00:00Z'),
   ('dt-log', 'drivetest', '2026-10-01T00:00:00Z', '2026-10-01T01:00:00Z');
-INSERT INTO trips (id, train_id, started_at, ended_at, fixes, direction) OVERRIDING SYSTEM VALUE VALUES
+INSERT INTO trips (id, train_id, started_at, ended_at, fixes, direction)
+  OVERRIDING SYSTEM VALUE VALUES
   (1, 't1', '2026-11-01T10:00:00Z', '2026-11-01T11:00:00Z', 5, 'increasing'),
   (2, 't2', '2026-11-01T12:00:00Z', '2026-11-01T13:00:00Z', 0, 'decreasing'),
   (3, 't1', '2026-11-02T10:00:00Z', '2026-11-02T11:00:00Z', 0, NULL);
@@ -44,21 +44,25 @@ INSERT INTO cells (id, carrier, cell_id, direction, handovers, failures, earlies
    '2026-11-01T12:00:00Z', '2026-11-01T13:00:00Z'),
   (4, 'unicom', 999, 'increasing', 0, 0, NULL, NULL,
    '2026-11-01T12:00:00Z', '2026-11-01T12:00:00Z');
-INSERT INTO handovers (source, train_id, trip_id, carrier, path, source_cell_id, target_cell_id, start_time,
-                       geog, track_m, direction, rsrp_dbm, outcome, duration_ms)
+INSERT INTO handovers (source, train_id, trip_id, carrier, path, source_cell_id,
+                       target_cell_id, start_time, geog, track_m, direction, rsrp_dbm,
+                       outcome, duration_ms)
   SELECT 'telemetry', 't1', 1, 'cmcc', 0, CASE WHEN i < 150 THEN 101 ELSE 102 END, 103,
          '2026-11-01T10:00:00Z'::timestamptz + i * interval '10 seconds',
          ST_MakePoint(116.0 + i * 0.001, 39.0)::geography, i * 1.0, 'increasing',
          -80.0 - (i % 30),
-         (CASE WHEN i % 5 = 0 AND i < 150 OR i % 10 = 0 THEN 'failure' ELSE 'success' END)::handover_outcome,
+         (CASE WHEN i % 5 = 0 AND i < 150 OR i % 10 = 0 THEN 'failure' ELSE 'success' END)
+           ::handover_outcome,
          CASE WHEN i % 5 = 0 THEN 2000 ELSE 50 END
   FROM generate_series(0, 299) i;
-INSERT INTO handovers (source, train_id, trip_id, carrier, path, source_cell_id, target_cell_id, start_time,
-                       geog, track_m, direction, rsrp_dbm, outcome, duration_ms)
+INSERT INTO handovers (source, train_id, trip_id, carrier, path, source_cell_id,
+                       target_cell_id, start_time, geog, track_m, direction, rsrp_dbm,
+                       outcome, duration_ms)
   SELECT 'telemetry', 't2', 2, 'unicom', 1, 201, 202,
          '2026-11-01T12:00:00Z'::timestamptz + i * interval '10 seconds',
          ST_MakePoint(117.0, 40.0 + i * 0.0001)::geography, 1000.0 - i, 'decreasing',
-         NULL, (CASE WHEN i % 10 = 0 THEN 'failure' ELSE 'success' END)::handover_outcome, 50
+         NULL, (CASE WHEN i % 10 = 0 THEN 'failure' ELSE 'success' END)::handover_outcome,
+         50
   FROM generate_series(0, 99) i;
 """
 

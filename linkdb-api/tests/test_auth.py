@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-
 from polycorn_linkdb_api.app import create_app
 from polycorn_linkdb_api.auth import hash_key, load_keys, parse_entries
 from polycorn_linkdb_api.main import main
@@ -41,7 +40,9 @@ def test_a_wrong_key_is_401(client: TestClient, headers: dict[str, str]) -> None
 
 def test_both_headers_carry_a_key(client: TestClient) -> None:
     assert client.get("/v1/cells", headers={"X-API-Key": READ_KEY}).status_code == 200
-    assert client.get("/v1/cells", headers={"Authorization": f"bearer {READ_KEY}"}).status_code == 200
+    assert (
+        client.get("/v1/cells", headers={"Authorization": f"bearer {READ_KEY}"}).status_code == 200
+    )
 
 
 def test_admin_implies_read_but_read_cannot_publish(client: TestClient) -> None:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-
 from polycorn_linkdb_api.app import create_app
 from polycorn_schema.testing import fresh_database
 
@@ -22,8 +21,13 @@ def table(*entries: dict[str, Any], **top: Any) -> dict[str, Any]:
     return {"format": FORMAT, "source": "test", "entries": list(entries), **top}
 
 
-E1 = {"cell": 4294967301, "direction": "increasing", "position_m": 12345.6, "failures": 4,
-      "handovers": 6}
+E1 = {
+    "cell": 4294967301,
+    "direction": "increasing",
+    "position_m": 12345.6,
+    "failures": 4,
+    "handovers": 6,
+}
 
 
 @pytest.fixture
@@ -130,10 +134,12 @@ def test_bad_tables_are_refused_with_the_reason(fresh: TestClient, body: Any, wh
     assert problem["invalid-params"]
 
 
-@pytest.mark.parametrize("raw", ["{", "NaN", '{"format":"%s","entries":[{"cell":1,'
-                                 '"direction":"increasing","position_m":1e999}]}' % FORMAT,
-                                 '{"format":"%s","entries":[{"cell":1,"direction":"increasing",'
-                                 '"position_m":NaN}]}' % FORMAT])
+def with_position(raw: str) -> str:
+    entry = '{"cell":1,"direction":"increasing","position_m":' + raw + "}"
+    return '{"format":"' + FORMAT + '","entries":[' + entry + "]}"
+
+
+@pytest.mark.parametrize("raw", ["{", "NaN", with_position("1e999"), with_position("NaN")])
 def test_unparsable_or_non_finite_json_is_refused(fresh: TestClient, raw: str) -> None:
     r = fresh.post(
         "/v1/failure-tables",
@@ -147,12 +153,24 @@ def test_unparsable_or_non_finite_json_is_refused(fresh: TestClient, raw: str) -
 def test_a_table_the_rust_writer_made_is_accepted_as_is(fresh: TestClient) -> None:
     # serde's to_string_pretty of FailureTableFile (failure_table.rs).
     text = json.dumps(
-        {"format": FORMAT, "version": 1, "source": "tracegen",
-         "entries": [{"cell": 5, "direction": "increasing", "position_m": 1000.0,
-                      "failures": 2, "handovers": 3}]},
+        {
+            "format": FORMAT,
+            "version": 1,
+            "source": "tracegen",
+            "entries": [
+                {
+                    "cell": 5,
+                    "direction": "increasing",
+                    "position_m": 1000.0,
+                    "failures": 2,
+                    "handovers": 3,
+                }
+            ],
+        },
         indent=2,
     )
-    r = fresh.post("/v1/failure-tables", content=text,
-                   headers={**ADMIN, "Content-Type": "application/json"})
+    r = fresh.post(
+        "/v1/failure-tables", content=text, headers={**ADMIN, "Content-Type": "application/json"}
+    )
     assert r.status_code == 201, r.text
     assert fresh.get("/v1/failure-table", headers=READ).json() == json.loads(text)

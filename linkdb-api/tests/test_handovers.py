@@ -79,9 +79,7 @@ def test_bbox_keeps_only_points_inside(client: TestClient) -> None:
 
 
 def test_time_window_is_half_open(client: TestClient) -> None:
-    got = walk(
-        client, since="2026-11-01T10:00:00Z", until="2026-11-01T10:01:00Z", limit=1000
-    )
+    got = walk(client, since="2026-11-01T10:00:00Z", until="2026-11-01T10:01:00Z", limit=1000)
     assert [f["properties"]["start_time"][11:19] for f in got] == [
         "10:00:00",
         "10:00:10",

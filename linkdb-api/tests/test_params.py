@@ -6,7 +6,6 @@ import base64
 
 import pytest
 from fastapi.testclient import TestClient
-
 from polycorn_linkdb_api.params import encode_cursor
 
 from .conftest import READ
@@ -37,7 +36,10 @@ BAD: list[tuple[str, str]] = [
     ("/v1/handovers?cursor=" + base64.urlsafe_b64encode(b"[1,2]").decode(), "not a cursor of"),
     ("/v1/handovers?cursor=" + encode_cursor("handovers", "noon", 1), "damaged"),
     ("/v1/handovers?cursor=" + encode_cursor("handovers", "2026-11-01T00:00:00", 1), "damaged"),
-    ("/v1/handovers?cursor=" + encode_cursor("handovers", "2026-11-01T00:00:00Z", 2**63), "damaged"),
+    (
+        "/v1/handovers?cursor=" + encode_cursor("handovers", "2026-11-01T00:00:00Z", 2**63),
+        "damaged",
+    ),
     ("/v1/cells?direction=north", "query.direction"),
     ("/v1/cells?min_handovers=-1", "query.min_handovers"),
     ("/v1/cells?min_handovers=99999999999", "query.min_handovers"),
@@ -64,7 +66,7 @@ def test_a_bad_parameter_is_422_naming_it(client: TestClient, url: str, why: str
     problem = r.json()
     assert problem["status"] == 422 and problem["title"]
     assert why in problem["detail"], problem
-    assert problem["instance"] == url.split("?")[0]
+    assert problem["instance"] == url.split("?", maxsplit=1)[0]
 
 
 def test_unknown_paths_and_methods_are_problems(client: TestClient) -> None:

@@ -61,7 +61,10 @@ def test_cells_filters_and_geometry(client: TestClient) -> None:
     assert c1["properties"]["failure_rate"] == pytest.approx(0.2)
     assert allc["features"][3]["geometry"] is None
     assert allc["features"][3]["properties"]["failure_rate"] is None
-    ids = lambda **p: [f["id"] for f in get(client, "/v1/cells", **p)["features"]]  # noqa: E731
+
+    def ids(**p: Any) -> list[int]:
+        return [f["id"] for f in get(client, "/v1/cells", **p)["features"]]
+
     assert ids(carrier="unicom") == [3, 4]
     assert ids(direction="decreasing") == [3]
     assert ids(min_handovers=120) == [1, 2]

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from polycorn_schema.linkdb.models import Direction
 from sqlalchemy import text
 
 from polycorn_linkdb_api.deps import Reader, db
-from polycorn_linkdb_api.errors import NotFound
+from polycorn_linkdb_api.errors import NotFoundError
 from polycorn_linkdb_api.params import (
     BIGINT_MAX,
     BboxParam,
@@ -31,7 +32,6 @@ from polycorn_linkdb_api.routes.common import (
     page,
 )
 from polycorn_linkdb_api.schemas import CellCollection, CellStats
-from polycorn_schema.linkdb.models import Direction
 
 router = APIRouter(prefix="/v1", tags=["cells"])
 
@@ -54,6 +54,7 @@ FEATURE = """json_build_object(
     summary="Cells as a GeoJSON FeatureCollection",
 )
 def list_cells(
+    *,
     request: Request,
     _who: Reader,
     bbox: BboxParam = None,
@@ -169,5 +170,5 @@ def cell_stats(
     with db(request) as conn:
         row = conn.execute(text(STATS), {"id": cell_id, "since": s, "until": u}).first()
     if row is None:
-        raise NotFound(f"no cell {cell_id} (list them with /v1/cells)")
+        raise NotFoundError(f"no cell {cell_id} (list them with /v1/cells)")
     return JSONTextResponse(row[0])

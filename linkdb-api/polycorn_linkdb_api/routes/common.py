@@ -60,7 +60,9 @@ def page(
     when there is a row after it."""
     items = ",".join(r[0] for r in rows[:limit])
     more = len(rows) > limit
-    nxt = str(request.url.include_query_params(cursor=next_cursor)) if more and next_cursor else None
+    nxt = (
+        str(request.url.include_query_params(cursor=next_cursor)) if more and next_cursor else None
+    )
     cursor_json = json.dumps(next_cursor if more else None)
     meta = (
         f'"next":{json.dumps(nxt)},"next_cursor":{cursor_json},'

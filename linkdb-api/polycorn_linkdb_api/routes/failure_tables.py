@@ -12,7 +12,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from sqlalchemy import Connection, text
 
 from polycorn_linkdb_api.deps import Admin, Reader, db
-from polycorn_linkdb_api.errors import Conflict, InvalidInput, InvalidParam, NotFound
+from polycorn_linkdb_api.errors import ConflictError, InvalidInputError, InvalidParam, NotFoundError
 from polycorn_linkdb_api.failure_table import (
     PUBLISH_LOCK,
     TableFile,
@@ -95,7 +95,7 @@ def current_table(request: Request, _who: Reader, if_none_match: IfNoneMatch = N
             text("SELECT version, etag FROM failure_tables ORDER BY version DESC LIMIT 1")
         ).first()
     if row is None:
-        raise NotFound("no failure-location table has been published yet")
+        raise NotFoundError("no failure-location table has been published yet")
     max_age = request.app.state.settings.api.table_max_age_s
     return _serve(
         request, row[0], row[1], if_none_match, f"private, max-age={max_age}, must-revalidate"
@@ -121,7 +121,7 @@ def table_version(
             text("SELECT etag FROM failure_tables WHERE version = :v"), {"v": version}
         ).scalar()
     if etag is None:
-        raise NotFound(f"no failure-location table version {version}")
+        raise NotFoundError(f"no failure-location table version {version}")
     return _serve(request, version, etag, if_none_match, "private, max-age=31536000, immutable")
 
 
@@ -190,7 +190,7 @@ def publish_table(
             text("SELECT coalesce(max(version), 0) + 1 FROM failure_tables")
         ).scalar_one()
         if table.version is not None and table.version != version:
-            raise Conflict(
+            raise ConflictError(
                 f"version {table.version} is not the next version ({version}); leave version "
                 "out to get the next one"
             )
@@ -198,7 +198,7 @@ def publish_table(
             conn.execute(text("SELECT 1 FROM models WHERE id = :m"), {"m": model_id}).first()
             is None
         ):
-            raise InvalidInput(
+            raise InvalidInputError(
                 f"no model {model_id}",
                 [InvalidParam(name="query.model_id", reason=f"no model {model_id}")],
             )

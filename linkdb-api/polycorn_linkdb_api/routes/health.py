@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from polycorn_linkdb_api.auth import KeyStore, Scope
 from polycorn_linkdb_api.deps import db
-from polycorn_linkdb_api.errors import Unavailable
+from polycorn_linkdb_api.errors import UnavailableError
 from polycorn_linkdb_api.routes.common import AUTH_ERRORS
 from polycorn_linkdb_api.schemas import Health
 
@@ -23,7 +23,9 @@ async def healthz() -> Health:
 @router.get(
     "/readyz",
     response_model=Health,
-    responses={503: {"description": "LinkDB unreachable", "content": {"application/problem+json": {}}}},
+    responses={
+        503: {"description": "LinkDB unreachable", "content": {"application/problem+json": {}}}
+    },
     summary="Readiness: LinkDB answers",
 )
 def readyz(request: Request) -> Health:
@@ -31,7 +33,7 @@ def readyz(request: Request) -> Health:
         with db(request) as conn:
             conn.execute(text("SELECT 1"))
     except Exception as e:  # any failure to reach the database means not ready
-        raise Unavailable(f"LinkDB unreachable: {type(e).__name__}") from e
+        raise UnavailableError(f"LinkDB unreachable: {type(e).__name__}") from e
     return Health(status="ok")
 
 

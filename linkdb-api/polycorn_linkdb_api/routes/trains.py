@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from sqlalchemy import text
 
 from polycorn_linkdb_api.deps import Reader, db
-from polycorn_linkdb_api.errors import NotFound
+from polycorn_linkdb_api.errors import NotFoundError
 from polycorn_linkdb_api.params import (
     NO_NUL,
     CursorParam,
@@ -43,7 +43,9 @@ TRAIN = """json_build_object('id', t.id, 'source', t.source,
     responses=AUTH_ERRORS,
     summary="Trains",
 )
-def list_trains(request: Request, _who: Reader, limit: Limit = 100, cursor: CursorParam = None) -> Response:
+def list_trains(
+    request: Request, _who: Reader, limit: Limit = 100, cursor: CursorParam = None
+) -> Response:
     """Trains (and drive-test logs) ordered by ID."""
     after = str_cursor(cursor, "trains")
     binds: dict[str, Any] = {"lim": limit + 1}
@@ -89,7 +91,7 @@ def get_train(
     with db(request) as conn:
         row = conn.execute(text(TRAIN_DETAIL), {"id": train_id}).first()
     if row is None:
-        raise NotFound(f"no train {train_id!r} (list them with /v1/trains)")
+        raise NotFoundError(f"no train {train_id!r} (list them with /v1/trains)")
     return GeoJSONResponse(row[0])
 
 
@@ -112,6 +114,7 @@ LEFT JOIN LATERAL (
     summary="Trips as a GeoJSON FeatureCollection",
 )
 def list_trips(
+    *,
     request: Request,
     _who: Reader,
     train_id: TrainId = None,
