@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--no-access-log", action="store_true", help="no line per request")
     hk = sub.add_parser("hash-key", help="make an API key and its POLYCORN_API_KEYS entry")
     hk.add_argument("name")
     hk.add_argument("scope", choices=[s.value for s in Scope])
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         port=a.port,
         workers=a.workers,
         log_level=a.log_level,
+        access_log=not a.no_access_log,
         proxy_headers=True,
     )
     return 0
