@@ -24,9 +24,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.execute(
-        "CREATE INDEX ix_handovers_geom ON handovers USING gist ((CAST(geog AS geometry)))"
-    )
+    op.execute("CREATE INDEX ix_handovers_geom ON handovers USING gist ((CAST(geog AS geometry)))")
 
 
 def downgrade() -> None:
