@@ -23,7 +23,7 @@ define run_integration
 	fi
 endef
 
-.PHONY: help setup build test integration demo bench-dataplane bench-hsr bench-ingest validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test integration demo bench-dataplane bench-api bench-hsr bench-ingest validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -58,6 +58,9 @@ validate-tracegen: build ## HSR trace generator vs the published numbers (hsr-fa
 
 bench-emu: build ## the link emulator's ceiling: 4 x 100 Mbit/s iperf3 through polycorn-emu -> bench/out/emu.json
 	bash scripts/bench-emu.sh
+
+bench-api: ## LinkDB API hot queries, 1M handovers, open loop at 200 req/s -> bench/out/api.json
+	bash scripts/bench-api.sh
 
 PROFILE ?= short
 bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full) -> bench/out/hsr.json

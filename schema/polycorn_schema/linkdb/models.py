@@ -45,6 +45,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -232,6 +233,9 @@ class Handover(Base):
     __table_args__ = (
         UniqueConstraint("train_id", "carrier", "start_time"),
         Index("ix_handovers_geog", "geog", postgresql_using="gist"),
+        # linkdb-api's lon/lat bounding boxes (migration 0003): a planar
+        # envelope test on the geometry, which a geography index cannot serve.
+        Index("ix_handovers_geom", text("(CAST(geog AS geometry))"), postgresql_using="gist"),
         Index("ix_handovers_start_time", "start_time"),
         Index("ix_handovers_cell_key", "carrier", "source_cell_id", "direction"),
         Index("ix_handovers_cell", "cell"),

@@ -1,0 +1,1 @@
+"""``make bench-api``: the LinkDB API's hot queries under a fixed open-loop load."""

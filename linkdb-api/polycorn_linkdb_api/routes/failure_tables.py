@@ -1,0 +1,227 @@
+"""The failure-location tables: the current one for the proxies to poll
+(ETag / If-None-Match → 304), any version, the list, and publication."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+from sqlalchemy import Connection, text
+
+from polycorn_linkdb_api.deps import Admin, Reader, db
+from polycorn_linkdb_api.errors import ConflictError, InvalidInputError, InvalidParam, NotFoundError
+from polycorn_linkdb_api.failure_table import (
+    PUBLISH_LOCK,
+    TableFile,
+    TableIn,
+    canonical,
+    canonical_dict,
+    etag_of,
+    if_none_match,
+    reserialise,
+)
+from polycorn_linkdb_api.params import BIGINT_MAX, CursorParam, Limit, encode_cursor, int_cursor
+from polycorn_linkdb_api.routes.common import AUTH_ERRORS, NOT_FOUND, JSONTextResponse, page
+from polycorn_linkdb_api.schemas import TableList, TableMeta
+
+router = APIRouter(prefix="/v1", tags=["failure tables"])
+
+NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
+    304: {"description": "If-None-Match matched the current ETag: keep your copy"}
+}
+ETAG_HEADER = {
+    "ETag": {"description": "strong validator: SHA-256 of the body", "schema": {"type": "string"}}
+}
+
+
+class BodyCache:
+    """Canonical bytes of recently served versions (rows never change)."""
+
+    def __init__(self, size: int = 8) -> None:
+        self._d: OrderedDict[int, bytes] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, conn: Connection, version: int) -> bytes:
+        with self._lock:
+            hit = self._d.get(version)
+        if hit is not None:
+            return hit
+        body = conn.execute(
+            text("SELECT body FROM failure_tables WHERE version = :v"), {"v": version}
+        ).scalar_one()
+        data = reserialise(body)
+        with self._lock:
+            self._d[version] = data
+            while len(self._d) > self._size:
+                self._d.popitem(last=False)
+        return data
+
+
+def _serve(
+    request: Request, version: int, etag: str, if_none: str | None, cache_control: str
+) -> Response:
+    headers = {"ETag": f'"{etag}"', "Cache-Control": cache_control}
+    if if_none_match(if_none, etag):
+        return Response(status_code=304, headers=headers)
+    cache: BodyCache = request.app.state.table_cache
+    with db(request) as conn:
+        data = cache.get(conn, version)
+    return JSONTextResponse(data, headers=headers)
+
+
+IfNoneMatch = Annotated[
+    str | None,
+    Header(max_length=1000, description="the ETag you hold; 304 when it is still current"),
+]
+
+
+@router.get(
+    "/failure-table",
+    response_model=TableFile,
+    response_class=JSONTextResponse,
+    responses={**NOT_MODIFIED, **AUTH_ERRORS, **NOT_FOUND},
+    summary="The current failure-location table (for the proxies)",
+)
+def current_table(request: Request, _who: Reader, if_none_match: IfNoneMatch = None) -> Response:
+    """The highest published version, in the proxies' file format. Poll with
+    `If-None-Match: <ETag>`: 304 while it is unchanged. 404 until a first
+    table is published (a proxy then runs without one)."""
+    with db(request) as conn:
+        row = conn.execute(
+            text("SELECT version, etag FROM failure_tables ORDER BY version DESC LIMIT 1")
+        ).first()
+    if row is None:
+        raise NotFoundError("no failure-location table has been published yet")
+    max_age = request.app.state.settings.api.table_max_age_s
+    return _serve(
+        request, row[0], row[1], if_none_match, f"private, max-age={max_age}, must-revalidate"
+    )
+
+
+@router.get(
+    "/failure-tables/{version}",
+    response_model=TableFile,
+    response_class=JSONTextResponse,
+    responses={**NOT_MODIFIED, **AUTH_ERRORS, **NOT_FOUND},
+    summary="One version of the failure-location table",
+)
+def table_version(
+    request: Request,
+    _who: Reader,
+    version: Annotated[int, Path(ge=1, le=BIGINT_MAX)],
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    """A published version; versions never change, so it may be cached for good."""
+    with db(request) as conn:
+        etag = conn.execute(
+            text("SELECT etag FROM failure_tables WHERE version = :v"), {"v": version}
+        ).scalar()
+    if etag is None:
+        raise NotFoundError(f"no failure-location table version {version}")
+    return _serve(request, version, etag, if_none_match, "private, max-age=31536000, immutable")
+
+
+META = """json_build_object('version', f.version, 'etag', f.etag, 'entries', f.entries,
+  'created_at', f.created_at, 'model_id', f.model_id, 'note', f.note)::text"""
+
+
+@router.get(
+    "/failure-tables",
+    response_model=TableList,
+    response_class=JSONTextResponse,
+    responses=AUTH_ERRORS,
+    summary="Published failure-location tables, newest first",
+)
+def list_tables(
+    request: Request, _who: Reader, limit: Limit = 100, cursor: CursorParam = None
+) -> Response:
+    """Metadata of every published version (no bodies), newest first."""
+    before = int_cursor(cursor, "failure-tables")
+    binds: dict[str, Any] = {"lim": limit + 1}
+    where = ""
+    if before is not None:
+        where = "WHERE f.version < :before"
+        binds["before"] = before
+    with db(request) as conn:
+        rows = conn.execute(
+            text(
+                f"SELECT {META}, f.version FROM failure_tables f {where} "
+                "ORDER BY f.version DESC LIMIT :lim"
+            ),
+            binds,
+        ).all()
+    nxt = encode_cursor("failure-tables", rows[limit - 1][1]) if len(rows) > limit else None
+    return page(request, rows, limit, nxt, collection=False, response_class=JSONTextResponse)
+
+
+@router.post(
+    "/failure-tables",
+    status_code=201,
+    response_model=TableMeta,
+    response_class=JSONTextResponse,
+    responses={
+        **AUTH_ERRORS,
+        409: {
+            "description": "the table's version is not the next one",
+            "content": {"application/problem+json": {}},
+        },
+    },
+    summary="Publish a failure-location table (admin)",
+)
+def publish_table(
+    request: Request,
+    _who: Admin,
+    table: TableIn,
+    note: Annotated[str, Query(max_length=1000, pattern=r"^[^\x00]*$")] = "",
+    model_id: Annotated[
+        int | None, Query(ge=1, le=BIGINT_MAX, description="the trainer run (models.id)")
+    ] = None,
+) -> Response:
+    """Validates the table exactly as the proxies' parser does, assigns
+    version = previous + 1 (a given `version` must be that number, else 409),
+    stores the canonical body and returns its metadata, with the new ETag."""
+    with db(request) as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PUBLISH_LOCK})
+        version = conn.execute(
+            text("SELECT coalesce(max(version), 0) + 1 FROM failure_tables")
+        ).scalar_one()
+        if table.version is not None and table.version != version:
+            raise ConflictError(
+                f"version {table.version} is not the next version ({version}); leave version "
+                "out to get the next one"
+            )
+        if model_id is not None and (
+            conn.execute(text("SELECT 1 FROM models WHERE id = :m"), {"m": model_id}).first()
+            is None
+        ):
+            raise InvalidInputError(
+                f"no model {model_id}",
+                [InvalidParam(name="query.model_id", reason=f"no model {model_id}")],
+            )
+        body = canonical_dict(table, version)
+        data = canonical(body)
+        etag = etag_of(data)
+        row = conn.execute(
+            text(
+                "INSERT INTO failure_tables (version, model_id, etag, entries, body, note) "
+                "VALUES (:v, :m, :e, :n, CAST(:b AS jsonb), :note) "
+                f"RETURNING {META.replace('f.', '')}"
+            ),
+            {
+                "v": version,
+                "m": model_id,
+                "e": etag,
+                "n": len(table.entries),
+                "b": json.dumps(body),
+                "note": note,
+            },
+        ).scalar_one()
+    return JSONTextResponse(
+        row,
+        status_code=201,
+        headers={"ETag": f'"{etag}"', "Location": f"/v1/failure-tables/{version}"},
+    )

@@ -1,0 +1,121 @@
+"""``/v1/handovers``: handovers as GeoJSON Points, filtered, keyset-paginated
+by (start_time, id)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from polycorn_schema.linkdb.models import Outcome
+from sqlalchemy import text
+
+from polycorn_linkdb_api.deps import Reader, db
+from polycorn_linkdb_api.params import (
+    BboxParam,
+    BigId,
+    Carrier,
+    CursorParam,
+    Limit,
+    Since,
+    TrainId,
+    Until,
+    encode_cursor,
+    parse_bbox,
+    time_id_cursor,
+    window,
+)
+from polycorn_linkdb_api.routes.common import AUTH_ERRORS, GeoJSONResponse, page
+from polycorn_linkdb_api.schemas import HandoverCollection
+
+router = APIRouter(prefix="/v1", tags=["handovers"])
+
+FEATURE = """json_build_object(
+  'type', 'Feature', 'id', h.id,
+  'geometry', ST_AsGeoJSON(h.geog, 7)::json,
+  'properties', json_build_object(
+    'id', h.id, 'train_id', h.train_id, 'trip_id', h.trip_id, 'carrier', h.carrier,
+    'path', h.path, 'source_cell_id', h.source_cell_id, 'target_cell_id', h.target_cell_id,
+    'start_time', h.start_time, 'track_m', h.track_m, 'direction', h.direction,
+    'rsrp_dbm', h.rsrp_dbm, 'outcome', h.outcome, 'duration_ms', h.duration_ms,
+    'source', h.source))::text"""
+
+# The bbox test is planar on lon/lat (what a map's viewport means), served by
+# the expression index ix_handovers_geom (migration 0003).
+BBOX = "h.geog::geometry && ST_MakeEnvelope(:bb_x0, :bb_y0, :bb_x1, :bb_y1, 4326)"
+CELL = (
+    "(h.carrier, h.source_cell_id, h.direction) = "
+    "(SELECT c.carrier, c.cell_id, c.direction FROM cells c WHERE c.id = :cell)"
+)
+
+
+@router.get(
+    "/handovers",
+    response_model=HandoverCollection,
+    response_class=GeoJSONResponse,
+    responses=AUTH_ERRORS,
+    summary="Handovers as a GeoJSON FeatureCollection",
+)
+def list_handovers(
+    *,
+    request: Request,
+    _who: Reader,
+    bbox: BboxParam = None,
+    since: Since = None,
+    until: Until = None,
+    carrier: Carrier = None,
+    outcome: Outcome | None = None,
+    train_id: TrainId = None,
+    trip_id: BigId = None,
+    cell: BigId = None,
+    limit: Limit = 100,
+    cursor: CursorParam = None,
+) -> Response:
+    """Handovers ordered by start time (then id). `cell` is a LinkDB cell ID
+    (`/v1/cells`): the handovers out of that ⟨carrier, cell, direction⟩.
+    Walk the pages with `next` (or `cursor=next_cursor`) until it is null."""
+    box = parse_bbox(bbox)
+    s, u = window(since, until)
+    after = time_id_cursor(cursor, "handovers")
+    where: list[str] = []
+    binds: dict[str, Any] = {"lim": limit + 1}
+    if box is not None:
+        where.append(BBOX)
+        binds.update(box.binds())
+    if s is not None:
+        where.append("h.start_time >= :since")
+        binds["since"] = s
+    if u is not None:
+        where.append("h.start_time < :until")
+        binds["until"] = u
+    if carrier is not None:
+        where.append("h.carrier = :carrier")
+        binds["carrier"] = carrier
+    if outcome is not None:
+        where.append("h.outcome = CAST(:outcome AS handover_outcome)")
+        binds["outcome"] = outcome.value
+    if train_id is not None:
+        where.append("h.train_id = :train_id")
+        binds["train_id"] = train_id
+    if trip_id is not None:
+        where.append("h.trip_id = :trip_id")
+        binds["trip_id"] = trip_id
+    if cell is not None:
+        where.append(CELL)
+        binds["cell"] = cell
+    if after is not None:
+        # The plain >= lets the start_time index bound the scan; the row
+        # comparison does the exact keyset cut.
+        where.append("h.start_time >= :c_t AND (h.start_time, h.id) > (:c_t, :c_id)")
+        binds["c_t"], binds["c_id"] = after
+    sql = (
+        f"SELECT {FEATURE}, h.start_time, h.id FROM handovers h "
+        f"{'WHERE ' + ' AND '.join(where) if where else ''} "
+        "ORDER BY h.start_time, h.id LIMIT :lim"
+    )
+    with db(request) as conn:
+        rows = conn.execute(text(sql), binds).all()
+    nxt = None
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        nxt = encode_cursor("handovers", last[1], last[2])
+    return page(request, rows, limit, nxt, collection=True)

@@ -1,0 +1,176 @@
+"""The failure-location table: publication, validation, ETag polling."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from polycorn_linkdb_api.app import create_app
+from polycorn_schema.testing import fresh_database
+
+from .conftest import ADMIN, READ, settings_for
+
+FORMAT = "polycorn-failure-table/1"
+
+
+def table(*entries: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {"format": FORMAT, "source": "test", "entries": list(entries), **top}
+
+
+E1 = {
+    "cell": 4294967301,
+    "direction": "increasing",
+    "position_m": 12345.6,
+    "failures": 4,
+    "handovers": 6,
+}
+
+
+@pytest.fixture
+def fresh() -> Iterator[TestClient]:
+    with fresh_database() as url, TestClient(create_app(settings_for(url))) as c:
+        yield c
+
+
+def test_no_table_yet_is_404(fresh: TestClient) -> None:
+    r = fresh.get("/v1/failure-table", headers=READ)
+    assert r.status_code == 404
+    assert "no failure-location table" in r.json()["detail"]
+
+
+def test_publish_then_poll_with_etag(fresh: TestClient) -> None:
+    r = fresh.post("/v1/failure-tables", json=table(E1), headers=ADMIN, params={"note": "first"})
+    assert r.status_code == 201, r.text
+    meta = r.json()
+    assert meta["version"] == 1 and meta["entries"] == 1 and meta["note"] == "first"
+    assert r.headers["location"] == "/v1/failure-tables/1"
+    etag = r.headers["etag"]
+
+    cur = fresh.get("/v1/failure-table", headers=READ)
+    assert cur.status_code == 200
+    assert cur.headers["etag"] == etag == f'"{meta["etag"]}"'
+    assert "max-age=" in cur.headers["cache-control"]
+    # Strong: the ETag is the SHA-256 of exactly the bytes served.
+    assert f'"{hashlib.sha256(cur.content).hexdigest()}"' == etag
+    body = cur.json()
+    assert body == {"format": FORMAT, "version": 1, "source": "test", "entries": [E1]}
+
+    again = fresh.get("/v1/failure-table", headers={**READ, "If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    assert again.headers["etag"] == etag
+    weak = fresh.get("/v1/failure-table", headers={**READ, "If-None-Match": f'"x", W/{etag}'})
+    assert weak.status_code == 304
+
+    # A new version: the old ETag no longer matches.
+    e2 = {"cell": 7, "direction": "decreasing", "position_m": 10}
+    r2 = fresh.post("/v1/failure-tables", json=table(E1, e2, version=2), headers=ADMIN)
+    assert r2.status_code == 201 and r2.json()["version"] == 2
+    newer = fresh.get("/v1/failure-table", headers={**READ, "If-None-Match": etag})
+    assert newer.status_code == 200
+    assert newer.json()["version"] == 2
+    assert newer.json()["entries"][1] == {"cell": 7, "direction": "decreasing", "position_m": 10.0}
+
+    # Old versions stay, immutable.
+    old = fresh.get("/v1/failure-tables/1", headers=READ)
+    assert old.json()["version"] == 1 and old.headers["etag"] == etag
+    assert "immutable" in old.headers["cache-control"]
+    assert fresh.get("/v1/failure-tables/3", headers=READ).status_code == 404
+    listed = fresh.get("/v1/failure-tables", headers=READ).json()
+    assert [t["version"] for t in listed["items"]] == [2, 1]
+
+
+def test_a_wrong_version_is_a_conflict(fresh: TestClient) -> None:
+    r = fresh.post("/v1/failure-tables", json=table(version=5), headers=ADMIN)
+    assert r.status_code == 409
+    assert "next version (1)" in r.json()["detail"]
+
+
+def test_unknown_fields_are_ignored_and_dropped(fresh: TestClient) -> None:
+    t = table({**E1, "extra": 1}, comment="x")
+    assert fresh.post("/v1/failure-tables", json=t, headers=ADMIN).status_code == 201
+    body = fresh.get("/v1/failure-table", headers=READ).json()
+    assert "comment" not in body and "extra" not in body["entries"][0]
+
+
+def test_model_id_must_exist(fresh: TestClient) -> None:
+    r = fresh.post("/v1/failure-tables", json=table(), headers=ADMIN, params={"model_id": 3})
+    assert r.status_code == 422
+    assert "no model 3" in r.json()["detail"]
+
+
+# What the Rust parser refuses (crates/telemetry/src/failure_table.rs), and why.
+BAD: list[tuple[Any, str]] = [
+    ({"format": "x", "entries": []}, "is not 'polycorn-failure-table/1'"),
+    ({"entries": []}, "body.format"),
+    ({"format": FORMAT}, "body.entries"),
+    (table({**E1, "cell": 0}), "cell 0 means unknown"),
+    (table({**E1, "cell": -1}), "body.entries.0.cell"),
+    (table({**E1, "cell": 2**64}), "body.entries.0.cell"),
+    (table({**E1, "cell": 1.5}), "body.entries.0.cell"),
+    (table({**E1, "cell": "5"}), "body.entries.0.cell"),
+    (table({**E1, "direction": "up"}), "'increasing' or 'decreasing'"),
+    (table({**E1, "position_m": "1"}), "body.entries.0.position_m"),
+    (table({**E1, "position_m": None}), "body.entries.0.position_m"),
+    (table({**E1, "failures": -1}), "body.entries.0.failures"),
+    (table({**E1, "handovers": True}), "body.entries.0.handovers"),
+    (table(version=-1), "body.version"),
+    (table(version=1.0), "body.version"),
+    (table(source=3), "body.source"),
+    ({"format": FORMAT, "entries": {}}, "body.entries"),
+    ([], "body"),
+]
+
+
+@pytest.mark.parametrize(("body", "why"), BAD)
+def test_bad_tables_are_refused_with_the_reason(fresh: TestClient, body: Any, why: str) -> None:
+    r = fresh.post("/v1/failure-tables", json=body, headers=ADMIN)
+    assert r.status_code == 422, r.text
+    problem = r.json()
+    assert why in problem["detail"], problem
+    assert problem["invalid-params"]
+
+
+def with_position(raw: str) -> str:
+    entry = '{"cell":1,"direction":"increasing","position_m":' + raw + "}"
+    return '{"format":"' + FORMAT + '","entries":[' + entry + "]}"
+
+
+@pytest.mark.parametrize("raw", ["{", "NaN", with_position("1e999"), with_position("NaN")])
+def test_unparsable_or_non_finite_json_is_refused(fresh: TestClient, raw: str) -> None:
+    r = fresh.post(
+        "/v1/failure-tables",
+        content=raw,
+        headers={**ADMIN, "Content-Type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    assert fresh.get("/v1/failure-table", headers=READ).status_code == 404
+
+
+def test_a_table_the_rust_writer_made_is_accepted_as_is(fresh: TestClient) -> None:
+    # serde's to_string_pretty of FailureTableFile (failure_table.rs).
+    text = json.dumps(
+        {
+            "format": FORMAT,
+            "version": 1,
+            "source": "tracegen",
+            "entries": [
+                {
+                    "cell": 5,
+                    "direction": "increasing",
+                    "position_m": 1000.0,
+                    "failures": 2,
+                    "handovers": 3,
+                }
+            ],
+        },
+        indent=2,
+    )
+    r = fresh.post(
+        "/v1/failure-tables", content=text, headers={**ADMIN, "Content-Type": "application/json"}
+    )
+    assert r.status_code == 201, r.text
+    assert fresh.get("/v1/failure-table", headers=READ).json() == json.loads(text)
