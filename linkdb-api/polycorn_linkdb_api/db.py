@@ -8,10 +8,10 @@ Sessions run in UTC, so the JSON PostgreSQL builds carries ``+00:00`` times.
 
 from __future__ import annotations
 
-from polycorn_schema.linkdb.cli import sqlalchemy_url
 from sqlalchemy import Engine, create_engine
 
 from polycorn_linkdb_api.settings import DatabaseSettings
+from polycorn_schema.linkdb.cli import sqlalchemy_url
 
 
 def make_engine(s: DatabaseSettings) -> Engine:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from polycorn_schema.linkdb.models import Direction
 from sqlalchemy import text
 
 from polycorn_linkdb_api.deps import Reader, db
@@ -32,6 +31,7 @@ from polycorn_linkdb_api.routes.common import (
     page,
 )
 from polycorn_linkdb_api.schemas import CellCollection, CellStats
+from polycorn_schema.linkdb.models import Direction
 
 router = APIRouter(prefix="/v1", tags=["cells"])
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from polycorn_schema.linkdb.models import Outcome
 from sqlalchemy import text
 
 from polycorn_linkdb_api.deps import Reader, db
@@ -26,6 +25,7 @@ from polycorn_linkdb_api.params import (
 )
 from polycorn_linkdb_api.routes.common import AUTH_ERRORS, GeoJSONResponse, page
 from polycorn_linkdb_api.schemas import HandoverCollection
+from polycorn_schema.linkdb.models import Outcome
 
 router = APIRouter(prefix="/v1", tags=["handovers"])
 
