@@ -3,11 +3,13 @@
 //! - [`v1`]: the telemetry record schema (`schema/telemetry/v1/telemetry.proto`).
 //! - [`failure_table`]: the failure-location table file.
 //! - [`replay`]: the testbed's event log as a radio and position source.
+//! - [`spool`]: the relay-agent's durable telemetry spool.
 //! - [`testbed_cell_id`]: how the testbed's per-carrier cell indices map to
 //!   the cell IDs the data plane and the failure-location tables use.
 
 pub mod failure_table;
 pub mod replay;
+pub mod spool;
 
 /// The cell ID the data plane uses for cell `cell` of carrier `carrier` in
 /// a testbed trip (`polycorn-tracegen`'s event log numbers cells per
