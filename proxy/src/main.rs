@@ -270,6 +270,8 @@ impl Proxy {
                     }
                     session.with(|st, _| st.ep.ack_telemetry(seq));
                 }
+                // Acknowledged on receipt: a copy is acknowledged again.
+                SessionEvent::TelemetryDuplicate { seq, .. } => session.with(|st, _| st.ep.ack_telemetry(seq)),
                 SessionEvent::TelemetryAcked { .. } => {}
             }
         }
