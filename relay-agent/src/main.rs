@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 mod radio;
+mod spool;
 
 /// Options: from the file given by `--config`, then `POLYCORN_RELAY_*`
 /// environment variables, then flags (later wins).
@@ -115,6 +116,15 @@ struct Opts {
     /// --epoch-unix-ms) [default: when the relay starts].
     #[arg(long, env = "POLYCORN_RELAY_REPLAY_EPOCH_UNIX_MS")]
     replay_epoch_unix_ms: Option<i64>,
+    /// Directory of the durable telemetry spool (docs/telemetry.md); one
+    /// relay-agent per directory. Opened only when a radio source runs
+    /// [default: /var/lib/polycorn/spool].
+    #[arg(long, env = "POLYCORN_RELAY_TELEMETRY_SPOOL")]
+    telemetry_spool: Option<PathBuf>,
+    /// Upper bound on the spool's size on disk, bytes; past it the oldest
+    /// samples are dropped first, handover events last [default: 67108864].
+    #[arg(long, env = "POLYCORN_RELAY_TELEMETRY_SPOOL_MAX_BYTES")]
+    telemetry_spool_max_bytes: Option<u64>,
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_LOG_JSON")]
     log_json: Option<bool>,
@@ -165,7 +175,7 @@ fn settings() -> anyhow::Result<Settings> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, conn_send_buffer, max_conns, log_json,
-        failure_table, replay_events, replay_epoch_unix_ms);
+        failure_table, replay_events, replay_epoch_unix_ms, telemetry_spool, telemetry_spool_max_bytes);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
     let specs = o.paths.clone().unwrap_or_default();
@@ -198,6 +208,9 @@ fn settings() -> anyhow::Result<Settings> {
     polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024)).map_err(anyhow::Error::msg)?;
     if let Some(b) = o.conn_send_buffer {
         polycorn_net::config::check_conn_send_buffer(b).map_err(anyhow::Error::msg)?;
+    }
+    if o.telemetry_spool_max_bytes.is_some_and(|b| b < spool::MIN_MAX_BYTES) {
+        bail!("--telemetry-spool-max-bytes must be at least {}", spool::MIN_MAX_BYTES);
     }
     if o.listen_dns.is_some() != o.dns_upstream.is_some() {
         bail!("--listen-dns and --dns-upstream go together");
@@ -349,10 +362,23 @@ async fn main() -> anyhow::Result<()> {
     for p in &paths {
         tasks.spawn(keep_path(s.clone(), session.clone(), p.clone(), session_id, known_proxy.clone(), stop_rx.clone()));
     }
+    // The telemetry spool, when a radio source feeds it.
+    let spool = if s.opts.replay_events.is_some() {
+        let dir = s.opts.telemetry_spool.clone().unwrap_or_else(|| spool::DEFAULT_DIR.into());
+        let max = s.opts.telemetry_spool_max_bytes.unwrap_or(spool::DEFAULT_MAX_BYTES);
+        let sh = spool::Shared::open(&dir, max).context("opening the telemetry spool (--telemetry-spool)")?;
+        tasks.spawn(spool::sender(sh.clone(), session.clone(), stop_rx.clone()));
+        let m = sh.clone();
+        sources_pre.push(Arc::new(move |w: &mut Writer| spool::write_metrics(w, &m)));
+        Some(sh)
+    } else {
+        None
+    };
+    let acks = spool.clone();
     tokio::spawn(async move {
         while let Some(ev) = events.recv().await {
-            if let SessionEvent::TelemetryAcked { seq } = ev {
-                tracing::debug!(seq, "telemetry acknowledged");
+            if let (SessionEvent::TelemetryAcked { seq }, Some(sp)) = (ev, &acks) {
+                sp.ack(seq);
             }
         }
     });
@@ -376,7 +402,8 @@ async fn main() -> anyhow::Result<()> {
         let log = radio::load_log(&opts.file)?;
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         tasks.spawn(radio::replay(opts, log, tx, stop_rx.clone()));
-        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), rx));
+        let spool = spool.clone().expect("opened above when a radio source runs");
+        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), spool, rx));
     }
 
     let dialer = TunnelDialer(session.clone());

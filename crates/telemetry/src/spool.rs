@@ -120,6 +120,8 @@ pub enum SpoolError {
         #[source]
         source: io::Error,
     },
+    #[error("telemetry spool {0} is in use by another process (one relay-agent per spool directory: give each its own --telemetry-spool)")]
+    Locked(PathBuf),
     #[error("telemetry record of {0} bytes is larger than the spool takes ({MAX_RECORD_BYTES} bytes, or --telemetry-spool-max-bytes)")]
     TooLarge(usize),
 }
@@ -192,6 +194,32 @@ pub struct Spool {
     acks_dirty: bool,
     dir_dirty: bool,
     stats: SpoolStats,
+    /// Holds the directory's exclusive lock while the spool is open.
+    _lock: File,
+}
+
+/// Take an exclusive, non-blocking `flock` on `dir/lock`: two relay-agents
+/// appending to one spool would corrupt it.
+fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
+    use std::os::fd::AsRawFd as _;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .map_err(|source| SpoolError::Io { dir: dir.to_path_buf(), op: "opening the lock file", source })?;
+    // SAFETY: flock on a file descriptor we own, which stays open as long
+    // as the returned File; no memory is involved.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return Err(if e.kind() == io::ErrorKind::WouldBlock {
+            SpoolError::Locked(dir.to_path_buf())
+        } else {
+            SpoolError::Io { dir: dir.to_path_buf(), op: "locking the directory", source: e }
+        });
+    }
+    Ok(f)
 }
 
 fn crc(parts: &[&[u8]]) -> u32 {
@@ -250,6 +278,7 @@ impl Spool {
             move |source| SpoolError::Io { dir: dir.clone(), op, source }
         };
         fs::create_dir_all(dir).map_err(io_err("creating the directory"))?;
+        let lock = lock_dir(dir)?;
         let mut stats = SpoolStats::default();
 
         // The acknowledgement log.
@@ -347,6 +376,7 @@ impl Spool {
             acks_dirty: false,
             dir_dirty: true,
             stats,
+            _lock: lock,
         };
         spool.compact_acks()?;
         Ok(spool)
@@ -657,6 +687,15 @@ mod tests {
         assert_eq!(seqs(&out), vec![2, 4, 5], "acked records stay acked");
         assert_eq!(out[0].payload, vec![1u8; 10]);
         assert_eq!(s.append(b"x", Class::Sample).unwrap(), Some(6), "seqs continue");
+    }
+
+    #[test]
+    fn a_second_process_cannot_open_a_spool_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Spool::open(dir.path(), cfg(1 << 20, 4096)).unwrap();
+        assert!(matches!(Spool::open(dir.path(), cfg(1 << 20, 4096)), Err(SpoolError::Locked(_))));
+        drop(s);
+        Spool::open(dir.path(), cfg(1 << 20, 4096)).unwrap();
     }
 
     #[test]
