@@ -279,4 +279,208 @@ mod tests {
         i.on_delivered(1, true);
         assert!(matches!(i.on_record(3, &r), Decision::Produce(_)));
     }
+
+    /// Tests against a real broker (`POLYCORN_KAFKA_BOOTSTRAP`), run by
+    /// `cargo test -- --ignored` from the integration script.
+    mod broker {
+        use super::*;
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::message::Headers;
+        use rdkafka::{Message, Offset, TopicPartitionList};
+        use std::collections::BTreeMap;
+
+        const TRAIN: &str = "train-0001";
+
+        fn bootstrap() -> String {
+            std::env::var("POLYCORN_KAFKA_BOOTSTRAP").expect(
+                "POLYCORN_KAFKA_BOOTSTRAP is not set: these tests need a Kafka broker \
+                 (run scripts/integration-telemetry.sh, or export POLYCORN_KAFKA_BOOTSTRAP=127.0.0.1:PORT)",
+            )
+        }
+
+        fn unique(name: &str) -> String {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+            format!("polycorn.test.{name}.{}.{t}", std::process::id())
+        }
+
+        async fn create_topics(bootstrap: &str, names: &[&str]) {
+            let admin: AdminClient<_> =
+                ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+            let topics: Vec<NewTopic> = names.iter().map(|n| NewTopic::new(n, 1, TopicReplication::Fixed(1))).collect();
+            for r in admin.create_topics(&topics, &AdminOptions::new()).await.expect("create topics") {
+                r.expect("topic created");
+            }
+        }
+
+        /// Every message of `topic` (one partition) until `want` arrived:
+        /// (key, headers, payload).
+        fn read_back(bootstrap: &str, topic: &str, want: usize) -> Vec<(String, BTreeMap<String, String>, Vec<u8>)> {
+            let c: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .set("group.id", unique("reader"))
+                .set("enable.auto.commit", "false")
+                .create()
+                .expect("consumer");
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+            c.assign(&tpl).unwrap();
+            let mut out = Vec::new();
+            // Generous: a hang guard, not a timing assertion.
+            let give_up = std::time::Instant::now() + Duration::from_secs(120);
+            while out.len() < want && std::time::Instant::now() < give_up {
+                let Some(m) = c.poll(Duration::from_millis(200)) else { continue };
+                let m = m.expect("consume");
+                let mut h = BTreeMap::new();
+                if let Some(hs) = m.headers() {
+                    for x in hs.iter() {
+                        h.insert(x.key.to_string(), String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned());
+                    }
+                }
+                let key = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
+                out.push((key, h, m.payload().unwrap_or_default().to_vec()));
+            }
+            out
+        }
+
+        fn gps(seq: u64) -> Vec<u8> {
+            v1::Record {
+                train_id: TRAIN.into(),
+                time_unix_ms: seq as i64,
+                body: Some(v1::record::Body::Gps(v1::GpsFix { lat_deg: 31.0, ..Default::default() })),
+            }
+            .encode_to_vec()
+        }
+
+        /// Offer `seqs` to the ingest (as the relay's sends or resends) and
+        /// produce what it says; returns the seqs it acknowledged.
+        async fn offer(
+            sink: &Arc<KafkaSink>,
+            ingest: &mut Ingest,
+            seqs: &[u64],
+            body: impl Fn(u64) -> Vec<u8>,
+        ) -> Vec<u64> {
+            let mut pending = Vec::new();
+            for &seq in seqs {
+                let payload = body(seq);
+                match ingest.on_record(seq, &payload) {
+                    Decision::Produce(t) => pending.push((seq, tokio::spawn(sink.produce(seq, &payload, &t)))),
+                    d => panic!("seq {seq}: unexpected {d:?}"),
+                }
+            }
+            let mut acked = Vec::new();
+            for (seq, h) in pending {
+                if ingest.on_delivered(seq, h.await.unwrap()) {
+                    acked.push(seq);
+                }
+            }
+            acked
+        }
+
+        #[tokio::test(flavor = "multi_thread")]
+        #[ignore = "needs Kafka: scripts/integration-telemetry.sh"]
+        async fn records_reach_kafka_keyed_by_train_and_are_acked_after_delivery() {
+            let b = bootstrap();
+            let (topic, dlq) = (unique("telemetry"), unique("dlq"));
+            create_topics(&b, &[&topic, &dlq]).await;
+            let sink = Arc::new(KafkaSink::new(&b, &topic, &dlq, TRAIN).unwrap());
+            let mut ingest = Ingest::new(TRAIN, 100);
+            let seqs: Vec<u64> = (1..=20).collect();
+            assert_eq!(
+                offer(&sink, &mut ingest, &seqs, gps).await,
+                seqs,
+                "every record acked after Kafka confirmed it"
+            );
+            // A resend after a lost ack is acknowledged, not produced again.
+            assert_eq!(ingest.on_record(7, &gps(7)), Decision::AckAgain);
+            // Malformed and foreign records: dead-letter topic, then acked.
+            let bad = |seq: u64| {
+                if seq == 21 {
+                    b"\x08\xff\xff".to_vec()
+                } else {
+                    v1::Record {
+                        train_id: "train-0099".into(),
+                        time_unix_ms: 1,
+                        body: Some(v1::record::Body::Gps(Default::default())),
+                    }
+                    .encode_to_vec()
+                }
+            };
+            assert_eq!(offer(&sink, &mut ingest, &[21, 22], bad).await, vec![21, 22]);
+            assert_eq!(sink.stats.produced.load(Ordering::Relaxed), 20);
+            assert_eq!(sink.stats.dlq.load(Ordering::Relaxed), 2);
+
+            let got = read_back(&b, &topic, 20);
+            assert_eq!(got.len(), 20);
+            for (i, (key, h, payload)) in got.iter().enumerate() {
+                let seq = i as u64 + 1;
+                assert_eq!(key, TRAIN);
+                assert_eq!(payload, &gps(seq), "the value is the record as received");
+                assert_eq!(h["polycorn-seq"], seq.to_string());
+                assert_eq!(h["polycorn-schema"], "telemetry.v1");
+                assert_eq!(h["polycorn-train"], TRAIN);
+            }
+            let dead = read_back(&b, &dlq, 2);
+            assert_eq!(dead.len(), 2);
+            assert!(dead[0].1["polycorn-error"].contains("not a polycorn.telemetry.v1.Record"), "{:?}", dead[0].1);
+            assert!(dead[1].1["polycorn-error"].contains("train-0099"), "{:?}", dead[1].1);
+            assert_eq!(dead[1].0, TRAIN, "keyed by the session's train, not the record's claim");
+        }
+
+        /// With `POLYCORN_KAFKA_STOP_CMD` and `POLYCORN_KAFKA_START_CMD`
+        /// (shell commands), the broker itself is stopped and restarted;
+        /// without them the outage is a producer whose broker address
+        /// answers nothing, and recovery a producer to the real broker.
+        #[tokio::test(flavor = "multi_thread")]
+        #[ignore = "needs Kafka: scripts/integration-telemetry.sh"]
+        async fn nothing_is_acked_while_kafka_is_down_and_everything_arrives_after() {
+            let b = bootstrap();
+            let (topic, dlq) = (unique("outage"), unique("outage-dlq"));
+            create_topics(&b, &[&topic, &dlq]).await;
+            let cmds = (std::env::var("POLYCORN_KAFKA_STOP_CMD").ok(), std::env::var("POLYCORN_KAFKA_START_CMD").ok());
+            let sh =
+                |c: &str| assert!(std::process::Command::new("sh").arg("-c").arg(c).status().unwrap().success(), "{c}");
+            let mut ingest = Ingest::new(TRAIN, 100);
+            let seqs: Vec<u64> = (1..=10).collect();
+            let live =
+                Arc::new(KafkaSink::with_delivery_timeout(&b, &topic, &dlq, TRAIN, Duration::from_secs(3)).unwrap());
+            let down = match &cmds {
+                (Some(stop), Some(_)) => {
+                    eprintln!("stopping the broker: {stop}");
+                    sh(stop);
+                    live.clone()
+                }
+                _ => {
+                    eprintln!(
+                        "POLYCORN_KAFKA_STOP_CMD/START_CMD unset: simulating the outage with a dead broker address"
+                    );
+                    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+                    let dead = format!("127.0.0.1:{port}");
+                    Arc::new(
+                        KafkaSink::with_delivery_timeout(&dead, &topic, &dlq, TRAIN, Duration::from_secs(3)).unwrap(),
+                    )
+                }
+            };
+            assert!(offer(&down, &mut ingest, &seqs, gps).await.is_empty(), "nothing acked while Kafka is down");
+            assert_eq!(down.stats.produce_errors.load(Ordering::Relaxed), 10);
+            if let (Some(_), Some(start)) = &cmds {
+                eprintln!("starting the broker: {start}");
+                sh(start);
+            }
+            // The relay resends everything unacknowledged; retry until the
+            // broker is back (each round waits at most the delivery timeout).
+            let mut acked = BTreeSet::new();
+            for _ in 0..40 {
+                let rest: Vec<u64> = seqs.iter().copied().filter(|s| !acked.contains(s)).collect();
+                if rest.is_empty() {
+                    break;
+                }
+                acked.extend(offer(&live, &mut ingest, &rest, gps).await);
+            }
+            assert_eq!(acked.len(), 10, "every record acked once Kafka is back");
+            let got = read_back(&b, &topic, 10);
+            let seen: BTreeSet<String> = got.iter().map(|(_, h, _)| h["polycorn-seq"].clone()).collect();
+            assert_eq!(seen.len(), 10, "every seq is in Kafka (a duplicate would be allowed: consumers dedup by seq)");
+        }
+    }
 }
