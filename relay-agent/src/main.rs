@@ -221,6 +221,12 @@ fn settings() -> anyhow::Result<Settings> {
     Ok(Settings { train_id, paths, proxy_name, tls, opts: o, scheduler, pipelines, transport, udp_policy })
 }
 
+/// Whether any radio source runs (and so the telemetry spool is opened).
+/// Every radio source's flag belongs here.
+fn radio_sources_configured(o: &Opts) -> bool {
+    o.replay_events.is_some()
+}
+
 /// Opens passenger connections through the session.
 #[derive(Clone)]
 struct TunnelDialer(Session);
@@ -363,7 +369,7 @@ async fn main() -> anyhow::Result<()> {
         tasks.spawn(keep_path(s.clone(), session.clone(), p.clone(), session_id, known_proxy.clone(), stop_rx.clone()));
     }
     // The telemetry spool, when a radio source feeds it.
-    let spool = if s.opts.replay_events.is_some() {
+    let spool = if radio_sources_configured(&s.opts) {
         let dir = s.opts.telemetry_spool.clone().unwrap_or_else(|| spool::DEFAULT_DIR.into());
         let max = s.opts.telemetry_spool_max_bytes.unwrap_or(spool::DEFAULT_MAX_BYTES);
         let sh = spool::Shared::open(&dir, max).context("opening the telemetry spool (--telemetry-spool)")?;

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use polycorn_core::PathId;
 use polycorn_net::metrics::Writer;
 use polycorn_net::Session;
 use polycorn_telemetry::spool::{Class, Spool, SpoolConfig};
@@ -102,11 +101,11 @@ impl Shared {
 
 /// Send spooled records to the proxy until `stop`.
 pub async fn sender(shared: Arc<Shared>, session: Session, mut stop: watch::Receiver<bool>) {
-    let mut prev_up: Vec<PathId> = Vec::new();
+    let mut prev_paths_up = 0u64;
     let mut last_sync = Instant::now();
     loop {
-        let up = session.with(|st, _| st.ep.up_paths());
-        if up.iter().any(|p| !prev_up.contains(p)) {
+        let (up, paths_up) = session.with(|st, _| (st.ep.up_paths(), st.ep.stats().paths_up));
+        if paths_up != prev_paths_up {
             // A path came (back) up: whatever was in flight may have died
             // with the paths that carried it.
             shared.lock().resend_now();
@@ -131,7 +130,7 @@ pub async fn sender(shared: Arc<Shared>, session: Session, mut stop: watch::Rece
                 }
             }
         }
-        prev_up = up;
+        prev_paths_up = paths_up;
         if shared.urgent_sync.swap(false, Ordering::Relaxed) || last_sync.elapsed() >= SYNC_EVERY {
             shared.sync().await;
             last_sync = Instant::now();

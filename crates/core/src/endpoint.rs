@@ -159,6 +159,9 @@ pub struct EndpointStats {
     pub duplicate_bytes_received: u64,
     pub telemetry_received: u64,
     pub protocol_errors: u64,
+    /// Subflows established ([`Endpoint::path_up`] calls): a change tells a
+    /// shell that a path came (back) up, however briefly it was down.
+    pub paths_up: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,6 +290,7 @@ impl Endpoint {
         slot.data.clear();
         slot.path.up = true;
         slot.path.stats.state_changes += 1;
+        self.stats.paths_up += 1;
         // Connections whose OPEN no copy has confirmed yet are announced on
         // the new path too, before any of their data can be placed on it.
         let mut unconfirmed: Vec<&Conn> = self.conns.values().filter(|c| c.open_unconfirmed).collect();
@@ -1192,6 +1196,7 @@ mod tests {
             "not delivered twice, but not swallowed either"
         );
         assert_eq!(proxy.stats().telemetry_received, 1);
+        assert_eq!(relay.stats().paths_up, 1, "the relay's spool resends when this changes");
         proxy.ack_telemetry(7);
         pump(&mut relay, &mut proxy, now);
         let ev: Vec<Event> = std::iter::from_fn(|| relay.poll_event()).collect();
