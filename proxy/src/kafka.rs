@@ -176,6 +176,15 @@ impl KafkaSink {
         })
     }
 
+    /// Wait up to `timeout` for queued records to be delivered (at
+    /// shutdown: fewer records for the relay to resend to the next proxy).
+    pub fn flush(&self, timeout: Duration) {
+        use rdkafka::producer::Producer as _;
+        if let Err(e) = self.producer.flush(timeout) {
+            tracing::warn!(error = %e, "telemetry not all delivered to Kafka at shutdown (the relay resends it)");
+        }
+    }
+
     /// Produce one record: it is queued in librdkafka now (so records are
     /// produced in the order they arrive); the future resolves to whether
     /// Kafka confirmed it.

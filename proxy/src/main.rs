@@ -571,6 +571,9 @@ async fn main() -> anyhow::Result<()> {
         s.close();
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), metrics_task).await;
+    if let Some(k) = proxy.sink.clone() {
+        let _ = tokio::task::spawn_blocking(move || k.flush(Duration::from_secs(5))).await;
+    }
     Ok(())
 }
 
