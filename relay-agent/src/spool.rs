@@ -90,9 +90,13 @@ impl Shared {
     }
 
     async fn sync(self: &Arc<Self>) {
-        let me = self.clone();
-        let r = tokio::task::spawn_blocking(move || me.lock().sync()).await;
-        if let Ok(Err(e)) = r {
+        // Take the work under the lock, fsync without it: appends go on.
+        let work = self.lock().sync_work();
+        let r = match work {
+            Ok(w) => tokio::task::spawn_blocking(move || w.run()).await.unwrap_or(Ok(())),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
             self.errors.fetch_add(1, Ordering::Relaxed);
             warn!(error = %e, "telemetry spool fsync failed");
         }

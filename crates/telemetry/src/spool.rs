@@ -20,7 +20,8 @@
 //!   restart never reuses a seq). It is rewritten (compacted, through a
 //!   temporary file and a rename) at open and when it grows large.
 //!
-//! A segment is deleted when every record in it is acknowledged. On open a
+//! A segment is deleted when every record in it is acknowledged and it no
+//! longer takes appends (sealed, or found so at open). On open a
 //! torn or corrupt frame ends its file: the file is truncated there (a crash
 //! mid-write leaves at most one torn frame at a tail).
 //!
@@ -145,6 +146,31 @@ pub struct SpoolStats {
     pub truncated_bytes: u64,
     /// The seq the next record gets.
     pub next_seq: u64,
+}
+
+/// Pending fsyncs, taken from a [`Spool`] by [`Spool::sync_work`].
+#[derive(Debug)]
+pub struct SyncWork {
+    spool_dir: PathBuf,
+    files: Vec<File>,
+    dir: Option<PathBuf>,
+}
+
+impl SyncWork {
+    /// Fsync the files, then the directory if files were created or deleted.
+    pub fn run(self) -> Result<(), SpoolError> {
+        let err = |op| {
+            let dir = self.spool_dir.clone();
+            move |source| SpoolError::Io { dir, op, source }
+        };
+        for f in &self.files {
+            f.sync_data().map_err(err("fsync"))?;
+        }
+        if let Some(d) = &self.dir {
+            File::open(d).and_then(|d| d.sync_all()).map_err(err("syncing the directory"))?;
+        }
+        Ok(())
+    }
 }
 
 /// A record to send now.
@@ -444,6 +470,20 @@ impl Spool {
         self.log_ack(KIND_HIGH_WATER, self.next_seq - 1)
     }
 
+    /// Delete segment `idx` of class `c`, every record of which is
+    /// acknowledged.
+    fn delete_acknowledged(&mut self, c: usize, idx: usize) -> Result<(), SpoolError> {
+        let seg = self.segments[c].remove(idx).expect("index valid");
+        if self.segments[c].len() == idx {
+            self.open_tail[c] = false;
+        }
+        self.stats.bytes -= seg.bytes;
+        drop(seg.file);
+        fs::remove_file(&seg.path).map_err(self.io_err("deleting an acknowledged segment"))?;
+        self.dir_dirty = true;
+        self.log_ack(KIND_HIGH_WATER, self.next_seq - 1)
+    }
+
     /// Store a record; returns its seq, or `None` when the bound left no
     /// room for it (a sample while only handover events fill the spool;
     /// counted as dropped).
@@ -466,6 +506,11 @@ impl Spool {
         let seq = self.next_seq;
         let tail_full = self.segments[c].back().is_none_or(|s| s.bytes > 0 && s.bytes + need > self.cfg.segment_bytes);
         if !self.open_tail[c] || tail_full {
+            // Sealing a tail whose records are all acknowledged deletes it.
+            if self.open_tail[c] && self.segments[c].back().is_some_and(|s| s.live == 0) {
+                let last = self.segments[c].len() - 1;
+                self.delete_acknowledged(c, last)?;
+            }
             let path = self.dir.join(segment_name(class, seq));
             let file = OpenOptions::new()
                 .read(true)
@@ -593,19 +638,12 @@ impl Spool {
         self.stats.acked += 1;
         self.log_ack(KIND_ACK, seq)?;
         let idx = self.segments[c].iter().position(|s| s.first_seq == p.segment).expect("segment exists");
+        // The open tail stays (appends go on into it) until it is sealed.
+        let is_open_tail = self.open_tail[c] && idx + 1 == self.segments[c].len();
         let seg = &mut self.segments[c][idx];
         seg.live -= 1;
-        if seg.live == 0 {
-            let seg = self.segments[c].remove(idx).expect("index valid");
-            if self.segments[c].len() == idx {
-                // It was the tail: the next append starts a new segment.
-                self.open_tail[c] = false;
-            }
-            self.stats.bytes -= seg.bytes;
-            drop(seg.file);
-            fs::remove_file(&seg.path).map_err(self.io_err("deleting an acknowledged segment"))?;
-            self.dir_dirty = true;
-            self.log_ack(KIND_HIGH_WATER, self.next_seq - 1)?;
+        if seg.live == 0 && !is_open_tail {
+            self.delete_acknowledged(c, idx)?;
         }
         let live_acked: u64 = self.segments.iter().flatten().map(|s| (s.seqs.len() - s.live) as u64).sum();
         if self.ack_entries > 8192 + 2 * live_acked {
@@ -616,25 +654,33 @@ impl Spool {
 
     /// Fsync what was written since the last call.
     pub fn sync(&mut self) -> Result<(), SpoolError> {
+        self.sync_work()?.run()
+    }
+
+    /// What [`Spool::sync`] would fsync, as duplicated file handles: a
+    /// shell runs [`SyncWork::run`] without holding the spool's lock, so
+    /// appends are not stalled by a slow disk. The files written since the
+    /// last call count as synced from now on; if `run` fails, the next
+    /// `sync` does not retry them (the error is reported once, and the
+    /// records stay in the spool either way).
+    pub fn sync_work(&mut self) -> Result<SyncWork, SpoolError> {
+        let mut files = Vec::new();
         for seg in self.segments.iter_mut().flatten() {
             if seg.dirty {
-                seg.file.sync_data().map_err(|source| SpoolError::Io {
+                files.push(seg.file.try_clone().map_err(|source| SpoolError::Io {
                     dir: self.dir.clone(),
-                    op: "syncing a segment",
+                    op: "duplicating a segment handle",
                     source,
-                })?;
+                })?);
                 seg.dirty = false;
             }
         }
         if self.acks_dirty {
-            self.acks.sync_data().map_err(self.io_err("syncing acks.log"))?;
+            files.push(self.acks.try_clone().map_err(self.io_err("duplicating the acks.log handle"))?);
             self.acks_dirty = false;
         }
-        if self.dir_dirty {
-            File::open(&self.dir).and_then(|d| d.sync_all()).map_err(self.io_err("syncing the directory"))?;
-            self.dir_dirty = false;
-        }
-        Ok(())
+        let dir = std::mem::take(&mut self.dir_dirty).then(|| self.dir.clone());
+        Ok(SyncWork { spool_dir: self.dir.clone(), files, dir })
     }
 
     /// Counters and sizes.
@@ -709,7 +755,7 @@ mod tests {
             for q in 1..=3 {
                 s.ack(q).unwrap();
             }
-            assert_eq!(s.stats().bytes, 0, "fully acknowledged segments are deleted");
+            assert_eq!(s.stats().records, 0);
         }
         let mut s = Spool::open(dir.path(), cfg(1 << 20, 4096)).unwrap();
         assert_eq!(s.append(b"gps", Class::Sample).unwrap(), Some(4));
@@ -750,6 +796,34 @@ mod tests {
         // More handover events: the oldest handover segment goes.
         assert_eq!(s.append(&rec, Class::Handover).unwrap(), Some(16));
         assert_eq!(s.stats().dropped, [2, 8]);
+    }
+
+    #[test]
+    fn acknowledged_segments_are_deleted_once_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        // 10-byte records take 26 bytes: two per segment.
+        let mut s = Spool::open(dir.path(), cfg(1 << 20, 52)).unwrap();
+        let segs = || {
+            fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "seg"))
+                .count()
+        };
+        for _ in 0..3 {
+            s.append(&[0; 10], Class::Sample).unwrap();
+        }
+        assert_eq!(segs(), 2);
+        s.ack(1).unwrap();
+        s.ack(2).unwrap();
+        assert_eq!(segs(), 1, "the sealed, acknowledged segment is gone");
+        s.ack(3).unwrap();
+        assert_eq!(segs(), 1, "the open tail stays for the next appends");
+        assert_eq!(s.stats().bytes, 26);
+        assert_eq!(s.append(&[0; 10], Class::Sample).unwrap(), Some(4));
+        s.ack(4).unwrap();
+        assert_eq!(s.append(&[0; 10], Class::Sample).unwrap(), Some(5));
+        assert_eq!(segs(), 1, "sealing the acknowledged tail deleted it");
+        assert_eq!(s.stats().bytes, 26);
     }
 
     #[test]
