@@ -37,7 +37,8 @@ relay_paths() {
     done
 }
 
-# start_relay NAME TRAIN [extra flags...]: NAME names the log and pid files.
+# start_relay NAME TRAIN [extra flags...]: NAME names the log, pid and
+# telemetry spool ($PC_STATE/spool/NAME, kept across restarts of the relay).
 start_relay() {
     local name=$1 train=$2
     shift 2
@@ -45,7 +46,7 @@ start_relay() {
     # shellcheck disable=SC2046  # relay_paths yields separate flags on purpose
     ip netns exec "$NS_TRAIN" "$BIN/polycorn-relay" --train-id "$train" $(relay_paths) \
         --ca "$PKI_DIR/ca.crt" --cert "$PKI_DIR/$train.crt" --key "$PKI_DIR/$train.key" \
-        --proxy-name proxy.polycorn "$@" >>"$PC_STATE/logs/$name.log" 2>&1 &
+        --proxy-name proxy.polycorn --telemetry-spool "$PC_STATE/spool/$name" "$@" >>"$PC_STATE/logs/$name.log" 2>&1 &
     echo $! >"$PC_STATE/run/$name.pid"
 }
 

@@ -97,6 +97,9 @@ component_lint() {
 }
 
 component_rust() {
+    # The proxy's Kafka client (rdkafka) builds its vendored librdkafka with
+    # the C toolchain and make.
+    need_apt build-essential
     after_install check_rust
 }
 

@@ -211,6 +211,9 @@ start_scheme_pair() {
     local both=(--config "$here/pipelines.toml") relay=("${relay_extra[@]}") proxy=("${proxy_extra[@]}")
     [[ -n $table ]] && both+=(--failure-table "$table")
     [[ -f $trip/events.jsonl ]] && relay+=(--replay-events "$trip/events.jsonl" --replay-epoch-unix-ms "$epoch")
+    # Every scheme starts with an empty telemetry spool: nothing left over
+    # from the previous scheme's trip is resent during this one.
+    rm -rf "$PC_STATE/spool/relay"
     case $scheme in
         kernel-mptcp)
             # The kernel schedules; the endpoint sees one path.

@@ -23,6 +23,8 @@ use polycorn_net::{merge_options, Session, SessionEvent};
 use tokio::net::TcpStream;
 use tracing::{info, warn};
 
+mod kafka;
+
 /// Options: from the file given by `--config`, then `POLYCORN_PROXY_*`
 /// environment variables, then flags (later wins).
 #[derive(Parser, serde::Deserialize, Default, Debug)]
@@ -83,6 +85,18 @@ struct Opts {
     /// the file changes (a malformed new file is refused, the old table kept).
     #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE")]
     failure_table: Option<PathBuf>,
+    /// Kafka bootstrap servers for the train's telemetry, e.g.
+    /// `kafka-0:9092,kafka-1:9092`. Without it telemetry has no sink: it is
+    /// acknowledged on receipt and discarded (counted).
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_BROKERS")]
+    kafka_brokers: Option<String>,
+    /// Topic for telemetry records [default: polycorn.telemetry.v1].
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_TOPIC")]
+    kafka_topic: Option<String>,
+    /// Dead-letter topic for malformed records, reason in the
+    /// `polycorn-error` header [default: polycorn.telemetry.dlq].
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_DLQ_TOPIC")]
+    kafka_dlq_topic: Option<String>,
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_PROXY_LOG_JSON")]
     log_json: Option<bool>,
@@ -107,6 +121,8 @@ struct Settings {
     /// None: the endpoint's default.
     conn_send_buffer: Option<usize>,
     failure_table: Option<PathBuf>,
+    /// (brokers, topic, dead-letter topic), when telemetry goes to Kafka.
+    kafka: Option<(String, String, String)>,
 }
 
 fn parse_transport(s: &str) -> anyhow::Result<Transport> {
@@ -121,7 +137,8 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, metrics_listen, deny, allow,
-        connect_timeout_s, conn_window, conn_send_buffer, log_json, failure_table);
+        connect_timeout_s, conn_window, conn_send_buffer, log_json, failure_table, kafka_brokers, kafka_topic,
+        kafka_dlq_topic);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;
     let need = |p: Option<PathBuf>, flag: &str| p.with_context(|| format!("--{flag} is required"));
@@ -160,6 +177,13 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
                 .transpose()
                 .map_err(anyhow::Error::msg)?,
             failure_table: o.failure_table,
+            kafka: o.kafka_brokers.map(|b| {
+                (
+                    b,
+                    o.kafka_topic.unwrap_or_else(|| kafka::DEFAULT_TOPIC.into()),
+                    o.kafka_dlq_topic.unwrap_or_else(|| kafka::DEFAULT_DLQ_TOPIC.into()),
+                )
+            }),
         },
         o.log_json.unwrap_or(false),
     ))
@@ -181,6 +205,10 @@ struct Proxy {
     table: Mutex<Option<polycorn_core::FailureTable>>,
     /// Telemetry records that did not decode.
     telemetry_malformed: std::sync::atomic::AtomicU64,
+    /// Where telemetry goes; None: acknowledged on receipt and discarded.
+    sink: Option<Arc<kafka::KafkaSink>>,
+    /// Records acknowledged and discarded for want of a sink.
+    telemetry_discarded: std::sync::atomic::AtomicU64,
 }
 
 impl Proxy {
@@ -222,7 +250,19 @@ impl Proxy {
         // The train's position, from its GPS telemetry, for the downlink's
         // handover-failure prediction.
         let mut tracker = polycorn_core::TrainTracker::new();
-        while let Some(ev) = rx.recv().await {
+        let mut ingest = kafka::Ingest::new(&self.s.train_id, kafka::MAX_IN_FLIGHT);
+        // Kafka's delivery reports, (seq, confirmed).
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(u64, bool)>();
+        loop {
+            let ev = tokio::select! {
+                ev = rx.recv() => match ev { Some(ev) => ev, None => break },
+                Some((seq, ok)) = done_rx.recv() => {
+                    if ingest.on_delivered(seq, ok) {
+                        session.with(|st, _| st.ep.ack_telemetry(seq));
+                    }
+                    continue;
+                }
+            };
             match ev {
                 SessionEvent::ConnOpened { conn, user, dst } => {
                     if !self.allowed(dst) {
@@ -253,24 +293,68 @@ impl Proxy {
                     info!(%path, ?state, cell, "radio interface status");
                 }
                 SessionEvent::Telemetry { seq, payload } => {
-                    // The telemetry pipeline (Kafka) lands with the telemetry
-                    // issue; until then records are acknowledged on receipt.
                     use prost::Message as _;
                     match polycorn_telemetry::v1::Record::decode(payload.as_ref()) {
-                        Ok(rec) => session.with(|st, now| {
+                        Ok(rec) if rec.train_id == self.s.train_id => session.with(|st, now| {
                             let now_unix = std::time::SystemTime::now();
                             if let Some(t) = polycorn_net::hof::train_state_of(&rec, &mut tracker, now, now_unix) {
                                 st.ep.set_train_state(t);
                             }
                         }),
+                        Ok(_) => {}
                         Err(e) => {
                             self.telemetry_malformed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             tracing::debug!(seq, error = %e, "malformed telemetry record");
                         }
                     }
-                    session.with(|st, _| st.ep.ack_telemetry(seq));
+                    self.telemetry(&session, &mut ingest, &done_tx, seq, payload, true);
+                }
+                SessionEvent::TelemetryDuplicate { seq, payload } => {
+                    self.telemetry(&session, &mut ingest, &done_tx, seq, payload, false);
                 }
                 SessionEvent::TelemetryAcked { .. } => {}
+            }
+        }
+    }
+
+    /// Send a telemetry record (or a copy) on to Kafka; acknowledge it to
+    /// the relay once Kafka has it.
+    fn telemetry(
+        &self,
+        session: &Session,
+        ingest: &mut kafka::Ingest,
+        done: &tokio::sync::mpsc::UnboundedSender<(u64, bool)>,
+        seq: u64,
+        payload: bytes::Bytes,
+        first_copy: bool,
+    ) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(sink) = &self.sink else {
+            // No sink: acknowledge (a copy too, or the relay resends forever).
+            if first_copy {
+                self.telemetry_discarded.fetch_add(1, Relaxed);
+            }
+            session.with(|st, _| st.ep.ack_telemetry(seq));
+            return;
+        };
+        match ingest.on_record(seq, &payload) {
+            kafka::Decision::Produce(target) => {
+                if let kafka::Target::DeadLetter(why) = &target {
+                    warn!(seq, reason = %why, "malformed telemetry record: to the dead-letter topic");
+                }
+                let delivered = sink.produce(seq, &payload, &target);
+                let done = done.clone();
+                tokio::spawn(async move {
+                    let _ = done.send((seq, delivered.await));
+                });
+            }
+            kafka::Decision::AckAgain => {
+                sink.stats.reacked.fetch_add(1, Relaxed);
+                session.with(|st, _| st.ep.ack_telemetry(seq));
+            }
+            kafka::Decision::InFlight => {}
+            kafka::Decision::Full => {
+                sink.stats.refused_full.fetch_add(1, Relaxed);
             }
         }
     }
@@ -307,6 +391,54 @@ impl Proxy {
         info!(%peer, path = %hello.path, result = ?r, "subflow down");
         Ok(())
     }
+}
+
+fn write_telemetry_metrics(w: &mut metrics::Writer, p: &Proxy) {
+    use std::sync::atomic::Ordering::Relaxed;
+    w.counter(
+        "polycorn_proxy_telemetry_discarded",
+        "Telemetry records acknowledged and discarded because no --kafka-brokers is set.",
+        vec![],
+        p.telemetry_discarded.load(Relaxed) as f64,
+    );
+    let Some(k) = &p.sink else { return };
+    let st = &k.stats;
+    w.counter(
+        "polycorn_proxy_telemetry_produced",
+        "Telemetry records Kafka confirmed.",
+        vec![],
+        st.produced.load(Relaxed) as f64,
+    );
+    w.counter(
+        "polycorn_proxy_telemetry_produce_errors",
+        "Telemetry records Kafka did not confirm (not acknowledged; the relay resends).",
+        vec![],
+        st.produce_errors.load(Relaxed) as f64,
+    );
+    w.counter(
+        "polycorn_proxy_telemetry_dlq",
+        "Malformed telemetry records the dead-letter topic confirmed.",
+        vec![],
+        st.dlq.load(Relaxed) as f64,
+    );
+    w.counter(
+        "polycorn_proxy_telemetry_reacked",
+        "Resent telemetry records Kafka already had, acknowledged again.",
+        vec![],
+        st.reacked.load(Relaxed) as f64,
+    );
+    w.counter(
+        "polycorn_proxy_telemetry_refused",
+        "Telemetry records not taken because too many were in flight to Kafka.",
+        vec![],
+        st.refused_full.load(Relaxed) as f64,
+    );
+    w.gauge(
+        "polycorn_proxy_telemetry_inflight",
+        "Telemetry records sent to Kafka and awaiting confirmation.",
+        vec![],
+        st.inflight.load(Relaxed) as f64,
+    );
 }
 
 /// The destination policy: never a denied network; only allowed ones when an
@@ -352,8 +484,20 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
+    let sink = match &s.kafka {
+        Some((brokers, topic, dlq)) => {
+            info!(%brokers, %topic, dlq_topic = %dlq, "telemetry goes to Kafka");
+            Some(Arc::new(kafka::KafkaSink::new(brokers, topic, dlq, &s.train_id)?))
+        }
+        None => {
+            warn!("no --kafka-brokers: telemetry has no sink; records are acknowledged and discarded");
+            None
+        }
+    };
     let proxy = Arc::new(Proxy {
         s,
+        sink,
+        telemetry_discarded: Default::default(),
         instance,
         current: Mutex::new(Current::default()),
         table: Mutex::new(table_watch.as_ref().map(|(_, t)| t.clone())),
@@ -373,6 +517,7 @@ async fn main() -> anyhow::Result<()> {
             vec![],
             p.telemetry_malformed.load(std::sync::atomic::Ordering::Relaxed) as f64,
         );
+        write_telemetry_metrics(w, &p);
     });
     let mut sources = vec![source];
     let p = proxy.clone();
@@ -426,6 +571,9 @@ async fn main() -> anyhow::Result<()> {
         s.close();
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), metrics_task).await;
+    if let Some(k) = proxy.sink.clone() {
+        let _ = tokio::task::spawn_blocking(move || k.flush(Duration::from_secs(5))).await;
+    }
     Ok(())
 }
 

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 mod radio;
+mod spool;
 
 /// Options: from the file given by `--config`, then `POLYCORN_RELAY_*`
 /// environment variables, then flags (later wins).
@@ -140,6 +141,15 @@ struct Opts {
     /// [default: 1000].
     #[arg(long, env = "POLYCORN_RELAY_HANDOVER_FAILURE_THRESHOLD_MS")]
     handover_failure_threshold_ms: Option<u64>,
+    /// Directory of the durable telemetry spool (docs/telemetry.md); one
+    /// relay-agent per directory. Opened only when a radio source runs
+    /// [default: /var/lib/polycorn/spool].
+    #[arg(long, env = "POLYCORN_RELAY_TELEMETRY_SPOOL")]
+    telemetry_spool: Option<PathBuf>,
+    /// Upper bound on the spool's size on disk, bytes; past it the oldest
+    /// samples are dropped first, handover events last [default: 67108864].
+    #[arg(long, env = "POLYCORN_RELAY_TELEMETRY_SPOOL_MAX_BYTES")]
+    telemetry_spool_max_bytes: Option<u64>,
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_LOG_JSON")]
     log_json: Option<bool>,
@@ -193,7 +203,7 @@ fn settings() -> anyhow::Result<Settings> {
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, conn_send_buffer, max_conns, log_json,
         failure_table, replay_events, replay_epoch_unix_ms, replay_detect, gpsd, modems, mmcli, mmcli_interval_ms,
-        handover_failure_threshold_ms);
+        handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
     let specs = o.paths.clone().unwrap_or_default();
@@ -226,6 +236,9 @@ fn settings() -> anyhow::Result<Settings> {
     polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024)).map_err(anyhow::Error::msg)?;
     if let Some(b) = o.conn_send_buffer {
         polycorn_net::config::check_conn_send_buffer(b).map_err(anyhow::Error::msg)?;
+    }
+    if o.telemetry_spool_max_bytes.is_some_and(|b| b < spool::MIN_MAX_BYTES) {
+        bail!("--telemetry-spool-max-bytes must be at least {}", spool::MIN_MAX_BYTES);
     }
     if o.listen_dns.is_some() != o.dns_upstream.is_some() {
         bail!("--listen-dns and --dns-upstream go together");
@@ -261,6 +274,12 @@ fn settings() -> anyhow::Result<Settings> {
         modems,
         detector,
     })
+}
+
+/// Whether any radio source runs (and so the telemetry spool is opened).
+/// Every radio source's flag belongs here.
+fn radio_sources_configured(o: &Opts) -> bool {
+    o.replay_events.is_some() || o.gpsd.is_some() || o.modems.as_ref().is_some_and(|m| !m.is_empty())
 }
 
 /// Opens passenger connections through the session.
@@ -404,10 +423,23 @@ async fn main() -> anyhow::Result<()> {
     for p in &paths {
         tasks.spawn(keep_path(s.clone(), session.clone(), p.clone(), session_id, known_proxy.clone(), stop_rx.clone()));
     }
+    // The telemetry spool, when a radio source feeds it.
+    let spool = if radio_sources_configured(&s.opts) {
+        let dir = s.opts.telemetry_spool.clone().unwrap_or_else(|| spool::DEFAULT_DIR.into());
+        let max = s.opts.telemetry_spool_max_bytes.unwrap_or(spool::DEFAULT_MAX_BYTES);
+        let sh = spool::Shared::open(&dir, max).context("opening the telemetry spool (--telemetry-spool)")?;
+        tasks.spawn(spool::sender(sh.clone(), session.clone(), stop_rx.clone()));
+        let m = sh.clone();
+        sources_pre.push(Arc::new(move |w: &mut Writer| spool::write_metrics(w, &m)));
+        Some(sh)
+    } else {
+        None
+    };
+    let acks = spool.clone();
     tokio::spawn(async move {
         while let Some(ev) = events.recv().await {
-            if let SessionEvent::TelemetryAcked { seq } = ev {
-                tracing::debug!(seq, "telemetry acknowledged");
+            if let (SessionEvent::TelemetryAcked { seq }, Some(sp)) = (ev, &acks) {
+                sp.ack(seq);
             }
         }
     });
@@ -424,7 +456,8 @@ async fn main() -> anyhow::Result<()> {
     let live = s.opts.gpsd.is_some() || !s.modems.is_empty();
     if s.opts.replay_events.is_some() || live {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
-        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), rx));
+        let spool = spool.clone().expect("opened above when a radio source runs");
+        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), spool, rx));
         let names: Vec<String> = s.paths.iter().map(|p| p.name.clone()).collect();
         if let Some(file) = s.opts.replay_events.clone() {
             let opts = radio::ReplayOpts {

@@ -2,9 +2,10 @@
 //!
 //! Sources produce [`RadioEvent`]s into one channel; [`apply`] feeds them
 //! to the endpoint (the train's state for handover-failure prediction on
-//! the uplink, each path's cell via `PATH_STATUS`) and sends each as a
-//! telemetry record to the proxy with top priority on every live path
-//! (POLYCORN §4.3). Sources: the testbed's event log ([`replay`]), gpsd
+//! the uplink, each path's cell via `PATH_STATUS`) and stores each as a
+//! telemetry record in the durable spool, from which
+//! [`crate::spool::sender`] sends it to the proxy with top priority on
+//! every live path (POLYCORN §4.3). Sources: the testbed's event log ([`replay`]), gpsd
 //! ([`gpsd`]) and ModemManager ([`mmcli`]); the live ones go through the
 //! handover detector ([`detect`]) on their way to `apply`. See
 //! docs/radio-sources.md.
@@ -21,6 +22,7 @@ use polycorn_core::wire::LinkState;
 use polycorn_core::PathId;
 use polycorn_net::Session;
 use polycorn_telemetry::replay::{parse_events, TestbedEvent};
+use polycorn_telemetry::spool::Class;
 use polycorn_telemetry::{testbed_cell_id, v1};
 use prost::Message as _;
 use tokio::sync::{mpsc, watch};
@@ -188,10 +190,14 @@ pub async fn replay(
     info!("replay source: end of the event log");
 }
 
-/// Apply radio events to the session and send each as telemetry.
-pub async fn apply(session: Session, train_id: String, mut rx: mpsc::Receiver<RadioEvent>) {
+/// Apply radio events to the session and spool each as telemetry.
+pub async fn apply(
+    session: Session,
+    train_id: String,
+    spool: std::sync::Arc<crate::spool::Shared>,
+    mut rx: mpsc::Receiver<RadioEvent>,
+) {
     let mut tracker = TrainTracker::new();
-    let mut seq = 0u64;
     let mut cells: Vec<u64> = Vec::new();
     let mut reported_up: Vec<PathId> = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -238,14 +244,16 @@ pub async fn apply(session: Session, train_id: String, mut rx: mpsc::Receiver<Ra
                 (*time_unix_ms, v1::record::Body::Cell(sample))
             }
         };
+        let class = match body {
+            v1::record::Body::Handover(_) => Class::Handover,
+            _ => Class::Sample,
+        };
         let record = v1::Record { train_id: train_id.clone(), time_unix_ms, body: Some(body) };
-        seq += 1;
-        let payload = bytes::Bytes::from(record.encode_to_vec());
+        spool.append(&record.encode_to_vec(), class);
         session.with(|st, now| {
             if let Some(s) = polycorn_net::hof::train_state_of(&record, &mut tracker, now, SystemTime::now()) {
                 st.ep.set_train_state(s);
             }
-            st.ep.send_telemetry(seq, payload);
         });
     }
 }

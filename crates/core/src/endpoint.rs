@@ -94,7 +94,16 @@ pub enum Event {
     PathStatus { path: PathId, state: LinkState, cell: u64 },
     /// A telemetry record arrived (proxy side), once per `seq`.
     Telemetry { seq: u64, payload: Bytes },
-    /// The peer stored telemetry up to `seq` (relay side).
+    /// Another copy of a telemetry record already delivered as
+    /// [`Event::Telemetry`] (or one older than the de-duplication window)
+    /// arrived (proxy side): a copy from a slower path, or the relay sending
+    /// it again because no acknowledgement reached it. The shell acknowledges
+    /// it again if its sink has the record (else the relay would resend it
+    /// forever), ignores it while the sink is still storing it, and stores it
+    /// (payload included) if an earlier attempt failed or was forgotten.
+    TelemetryDuplicate { seq: u64, payload: Bytes },
+    /// The peer stored telemetry record `seq` (relay side); one record per
+    /// acknowledgement, in any order.
     TelemetryAcked { seq: u64 },
     /// A path has had data in flight and heard nothing for `dead_after`.
     PathDead(PathId),
@@ -150,6 +159,9 @@ pub struct EndpointStats {
     pub duplicate_bytes_received: u64,
     pub telemetry_received: u64,
     pub protocol_errors: u64,
+    /// Subflows established ([`Endpoint::path_up`] calls): a change tells a
+    /// shell that a path came (back) up, however briefly it was down.
+    pub paths_up: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,6 +290,7 @@ impl Endpoint {
         slot.data.clear();
         slot.path.up = true;
         slot.path.stats.state_changes += 1;
+        self.stats.paths_up += 1;
         // Connections whose OPEN no copy has confirmed yet are announced on
         // the new path too, before any of their data can be placed on it.
         let mut unconfirmed: Vec<&Conn> = self.conns.values().filter(|c| c.open_unconfirmed).collect();
@@ -421,7 +434,8 @@ impl Endpoint {
         self.broadcast_front(Frame::Telemetry { seq, payload });
     }
 
-    /// Proxy side: telemetry up to `seq` is stored durably.
+    /// Proxy side: telemetry record `seq` is stored durably (acknowledges
+    /// that one record, not the ones before it).
     pub fn ack_telemetry(&mut self, seq: u64) {
         self.broadcast_front(Frame::TelemetryAck { seq });
     }
@@ -724,6 +738,8 @@ impl Endpoint {
                         let first = self.telemetry_seen.pop_first().expect("non-empty");
                         self.telemetry_floor = first + 1;
                     }
+                } else {
+                    self.events.push_back(Event::TelemetryDuplicate { seq, payload });
                 }
             }
             Frame::TelemetryAck { seq } => self.events.push_back(Event::TelemetryAcked { seq }),
@@ -1144,11 +1160,47 @@ mod tests {
         relay.send_telemetry(1, Bytes::from_static(b"gps"));
         pump(&mut relay, &mut proxy, now);
         let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
-        assert_eq!(ev, vec![Event::Telemetry { seq: 1, payload: Bytes::from_static(b"gps") }]);
+        let gps = Bytes::from_static(b"gps");
+        assert_eq!(ev[0], Event::Telemetry { seq: 1, payload: gps.clone() });
+        assert_eq!(
+            ev[1..],
+            [
+                Event::TelemetryDuplicate { seq: 1, payload: gps.clone() },
+                Event::TelemetryDuplicate { seq: 1, payload: gps }
+            ],
+            "the other paths' copies are duplicates"
+        );
         proxy.ack_telemetry(1);
         pump(&mut relay, &mut proxy, now);
         let ev: Vec<Event> = std::iter::from_fn(|| relay.poll_event()).collect();
         assert!(ev.contains(&Event::TelemetryAcked { seq: 1 }));
+    }
+
+    #[test]
+    fn a_resent_telemetry_record_surfaces_as_a_duplicate_so_it_can_be_acked_again() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        relay.path_up(PathId(0), now);
+        proxy.path_up(PathId(0), now);
+        relay.send_telemetry(7, Bytes::from_static(b"handover"));
+        pump(&mut relay, &mut proxy, now);
+        let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
+        assert_eq!(ev, vec![Event::Telemetry { seq: 7, payload: Bytes::from_static(b"handover") }]);
+        // The ack was lost; the relay's spool sends the record again.
+        relay.send_telemetry(7, Bytes::from_static(b"handover"));
+        pump(&mut relay, &mut proxy, now);
+        let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
+        assert_eq!(
+            ev,
+            vec![Event::TelemetryDuplicate { seq: 7, payload: Bytes::from_static(b"handover") }],
+            "not delivered twice, but not swallowed either"
+        );
+        assert_eq!(proxy.stats().telemetry_received, 1);
+        assert_eq!(relay.stats().paths_up, 1, "the relay's spool resends when this changes");
+        proxy.ack_telemetry(7);
+        pump(&mut relay, &mut proxy, now);
+        let ev: Vec<Event> = std::iter::from_fn(|| relay.poll_event()).collect();
+        assert!(ev.contains(&Event::TelemetryAcked { seq: 7 }));
     }
 
     #[test]

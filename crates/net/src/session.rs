@@ -23,10 +23,28 @@ use tokio::sync::{mpsc, Notify};
 /// Events the shell acts on (everything that is not about waking a stream).
 #[derive(Debug, Clone)]
 pub enum SessionEvent {
-    ConnOpened { conn: ConnId, user: UserId, dst: std::net::SocketAddr },
-    Telemetry { seq: u64, payload: Bytes },
-    TelemetryAcked { seq: u64 },
-    PathStatus { path: PathId, state: LinkState, cell: u64 },
+    ConnOpened {
+        conn: ConnId,
+        user: UserId,
+        dst: std::net::SocketAddr,
+    },
+    Telemetry {
+        seq: u64,
+        payload: Bytes,
+    },
+    /// A copy of a record already delivered (see `Event::TelemetryDuplicate`).
+    TelemetryDuplicate {
+        seq: u64,
+        payload: Bytes,
+    },
+    TelemetryAcked {
+        seq: u64,
+    },
+    PathStatus {
+        path: PathId,
+        state: LinkState,
+        cell: u64,
+    },
 }
 
 /// The locked part of a session.
@@ -113,6 +131,9 @@ impl Session {
                 }
                 Event::Telemetry { seq, payload } => {
                     let _ = self.inner.events.send(SessionEvent::Telemetry { seq, payload });
+                }
+                Event::TelemetryDuplicate { seq, payload } => {
+                    let _ = self.inner.events.send(SessionEvent::TelemetryDuplicate { seq, payload });
                 }
                 Event::TelemetryAcked { seq } => {
                     let _ = self.inner.events.send(SessionEvent::TelemetryAcked { seq });

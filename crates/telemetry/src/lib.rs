@@ -8,6 +8,7 @@
 //! - [`gpsd`]: gpsd's JSON protocol, parsed into position fixes (sans-IO).
 //! - [`mmcli`]: ModemManager's `mmcli -J` outputs, parsed into cell
 //!   observations (sans-IO).
+//! - [`spool`]: the relay-agent's durable telemetry spool.
 //! - [`testbed_cell_id`]: how the testbed's per-carrier cell indices map to
 //!   the cell IDs the data plane and the failure-location tables use.
 
@@ -16,6 +17,7 @@ pub mod gpsd;
 pub mod handover;
 pub mod mmcli;
 pub mod replay;
+pub mod spool;
 
 /// The cell ID the data plane uses for cell `cell` of carrier `carrier` in
 /// a testbed trip (`polycorn-tracegen`'s event log numbers cells per

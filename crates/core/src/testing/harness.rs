@@ -1069,7 +1069,11 @@ impl Harness {
                 None => self.app_errors.push(format!("{side:?}: unknown {conn} closed")),
             },
             Event::PathDead(p) => self.close_and_reconnect(p.index(), PathChange::Dead(side)),
-            Event::Writable(_) | Event::PathStatus { .. } | Event::Telemetry { .. } | Event::TelemetryAcked { .. } => {}
+            Event::Writable(_)
+            | Event::PathStatus { .. }
+            | Event::Telemetry { .. }
+            | Event::TelemetryDuplicate { .. }
+            | Event::TelemetryAcked { .. } => {}
         }
     }
 

@@ -1,0 +1,495 @@
+//! Telemetry from the relay into Kafka (`docs/telemetry.md`).
+//!
+//! [`Ingest`] is the pure part: for each record (and each duplicate copy)
+//! the session delivers, it decides whether to produce it to the telemetry
+//! topic, to the dead-letter topic (with the reason), to acknowledge it
+//! again, or to ignore it; and after Kafka's delivery report, whether to
+//! acknowledge it to the relay. [`KafkaSink`] is the thin rdkafka shell:
+//! an idempotent producer (`acks=all`), key = train id, value = the Record
+//! bytes exactly as received.
+//!
+//! The relay drops a record from its spool only on our acknowledgement, so
+//! a record is acknowledged only after Kafka confirmed it (or, malformed,
+//! after the dead-letter topic confirmed it): a Kafka outage costs resends,
+//! never records.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use polycorn_telemetry::v1;
+use prost::Message as _;
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+/// Default `--kafka-topic`.
+pub const DEFAULT_TOPIC: &str = "polycorn.telemetry.v1";
+/// Default `--kafka-dlq-topic`.
+pub const DEFAULT_DLQ_TOPIC: &str = "polycorn.telemetry.dlq";
+/// Records produced and not yet confirmed by Kafka, at most; past it new
+/// records are ignored (not acknowledged: the relay sends them again).
+pub const MAX_IN_FLIGHT: usize = 4096;
+/// Seqs confirmed by Kafka remembered, to acknowledge resent copies again
+/// without producing them twice.
+const CONFIRMED_REMEMBERED: usize = 65536;
+/// How long librdkafka keeps trying to deliver one record (retries are
+/// idempotent); after that the record counts as failed, stays
+/// unacknowledged, and the relay's resend produces it again.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a record goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The telemetry topic.
+    Telemetry,
+    /// The dead-letter topic, with the reason in the `polycorn-error` header.
+    DeadLetter(String),
+}
+
+/// What to do with a record the relay sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Produce it; acknowledge it when Kafka confirms.
+    Produce(Target),
+    /// Kafka has it already (our acknowledgement was lost): acknowledge again.
+    AckAgain,
+    /// Being produced: the acknowledgement follows Kafka's confirmation.
+    InFlight,
+    /// Too many records in flight: not taken; the relay sends it again.
+    Full,
+}
+
+/// The pure telemetry ingest state of one session.
+#[derive(Debug)]
+pub struct Ingest {
+    train_id: String,
+    max_in_flight: usize,
+    in_flight: HashSet<u64>,
+    /// Confirmed seqs; the oldest are forgotten past a bound (a copy of a
+    /// forgotten one is produced again: consumers dedup by (train, seq)).
+    confirmed: BTreeSet<u64>,
+}
+
+impl Ingest {
+    pub fn new(train_id: &str, max_in_flight: usize) -> Ingest {
+        Ingest { train_id: train_id.into(), max_in_flight, in_flight: HashSet::new(), confirmed: BTreeSet::new() }
+    }
+
+    /// A record (first copy or a duplicate) arrived.
+    pub fn on_record(&mut self, seq: u64, payload: &[u8]) -> Decision {
+        if self.confirmed.contains(&seq) {
+            return Decision::AckAgain;
+        }
+        if self.in_flight.contains(&seq) {
+            return Decision::InFlight;
+        }
+        if self.in_flight.len() >= self.max_in_flight {
+            return Decision::Full;
+        }
+        self.in_flight.insert(seq);
+        Decision::Produce(validate(&self.train_id, payload))
+    }
+
+    /// Kafka's delivery report for `seq`; returns whether to acknowledge it.
+    pub fn on_delivered(&mut self, seq: u64, ok: bool) -> bool {
+        self.in_flight.remove(&seq);
+        if ok {
+            self.confirmed.insert(seq);
+            while self.confirmed.len() > CONFIRMED_REMEMBERED {
+                self.confirmed.pop_first();
+            }
+        }
+        ok
+    }
+
+    #[cfg(test)]
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+}
+
+/// Where a record belongs: the telemetry topic, or the dead-letter topic
+/// with the reason.
+pub fn validate(train_id: &str, payload: &[u8]) -> Target {
+    match v1::Record::decode(payload) {
+        Err(e) => Target::DeadLetter(format!("not a polycorn.telemetry.v1.Record: {e}")),
+        Ok(r) if r.train_id != train_id => {
+            Target::DeadLetter(format!("train_id {:?} is not the train of the session ({train_id:?})", r.train_id))
+        }
+        Ok(r) if r.body.is_none() => Target::DeadLetter("record has no body".into()),
+        Ok(_) => Target::Telemetry,
+    }
+}
+
+/// Producer counters, for metrics.
+#[derive(Debug, Default)]
+pub struct SinkStats {
+    pub produced: AtomicU64,
+    pub produce_errors: AtomicU64,
+    pub dlq: AtomicU64,
+    pub reacked: AtomicU64,
+    pub refused_full: AtomicU64,
+    pub inflight: AtomicU64,
+}
+
+/// The Kafka producer of one proxy.
+pub struct KafkaSink {
+    producer: FutureProducer,
+    topic: String,
+    dlq_topic: String,
+    train_id: String,
+    pub stats: SinkStats,
+}
+
+impl KafkaSink {
+    /// An idempotent producer to `brokers` (librdkafka connects in the
+    /// background: a broker that is down now is not an error).
+    pub fn new(brokers: &str, topic: &str, dlq_topic: &str, train_id: &str) -> anyhow::Result<KafkaSink> {
+        Self::with_delivery_timeout(brokers, topic, dlq_topic, train_id, DELIVERY_TIMEOUT)
+    }
+
+    pub fn with_delivery_timeout(
+        brokers: &str,
+        topic: &str,
+        dlq_topic: &str,
+        train_id: &str,
+        delivery_timeout: Duration,
+    ) -> anyhow::Result<KafkaSink> {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("client.id", format!("polycorn-proxy-{train_id}"))
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.timeout.ms", delivery_timeout.as_millis().to_string())
+            .set("linger.ms", "5")
+            .set("compression.type", "lz4")
+            .create()
+            .map_err(|e| anyhow::anyhow!("creating the Kafka producer for {brokers}: {e}"))?;
+        Ok(KafkaSink {
+            producer,
+            topic: topic.into(),
+            dlq_topic: dlq_topic.into(),
+            train_id: train_id.into(),
+            stats: SinkStats::default(),
+        })
+    }
+
+    /// Wait up to `timeout` for queued records to be delivered (at
+    /// shutdown: fewer records for the relay to resend to the next proxy).
+    pub fn flush(&self, timeout: Duration) {
+        use rdkafka::producer::Producer as _;
+        if let Err(e) = self.producer.flush(timeout) {
+            tracing::warn!(error = %e, "telemetry not all delivered to Kafka at shutdown (the relay resends it)");
+        }
+    }
+
+    /// Produce one record: it is queued in librdkafka now (so records are
+    /// produced in the order they arrive); the future resolves to whether
+    /// Kafka confirmed it.
+    pub fn produce(
+        self: &Arc<Self>,
+        seq: u64,
+        payload: &[u8],
+        target: &Target,
+    ) -> impl std::future::Future<Output = bool> + Send + 'static {
+        let seq_s = seq.to_string();
+        let mut headers = OwnedHeaders::new()
+            .insert(Header { key: "polycorn-schema", value: Some("telemetry.v1") })
+            .insert(Header { key: "polycorn-train", value: Some(self.train_id.as_str()) })
+            .insert(Header { key: "polycorn-seq", value: Some(seq_s.as_str()) });
+        let topic = match target {
+            Target::Telemetry => &self.topic,
+            Target::DeadLetter(reason) => {
+                headers = headers.insert(Header { key: "polycorn-error", value: Some(reason.as_str()) });
+                &self.dlq_topic
+            }
+        };
+        let rec = FutureRecord::to(topic).key(self.train_id.as_str()).payload(payload).headers(headers);
+        let queued = self.producer.send_result(rec).map_err(|(e, _)| e);
+        let me = self.clone();
+        let dlq = matches!(target, Target::DeadLetter(_));
+        let topic = topic.clone();
+        me.stats.inflight.fetch_add(1, Ordering::Relaxed);
+        async move {
+            let r = match queued {
+                Ok(delivery) => match delivery.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((e, _))) => Err(e.to_string()),
+                    Err(_) => Err("the producer was dropped".to_string()),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            me.stats.inflight.fetch_sub(1, Ordering::Relaxed);
+            match r {
+                Ok(()) => {
+                    let c = if dlq { &me.stats.dlq } else { &me.stats.produced };
+                    c.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(e) => {
+                    me.stats.produce_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(seq, topic = %topic, error = %e, "telemetry record not delivered to Kafka (the relay sends it again)");
+                    false
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(train: &str) -> Vec<u8> {
+        v1::Record {
+            train_id: train.into(),
+            time_unix_ms: 1,
+            body: Some(v1::record::Body::Gps(v1::GpsFix { lat_deg: 31.0, lon_deg: 121.0, ..Default::default() })),
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn a_record_is_acknowledged_only_after_kafka_confirmed_it() {
+        let mut i = Ingest::new("train-0001", 10);
+        assert_eq!(i.on_record(1, &record("train-0001")), Decision::Produce(Target::Telemetry));
+        assert_eq!(i.on_record(1, &record("train-0001")), Decision::InFlight, "a copy from another path");
+        assert!(!i.on_delivered(1, false), "Kafka failed: no ack");
+        assert_eq!(
+            i.on_record(1, &record("train-0001")),
+            Decision::Produce(Target::Telemetry),
+            "the relay's resend is produced again"
+        );
+        assert!(i.on_delivered(1, true));
+        assert_eq!(i.on_record(1, &record("train-0001")), Decision::AckAgain, "our ack was lost");
+        assert_eq!(i.in_flight(), 0);
+    }
+
+    #[test]
+    fn malformed_and_foreign_records_go_to_the_dead_letter_topic_with_the_reason() {
+        let mut i = Ingest::new("train-0001", 10);
+        let Decision::Produce(Target::DeadLetter(why)) = i.on_record(1, b"\xff\xff garbage") else { panic!() };
+        assert!(why.contains("not a polycorn.telemetry.v1.Record"), "{why}");
+        let Decision::Produce(Target::DeadLetter(why)) = i.on_record(2, &record("train-0099")) else { panic!() };
+        assert!(why.contains("train-0099") && why.contains("train-0001"), "{why}");
+        let empty = v1::Record { train_id: "train-0001".into(), ..Default::default() }.encode_to_vec();
+        assert_eq!(i.on_record(3, &empty), Decision::Produce(Target::DeadLetter("record has no body".into())));
+    }
+
+    #[test]
+    fn the_in_flight_window_is_bounded() {
+        let mut i = Ingest::new("t", 2);
+        let r = record("t");
+        assert!(matches!(i.on_record(1, &r), Decision::Produce(_)));
+        assert!(matches!(i.on_record(2, &r), Decision::Produce(_)));
+        assert_eq!(i.on_record(3, &r), Decision::Full);
+        i.on_delivered(1, true);
+        assert!(matches!(i.on_record(3, &r), Decision::Produce(_)));
+    }
+
+    /// Tests against a real broker (`POLYCORN_KAFKA_BOOTSTRAP`), run by
+    /// `cargo test -- --ignored` from the integration script.
+    mod broker {
+        use super::*;
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::message::Headers;
+        use rdkafka::{Message, Offset, TopicPartitionList};
+        use std::collections::BTreeMap;
+
+        const TRAIN: &str = "train-0001";
+
+        fn bootstrap() -> String {
+            std::env::var("POLYCORN_KAFKA_BOOTSTRAP").expect(
+                "POLYCORN_KAFKA_BOOTSTRAP is not set: these tests need a Kafka broker \
+                 (run scripts/integration-telemetry.sh, or export POLYCORN_KAFKA_BOOTSTRAP=127.0.0.1:PORT)",
+            )
+        }
+
+        fn unique(name: &str) -> String {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+            format!("polycorn.test.{name}.{}.{t}", std::process::id())
+        }
+
+        async fn create_topics(bootstrap: &str, names: &[&str]) {
+            let admin: AdminClient<_> =
+                ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+            let topics: Vec<NewTopic> = names.iter().map(|n| NewTopic::new(n, 1, TopicReplication::Fixed(1))).collect();
+            for r in admin.create_topics(&topics, &AdminOptions::new()).await.expect("create topics") {
+                r.expect("topic created");
+            }
+        }
+
+        /// Every message of `topic` (one partition) until `want` arrived:
+        /// (key, headers, payload).
+        fn read_back(bootstrap: &str, topic: &str, want: usize) -> Vec<(String, BTreeMap<String, String>, Vec<u8>)> {
+            let c: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .set("group.id", unique("reader"))
+                .set("enable.auto.commit", "false")
+                .create()
+                .expect("consumer");
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+            c.assign(&tpl).unwrap();
+            let mut out = Vec::new();
+            // Generous: a hang guard, not a timing assertion.
+            let give_up = std::time::Instant::now() + Duration::from_secs(120);
+            while out.len() < want && std::time::Instant::now() < give_up {
+                let Some(m) = c.poll(Duration::from_millis(200)) else { continue };
+                let m = m.expect("consume");
+                let mut h = BTreeMap::new();
+                if let Some(hs) = m.headers() {
+                    for x in hs.iter() {
+                        h.insert(x.key.to_string(), String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned());
+                    }
+                }
+                let key = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
+                out.push((key, h, m.payload().unwrap_or_default().to_vec()));
+            }
+            out
+        }
+
+        fn gps(seq: u64) -> Vec<u8> {
+            v1::Record {
+                train_id: TRAIN.into(),
+                time_unix_ms: seq as i64,
+                body: Some(v1::record::Body::Gps(v1::GpsFix { lat_deg: 31.0, ..Default::default() })),
+            }
+            .encode_to_vec()
+        }
+
+        /// Offer `seqs` to the ingest (as the relay's sends or resends) and
+        /// produce what it says; returns the seqs it acknowledged.
+        async fn offer(
+            sink: &Arc<KafkaSink>,
+            ingest: &mut Ingest,
+            seqs: &[u64],
+            body: impl Fn(u64) -> Vec<u8>,
+        ) -> Vec<u64> {
+            let mut pending = Vec::new();
+            for &seq in seqs {
+                let payload = body(seq);
+                match ingest.on_record(seq, &payload) {
+                    Decision::Produce(t) => pending.push((seq, tokio::spawn(sink.produce(seq, &payload, &t)))),
+                    d => panic!("seq {seq}: unexpected {d:?}"),
+                }
+            }
+            let mut acked = Vec::new();
+            for (seq, h) in pending {
+                if ingest.on_delivered(seq, h.await.unwrap()) {
+                    acked.push(seq);
+                }
+            }
+            acked
+        }
+
+        #[tokio::test(flavor = "multi_thread")]
+        #[ignore = "needs Kafka: scripts/integration-telemetry.sh"]
+        async fn records_reach_kafka_keyed_by_train_and_are_acked_after_delivery() {
+            let b = bootstrap();
+            let (topic, dlq) = (unique("telemetry"), unique("dlq"));
+            create_topics(&b, &[&topic, &dlq]).await;
+            let sink = Arc::new(KafkaSink::new(&b, &topic, &dlq, TRAIN).unwrap());
+            let mut ingest = Ingest::new(TRAIN, 100);
+            let seqs: Vec<u64> = (1..=20).collect();
+            assert_eq!(
+                offer(&sink, &mut ingest, &seqs, gps).await,
+                seqs,
+                "every record acked after Kafka confirmed it"
+            );
+            // A resend after a lost ack is acknowledged, not produced again.
+            assert_eq!(ingest.on_record(7, &gps(7)), Decision::AckAgain);
+            // Malformed and foreign records: dead-letter topic, then acked.
+            let bad = |seq: u64| {
+                if seq == 21 {
+                    b"\x08\xff\xff".to_vec()
+                } else {
+                    v1::Record {
+                        train_id: "train-0099".into(),
+                        time_unix_ms: 1,
+                        body: Some(v1::record::Body::Gps(Default::default())),
+                    }
+                    .encode_to_vec()
+                }
+            };
+            assert_eq!(offer(&sink, &mut ingest, &[21, 22], bad).await, vec![21, 22]);
+            assert_eq!(sink.stats.produced.load(Ordering::Relaxed), 20);
+            assert_eq!(sink.stats.dlq.load(Ordering::Relaxed), 2);
+
+            let got = read_back(&b, &topic, 20);
+            assert_eq!(got.len(), 20);
+            for (i, (key, h, payload)) in got.iter().enumerate() {
+                let seq = i as u64 + 1;
+                assert_eq!(key, TRAIN);
+                assert_eq!(payload, &gps(seq), "the value is the record as received");
+                assert_eq!(h["polycorn-seq"], seq.to_string());
+                assert_eq!(h["polycorn-schema"], "telemetry.v1");
+                assert_eq!(h["polycorn-train"], TRAIN);
+            }
+            let dead = read_back(&b, &dlq, 2);
+            assert_eq!(dead.len(), 2);
+            assert!(dead[0].1["polycorn-error"].contains("not a polycorn.telemetry.v1.Record"), "{:?}", dead[0].1);
+            assert!(dead[1].1["polycorn-error"].contains("train-0099"), "{:?}", dead[1].1);
+            assert_eq!(dead[1].0, TRAIN, "keyed by the session's train, not the record's claim");
+        }
+
+        /// With `POLYCORN_KAFKA_STOP_CMD` and `POLYCORN_KAFKA_START_CMD`
+        /// (shell commands), the broker itself is stopped and restarted;
+        /// without them the outage is a producer whose broker address
+        /// answers nothing, and recovery a producer to the real broker.
+        #[tokio::test(flavor = "multi_thread")]
+        #[ignore = "needs Kafka: scripts/integration-telemetry.sh"]
+        async fn nothing_is_acked_while_kafka_is_down_and_everything_arrives_after() {
+            let b = bootstrap();
+            let (topic, dlq) = (unique("outage"), unique("outage-dlq"));
+            create_topics(&b, &[&topic, &dlq]).await;
+            let cmds = (std::env::var("POLYCORN_KAFKA_STOP_CMD").ok(), std::env::var("POLYCORN_KAFKA_START_CMD").ok());
+            let sh =
+                |c: &str| assert!(std::process::Command::new("sh").arg("-c").arg(c).status().unwrap().success(), "{c}");
+            let mut ingest = Ingest::new(TRAIN, 100);
+            let seqs: Vec<u64> = (1..=10).collect();
+            let live =
+                Arc::new(KafkaSink::with_delivery_timeout(&b, &topic, &dlq, TRAIN, Duration::from_secs(3)).unwrap());
+            let down = match &cmds {
+                (Some(stop), Some(_)) => {
+                    eprintln!("stopping the broker: {stop}");
+                    sh(stop);
+                    live.clone()
+                }
+                _ => {
+                    eprintln!(
+                        "POLYCORN_KAFKA_STOP_CMD/START_CMD unset: simulating the outage with a dead broker address"
+                    );
+                    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+                    let dead = format!("127.0.0.1:{port}");
+                    Arc::new(
+                        KafkaSink::with_delivery_timeout(&dead, &topic, &dlq, TRAIN, Duration::from_secs(3)).unwrap(),
+                    )
+                }
+            };
+            assert!(offer(&down, &mut ingest, &seqs, gps).await.is_empty(), "nothing acked while Kafka is down");
+            assert_eq!(down.stats.produce_errors.load(Ordering::Relaxed), 10);
+            if let (Some(_), Some(start)) = &cmds {
+                eprintln!("starting the broker: {start}");
+                sh(start);
+            }
+            // The relay resends everything unacknowledged; retry until the
+            // broker is back (each round waits at most the delivery timeout).
+            let mut acked = BTreeSet::new();
+            for _ in 0..40 {
+                let rest: Vec<u64> = seqs.iter().copied().filter(|s| !acked.contains(s)).collect();
+                if rest.is_empty() {
+                    break;
+                }
+                acked.extend(offer(&live, &mut ingest, &rest, gps).await);
+            }
+            assert_eq!(acked.len(), 10, "every record acked once Kafka is back");
+            let got = read_back(&b, &topic, 10);
+            let seen: BTreeSet<String> = got.iter().map(|(_, h, _)| h["polycorn-seq"].clone()).collect();
+            assert_eq!(seen.len(), 10, "every seq is in Kafka (a duplicate would be allowed: consumers dedup by seq)");
+        }
+    }
+}

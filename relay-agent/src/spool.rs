@@ -1,0 +1,205 @@
+//! The shell around the durable telemetry spool
+//! ([`polycorn_telemetry::spool`]): [`radio::apply`](crate::radio::apply)
+//! appends records, [`sender`] sends them from the spool with top priority on
+//! every live path (again after a timeout, and at once when a path comes
+//! up), acknowledgements from the proxy remove them, and [`write_metrics`]
+//! exports the counters.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use polycorn_net::metrics::Writer;
+use polycorn_net::Session;
+use polycorn_telemetry::spool::{Class, Spool, SpoolConfig};
+use tokio::sync::{watch, Notify};
+use tracing::warn;
+
+/// Default `--telemetry-spool`.
+pub const DEFAULT_DIR: &str = "/var/lib/polycorn/spool";
+/// Default `--telemetry-spool-max-bytes` (64 MiB: days of samples at 1 Hz).
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// Smallest `--telemetry-spool-max-bytes` accepted.
+pub const MIN_MAX_BYTES: u64 = 64 << 10;
+/// Samples are fsynced at least this often; handover events at once.
+const SYNC_EVERY: Duration = Duration::from_secs(1);
+/// Records handed to the endpoint per round.
+const BATCH: usize = 64;
+
+/// The spool shared by the radio task, the sender and the event loop.
+pub struct Shared {
+    spool: Mutex<Spool>,
+    /// Something became sendable (an append, an ack freeing window room).
+    wake: Notify,
+    /// A handover event waits for its fsync.
+    urgent_sync: AtomicBool,
+    /// Appends and syncs that failed (disk full, IO errors).
+    errors: AtomicU64,
+}
+
+impl Shared {
+    /// Open the spool in `dir` (see `docs/telemetry.md`).
+    pub fn open(dir: &Path, max_bytes: u64) -> anyhow::Result<Arc<Shared>> {
+        let spool = Spool::open(dir, SpoolConfig::with_max_bytes(max_bytes))?;
+        let st = spool.stats();
+        tracing::info!(dir = %dir.display(), records = st.records, bytes = st.bytes, next_seq = st.next_seq,
+            truncated_bytes = st.truncated_bytes, "telemetry spool opened");
+        Ok(Arc::new(Shared {
+            spool: Mutex::new(spool),
+            wake: Notify::new(),
+            urgent_sync: AtomicBool::new(false),
+            errors: AtomicU64::new(0),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Spool> {
+        self.spool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Store a record for sending; returns its seq (None: dropped by the
+    /// size bound, or the disk refused it, which is logged and counted).
+    pub fn append(&self, payload: &[u8], class: Class) -> Option<u64> {
+        let r = self.lock().append(payload, class);
+        match r {
+            Ok(seq) => {
+                if class == Class::Handover {
+                    self.urgent_sync.store(true, Ordering::Relaxed);
+                }
+                self.wake.notify_one();
+                seq
+            }
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                warn!(error = %e, "telemetry record not spooled");
+                None
+            }
+        }
+    }
+
+    /// The proxy confirmed `seq` (Kafka has it).
+    pub fn ack(&self, seq: u64) {
+        let r = self.lock().ack(seq);
+        match r {
+            Ok(_) => self.wake.notify_one(),
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                warn!(seq, error = %e, "telemetry acknowledgement not recorded");
+            }
+        }
+    }
+
+    async fn sync(self: &Arc<Self>) {
+        // Take the work under the lock, fsync without it: appends go on.
+        let work = self.lock().sync_work();
+        let r = match work {
+            Ok(w) => tokio::task::spawn_blocking(move || w.run()).await.unwrap_or(Ok(())),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            warn!(error = %e, "telemetry spool fsync failed");
+        }
+    }
+}
+
+/// Send spooled records to the proxy until `stop`.
+pub async fn sender(shared: Arc<Shared>, session: Session, mut stop: watch::Receiver<bool>) {
+    let mut prev_paths_up = 0u64;
+    let mut last_sync = Instant::now();
+    loop {
+        let (up, paths_up) = session.with(|st, _| (st.ep.up_paths(), st.ep.stats().paths_up));
+        if paths_up != prev_paths_up {
+            // A path came (back) up: whatever was in flight may have died
+            // with the paths that carried it.
+            shared.lock().resend_now();
+        }
+        let mut more = false;
+        if !up.is_empty() {
+            let r = shared.lock().next_to_send(Instant::now(), BATCH);
+            match r {
+                Ok(out) => {
+                    more = out.len() == BATCH;
+                    if !out.is_empty() {
+                        session.with(|st, _| {
+                            for o in out {
+                                st.ep.send_telemetry(o.seq, o.payload.into());
+                            }
+                        });
+                    }
+                }
+                Err(e) => {
+                    shared.errors.fetch_add(1, Ordering::Relaxed);
+                    warn!(error = %e, "reading the telemetry spool");
+                }
+            }
+        }
+        prev_paths_up = paths_up;
+        if shared.urgent_sync.swap(false, Ordering::Relaxed) || last_sync.elapsed() >= SYNC_EVERY {
+            shared.sync().await;
+            last_sync = Instant::now();
+        }
+        if more {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        // Wake for: a new record or an ack, the next resend deadline, and a
+        // periodic look at the paths and the fsync interval.
+        let mut wait = Duration::from_millis(200);
+        if let Some(d) = shared.lock().poll_timeout() {
+            wait = wait.min(d.saturating_duration_since(Instant::now()));
+        }
+        tokio::select! {
+            _ = shared.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => {
+                shared.sync().await;
+                return;
+            }
+        }
+    }
+}
+
+/// Spool sizes and counters, `polycorn_telemetry_spool_*`.
+pub fn write_metrics(w: &mut Writer, shared: &Shared) {
+    let s = shared.lock().stats();
+    w.gauge(
+        "polycorn_telemetry_spool_records",
+        "Telemetry records spooled and not yet confirmed.",
+        vec![],
+        s.records as f64,
+    );
+    w.gauge("polycorn_telemetry_spool_bytes", "Telemetry spool segment bytes on disk.", vec![], s.bytes as f64);
+    w.gauge(
+        "polycorn_telemetry_spool_in_flight",
+        "Telemetry records sent and awaiting confirmation.",
+        vec![],
+        s.in_flight as f64,
+    );
+    for c in Class::ALL {
+        w.counter(
+            "polycorn_telemetry_spool_dropped",
+            "Telemetry records dropped unconfirmed by the spool's size bound (oldest samples first, handover events last).",
+            vec![("class".into(), c.name().into())],
+            s.dropped[c as usize] as f64,
+        );
+    }
+    w.counter(
+        "polycorn_telemetry_spool_acked",
+        "Telemetry records the proxy confirmed (Kafka has them).",
+        vec![],
+        s.acked as f64,
+    );
+    w.counter(
+        "polycorn_telemetry_spool_resent",
+        "Telemetry records sent again (timeout or a path coming up).",
+        vec![],
+        s.resent as f64,
+    );
+    w.counter(
+        "polycorn_telemetry_spool_errors",
+        "Telemetry spool appends, reads and fsyncs that failed.",
+        vec![],
+        shared.errors.load(Ordering::Relaxed) as f64,
+    );
+}
