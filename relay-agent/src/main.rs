@@ -150,6 +150,12 @@ struct Opts {
     /// samples are dropped first, handover events last [default: 67108864].
     #[arg(long, env = "POLYCORN_RELAY_TELEMETRY_SPOOL_MAX_BYTES")]
     telemetry_spool_max_bytes: Option<u64>,
+    /// Replay source: after a restart, report the events of the log since
+    /// the newest record the spool took before it (and the whole log on a
+    /// first start) instead of only those from now on, as a modem that
+    /// keeps its own history would. Duplicates are harmless downstream.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_REPLAY_RESUME")]
+    replay_resume: Option<bool>,
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_LOG_JSON")]
     log_json: Option<bool>,
@@ -203,7 +209,7 @@ fn settings() -> anyhow::Result<Settings> {
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, conn_send_buffer, max_conns, log_json,
         failure_table, replay_events, replay_epoch_unix_ms, replay_detect, gpsd, modems, mmcli, mmcli_interval_ms,
-        handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes);
+        handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
     let specs = o.paths.clone().unwrap_or_default();
@@ -457,17 +463,20 @@ async fn main() -> anyhow::Result<()> {
     if s.opts.replay_events.is_some() || live {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         let spool = spool.clone().expect("opened above when a radio source runs");
-        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), spool, rx));
+        let resume = s.opts.replay_events.is_some() && s.opts.replay_resume.unwrap_or(false);
+        let spool_dir = spool.dir();
+        let position = resume.then(|| spool_dir.join(radio::REPLAY_POSITION_FILE));
         let names: Vec<String> = s.paths.iter().map(|p| p.name.clone()).collect();
+        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), spool, rx, names.clone(), position));
         if let Some(file) = s.opts.replay_events.clone() {
+            let epoch_unix_ms =
+                s.opts.replay_epoch_unix_ms.unwrap_or_else(|| polycorn_net::hof::unix_ms(std::time::SystemTime::now()));
             let opts = radio::ReplayOpts {
                 file,
-                epoch_unix_ms: s
-                    .opts
-                    .replay_epoch_unix_ms
-                    .unwrap_or_else(|| polycorn_net::hof::unix_ms(std::time::SystemTime::now())),
+                epoch_unix_ms,
                 path_names: names.clone(),
                 detect: s.opts.replay_detect.unwrap_or(false).then_some(s.detector),
+                resume_from_unix_ms: resume.then(|| radio::resume_point(&spool_dir, epoch_unix_ms)),
             };
             let log = radio::load_log(&opts.file)?;
             tasks.spawn(radio::replay(opts, log, tx.clone(), stop_rx.clone()));

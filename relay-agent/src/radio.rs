@@ -54,6 +54,51 @@ pub struct ReplayOpts {
     /// configuration instead of replaying its labels
     /// ([`detect::detected_events_of`]).
     pub detect: Option<polycorn_telemetry::handover::DetectorConfig>,
+    /// Resume (`--replay-resume`): replay from this Unix ms instead of from
+    /// now, sending the events between it and now at once. `Some` of the
+    /// epoch on a first start: the whole log is reported, as a modem that
+    /// keeps its own history would.
+    pub resume_from_unix_ms: Option<i64>,
+}
+
+/// The file in the spool directory where `apply` keeps the newest spooled
+/// record's time for `--replay-resume`.
+pub const REPLAY_POSITION_FILE: &str = "replay-position";
+
+/// Where a resumed replay starts: the position `apply` left in `dir`, or
+/// the trip's epoch when there is none (or it does not parse; a replay
+/// from too early only repeats records, which LinkDB ignores).
+pub fn resume_point(dir: &std::path::Path, epoch_unix_ms: i64) -> i64 {
+    std::fs::read_to_string(dir.join(REPLAY_POSITION_FILE))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .map_or(epoch_unix_ms, |p| p.max(epoch_unix_ms))
+}
+
+/// Keeps the newest spooled record's time in a file, at most once a second
+/// (after a crash the replay resumes a little early: records repeat, none
+/// is missed). Written by rename, so a reader never sees half a number.
+struct PositionKeeper {
+    file: PathBuf,
+    newest: i64,
+    written: i64,
+    last_write: Option<std::time::Instant>,
+}
+
+impl PositionKeeper {
+    fn saw(&mut self, t: i64) {
+        self.newest = self.newest.max(t);
+        let due = self.last_write.is_none_or(|w| w.elapsed() >= Duration::from_secs(1));
+        if self.newest > self.written && due {
+            let tmp = self.file.with_extension("tmp");
+            let r = std::fs::write(&tmp, self.newest.to_string()).and_then(|()| std::fs::rename(&tmp, &self.file));
+            if let Err(e) = r {
+                tracing::warn!(error = %e, file = %self.file.display(), "replay position not saved");
+            }
+            self.written = self.newest;
+            self.last_write = Some(std::time::Instant::now());
+        }
+    }
 }
 
 fn now_unix_ms() -> i64 {
@@ -159,7 +204,7 @@ pub async fn replay(
         Some(cfg) => detect::detected_events_of(&log, &opts, cfg),
         None => events_of(&log, &opts),
     };
-    let start = now_unix_ms();
+    let start = opts.resume_from_unix_ms.unwrap_or_else(now_unix_ms);
     // Catch up: the state past events leave.
     let past = events.partition_point(|(t, _)| *t < start);
     let mut latest_cell: Vec<Option<RadioEvent>> = vec![None; opts.path_names.len()];
@@ -171,7 +216,8 @@ pub async fn replay(
             _ => {}
         }
     }
-    info!(file = %opts.file.display(), events = events.len(), skipped = past, detect = opts.detect.is_some(), "replay source started");
+    info!(file = %opts.file.display(), events = events.len(), skipped = past, detect = opts.detect.is_some(),
+        resume_from_unix_ms = opts.resume_from_unix_ms, "replay source started");
     for e in latest_cell.into_iter().flatten().chain(latest_fix) {
         if tx.send(e).await.is_err() {
             return;
@@ -196,7 +242,11 @@ pub async fn apply(
     train_id: String,
     spool: std::sync::Arc<crate::spool::Shared>,
     mut rx: mpsc::Receiver<RadioEvent>,
+    path_names: Vec<String>,
+    position_file: Option<PathBuf>,
 ) {
+    let mut position =
+        position_file.map(|file| PositionKeeper { file, newest: i64::MIN, written: i64::MIN, last_write: None });
     let mut tracker = TrainTracker::new();
     let mut cells: Vec<u64> = Vec::new();
     let mut reported_up: Vec<PathId> = Vec::new();
@@ -236,6 +286,7 @@ pub async fn apply(
                 session.with(|st, _| st.ep.report_link(p, state, c));
                 let sample = v1::CellSample {
                     path: u32::from(p.0),
+                    carrier: path_names.get(p.index()).cloned().unwrap_or_default(),
                     cell_id: c,
                     registration: v1::RegistrationState::Registered as i32,
                     measured_unix_ms: *time_unix_ms,
@@ -249,7 +300,11 @@ pub async fn apply(
             _ => Class::Sample,
         };
         let record = v1::Record { train_id: train_id.clone(), time_unix_ms, body: Some(body) };
-        spool.append(&record.encode_to_vec(), class);
+        if spool.append(&record.encode_to_vec(), class).is_some() {
+            if let Some(p) = position.as_mut() {
+                p.saw(time_unix_ms);
+            }
+        }
         session.with(|st, now| {
             if let Some(s) = polycorn_net::hof::train_state_of(&record, &mut tracker, now, SystemTime::now()) {
                 st.ep.set_train_state(s);
@@ -268,6 +323,7 @@ mod tests {
             epoch_unix_ms: 1_000_000,
             path_names: (0..n).map(|i| format!("carrier-{i}")).collect(),
             detect: None,
+            resume_from_unix_ms: None,
         }
     }
 
@@ -303,5 +359,23 @@ mod tests {
         let ho = ho.unwrap();
         assert_eq!(ho.outcome, v1::HandoverOutcome::Failure as i32);
         assert_eq!((ho.start_unix_ms, ho.start_track_m, ho.duration_ms), (1_000_900, Some(75.0), 2000));
+    }
+
+    #[test]
+    fn a_resumed_replay_starts_where_the_spool_left_off_never_before_the_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(resume_point(dir.path(), 5_000), 5_000, "no position yet: the whole log");
+        let mut k = PositionKeeper {
+            file: dir.path().join(REPLAY_POSITION_FILE),
+            newest: i64::MIN,
+            written: i64::MIN,
+            last_write: None,
+        };
+        k.saw(9_000);
+        k.saw(8_000); // older records do not move it back
+        assert_eq!(resume_point(dir.path(), 5_000), 9_000);
+        assert_eq!(resume_point(dir.path(), 10_000), 10_000, "a position before the epoch is the epoch");
+        std::fs::write(dir.path().join(REPLAY_POSITION_FILE), "garbage").unwrap();
+        assert_eq!(resume_point(dir.path(), 5_000), 5_000, "an unreadable position replays from the start");
     }
 }

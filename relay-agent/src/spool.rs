@@ -53,6 +53,11 @@ impl Shared {
         }))
     }
 
+    /// The spool's directory.
+    pub fn dir(&self) -> std::path::PathBuf {
+        self.lock().dir().to_path_buf()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Spool> {
         self.spool.lock().unwrap_or_else(|e| e.into_inner())
     }

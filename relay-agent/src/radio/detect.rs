@@ -245,6 +245,7 @@ mod tests {
             epoch_unix_ms: 1_000_000,
             path_names: (0..n).map(|i| format!("carrier-{i}")).collect(),
             detect: None,
+            resume_from_unix_ms: None,
         }
     }
 
