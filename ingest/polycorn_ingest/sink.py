@@ -69,12 +69,12 @@ _C = 'text COLLATE "C"'
 STAGING = {
     "stg_fix": f"train_id {_C}, t_ms bigint, lat float8, lon float8, speed float8, "
     "heading float8, accuracy float8, track_m float8",
-    "stg_sample": f"train_id {_C}, path int2, t_ms bigint, carrier {_C}, cell_id bigint, "
+    "stg_sample": f"train_id {_C}, path bigint, t_ms bigint, carrier {_C}, cell_id bigint, "
     "rsrp float8, registration text, measured_ms bigint",
-    "stg_path": f"train_id {_C}, path int2, t_ms bigint, carrier {_C}, up bool, srtt bigint, "
-    "rate bigint, sent bigint, acked bigint, reinj bigint, redund bigint, rto int4",
-    "stg_ho": f"train_id {_C}, carrier {_C}, path int2, src bigint, tgt bigint, start_ms bigint, "
-    "lat float8, lon float8, track_m float8, rsrp float8, outcome text, duration int4",
+    "stg_path": f"train_id {_C}, path bigint, t_ms bigint, carrier {_C}, up bool, srtt bigint, "
+    "rate bigint, sent bigint, acked bigint, reinj bigint, redund bigint, rto bigint",
+    "stg_ho": f"train_id {_C}, carrier {_C}, path bigint, src bigint, tgt bigint, start_ms bigint, "
+    "lat float8, lon float8, track_m float8, rsrp float8, outcome text, duration bigint",
     "tmp_ho_change": f"id bigint, carrier {_C}, src bigint, old_dir track_direction, "
     "new_dir track_direction, trip bigint",
 }
@@ -83,6 +83,17 @@ STAGING = {
 # The plain series are inserted sorted by their natural key (consecutive rows
 # then land on the same B-tree leaf pages); ctid (the COPY order) breaks ties,
 # so that the first copy of a key in a batch is the one that wins.
+
+
+# Each staging table's column types, for binary COPY (psycopg's C dumpers
+# write the decoded tuples directly; no text formatting or parsing). Integer
+# staging columns are all bigint: psycopg's binary int2/int4 dumpers silently
+# wrap out-of-range values, while int8's raises OverflowError, and the
+# INSERT's assignment cast to smallint/integer refuses (DataError) what does
+# not fit, as text COPY did.
+STAGING_TYPES = {
+    name: [col.split()[1] for col in cols.split(", ")] for name, cols in STAGING.items()
+}
 
 
 def ts(col: str) -> str:
@@ -584,9 +595,15 @@ class LinkDbSink:
     def _copy(cur: psycopg.Cursor[Any], table: str, rows: Sequence[tuple[Any, ...]]) -> None:
         if not rows:
             return
-        with cur.copy(f"COPY {table} FROM STDIN") as cp:
-            for r in rows:
-                cp.write_row(r)
+        try:
+            with cur.copy(f"COPY {table} FROM STDIN (FORMAT BINARY)") as cp:
+                cp.set_types(STAGING_TYPES[table])
+                for r in rows:
+                    cp.write_row(r)
+        except (OverflowError, TypeError, ValueError) as e:
+            # A value the binary dumpers cannot encode (validation should
+            # have caught it): the same treatment as a database refusal.
+            raise DataRejectedError(f"{table}: {type(e).__name__}: {e}") from e
 
     def _trips(
         self, cur: psycopg.Cursor[Any], new_fixes: list[tuple[str, int, bool]], res: WriteResult
