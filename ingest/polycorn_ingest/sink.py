@@ -6,16 +6,18 @@ Call order inside :meth:`LinkDbSink.write` (all in one transaction):
    first, cached per process; ``polycorn_schema.linkdb.partitions``);
 2. per-train advisory locks (sorted), so that two consumers never derive the
    same train at once (it happens briefly during a group rebalance);
-3. COPY the rows into temporary staging tables, then ``INSERT … SELECT …
-   ON CONFLICT DO NOTHING`` into LinkDB on the natural keys (a fix is
-   (train, time), a sample or path stat (train, path, time), a handover
-   (train, carrier, start time)): replays and duplicates insert nothing;
+3. binary COPY of the rows into temporary staging tables, then ``INSERT …
+   SELECT … ORDER BY <key>, ctid ON CONFLICT DO NOTHING`` into LinkDB on the
+   natural keys (a fix is (train, time), a sample or path stat (train, path,
+   time), a handover (train, carrier, start time)): replays and duplicates
+   insert nothing, and the first copy of a key in a batch wins;
 4. trains upserted (first/last seen only ever widen);
 5. trips (:mod:`polycorn_ingest.trips`) merged with the *newly inserted*
    fixes only, so a replay changes nothing;
-6. handovers near the new fixes (and the new handovers) get their trip and
-   their direction re-derived (rule below); a change of direction moves the
-   handover from one cell to another;
+6. new handovers derived (trip, direction, existing cell; rule below) and
+   inserted once; existing handovers near the new fixes get their trip and
+   direction re-derived and, if changed, updated once; a change of
+   direction moves a handover from one cell to another;
 7. cells ⟨carrier, cell ID, direction⟩ updated from those transitions,
    under per-cell advisory locks: counts added incrementally, or recomputed
    from the handovers when a cell lost one; the earliest handover position
