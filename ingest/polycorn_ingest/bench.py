@@ -1,7 +1,7 @@
 """``make bench-ingest``: sustained Kafka → LinkDB throughput and end-to-end lag.
 
     python -m polycorn_ingest.bench [--records 1000000] [--trains 1000] [--consumers 2]
-                                     [--lag-rate 10000] [--lag-seconds 30] [--out FILE]
+        [--batch-max 50000] [--lag-rate 10000] [--lag-seconds 30] [--out FILE]
 
 Against the real Kafka and PostGIS of ``scripts/infra.sh`` (env
 ``POLYCORN_KAFKA_BOOTSTRAP``, ``POLYCORN_DATABASE_URL``), on a fresh
@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -45,6 +46,18 @@ from polycorn_ingest.sink import LinkDbSink
 from polycorn_schema.testing import fresh_database
 
 CARRIERS = ("carrier-a", "carrier-b")
+# Server settings recorded with the result (durability must stay on).
+PG_SETTINGS = (
+    "server_version",
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_compression",
+    "wal_buffers",
+    "shared_buffers",
+    "max_wal_size",
+    "checkpoint_timeout",
+)
 
 
 def fleet(trains: int, t0_ms: int) -> Iterator[pb.Record]:
@@ -158,7 +171,13 @@ def _worker(
         batch_timeout_s=0.2,
     )
 
+    # The stage times and CPU at the end of the throughput phase (the first
+    # commit of the lag phase), besides the totals at the end.
+    snap: dict[str, float] = {}
+
     def hook(rows: Rows, commit_s: float) -> None:
+        if stop_lags.is_set() and not snap:
+            snap.update(ing.stage_seconds, cpu=time.process_time())
         out.put(
             (
                 "commit",
@@ -177,7 +196,7 @@ def _worker(
 
     threading.Thread(target=watch, daemon=True).start()
     ing.run()
-    out.put(("stages", ing.stage_seconds, ing.batches))
+    out.put(("stages", {**ing.stage_seconds, "cpu": time.process_time()}, ing.batches, snap))
 
 
 def _machine() -> dict[str, Any]:
@@ -204,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--trains", type=int, default=1000)
     ap.add_argument("--consumers", type=int, default=2)
-    ap.add_argument("--batch-max", type=int, default=20_000)
+    ap.add_argument("--batch-max", type=int, default=50_000)
     ap.add_argument("--lag-rate", type=int, default=10_000, help="records/s in the lag phase")
     ap.add_argument("--lag-seconds", type=float, default=30.0)
     ap.add_argument("--out", type=Path, default=Path("bench/out/ingest.json"))
@@ -282,17 +301,26 @@ def main(argv: list[str] | None = None) -> int:
                     lags.extend(lag)
             stop[0].set()
             stages: list[dict[str, float]] = []
+            snaps: list[dict[str, float]] = []
             batches = 0
             while len(stages) < len(procs):
                 msg = out.get(timeout=60)
                 if msg[0] == "stages":
                     stages.append(msg[1])
                     batches += msg[2]
+                    snaps.append(msg[3])
             for proc in procs:
                 proc.join(30)
             lags.sort()
             q = statistics.quantiles(lags, n=100)
             total = {k: round(sum(s[k] for s in stages), 2) for k in stages[0]}
+            thr = {k: round(sum(s.get(k, 0.0) for s in snaps), 2) for k in stages[0]}
+            with psycopg.connect(url) as c:
+                pg = {
+                    k: c.execute(f"SHOW {k}").fetchone()[0]  # type: ignore[index]
+                    for k in PG_SETTINGS
+                }
+                head = c.execute("SELECT version_num FROM alembic_version").fetchone()
             result = {
                 "events_per_s": round(eps),
                 "lag_p50_ms": round(q[49] * 1000, 1),
@@ -315,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
                     "max_ms": round(lags[-1] * 1000, 1),
                 },
                 "stage_seconds_all_consumers": total,
+                "stage_seconds_throughput_phase": thr,
+                "stage_note": "wall seconds per stage summed over the consumer processes "
+                "(cpu = their own process CPU); all = both phases, throughput_phase = up to "
+                "the first commit of the lag phase",
+                "postgres": pg,
+                "schema_revision": head[0] if head else None,
                 "batches": batches,
                 "machine": _machine(),
                 "method": "see docs/ingest.md#benchmark",

@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     db(run)
     run.add_argument("--group", default="polycorn-ingest")
     run.add_argument("--dlq-topic", default="polycorn.telemetry.dlq")
-    run.add_argument("--batch-max", type=int, default=20_000, help="messages per batch at most")
+    run.add_argument("--batch-max", type=int, default=50_000, help="messages per batch at most")
     run.add_argument(
         "--batch-timeout-s", type=float, default=0.5, help="wait at most this long to fill a batch"
     )

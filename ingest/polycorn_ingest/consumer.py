@@ -50,7 +50,7 @@ class IngestConfig:
     group: str = "polycorn-ingest"
     topic: str = "polycorn.telemetry.v1"
     dlq_topic: str = "polycorn.telemetry.dlq"
-    batch_max: int = 20_000
+    batch_max: int = 50_000
     batch_timeout_s: float = 0.5
     retry_initial_s: float = 0.2
     retry_max_s: float = 30.0

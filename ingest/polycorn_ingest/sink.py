@@ -6,16 +6,18 @@ Call order inside :meth:`LinkDbSink.write` (all in one transaction):
    first, cached per process; ``polycorn_schema.linkdb.partitions``);
 2. per-train advisory locks (sorted), so that two consumers never derive the
    same train at once (it happens briefly during a group rebalance);
-3. COPY the rows into temporary staging tables, then ``INSERT … SELECT …
-   ON CONFLICT DO NOTHING`` into LinkDB on the natural keys (a fix is
-   (train, time), a sample or path stat (train, path, time), a handover
-   (train, carrier, start time)): replays and duplicates insert nothing;
+3. binary COPY of the rows into temporary staging tables, then ``INSERT …
+   SELECT … ORDER BY <key>, ctid ON CONFLICT DO NOTHING`` into LinkDB on the
+   natural keys (a fix is (train, time), a sample or path stat (train, path,
+   time), a handover (train, carrier, start time)): replays and duplicates
+   insert nothing, and the first copy of a key in a batch wins;
 4. trains upserted (first/last seen only ever widen);
 5. trips (:mod:`polycorn_ingest.trips`) merged with the *newly inserted*
    fixes only, so a replay changes nothing;
-6. handovers near the new fixes (and the new handovers) get their trip and
-   their direction re-derived (rule below); a change of direction moves the
-   handover from one cell to another;
+6. new handovers derived (trip, direction, existing cell; rule below) and
+   inserted once; existing handovers near the new fixes get their trip and
+   direction re-derived and, if changed, updated once; a change of
+   direction moves a handover from one cell to another;
 7. cells ⟨carrier, cell ID, direction⟩ updated from those transitions,
    under per-cell advisory locks: counts added incrementally, or recomputed
    from the handovers when a cell lost one; the earliest handover position
@@ -63,17 +65,36 @@ log = logging.getLogger(__name__)
 # How far a fix may be from a handover to decide its direction.
 DIRECTION_WINDOW_MS = 120_000
 
+# Text columns are COLLATE "C" like LinkDB's key columns (migration 0004), so
+# that sorting a batch by its natural key is bytewise and matches the indexes.
+_C = 'text COLLATE "C"'
 STAGING = {
-    "stg_fix": "train_id text, t_ms bigint, lat float8, lon float8, speed float8, "
+    "stg_fix": f"train_id {_C}, t_ms bigint, lat float8, lon float8, speed float8, "
     "heading float8, accuracy float8, track_m float8",
-    "stg_sample": "train_id text, path int2, t_ms bigint, carrier text, cell_id bigint, "
+    "stg_sample": f"train_id {_C}, path bigint, t_ms bigint, carrier {_C}, cell_id bigint, "
     "rsrp float8, registration text, measured_ms bigint",
-    "stg_path": "train_id text, path int2, t_ms bigint, carrier text, up bool, srtt bigint, "
-    "rate bigint, sent bigint, acked bigint, reinj bigint, redund bigint, rto int4",
-    "stg_ho": "train_id text, carrier text, path int2, src bigint, tgt bigint, start_ms bigint, "
-    "lat float8, lon float8, track_m float8, rsrp float8, outcome text, duration int4",
-    "tmp_ho_change": "id bigint, carrier text, src bigint, old_dir track_direction, "
+    "stg_path": f"train_id {_C}, path bigint, t_ms bigint, carrier {_C}, up bool, srtt bigint, "
+    "rate bigint, sent bigint, acked bigint, reinj bigint, redund bigint, rto bigint",
+    "stg_ho": f"train_id {_C}, carrier {_C}, path bigint, src bigint, tgt bigint, start_ms bigint, "
+    "lat float8, lon float8, track_m float8, rsrp float8, outcome text, duration bigint",
+    "tmp_ho_change": f"id bigint, carrier {_C}, src bigint, old_dir track_direction, "
     "new_dir track_direction, trip bigint",
+}
+
+
+# The plain series are inserted sorted by their natural key (consecutive rows
+# then land on the same B-tree leaf pages); ctid (the COPY order) breaks ties,
+# so that the first copy of a key in a batch is the one that wins.
+
+
+# Each staging table's column types, for binary COPY (psycopg's C dumpers
+# write the decoded tuples directly; no text formatting or parsing). Integer
+# staging columns are all bigint: psycopg's binary int2/int4 dumpers silently
+# wrap out-of-range values, while int8's raises OverflowError, and the
+# INSERT's assignment cast to smallint/integer refuses (DataError) what does
+# not fit, as text COPY did.
+STAGING_TYPES = {
+    name: [col.split()[1] for col in cols.split(", ")] for name, cols in STAGING.items()
 }
 
 
@@ -92,7 +113,7 @@ WITH ins AS (
   INSERT INTO gps_fixes (train_id, time, geog, speed_mps, heading_deg, accuracy_m, track_m)
   SELECT train_id, {ts("t_ms")}, ST_SetSRID(ST_MakePoint(lon, lat), 4326)::geography,
          speed, heading, accuracy, track_m
-  FROM stg_fix ON CONFLICT DO NOTHING
+  FROM stg_fix ORDER BY train_id, t_ms, ctid ON CONFLICT DO NOTHING
   RETURNING train_id, time, track_m IS NOT NULL AS has_track)
 SELECT train_id, {ms("time")}, has_track FROM ins"""
 
@@ -100,24 +121,13 @@ INSERT_SAMPLES = f"""
 INSERT INTO signal_samples (train_id, path, time, carrier, cell_id, rsrp_dbm, registration,
                             measured_at)
 SELECT train_id, path, {ts("t_ms")}, carrier, cell_id, rsrp, registration, {ts("measured_ms")}
-FROM stg_sample ON CONFLICT DO NOTHING"""
+FROM stg_sample ORDER BY train_id, path, t_ms, ctid ON CONFLICT DO NOTHING"""
 
 INSERT_PATHS = f"""
 INSERT INTO path_stats (train_id, path, time, carrier, up, srtt_us, rate_bps, bytes_sent,
                         bytes_acked, reinjected_bytes, redundant_bytes, rto_count)
 SELECT train_id, path, {ts("t_ms")}, carrier, up, srtt, rate, sent, acked, reinj, redund, rto
-FROM stg_path ON CONFLICT DO NOTHING"""
-
-INSERT_HANDOVERS = f"""
-WITH ins AS (
-  INSERT INTO handovers (train_id, source, carrier, path, source_cell_id, target_cell_id,
-                         start_time, geog, track_m, rsrp_dbm, outcome, duration_ms)
-  SELECT train_id, %(source)s::row_source, carrier, path, src, tgt, {ts("start_ms")},
-         ST_SetSRID(ST_MakePoint(lon, lat), 4326)::geography, track_m, rsrp,
-         outcome::handover_outcome, duration
-  FROM stg_ho ON CONFLICT (train_id, carrier, start_time) DO NOTHING
-  RETURNING id)
-SELECT coalesce(array_agg(id), '{{}}') FROM ins"""
+FROM stg_path ORDER BY train_id, path, t_ms, ctid ON CONFLICT DO NOTHING"""
 
 UPSERT_TRAINS = f"""
 INSERT INTO trains AS t (id, source, first_seen, last_seen)
@@ -207,13 +217,10 @@ FROM unnest(%(ids)s::text[], %(lo)s::bigint[], %(hi)s::bigint[], %(tlo)s::bigint
             %(thi)s::bigint[]) AS a(train_id, lo, hi, tlo, thi)"""
 
 W = "%(w)s * interval '1 millisecond'"
-# One pass over the candidate handovers: their trip (the contained trip, else
-# the nearest within one gap, earlier on a tie) and direction (module doc).
-# Rows whose trip or direction changes go to tmp_ho_change; the caller then
-# updates cells and writes each changed handover once.
-DERIVE = f"""
-WITH c AS (
-  SELECT h.id, h.carrier, h.source_cell_id, h.direction AS old_dir, h.trip_id AS old_trip,
+# A handover h's direction (module doc) and trip (the contained trip, else
+# the nearest within one gap, earlier on a tie), as select-list expressions
+# over ``FROM <h> {DERIVE_JOINS}``. h needs train_id and start_time.
+DERIVE_COLS = """
     CASE
       WHEN a.track_m - b.track_m >= 1 THEN 'increasing'
       WHEN a.track_m - b.track_m <= -1 THEN 'decreasing'
@@ -235,8 +242,8 @@ WITH c AS (
      WHERE n.started_at - %(gap)s * interval '1 millisecond' <= h.start_time
        AND h.start_time <= n.ended_at + %(gap)s * interval '1 millisecond'
      ORDER BY GREATEST(n.started_at - h.start_time, h.start_time - n.ended_at), n.started_at
-     LIMIT 1) AS trip
-  FROM handovers h
+     LIMIT 1) AS trip"""
+DERIVE_JOINS = f"""
   LEFT JOIN LATERAL (SELECT track_m FROM gps_fixes f WHERE f.train_id = h.train_id
     AND f.time <= h.start_time AND f.time >= h.start_time - {W} AND f.track_m IS NOT NULL
     ORDER BY f.time DESC LIMIT 1) b ON true
@@ -252,7 +259,49 @@ WITH c AS (
   LEFT JOIN LATERAL (SELECT * FROM (VALUES (bg.time, bg.speed_mps, bg.heading_deg),
                                            (ag.time, ag.speed_mps, ag.heading_deg))
     AS v(time, speed_mps, heading_deg) WHERE v.time IS NOT NULL
-    ORDER BY abs(extract(epoch from v.time - h.start_time)), v.time LIMIT 1) nf ON true
+    ORDER BY abs(extract(epoch from v.time - h.start_time)), v.time LIMIT 1) nf ON true"""
+
+# New handovers go in once, already derived (after the batch's fixes and
+# trips): the batch's staged handovers that are not in LinkDB yet (the
+# first copy of a key in the batch), with their trip, direction and existing
+# cell. The per-train advisory lock makes the NOT EXISTS exact; ON CONFLICT
+# DO NOTHING still guards the key. Those with a trip or direction go to
+# tmp_ho_change (old_dir NULL) for the cell update; returns (id, trip,
+# direction, cell) per inserted handover.
+INSERT_HANDOVERS = f"""
+WITH nw AS (
+  SELECT DISTINCT ON (s.train_id, s.carrier, s.start_ms) s.*, {ts("s.start_ms")} AS start_time
+  FROM stg_ho s
+  WHERE NOT EXISTS (SELECT 1 FROM handovers x WHERE x.train_id = s.train_id
+                    AND x.carrier = s.carrier AND x.start_time = {ts("s.start_ms")})
+  ORDER BY s.train_id, s.carrier, s.start_ms, s.ctid),
+d AS (SELECT h.*, {DERIVE_COLS} FROM nw h {DERIVE_JOINS}),
+ins AS (
+  INSERT INTO handovers (train_id, trip_id, cell, source, carrier, path, source_cell_id,
+                         target_cell_id, start_time, geog, track_m, direction, rsrp_dbm, outcome,
+                         duration_ms)
+  SELECT d.train_id, d.trip, c.id, %(source)s::row_source, d.carrier, d.path, d.src, d.tgt,
+         d.start_time, ST_SetSRID(ST_MakePoint(d.lon, d.lat), 4326)::geography, d.track_m,
+         d.dir, d.rsrp, d.outcome::handover_outcome, d.duration
+  FROM d LEFT JOIN cells c ON c.carrier = d.carrier AND c.cell_id = d.src
+                          AND c.direction = d.dir
+  ORDER BY d.train_id, d.carrier, d.start_time
+  ON CONFLICT (train_id, carrier, start_time) DO NOTHING
+  RETURNING id, carrier, source_cell_id, direction, trip_id, cell),
+ch AS (
+  INSERT INTO tmp_ho_change
+  SELECT id, carrier, source_cell_id, NULL, direction, trip_id FROM ins
+  WHERE direction IS NOT NULL OR trip_id IS NOT NULL)
+SELECT id, trip_id, direction::text, cell FROM ins"""
+
+# One pass over existing candidate handovers, re-deriving trip and direction.
+# Rows whose trip or direction changes go to tmp_ho_change; the caller then
+# updates cells and writes each changed handover once.
+DERIVE = f"""
+WITH c AS (
+  SELECT h.id, h.carrier, h.source_cell_id, h.direction AS old_dir, h.trip_id AS old_trip,
+    {DERIVE_COLS}
+  FROM handovers h {DERIVE_JOINS}
   WHERE h.id = ANY(%(ids)s::bigint[])
 )
 INSERT INTO tmp_ho_change
@@ -501,22 +550,33 @@ class LinkDbSink:
             if rows.paths:
                 cur.execute(INSERT_PATHS)
                 res.inserted["path_stats"] = cur.rowcount
-            new_ho: list[int] = []
-            if rows.handovers:
-                cur.execute(INSERT_HANDOVERS, src)
-                row = cur.fetchone()
-                new_ho = list(row[0]) if row else []
-            res.inserted["handovers"] = len(new_ho)
-            if not new_fixes and not new_ho:
+            if not new_fixes and not rows.handovers:
                 return res  # a replay: nothing to derive
             trip_regions = self._trips(cur, new_fixes, res)
             dir_regions = self._direction_regions(cur, new_fixes)
-            cur.execute(CANDIDATES, _regions(trip_regions + dir_regions))
-            ids = _union(new_ho, cur)
-            if ids:
-                cur.execute(DERIVE, {"ids": ids, "gap": self.gap_ms, "w": DIRECTION_WINDOW_MS})
+            # Existing handovers whose trip or direction the new fixes may change.
+            old_ids: list[int] = []
+            regions = trip_regions + dir_regions
+            if regions:
+                cur.execute(CANDIDATES, _regions(regions))
+                row = cur.fetchone()
+                old_ids = sorted(row[0]) if row else []
+            # New handovers: one insert each, derived (not insert + update).
+            joined = False  # a handover joined or left a cell
+            link: list[int] = []  # ... and may still point at no cell
+            if rows.handovers:
+                cur.execute(INSERT_HANDOVERS, {**src, "gap": self.gap_ms, "w": DIRECTION_WINDOW_MS})
+                new_ho = cur.fetchall()
+                res.inserted["handovers"] = len(new_ho)
+                res.handovers_rederived = sum(1 for h in new_ho if h[1] is not None or h[2])
+                joined = any(h[2] is not None for h in new_ho)
+                link = [h[0] for h in new_ho if h[2] is not None and h[3] is None]
+            else:
+                res.inserted["handovers"] = 0
+            if old_ids:
+                cur.execute(DERIVE, {"ids": old_ids, "gap": self.gap_ms, "w": DIRECTION_WINDOW_MS})
                 changed = cur.fetchall()
-                res.handovers_rederived = len(changed)
+                res.handovers_rederived += len(changed)
                 if changed:
                     cur.execute(
                         APPLY,
@@ -527,17 +587,25 @@ class LinkDbSink:
                         },
                     )
                     moved = [c[0] for c in changed if c[3]]
-                    if moved:
-                        res.cells_changed = self._cells(cur, moved)
+                    joined = joined or bool(moved)
+                    link.extend(moved)
+            if joined:
+                res.cells_changed = self._cells(cur, link)
         return res
 
     @staticmethod
     def _copy(cur: psycopg.Cursor[Any], table: str, rows: Sequence[tuple[Any, ...]]) -> None:
         if not rows:
             return
-        with cur.copy(f"COPY {table} FROM STDIN") as cp:
-            for r in rows:
-                cp.write_row(r)
+        try:
+            with cur.copy(f"COPY {table} FROM STDIN (FORMAT BINARY)") as cp:
+                cp.set_types(STAGING_TYPES[table])
+                for r in rows:
+                    cp.write_row(r)
+        except (OverflowError, TypeError, ValueError) as e:
+            # A value the binary dumpers cannot encode (validation should
+            # have caught it): the same treatment as a database refusal.
+            raise DataRejectedError(f"{table}: {type(e).__name__}: {e}") from e
 
     def _trips(
         self, cur: psycopg.Cursor[Any], new_fixes: list[tuple[str, int, bool]], res: WriteResult
@@ -635,7 +703,7 @@ class LinkDbSink:
         return [(r[0], r[1], r[2]) for r in cur.fetchall()]
 
     @staticmethod
-    def _cells(cur: psycopg.Cursor[Any], moved: list[int]) -> int:
+    def _cells(cur: psycopg.Cursor[Any], link: list[int]) -> int:
         cur.execute(CHANGED_KEYS)
         keys = sorted(lock_key("cell", f"{c}\x00{s}\x00{d}") for c, s, d in cur.fetchall())
         cur.execute(
@@ -647,13 +715,9 @@ class LinkDbSink:
         n = max(cur.rowcount, 0)
         cur.execute(ADD_TO_CELLS)
         n += max(cur.rowcount, 0)
-        cur.execute(LINK_CELLS, {"ids": moved})
+        if link:
+            cur.execute(LINK_CELLS, {"ids": link})
         return n
-
-
-def _union(new_ids: list[int], cur: psycopg.Cursor[Any]) -> list[int]:
-    row = cur.fetchone()
-    return sorted(set(new_ids).union(row[0] if row else []))
 
 
 def _regions(regions: Iterable[tuple[str, int, int]]) -> dict[str, list[Any]]:

@@ -97,13 +97,18 @@ def point(nullable: bool = False) -> Geography:
 
 
 TS = DateTime(timezone=True)
+# Text keys compare bytewise (COLLATE "C"), whatever the database's locale:
+# they are identifiers, not prose, and every B-tree probe and insert on the
+# natural keys compares them (migration 0004).
+TRAIN_ID = String(128, collation="C")
+CARRIER = String(64, collation="C")
 
 
 class Train(Base):
     """A train (its relay-agent's certificate name), or a drive-test log."""
 
     __tablename__ = "trains"
-    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(TRAIN_ID, primary_key=True)
     source: Mapped[Source] = mapped_column(SOURCE, default=Source.telemetry)
     first_seen: Mapped[dt.datetime] = mapped_column(TS)
     last_seen: Mapped[dt.datetime] = mapped_column(TS)
@@ -114,7 +119,7 @@ class Trip(Base):
 
     __tablename__ = "trips"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    train_id: Mapped[str] = mapped_column(ForeignKey("trains.id", ondelete="CASCADE"))
+    train_id: Mapped[str] = mapped_column(TRAIN_ID, ForeignKey("trains.id", ondelete="CASCADE"))
     started_at: Mapped[dt.datetime] = mapped_column(TS)
     ended_at: Mapped[dt.datetime] = mapped_column(TS)
     fixes: Mapped[int] = mapped_column(Integer, default=0)
@@ -127,10 +132,13 @@ class Trip(Base):
 
 
 class GpsFix(Base):
-    """A position fix. Partitioned by ``time`` (see the migration)."""
+    """A position fix. Partitioned by ``time`` (see the migration).
+
+    No spatial index: fixes are read by train and time (the primary key);
+    spatial questions go to handovers and cells (migration 0004)."""
 
     __tablename__ = "gps_fixes"
-    train_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    train_id: Mapped[str] = mapped_column(TRAIN_ID, primary_key=True)
     time: Mapped[dt.datetime] = mapped_column(TS, primary_key=True)
     geog: Mapped[Any] = mapped_column(point())
     speed_mps: Mapped[float | None] = mapped_column(Double)
@@ -138,8 +146,7 @@ class GpsFix(Base):
     accuracy_m: Mapped[float | None] = mapped_column(Double)
     track_m: Mapped[float | None] = mapped_column(Double)
     __table_args__ = (
-        Index("ix_gps_fixes_time", "time"),
-        Index("ix_gps_fixes_geog", "geog", postgresql_using="gist"),
+        Index("ix_gps_fixes_time", "time", postgresql_using="brin"),
         {"postgresql_partition_by": "RANGE (time)"},
     )
 
@@ -148,16 +155,16 @@ class SignalSample(Base):
     """One interface's serving cell and signal. Partitioned by ``time``."""
 
     __tablename__ = "signal_samples"
-    train_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    train_id: Mapped[str] = mapped_column(TRAIN_ID, primary_key=True)
     path: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     time: Mapped[dt.datetime] = mapped_column(TS, primary_key=True)
-    carrier: Mapped[str] = mapped_column(String(64))
+    carrier: Mapped[str] = mapped_column(CARRIER)
     cell_id: Mapped[int] = mapped_column(BigInteger)
     rsrp_dbm: Mapped[float | None] = mapped_column(Double)
     registration: Mapped[str] = mapped_column(String(16))
     measured_at: Mapped[dt.datetime | None] = mapped_column(TS)
     __table_args__ = (
-        Index("ix_signal_samples_time", "time"),
+        Index("ix_signal_samples_time", "time", postgresql_using="brin"),
         {"postgresql_partition_by": "RANGE (time)"},
     )
 
@@ -166,10 +173,10 @@ class PathStat(Base):
     """One data-plane path's counters and estimates. Partitioned by ``time``."""
 
     __tablename__ = "path_stats"
-    train_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    train_id: Mapped[str] = mapped_column(TRAIN_ID, primary_key=True)
     path: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     time: Mapped[dt.datetime] = mapped_column(TS, primary_key=True)
-    carrier: Mapped[str] = mapped_column(String(64))
+    carrier: Mapped[str] = mapped_column(CARRIER)
     up: Mapped[bool] = mapped_column()
     srtt_us: Mapped[int] = mapped_column(BigInteger)
     rate_bps: Mapped[int] = mapped_column(BigInteger)
@@ -179,7 +186,7 @@ class PathStat(Base):
     redundant_bytes: Mapped[int] = mapped_column(BigInteger)
     rto_count: Mapped[int] = mapped_column(Integer)
     __table_args__ = (
-        Index("ix_path_stats_time", "time"),
+        Index("ix_path_stats_time", "time", postgresql_using="brin"),
         {"postgresql_partition_by": "RANGE (time)"},
     )
 
@@ -195,7 +202,7 @@ class Cell(Base):
 
     __tablename__ = "cells"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    carrier: Mapped[str] = mapped_column(String(64))
+    carrier: Mapped[str] = mapped_column(CARRIER)
     cell_id: Mapped[int] = mapped_column(BigInteger)
     direction: Mapped[Direction] = mapped_column(DIRECTION)
     handovers: Mapped[int] = mapped_column(Integer, default=0)
@@ -215,11 +222,11 @@ class Handover(Base):
 
     __tablename__ = "handovers"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    train_id: Mapped[str] = mapped_column(ForeignKey("trains.id", ondelete="CASCADE"))
+    train_id: Mapped[str] = mapped_column(TRAIN_ID, ForeignKey("trains.id", ondelete="CASCADE"))
     trip_id: Mapped[int | None] = mapped_column(ForeignKey("trips.id", ondelete="SET NULL"))
     cell: Mapped[int | None] = mapped_column(ForeignKey("cells.id", ondelete="SET NULL"))
     source: Mapped[Source] = mapped_column(SOURCE, default=Source.telemetry)
-    carrier: Mapped[str] = mapped_column(String(64))
+    carrier: Mapped[str] = mapped_column(CARRIER)
     path: Mapped[int | None] = mapped_column(SmallInteger)
     source_cell_id: Mapped[int] = mapped_column(BigInteger)
     target_cell_id: Mapped[int] = mapped_column(BigInteger)
