@@ -15,7 +15,7 @@
   queries are on handovers and cells, which keep theirs). docs/linkdb.md.
 
 Revision ID: 0004
-Revises: 0002 (the lead re-chains it after linkdb-api's 0003)
+Revises: 0003
 Create Date: 2026-11-25 14:00:00
 """
 
@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0004"
-down_revision: str | None = "0002"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
