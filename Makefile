@@ -18,6 +18,7 @@ define run_integration
 	@if [[ -f scripts/integration.sh ]]; then \
 		bash scripts/integration.sh; \
 		bash scripts/integration-hsr.sh; \
+		bash scripts/integration-telemetry.sh; \
 	else \
 		echo "integration: scripts/integration.sh does not exist yet; no integration tests run"; \
 	fi

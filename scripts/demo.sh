@@ -30,4 +30,8 @@ cat <<'TXT'
    "x oracle" = the best completion time the traces allowed / the scheme's (1.0 = perfect),
    IM p90 = 90th percentile message delivery time (lower is better).
    The full method and the committed results: docs/results.md.
+
+== Fleet telemetry: the same kind of trip through the cloud side, with real
+   Kafka, PostgreSQL + PostGIS, ingest and the LinkDB API (about 3 minutes)
 TXT
+bash scripts/demo-fleet.sh
