@@ -35,7 +35,8 @@ log() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
 # the end.
 export POLYCORN_INFRA_DIR=${E2E_INFRA_DIR:-/tmp/polycorn-infra-e2e}
 export POLYCORN_PG_PORT=${E2E_PG_PORT:-55442} POLYCORN_KAFKA_PORT=${E2E_KAFKA_PORT:-59102}
-bash scripts/infra.sh up pg kafka
+export POLYCORN_PROM_PORT=${E2E_PROM_PORT:-59110}
+bash scripts/infra.sh up pg kafka prom
 eval "$(bash scripts/infra.sh env)"
 KAFKA_PORT=${POLYCORN_KAFKA_BOOTSTRAP##*:}
 PY() { uv run --all-packages --locked --quiet "$@"; }
@@ -54,7 +55,8 @@ BLACKOUT=0
 
 cleanup() {
     ((BLACKOUT)) && blackout off 2>/dev/null
-    [[ -n $INGEST_PID ]] && kill -TERM "$INGEST_PID" 2>/dev/null
+    # ingest runs in its own process group (setsid): stop all of it.
+    [[ -n $INGEST_PID ]] && kill -TERM -- "-$INGEST_PID" 2>/dev/null
     PC_PREFIX=$P testbed/topology.sh down >/dev/null 2>&1 || true
     bash scripts/infra.sh wipe >/dev/null 2>&1 || true
     [[ ${KEEP_WORK:-0} == 1 ]] || rm -rf "$WORK"
@@ -92,10 +94,25 @@ psql "${POLYCORN_DATABASE_URL%/*}/postgres" -qc "CREATE DATABASE $DB"
 psql "$DB_URL" -qc "CREATE EXTENSION postgis"
 PY polycorn-linkdb --url "$DB_URL" upgrade
 
-PY polycorn-ingest run --bootstrap "$POLYCORN_KAFKA_BOOTSTRAP" --database-url "$DB_URL" \
-    --topic "$TOPIC" --dlq-topic "$DLQ" --group "ingest-$RUN" --metrics-addr 127.0.0.1:9481 \
+INGEST_METRICS=127.0.0.1:${E2E_INGEST_METRICS_PORT:-9481}
+setsid "$root/.venv/bin/polycorn-ingest" run --bootstrap "$POLYCORN_KAFKA_BOOTSTRAP" --database-url "$DB_URL" \
+    --topic "$TOPIC" --dlq-topic "$DLQ" --group "ingest-$RUN" --metrics-addr "$INGEST_METRICS" \
     >"$WORK/ingest.log" 2>&1 &
 INGEST_PID=$!
+ingest_up() {
+    local i
+    for ((i = 0; i < 300; i++)); do
+        kill -0 "$INGEST_PID" 2>/dev/null || { tail -20 "$WORK/ingest.log"; return 1; }
+        curl -fsS -o /dev/null --max-time 1 "http://$INGEST_METRICS/metrics" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+ingest_up || { echo "integration-telemetry: polycorn-ingest did not start" >&2; exit 1; }
+# Prometheus scrapes ingest; the last check reads ingest's metrics back from it.
+cat >"$POLYCORN_PROM_TARGETS_DIR/ingest-$RUN.json" <<EOJ
+[{"targets": ["$INGEST_METRICS"], "labels": {"service": "ingest"}}]
+EOJ
 
 EPOCH=$(($(date +%s%3N) + 3000))
 log "topology up (epoch $EPOCH)"
@@ -158,7 +175,7 @@ caught_up() {
     local i last="" now
     for ((i = 0; i < 120; i++)); do
         now=$(psql "$DB_URL" -Atc "select (select count(*) from handovers), (select count(*) from gps_fixes)")
-        [[ $now == "$last" ]] && return 0
+        [[ $now == "$last" && $now != "0|0" ]] && return 0
         last=$now
         sleep 2
     done
@@ -232,6 +249,25 @@ faults_bit() {
     grep -qi "error\|retry\|unavailable" "$WORK/ingest.log" || { echo "ingest never noticed the PostgreSQL restart"; return 1; }
 }
 check "the faults really happened (relay resends, ingest noticed the database restart and survived)" faults_bit
+
+prometheus_scraped_ingest() {
+    # The real Prometheus scraped ingest's metrics: rows written and the
+    # consumer lag, by the names the dashboards will use.
+    local q n i
+    for ((i = 0; i < 30; i++)); do
+        q=$(curl -fsS "$POLYCORN_PROMETHEUS_URL/api/v1/query" \
+            --data-urlencode 'query=sum(polycorn_ingest_rows_written_total{service="ingest"})' 2>/dev/null || true)
+        n=$(jq -r '.data.result[0].value[1] // 0' <<<"$q" 2>/dev/null || echo 0)
+        if [[ ${n%.*} -gt 0 ]]; then
+            q=$(curl -fsS "$POLYCORN_PROMETHEUS_URL/api/v1/query" --data-urlencode 'query=polycorn_ingest_consumer_lag')
+            jq -e '.data.result | length > 0' <<<"$q" >/dev/null && { echo "Prometheus: ingest wrote $n rows"; return 0; }
+        fi
+        sleep 1
+    done
+    echo "Prometheus never saw ingest's rows: $q"
+    return 1
+}
+check "Prometheus scrapes ingest's metrics (rows written, consumer lag)" prometheus_scraped_ingest
 
 echo
 echo "integration-telemetry: $pass passed, $fail failed"
