@@ -24,17 +24,20 @@ DB=linkdb_demo
 WORK=$(mktemp -d /tmp/polycorn-demo-fleet.XXXXXX)
 PIDS=()
 PY() { uv run --all-packages --locked --quiet "$@"; }
+VENV=$root/.venv/bin
 
 cleanup() {
     local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    # Each service runs in its own process group (setsid): stop all of it.
+    for p in "${PIDS[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
+    rm -f "${POLYCORN_PROM_TARGETS_DIR:-/nonexistent}"/demo-fleet-*.json
     PC_PREFIX=$P testbed/topology.sh down >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-bash scripts/infra.sh up pg kafka >/dev/null
+bash scripts/infra.sh up pg kafka prom >/dev/null
 eval "$(bash scripts/infra.sh env)"
 KAFKA_PORT=${POLYCORN_KAFKA_BOOTSTRAP##*:}
 DB_URL=${POLYCORN_DATABASE_URL%/*}/$DB
@@ -46,15 +49,19 @@ echo "LinkDB: $DB_URL (migrated); Kafka: $POLYCORN_KAFKA_BOOTSTRAP, topic $TOPIC
 
 # ingest: a fresh consumer group reads the topic from the start; earlier
 # runs' records are for other trains or are duplicates, which LinkDB ignores.
-PY polycorn-ingest run --database-url "$DB_URL" --group "demo-$(date +%s)" --metrics-addr 127.0.0.1:19464 \
-    >"$WORK/ingest.log" 2>&1 &
+setsid "$VENV/polycorn-ingest" run --database-url "$DB_URL" --group "demo-$(date +%s)" \
+    --metrics-addr 127.0.0.1:19464 >"$WORK/ingest.log" 2>&1 &
 PIDS+=($!)
 
-KEY_ENTRY=$(PY polycorn-linkdb-api hash-key demo read 2>"$WORK/key")
+KEY_ENTRY=$("$VENV/polycorn-linkdb-api" hash-key demo read 2>"$WORK/key")
 KEY=$(sed -n 's/.*: //p' "$WORK/key")
 POLYCORN_DATABASE_URL=$DB_URL POLYCORN_API_KEYS=$KEY_ENTRY \
-    PY polycorn-linkdb-api serve --port "$API_PORT" --no-access-log >"$WORK/api.log" 2>&1 &
+    setsid "$VENV/polycorn-linkdb-api" serve --port "$API_PORT" --no-access-log >"$WORK/api.log" 2>&1 &
 PIDS+=($!)
+# Prometheus (scripts/infra.sh) scrapes ingest and the API.
+echo '[{"targets": ["127.0.0.1:19464"], "labels": {"service": "ingest"}},
+  {"targets": ["127.0.0.1:'"$API_PORT"'"], "labels": {"service": "linkdb-api"}}]' \
+    >"$POLYCORN_PROM_TARGETS_DIR/demo-fleet-$$.json"
 
 "$BIN/polycorn-tracegen" generate --route-seed 1 --trip-seed 7 --duration-s "$TRIP_S" --carriers 2 \
     --out "$WORK/trip" >/dev/null
@@ -120,3 +127,15 @@ for f in worst:
     print(f"  {p['carrier']} cell {p['cell_id']} {p['direction']}: {p['failures']}/{p['handovers']} failed, "
           f"earliest handover at track {p['earliest_ho_track_m']:.0f} m")
 PY
+
+echo
+echo "== the same, as Prometheus scraped it ($POLYCORN_PROMETHEUS_URL)"
+sleep 3
+prom() {
+    curl -fsS "$POLYCORN_PROMETHEUS_URL/api/v1/query" --data-urlencode "query=$1" |
+        jq -r '.data.result[] | "\(.metric | del(.__name__, .instance, .job, .service) | tostring) \(.value[1])"' 2>/dev/null
+}
+echo "rows ingest wrote, by table:"
+prom 'sum by (table) (polycorn_ingest_rows_written_total{service="ingest"})' | sed 's/^/  /'
+echo "API requests, by route:"
+prom 'sum by (route) (polycorn_api_request_duration_seconds_count{service="linkdb-api"})' | sed 's/^/  /'
