@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+
 from polycorn_linkdb_api.app import create_app
 from polycorn_linkdb_api.auth import hash_key
 from polycorn_linkdb_api.settings import ApiSettings, DatabaseSettings, Settings

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+
 from polycorn_linkdb_api.app import create_app
 from polycorn_linkdb_api.auth import hash_key, load_keys, parse_entries
 from polycorn_linkdb_api.main import main

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+
 from polycorn_linkdb_api.app import create_app
 from polycorn_schema.testing import fresh_database
 

@@ -17,8 +17,6 @@ import schemathesis
 from fastapi import FastAPI
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
-from polycorn_linkdb_api.app import create_app
-from polycorn_schema.testing import fresh_database
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import (
@@ -26,6 +24,9 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+
+from polycorn_linkdb_api.app import create_app
+from polycorn_schema.testing import fresh_database
 
 from .conftest import ADMIN_KEY, settings_for
 

@@ -6,6 +6,7 @@ import base64
 
 import pytest
 from fastapi.testclient import TestClient
+
 from polycorn_linkdb_api.params import encode_cursor
 
 from .conftest import READ
