@@ -119,5 +119,6 @@ for q in $QUERIES; do
 done
 
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 (cd linkdb-api && "${UVW[@]}" python -m loadtest.report --dir "$WORK" --setup "$WORK/setup.json" \
-    --out "../$OUT/api.json")
+    --out "$OUT/api.json")
