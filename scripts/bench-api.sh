@@ -68,7 +68,7 @@ CELLS=$(psql "$BENCH_URL" -Atc "select count(*) from cells")
 
 READ_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
 ADMIN_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
-KEYS="$("${UVW[@]}" polycorn-linkdb-api hash-key --key "$READ_KEY" bench read),$("${UVW[@]}" polycorn-linkdb-api hash-key --key "$ADMIN_KEY" bench-admin admin)"
+KEYS="$("${UVW[@]}" polycorn-linkdb-api hash-key --key="$READ_KEY" bench read),$("${UVW[@]}" polycorn-linkdb-api hash-key --key="$ADMIN_KEY" bench-admin admin)"
 
 log "starting the API: $WORKERS uvicorn workers on 127.0.0.1:$PORT"
 POLYCORN_DATABASE_URL=$BENCH_URL POLYCORN_API_KEYS=$KEYS \
@@ -89,11 +89,11 @@ done
 curl -fsS "$API/readyz" >/dev/null || { log "the API did not become ready"; exit 1; }
 
 (cd linkdb-api && "${UVW[@]}" python -m loadtest.publish_table --db "$BENCH_URL" \
-    --url "$API" --key "$ADMIN_KEY")
+    --url "$API" --key="$ADMIN_KEY")
 ETAG=$(curl -fsS -o /dev/null -D - -H "X-API-Key: $READ_KEY" "$API/v1/failure-table" |
     sed -n 's/^[Ee][Tt][Aa][Gg]: *//p' | tr -d '\r')
 psql "$BENCH_URL" -Atc "select id from cells order by id" >"$WORK/cells.txt"
-(cd linkdb-api && "${UVW[@]}" python -m loadtest.targets --url "$API" --key "$READ_KEY" \
+(cd linkdb-api && "${UVW[@]}" python -m loadtest.targets --url "$API" --key="$READ_KEY" \
     --cells "$WORK/cells.txt" --etag "$ETAG" --out "$WORK")
 
 VEGETA_VERSION=$(sed -n "s/^VEGETA_VERSION=//p" scripts/setup.sh)

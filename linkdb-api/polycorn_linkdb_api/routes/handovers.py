@@ -10,13 +10,12 @@ about the bbox's index entries plus ``limit`` heap rows. (Walking
 ``ix_handovers_start_time`` and testing each row against the bbox costs
 ``limit`` / the bbox's share of all rows, tens of thousands of rows for a
 20 km viewport; a bitmap scan of the bbox fetches every row in it.) The
-distance order does not break ties by id, so the query takes the rows
-strictly before the page's last start time from the scan and every row
-at that last start time again by ``ix_handovers_start_time``, then sorts
-by (start_time, id): exact, whatever the ties. A larger bbox holds a large
-share of the rows, where walking the time index and filtering is cheap
-and the nearest-neighbour scan would visit most of the index: the planner
-gets the plain query.
+distance order does not break ties by id, so when the page ends inside a
+tie the query reads every row at that last start time again and sorts by
+(start_time, id): exact, whatever the ties (without a tie, no second
+read). A larger bbox holds a large share of the rows, where walking the
+time index and filtering is cheap and the nearest-neighbour scan would
+visit most of the index: the planner gets the plain query.
 """
 
 from __future__ import annotations
@@ -136,16 +135,26 @@ async def list_handovers(
     # plan would otherwise guess it.
     lim = limit + 1
     if box is not None and box.area() <= KNN_MAX_AREA_DEG2:
+        # k: the first lim rows in time order, ties in any order. Every row
+        # before the last start time t is in k; rows at t may not all be.
+        # If k holds the whole bbox (fewer than lim rows), or exactly
+        # `limit` rows come before t (the page is those, and the row at t
+        # only says there is more), k decides the page. Otherwise (a tie at
+        # the page's end) every row at t is read again, by time.
         sql = f"""
 WITH k AS MATERIALIZED (
   SELECT h.id, h.start_time FROM handovers h WHERE {cond}
   ORDER BY h.start_time <-> {TIME_ORIGIN} LIMIT {lim}
-), edge AS (SELECT max(k.start_time) AS t FROM k)
+), edge AS MATERIALIZED (
+  SELECT e.t, e.n = {lim} AND (SELECT count(*) FROM k WHERE k.start_time < e.t) < {limit} AS tie
+  FROM (SELECT max(k.start_time) AS t, count(*) AS n FROM k) e
+)
 SELECT {FEATURE}, h.start_time, h.id FROM handovers h
 WHERE h.id IN (
-  SELECT k.id FROM k WHERE k.start_time < (SELECT t FROM edge)
+  SELECT k.id FROM k WHERE k.start_time < (SELECT t FROM edge) OR NOT (SELECT tie FROM edge)
   UNION ALL
-  SELECT h.id FROM handovers h WHERE h.start_time = (SELECT t FROM edge) AND {cond}
+  SELECT h.id FROM handovers h
+  WHERE (SELECT tie FROM edge) AND h.start_time = (SELECT t FROM edge) AND {cond}
 )
 ORDER BY h.start_time, h.id LIMIT {lim}"""
     else:
