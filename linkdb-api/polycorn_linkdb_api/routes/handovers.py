@@ -143,20 +143,20 @@ async def list_handovers(
         # the page's end) every row at t is read again, by time.
         sql = f"""
 WITH k AS MATERIALIZED (
-  SELECT h.id, h.start_time FROM handovers h WHERE {cond}
+  SELECT {FEATURE} AS f, h.start_time, h.id FROM handovers h WHERE {cond}
   ORDER BY h.start_time <-> {TIME_ORIGIN} LIMIT {lim}
 ), edge AS MATERIALIZED (
   SELECT e.t, e.n = {lim} AND (SELECT count(*) FROM k WHERE k.start_time < e.t) < {limit} AS tie
   FROM (SELECT max(k.start_time) AS t, count(*) AS n FROM k) e
 )
-SELECT {FEATURE}, h.start_time, h.id FROM handovers h
-WHERE h.id IN (
-  SELECT k.id FROM k WHERE k.start_time < (SELECT t FROM edge) OR NOT (SELECT tie FROM edge)
+SELECT * FROM (
+  SELECT k.f, k.start_time, k.id FROM k
+  WHERE k.start_time < (SELECT t FROM edge) OR NOT (SELECT tie FROM edge)
   UNION ALL
-  SELECT h.id FROM handovers h
+  SELECT {FEATURE}, h.start_time, h.id FROM handovers h
   WHERE (SELECT tie FROM edge) AND h.start_time = (SELECT t FROM edge) AND {cond}
-)
-ORDER BY h.start_time, h.id LIMIT {lim}"""
+) page
+ORDER BY page.start_time, page.id LIMIT {lim}"""
     else:
         sql = (
             f"SELECT {FEATURE}, h.start_time, h.id FROM handovers h WHERE {cond} "
