@@ -11,8 +11,10 @@
 set -euo pipefail
 
 # Order matters only for the summary. `setup.sh NAME...` checks only those
-# components (make bench-api runs `setup.sh bench`).
-COMPONENTS=(base net origin radio lint rust python infra bench)
+# components, including the optional ones that a plain run skips
+# (make bench-api runs `setup.sh bench`).
+COMPONENTS=(base net origin radio lint rust python infra)
+OPTIONAL=(bench)
 
 PENDING=()       # Debian packages found missing, installed in one batch.
 POST_CHECKS=()   # functions run once everything is installed.
@@ -189,9 +191,10 @@ check_kafka() {
     SUMMARY+=("kafka: $KAFKA_VERSION jars in $libs; postgis: $(dpkg-query -W -f='${Version}' postgresql-15-postgis-3); prometheus: $(dpkg-query -W -f='${Version}' prometheus)")
 }
 
-# make bench-api's load generator: vegeta, an open-loop constant-rate HTTP
-# load tool, built from its Go module (pinned) with the Go toolchain into the
-# machine's cache, shared by every clone (override with POLYCORN_CACHE).
+# Optional (`setup.sh bench`, run by make bench-api): make bench-api's load
+# generator, vegeta, an open-loop constant-rate HTTP load tool, built from its
+# Go module (pinned) with the Go toolchain into the machine's cache, shared by
+# every clone (override with POLYCORN_CACHE).
 VEGETA_VERSION=12.13.0
 
 component_bench() {
@@ -251,7 +254,8 @@ main() {
     local c
     if (($#)); then
         for c in "$@"; do
-            declare -F "component_$c" >/dev/null || die "no component $c (have: ${COMPONENTS[*]})"
+            declare -F "component_$c" >/dev/null \
+                || die "no component $c (have: ${COMPONENTS[*]} ${OPTIONAL[*]})"
         done
         COMPONENTS=("$@")
     fi
