@@ -10,8 +10,11 @@
 # package alone is not proof enough), then list it in COMPONENTS below.
 set -euo pipefail
 
-# Order matters only for the summary.
+# Order matters only for the summary. `setup.sh NAME...` checks only those
+# components, including the optional ones that a plain run skips
+# (make bench-api runs `setup.sh bench`).
 COMPONENTS=(base net origin radio lint rust python infra)
+OPTIONAL=(bench)
 
 PENDING=()       # Debian packages found missing, installed in one batch.
 POST_CHECKS=()   # functions run once everything is installed.
@@ -191,6 +194,34 @@ check_kafka() {
     SUMMARY+=("kafka: $KAFKA_VERSION jars in $libs; postgis: $(dpkg-query -W -f='${Version}' postgresql-15-postgis-3); prometheus: $(dpkg-query -W -f='${Version}' prometheus)")
 }
 
+# Optional (`setup.sh bench`, run by make bench-api): make bench-api's load
+# generator, vegeta, an open-loop constant-rate HTTP load tool, built from its
+# Go module (pinned) with the Go toolchain into the machine's cache, shared by
+# every clone (override with POLYCORN_CACHE).
+VEGETA_VERSION=12.13.0
+
+component_bench() {
+    after_install check_vegeta
+}
+
+vegeta_bin() { echo "${POLYCORN_CACHE:-/var/cache/polycorn}/go/bin/vegeta"; }
+
+check_vegeta() {
+    local bin cache go=go
+    bin=$(vegeta_bin)
+    cache=${POLYCORN_CACHE:-/var/cache/polycorn}/go
+    if ! go version -m "$bin" 2>/dev/null | grep -qE "^\s+mod\s+github.com/tsenart/vegeta/v12\s+v$VEGETA_VERSION\b"; then
+        command -v go >/dev/null || go=/usr/local/go/bin/go
+        command -v "$go" >/dev/null \
+            || die "vegeta $VEGETA_VERSION needs the Go toolchain (go on PATH or /usr/local/go/bin) to build"
+        log "building vegeta $VEGETA_VERSION (go install) into ${bin%/*}"
+        GOBIN=${bin%/*} GOPATH=$cache GOMODCACHE=$cache/pkg/mod GOTOOLCHAIN=local GOFLAGS=-mod=mod \
+            "$go" install "github.com/tsenart/vegeta/v12@v$VEGETA_VERSION" \
+            || die "could not build vegeta $VEGETA_VERSION with $($go version)"
+    fi
+    SUMMARY+=("vegeta: $VEGETA_VERSION at $bin")
+}
+
 # ---------------------------------------------------------------- install
 
 apt_install_pending() {
@@ -224,6 +255,13 @@ main() {
     REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
     local c
+    if (($#)); then
+        for c in "$@"; do
+            declare -F "component_$c" >/dev/null \
+                || die "no component $c (have: ${COMPONENTS[*]} ${OPTIONAL[*]})"
+        done
+        COMPONENTS=("$@")
+    fi
     for c in "${COMPONENTS[@]}"; do "component_$c"; done
     apt_install_pending
     for c in "${POST_CHECKS[@]}"; do "$c"; done

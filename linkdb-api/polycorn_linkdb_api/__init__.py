@@ -5,8 +5,8 @@ Module map, in call order:
 - ``main``: the ``polycorn-linkdb-api`` CLI (``serve``, ``hash-key``).
 - ``app``: ``create_app(settings)``, wiring routers, error handlers, metrics.
 - ``settings``: typed settings from the environment, one class per concern.
-- ``db``: the SQLAlchemy engine (psycopg 3, sync; FastAPI runs the
-  handlers in its thread pool) and the per-request connection.
+- ``db``: the asyncio psycopg 3 connection pool (the ``async def``
+  handlers await their query on it; ``deps.db`` lends a connection).
 - ``auth``: API keys (stored as SHA-256 hashes), ``read``/``admin`` scopes.
 - ``errors``: RFC 9457 problem+json for every error, one table from domain
   errors to HTTP statuses.

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from polycorn_linkdb_api import errors
 from polycorn_linkdb_api.auth import KeyStore, load_keys
-from polycorn_linkdb_api.db import make_engine
+from polycorn_linkdb_api.db import make_pool
 from polycorn_linkdb_api.errors import Problem
 from polycorn_linkdb_api.metrics import Metrics, MetricsMiddleware
 from polycorn_linkdb_api.routes import cells, failure_tables, handovers, health, trains
@@ -38,12 +38,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     keys = load_keys(settings.api.keys, settings.api.keys_file)
     if not keys:
         log.warning("no API keys configured: every /v1 request will be refused (401)")
-    engine = make_engine(settings.database)
+    db_settings = settings.database
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        engine.dispose()
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Opened here, in the loop that serves the requests; connecting goes
+        # on in the background (a down database makes /readyz 503, not a
+        # failed start).
+        pool = make_pool(db_settings)
+        await pool.open(wait=False)
+        app.state.pool = pool
+        try:
+            yield
+        finally:
+            app.state.pool = None
+            await pool.close()
 
     app = FastAPI(
         title="Polycorn LinkDB API",
@@ -52,7 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.engine = engine
+    app.state.pool = None
     app.state.keys = KeyStore(keys)
     app.state.table_cache = BodyCache()
     app.state.metrics = Metrics(CollectorRegistry())

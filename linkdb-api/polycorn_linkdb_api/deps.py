@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Connection, Engine
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 
 from polycorn_linkdb_api.auth import KeyStore, Principal, Scope
 
@@ -40,10 +41,12 @@ Reader = Annotated[Principal, Depends(read_scope)]
 Admin = Annotated[Principal, Depends(admin_scope)]
 
 
-@contextmanager
-def db(request: Request) -> Iterator[Connection]:
-    """A pooled connection in one transaction; used inside the (threadpool)
-    handler itself, so a request costs one thread hop, not two."""
-    engine: Engine = request.app.state.engine
-    with engine.begin() as conn:
+@asynccontextmanager
+async def db(request: Request) -> AsyncIterator[AsyncConnection]:
+    """A pooled connection (autocommit: each statement is its own
+    transaction; writers use ``conn.transaction()``)."""
+    pool: AsyncConnectionPool[AsyncConnection] | None = getattr(request.app.state, "pool", None)
+    if pool is None:
+        raise RuntimeError("the database pool is opened by the app's lifespan; none is running")
+    async with pool.connection() as conn:
         yield conn

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -164,20 +164,24 @@ def install(app: FastAPI) -> None:
             detail = f"no such resource: {request.url.path} (the API lives under /v1/, see /docs)"
         return problem(exc.status_code, detail, request, headers=dict(exc.headers or {}))
 
-    @app.exception_handler(DataError)
-    async def data_error(request: Request, exc: DataError) -> JSONResponse:
+    @app.exception_handler(psycopg.DataError)
+    async def data_error(request: Request, exc: Exception) -> JSONResponse:
         # Valid-looking input the database still refuses (a number or time
         # beyond its range): the client's to fix.
-        log.info("database refused a parameter: %s", exc.orig)
-        first = str(exc.orig).splitlines()[0] if exc.orig else "value out of range"
+        log.info("database refused a parameter: %s", exc)
+        first = str(exc).splitlines()[0] if str(exc) else "value out of range"
         return problem(422, f"a parameter is out of the database's range: {first}", request)
 
-    @app.exception_handler(OperationalError)
-    async def db_down(request: Request, exc: OperationalError) -> JSONResponse:
-        log.warning("database unavailable: %s", exc.orig)
-        return problem(503, "LinkDB is unavailable; retry later", request)
+    @app.exception_handler(psycopg.OperationalError)
+    async def db_down(request: Request, exc: Exception) -> JSONResponse:
+        # Unreachable, a statement timeout, or the pool's queue full
+        # (psycopg_pool's PoolTimeout and TooManyRequests).
+        log.warning("database unavailable: %s", exc)
+        return problem(
+            503, "LinkDB is unavailable; retry later", request, headers={"Retry-After": "1"}
+        )
 
-    @app.exception_handler(DBAPIError)
-    async def db_error(request: Request, exc: DBAPIError) -> JSONResponse:
+    @app.exception_handler(psycopg.Error)
+    async def db_error(request: Request, exc: Exception) -> JSONResponse:
         log.error("database error: %s", exc, exc_info=exc)
         return problem(500, "internal database error (logged)", request)

@@ -30,6 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--no-access-log", action="store_true", help="no line per request")
+    serve.add_argument(
+        "--worker-healthcheck-timeout",
+        type=int,
+        default=30,
+        help="seconds a worker may take to answer the supervisor (uvicorn's default, 5, "
+        "kills workers still importing on a busy machine)",
+    )
     hk = sub.add_parser("hash-key", help="make an API key and its POLYCORN_API_KEYS entry")
     hk.add_argument("name")
     hk.add_argument("scope", choices=[s.value for s in Scope])
@@ -59,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         log_level=a.log_level,
         access_log=not a.no_access_log,
         proxy_headers=True,
+        timeout_worker_healthcheck=a.worker_healthcheck_timeout,
     )
     return 0
 

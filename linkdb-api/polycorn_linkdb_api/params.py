@@ -64,6 +64,10 @@ class Bbox:
     max_lon: float
     max_lat: float
 
+    def area(self) -> float:
+        """In square degrees."""
+        return (self.max_lon - self.min_lon) * (self.max_lat - self.min_lat)
+
     def binds(self) -> dict[str, float]:
         return {
             "bb_x0": self.min_lon,

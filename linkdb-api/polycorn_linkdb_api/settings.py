@@ -4,6 +4,8 @@
 ``POLYCORN_DATABASE_URL``           ``postgresql://user@host:port/db`` (required)
 ``POLYCORN_DATABASE_POOL_SIZE``     connections per worker process (default 8)
 ``POLYCORN_DATABASE_STATEMENT_TIMEOUT_MS``  per-query limit (default 5000)
+``POLYCORN_DATABASE_POOL_MAX_WAITING``  requests waiting for a connection, then 503 (default 256)
+``POLYCORN_DATABASE_PREPARE_THRESHOLD``  runs of a query before it is prepared (default 2)
 ``POLYCORN_API_KEYS``               ``name:scope:sha256hex,...`` (see ``auth``)
 ``POLYCORN_API_KEYS_FILE``          a file with one ``name:scope:sha256hex`` a line
 ``POLYCORN_API_METRICS_PUBLIC``     ``/metrics`` without a key (default true)
@@ -25,6 +27,8 @@ class DatabaseSettings(BaseSettings):
     url: str = Field(description="libpq-style URL, postgresql://user@host:port/db")
     pool_size: int = Field(default=8, ge=1, le=100)
     statement_timeout_ms: int = Field(default=5000, ge=100)
+    pool_max_waiting: int = Field(default=256, ge=0)
+    prepare_threshold: int | None = Field(default=2, ge=0)
 
 
 class ApiSettings(BaseSettings):

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
-from .conftest import READ
+from polycorn_linkdb_api.app import create_app
+from polycorn_linkdb_api.routes.handovers import KNN_MAX_AREA_DEG2
+from polycorn_schema.testing import fresh_database
+
+from .conftest import READ, settings_for
 
 
 def get(client: TestClient, url: str, **params: Any) -> dict[str, Any]:
@@ -110,3 +117,51 @@ def test_a_cursor_of_another_endpoint_is_refused(client: TestClient) -> None:
     r = client.get("/v1/handovers", params={"cursor": cells["next_cursor"]}, headers=READ)
     assert r.status_code == 422
     assert "cursor" in r.json()["detail"]
+
+
+# 10 trains x 3 carriers hand over at the same 5 instants, inside a small
+# box: 30 rows share each start time, so pages cut through ties.
+TIES = """
+INSERT INTO trains (id, source, first_seen, last_seen)
+  SELECT 'tie' || i, 'telemetry', '2026-11-01T00:00:00Z', '2026-11-02T00:00:00Z'
+  FROM generate_series(0, 9) i;
+INSERT INTO handovers (source, train_id, carrier, source_cell_id, target_cell_id, start_time,
+                       geog, outcome, duration_ms)
+  SELECT 'telemetry', 'tie' || i, c, 7, 8,
+         '2026-11-01T10:00:00Z'::timestamptz + t * interval '1 second',
+         ST_MakePoint(116.0 + i * 0.001, 39.0 + t * 0.001)::geography, 'success', 50
+  FROM generate_series(0, 9) i, unnest(ARRAY['a', 'b', 'c']) c, generate_series(4, 0, -1) t
+  ORDER BY random();
+"""
+
+
+@pytest.fixture(scope="module")
+def ties() -> Iterator[TestClient]:
+    with fresh_database() as url:
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute(TIES)
+        with TestClient(create_app(settings_for(url))) as client:
+            yield client
+
+
+@pytest.mark.parametrize("limit", [1, 7, 30, 31, 1000])
+def test_pages_through_equal_start_times_are_exact_on_both_plans(
+    ties: TestClient, limit: int
+) -> None:
+    small = "115.99,38.99,116.02,39.01"  # the nearest-neighbour plan
+    big = "115,38,117,40"  # the planner's plan
+    assert (0.03 * 0.02) <= KNN_MAX_AREA_DEG2 < 2 * 2
+    want = walk(ties, limit=1000)
+    assert len(want) == 150
+    keys = [(f["properties"]["start_time"], f["id"]) for f in want]
+    assert keys == sorted(keys)
+    for bbox in (small, big):
+        got = walk(ties, bbox=bbox, limit=limit)
+        assert [f["id"] for f in got] == [f["id"] for f in want], bbox
+    # A cursor in the middle of a tie, and a filter the index does not hold.
+    inside = walk(ties, bbox="116.0035,38.99,116.02,39.01", carrier="b", limit=limit)
+    assert [f["id"] for f in inside] == [
+        f["id"]
+        for f in want
+        if f["properties"]["carrier"] == "b" and f["geometry"]["coordinates"][0] > 116.0035
+    ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from sqlalchemy import text
 
 from polycorn_linkdb_api.deps import Reader, db
 from polycorn_linkdb_api.errors import NotFoundError
@@ -28,6 +27,8 @@ from polycorn_linkdb_api.routes.common import (
     NOT_FOUND,
     GeoJSONResponse,
     JSONTextResponse,
+    fetchall,
+    fetchone,
     page,
 )
 from polycorn_linkdb_api.schemas import CellCollection, CellStats
@@ -53,7 +54,7 @@ FEATURE = """json_build_object(
     responses=AUTH_ERRORS,
     summary="Cells as a GeoJSON FeatureCollection",
 )
-def list_cells(
+async def list_cells(
     *,
     request: Request,
     _who: Reader,
@@ -92,8 +93,8 @@ def list_cells(
         f"SELECT {FEATURE}, c.id FROM cells c "
         f"{'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY c.id LIMIT :lim"
     )
-    with db(request) as conn:
-        rows = conn.execute(text(sql), binds).all()
+    async with db(request) as conn:
+        rows = await fetchall(conn, sql, binds)
     nxt = encode_cursor("cells", rows[limit - 1][1]) if len(rows) > limit else None
     return page(request, rows, limit, nxt, collection=True)
 
@@ -155,7 +156,7 @@ WHERE c.id = :id
     responses={**AUTH_ERRORS, **NOT_FOUND},
     summary="One cell's handover statistics",
 )
-def cell_stats(
+async def cell_stats(
     request: Request,
     _who: Reader,
     cell_id: Annotated[int, Path(ge=1, le=BIGINT_MAX, description="LinkDB cell ID")],
@@ -167,8 +168,8 @@ def cell_stats(
     the track, and an RSRP summary, over the handovers out of the cell in
     [since, until) (all time by default)."""
     s, u = window(since, until)
-    with db(request) as conn:
-        row = conn.execute(text(STATS), {"id": cell_id, "since": s, "until": u}).first()
+    async with db(request) as conn:
+        row = await fetchone(conn, STATS, {"id": cell_id, "since": s, "until": u})
     if row is None:
         raise NotFoundError(f"no cell {cell_id} (list them with /v1/cells)")
     return JSONTextResponse(row[0])

@@ -3,15 +3,42 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
+from psycopg import AsyncConnection
 
 from polycorn_linkdb_api.errors import Problem
 
 GEOJSON = "application/geo+json"
+
+
+_BIND = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@lru_cache(maxsize=512)
+def pg(sql: str) -> str:
+    """``:name`` binds (SQLAlchemy style, easier to read) as psycopg's
+    ``%(name)s``; ``::casts`` are left alone. The SQL holds no ``%``."""
+    return _BIND.sub(r"%(\1)s", sql)
+
+
+async def fetchall(
+    conn: AsyncConnection, sql: str, binds: Mapping[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    cur = await conn.execute(pg(sql), binds)
+    return await cur.fetchall()
+
+
+async def fetchone(
+    conn: AsyncConnection, sql: str, binds: Mapping[str, Any] | None = None
+) -> tuple[Any, ...] | None:
+    cur = await conn.execute(pg(sql), binds)
+    return await cur.fetchone()
 
 
 class JSONTextResponse(JSONResponse):

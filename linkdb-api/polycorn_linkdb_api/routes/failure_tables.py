@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections import OrderedDict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
-from sqlalchemy import Connection, text
+from psycopg import AsyncConnection
 
 from polycorn_linkdb_api.deps import Admin, Reader, db
 from polycorn_linkdb_api.errors import ConflictError, InvalidInputError, InvalidParam, NotFoundError
@@ -24,7 +23,14 @@ from polycorn_linkdb_api.failure_table import (
     reserialise,
 )
 from polycorn_linkdb_api.params import BIGINT_MAX, CursorParam, Limit, encode_cursor, int_cursor
-from polycorn_linkdb_api.routes.common import AUTH_ERRORS, NOT_FOUND, JSONTextResponse, page
+from polycorn_linkdb_api.routes.common import (
+    AUTH_ERRORS,
+    NOT_FOUND,
+    JSONTextResponse,
+    fetchall,
+    fetchone,
+    page,
+)
 from polycorn_linkdb_api.schemas import TableList, TableMeta
 
 router = APIRouter(prefix="/v1", tags=["failure tables"])
@@ -38,38 +44,50 @@ ETAG_HEADER = {
 
 
 class BodyCache:
-    """Canonical bytes of recently served versions (rows never change)."""
+    """Canonical bytes of recently served versions (rows never change). One
+    per worker; the event loop is its only user, so it needs no lock."""
 
     def __init__(self, size: int = 8) -> None:
         self._d: OrderedDict[int, bytes] = OrderedDict()
         self._size = size
-        self._lock = threading.Lock()
 
-    def get(self, conn: Connection, version: int) -> bytes:
-        with self._lock:
-            hit = self._d.get(version)
+    def peek(self, version: int) -> bytes | None:
+        return self._d.get(version)
+
+    async def get(self, conn: AsyncConnection, version: int) -> bytes:
+        hit = self._d.get(version)
         if hit is not None:
             return hit
-        body = conn.execute(
-            text("SELECT body FROM failure_tables WHERE version = :v"), {"v": version}
-        ).scalar_one()
-        data = reserialise(body)
-        with self._lock:
-            self._d[version] = data
-            while len(self._d) > self._size:
-                self._d.popitem(last=False)
+        row = await fetchone(
+            conn, "SELECT body FROM failure_tables WHERE version = :v", {"v": version}
+        )
+        if row is None:
+            raise NotFoundError(f"no failure-location table version {version}")
+        data = reserialise(row[0])
+        self._d[version] = data
+        while len(self._d) > self._size:
+            self._d.popitem(last=False)
         return data
 
 
-def _serve(
-    request: Request, version: int, etag: str, if_none: str | None, cache_control: str
+async def _serve(
+    request: Request,
+    conn: AsyncConnection,
+    *,
+    version: int,
+    etag: str,
+    if_none: str | None,
+    cache_control: str,
 ) -> Response:
+    """304 without touching the body; else the cached bytes (read and
+    re-serialised once per version and worker)."""
     headers = {"ETag": f'"{etag}"', "Cache-Control": cache_control}
     if if_none_match(if_none, etag):
         return Response(status_code=304, headers=headers)
     cache: BodyCache = request.app.state.table_cache
-    with db(request) as conn:
-        data = cache.get(conn, version)
+    data = cache.peek(version)
+    if data is None:
+        data = await cache.get(conn, version)
     return JSONTextResponse(data, headers=headers)
 
 
@@ -86,20 +104,27 @@ IfNoneMatch = Annotated[
     responses={**NOT_MODIFIED, **AUTH_ERRORS, **NOT_FOUND},
     summary="The current failure-location table (for the proxies)",
 )
-def current_table(request: Request, _who: Reader, if_none_match: IfNoneMatch = None) -> Response:
+async def current_table(
+    request: Request, _who: Reader, if_none_match: IfNoneMatch = None
+) -> Response:
     """The highest published version, in the proxies' file format. Poll with
     `If-None-Match: <ETag>`: 304 while it is unchanged. 404 until a first
     table is published (a proxy then runs without one)."""
-    with db(request) as conn:
-        row = conn.execute(
-            text("SELECT version, etag FROM failure_tables ORDER BY version DESC LIMIT 1")
-        ).first()
-    if row is None:
-        raise NotFoundError("no failure-location table has been published yet")
     max_age = request.app.state.settings.api.table_max_age_s
-    return _serve(
-        request, row[0], row[1], if_none_match, f"private, max-age={max_age}, must-revalidate"
-    )
+    async with db(request) as conn:
+        row = await fetchone(
+            conn, "SELECT version, etag FROM failure_tables ORDER BY version DESC LIMIT 1"
+        )
+        if row is None:
+            raise NotFoundError("no failure-location table has been published yet")
+        return await _serve(
+            request,
+            conn,
+            version=row[0],
+            etag=row[1],
+            if_none=if_none_match,
+            cache_control=f"private, max-age={max_age}, must-revalidate",
+        )
 
 
 @router.get(
@@ -109,20 +134,27 @@ def current_table(request: Request, _who: Reader, if_none_match: IfNoneMatch = N
     responses={**NOT_MODIFIED, **AUTH_ERRORS, **NOT_FOUND},
     summary="One version of the failure-location table",
 )
-def table_version(
+async def table_version(
     request: Request,
     _who: Reader,
     version: Annotated[int, Path(ge=1, le=BIGINT_MAX)],
     if_none_match: IfNoneMatch = None,
 ) -> Response:
     """A published version; versions never change, so it may be cached for good."""
-    with db(request) as conn:
-        etag = conn.execute(
-            text("SELECT etag FROM failure_tables WHERE version = :v"), {"v": version}
-        ).scalar()
-    if etag is None:
-        raise NotFoundError(f"no failure-location table version {version}")
-    return _serve(request, version, etag, if_none_match, "private, max-age=31536000, immutable")
+    async with db(request) as conn:
+        row = await fetchone(
+            conn, "SELECT etag FROM failure_tables WHERE version = :v", {"v": version}
+        )
+        if row is None:
+            raise NotFoundError(f"no failure-location table version {version}")
+        return await _serve(
+            request,
+            conn,
+            version=version,
+            etag=row[0],
+            if_none=if_none_match,
+            cache_control="private, max-age=31536000, immutable",
+        )
 
 
 META = """json_build_object('version', f.version, 'etag', f.etag, 'entries', f.entries,
@@ -136,7 +168,7 @@ META = """json_build_object('version', f.version, 'etag', f.etag, 'entries', f.e
     responses=AUTH_ERRORS,
     summary="Published failure-location tables, newest first",
 )
-def list_tables(
+async def list_tables(
     request: Request, _who: Reader, limit: Limit = 100, cursor: CursorParam = None
 ) -> Response:
     """Metadata of every published version (no bodies), newest first."""
@@ -146,14 +178,13 @@ def list_tables(
     if before is not None:
         where = "WHERE f.version < :before"
         binds["before"] = before
-    with db(request) as conn:
-        rows = conn.execute(
-            text(
-                f"SELECT {META}, f.version FROM failure_tables f {where} "
-                "ORDER BY f.version DESC LIMIT :lim"
-            ),
+    async with db(request) as conn:
+        rows = await fetchall(
+            conn,
+            f"SELECT {META}, f.version FROM failure_tables f {where} "
+            "ORDER BY f.version DESC LIMIT :lim",
             binds,
-        ).all()
+        )
     nxt = encode_cursor("failure-tables", rows[limit - 1][1]) if len(rows) > limit else None
     return page(request, rows, limit, nxt, collection=False, response_class=JSONTextResponse)
 
@@ -172,7 +203,7 @@ def list_tables(
     },
     summary="Publish a failure-location table (admin)",
 )
-def publish_table(
+async def publish_table(
     request: Request,
     _who: Admin,
     table: TableIn,
@@ -184,19 +215,18 @@ def publish_table(
     """Validates the table exactly as the proxies' parser does, assigns
     version = previous + 1 (a given `version` must be that number, else 409),
     stores the canonical body and returns its metadata, with the new ETag."""
-    with db(request) as conn:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PUBLISH_LOCK})
-        version = conn.execute(
-            text("SELECT coalesce(max(version), 0) + 1 FROM failure_tables")
-        ).scalar_one()
+    async with db(request) as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%(k)s)", {"k": PUBLISH_LOCK})
+        got = await fetchone(conn, "SELECT coalesce(max(version), 0) + 1 FROM failure_tables")
+        version: int = got[0] if got is not None else 1
         if table.version is not None and table.version != version:
             raise ConflictError(
                 f"version {table.version} is not the next version ({version}); leave version "
                 "out to get the next one"
             )
-        if model_id is not None and (
-            conn.execute(text("SELECT 1 FROM models WHERE id = :m"), {"m": model_id}).first()
-            is None
+        if (
+            model_id is not None
+            and await fetchone(conn, "SELECT 1 FROM models WHERE id = :m", {"m": model_id}) is None
         ):
             raise InvalidInputError(
                 f"no model {model_id}",
@@ -205,12 +235,11 @@ def publish_table(
         body = canonical_dict(table, version)
         data = canonical(body)
         etag = etag_of(data)
-        row = conn.execute(
-            text(
-                "INSERT INTO failure_tables (version, model_id, etag, entries, body, note) "
-                "VALUES (:v, :m, :e, :n, CAST(:b AS jsonb), :note) "
-                f"RETURNING {META.replace('f.', '')}"
-            ),
+        meta = await fetchone(
+            conn,
+            "INSERT INTO failure_tables (version, model_id, etag, entries, body, note) "
+            "VALUES (:v, :m, :e, :n, CAST(:b AS jsonb), :note) "
+            f"RETURNING {META.replace('f.', '')}",
             {
                 "v": version,
                 "m": model_id,
@@ -219,7 +248,10 @@ def publish_table(
                 "b": json.dumps(body),
                 "note": note,
             },
-        ).scalar_one()
+        )
+        if meta is None:  # INSERT ... RETURNING always returns the row
+            raise RuntimeError("the INSERT returned no row")
+        row: str = meta[0]
     return JSONTextResponse(
         row,
         status_code=201,

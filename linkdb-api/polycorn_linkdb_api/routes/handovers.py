@@ -1,12 +1,28 @@
 """``/v1/handovers``: handovers as GeoJSON Points, filtered, keyset-paginated
-by (start_time, id)."""
+by (start_time, id).
+
+A map viewport (a bbox up to ``KNN_MAX_AREA_DEG2``) is served by the GiST
+index ``ix_handovers_geom_time`` on ``(geog::geometry, start_time)``
+(btree_gist, migration 0005) as a nearest-neighbour scan ordered by
+``start_time <-> TIME_ORIGIN``: the index yields the bbox's rows in time
+order without visiting the heap for the rows it skips, so a page costs
+about the bbox's index entries plus ``limit`` heap rows. (Walking
+``ix_handovers_start_time`` and testing each row against the bbox costs
+``limit`` / the bbox's share of all rows, tens of thousands of rows for a
+20 km viewport; a bitmap scan of the bbox fetches every row in it.) The
+distance order does not break ties by id, so when the page ends inside a
+tie the query reads every row at that last start time again and sorts by
+(start_time, id): exact, whatever the ties (without a tie, no second
+read). A larger bbox holds a large share of the rows, where walking the
+time index and filtering is cheap and the nearest-neighbour scan would
+visit most of the index: the planner gets the plain query.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from sqlalchemy import text
 
 from polycorn_linkdb_api.deps import Reader, db
 from polycorn_linkdb_api.params import (
@@ -23,7 +39,7 @@ from polycorn_linkdb_api.params import (
     time_id_cursor,
     window,
 )
-from polycorn_linkdb_api.routes.common import AUTH_ERRORS, GeoJSONResponse, page
+from polycorn_linkdb_api.routes.common import AUTH_ERRORS, GeoJSONResponse, fetchall, page
 from polycorn_linkdb_api.schemas import HandoverCollection
 from polycorn_schema.linkdb.models import Outcome
 
@@ -40,8 +56,15 @@ FEATURE = """json_build_object(
     'source', h.source))::text"""
 
 # The bbox test is planar on lon/lat (what a map's viewport means), served by
-# the expression index ix_handovers_geom (migration 0003).
+# the GiST index ix_handovers_geom_time (migrations 0003, 0005).
 BBOX = "h.geog::geometry && ST_MakeEnvelope(:bb_x0, :bb_y0, :bb_x1, :bb_y1, 4326)"
+# The smallest timestamptz: ``start_time <-> TIME_ORIGIN`` grows with start_time
+# for every time PostgreSQL can store (up to the year 294,000 or so, where
+# the interval would overflow).
+TIME_ORIGIN = "'4714-11-24 00:00:00+00 BC'::timestamptz"
+# Bboxes up to this many square degrees (about 50 x 55 km at 40 degrees N)
+# take the nearest-neighbour plan; see the module docstring.
+KNN_MAX_AREA_DEG2 = 0.25
 CELL = (
     "(h.carrier, h.source_cell_id, h.direction) = "
     "(SELECT c.carrier, c.cell_id, c.direction FROM cells c WHERE c.id = :cell)"
@@ -55,7 +78,7 @@ CELL = (
     responses=AUTH_ERRORS,
     summary="Handovers as a GeoJSON FeatureCollection",
 )
-def list_handovers(
+async def list_handovers(
     *,
     request: Request,
     _who: Reader,
@@ -77,7 +100,7 @@ def list_handovers(
     s, u = window(since, until)
     after = time_id_cursor(cursor, "handovers")
     where: list[str] = []
-    binds: dict[str, Any] = {"lim": limit + 1}
+    binds: dict[str, Any] = {}
     if box is not None:
         where.append(BBOX)
         binds.update(box.binds())
@@ -107,13 +130,40 @@ def list_handovers(
         # comparison does the exact keyset cut.
         where.append("h.start_time >= :c_t AND (h.start_time, h.id) > (:c_t, :c_id)")
         binds["c_t"], binds["c_id"] = after
-    sql = (
-        f"SELECT {FEATURE}, h.start_time, h.id FROM handovers h "
-        f"{'WHERE ' + ' AND '.join(where) if where else ''} "
-        "ORDER BY h.start_time, h.id LIMIT :lim"
-    )
-    with db(request) as conn:
-        rows = conn.execute(text(sql), binds).all()
+    cond = " AND ".join(where) if where else "true"
+    # The limit is inlined (a checked int): a prepared statement's generic
+    # plan would otherwise guess it.
+    lim = limit + 1
+    if box is not None and box.area() <= KNN_MAX_AREA_DEG2:
+        # k: the first lim rows in time order, ties in any order. Every row
+        # before the last start time t is in k; rows at t may not all be.
+        # If k holds the whole bbox (fewer than lim rows), or exactly
+        # `limit` rows come before t (the page is those, and the row at t
+        # only says there is more), k decides the page. Otherwise (a tie at
+        # the page's end) every row at t is read again, by time.
+        sql = f"""
+WITH k AS MATERIALIZED (
+  SELECT {FEATURE} AS f, h.start_time, h.id FROM handovers h WHERE {cond}
+  ORDER BY h.start_time <-> {TIME_ORIGIN} LIMIT {lim}
+), edge AS MATERIALIZED (
+  SELECT e.t, e.n = {lim} AND (SELECT count(*) FROM k WHERE k.start_time < e.t) < {limit} AS tie
+  FROM (SELECT max(k.start_time) AS t, count(*) AS n FROM k) e
+)
+SELECT * FROM (
+  SELECT k.f, k.start_time, k.id FROM k
+  WHERE k.start_time < (SELECT t FROM edge) OR NOT (SELECT tie FROM edge)
+  UNION ALL
+  SELECT {FEATURE}, h.start_time, h.id FROM handovers h
+  WHERE (SELECT tie FROM edge) AND h.start_time = (SELECT t FROM edge) AND {cond}
+) page
+ORDER BY page.start_time, page.id LIMIT {lim}"""
+    else:
+        sql = (
+            f"SELECT {FEATURE}, h.start_time, h.id FROM handovers h WHERE {cond} "
+            f"ORDER BY h.start_time, h.id LIMIT {lim}"
+        )
+    async with db(request) as conn:
+        rows = await fetchall(conn, sql, binds)
     nxt = None
     if len(rows) > limit:
         last = rows[limit - 1]

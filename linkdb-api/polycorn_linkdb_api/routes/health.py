@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from polycorn_linkdb_api.auth import KeyStore, Scope
 from polycorn_linkdb_api.deps import db
@@ -28,10 +27,10 @@ async def healthz() -> Health:
     },
     summary="Readiness: LinkDB answers",
 )
-def readyz(request: Request) -> Health:
+async def readyz(request: Request) -> Health:
     try:
-        with db(request) as conn:
-            conn.execute(text("SELECT 1"))
+        async with db(request) as conn:
+            await conn.execute("SELECT 1")
     except Exception as e:  # any failure to reach the database means not ready
         raise UnavailableError(f"LinkDB unreachable: {type(e).__name__}") from e
     return Health(status="ok")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from sqlalchemy import text
 
 from polycorn_linkdb_api.deps import Reader, db
 from polycorn_linkdb_api.errors import NotFoundError
@@ -26,6 +25,8 @@ from polycorn_linkdb_api.routes.common import (
     NOT_FOUND,
     GeoJSONResponse,
     JSONTextResponse,
+    fetchall,
+    fetchone,
     page,
 )
 from polycorn_linkdb_api.schemas import TrainDetail, TrainList, TripCollection
@@ -43,7 +44,7 @@ TRAIN = """json_build_object('id', t.id, 'source', t.source,
     responses=AUTH_ERRORS,
     summary="Trains",
 )
-def list_trains(
+async def list_trains(
     request: Request, _who: Reader, limit: Limit = 100, cursor: CursorParam = None
 ) -> Response:
     """Trains (and drive-test logs) ordered by ID."""
@@ -53,10 +54,10 @@ def list_trains(
     if after is not None:
         where = "WHERE t.id > :after"
         binds["after"] = after
-    with db(request) as conn:
-        rows = conn.execute(
-            text(f"SELECT {TRAIN}, t.id FROM trains t {where} ORDER BY t.id LIMIT :lim"), binds
-        ).all()
+    async with db(request) as conn:
+        rows = await fetchall(
+            conn, f"SELECT {TRAIN}, t.id FROM trains t {where} ORDER BY t.id LIMIT :lim", binds
+        )
     nxt = encode_cursor("trains", rows[limit - 1][1]) if len(rows) > limit else None
     return page(request, rows, limit, nxt, collection=False, response_class=JSONTextResponse)
 
@@ -82,14 +83,14 @@ WHERE t.id = :id
     responses={**AUTH_ERRORS, **NOT_FOUND},
     summary="One train, at its latest position",
 )
-def get_train(
+async def get_train(
     request: Request,
     _who: Reader,
     train_id: Annotated[str, Path(min_length=1, max_length=128, pattern=NO_NUL)],
 ) -> Response:
     """A GeoJSON Feature at the train's latest GPS fix, with its trip count."""
-    with db(request) as conn:
-        row = conn.execute(text(TRAIN_DETAIL), {"id": train_id}).first()
+    async with db(request) as conn:
+        row = await fetchone(conn, TRAIN_DETAIL, {"id": train_id})
     if row is None:
         raise NotFoundError(f"no train {train_id!r} (list them with /v1/trains)")
     return GeoJSONResponse(row[0])
@@ -113,7 +114,7 @@ LEFT JOIN LATERAL (
     responses=AUTH_ERRORS,
     summary="Trips as a GeoJSON FeatureCollection",
 )
-def list_trips(
+async def list_trips(
     *,
     request: Request,
     _who: Reader,
@@ -154,8 +155,8 @@ FROM (SELECT * FROM trips t {"WHERE " + " AND ".join(where) if where else ""}
       ORDER BY t.started_at, t.id LIMIT :lim) t
 {TRIP_LINE if geometry else ""}
 ORDER BY t.started_at, t.id"""
-    with db(request) as conn:
-        rows = conn.execute(text(sql), binds).all()
+    async with db(request) as conn:
+        rows = await fetchall(conn, sql, binds)
     nxt = None
     if len(rows) > limit:
         nxt = encode_cursor("trips", rows[limit - 1][1], rows[limit - 1][2])

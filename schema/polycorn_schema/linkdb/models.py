@@ -240,9 +240,15 @@ class Handover(Base):
     __table_args__ = (
         UniqueConstraint("train_id", "carrier", "start_time"),
         Index("ix_handovers_geog", "geog", postgresql_using="gist"),
-        # linkdb-api's lon/lat bounding boxes (migration 0003): a planar
-        # envelope test on the geometry, which a geography index cannot serve.
-        Index("ix_handovers_geom", text("(CAST(geog AS geometry))"), postgresql_using="gist"),
+        # linkdb-api's lon/lat bounding boxes: a planar envelope test on the
+        # geometry, which a geography index cannot serve, and the time order
+        # of a map page as a nearest-neighbour scan (btree_gist; 0003, 0005).
+        Index(
+            "ix_handovers_geom_time",
+            text("(CAST(geog AS geometry))"),
+            "start_time",
+            postgresql_using="gist",
+        ),
         Index("ix_handovers_start_time", "start_time"),
         Index("ix_handovers_cell_key", "carrier", "source_cell_id", "direction"),
         Index("ix_handovers_cell", "cell"),
