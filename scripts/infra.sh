@@ -9,6 +9,8 @@
 #   scripts/infra.sh status
 #   scripts/infra.sh env                        print the exports below
 #   scripts/infra.sh wipe                       stop everything and delete all data
+#   scripts/infra.sh topics ARGS...             kafka-topics on this broker (e.g. --create --topic T
+#                                               --partitions 4 --replication-factor 1)
 #
 # State lives in $POLYCORN_INFRA_DIR (default /tmp/polycorn-infra). Ports:
 # POLYCORN_PG_PORT (55432), POLYCORN_KAFKA_PORT (59092; controller +1),
@@ -84,7 +86,7 @@ kafka_java() {
         -cp "$KAFKA_LIBS/*" "$@"
 }
 
-kafka_ready() { kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --list; }
+kafka_topic_cmd() { kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" "$@"; }
 
 kafka_up() {
     [[ -f $KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar ]] || die "Kafka jars missing in $KAFKA_LIBS: run make setup"
@@ -115,14 +117,13 @@ kafka_up() {
 
 kafka_topics() {
     local have name parts rest args c
-    have=$(kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --list 2>/dev/null)
+    have=$(kafka_topic_cmd --list 2>/dev/null)
     while read -r name parts rest; do
         [[ -z $name || $name == \#* ]] && continue
         grep -qxF "$name" <<<"$have" && continue
         args=()
         for c in $rest; do args+=(--config "$c"); done
-        kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" --create \
-            --if-not-exists --topic "$name" --partitions "$parts" --replication-factor 1 "${args[@]}" >/dev/null
+        kafka_topic_cmd --create --if-not-exists --topic "$name" --partitions "$parts" --replication-factor 1 "${args[@]}" >/dev/null
     done <"$ROOT/services/kafka/topics.txt"
 }
 
@@ -194,5 +195,6 @@ case $cmd in
         ;;
     env) print_env ;;
     wipe) for s in pg kafka prom; do "${s}_down"; done; rm -rf "$STATE" ;;
-    *) die "usage: $0 up|down|restart|status|env|wipe [pg] [kafka] [prom]" ;;
+    topics) kafka_topic_cmd "$@" 2>/dev/null ;;
+    *) die "usage: $0 up|down|restart|status|env|wipe [pg] [kafka] [prom] | topics ARGS..." ;;
 esac

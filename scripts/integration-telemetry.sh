@@ -63,11 +63,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-KAFKA_LIBS="${POLYCORN_CACHE:-/var/cache/polycorn}/kafka-$(sed -n 's/^KAFKA_VERSION=//p' scripts/setup.sh)/libs"
-kafka_topics() {
-    java -Dlog4j2.configurationFile="$root/services/kafka/log4j2.properties" -cp "$KAFKA_LIBS/*" \
-        org.apache.kafka.tools.TopicCommand --bootstrap-server "$POLYCORN_KAFKA_BOOTSTRAP" "$@" 2>/dev/null
-}
+kafka_topics() { bash scripts/infra.sh topics "$@"; }
 
 # ------------------------------------------------------------------ Rust tests that need Kafka
 

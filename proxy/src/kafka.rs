@@ -79,6 +79,16 @@ impl Ingest {
 
     /// A record (first copy or a duplicate) arrived.
     pub fn on_record(&mut self, seq: u64, payload: &[u8]) -> Decision {
+        self.decide(seq, |train| validate(train, &v1::Record::decode(payload)))
+    }
+
+    /// The same, for a record the caller has decoded already.
+    pub fn on_decoded(&mut self, seq: u64, decoded: &Result<v1::Record, prost::DecodeError>) -> Decision {
+        self.decide(seq, |train| validate(train, decoded))
+    }
+
+    /// The record is validated (`target`) only when it is to be produced.
+    fn decide(&mut self, seq: u64, target: impl FnOnce(&str) -> Target) -> Decision {
         if self.confirmed.contains(&seq) {
             return Decision::AckAgain;
         }
@@ -89,7 +99,7 @@ impl Ingest {
             return Decision::Full;
         }
         self.in_flight.insert(seq);
-        Decision::Produce(validate(&self.train_id, payload))
+        Decision::Produce(target(&self.train_id))
     }
 
     /// Kafka's delivery report for `seq`; returns whether to acknowledge it.
@@ -112,8 +122,8 @@ impl Ingest {
 
 /// Where a record belongs: the telemetry topic, or the dead-letter topic
 /// with the reason.
-pub fn validate(train_id: &str, payload: &[u8]) -> Target {
-    match v1::Record::decode(payload) {
+pub fn validate(train_id: &str, decoded: &Result<v1::Record, prost::DecodeError>) -> Target {
+    match decoded {
         Err(e) => Target::DeadLetter(format!("not a polycorn.telemetry.v1.Record: {e}")),
         Ok(r) if r.train_id != train_id => {
             Target::DeadLetter(format!("train_id {:?} is not the train of the session ({train_id:?})", r.train_id))

@@ -294,10 +294,11 @@ impl Proxy {
                 }
                 SessionEvent::Telemetry { seq, payload } => {
                     use prost::Message as _;
-                    match polycorn_telemetry::v1::Record::decode(payload.as_ref()) {
+                    let decoded = polycorn_telemetry::v1::Record::decode(payload.as_ref());
+                    match &decoded {
                         Ok(rec) if rec.train_id == self.s.train_id => session.with(|st, now| {
                             let now_unix = std::time::SystemTime::now();
-                            if let Some(t) = polycorn_net::hof::train_state_of(&rec, &mut tracker, now, now_unix) {
+                            if let Some(t) = polycorn_net::hof::train_state_of(rec, &mut tracker, now, now_unix) {
                                 st.ep.set_train_state(t);
                             }
                         }),
@@ -307,10 +308,10 @@ impl Proxy {
                             tracing::debug!(seq, error = %e, "malformed telemetry record");
                         }
                     }
-                    self.telemetry(&session, &mut ingest, &done_tx, seq, payload, true);
+                    self.telemetry(&session, &mut ingest, &done_tx, seq, payload, Some(&decoded));
                 }
                 SessionEvent::TelemetryDuplicate { seq, payload } => {
-                    self.telemetry(&session, &mut ingest, &done_tx, seq, payload, false);
+                    self.telemetry(&session, &mut ingest, &done_tx, seq, payload, None);
                 }
                 SessionEvent::TelemetryAcked { .. } => {}
             }
@@ -318,7 +319,8 @@ impl Proxy {
     }
 
     /// Send a telemetry record (or a copy) on to Kafka; acknowledge it to
-    /// the relay once Kafka has it.
+    /// the relay once Kafka has it. `decoded`: the first copy, decoded by
+    /// the caller; None for a copy (decoded here only if it is produced).
     fn telemetry(
         &self,
         session: &Session,
@@ -326,18 +328,22 @@ impl Proxy {
         done: &tokio::sync::mpsc::UnboundedSender<(u64, bool)>,
         seq: u64,
         payload: bytes::Bytes,
-        first_copy: bool,
+        decoded: Option<&Result<polycorn_telemetry::v1::Record, prost::DecodeError>>,
     ) {
         use std::sync::atomic::Ordering::Relaxed;
         let Some(sink) = &self.sink else {
             // No sink: acknowledge (a copy too, or the relay resends forever).
-            if first_copy {
+            if decoded.is_some() {
                 self.telemetry_discarded.fetch_add(1, Relaxed);
             }
             session.with(|st, _| st.ep.ack_telemetry(seq));
             return;
         };
-        match ingest.on_record(seq, &payload) {
+        let decision = match decoded {
+            Some(d) => ingest.on_decoded(seq, d),
+            None => ingest.on_record(seq, &payload),
+        };
+        match decision {
             kafka::Decision::Produce(target) => {
                 if let kafka::Target::DeadLetter(why) = &target {
                     warn!(seq, reason = %why, "malformed telemetry record: to the dead-letter topic");

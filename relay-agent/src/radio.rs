@@ -317,7 +317,9 @@ pub async fn apply(
 mod tests {
     use super::*;
 
-    fn opts(n: usize) -> ReplayOpts {
+    /// Replay options for `n` paths named carrier-0.., epoch 1,000,000 ms
+    /// (shared with the detection stage's tests).
+    pub(crate) fn opts(n: usize) -> ReplayOpts {
         ReplayOpts {
             file: PathBuf::new(),
             epoch_unix_ms: 1_000_000,

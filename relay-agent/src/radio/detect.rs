@@ -236,18 +236,9 @@ pub fn detected_events_of(log: &[TestbedEvent], opts: &ReplayOpts, cfg: Detector
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::radio::tests::opts;
     use polycorn_telemetry::replay::parse_events;
     use v1::HandoverOutcome as O;
-
-    fn opts(n: usize) -> ReplayOpts {
-        ReplayOpts {
-            file: Default::default(),
-            epoch_unix_ms: 1_000_000,
-            path_names: (0..n).map(|i| format!("carrier-{i}")).collect(),
-            detect: None,
-            resume_from_unix_ms: None,
-        }
-    }
 
     fn observed(path: u8, t: i64, cell_id: u64, registration: v1::RegistrationState, link_up: bool) -> SourceEvent {
         SourceEvent::Observed {
