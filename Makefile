@@ -24,7 +24,7 @@ define run_integration
 	fi
 endef
 
-.PHONY: help setup build test integration demo bench-dataplane bench-api bench-hsr bench-ingest validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test integration demo bench-dataplane bench-api bench-hsr bench-ingest bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -75,6 +75,14 @@ bench-ingest: setup ## ingest throughput (events/s) and end-to-end lag, Kafka ->
 	bash scripts/infra.sh up pg kafka
 	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_ingest.bench --out bench/out/ingest.json $(INGEST_BENCH_ARGS)
 
+# Against the same infra: generated fleets through Kafka and ingest into fresh
+# databases, the trainer's validation on them, and one refit of 10,000 cells /
+# 1M handovers timed; knobs and method in scripts/bench-trainer.sh and
+# docs/benchmarks.md.
+bench-trainer: setup ## trainer: validation on generated fleets vs the paper, refit time and peak memory at 10k cells / 1M handovers -> bench/out/trainer.json
+	bash scripts/infra.sh up pg kafka
+	bash scripts/bench-trainer.sh
+
 lint: lint-rust lint-sh lint-py ## all linters
 
 # Python: the uv projects, each with its lockfile: bench/ (benchmark analysis)
@@ -83,13 +91,15 @@ lint: lint-rust lint-sh lint-py ## all linters
 UV := uv run --project bench --locked --quiet
 UVW := uv run --all-packages --locked --quiet
 PY_WS := schema ingest linkdb-api trainer
+# Benchmark helpers run with the workspace (scripts/bench-trainer.sh).
+PY_SCRIPTS := $(wildcard scripts/*.py)
 lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
 	$(UV) ruff check bench
 	$(UV) ruff format --check bench
 	$(UV) mypy --config-file bench/pyproject.toml
-	$(UVW) ruff check $(wildcard $(PY_WS))
-	$(UVW) ruff format --check $(wildcard $(PY_WS))
-	$(UVW) mypy $(wildcard $(PY_WS))
+	$(UVW) ruff check $(wildcard $(PY_WS)) $(PY_SCRIPTS)
+	$(UVW) ruff format --check $(wildcard $(PY_WS)) $(PY_SCRIPTS)
+	$(UVW) mypy $(wildcard $(PY_WS)) $(PY_SCRIPTS)
 
 # The services' tests run against real PostgreSQL + PostGIS and Kafka, started
 # (or reused) by scripts/infra.sh on loopback.

@@ -25,6 +25,9 @@ Run with ``uv run --all-packages --locked python scripts/trainer_fleet.py``
 docs/benchmarks.md, "The trainer".
 """
 
+# The commands run here are built from this script's own arguments.
+# ruff: noqa: S603
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +35,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import secrets
 import shutil
 import signal
@@ -152,7 +154,8 @@ def _db_counts(url: str) -> dict[str, Any]:
             "count(*) FILTER (WHERE n < (SELECT count(*) FROM trips)) FROM "
             "(SELECT count(DISTINCT trip_id) n FROM handovers GROUP BY cell) s"
         ).fetchone()
-        assert row is not None
+        if row is None:
+            raise RuntimeError("no answer to the passes-per-cell query")
         out["passes_per_cell"] = {"min": row[0], "median": row[1], "max": row[2]}
         out["cells_missing_a_trip"] = row[3]
     return out
@@ -244,7 +247,8 @@ def cmd_load(a: argparse.Namespace) -> int:
             produce_s += time.monotonic() - t
         log(
             f"route {a.route_seed}: {len(seeds)} trips generated ({gen_s:.0f} s) and produced "
-            f"({produce_s:.0f} s): {files['records']} records, {files['handover_records']} handovers"
+            f"({produce_s:.0f} s): {files['records']} records, "
+            f"{files['handover_records']} handovers"
         )
         t = time.monotonic()
         ingest = subprocess.Popen(
@@ -295,7 +299,11 @@ def cmd_load(a: argparse.Namespace) -> int:
         ("cell samples", files["rsrp"], db["signal_samples"]),
         ("handovers (handover_end events)", files["handover_end"], db["handovers"]),
         ("failed handovers (outcome rlf/nas)", files["handover_end_failures"], db["failures"]),
-        ("handovers without trip / cell", 0, db["handovers_without_trip"] + db["handovers_without_cell"]),
+        (
+            "handovers without trip / cell",
+            0,
+            db["handovers_without_trip"] + db["handovers_without_cell"],
+        ),
     ]
     ok = True
     for what, want, got in checks:
@@ -328,6 +336,299 @@ def cmd_load(a: argparse.Namespace) -> int:
     return 0 if ok and dlq_high == 0 else 1
 
 
+def cmd_scale_check(a: argparse.Namespace) -> int:
+    """What trainer-seed.sql left: counts, failure share, passes per key."""
+    db = _db_counts(a.database_url)
+    with psycopg.connect(a.database_url) as c:
+        row = c.execute(
+            "SELECT count(DISTINCT carrier), avg((outcome = 'failure')::int), "
+            "avg(rsrp_dbm) FILTER (WHERE outcome = 'failure'), "
+            "avg(rsrp_dbm) FILTER (WHERE outcome = 'success') FROM handovers"
+        ).fetchone()
+        if row is None:
+            raise RuntimeError("no answer to the handover summary query")
+        db["carriers"] = row[0]
+        db["failure_share"] = round(float(row[1]), 5)
+        db["mean_rsrp_dbm"] = {"failure": round(row[2], 2), "success": round(row[3], 2)}
+        rows = c.execute("SELECT direction::text, count(*) FROM cells GROUP BY 1").fetchall()
+        db["cells_by_direction"] = {r[0]: r[1] for r in rows}
+    print(json.dumps(db, indent=2))
+    a.out.write_text(json.dumps(db, indent=2) + "\n")
+    return 0
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _pss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
+def cmd_measure(a: argparse.Namespace) -> int:
+    """Runs a command; its wall time, and peak RSS two ways: the sum over its
+    process tree (sampled every --interval-s) and the largest single process
+    (getrusage(RUSAGE_CHILDREN).ru_maxrss: the kernel's exact high-water
+    mark, of one process, the largest of the tree). The tree's RSS sum counts
+    pages shared between processes (libraries, copy-on-write) once per
+    process; its PSS sum (proportional set size) shares them out, so it is
+    what the tree really holds."""
+    import resource  # noqa: PLC0415 (Unix only; only this command needs it)
+
+    t0 = time.monotonic()
+    proc = subprocess.Popen(a.command)
+    peak_tree = peak_pss = peak_procs = samples = 0
+    while proc.poll() is None:
+        pids = _tree(proc.pid)
+        peak_tree = max(peak_tree, sum(_rss_bytes(p) for p in pids))
+        peak_pss = max(peak_pss, sum(_pss_bytes(p) for p in pids))
+        peak_procs = max(peak_procs, len(pids))
+        samples += 1
+        time.sleep(a.interval_s)
+    wall = time.monotonic() - t0
+    maxrss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    mib = 1024 * 1024
+    out = {
+        "command": a.command,
+        "exit_status": proc.returncode,
+        "wall_s": round(wall, 2),
+        "peak_tree_rss_mib": round(peak_tree / mib, 1),
+        "peak_tree_pss_mib": round(peak_pss / mib, 1),
+        "peak_single_process_rss_mib": round(maxrss_kib * 1024 / mib, 1),
+        "processes_max": peak_procs,
+        "samples": samples,
+        "sample_interval_s": a.interval_s,
+    }
+    a.out.write_text(json.dumps(out, indent=2) + "\n")
+    log(
+        f"measured: exit {proc.returncode}, {wall:.1f} s, peak over the process tree: "
+        f"PSS {out['peak_tree_pss_mib']} MiB, RSS {out['peak_tree_rss_mib']} MiB; "
+        f"largest process {out['peak_single_process_rss_mib']} MiB"
+    )
+    return proc.returncode
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f}"
+
+
+def _markdown(r: dict[str, Any]) -> str:
+    """The validation side by side with the paper, and the scale run."""
+    routes = list(r["fleet"])
+    paper = r["paper"]
+    head = "| | paper (PC §3) | " + " | ".join(
+        f"route {k}{' (reported)' if k == str(r['reported_route']) else ' (held out)'}"
+        for k in routes
+    )
+    lines = [
+        "# make bench-trainer",
+        "",
+        f"Commit `{r['commit']}`, {r['date']}, load average before the scale run "
+        f'{r["scale"]["loadavg_before"]}. Method: docs/benchmarks.md, "The trainer".',
+        "",
+        "## Validation: leave-one-trip-out, as the paper (L̂ from any failure history)",
+        "",
+        f"{r['fleet'][routes[0]]['trips']} generated trips per route, one direction of travel "
+        "(the generator has one), loaded through Kafka and polycorn-ingest. Percent; "
+        "separability as carrier A / B (the paper's A / B = our carrier-a / carrier-b).",
+        "",
+        head + " |",
+        "|---" * (len(routes) + 2) + "|",
+    ]
+
+    def row(label: str, key: str) -> str:
+        cells = [_pct(r["fleet"][k]["validation"][key]) for k in routes]
+        return f"| {label} | {_pct(paper[key])} | " + " | ".join(cells) + " |"
+
+    lines += [
+        row("failures: correct", "failure_correct"),
+        row("failures: late", "failure_late"),
+        row("failures: early", "failure_early"),
+        row("successes: correct", "success_correct"),
+    ]
+    for feat in ("location", "rsrp", "both"):
+        ours = []
+        for k in routes:
+            bc = r["fleet"][k]["validation"]["by_carrier"]
+            ours.append(
+                " / ".join(_pct(bc[c]["separability"][feat]) for c in ("carrier-a", "carrier-b"))
+                + f" ({_pct(r['fleet'][k]['validation']['separability'][feat])})"
+            )
+        p = paper["separability"][feat]
+        lines.append(
+            f"| separability, {feat}: A / B (all) | {_pct(p['A'])} / {_pct(p['B'])} | "
+            + " | ".join(ours)
+            + " |"
+        )
+    counts = []
+    for k in routes:
+        v = r["fleet"][k]["validation"]
+        counts.append(f"{v['failures']} / {v['successes']}")
+    lines.append("| failures / successes validated | — | " + " | ".join(counts) + " |")
+    lines += [
+        "",
+        "With the table thresholds (what the proxies get: ≥ 3 failures and ≥ 15 % in the "
+        "training trips), percent:",
+        "",
+        "| | " + " | ".join(f"route {k}" for k in routes) + " |",
+        "|---" * (len(routes) + 1) + "|",
+    ]
+    for label, key in (
+        ("failures: correct / late / early", None),
+        ("successes: correct", "success_correct"),
+    ):
+        vals = []
+        for k in routes:
+            d = r["fleet"][k]["validation"]["deployed"]
+            if key is None:
+                vals.append(
+                    " / ".join(
+                        _pct(d[x]) for x in ("failure_correct", "failure_late", "failure_early")
+                    )
+                )
+            else:
+                vals.append(_pct(d[key]))
+        lines.append(f"| {label} | " + " | ".join(vals) + " |")
+    sc = r["scale"]
+    lines += [
+        "",
+        "## Scale: one refit of the whole fleet",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| cells ⟨carrier, cell, direction⟩ | {r['cells']:,} |",
+        f"| handovers | {r['handovers']:,} |",
+        f"| refit (trainer's refit_s: load, fit, validate, store) | {r['refit_s']:.1f} s "
+        f"(goal < {r['goal_refit_s']} s) |",
+        f"| of which loading from LinkDB | {sc['load_s']:.1f} s |",
+        f"| wall time of the process | {sc['wall_s']:.1f} s |",
+        f"| peak RSS, process tree (sum of PSS; RSS sum) | {r['peak_rss_mb']:.0f} MiB "
+        f"({sc['peak_tree_rss_mib']:.0f} MiB) |",
+        f"| peak RSS, largest single process | {sc['peak_single_process_rss_mib']:.0f} MiB |",
+        f"| worker processes | {sc['workers']} |",
+        f"| seeding (SQL, with 1 Hz GPS fixes) | {sc['seed_s']:.0f} s |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    w: Path = a.work
+
+    def rd(name: str) -> Any:
+        return json.loads((w / name).read_text())
+
+    fleet: dict[str, Any] = {}
+    for route in a.routes:
+        load = rd(f"fleet-r{route}.json")
+        val = rd(f"validate-r{route}.json")
+        fleet[str(route)] = {
+            "role": "reported" if route == a.routes[0] else "held out",
+            "trip_seeds": load["trip_seeds"],
+            "trips": len(load["trip_seeds"]),
+            "duration_s": load["duration_s"],
+            "cells": val["cells"],
+            "cells_fitted": val["cells_fitted"],
+            "handovers": val["handovers"],
+            "validation": val["validation"],
+            "validate_s": val["refit_s"],
+            "load": {k: v for k, v in load.items() if k != "trips"},
+        }
+    scale = rd("scale-summary.json")
+    meas = rd("scale-measure.json")
+    meta = rd("meta.json")
+    rep = fleet[str(a.routes[0])]["validation"]
+    mib = meas["peak_tree_pss_mib"]
+    out: dict[str, Any] = {
+        "cells": scale["cells"],
+        "handovers": scale["handovers"],
+        "refit_s": scale["refit_s"],
+        "peak_rss_mb": mib,
+        "goal_refit_s": 60,
+        "validation": {
+            k: rep[k]
+            for k in (
+                "failure_correct",
+                "failure_late",
+                "failure_early",
+                "success_correct",
+                "failures",
+                "successes",
+                "separability",
+            )
+        },
+        "reported_route": a.routes[0],
+        "units": "fractions 0-1; peak_rss_mb in MiB: the sum of PSS over the trainer's "
+        "process tree, sampled every 0.2 s (scale.peak_* has the RSS sum and the largest "
+        "single process)",
+        "paper": PAPER,
+        "fleet": fleet,
+        "scale": {
+            "wall_s": meas["wall_s"],
+            "load_s": scale["load_s"],
+            "refit_s": scale["refit_s"],
+            "cells_fitted": scale["cells_fitted"],
+            "kinds": scale["kinds"],
+            "model_id": scale["model_id"],
+            "peak_tree_pss_mib": meas["peak_tree_pss_mib"],
+            "peak_tree_rss_mib": meas["peak_tree_rss_mib"],
+            "peak_single_process_rss_mib": meas["peak_single_process_rss_mib"],
+            "processes_max": meas["processes_max"],
+            "workers": meta["workers"],
+            "command": meas["command"],
+            "seed_s": meta["seed_s"],
+            "seed": meta["seed"],
+            "data": rd("scale-data.json"),
+            "validation": scale["validation"],
+            "loadavg_before": meta["loadavg_before_scale"],
+        },
+        "commit": meta["commit"],
+        "date": meta["date"],
+        "loadavg_start": meta["loadavg_start"],
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "method": 'docs/benchmarks.md, "The trainer: make bench-trainer"',
+    }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(out, indent=2) + "\n")
+    md = _markdown(out)
+    a.out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -345,7 +646,24 @@ def main(argv: list[str] | None = None) -> int:
     ld.add_argument("--ingest-timeout-s", type=float, default=1800.0)
     ld.add_argument("--work", type=Path, required=True)
     ld.add_argument("--out", type=Path, required=True)
+    sc = sub.add_parser("scale-check", help="what the scale seed left in LinkDB")
+    sc.add_argument("--database-url", default=os.environ.get("POLYCORN_DATABASE_URL"))
+    sc.add_argument("--out", type=Path, required=True)
+    me = sub.add_parser("measure", help="run a command: wall time and peak RSS")
+    me.add_argument("--out", type=Path, required=True)
+    me.add_argument("--interval-s", type=float, default=0.2)
+    me.add_argument("command", nargs="+")
+    rp = sub.add_parser("report", help="trainer.json and trainer.md from the pieces")
+    rp.add_argument("--work", type=Path, required=True)
+    rp.add_argument("--routes", type=int, nargs="+", required=True, help="the reported one first")
+    rp.add_argument("--out", type=Path, required=True, help="trainer.json (.md next to it)")
     a = ap.parse_args(argv)
+    if a.cmd == "report":
+        return cmd_report(a)
+    if a.cmd == "scale-check":
+        return cmd_scale_check(a)
+    if a.cmd == "measure":
+        return cmd_measure(a)
     if a.cmd == "load":
         if not a.database_url or not a.bootstrap:
             ap.error("needs --database-url and --bootstrap (or scripts/infra.sh env)")
