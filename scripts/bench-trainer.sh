@@ -54,9 +54,11 @@ has_part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 WORK=${BENCH_TRAINER_WORK:-$(mktemp -d /tmp/bench-trainer.XXXXXX)}
 mkdir -p "$WORK"
+DIAGNOSTIC=0
 if [[ $ROUTES != "7 11 12" || $TRIPS != 24 || $TRIP_S != 1800 || $CELLS != 10000 ||
     $HANDOVERS != 1000000 || $SEED != 0.42 || $PARTS != "fleet scale" ]]; then
     OUT=$WORK/out
+    DIAGNOSTIC=1
     log "diagnostic run (non-default settings): results go to $OUT"
 fi
 read -r -a ROUTE_LIST <<<"$ROUTES"
@@ -76,7 +78,8 @@ cleanup() {
     for db in "${DBS[@]}"; do
         psql "$ADMIN_URL" -qc "drop database if exists $db with (force)" || true
     done
-    rm -rf "$WORK"
+    # A diagnostic run's results live in the work directory.
+    if [[ $DIAGNOSTIC == 1 ]]; then log "results and pieces kept in $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 fresh_db() { # fresh_db NAME: an empty LinkDB at the latest schema
@@ -98,7 +101,7 @@ json.dump({
     "dirty": bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()),
     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     "loadavg_start": open("/proc/loadavg").read().split()[:3],
-    "workers": $WORKERS, "seed": $SEED,
+    "workers": $WORKERS, "cpus": len(__import__("os").sched_getaffinity(0)), "seed": $SEED,
 }, open(sys.argv[1], "w"))
 PY
 meta_set() { # meta_set KEY JSON-VALUE
@@ -153,5 +156,4 @@ if has_part fleet && has_part scale; then
     log "wrote $OUT/trainer.json and $OUT/trainer.md"
 else
     log "one part only: pieces in $WORK (no report)"
-    KEEP=1
 fi

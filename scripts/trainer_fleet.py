@@ -148,11 +148,14 @@ def _db_counts(url: str) -> dict[str, Any]:
     }
     with psycopg.connect(url) as c:
         out: dict[str, Any] = {k: c.execute(s).fetchone()[0] for k, s in q.items()}  # type: ignore[index]
-        # Passes per key: trips with a handover out of the cell.
+        # Passes per key: trips with a handover out of the cell, against the
+        # trips in the cell's direction.
         row = c.execute(
             "SELECT min(n), percentile_disc(0.5) WITHIN GROUP (ORDER BY n), max(n), "
-            "count(*) FILTER (WHERE n < (SELECT count(*) FROM trips)) FROM "
-            "(SELECT count(DISTINCT trip_id) n FROM handovers GROUP BY cell) s"
+            "count(*) FILTER (WHERE n < want) FROM "
+            "(SELECT count(DISTINCT h.trip_id) n, (SELECT count(*) FROM trips t "
+            "  WHERE t.direction = c.direction) want "
+            " FROM cells c JOIN handovers h ON h.cell = c.id GROUP BY c.id) s"
         ).fetchone()
         if row is None:
             raise RuntimeError("no answer to the passes-per-cell query")
@@ -519,6 +522,7 @@ def _markdown(r: dict[str, Any]) -> str:
                 vals.append(_pct(d[key]))
         lines.append(f"| {label} | " + " | ".join(vals) + " |")
     sc = r["scale"]
+    workers = sc["workers"] or f"one per CPU ({sc['cpus']})"
     lines += [
         "",
         "## Scale: one refit of the whole fleet",
@@ -534,7 +538,7 @@ def _markdown(r: dict[str, Any]) -> str:
         f"| peak RSS, process tree (sum of PSS; RSS sum) | {r['peak_rss_mb']:.0f} MiB "
         f"({sc['peak_tree_rss_mib']:.0f} MiB) |",
         f"| peak RSS, largest single process | {sc['peak_single_process_rss_mib']:.0f} MiB |",
-        f"| worker processes | {sc['workers']} |",
+        f"| worker processes | {workers} |",
         f"| seeding (SQL, with 1 Hz GPS fixes) | {sc['seed_s']:.0f} s |",
         "",
     ]
@@ -604,6 +608,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             "peak_single_process_rss_mib": meas["peak_single_process_rss_mib"],
             "processes_max": meas["processes_max"],
             "workers": meta["workers"],
+            "cpus": meta["cpus"],
             "command": meas["command"],
             "seed_s": meta["seed_s"],
             "seed": meta["seed"],
