@@ -27,6 +27,11 @@ use tracing::{info, warn};
 mod kafka;
 mod table_topic;
 
+/// The tests against a real broker run in parallel; the ones that stop the
+/// broker hold this for writing, the others for reading.
+#[cfg(test)]
+static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// Options: from the file given by `--config`, then `POLYCORN_PROXY_*`
 /// environment variables, then flags (later wins).
 #[derive(Parser, serde::Deserialize, Default, Debug)]
