@@ -4,10 +4,18 @@
 #
 #   relay-agent (radio replay, durable spool) -> 2 emulated carriers -> proxy
 #   -> Kafka -> polycorn-ingest -> LinkDB (PostgreSQL + PostGIS) -> linkdb-api
+#                                          -> polycorn-trainer -> Kafka -> proxy
 #
-# A passenger downloads through the train meanwhile. At the end it asks the
-# LinkDB API what the trip taught the fleet: the train, its handovers, the
-# cells where handovers failed. Run by scripts/demo.sh (make demo) after the
+# First the fleet's history: DEMO_HISTORY_TRIPS (12) earlier trips of the same
+# route go through Kafka and ingest into a fresh LinkDB
+# (scripts/trainer_fleet.py load), and the trainer service learns from them
+# and publishes failure-location table v1 to a compacted topic. Then the live
+# trip: the proxy (hrsch) reads the table from the topic at start and
+# hot-reloads every later version; a passenger downloads through the train;
+# the trip's telemetry lands in LinkDB and the trainer's next run learns from
+# it too. At the end the LinkDB API says what the fleet knows: the train, its
+# handovers, the cells where handovers failed, the trainer's validation and
+# the table the proxy used. Run by scripts/demo.sh (make demo) after the
 # side-by-side scheduler comparison; DEMO_TRIP_S sets the trip length (120).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +39,10 @@ cleanup() {
     # Each service runs in its own process group (setsid): stop all of it.
     for p in "${PIDS[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
     rm -f "${POLYCORN_PROM_TARGETS_DIR:-/nonexistent}"/demo-fleet-*.json
+    local t
+    for t in ${TOPIC:+"$TOPIC" "$DLQ" "$TABLES"}; do
+        bash scripts/infra.sh topics --delete --topic "$t" >/dev/null 2>&1 || true
+    done
     PC_PREFIX=$P testbed/topology.sh down >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
@@ -44,12 +56,19 @@ DB_URL=${POLYCORN_DATABASE_URL%/*}/$DB
 # A fresh LinkDB for the demo (the shared server keeps other databases).
 psql "${POLYCORN_DATABASE_URL%/*}/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
 PY polycorn-linkdb --url "$DB_URL" upgrade 2>/dev/null
-TOPIC=polycorn.telemetry.v1
-echo "LinkDB: $DB_URL (migrated); Kafka: $POLYCORN_KAFKA_BOOTSTRAP, topic $TOPIC"
+# The demo's own topics (deleted at the end): this LinkDB gets exactly the
+# demo's records, not what other runs left on the shared broker.
+TOPIC=polycorn.telemetry.demo-$$
+DLQ=$TOPIC.dlq
+TABLES=polycorn.failure-tables.demo-$$
+bash scripts/infra.sh topics --create --topic "$TOPIC" --partitions 2 --replication-factor 1 >/dev/null
+bash scripts/infra.sh topics --create --topic "$DLQ" --partitions 1 --replication-factor 1 >/dev/null
+bash scripts/infra.sh topics --create --topic "$TABLES" --partitions 1 --replication-factor 1 \
+    --config cleanup.policy=compact >/dev/null
+echo "LinkDB: $DB_URL (migrated); Kafka: $POLYCORN_KAFKA_BOOTSTRAP, topics $TOPIC, $TABLES"
 
-# ingest: a fresh consumer group reads the topic from the start; earlier
-# runs' records are for other trains or are duplicates, which LinkDB ignores.
-setsid "$VENV/polycorn-ingest" run --database-url "$DB_URL" --group "demo-$(date +%s)" \
+setsid "$VENV/polycorn-ingest" run --database-url "$DB_URL" --group "demo-$$" \
+    --topic "$TOPIC" --dlq-topic "$DLQ" \
     --metrics-addr 127.0.0.1:19464 >"$WORK/ingest.log" 2>&1 &
 PIDS+=($!)
 
@@ -58,18 +77,44 @@ KEY=$(sed -n 's/.*: //p' "$WORK/key")
 POLYCORN_DATABASE_URL=$DB_URL POLYCORN_API_KEYS=$KEY_ENTRY \
     setsid "$VENV/polycorn-linkdb-api" serve --port "$API_PORT" --no-access-log >"$WORK/api.log" 2>&1 &
 PIDS+=($!)
-# Prometheus (scripts/infra.sh) scrapes ingest and the API.
+# Prometheus (scripts/infra.sh) scrapes ingest, the API and the trainer.
 echo '[{"targets": ["127.0.0.1:19464"], "labels": {"service": "ingest"}},
+  {"targets": ["127.0.0.1:19466"], "labels": {"service": "trainer"}},
   {"targets": ["127.0.0.1:'"$API_PORT"'"], "labels": {"service": "linkdb-api"}}]' \
     >"$POLYCORN_PROM_TARGETS_DIR/demo-fleet-$$.json"
+
+HISTORY=${DEMO_HISTORY_TRIPS:-24}
+echo
+echo "== the fleet's history: $HISTORY earlier trips of this route, through Kafka and ingest into LinkDB"
+PY python scripts/trainer_fleet.py load --route-seed 1 --trip-seeds "101-$((100 + HISTORY))" \
+    --duration-s "$TRIP_S" --tracegen "$BIN/polycorn-tracegen" --database-url "$DB_URL" \
+    --work "$WORK/history" --out "$WORK/history.json" 2>/dev/null | grep -E 'handovers|cells' | sed 's/^/  /'
+
+# The trainer as a service: a run every 30 s, each publishing a new table
+# version when the cells' failure locations changed. Demo thresholds: a cell
+# needs 2 failures and a 10 % failure share (defaults 3 and 15 %), since a
+# few minutes of route give each cell only a couple of failures (its own table topic:
+# versions from other LinkDBs on this broker would mask the demo's).
+setsid "$VENV/polycorn-trainer" run --interval-s 30 --database-url "$DB_URL" --topic "$TABLES" \
+    --min-failures 2 --min-failure-rate 0.1 \
+    --metrics-addr 127.0.0.1:19466 --summary-json "$WORK/trainer.json" >"$WORK/trainer.log" 2>&1 &
+PIDS+=($!)
+for ((i = 0; i < 120; i++)); do [[ -s $WORK/trainer.json ]] && break; sleep 0.5; done
+[[ -s $WORK/trainer.json ]] || { echo "the trainer's first run did not finish:"; tail "$WORK/trainer.log"; exit 1; }
+jq -r '"trainer: model \(.model_id) from \(.handovers) handovers in \(.cells) cells (\(.cells_fitted) SVMs) in \(.refit_s) s; table v\(.table.version // "-") with \(.table.entries // 0) failure locations, on Kafka topic '"$TABLES"'",
+    "  leave-one-trip-out: failures correct/late/early \(.validation.failure_correct)/\(.validation.failure_late)/\(.validation.failure_early), successes correct \(.validation.success_correct)"' \
+    "$WORK/trainer.json"
 
 "$BIN/polycorn-tracegen" generate --route-seed 1 --trip-seed 7 --duration-s "$TRIP_S" --carriers 2 \
     --out "$WORK/trip" >/dev/null
 EPOCH=$(($(date +%s%3N) + 2000))
 PC_PREFIX=$P testbed/topology.sh up --trip "$WORK/trip" --scheme hrsch --epoch-unix-ms "$EPOCH" \
     --forward-port "$KAFKA_PORT" --relay-arg --replay-resume \
-    --proxy-arg "--kafka-brokers=$POLYCORN_KAFKA_BOOTSTRAP" --proxy-arg "--kafka-topic=$TOPIC" >/dev/null
-echo "train $TRAIN_ID on a ${TRIP_S} s trip at 300 km/h (hrsch); a passenger downloads 4 MB files meanwhile"
+    --proxy-arg "--kafka-brokers=$POLYCORN_KAFKA_BOOTSTRAP" --proxy-arg "--kafka-topic=$TOPIC" \
+    --proxy-arg "--kafka-dlq-topic=$DLQ" --proxy-arg "--failure-table-topic=$TABLES" >/dev/null
+echo
+echo "== the live trip"
+echo "train $TRAIN_ID on a ${TRIP_S} s trip at 300 km/h (hrsch, the learned table from Kafka); a passenger downloads 4 MB files meanwhile"
 
 downloads=0 bytes=0
 while (($(date +%s%3N) < EPOCH + TRIP_S * 1000)); do
@@ -93,6 +138,21 @@ for ((i = 0; i < 60; i++)); do
     ((n >= w)) && break
     sleep 1
 done
+
+# What the proxy did with the table during the trip.
+pm=$(ip netns exec "$P-cloud" curl -fsS --max-time 2 http://127.0.0.1:9464/metrics 2>/dev/null || true)
+echo "proxy: failure-location table v$(awk '/^polycorn_failure_table_version/ {printf "%d", $2}' <<<"$pm") in use" \
+    "($(awk '/^polycorn_failure_table_source_loads_total\{source="kafka"\}/ {printf "%d", $2}' <<<"$pm") loaded from Kafka);" \
+    "hof-reject kept a carrier out $(awk '/schedulerlet="hof-reject",event="rejections"/ {s += $2} END {print s + 0}' <<<"$pm") times"
+
+# The trainer's next scheduled run learns from the live trip too.
+done_s=$(date +%s)
+for ((i = 0; i < 90; i++)); do
+    (($(stat -c %Y "$WORK/trainer.json") > done_s)) && break
+    sleep 1
+done
+jq -r '"trainer, next scheduled run: model \(.model_id) from \(.handovers) handovers; table v\(.table.version // "-") (\(.table.entries // 0) entries\(if .table.new then ", new" else ", unchanged" end))"' \
+    "$WORK/trainer.json"
 
 echo
 echo "== what LinkDB learned (through the API, http://127.0.0.1:$API_PORT/docs)"
@@ -119,6 +179,14 @@ for f in fails[:6]:
     p = f["properties"]
     print(f"  failed  {p['carrier']}  cell {p['source_cell_id']} -> {p['target_cell_id']}  at track "
           f"{p['track_m']:.0f} m ({p['direction']}), RSRP {p['rsrp_dbm']:.1f} dBm, blackout {p['duration_ms']} ms")
+r = c.get("/v1/failure-table")
+if r.status_code == 404:
+    print("failure-location table: none published yet (no cell has enough failures)")
+else:
+    tab = r.raise_for_status().json()
+    print(f"failure-location table v{tab['version']} ({len(tab['entries'])} cells, ETag {r.headers['etag'][:14]}...\"), "
+          f"{tab['source']}; a poll with If-None-Match gets "
+          f"{c.get('/v1/failure-table', headers={'If-None-Match': r.headers['etag']}).status_code}")
 cells = c.get("/v1/cells", params={"limit": 500}).raise_for_status().json()["features"]
 worst = sorted(cells, key=lambda f: -f["properties"]["failure_rate"])[:5]
 print(f"cells: {len(cells)} ⟨carrier, cell, direction⟩; highest failure rates:")
@@ -137,5 +205,8 @@ prom() {
 }
 echo "rows ingest wrote, by table:"
 prom 'sum by (table) (polycorn_ingest_rows_written_total{service="ingest"})' | sed 's/^/  /'
+echo "trainer: runs, last validation:"
+prom 'sum by (result) (polycorn_trainer_runs_total{service="trainer"})' | sed 's/^/  runs /'
+prom 'polycorn_trainer_validation_ratio{service="trainer"}' | sed 's/^/  /'
 echo "API requests, by route:"
 prom 'sum by (route) (polycorn_api_request_duration_seconds_count{service="linkdb-api"})' | sed 's/^/  /'

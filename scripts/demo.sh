@@ -31,7 +31,9 @@ cat <<'TXT'
    IM p90 = 90th percentile message delivery time (lower is better).
    The full method and the committed results: docs/results.md.
 
-== Fleet telemetry: the same kind of trip through the cloud side, with real
-   Kafka, PostgreSQL + PostGIS, ingest and the LinkDB API (about 3 minutes)
+== The fleet loop: earlier trips' telemetry teaches the trainer where handovers
+   fail; the live trip's proxy loads the learned table from Kafka; the trip's
+   own telemetry goes back into LinkDB. Real Kafka, PostgreSQL + PostGIS,
+   ingest, trainer and LinkDB API (about 4 minutes)
 TXT
 bash scripts/demo-fleet.sh

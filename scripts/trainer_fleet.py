@@ -55,7 +55,9 @@ from polycorn_ingest.testbed import records
 # by GPS gaps, a day is far more than its 600 s trip gap).
 EPOCH = dt.datetime(2026, 9, 1, 6, 0, tzinfo=dt.UTC)
 DAY_MS = 86_400_000
-CARRIERS = "carrier-a,carrier-b,carrier-c,carrier-d"
+# The testbed relay names its paths carrier-0, carrier-1, ... (scripts/lib-pair.sh):
+# LinkDB sees the same cells whether a trip came through a relay or this loader.
+CARRIERS = "carrier-0,carrier-1,carrier-2,carrier-3"
 
 # PC §3, Fig. 6 (hsr-facts §7.2, B18): carrier A / B of the paper.
 PAPER: dict[str, Any] = {
@@ -462,7 +464,7 @@ def _markdown(r: dict[str, Any]) -> str:
         "",
         f"{r['fleet'][routes[0]]['trips']} generated trips per route, one direction of travel "
         "(the generator has one), loaded through Kafka and polycorn-ingest. Percent; "
-        "separability as carrier A / B (the paper's A / B = our carrier-a / carrier-b).",
+        "separability as carrier A / B (the paper's A / B = our carrier-0 / carrier-1).",
         "",
         head + " |",
         "|---" * (len(routes) + 2) + "|",
@@ -483,7 +485,7 @@ def _markdown(r: dict[str, Any]) -> str:
         for k in routes:
             bc = r["fleet"][k]["validation"]["by_carrier"]
             ours.append(
-                " / ".join(_pct(bc[c]["separability"][feat]) for c in ("carrier-a", "carrier-b"))
+                " / ".join(_pct(bc[c]["separability"][feat]) for c in ("carrier-0", "carrier-1"))
                 + f" ({_pct(r['fleet'][k]['validation']['separability'][feat])})"
             )
         p = paper["separability"][feat]

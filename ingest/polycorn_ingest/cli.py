@@ -106,8 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     tb.add_argument("--epoch-unix-ms", type=int, default=None, help="trip start (default: now)")
     tb.add_argument(
         "--carriers",
-        default="carrier-a,carrier-b",
-        help="names of carriers 0, 1, ... (comma-separated)",
+        default="carrier-0,carrier-1,carrier-2,carrier-3",
+        help="names of carriers 0, 1, ... (comma-separated; the default is the testbed "
+        "relay's path names, so LinkDB keys the same cells either way)",
     )
     return p
 
