@@ -24,12 +24,12 @@
 #             no random loss, no scheduled blackouts; skipped when the folder
 #             is absent (set MAHIMAHI_DIR to use another copy).
 #
-# Failure-location table (HRSCH's handover-failure-aware path rejection):
-# until the trainer (issue 6) learns one, a stand-in is built from the event
-# logs of TABLE_TRIPS (default 20) PREVIOUS trips of the same route (trip
-# seeds 901..), never from a trip being measured: `polycorn-tracegen
-# failure-table` puts each cell's mean failure location in it. Every scheme
-# gets the table and the radio replay; only hof-reject uses the table.
+# Failure-location table (HRSCH's handover-failure-aware path rejection): the
+# trainer learns it from TABLE_TRIPS (default 20) PREVIOUS trips of the same
+# route (trip seeds 901..), never from a trip being measured; those trips go
+# through Kafka and ingest into a fresh LinkDB first (make_table). Every
+# scheme gets the table and the radio replay; only hof-reject uses it. The
+# closed loop, trip after trip, is scripts/bench-loop.sh.
 #
 # Environment: PROFILE (default short), SCHEMES (space-separated, default all
 # below), BENCH_PREFIX (topology prefix, default hb), LINK_SETS (default: the profile's), BENCH_WORK (raw runs, default
@@ -43,8 +43,8 @@
 # TABLE_SEED_BASE (previous trips for the table, BASE+1.., default 900),
 # HSR_TRIPS (trips of the hsr set), BENCH_SLOT_S (seconds per download
 # slot), TABLE=previous|truth|none (truth: an oracle table built from the
-# measured trip's own events, every failed cell, for an upper bound on
-# hof-reject; none: no table).
+# measured trip's own events by `polycorn-tracegen failure-table`, every
+# failed cell, for an upper bound on hof-reject; none: no table).
 # Ctrl-C or any failure tears every topology down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -155,6 +155,7 @@ on_exit() {
     # namespace being deleted.
     for j in $(jobs -p); do kill "$j" 2>/dev/null || true; done
     ((ALL_DOWN_DONE)) || { log "tearing down"; all_down; }
+    drop_table_db
     exit "$rc"
 }
 trap on_exit EXIT
@@ -200,21 +201,38 @@ trip_ids() {
     done
 }
 
-# make_table: the stand-in failure-location table from previous trips of the
-# route (seeds TABLE_SEED_BASE+1..+TABLE_TRIPS, 901..920 by default;
-# measured trips are TRIP_SEED_BASE+1.., 1001.. by default).
+# make_table: the failure-location table the trainer learns from previous
+# trips of the route (seeds TABLE_SEED_BASE+1..+TABLE_TRIPS, 901..920 by
+# default; measured trips are TRIP_SEED_BASE+1.., 1001.. by default), through
+# the fleet's real path: each trip's telemetry into Kafka (polycorn-ingest
+# produce-testbed), polycorn-ingest into a fresh LinkDB (scripts/trainer_fleet.py
+# load checks every count), then `polycorn-trainer run --once` with its
+# default thresholds; the table is the one it published in LinkDB.
 make_table() {
-    local k dir events=()
-    for ((k = 1; k <= TABLE_TRIPS; k++)); do
-        dir=$RUN/table-trips/r$ROUTE_SEED-t$((TABLE_SEED_BASE + k))
-        "$BIN/polycorn-tracegen" generate --preset pc-gateway-300 --route-seed "$ROUTE_SEED" \
-            --trip-seed "$((TABLE_SEED_BASE + k))" --duration-s "$TRIP_S" --carriers "$CARRIERS" --out "$dir" >/dev/null
-        events+=(--events "$dir/events.jsonl")
-        # Only the event log is used.
-        rm -f "$dir"/c*.up "$dir"/c*.down "$dir"/c*.schedule
-    done
-    "$BIN/polycorn-tracegen" failure-table "${events[@]}" --out "$RUN/failure-table.json" >/dev/null
-    log "failure-location table: $(jq '.entries | length' "$RUN/failure-table.json") cells from $TABLE_TRIPS previous trips"
+    uv sync --all-packages --locked --quiet
+    bash scripts/infra.sh up pg kafka >/dev/null
+    local env db url
+    env=$(bash scripts/infra.sh env)
+    eval "$env"
+    db=linkdb_bench_hsr_$$
+    url=${POLYCORN_DATABASE_URL%/*}/$db
+    psql "${POLYCORN_DATABASE_URL%/*}/postgres" -qc "CREATE DATABASE $db"
+    TABLE_DB=$db
+    uv run --all-packages --locked --quiet polycorn-linkdb --url "$url" upgrade 2>/dev/null
+    uv run --all-packages --locked --quiet python scripts/trainer_fleet.py load --route-seed "$ROUTE_SEED" \
+        --trip-seeds "$((TABLE_SEED_BASE + 1))-$((TABLE_SEED_BASE + TABLE_TRIPS))" --duration-s "$TRIP_S" \
+        --carriers "$CARRIERS" --tracegen "$BIN/polycorn-tracegen" --database-url "$url" \
+        --work "$RUN/table-trips" --out "$RUN/table-fleet.json" >"$RUN/table-load.log" 2>&1 \
+        || die "loading the previous trips into LinkDB failed: $RUN/table-load.log"
+    "$root/.venv/bin/polycorn-trainer" --log-level WARNING run --once --database-url "$url" --bootstrap "" \
+        --summary-json "$RUN/trainer.json" 2>"$RUN/trainer.log" || die "the trainer failed: $RUN/trainer.log"
+    psql "$url" -Atc "SELECT body FROM failure_tables ORDER BY version DESC LIMIT 1" >"$RUN/failure-table.json"
+    [[ -s $RUN/failure-table.json ]] || die "the trainer published no table (no cell met its thresholds): $RUN/trainer.json"
+    log "failure-location table: $(jq '.entries | length' "$RUN/failure-table.json") cells, learned by the trainer from $TABLE_TRIPS previous trips"
+}
+drop_table_db() {
+    [[ -n ${TABLE_DB:-} ]] || return 0
+    psql "${POLYCORN_DATABASE_URL%/*}/postgres" -qc "DROP DATABASE IF EXISTS $TABLE_DB WITH (FORCE)" >/dev/null 2>&1 || true
 }
 
 # run_load DIR SCHEME_INDEX EPOCH START_S LINK_SET: the whole plan of one scheme.
@@ -337,7 +355,7 @@ cat >"$RUN/run.json" <<EOF
  "backlog": {"seconds": $BACKLOG_S, "path": "$BACKLOG_PATH", "link_sets": ["hsr"]},
  "buffer_bytes": 3000000, "load_seed": $LOAD_SEED,
  "failure_table": $(if [[ -f $RUN/failure-table.json ]]; then jq -c --arg r "$ROUTE_SEED" --arg n "$TABLE_TRIPS" \
-    --arg b "$TABLE_SEED_BASE" '{route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "\(($b|tonumber) + 1)..\(($b|tonumber) + ($n|tonumber))", entries: (.entries|length)}' \
+    --arg b "$TABLE_SEED_BASE" '{learned_by: "polycorn-trainer (defaults), previous trips through Kafka and ingest into LinkDB", route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "\(($b|tonumber) + 1)..\(($b|tonumber) + ($n|tonumber))", entries: (.entries|length)}' \
     "$RUN/failure-table.json"; else echo null; fi),
  "link_sets": {$sets_json}}
 EOF
