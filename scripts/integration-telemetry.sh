@@ -45,6 +45,7 @@ TRIP_S=${TRIP_S:-300}
 RUN=e2e$(date +%s)$$
 TOPIC=polycorn.telemetry.v1.$RUN
 DLQ=polycorn.telemetry.dlq.$RUN
+TABLES=polycorn.failure-tables.v1.$RUN
 DB=linkdb_$RUN
 DB_URL=${POLYCORN_DATABASE_URL%/*}/$DB
 P=pcite
@@ -86,6 +87,7 @@ log "generating a ${TRIP_S} s trip"
     --out "$WORK/trip" >/dev/null
 kafka_topics --create --topic "$TOPIC" --partitions 4 --replication-factor 1 >/dev/null
 kafka_topics --create --topic "$DLQ" --partitions 1 --replication-factor 1 >/dev/null
+kafka_topics --create --topic "$TABLES" --partitions 1 --replication-factor 1 --config cleanup.policy=compact >/dev/null
 psql "${POLYCORN_DATABASE_URL%/*}/postgres" -qc "CREATE DATABASE $DB"
 psql "$DB_URL" -qc "CREATE EXTENSION postgis"
 PY polycorn-linkdb --url "$DB_URL" upgrade
@@ -116,7 +118,7 @@ PC_PREFIX=$P testbed/topology.sh up --trip "$WORK/trip" --scheme hrsch --epoch-u
     --forward-port "$KAFKA_PORT" \
     --relay-arg --replay-resume \
     --proxy-arg "--kafka-brokers=$POLYCORN_KAFKA_BOOTSTRAP" --proxy-arg "--kafka-topic=$TOPIC" \
-    --proxy-arg "--kafka-dlq-topic=$DLQ" >"$WORK/topology.log"
+    --proxy-arg "--kafka-dlq-topic=$DLQ" --proxy-arg "--failure-table-topic=$TABLES" >"$WORK/topology.log"
 STATE=/tmp/polycorn-state-$P
 
 trip_t() { echo $((($(date +%s%3N) - EPOCH) / 1000)); }
@@ -245,6 +247,47 @@ faults_bit() {
     grep -qi "error\|retry\|unavailable" "$WORK/ingest.log" || { echo "ingest never noticed the PostgreSQL restart"; return 1; }
 }
 check "the faults really happened (relay resends, ingest noticed the database restart and survived)" faults_bit
+
+proxy_metric() { # NAME: sum of the proxy's metric
+    ip netns exec "$P-cloud" curl -fsS --max-time 2 http://127.0.0.1:9464/metrics 2>/dev/null |
+        awk -v m="$1" '$1 ~ "^"m"([{]|$)" {s += $2} END {printf "%d", s + 0}'
+}
+
+learned_table_reaches_the_proxy() {
+    # The trainer learns from what this trip put into LinkDB and publishes to
+    # the compacted topic that the running proxy follows. One trip has no
+    # history to validate against and few failures per cell, so any failure
+    # enters the table here (--min-failures 1).
+    "$root/.venv/bin/polycorn-trainer" --log-level WARNING run --once --database-url "$DB_URL" \
+        --bootstrap "$POLYCORN_KAFKA_BOOTSTRAP" --topic "$TABLES" --min-failures 1 --min-failure-rate 0 \
+        --summary-json "$WORK/trainer.json" 2>"$WORK/trainer.log" || { tail -5 "$WORK/trainer.log"; return 1; }
+    local v i
+    v=$(jq -r '.table.version // empty' "$WORK/trainer.json")
+    [[ -n $v ]] || { echo "the trainer published no table: $(jq -c '{cells, handovers, table}' "$WORK/trainer.json")"; return 1; }
+    echo "trainer: model $(jq -r .model_id "$WORK/trainer.json"), table v$v with $(jq -r .table.entries "$WORK/trainer.json") entries"
+    for ((i = 0; i < 60; i++)); do
+        (($(proxy_metric polycorn_failure_table_version) == v)) && break
+        sleep 0.5
+    done
+    (($(proxy_metric polycorn_failure_table_version) == v)) || { echo "the proxy never loaded table v$v"; return 1; }
+    # A broken table with a higher version (cell 0) is refused; v stays.
+    PY python - "$POLYCORN_KAFKA_BOOTSTRAP" "$TABLES" <<'PYEOF' || return 1
+import sys
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1]})
+body = b'{"format":"polycorn-failure-table/1","version":99,"source":"broken","entries":[{"cell":0,"direction":"increasing","position_m":1.0}]}'
+p.produce(sys.argv[2], key=b"fleet", value=body)
+assert p.flush(30) == 0
+PYEOF
+    for ((i = 0; i < 60; i++)); do
+        (($(proxy_metric polycorn_failure_table_rejected_total) >= 1)) && break
+        sleep 0.5
+    done
+    (($(proxy_metric polycorn_failure_table_rejected_total) == 1)) || { echo "the broken table was not counted as rejected"; return 1; }
+    (($(proxy_metric polycorn_failure_table_version) == v)) || { echo "the proxy left table v$v for a broken one"; return 1; }
+    echo "proxy: table v$v from Kafka while running, the broken v99 refused and counted"
+}
+check "the trainer learns from the trip and the running proxy hot-reloads its table from Kafka (a broken one is refused)" learned_table_reaches_the_proxy
 
 prometheus_scraped_ingest() {
     # The real Prometheus scraped ingest's metrics: rows written and the
