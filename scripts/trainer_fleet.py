@@ -446,6 +446,31 @@ def _pct(v: float | None) -> str:
     return "—" if v is None else f"{100 * v:.1f}"
 
 
+def _delta_quantiles(h: dict[str, Any]) -> str:
+    """p10 / p50 / p90 of the failures' Δ from the trainer's histogram: the
+    upper edge of the bin where each quantile falls (open bins shown as
+    < or ≥ the outer edge)."""
+    edges: list[float] = h["edges_s"]
+    counts: list[int] = h["failures"]
+    total = sum(counts)
+    if not total:
+        return "—"
+    out = []
+    for q in (0.1, 0.5, 0.9):
+        acc = 0
+        for i, c in enumerate(counts):
+            acc += c
+            if acc >= q * total:
+                if i == 0:
+                    out.append(f"< {edges[0]:g}")
+                elif i == len(edges):
+                    out.append(f"≥ {edges[-1]:g}")
+                else:
+                    out.append(f"{edges[i]:g}")
+                break
+    return " / ".join(out)
+
+
 def _markdown(r: dict[str, Any]) -> str:
     """The validation side by side with the paper, and the scale run."""
     routes = list(r["fleet"])
@@ -499,6 +524,15 @@ def _markdown(r: dict[str, Any]) -> str:
         v = r["fleet"][k]["validation"]
         counts.append(f"{v['failures']} / {v['successes']}")
     lines.append("| failures / successes validated | — | " + " | ".join(counts) + " |")
+    quant = []
+    for k in routes:
+        h = r["fleet"][k]["validation"].get("delta_histogram")
+        quant.append(_delta_quantiles(h) if h else "—")
+    lines.append(
+        "| Δ of failures with a prediction, p10 / p50 / p90 (s; 0.5 s bins) | — | "
+        + " | ".join(quant)
+        + " |"
+    )
     lines += [
         "",
         "With the table thresholds (what the proxies get: ≥ 3 failures and ≥ 15 % in the "

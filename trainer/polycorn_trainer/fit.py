@@ -67,6 +67,9 @@ I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
 FEATURES: tuple[str, ...] = ("location", "rsrp", "both")
+# Bin edges of the Δ histogram (s): bin 0 is Δ < -10 s, bin i is
+# [edge[i-1], edge[i]), the last is Δ ≥ 10 s.
+DELTA_EDGES_S: tuple[float, ...] = tuple(x / 2 for x in range(-20, 21))
 INCREASING = "increasing"
 DECREASING = "decreasing"
 
@@ -142,6 +145,9 @@ class Counts:
     sep_total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FEATURES, 0))
     sep_cells: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FEATURES, 0))
     speed_fallbacks: int = 0
+    # Δ of the handovers that had a prediction, in DELTA_EDGES_S bins (Fig. 6).
+    delta_failures: list[int] = field(default_factory=lambda: [0] * (len(DELTA_EDGES_S) + 1))
+    delta_successes: list[int] = field(default_factory=lambda: [0] * (len(DELTA_EDGES_S) + 1))
 
     def add(self, o: Counts) -> None:
         self.failure_correct += o.failure_correct
@@ -150,6 +156,10 @@ class Counts:
         self.success_correct += o.success_correct
         self.success_wasted += o.success_wasted
         self.speed_fallbacks += o.speed_fallbacks
+        for i, v in enumerate(o.delta_failures):
+            self.delta_failures[i] += v
+        for i, v in enumerate(o.delta_successes):
+            self.delta_successes[i] += v
         for f in FEATURES:
             self.sep_right[f] += o.sep_right[f]
             self.sep_total[f] += o.sep_total[f]
@@ -181,6 +191,11 @@ class Counts:
             "separability_cells": dict(self.sep_cells),
             "separability_handovers": dict(self.sep_total),
             "speed_fallbacks": self.speed_fallbacks,
+            "delta_histogram": {
+                "edges_s": list(DELTA_EDGES_S),
+                "failures": list(self.delta_failures),
+                "successes": list(self.delta_successes),
+            },
         }
 
 
@@ -347,6 +362,10 @@ def validate_cell(c: CellData, p: Params, thresholds: str) -> Counts:
     succ = ~fail
     out.success_correct = int((succ & (~pred | (delta < p.t1_s))).sum())
     out.success_wasted = int((succ & pred & (delta >= p.t1_s)).sum())
+    bins = np.searchsorted(np.asarray(DELTA_EDGES_S), delta[pred], side="right")
+    nb = len(DELTA_EDGES_S) + 1
+    out.delta_failures = np.bincount(bins[fail[pred]], minlength=nb).tolist()
+    out.delta_successes = np.bincount(bins[succ[pred]], minlength=nb).tolist()
     return out
 
 

@@ -174,3 +174,19 @@ def test_sample_weights_are_scikit_learns_balanced_class_weights() -> None:
     ref.fit((x - mean) / scale, y)
     np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-6, atol=1e-9)
+
+
+def test_delta_histogram_bins_the_predicted_handovers() -> None:
+    from polycorn_trainer.fit import DELTA_EDGES_S
+
+    c = cell([1000, 1500, 1200], [True, True, False], [1, 2, 3], speed=100.0)
+    k = validate_cell(c, Params(), "paper")
+    # Trip 1 held out: L̂ = 1500 → Δ = -5 s; trip 2: L̂ = 1000 → Δ = 5 s;
+    # trip 3 (success at 1200): L̂ = 1250 → Δ = -0.5 s.
+    edges = list(DELTA_EDGES_S)
+    assert sum(k.delta_failures) == 2 and sum(k.delta_successes) == 1
+    assert k.delta_failures[edges.index(-5.0) + 1] == 1
+    assert k.delta_failures[edges.index(5.0) + 1] == 1
+    assert k.delta_successes[edges.index(-0.5) + 1] == 1
+    s = k.summary()["delta_histogram"]
+    assert len(s["failures"]) == len(s["edges_s"]) + 1
