@@ -88,7 +88,7 @@ lint: lint-rust lint-sh lint-py ## all linters
 # linkdb-api/; uv.lock).
 UV := uv run --project bench --locked --quiet
 UVW := uv run --all-packages --locked --quiet
-PY_WS := schema ingest linkdb-api
+PY_WS := schema ingest linkdb-api trainer
 lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
 	$(UV) ruff check bench
 	$(UV) ruff format --check bench

@@ -13,13 +13,12 @@ whitespace, UTF-8, absent optional counts left out (serde's
 ``skip_serializing_if``). The ETag is the SHA-256 (hex) of those bytes: the
 API serves exactly those bytes, so equal ETags mean equal bytes (a strong
 validator). Anyone publishing straight into the database (the trainer) must
-compute ``etag`` the same way: :func:`canonical` and :func:`etag_of`.
+compute ``etag`` the same way: :func:`canonical` and :func:`etag_of`, which
+live in ``polycorn_schema.failure_table`` with the publication lock.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from typing import Any, Literal
 
@@ -33,12 +32,9 @@ from pydantic import (
     field_validator,
 )
 
-FORMAT = "polycorn-failure-table/1"
+from polycorn_schema.failure_table import FORMAT, canonical
+
 U64_MAX = 2**64 - 1
-# Serialises publishers: the API and the trainer (if it writes the table
-# itself) take this transaction-level advisory lock before reading the
-# highest version, so two publications never race for the same version.
-PUBLISH_LOCK = 0x706F6C79636F726E  # "polycorn"; a bigint key
 
 
 class Entry(BaseModel):
@@ -119,16 +115,6 @@ def canonical_dict(table: TableIn, version: int) -> dict[str, Any]:
         "source": table.source,
         "entries": [e.model_dump(exclude_none=True) for e in table.entries],
     }
-
-
-def canonical(body: dict[str, Any]) -> bytes:
-    return json.dumps(
-        body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode()
-
-
-def etag_of(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def reserialise(body: dict[str, Any]) -> bytes:

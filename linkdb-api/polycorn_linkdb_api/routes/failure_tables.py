@@ -13,12 +13,9 @@ from psycopg import AsyncConnection
 from polycorn_linkdb_api.deps import Admin, Reader, db
 from polycorn_linkdb_api.errors import ConflictError, InvalidInputError, InvalidParam, NotFoundError
 from polycorn_linkdb_api.failure_table import (
-    PUBLISH_LOCK,
     TableFile,
     TableIn,
-    canonical,
     canonical_dict,
-    etag_of,
     if_none_match,
     reserialise,
 )
@@ -32,6 +29,7 @@ from polycorn_linkdb_api.routes.common import (
     page,
 )
 from polycorn_linkdb_api.schemas import TableList, TableMeta
+from polycorn_schema.failure_table import PUBLISH_LOCK, canonical, etag_of
 
 router = APIRouter(prefix="/v1", tags=["failure tables"])
 

@@ -1,0 +1,208 @@
+"""``polycorn-trainer``: learn where handovers fail and publish the table.
+
+    polycorn-trainer run [--once | --interval-s N] [--shard I/N] [--workers K]
+                         [--no-publish] [--topic T] [--summary-json FILE]
+                         [--metrics-addr HOST:PORT] [model options]
+    polycorn-trainer validate [--shard I/N] [--summary-json FILE] [model options]
+    polycorn-trainer publish
+
+``run`` fits, validates, stores the model and publishes the table (LinkDB and
+the Kafka topic); without ``--once`` it stays up and runs every
+``--interval-s`` seconds (a failed run is logged and counted, and the next one
+tries again) until SIGTERM/SIGINT. ``validate`` stores nothing. ``publish``
+re-assembles the table from the latest model of every cell (after sharded
+runs) and sends the current table to Kafka again. ``--database-url``
+defaults to ``POLYCORN_DATABASE_URL``, ``--bootstrap`` to
+``POLYCORN_KAFKA_BOOTSTRAP`` (without one, tables stay in LinkDB, where the
+API serves them). Exit status: 0 done, 1 the run failed, 2 bad usage.
+``docs/trainer.md`` has the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from polycorn_schema.failure_table import TOPIC
+from polycorn_trainer.data import Shard
+from polycorn_trainer.fit import Params
+from polycorn_trainer.metrics import Metrics
+from polycorn_trainer.run import Options, publish_only, run
+
+log = logging.getLogger("polycorn_trainer")
+
+
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _fraction(text: str) -> float:
+    v = float(text)
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return v
+
+
+def _seconds(text: str) -> float:
+    v = float(text)
+    if not (v > 0 and v < 1e7):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return v
+
+
+def _shard(text: str) -> Shard:
+    try:
+        return Shard.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="polycorn-trainer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--log-level", default="INFO")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = Params()
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--database-url",
+            default=os.environ.get("POLYCORN_DATABASE_URL"),
+            help="postgresql://user@host:port/db (env POLYCORN_DATABASE_URL)",
+        )
+
+    def kafka(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--bootstrap",
+            default=os.environ.get("POLYCORN_KAFKA_BOOTSTRAP"),
+            help="Kafka bootstrap servers (env POLYCORN_KAFKA_BOOTSTRAP); none: LinkDB only",
+        )
+        sp.add_argument("--topic", default=TOPIC, help=f"compacted table topic (default {TOPIC})")
+
+    def model(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--shard", type=_shard, default=Shard(), help="I/N: this worker's cells")
+        sp.add_argument(
+            "--workers", type=_positive_int, default=0, help="processes (0: one per CPU)"
+        )
+        sp.add_argument("--min-failures", type=_positive_int, default=d.min_failures)
+        sp.add_argument("--min-failure-rate", type=_fraction, default=d.min_failure_rate)
+        sp.add_argument("--min-handovers", type=_positive_int, default=d.min_handovers)
+        sp.add_argument("--summary-json", type=Path, help="write the run's summary here")
+
+    r = sub.add_parser("run", help="fit, validate, store and publish")
+    common(r)
+    kafka(r)
+    model(r)
+    g = r.add_mutually_exclusive_group()
+    g.add_argument("--once", action="store_true", help="one run, then exit")
+    g.add_argument("--interval-s", type=_seconds, default=3600.0, help="seconds between runs")
+    r.add_argument("--no-publish", action="store_true", help="store the model, publish no table")
+    r.add_argument("--metrics-addr", help="serve Prometheus metrics on HOST:PORT")
+
+    v = sub.add_parser("validate", help="leave-one-trip-out validation only; stores nothing")
+    common(v)
+    model(v)
+
+    pb = sub.add_parser("publish", help="assemble and publish the table from the latest models")
+    common(pb)
+    kafka(pb)
+    return p
+
+
+def _options(a: argparse.Namespace, store: bool, publish: bool) -> Options:
+    params = Params(
+        min_failures=a.min_failures,
+        min_failure_rate=a.min_failure_rate,
+        min_handovers=max(2, a.min_handovers),
+    )
+    return Options(
+        shard=a.shard,
+        workers=a.workers,
+        params=params,
+        store=store,
+        publish=publish,
+        bootstrap=getattr(a, "bootstrap", None),
+        topic=getattr(a, "topic", TOPIC),
+    )
+
+
+def _write_summary(path: Path | None, summary: dict[str, Any]) -> None:
+    if path is None:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    a = p.parse_args(argv)
+    logging.basicConfig(
+        level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not a.database_url:
+        p.error("no database: give --database-url or set POLYCORN_DATABASE_URL")
+    try:
+        if a.cmd == "publish":
+            t = publish_only(a.database_url, a.bootstrap, a.topic)
+            print(
+                json.dumps(
+                    None
+                    if t is None
+                    else {"version": t.version, "entries": t.entries, "etag": t.etag, "new": t.new}
+                )
+            )
+            return 0
+        if a.cmd == "validate":
+            s = run(a.database_url, _options(a, store=False, publish=False))
+            _write_summary(a.summary_json, s)
+            print(json.dumps(s["validation"], indent=2))
+            return 0
+        o = _options(a, store=True, publish=not a.no_publish)
+        metrics = Metrics()
+        if a.metrics_addr:
+            metrics.serve(a.metrics_addr)
+        if a.once:
+            _write_summary(a.summary_json, run(a.database_url, o, metrics))
+            return 0
+        return _serve(a, o, metrics)
+    except Exception as e:  # one clear line, not a traceback, for operators
+        log.debug("run failed", exc_info=True)
+        print(f"polycorn-trainer: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+def _serve(a: argparse.Namespace, o: Options, metrics: Metrics) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping after the current run", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("trainer service: a run every %.0f s (shard %s)", a.interval_s, o.shard)
+    while not stop.is_set():
+        try:
+            _write_summary(a.summary_json, run(a.database_url, o, metrics))
+        except Exception as e:
+            log.error("run failed: %s: %s (next run in %.0f s)", type(e).__name__, e, a.interval_s)
+        stop.wait(a.interval_s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Reading the training data from LinkDB: the handovers of every cell of a
+shard, one row per cell with its handovers as arrays (the database does the
+grouping, so memory stays at a few arrays per cell).
+
+Sharding: a cell belongs to shard ``hash(carrier:cell_id:direction) mod N``
+with PostgreSQL's ``hashtextextended`` (seed 0), which does not depend on
+row order or surrogate ids, so N workers (a Kubernetes indexed Job) split a
+fleet with no coordination and every cell lands in exactly one shard.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+
+from polycorn_trainer.fit import CellData
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int = 0
+    count: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """``I/N`` with 0 ≤ I < N."""
+        m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        if not m:
+            raise ValueError(f"shard must be I/N (for example 0/4), got {text!r}")
+        i, n = int(m[1]), int(m[2])
+        if n < 1 or n > 1_000_000 or i >= n:
+            raise ValueError(f"shard {text!r}: need 0 <= I < N, N between 1 and 1000000")
+        return cls(i, n)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+SHARD_EXPR = (
+    "mod(hashtextextended(c.carrier || ':' || c.cell_id::text || ':' || c.direction::text, 0)"
+    " & 9223372036854775807, %(shard_n)s) = %(shard_i)s"
+)
+
+# Speed at a handover: the train's last fix within 10 s before its start.
+CELLS_SQL = """
+SELECT c.id, c.carrier, c.cell_id, c.direction::text,
+       array_agg(h.track_m ORDER BY h.start_time, h.id),
+       array_agg(coalesce(h.rsrp_dbm, 'NaN'::float8) ORDER BY h.start_time, h.id),
+       array_agg(h.outcome = 'failure' ORDER BY h.start_time, h.id),
+       array_agg(coalesce(h.trip_id, -h.id) ORDER BY h.start_time, h.id),
+       array_agg(coalesce(s.speed_mps, 'NaN'::float8) ORDER BY h.start_time, h.id)
+FROM cells c
+JOIN handovers h ON h.cell = c.id
+LEFT JOIN LATERAL (
+    SELECT g.speed_mps FROM gps_fixes g
+    WHERE g.train_id = h.train_id
+      AND g.time <= h.start_time AND g.time > h.start_time - interval '10 seconds'
+    ORDER BY g.time DESC LIMIT 1
+) s ON true
+WHERE h.track_m IS NOT NULL AND {shard}
+GROUP BY c.id, c.carrier, c.cell_id, c.direction
+ORDER BY c.id
+"""
+
+COUNT_SQL = """
+SELECT count(*) FILTER (WHERE h.track_m IS NULL), count(*)
+FROM handovers h JOIN cells c ON c.id = h.cell
+WHERE {shard}
+"""
+
+
+def _shard_params(shard: Shard) -> dict[str, int]:
+    return {"shard_n": shard.count, "shard_i": shard.index}
+
+
+def untracked_handovers(conn: psycopg.Connection, shard: Shard) -> tuple[int, int]:
+    """(handovers without a track position, all handovers) of the shard's cells."""
+    row = conn.execute(COUNT_SQL.format(shard=SHARD_EXPR), _shard_params(shard)).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def load_cells(conn: psycopg.Connection, shard: Shard) -> Iterator[CellData]:
+    """Every cell of the shard with at least one handover with a position."""
+    sql = CELLS_SQL.format(shard=SHARD_EXPR)
+    with conn.cursor(name="polycorn_trainer_cells") as cur:
+        cur.itersize = 2000
+        cur.execute(sql, _shard_params(shard))
+        for key, carrier, cell_id, direction, track, rsrp, failed, trip, speed in cur:
+            yield CellData(
+                key=int(key),
+                carrier=str(carrier),
+                cell_id=int(cell_id),
+                direction=str(direction),
+                track_m=np.asarray(track, dtype=np.float64),
+                rsrp_dbm=np.asarray(rsrp, dtype=np.float64),
+                failed=np.asarray(failed, dtype=np.bool_),
+                trip=np.asarray(trip, dtype=np.int64),
+                speed_mps=np.asarray(speed, dtype=np.float64),
+            )

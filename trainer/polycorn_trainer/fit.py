@@ -1,0 +1,337 @@
+"""The per-cell model and its validation, pure: arrays in, results out.
+
+One *cell* here is POLYCORN's key ⟨carrier, cell, direction of travel⟩ (§3,
+footnote 4): the handovers out of one source cell while travelling one way.
+Positions are turned into *progress along the direction of travel*
+(``x = track_m`` when increasing, ``-track_m`` when decreasing), so that
+"later" is always "larger x" and one code path serves both directions.
+
+Per cell (:func:`fit_cell`):
+
+- **Predicted failure location** L̂_HOF: the mean position of the cell's past
+  failures (§3: "the average location of all handover failures"). It goes
+  into the failure-location table only when the cell has at least
+  ``min_failures`` failures and a failure share of at least
+  ``min_failure_rate`` (:class:`Params`); otherwise the cell gets no entry
+  and the proxies never throttle for it.
+- **Earliest handover position** (EHP, §2.3) and the failure rate.
+- **Linear SVMs** (scikit-learn ``LinearSVC``: L2 penalty, squared hinge = L2
+  loss, balanced class weights for the rare failures) on the location, on
+  the RSRP, and on both, each feature standardised per cell. Their training
+  accuracy is the paper's *linear separability* (§3: 72.8/71.4 % by
+  location, 73.5/67.1 % by RSRP, 92.6/89.2 % by both). RSRP is an offline
+  feature only: it reaches the relay up to 200 ms late, so the online
+  predictor uses location alone (§3). The location SVM's decision boundary is
+  stored with the model (``boundary_track_m``) for analysis.
+- **Fallbacks** (``kind``): ``linear_svc`` needs ``min_handovers`` handovers
+  with both outcomes present; ``no_failures`` (nothing to predict),
+  ``failures_only`` (every handover failed: L̂ still defined, no SVM) and
+  ``too_few`` (fewer than ``min_handovers``: L̂ if the failure thresholds
+  hold, no SVM). No input makes it raise: NaN RSRPs leave the RSRP models
+  out, a single-trip cell simply has nothing to validate against.
+
+Validation (:func:`validate_cell`), exactly as §3 and Figs. 5–6:
+leave-one-trip-out. For every handover of a held-out trip, L̂_HOF is
+recomputed from the cell's *other* trips, twice: from any failure history
+(``paper``, as §3) and with the table thresholds (``deployed``: what the
+proxies would have had), t̂_HOF is when the train passes
+it, and Δ = t_HO − t̂_HOF = (x_HO − L̂) / v with v the train's speed at the
+handover. With t1 = 0 s and t2 = 2.5 s:
+
+==========  =====================  ===========================================
+outcome     Δ                      class
+==========  =====================  ===========================================
+failure     t1 ≤ Δ ≤ t2            correct (throttled just before it)
+failure     Δ < t1 or no L̂         late (not throttled in time)
+failure     Δ > t2                 early (throttled too long)
+success     Δ < t1 or no L̂         correct (never throttled before it)
+success     Δ ≥ t1                 wasted (Fig. 5's case 1)
+==========  =====================  ===========================================
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import LinearSVC
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+FEATURES: tuple[str, ...] = ("location", "rsrp", "both")
+INCREASING = "increasing"
+DECREASING = "decreasing"
+
+
+@dataclass(frozen=True)
+class Params:
+    """The trainer's knobs; stored with every model (``models.params``)."""
+
+    # Table thresholds (the stand-in builder of the HRSCH issue used the same).
+    min_failures: int = 3
+    min_failure_rate: float = 0.15
+    # A cell needs this many handovers (with both outcomes) for its SVMs.
+    min_handovers: int = 8
+    # SVM regularisation (scikit-learn's C) and iteration cap.
+    svm_c: float = 1.0
+    svm_max_iter: int = 2000
+    # Validation windows (§3): t1 = 0 s, t2 = 2.5 s.
+    t1_s: float = 0.0
+    t2_s: float = 2.5
+    # Speed used for Δ when LinkDB has no speed near a handover (300 km/h).
+    nominal_speed_mps: float = 83.3
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class CellData:
+    """The handovers out of one ⟨carrier, cell, direction⟩."""
+
+    key: int  # cells.id
+    carrier: str
+    cell_id: int
+    direction: str  # increasing | decreasing
+    track_m: F64
+    rsrp_dbm: F64  # NaN when unknown
+    failed: B
+    trip: I64  # trips.id; handovers without a trip get a group of their own
+    speed_mps: F64  # NaN when unknown
+
+    def __post_init__(self) -> None:
+        n = len(self.track_m)
+        for name in ("rsrp_dbm", "failed", "trip", "speed_mps"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"cell {self.key}: {name} has {len(getattr(self, name))} values, not {n}"
+                )
+        if self.direction not in (INCREASING, DECREASING):
+            raise ValueError(f"cell {self.key}: direction {self.direction!r}")
+
+    @property
+    def sign(self) -> float:
+        return 1.0 if self.direction == INCREASING else -1.0
+
+    @property
+    def x(self) -> F64:
+        """Progress along the direction of travel."""
+        return self.sign * self.track_m
+
+
+@dataclass
+class Counts:
+    """Validation counts (additive across cells, trips and workers)."""
+
+    failure_correct: int = 0
+    failure_late: int = 0
+    failure_early: int = 0
+    success_correct: int = 0
+    success_wasted: int = 0
+    # Separability: handovers classified right / handovers, per feature set,
+    # over cells with both outcomes and enough handovers.
+    sep_right: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FEATURES, 0))
+    sep_total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FEATURES, 0))
+    sep_cells: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FEATURES, 0))
+    speed_fallbacks: int = 0
+
+    def add(self, o: Counts) -> None:
+        self.failure_correct += o.failure_correct
+        self.failure_late += o.failure_late
+        self.failure_early += o.failure_early
+        self.success_correct += o.success_correct
+        self.success_wasted += o.success_wasted
+        self.speed_fallbacks += o.speed_fallbacks
+        for f in FEATURES:
+            self.sep_right[f] += o.sep_right[f]
+            self.sep_total[f] += o.sep_total[f]
+            self.sep_cells[f] += o.sep_cells[f]
+
+    @property
+    def failures(self) -> int:
+        return self.failure_correct + self.failure_late + self.failure_early
+
+    @property
+    def successes(self) -> int:
+        return self.success_correct + self.success_wasted
+
+    def summary(self) -> dict[str, Any]:
+        """Fractions 0–1 (``None`` when there is nothing to divide by)."""
+
+        def frac(a: int, b: int) -> float | None:
+            return round(a / b, 6) if b else None
+
+        f, s = self.failures, self.successes
+        return {
+            "failure_correct": frac(self.failure_correct, f),
+            "failure_late": frac(self.failure_late, f),
+            "failure_early": frac(self.failure_early, f),
+            "success_correct": frac(self.success_correct, s),
+            "failures": f,
+            "successes": s,
+            "separability": {k: frac(self.sep_right[k], self.sep_total[k]) for k in FEATURES},
+            "separability_cells": dict(self.sep_cells),
+            "separability_handovers": dict(self.sep_total),
+            "speed_fallbacks": self.speed_fallbacks,
+        }
+
+
+@dataclass
+class CellResult:
+    """One cell's model: a ``cell_models`` row."""
+
+    key: int
+    kind: str
+    predicted_failure_track_m: float | None
+    failure_rate: float
+    params: dict[str, Any]
+    counts: Counts  # validation as the paper: L̂ from any failure history
+    deployed: Counts  # validation of what is published: the table thresholds
+
+
+def _svm(x: F64, y: B, p: Params) -> tuple[LinearSVC, F64, F64] | None:
+    """A standardised balanced linear SVM, or ``None`` when it cannot be fit
+    (one class, or a constant feature)."""
+    if y.all() or not y.any():
+        return None
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    if (scale <= 0).any() or not np.isfinite(scale).all():
+        return None
+    m = LinearSVC(
+        penalty="l2",
+        loss="squared_hinge",
+        C=p.svm_c,
+        class_weight="balanced",
+        dual="auto",
+        max_iter=p.svm_max_iter,
+    )
+    with warnings.catch_warnings():
+        # A non-converged fit is still a valid linear boundary; its accuracy
+        # is what separability measures.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        m.fit((x - mean) / scale, y)
+    return m, mean, scale
+
+
+def _qualifies(failures: int, handovers: int, p: Params) -> bool:
+    if failures <= 0 or handovers <= 0:
+        return False
+    return failures >= p.min_failures and failures / handovers >= p.min_failure_rate
+
+
+def fit_cell(c: CellData, p: Params) -> CellResult:
+    """The cell's model and its validation counts."""
+    n = len(c.track_m)
+    x = c.x
+    y = c.failed.astype(bool)
+    nf = int(y.sum())
+    rate = nf / n if n else 0.0
+    ehp = float(c.sign * x.min()) if n else None
+    mean_fail = float(c.sign * x[y].mean()) if nf else None
+    params: dict[str, Any] = {
+        "handovers": n,
+        "failures": nf,
+        "trips": len(np.unique(c.trip)) if n else 0,
+        "earliest_ho_track_m": ehp,
+        "failure_mean_track_m": mean_fail,
+    }
+    counts = validate_cell(c, p, "paper")
+    deployed = validate_cell(c, p, "deployed")
+    if nf == 0:
+        kind = "no_failures"
+    elif nf == n:
+        kind = "failures_only"
+    elif n < p.min_handovers:
+        kind = "too_few"
+    else:
+        kind = "linear_svc"
+        svms: dict[str, Any] = {}
+        rsrp_ok = np.isfinite(c.rsrp_dbm)
+        sets: dict[str, tuple[F64, B]] = {"location": (x[:, None], y)}
+        if rsrp_ok.sum() >= p.min_handovers:
+            r = c.rsrp_dbm[rsrp_ok]
+            sets["rsrp"] = (r[:, None], y[rsrp_ok])
+            sets["both"] = (np.column_stack([x[rsrp_ok], r]), y[rsrp_ok])
+        for name, (feat, lab) in sets.items():
+            fitted = _svm(feat, lab, p)
+            if fitted is None:
+                continue
+            m, mean, scale = fitted
+            acc = float((m.predict((feat - mean) / scale) == lab).mean())
+            right = round(acc * len(lab))
+            for k in (counts, deployed):
+                k.sep_right[name] += right
+                k.sep_total[name] += len(lab)
+                k.sep_cells[name] += 1
+            coef = [float(v) for v in m.coef_[0]]
+            svms[name] = {
+                "coef": coef,
+                "intercept": float(m.intercept_[0]),
+                "mean": [float(v) for v in mean],
+                "scale": [float(v) for v in scale],
+                "accuracy": round(acc, 6),
+            }
+            if name == "location" and coef[0] != 0.0:
+                # decision = coef * (x - mean) / scale + intercept = 0
+                xb = float(mean[0] - m.intercept_[0] * scale[0] / coef[0])
+                if math.isfinite(xb):
+                    params["boundary_track_m"] = c.sign * xb
+        params["svm"] = svms
+    predicted = mean_fail if _qualifies(nf, n, p) else None
+    return CellResult(c.key, kind, predicted, rate, params, counts, deployed)
+
+
+def validate_cell(c: CellData, p: Params, thresholds: str) -> Counts:
+    """Leave-one-trip-out validation counts of one cell (module docstring).
+    ``thresholds``: ``paper`` predicts from any failure history, as §3 does;
+    ``deployed`` applies the table thresholds of :class:`Params`, i.e.
+    validates the table the proxies get."""
+    out = Counts()
+    n = len(c.track_m)
+    if n == 0:
+        return out
+    x = c.x
+    y = c.failed.astype(bool)
+    groups, inv = np.unique(c.trip, return_inverse=True)
+    g = len(groups)
+    n_g = np.bincount(inv, minlength=g)
+    f_g = np.bincount(inv, weights=y.astype(np.float64), minlength=g)
+    s_g = np.bincount(inv, weights=np.where(y, x, 0.0), minlength=g)
+    # Training folds: everything but the held-out trip.
+    tr_n = n - n_g
+    tr_f = f_g.sum() - f_g
+    tr_s = s_g.sum() - s_g
+    if thresholds == "paper":
+        has = tr_f > 0
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            has = (tr_f >= p.min_failures) & (tr_f / np.maximum(tr_n, 1) >= p.min_failure_rate)
+        has &= tr_f > 0
+    l_hat = np.where(has, tr_s / np.where(tr_f > 0, tr_f, 1.0), np.nan)
+    speed = c.speed_mps.copy()
+    bad = ~np.isfinite(speed) | (speed <= 0.5)
+    out.speed_fallbacks = int(bad.sum())
+    speed[bad] = p.nominal_speed_mps
+    lh = l_hat[inv]
+    pred = np.isfinite(lh)
+    delta = np.where(pred, (x - np.where(pred, lh, 0.0)) / speed, np.nan)
+    fail = y
+    out.failure_late = int((fail & (~pred | (delta < p.t1_s))).sum())
+    out.failure_early = int((fail & pred & (delta > p.t2_s)).sum())
+    out.failure_correct = int((fail & pred & (delta >= p.t1_s) & (delta <= p.t2_s)).sum())
+    succ = ~fail
+    out.success_correct = int((succ & (~pred | (delta < p.t1_s))).sum())
+    out.success_wasted = int((succ & pred & (delta >= p.t1_s)).sum())
+    return out
+
+
+def fit_many(cells: list[CellData], p: Params) -> list[CellResult]:
+    return [fit_cell(c, p) for c in cells]

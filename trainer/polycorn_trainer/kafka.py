@@ -1,0 +1,55 @@
+"""Producing failure-location tables to the compacted Kafka topic.
+
+One key (``fleet``), so compaction keeps the latest table; the value is the
+table's canonical JSON (the bytes the API serves), with its version and ETag
+in headers. Idempotent producer, ``acks=all``; :func:`produce_table` returns
+only after the broker acknowledged, and raises otherwise, so a run that could
+not reach Kafka fails visibly (the table is in LinkDB all the same, and the
+next run produces the current table again: the proxies' version rule makes a
+repeat harmless).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
+
+from polycorn_schema.failure_table import HEADER_ETAG, HEADER_VERSION, KAFKA_KEY
+
+
+class PublishError(RuntimeError):
+    pass
+
+
+def produce_table(
+    bootstrap: str, topic: str, body: bytes, *, version: int, etag: str, timeout_s: float = 30.0
+) -> None:
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.timeout.ms": int(timeout_s * 1000),
+            "message.max.bytes": max(1_000_000, len(body) + 4096),
+            "compression.type": "zstd",
+        }
+    )
+    errors: list[Any] = []
+
+    def report(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
+    p.produce(
+        topic,
+        key=KAFKA_KEY,
+        value=body,
+        headers=[(HEADER_VERSION, str(version).encode()), (HEADER_ETAG, etag.encode())],
+        on_delivery=report,
+    )
+    left = p.flush(timeout_s + 5)
+    if left:
+        raise PublishError(f"table v{version} not delivered to {topic} at {bootstrap} in time")
+    if errors:
+        raise PublishError(f"table v{version} not delivered to {topic}: {errors[0]}")

@@ -1,0 +1,233 @@
+"""One trainer run: load a shard's cells, fit and validate them in parallel,
+store the model, publish the table (LinkDB, then Kafka)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from polycorn_trainer.data import Shard, load_cells, untracked_handovers
+from polycorn_trainer.fit import CellData, CellResult, Counts, Params, fit_many
+from polycorn_trainer.kafka import produce_table
+from polycorn_trainer.metrics import Metrics
+from polycorn_trainer.store import Published, current_table, publish_table, store_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Options:
+    shard: Shard = field(default_factory=Shard)
+    workers: int = 0  # 0: one per CPU
+    params: Params = field(default_factory=Params)
+    store: bool = True  # false: validate only
+    publish: bool = True
+    bootstrap: str | None = None
+    topic: str = "polycorn.failure-tables.v1"
+    progress_every_s: float = 5.0
+
+
+def _workers(n: int) -> int:
+    return n if n > 0 else max(1, len(os.sched_getaffinity(0)))
+
+
+def _chunks(cells: list[CellData], workers: int) -> list[list[CellData]]:
+    # Several chunks per worker so that progress is smooth and a worker that
+    # got the big cells does not hold up the end; not so many that pickling
+    # dominates.
+    size = max(16, len(cells) // (workers * 8) + 1)
+    return [cells[i : i + size] for i in range(0, len(cells), size)]
+
+
+def fit_all(cells: list[CellData], o: Options) -> list[CellResult]:
+    """Fits every cell, in worker processes when there is more than one
+    worker and enough cells; logs progress on long runs."""
+    workers = _workers(o.workers)
+    total = len(cells)
+    t0 = last = time.monotonic()
+    out: list[CellResult] = []
+
+    def progress(done: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= o.progress_every_s:
+            last = now
+            log.info(
+                "fitted %d/%d cells (%.0f %%) in %.1f s", done, total, 100 * done / total, now - t0
+            )
+
+    if workers == 1 or total < 64:
+        for chunk in _chunks(cells, 1):
+            out.extend(fit_many(chunk, o.params))
+            progress(len(out))
+        return out
+    ctx = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures: list[Future[list[CellResult]]] = [
+            pool.submit(fit_many, chunk, o.params) for chunk in _chunks(cells, workers)
+        ]
+        for f in as_completed(futures):
+            out.extend(f.result())
+            progress(len(out))
+    return out
+
+
+def summarise(cells: Iterable[CellData], results: list[CellResult]) -> dict[str, Any]:
+    """The validation summary (fractions 0–1), overall and by carrier."""
+    carrier = {c.key: c.carrier for c in cells}
+    paper, deployed = Counts(), Counts()
+    by_carrier: dict[str, Counts] = defaultdict(Counts)
+    by_carrier_dep: dict[str, Counts] = defaultdict(Counts)
+    for r in results:
+        paper.add(r.counts)
+        deployed.add(r.deployed)
+        by_carrier[carrier[r.key]].add(r.counts)
+        by_carrier_dep[carrier[r.key]].add(r.deployed)
+    out = paper.summary()
+    dep = deployed.summary()
+    out["deployed"] = {k: v for k, v in dep.items() if not k.startswith("separability")}
+    out["by_carrier"] = {}
+    for k in sorted(by_carrier):
+        s = by_carrier[k].summary()
+        d = by_carrier_dep[k].summary()
+        s["deployed"] = {k2: v for k2, v in d.items() if not k2.startswith("separability")}
+        out["by_carrier"][k] = s
+    return out
+
+
+def run(url: str, o: Options, metrics: Metrics | None = None) -> dict[str, Any]:
+    """One run; returns the summary (docs/trainer.md, "Summary")."""
+    m = metrics or Metrics()
+    t0 = time.monotonic()
+    try:
+        summary = _run(url, o, m, t0)
+    except Exception:
+        m.runs.labels("error").inc()
+        raise
+    m.runs.labels("ok").inc()
+    m.run_seconds.observe(summary["refit_s"])
+    m.last_success.set(time.time())
+    return summary
+
+
+def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
+    with psycopg.connect(url) as conn:
+        untracked, all_ho = untracked_handovers(conn, o.shard)
+        cells = list(load_cells(conn, o.shard))
+        conn.commit()
+        t_load = time.monotonic() - t0
+        handovers = sum(len(c.track_m) for c in cells)
+        log.info(
+            "shard %s: %d cells, %d handovers (%d more without a track position) loaded in %.1f s",
+            o.shard,
+            len(cells),
+            handovers,
+            untracked,
+            t_load,
+        )
+        results = fit_all(cells, o)
+        validation = summarise(cells, results)
+        kinds: dict[str, int] = defaultdict(int)
+        for r in results:
+            kinds[r.kind] += 1
+        model_id: int | None = None
+        published: Published | None = None
+        if o.store:
+            with conn.transaction():
+                model_id = store_model(
+                    conn,
+                    results,
+                    {**o.params.as_dict(), "shard": str(o.shard)},
+                    validation,
+                    handovers,
+                )
+            if o.publish:
+                published = publish_table(conn, model_id)
+        elif o.publish:
+            raise ValueError("publishing needs a stored model")
+        if o.publish and published is None:
+            cur = current_table(conn)
+            log.info("no cell has a failure location yet: no table%s", "" if cur else " published")
+    if published is not None and o.bootstrap:
+        produce_table(
+            o.bootstrap, o.topic, published.body, version=published.version, etag=published.etag
+        )
+        log.info("table v%d produced to %s", published.version, o.topic)
+    elif published is not None:
+        log.warning(
+            "no Kafka bootstrap: table v%d is in LinkDB only (the API serves it)", published.version
+        )
+    refit_s = time.monotonic() - t0
+    summary: dict[str, Any] = {
+        "model_id": model_id,
+        "shard": str(o.shard),
+        "cells": len(cells),
+        "cells_fitted": kinds.get("linear_svc", 0),
+        "kinds": dict(sorted(kinds.items())),
+        "handovers": handovers,
+        "handovers_without_track": untracked,
+        "handovers_in_cells": all_ho,
+        "load_s": round(t_load, 3),
+        "refit_s": round(refit_s, 3),
+        "table": (
+            {
+                "version": published.version,
+                "entries": published.entries,
+                "etag": published.etag,
+                "new": published.new,
+            }
+            if published
+            else None
+        ),
+        "validation": validation,
+    }
+    m.cells_fitted.set(summary["cells_fitted"])
+    for k in ("linear_svc", "too_few", "no_failures", "failures_only"):
+        m.cells.labels(k).set(kinds.get(k, 0))
+    m.handovers.set(handovers)
+    for k in ("failure_correct", "failure_late", "failure_early", "success_correct"):
+        if validation[k] is not None:
+            m.validation.labels(k).set(validation[k])
+    for k, v in validation["separability"].items():
+        if v is not None:
+            m.validation.labels(f"separability_{k}").set(v)
+    if model_id is not None:
+        m.model_id.set(model_id)
+    if published:
+        m.table_version.set(published.version)
+        m.table_entries.set(published.entries)
+    log.info(
+        "run done in %.1f s: model %s, %d cells (%d SVMs), table %s; validation: failures "
+        "correct/late/early %s/%s/%s, successes correct %s",
+        refit_s,
+        model_id,
+        len(cells),
+        summary["cells_fitted"],
+        f"v{published.version} ({published.entries} entries)" if published else "none",
+        validation["failure_correct"],
+        validation["failure_late"],
+        validation["failure_early"],
+        validation["success_correct"],
+    )
+    return summary
+
+
+def publish_only(url: str, bootstrap: str | None, topic: str) -> Published | None:
+    """Re-assembles the table from the latest cell models and publishes it
+    (after sharded runs, or to re-send the current table to Kafka)."""
+    with psycopg.connect(url) as conn:
+        published = publish_table(conn, None)
+    if published is not None and bootstrap:
+        produce_table(
+            bootstrap, topic, published.body, version=published.version, etag=published.etag
+        )
+    return published

@@ -1,0 +1,159 @@
+"""The per-cell model and the leave-one-trip-out validation, on hand-made cells."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polycorn_trainer.fit import CellData, Counts, Params, fit_cell, validate_cell
+
+
+def cell(
+    track: list[float],
+    failed: list[bool],
+    trip: list[int],
+    *,
+    direction: str = "increasing",
+    rsrp: list[float] | None = None,
+    speed: float = 80.0,
+) -> CellData:
+    n = len(track)
+    return CellData(
+        key=1,
+        carrier="a",
+        cell_id=42,
+        direction=direction,
+        track_m=np.asarray(track, dtype=np.float64),
+        rsrp_dbm=np.asarray(rsrp if rsrp is not None else [np.nan] * n, dtype=np.float64),
+        failed=np.asarray(failed, dtype=np.bool_),
+        trip=np.asarray(trip, dtype=np.int64),
+        speed_mps=np.full(n, speed),
+    )
+
+
+def test_prediction_is_the_mean_failure_location_and_needs_the_thresholds() -> None:
+    c = cell([1000, 1010, 1100, 1200, 1220], [False, False, True, True, True], [1, 2, 3, 4, 5])
+    r = fit_cell(c, Params(min_failures=3, min_failure_rate=0.15, min_handovers=4))
+    assert r.predicted_failure_track_m == pytest.approx(1173.333, abs=1e-3)
+    assert r.failure_rate == pytest.approx(0.6)
+    assert r.params["earliest_ho_track_m"] == 1000
+    assert r.kind == "linear_svc"
+    # Only two failures: below min_failures, so no table entry, but the mean is kept.
+    r2 = fit_cell(c, Params(min_failures=4))
+    assert r2.predicted_failure_track_m is None
+    assert r2.params["failure_mean_track_m"] == pytest.approx(1173.333, abs=1e-3)
+
+
+def test_decreasing_direction_mirrors_positions() -> None:
+    c = cell(
+        [5000, 4990, 4900, 4800], [False, False, True, True], [1, 2, 3, 4], direction="decreasing"
+    )
+    r = fit_cell(c, Params(min_failures=1, min_failure_rate=0, min_handovers=4))
+    assert r.params["earliest_ho_track_m"] == 5000  # earliest = largest when decreasing
+    assert r.predicted_failure_track_m == pytest.approx(4850)
+    # The location SVM's boundary lies between the last success and the first failure.
+    assert 4800 < r.params["boundary_track_m"] < 4990
+
+
+def test_loto_classes_follow_figure_5() -> None:
+    # Trip 1: failures at 1000 and 1100; the held-out trip 2 fails at 1050 and
+    # succeeds at 900 and 1200. Speed 100 m/s: Δ = (x - L̂) / 100.
+    c = cell(
+        [1000, 1100, 1050, 900, 1200, 1300],
+        [True, True, True, False, False, True],
+        [1, 1, 2, 2, 2, 3],
+        speed=100.0,
+    )
+    k = validate_cell(c, Params(), "paper")
+    # Held-out trip 2: L̂ from trips 1, 3 = (1000 + 1100 + 1300) / 3 = 1133.3
+    #   failure at 1050: Δ = -0.83 s → late; success at 900: Δ < 0 → correct;
+    #   success at 1200: Δ = 0.67 s ≥ 0 → wasted.
+    # Held-out trip 1: L̂ = (1050 + 1300) / 2 = 1175: failures at 1000 (Δ -1.75, late),
+    #   1100 (Δ -0.75, late). Held-out trip 3: L̂ = 1050: failure at 1300, Δ 2.5 s → correct.
+    assert (k.failure_correct, k.failure_late, k.failure_early) == (1, 3, 0)
+    assert (k.success_correct, k.success_wasted) == (1, 1)
+    assert k.failures == 4 and k.successes == 2
+
+
+def test_early_prediction_and_no_history() -> None:
+    # Held-out failure at 1500 with L̂ = 1000 from the other trip: Δ = 5 s > 2.5 → early.
+    c = cell([1000, 1500], [True, True], [1, 2], speed=100.0)
+    k = validate_cell(c, Params(), "paper")
+    assert k.failure_early == 1 and k.failure_late == 1  # trip 1 held out: L̂ = 1500 → Δ -5 → late
+    # A single trip has no other trip to learn from: its failures are late, successes correct.
+    one = validate_cell(cell([1, 2, 3], [True, False, False], [7, 7, 7]), Params(), "paper")
+    assert (one.failure_late, one.success_correct) == (1, 2)
+
+
+def test_deployed_thresholds_suppress_rare_failures() -> None:
+    c = cell([10.0 * i for i in range(20)], [i == 10 for i in range(20)], list(range(20)))
+    assert validate_cell(c, Params(), "paper").failure_late == 1  # nothing else ever failed
+    r = fit_cell(c, Params())
+    assert r.predicted_failure_track_m is None  # 1 failure < min_failures
+    assert r.deployed.success_correct == 19
+
+
+def test_separability_uses_rsrp_when_known() -> None:
+    rng = np.random.default_rng(3)
+    n = 60
+    track = rng.uniform(0, 1000, n)
+    rsrp = rng.uniform(-110, -80, n)
+    failed = (track > 600) & (rsrp < -95)  # separable only with both features
+    c = cell(list(track), list(failed), list(range(n)), rsrp=list(rsrp))
+    r = fit_cell(c, Params(min_handovers=8))
+    sep = {k: r.counts.sep_right[k] / r.counts.sep_total[k] for k in ("location", "rsrp", "both")}
+    assert sep["both"] > 0.9
+    assert sep["both"] > sep["location"] and sep["both"] > sep["rsrp"]
+    assert set(r.params["svm"]) == {"location", "rsrp", "both"}
+
+
+@pytest.mark.parametrize(
+    ("track", "failed", "kind"),
+    [
+        ([1.0, 2.0, 3.0], [False, False, False], "no_failures"),
+        ([1.0, 2.0, 3.0], [True, True, True], "failures_only"),
+        ([1.0, 2.0, 3.0], [True, False, False], "too_few"),
+        ([5.0] * 10, [True] * 5 + [False] * 5, "linear_svc"),  # constant position: no SVM, no crash
+        ([], [], "no_failures"),
+    ],
+)
+def test_fallbacks_never_crash(track: list[float], failed: list[bool], kind: str) -> None:
+    r = fit_cell(cell(track, failed, list(range(len(track)))), Params(min_handovers=8))
+    assert r.kind == kind
+    if kind == "linear_svc":
+        assert r.params["svm"] == {}  # nothing separable to fit
+        assert r.counts.sep_total["location"] == 0
+
+
+def test_unknown_speed_falls_back_to_nominal() -> None:
+    c = cell([1000, 1100], [True, True], [1, 2])
+    c.speed_mps[:] = np.nan
+    k = validate_cell(c, Params(nominal_speed_mps=50.0), "paper")
+    assert k.speed_fallbacks == 2
+    assert k.failure_late == 1 and k.failure_correct == 1  # Δ = ±2 s at 50 m/s
+
+
+def test_counts_add_and_summary_fractions() -> None:
+    a, b = Counts(failure_correct=3, failure_late=1), Counts(failure_early=4, success_correct=2)
+    a.add(b)
+    s = a.summary()
+    assert s["failure_correct"] == pytest.approx(3 / 8)
+    assert s["success_correct"] == 1.0
+    assert Counts().summary()["failure_correct"] is None
+
+
+def test_mismatched_arrays_are_refused() -> None:
+    with pytest.raises(ValueError, match="rsrp_dbm"):
+        CellData(
+            1,
+            "a",
+            1,
+            "increasing",
+            np.zeros(2),
+            np.zeros(3),
+            np.zeros(2, bool),
+            np.zeros(2, np.int64),
+            np.zeros(2),
+        )
+    with pytest.raises(ValueError, match="direction"):
+        cell([1.0], [True], [1], direction="up")

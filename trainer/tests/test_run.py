@@ -1,0 +1,292 @@
+"""Trainer runs against the real PostGIS and Kafka (scripts/infra.sh): models
+stored, the table published in LinkDB (served byte for byte by linkdb-api)
+and on the compacted topic, sharding, and the service's error paths."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from fastapi.testclient import TestClient
+
+from polycorn_linkdb_api.app import create_app
+from polycorn_linkdb_api.auth import hash_key
+from polycorn_linkdb_api.settings import ApiSettings, DatabaseSettings, Settings
+from polycorn_schema.failure_table import HEADER_ETAG, HEADER_VERSION, KAFKA_KEY, etag_of
+from polycorn_schema.testing import fresh_database
+from polycorn_trainer import cli
+from polycorn_trainer.data import Shard
+from polycorn_trainer.fit import Params
+from polycorn_trainer.metrics import Metrics
+from polycorn_trainer.run import Options, run
+
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+CELLS = 12  # per carrier, increasing direction; cell k's edge at 2000 * k
+
+
+def seed(url: str, trips: int = 6, seed_: int = 1) -> dict[str, int]:
+    """A small fleet: ``trips`` trips of one train over two carriers' cells.
+    Handovers of cell k start around its edge; the later one starts, the
+    likelier it fails (cells 0-5 fail often, 6-11 never). Returns counts."""
+    rng = np.random.default_rng(seed_)
+    n_ho = n_fail = 0
+    with psycopg.connect(url) as c:
+        c.execute(
+            "INSERT INTO trains (id, source, first_seen, last_seen) "
+            "VALUES ('t1', 'telemetry', %s, %s)",
+            (T0, T0 + dt.timedelta(days=trips)),
+        )
+        cell_ids: dict[tuple[str, int], int] = {}
+        for carrier_i, carrier in enumerate(("cmcc", "unicom")):
+            for k in range(CELLS):
+                cid = (carrier_i + 1) << 32 | (k + 1)
+                row = c.execute(
+                    "INSERT INTO cells (carrier, cell_id, direction, handovers, failures, "
+                    "first_seen, last_seen) "
+                    "VALUES (%s, %s, 'increasing', 0, 0, %s, %s) RETURNING id",
+                    (carrier, cid, T0, T0),
+                ).fetchone()
+                assert row is not None
+                cell_ids[(carrier, k)] = row[0]
+        for t in range(trips):
+            start = T0 + dt.timedelta(days=t)
+            row = c.execute(
+                "INSERT INTO trips (train_id, started_at, ended_at, fixes, direction) "
+                "VALUES ('t1', %s, %s, 0, 'increasing') RETURNING id",
+                (start, start + dt.timedelta(hours=1)),
+            ).fetchone()
+            assert row is not None
+            trip_id = row[0]
+            with c.cursor().copy(
+                "COPY handovers (source, train_id, trip_id, cell, carrier, source_cell_id, "
+                "target_cell_id, start_time, geog, track_m, direction, rsrp_dbm, outcome, "
+                "duration_ms) FROM STDIN"
+            ) as cp:
+                for (carrier, k), key in cell_ids.items():
+                    carrier_i = 0 if carrier == "cmcc" else 1
+                    cid = (carrier_i + 1) << 32 | (k + 1)
+                    late = rng.uniform(0, 400)
+                    track = 2000.0 * k + late
+                    p_fail = 0.9 if (k < 6 and late > 200) else 0.0
+                    failed = rng.random() < p_fail
+                    n_ho += 1
+                    n_fail += failed
+                    when = start + dt.timedelta(seconds=track / 80 + carrier_i)
+                    cp.write_row(
+                        (
+                            "telemetry",
+                            "t1",
+                            trip_id,
+                            key,
+                            carrier,
+                            cid,
+                            cid + 1,
+                            when,
+                            f"SRID=4326;POINT({116 + track / 1e5} 39)",
+                            track,
+                            "increasing",
+                            -90.0 - rng.uniform(0, 10),
+                            "failure" if failed else "success",
+                            3000 if failed else 40,
+                        )
+                    )
+        # One handover without a position: counted, not used.
+        c.execute(
+            "INSERT INTO handovers (source, train_id, cell, carrier, source_cell_id, "
+            "target_cell_id, start_time, geog, outcome, duration_ms) VALUES ('telemetry', 't1', "
+            "%s, 'cmcc', 4294967297, 2, %s, 'SRID=4326;POINT(116 39)', 'failure', 3000)",
+            (cell_ids[("cmcc", 0)], T0 + dt.timedelta(days=99)),
+        )
+    return {"handovers": n_ho, "failures": n_fail}
+
+
+@pytest.fixture
+def db() -> Iterator[str]:
+    with fresh_database(prefix="linkdb_test_trainer") as url:
+        yield url
+
+
+@pytest.fixture
+def topic() -> Iterator[str]:
+    bootstrap = os.environ["POLYCORN_KAFKA_BOOTSTRAP"]
+    name = f"test.failure-tables.{secrets.token_hex(4)}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fs = admin.create_topics(
+        [NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})], operation_timeout=30
+    )
+    for f in fs.values():
+        f.result()
+    yield name
+    for f in admin.delete_topics([name], operation_timeout=30).values():
+        f.result()
+
+
+def read_topic(topic: str) -> list[tuple[Any, Any, dict[str, Any]]]:
+    c = Consumer(
+        {
+            "bootstrap.servers": os.environ["POLYCORN_KAFKA_BOOTSTRAP"],
+            "group.id": f"test-{secrets.token_hex(4)}",
+            "enable.auto.commit": False,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[Any, Any, dict[str, Any]]] = []
+    _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    while len(out) < high:
+        m = c.poll(10)
+        assert m is not None, f"only {len(out)} of {high} messages"
+        assert m.error() is None
+        out.append((m.key(), m.value(), dict(m.headers() or [])))
+    c.close()
+    return out
+
+
+def api(url: str) -> TestClient:
+    s = Settings(
+        DatabaseSettings(url=url, pool_size=2), ApiSettings(keys=f"t:read:{hash_key('k')}")
+    )
+    return TestClient(create_app(s))
+
+
+def test_run_stores_publishes_and_api_serves_the_same_bytes(db: str, topic: str) -> None:
+    truth = seed(db)
+    m = Metrics()
+    o = Options(workers=1, bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic)
+    s = run(db, o, m)
+    assert s["handovers"] == truth["handovers"]  # the one without a position is left out
+    assert s["handovers_without_track"] == 1
+    assert s["cells"] == 2 * CELLS
+    v = s["validation"]
+    assert (
+        v["failures"] == truth["failures"]
+        and v["successes"] == truth["handovers"] - truth["failures"]
+    )
+    assert sum(v[k] for k in ("failure_correct", "failure_late", "failure_early")) == pytest.approx(
+        1
+    )
+    # Failures happen late in cells 0-5 only: those get entries, 6-11 none.
+    table = s["table"]
+    assert table is not None and table["version"] == 1 and table["new"]
+    with psycopg.connect(db) as c:
+        body, etag, model_id = c.execute(
+            "SELECT body, etag, model_id FROM failure_tables WHERE version = 1"
+        ).fetchone()  # type: ignore[misc]
+        n_models = c.execute(
+            "SELECT count(*) FROM cell_models WHERE model_id = %s", (model_id,)
+        ).fetchone()
+        assert n_models == (2 * CELLS,)
+        stored_v = c.execute("SELECT validation FROM models WHERE id = %s", (model_id,)).fetchone()
+        assert stored_v is not None and stored_v[0]["failures"] == truth["failures"]
+    cells = {e["cell"] & 0xFFFF for e in body["entries"]}
+    assert cells <= set(range(1, 7)) and len(cells) >= 4
+    for e in body["entries"]:
+        k = (e["cell"] & 0xFFFF) - 1
+        assert 2000 * k + 200 <= e["position_m"] <= 2000 * k + 400
+    # The API serves exactly the stored bytes under the stored ETag...
+    with api(db) as client:
+        r = client.get("/v1/failure-table", headers={"X-API-Key": "k"})
+        assert r.status_code == 200
+        assert r.headers["etag"] == f'"{etag}"'
+        assert etag_of(r.content) == etag
+    # ... and the Kafka message carries the same bytes.
+    msgs = read_topic(topic)
+    assert len(msgs) == 1
+    key, value, headers = msgs[0]
+    assert key == KAFKA_KEY and value == r.content
+    assert headers[HEADER_VERSION] == b"1" and headers[HEADER_ETAG] == etag.encode()
+    # The metrics say what happened.
+    assert m.registry.get_sample_value("polycorn_trainer_runs_total", {"result": "ok"}) == 1
+    assert m.registry.get_sample_value("polycorn_trainer_table_version") == 1
+    # A second run on the same data: a new model, the same table (no new version),
+    # sent to Kafka again (harmless: the proxies apply only higher versions).
+    s2 = run(db, o, m)
+    assert s2["model_id"] != s["model_id"]
+    assert s2["table"] == {**table, "new": False}
+    assert len(read_topic(topic)) == 2
+
+
+def test_shards_split_the_cells_and_publish_the_union(db: str) -> None:
+    seed(db, trips=5, seed_=2)
+    whole = run(db, Options(workers=1, publish=True))
+    assert whole["table"] is not None
+    with psycopg.connect(db) as c:
+        entries_whole = c.execute(
+            "SELECT body->'entries' FROM failure_tables WHERE version = 1"
+        ).fetchone()
+    seen = 0
+    for i in range(3):
+        s = run(db, Options(workers=1, shard=Shard(i, 3)))
+        seen += s["cells"]
+    assert seen == 2 * CELLS  # every cell in exactly one shard
+    with psycopg.connect(db) as c:
+        versions = c.execute(
+            "SELECT version, body->'entries' FROM failure_tables ORDER BY version"
+        ).fetchall()
+    # The shards' models replace the whole run's one by one; the union is the same table.
+    assert versions[-1][1] == entries_whole[0]  # type: ignore[index]
+
+
+def test_parallel_workers_give_the_same_model_as_one(db: str) -> None:
+    seed(db, trips=8, seed_=3)
+    one = run(db, Options(workers=1, store=False, publish=False))
+    two = run(db, Options(workers=2, store=False, publish=False))
+    assert one["validation"] == two["validation"]
+    assert one["kinds"] == two["kinds"]
+
+
+def test_empty_linkdb_is_not_an_error(db: str) -> None:
+    s = run(db, Options(workers=1))
+    assert s["cells"] == 0 and s["table"] is None
+    assert s["validation"]["failure_correct"] is None
+
+
+def test_cli_once_writes_a_summary_and_reports_a_dead_database(
+    db: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    out = Path(str(tmp_path)) / "summary.json"
+    seed(db, trips=4)
+    rc = cli.main(
+        [
+            "run",
+            "--once",
+            "--database-url",
+            db,
+            "--bootstrap",
+            "",
+            "--workers",
+            "1",
+            "--summary-json",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    s = json.loads(out.read_text())
+    assert s["table"]["version"] == 1 and s["cells"] == 2 * CELLS
+    rc = cli.main(["validate", "--database-url", "postgresql://postgres@127.0.0.1:1/none"])
+    assert rc == 1
+    assert "polycorn-trainer: OperationalError" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["run", "--once", "--shard", "3/3", "--database-url", db])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--once", "--min-failure-rate", "1.5", "--database-url", db])
+
+
+def test_params_are_stored_with_the_model(db: str) -> None:
+    seed(db, trips=3)
+    s = run(db, Options(workers=1, params=Params(min_failures=1, min_failure_rate=0.0)))
+    with psycopg.connect(db) as c:
+        row = c.execute("SELECT params FROM models WHERE id = %s", (s["model_id"],)).fetchone()
+    assert row is not None
+    assert row[0]["min_failures"] == 1 and row[0]["shard"] == "0/1"
