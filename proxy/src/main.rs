@@ -19,11 +19,13 @@ use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
 use polycorn_net::metrics::{self, Source};
 use polycorn_net::session::{RESET_CONNECT_FAILED, RESET_REFUSED_BY_POLICY};
 use polycorn_net::subflow::{self, Hello, Transport};
+use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
 use polycorn_net::{merge_options, Session, SessionEvent};
 use tokio::net::TcpStream;
 use tracing::{info, warn};
 
 mod kafka;
+mod table_topic;
 
 /// Options: from the file given by `--config`, then `POLYCORN_PROXY_*`
 /// environment variables, then flags (later wins).
@@ -85,6 +87,26 @@ struct Opts {
     /// the file changes (a malformed new file is refused, the old table kept).
     #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE")]
     failure_table: Option<PathBuf>,
+    /// Follow the trainer's compacted Kafka topic of failure-location
+    /// tables (e.g. `polycorn.failure-tables.v1`; needs --kafka-brokers):
+    /// read from the beginning at start, then followed; a table is used when
+    /// its version is higher than the one in use. The data plane does not
+    /// wait for it. With --failure-table too, the file may still replace the
+    /// table with any version when it changes.
+    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_TOPIC")]
+    failure_table_topic: Option<String>,
+    /// Poll the LinkDB API for the failure-location table, e.g.
+    /// `https://linkdb.example/v1/failure-table` (a URL without a path gets
+    /// `/v1/failure-table`), with If-None-Match; a table is used when its
+    /// version is higher than the one in use.
+    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_URL")]
+    failure_table_url: Option<String>,
+    /// Seconds between polls of --failure-table-url [default: 30].
+    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_POLL_S")]
+    failure_table_poll_s: Option<f64>,
+    /// File holding the LinkDB API key sent as `X-API-Key` with --failure-table-url.
+    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_API_KEY_FILE")]
+    failure_table_api_key_file: Option<PathBuf>,
     /// Kafka bootstrap servers for the train's telemetry, e.g.
     /// `kafka-0:9092,kafka-1:9092`. Without it telemetry has no sink: it is
     /// acknowledged on receipt and discarded (counted).
@@ -121,6 +143,10 @@ struct Settings {
     /// None: the endpoint's default.
     conn_send_buffer: Option<usize>,
     failure_table: Option<PathBuf>,
+    /// `--failure-table-url` and its options.
+    table_url: Option<HttpOpts>,
+    /// (brokers, topic) of the failure-location tables.
+    table_topic: Option<(String, String)>,
     /// (brokers, topic, dead-letter topic), when telemetry goes to Kafka.
     kafka: Option<(String, String, String)>,
 }
@@ -138,7 +164,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, metrics_listen, deny, allow,
         connect_timeout_s, conn_window, conn_send_buffer, log_json, failure_table, kafka_brokers, kafka_topic,
-        kafka_dlq_topic);
+        kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;
     let need = |p: Option<PathBuf>, flag: &str| p.with_context(|| format!("--{flag} is required"));
@@ -153,6 +179,17 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             .map(|s| s.parse().expect("valid default CIDR"))
             .collect()
     });
+    let table_topic = match (o.failure_table_topic.take(), &o.kafka_brokers) {
+        (Some(topic), Some(b)) => Some((b.clone(), topic)),
+        (Some(_), None) => bail!("--failure-table-topic needs --kafka-brokers (the Kafka the trainer publishes to)"),
+        (None, _) => None,
+    };
+    let table_url = HttpOpts::from_flags(
+        o.failure_table_url.as_deref(),
+        o.failure_table_poll_s,
+        o.failure_table_api_key_file.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
     let timeout = o.connect_timeout_s.unwrap_or(10.0);
     if !(timeout > 0.0 && timeout < 3600.0) {
         bail!("--connect-timeout-s must be between 0 and 3600 seconds, got {timeout}");
@@ -177,6 +214,8 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
                 .transpose()
                 .map_err(anyhow::Error::msg)?,
             failure_table: o.failure_table,
+            table_url,
+            table_topic,
             kafka: o.kafka_brokers.map(|b| {
                 (
                     b,
@@ -447,6 +486,42 @@ fn write_telemetry_metrics(w: &mut metrics::Writer, p: &Proxy) {
     );
 }
 
+/// Start the failure-location table's sources (file, LinkDB API, Kafka
+/// topic), all feeding one hub that puts each table to use in the current
+/// session and every later one. None when no source is configured.
+fn table_sources(
+    proxy: &Arc<Proxy>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<Arc<TableHub>>> {
+    let s = &proxy.s;
+    if s.failure_table.is_none() && s.table_url.is_none() && s.table_topic.is_none() {
+        return Ok(None);
+    }
+    let p = proxy.clone();
+    let hub = TableHub::new(move |t: polycorn_core::FailureTable| {
+        *p.table.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.clone());
+        let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, s)) = &cur.session {
+            s.with(|st, _| st.ep.set_failure_table(t));
+        }
+    });
+    if let Some(path) = &s.failure_table {
+        let f = FileSource::open(path, hub.clone()).map_err(anyhow::Error::msg)?;
+        tokio::spawn(f.run(polycorn_net::table::file::CHECK_EVERY, stop.clone()));
+    }
+    if let Some(o) = &s.table_url {
+        let src = HttpSource::new(&o.url, o.api_key.as_deref(), hub.clone()).map_err(anyhow::Error::msg)?;
+        info!(url = %src.uri(), every_s = o.every.as_secs_f64(), "failure-location table: polling the LinkDB API");
+        tokio::spawn(src.run(o.every, stop.clone()));
+    }
+    if let Some((brokers, topic)) = &s.table_topic {
+        let c = table_topic::TableTopic::new(brokers, topic, &s.train_id, hub.clone())?;
+        info!(%brokers, %topic, "failure-location table: following the Kafka topic from its beginning (the data plane does not wait for it)");
+        tokio::spawn(c.run(stop.clone()));
+    }
+    Ok(Some(hub))
+}
+
 /// The destination policy: never a denied network; only allowed ones when an
 /// allow list is set.
 fn destination_allowed(deny: &[IpNet], allow: Option<&[IpNet]>, dst: SocketAddr) -> bool {
@@ -483,13 +558,6 @@ async fn main() -> anyhow::Result<()> {
         &std::collections::hash_map::RandomState::new(),
         (Instant::now(), std::process::id()),
     );
-    let table_watch = match &s.failure_table {
-        Some(path) => {
-            let (w, t) = polycorn_net::hof::TableWatch::open(path).map_err(anyhow::Error::msg)?;
-            Some((w, t))
-        }
-        None => None,
-    };
     let sink = match &s.kafka {
         Some((brokers, topic, dlq)) => {
             info!(%brokers, %topic, dlq_topic = %dlq, "telemetry goes to Kafka");
@@ -506,7 +574,7 @@ async fn main() -> anyhow::Result<()> {
         telemetry_discarded: Default::default(),
         instance,
         current: Mutex::new(Current::default()),
-        table: Mutex::new(table_watch.as_ref().map(|(_, t)| t.clone())),
+        table: Mutex::new(None),
         telemetry_malformed: Default::default(),
     });
 
@@ -533,18 +601,8 @@ async fn main() -> anyhow::Result<()> {
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut m_stop = stop_rx.clone();
-    if let Some((w, _)) = table_watch {
-        let stats = w.stats.clone();
-        sources.push(Arc::new(move |wr: &mut metrics::Writer| stats.write(wr)));
-        let p = proxy.clone();
-        let apply = move |t: polycorn_core::FailureTable| {
-            *p.table.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.clone());
-            let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, s)) = &cur.session {
-                s.with(|st, _| st.ep.set_failure_table(t));
-            }
-        };
-        tokio::spawn(w.run(Duration::from_secs(2), apply, stop_rx.clone()));
+    if let Some(hub) = table_sources(&proxy, &stop_rx)? {
+        sources.push(hub.metrics());
     }
     let metrics_task = tokio::spawn(metrics::serve(metrics_addr, sources, ready, async move {
         let _ = m_stop.changed().await;

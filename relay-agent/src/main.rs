@@ -18,6 +18,7 @@ use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, MAX_PATHS};
 use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
 use polycorn_net::metrics::{self, Source, Writer};
 use polycorn_net::subflow::{self, Hello, Transport};
+use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
 use polycorn_net::{merge_options, ConnStream, Session, SessionEvent};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -107,6 +108,19 @@ struct Opts {
     /// the file changes (a malformed new file is refused, the old table kept).
     #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE")]
     failure_table: Option<PathBuf>,
+    /// Poll the LinkDB API for the failure-location table, e.g.
+    /// `https://linkdb.example/v1/failure-table` (a URL without a path gets
+    /// `/v1/failure-table`), with If-None-Match; a table is used when its
+    /// version is higher than the one in use. With --failure-table too, the
+    /// file may still replace the table with any version when it changes.
+    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE_URL")]
+    failure_table_url: Option<String>,
+    /// Seconds between polls of --failure-table-url [default: 30].
+    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE_POLL_S")]
+    failure_table_poll_s: Option<f64>,
+    /// File holding the LinkDB API key sent as `X-API-Key` with --failure-table-url.
+    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE_API_KEY_FILE")]
+    failure_table_api_key_file: Option<PathBuf>,
     /// Testbed radio source: replay a polycorn-tracegen event log
     /// (events.jsonl) as GPS fixes, serving cells, signal samples and
     /// handovers; carrier k of the log is the k-th --path.
@@ -201,6 +215,8 @@ struct Settings {
     udp_policy: UdpPolicy,
     modems: Vec<radio::mmcli::ModemSpec>,
     detector: polycorn_telemetry::handover::DetectorConfig,
+    /// `--failure-table-url` and its options.
+    table_url: Option<HttpOpts>,
 }
 
 fn settings() -> anyhow::Result<Settings> {
@@ -208,7 +224,7 @@ fn settings() -> anyhow::Result<Settings> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, conn_send_buffer, max_conns, log_json,
-        failure_table, replay_events, replay_epoch_unix_ms, replay_detect, gpsd, modems, mmcli, mmcli_interval_ms,
+        failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, replay_events, replay_epoch_unix_ms, replay_detect, gpsd, modems, mmcli, mmcli_interval_ms,
         handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
@@ -267,6 +283,12 @@ fn settings() -> anyhow::Result<Settings> {
             .handover_failure_threshold_ms
             .unwrap_or(polycorn_telemetry::handover::DEFAULT_FAILURE_THRESHOLD_MS),
     };
+    let table_url = HttpOpts::from_flags(
+        o.failure_table_url.as_deref(),
+        o.failure_table_poll_s,
+        o.failure_table_api_key_file.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
     Ok(Settings {
         train_id,
         paths,
@@ -279,6 +301,7 @@ fn settings() -> anyhow::Result<Settings> {
         udp_policy,
         modems,
         detector,
+        table_url,
     })
 }
 
@@ -400,16 +423,25 @@ async fn main() -> anyhow::Result<()> {
         cfg.conn_send_buffer_bytes = b as usize;
     }
     let pipeline = build_pipeline(&s.scheduler, &s.pipelines).map_err(anyhow::Error::msg)?;
-    let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
-    let table_watch = match &s.opts.failure_table {
-        Some(path) => {
-            let (w, t) = polycorn_net::hof::TableWatch::open(path).map_err(anyhow::Error::msg)?;
-            ep.set_failure_table(t);
-            Some(w)
-        }
-        None => None,
-    };
+    let ep = Endpoint::new(cfg, pipeline, Instant::now());
     let (session, mut events) = Session::new(ep);
+    // The failure-location table's sources, before any path is up.
+    let tables = (s.opts.failure_table.is_some() || s.table_url.is_some()).then(|| {
+        let ts = session.clone();
+        TableHub::new(move |t| ts.with(|st, _| st.ep.set_failure_table(t)))
+    });
+    let table_file = match (&s.opts.failure_table, &tables) {
+        (Some(path), Some(hub)) => Some(FileSource::open(path, hub.clone()).map_err(anyhow::Error::msg)?),
+        _ => None,
+    };
+    let table_http = match (&s.table_url, &tables) {
+        (Some(o), Some(hub)) => {
+            let src = HttpSource::new(&o.url, o.api_key.as_deref(), hub.clone()).map_err(anyhow::Error::msg)?;
+            info!(url = %src.uri(), every_s = o.every.as_secs_f64(), "failure-location table: polling the LinkDB API");
+            Some((src, o.every))
+        }
+        _ => None,
+    };
     info!(train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, paths = s.paths.len(), session = session_id, "relay started");
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -450,12 +482,14 @@ async fn main() -> anyhow::Result<()> {
         }
     });
 
-    if let Some(w) = table_watch {
-        let stats = w.stats.clone();
-        sources_pre.push(Arc::new(move |wr: &mut Writer| stats.write(wr)));
-        let ts = session.clone();
-        let apply = move |t| ts.with(|st, _| st.ep.set_failure_table(t));
-        tasks.spawn(w.run(Duration::from_secs(2), apply, stop_rx.clone()));
+    if let Some(hub) = &tables {
+        sources_pre.push(hub.metrics());
+    }
+    if let Some(f) = table_file {
+        tasks.spawn(f.run(polycorn_net::table::file::CHECK_EVERY, stop_rx.clone()));
+    }
+    if let Some((src, every)) = table_http {
+        tasks.spawn(src.run(every, stop_rx.clone()));
     }
     // Radio sources: the replay feeds `apply` directly; gpsd and the
     // modems go through the handover detector first. All end in one channel.

@@ -6,8 +6,9 @@
 //!   the HELLO handshake.
 //! - [`metrics`]: Prometheus metrics from the endpoint's plain statistics, and
 //!   the health endpoint.
-//! - [`hof`]: the failure-location table file (hot-reloaded) and train
-//!   positions from telemetry, for handover-failure prediction.
+//! - [`table`]: the failure-location table from its sources (file, LinkDB
+//!   API; the proxy adds Kafka), hot-reloaded under one version rule.
+//! - [`hof`]: train positions from telemetry, for handover-failure prediction.
 //! - [`telemetry`]: logging set-up shared by both binaries.
 
 pub mod config;
@@ -15,6 +16,7 @@ pub mod hof;
 pub mod metrics;
 pub mod session;
 pub mod subflow;
+pub mod table;
 pub mod telemetry;
 
 pub use session::{ConnStream, Session, SessionEvent};

@@ -232,3 +232,17 @@ pub async fn serve(
         .map_err(|e| std::io::Error::new(e.kind(), format!("binding metrics endpoint {addr}: {e}")))?;
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The text `/metrics` serves for `sources`.
+    pub(crate) fn encode(sources: Vec<Source>) -> String {
+        let mut reg = Registry::default();
+        reg.register_collector(Box::new(SnapshotCollector { sources }));
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, &reg).expect("encodes");
+        body
+    }
+}

@@ -1,0 +1,449 @@
+//! `--failure-table-url URL`: polls the LinkDB API's `GET /v1/failure-table`
+//! (docs/api.md) with `If-None-Match`, every `--failure-table-poll-s`.
+//!
+//! [`HttpPoll`] is the pure part: the validator to send and what a response
+//! means. 200: a table, judged by the hub's version rule; 304: unchanged;
+//! 404: nothing published yet (not an error); anything else, and a request
+//! that fails, counts in `polycorn_failure_table_source_errors` and is
+//! retried at the next poll. The ETag of every 200 is remembered, a
+//! malformed body's too, so a bad table is refused (and counted) once, not
+//! on every poll. [`HttpSource`] is the shell: hyper over rustls (ring),
+//! trusting the Mozilla roots (webpki-roots) and the system's store.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty, Limited};
+use hyper::header::{HeaderValue, ETAG, IF_NONE_MATCH};
+use hyper::{Request, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::{SourceKind, TableHub};
+
+/// Default `--failure-table-poll-s`.
+pub const DEFAULT_POLL: Duration = Duration::from_secs(30);
+/// The API's path for the current table, appended to a URL given without one.
+pub const CURRENT_TABLE_PATH: &str = "/v1/failure-table";
+/// Largest table body accepted (the API's largest benchmarked table is ~0.5 MB).
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+/// One request, connection included, at most.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What one response means.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fetched {
+    /// 200: a table to judge.
+    Table(Bytes),
+    /// 304: the table we hold is current.
+    NotModified,
+    /// 404: no table published yet.
+    NoTableYet,
+    /// Another status: an error (the reason).
+    Failed(String),
+}
+
+/// The pure state of the poll: the validator of the last table received.
+#[derive(Debug, Default)]
+pub struct HttpPoll {
+    etag: Option<String>,
+}
+
+impl HttpPoll {
+    /// The `If-None-Match` value to send: the ETag exactly as the server
+    /// gave it (the API's is a quoted strong validator, `"<sha256>"`).
+    pub fn if_none_match(&self) -> Option<&str> {
+        self.etag.as_deref()
+    }
+
+    /// A response: its status, `ETag` header and body.
+    pub fn on_response(&mut self, status: u16, etag: Option<&str>, body: Bytes) -> Fetched {
+        match status {
+            200 => {
+                self.etag = etag.map(str::to_owned);
+                Fetched::Table(body)
+            }
+            304 => Fetched::NotModified,
+            404 => {
+                // Nothing published (or it was withdrawn): the next table is new.
+                self.etag = None;
+                Fetched::NoTableYet
+            }
+            s => {
+                let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+                Fetched::Failed(format!("HTTP {s}: {}", text.trim()))
+            }
+        }
+    }
+}
+
+/// `--failure-table-url` and its options, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpOpts {
+    pub url: String,
+    pub every: Duration,
+    /// Read from `--failure-table-api-key-file`, trimmed.
+    pub api_key: Option<String>,
+}
+
+impl HttpOpts {
+    /// From the flags; `None` without a URL (then the other two must be unset).
+    pub fn from_flags(
+        url: Option<&str>,
+        poll_s: Option<f64>,
+        api_key_file: Option<&Path>,
+    ) -> Result<Option<HttpOpts>, String> {
+        let Some(url) = url else {
+            if poll_s.is_some() || api_key_file.is_some() {
+                return Err("--failure-table-poll-s and --failure-table-api-key-file need --failure-table-url".into());
+            }
+            return Ok(None);
+        };
+        table_uri(url)?;
+        let every = match poll_s {
+            None => DEFAULT_POLL,
+            Some(s) if (1.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
+            Some(s) => return Err(format!("--failure-table-poll-s must be between 1 and 86400 seconds, got {s}")),
+        };
+        let api_key = api_key_file
+            .map(|p| {
+                let k = std::fs::read_to_string(p)
+                    .map_err(|e| format!("reading --failure-table-api-key-file {}: {e}", p.display()))?;
+                let k = k.trim().to_string();
+                if k.is_empty() {
+                    return Err(format!("--failure-table-api-key-file {} is empty", p.display()));
+                }
+                Ok(k)
+            })
+            .transpose()?;
+        Ok(Some(HttpOpts { url: url.into(), every, api_key }))
+    }
+}
+
+/// The URL to poll: `url` itself, or with the API's path appended when it
+/// has none (`https://linkdb.example` means its `/v1/failure-table`).
+pub fn table_uri(url: &str) -> Result<Uri, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("--failure-table-url {url:?}: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(format!("--failure-table-url {url:?}: use an http:// or https:// URL")),
+    }
+    if uri.path() != "/" || uri.query().is_some() {
+        return Ok(uri);
+    }
+    let base = url.trim_end_matches('/');
+    format!("{base}{CURRENT_TABLE_PATH}").parse().map_err(|e| format!("--failure-table-url {url:?}: {e}"))
+}
+
+type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
+
+/// TLS trusting the Mozilla roots and whatever the system's store holds
+/// (a private CA installed on the host).
+fn tls_config() -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let native = rustls_native_certs::load_native_certs();
+    for e in &native.errors {
+        debug!(error = %e, "system certificate store: some certificates not loaded");
+    }
+    let (added, _ignored) = roots.add_parsable_certificates(native.certs);
+    debug!(added, "system CA certificates trusted for --failure-table-url");
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+/// Polls the LinkDB API for the current table.
+pub struct HttpSource {
+    uri: Uri,
+    api_key: Option<HeaderValue>,
+    client: HttpsClient,
+    poll: HttpPoll,
+    hub: Arc<TableHub>,
+    /// 404 logged once, not on every poll.
+    said_no_table: bool,
+}
+
+impl std::fmt::Debug for HttpSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSource").field("uri", &self.uri).field("poll", &self.poll).finish_non_exhaustive()
+    }
+}
+
+impl HttpSource {
+    /// `api_key`: sent as `X-API-Key`.
+    pub fn new(url: &str, api_key: Option<&str>, hub: Arc<TableHub>) -> Result<HttpSource, String> {
+        let uri = table_uri(url)?;
+        let api_key = api_key
+            .map(|k| {
+                let mut v = HeaderValue::from_str(k.trim())
+                    .map_err(|_| "the failure-table API key is not a valid header value".to_string())?;
+                v.set_sensitive(true);
+                Ok::<_, String>(v)
+            })
+            .transpose()?;
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config())
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let client = Client::builder(TokioExecutor::new()).build(https);
+        Ok(HttpSource { uri, api_key, client, poll: HttpPoll::default(), hub, said_no_table: false })
+    }
+
+    pub fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
+    async fn fetch(&self) -> Result<(u16, Option<String>, Bytes), String> {
+        let mut req = Request::get(self.uri.clone());
+        if let Some(tag) = self.poll.if_none_match() {
+            req = req.header(IF_NONE_MATCH, tag);
+        }
+        if let Some(k) = &self.api_key {
+            req = req.header("x-api-key", k.clone());
+        }
+        let req = req.body(Empty::new()).map_err(|e| format!("building the request: {e}"))?;
+        let exchange = async {
+            let resp = self.client.request(req).await.map_err(|e| format!("{e:#}: {}", source_chain(&e)))?;
+            let status = resp.status();
+            let etag = resp.headers().get(ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let body = if status == StatusCode::NOT_MODIFIED {
+                Bytes::new()
+            } else {
+                Limited::new(resp.into_body(), MAX_BODY_BYTES)
+                    .collect()
+                    .await
+                    .map_err(|e| format!("reading the body: {e}"))?
+                    .to_bytes()
+            };
+            Ok((status.as_u16(), etag, body))
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))?
+    }
+
+    /// One poll: fetch and hand a new table to the hub.
+    pub async fn poll_once(&mut self) {
+        let origin = self.uri.to_string();
+        let (status, etag, body) = match self.fetch().await {
+            Ok(r) => r,
+            Err(e) => {
+                self.hub.source_error(SourceKind::Http);
+                warn!(url = %origin, error = %e, "failure-location table: request failed; retrying at the next poll");
+                return;
+            }
+        };
+        match self.poll.on_response(status, etag.as_deref(), body) {
+            Fetched::Table(body) => {
+                self.hub.source_ok(SourceKind::Http);
+                self.said_no_table = false;
+                self.hub.offer(SourceKind::Http, &origin, &body);
+            }
+            Fetched::NotModified => {
+                self.hub.source_ok(SourceKind::Http);
+                debug!(url = %origin, "failure-location table unchanged");
+            }
+            Fetched::NoTableYet => {
+                self.hub.source_ok(SourceKind::Http);
+                if !self.said_no_table {
+                    info!(url = %origin, "no failure-location table published yet");
+                    self.said_no_table = true;
+                }
+            }
+            Fetched::Failed(e) => {
+                self.hub.source_error(SourceKind::Http);
+                warn!(url = %origin, error = %e, "failure-location table: the API answered an error; retrying at the next poll");
+            }
+        }
+    }
+
+    /// Poll now, then every `every`, until `stop`.
+    pub async fn run(mut self, every: Duration, mut stop: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = self.poll_once() => {}
+                _ = stop.changed() => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+/// "connection refused" and the like sit deep in hyper-util's error.
+fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = Vec::new();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push(s.to_string());
+        cur = s.source();
+    }
+    out.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_200_sets_the_validator_a_304_keeps_it_and_a_404_clears_it() {
+        let mut p = HttpPoll::default();
+        assert_eq!(p.if_none_match(), None);
+        let got = p.on_response(200, Some("\"abc\""), Bytes::from_static(b"{}"));
+        assert_eq!(got, Fetched::Table(Bytes::from_static(b"{}")));
+        assert_eq!(p.if_none_match(), Some("\"abc\""), "sent back exactly as received");
+        assert_eq!(p.on_response(304, Some("\"abc\""), Bytes::new()), Fetched::NotModified);
+        assert_eq!(p.if_none_match(), Some("\"abc\""));
+        assert_eq!(p.on_response(404, None, Bytes::from_static(b"{\"title\":\"x\"}")), Fetched::NoTableYet);
+        assert_eq!(p.if_none_match(), None);
+    }
+
+    #[test]
+    fn other_statuses_are_errors_and_keep_the_validator() {
+        let mut p = HttpPoll::default();
+        p.on_response(200, Some("\"v1\""), Bytes::new());
+        let Fetched::Failed(why) = p.on_response(503, None, Bytes::from_static(b"  database down ")) else { panic!() };
+        assert_eq!(why, "HTTP 503: database down");
+        assert_eq!(p.if_none_match(), Some("\"v1\""));
+        assert!(matches!(p.on_response(401, None, Bytes::new()), Fetched::Failed(_)));
+    }
+
+    #[test]
+    fn the_url_options_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "s3cret\n").unwrap();
+        let o = HttpOpts::from_flags(Some("http://api:8000"), None, Some(&key)).unwrap().unwrap();
+        assert_eq!((o.every, o.api_key.as_deref()), (DEFAULT_POLL, Some("s3cret")));
+        assert_eq!(HttpOpts::from_flags(None, None, None), Ok(None));
+        assert!(HttpOpts::from_flags(None, Some(5.0), None).unwrap_err().contains("need --failure-table-url"));
+        assert!(HttpOpts::from_flags(Some("http://a"), Some(0.0), None).unwrap_err().contains("poll-s"));
+        let missing = dir.path().join("nope");
+        assert!(HttpOpts::from_flags(Some("http://a"), None, Some(&missing)).unwrap_err().contains("nope"));
+    }
+
+    #[test]
+    fn a_url_without_a_path_means_the_apis_current_table() {
+        let u = |s: &str| table_uri(s).map(|u| u.to_string());
+        assert_eq!(u("https://linkdb.example").unwrap(), "https://linkdb.example/v1/failure-table");
+        assert_eq!(u("http://10.0.0.5:8000/").unwrap(), "http://10.0.0.5:8000/v1/failure-table");
+        assert_eq!(u("https://gw.example/linkdb/v1/failure-table").unwrap(), "https://gw.example/linkdb/v1/failure-table");
+        assert!(u("ftp://x/y").unwrap_err().contains("http://"));
+        assert!(u("not a url").is_err());
+    }
+
+    /// The API as the test scripts it.
+    #[derive(Clone, Debug)]
+    enum Mode {
+        /// 200 with this body and ETag, 304 when If-None-Match matches it.
+        Serve(String, &'static str),
+        NotFound,
+        Broken,
+    }
+
+    #[derive(Debug)]
+    struct Api {
+        mode: Mode,
+        /// (If-None-Match, X-API-Key, status) of each request.
+        seen: Vec<(Option<String>, Option<String>, u16)>,
+    }
+
+    async fn serve_api(api: Arc<std::sync::Mutex<Api>>) -> String {
+        use axum::http::HeaderMap;
+        use axum::response::{IntoResponse, Response};
+        let app = axum::Router::new().route(
+            "/v1/failure-table",
+            axum::routing::get(move |h: HeaderMap| {
+                let api = api.clone();
+                async move {
+                    let hv = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                    let mut a = api.lock().unwrap();
+                    let (inm, key) = (hv("if-none-match"), hv("x-api-key"));
+                    let resp: Response = match a.mode.clone() {
+                        Mode::Serve(_, etag) if inm.as_deref() == Some(etag) => {
+                            (axum::http::StatusCode::NOT_MODIFIED, [("etag", etag)]).into_response()
+                        }
+                        Mode::Serve(body, etag) => ([("etag", etag)], body).into_response(),
+                        Mode::NotFound => (axum::http::StatusCode::NOT_FOUND, "{\"title\":\"none\"}").into_response(),
+                        Mode::Broken => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
+                    };
+                    a.seen.push((inm, key, resp.status().as_u16()));
+                    resp
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn polls_the_api_with_its_etag_and_keeps_the_table_through_errors_and_garbage() {
+        use crate::table::tests::table;
+        let api = Arc::new(std::sync::Mutex::new(Api { mode: Mode::NotFound, seen: Vec::new() }));
+        let base = serve_api(api.clone()).await;
+        let set = |m: Mode| api.lock().unwrap().mode = m;
+        let last = || api.lock().unwrap().seen.last().cloned().unwrap();
+        let applied = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let a2 = applied.clone();
+        let hub = TableHub::new(move |t| a2.lock().unwrap().push(t.version()));
+        let mut src = HttpSource::new(&base, Some("k3y\n"), hub.clone()).unwrap();
+        let stats = || hub.stats().source(SourceKind::Http);
+
+        src.poll_once().await;
+        assert_eq!(last(), (None, Some("k3y".into()), 404), "the API key is sent, trimmed");
+        assert_eq!((hub.stats().version, stats().errors), (None, 0), "404: no table yet, not an error");
+        assert!(stats().last_ok_unix_s.is_some());
+
+        set(Mode::Serve(table(1, 3), "\"e1\""));
+        src.poll_once().await;
+        assert_eq!(last().2, 200);
+        assert_eq!(hub.stats().version, Some(1));
+        src.poll_once().await;
+        assert_eq!(last(), (Some("\"e1\"".into()), Some("k3y".into()), 304), "If-None-Match carries the ETag");
+        assert_eq!(stats().loads, 1, "304: nothing to do");
+
+        set(Mode::Broken);
+        src.poll_once().await;
+        assert_eq!(last().2, 500);
+        assert_eq!((hub.stats().version, stats().errors), (Some(1), 1), "an error keeps the table");
+
+        set(Mode::Serve("garbage".into(), "\"g\""));
+        src.poll_once().await;
+        src.poll_once().await;
+        assert_eq!(last(), (Some("\"g\"".into()), Some("k3y".into()), 304), "the bad body is not fetched again");
+        assert_eq!((hub.stats().version, hub.stats().rejected()), (Some(1), 1), "refused once, the table kept");
+
+        set(Mode::Serve(table(2, 1), "\"e2\""));
+        src.poll_once().await;
+        assert_eq!(hub.stats().version, Some(2));
+        set(Mode::Serve(table(1, 3), "\"e1\""));
+        src.poll_once().await;
+        assert_eq!(last().2, 200);
+        assert_eq!(hub.stats().version, Some(2), "an older version is ignored");
+        assert_eq!((stats().not_newer, stats().rejected), (1, 1), "and not counted as rejected");
+        assert_eq!(*applied.lock().unwrap(), vec![1, 2]);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_api_counts_as_a_source_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let hub = TableHub::new(|_| {});
+        let mut src = HttpSource::new(&format!("http://127.0.0.1:{port}/v1/failure-table"), None, hub.clone()).unwrap();
+        src.poll_once().await;
+        let s = hub.stats().source(SourceKind::Http);
+        assert_eq!((s.errors, s.last_ok_unix_s), (1, None));
+    }
+}
