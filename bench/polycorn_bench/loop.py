@@ -235,6 +235,7 @@ def analyse_loop(run: Run) -> dict[str, Any]:
                 "truth_table": coverage(failures, truth),
                 "variants": {v: nums[v] for v in VARIANTS},
                 "handovers": meta.get("handovers"),
+                "table_in_use_at_end": meta.get("in_use_at_end"),
                 "trainer_after": _trainer_brief(meta.get("trainer_after")),
                 "load_start_s": meta.get("load_start_s"),
                 "backlog_end_s": meta.get("backlog_end_s"),
@@ -276,6 +277,14 @@ def _fmt(x: object, ci: object = None) -> str:
     return s
 
 
+def _in_use(t: dict[str, Any]) -> str:
+    u = t.get("table_in_use_at_end") or {}
+    v, n = u.get("proxy_version"), u.get("proxy_entries")
+    if not isinstance(v, int | float) or v <= 0:
+        return "none"
+    return f"v{v:.0f}, {n:.0f}" if isinstance(n, int | float) else f"v{v:.0f}"
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The report: one row per trip, then the pooled numbers."""
     out = [
@@ -289,8 +298,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         "| trip | learned table (version, entries) | failures in the trip | in learned-table cells "
         "| position error (median, m) | oracle table entries | handovers: event log / LinkDB "
-        "(all trips) |",
-        "|---|---|---|---|---|---|---|",
+        "(all trips) | proxy's table at the end |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for t in doc["trips"]:
         tb, ho = t["table"], t.get("handovers") or {}
@@ -299,7 +308,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out.append(
             f"| {t['trip']} | {ver} | {tb['failures']} | {tb['failures_in_table_cells']} | "
             f"{'–' if err is None else f'{err:.0f}'} | {t['truth_table']['entries']} | "
-            f"{ho.get('events_all_trips', '–')} / {ho.get('linkdb', '–')} |"
+            f"{ho.get('events_all_trips', '–')} / {ho.get('linkdb', '–')} | {_in_use(t)} |"
         )
     for title, key, ci, n in (
         ("Bulk goodput × minrtt", "goodput_vs_minrtt", "goodput_ci95", "n_pairs"),
