@@ -399,6 +399,7 @@ mod tests {
         #[tokio::test(flavor = "multi_thread")]
         #[ignore = "needs Kafka: scripts/integration-telemetry.sh"]
         async fn records_reach_kafka_keyed_by_train_and_are_acked_after_delivery() {
+            let _broker = crate::BROKER.read().await;
             let b = bootstrap();
             let (topic, dlq) = (unique("telemetry"), unique("dlq"));
             create_topics(&b, &[&topic, &dlq]).await;
@@ -453,6 +454,7 @@ mod tests {
         #[tokio::test(flavor = "multi_thread")]
         #[ignore = "needs Kafka: scripts/integration-telemetry.sh"]
         async fn nothing_is_acked_while_kafka_is_down_and_everything_arrives_after() {
+            let _broker = crate::BROKER.write().await;
             let b = bootstrap();
             let (topic, dlq) = (unique("outage"), unique("outage-dlq"));
             create_topics(&b, &[&topic, &dlq]).await;

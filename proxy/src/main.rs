@@ -27,6 +27,11 @@ use tracing::{info, warn};
 mod kafka;
 mod table_topic;
 
+/// The tests against a real broker run in parallel; the ones that stop the
+/// broker hold this for writing, the others for reading.
+#[cfg(test)]
+static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// Options: from the file given by `--config`, then `POLYCORN_PROXY_*`
 /// environment variables, then flags (later wins).
 #[derive(Parser, serde::Deserialize, Default, Debug)]
@@ -166,6 +171,17 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
         connect_timeout_s, conn_window, conn_send_buffer, log_json, failure_table, kafka_brokers, kafka_topic,
         kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file);
     let pipelines = std::mem::take(&mut f.pipelines);
+    let table_topic = match (o.failure_table_topic.take(), &o.kafka_brokers) {
+        (Some(topic), Some(b)) => Some((b.clone(), topic)),
+        (Some(_), None) => bail!("--failure-table-topic needs --kafka-brokers (the Kafka the trainer publishes to)"),
+        (None, _) => None,
+    };
+    let table_url = HttpOpts::from_flags(
+        o.failure_table_url.as_deref(),
+        o.failure_table_poll_s,
+        o.failure_table_api_key_file.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
     let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;
     let need = |p: Option<PathBuf>, flag: &str| p.with_context(|| format!("--{flag} is required"));
     let (ca, cert, key) = (need(o.ca, "ca")?, need(o.cert, "cert")?, need(o.key, "key")?);
@@ -179,17 +195,6 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             .map(|s| s.parse().expect("valid default CIDR"))
             .collect()
     });
-    let table_topic = match (o.failure_table_topic.take(), &o.kafka_brokers) {
-        (Some(topic), Some(b)) => Some((b.clone(), topic)),
-        (Some(_), None) => bail!("--failure-table-topic needs --kafka-brokers (the Kafka the trainer publishes to)"),
-        (None, _) => None,
-    };
-    let table_url = HttpOpts::from_flags(
-        o.failure_table_url.as_deref(),
-        o.failure_table_poll_s,
-        o.failure_table_api_key_file.as_deref(),
-    )
-    .map_err(anyhow::Error::msg)?;
     let timeout = o.connect_timeout_s.unwrap_or(10.0);
     if !(timeout > 0.0 && timeout < 3600.0) {
         bail!("--connect-timeout-s must be between 0 and 3600 seconds, got {timeout}");

@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import sklearn
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
@@ -209,15 +210,28 @@ def _svm(x: F64, y: B, p: Params) -> tuple[LinearSVC, F64, F64] | None:
         penalty="l2",
         loss="squared_hinge",
         C=p.svm_c,
-        class_weight="balanced",
         dual="auto",
         max_iter=p.svm_max_iter,
     )
-    with warnings.catch_warnings():
+    with (
+        warnings.catch_warnings(),
+        sklearn.config_context(
+            # The inputs are checked here (finite, standardised); scikit-learn's
+            # own per-call validation would cost more than the fit itself on a
+            # cell's hundred handovers.
+            assume_finite=True,
+            skip_parameter_validation=True,
+        ),
+    ):
         # A non-converged fit is still a valid linear boundary; its accuracy
         # is what separability measures.
         warnings.simplefilter("ignore", ConvergenceWarning)
-        m.fit((x - mean) / scale, y)
+        # Balanced class weights (n / (2 n_class), scikit-learn's
+        # "balanced") as sample weights: the same fit, without the
+        # per-call label encoding of class_weight="balanced".
+        n_fail = int(y.sum())
+        w = np.where(y, len(y) / (2.0 * n_fail), len(y) / (2.0 * (len(y) - n_fail)))
+        m.fit((x - mean) / scale, y, sample_weight=w)
     return m, mean, scale
 
 
@@ -265,7 +279,10 @@ def fit_cell(c: CellData, p: Params) -> CellResult:
             if fitted is None:
                 continue
             m, mean, scale = fitted
-            acc = float((m.predict((feat - mean) / scale) == lab).mean())
+            # The fitted boundary's own decision (m.predict, without its
+            # per-call input checks).
+            decision = ((feat - mean) / scale) @ m.coef_[0] + m.intercept_[0]
+            acc = float(((decision > 0) == lab).mean())
             right = round(acc * len(lab))
             for k in (counts, deployed):
                 k.sep_right[name] += right

@@ -157,3 +157,20 @@ def test_mismatched_arrays_are_refused() -> None:
         )
     with pytest.raises(ValueError, match="direction"):
         cell([1.0], [True], [1], direction="up")
+
+
+def test_sample_weights_are_scikit_learns_balanced_class_weights() -> None:
+    from sklearn.svm import LinearSVC
+
+    from polycorn_trainer.fit import _svm
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(80, 2))
+    y = (x[:, 0] + 0.5 * rng.normal(size=80)) > 1.2  # rare positives
+    fitted = _svm(x, y, Params())
+    assert fitted is not None
+    ours, mean, scale = fitted
+    ref = LinearSVC(C=1.0, class_weight="balanced", dual="auto", max_iter=2000)
+    ref.fit((x - mean) / scale, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-6, atol=1e-9)

@@ -338,7 +338,10 @@ mod tests {
         let u = |s: &str| table_uri(s).map(|u| u.to_string());
         assert_eq!(u("https://linkdb.example").unwrap(), "https://linkdb.example/v1/failure-table");
         assert_eq!(u("http://10.0.0.5:8000/").unwrap(), "http://10.0.0.5:8000/v1/failure-table");
-        assert_eq!(u("https://gw.example/linkdb/v1/failure-table").unwrap(), "https://gw.example/linkdb/v1/failure-table");
+        assert_eq!(
+            u("https://gw.example/linkdb/v1/failure-table").unwrap(),
+            "https://gw.example/linkdb/v1/failure-table"
+        );
         assert!(u("ftp://x/y").unwrap_err().contains("http://"));
         assert!(u("not a url").is_err());
     }

@@ -131,7 +131,12 @@ impl TableStats {
             vec![],
             self.version.unwrap_or(0) as f64,
         );
-        w.gauge("polycorn_failure_table_entries", "Failure locations in the table in use.", vec![], self.entries as f64);
+        w.gauge(
+            "polycorn_failure_table_entries",
+            "Failure locations in the table in use.",
+            vec![],
+            self.entries as f64,
+        );
         w.counter("polycorn_failure_table_loads", "Failure-location tables put in use.", vec![], self.loads() as f64);
         w.counter(
             "polycorn_failure_table_rejected",
@@ -266,7 +271,10 @@ impl TableHub {
                 Offered::Applied(version)
             }
             Verdict::NotNewer { offered, in_use } => {
-                debug!(source = src, origin, offered, in_use, "failure-location table not newer than the one in use: ignored");
+                debug!(
+                    source = src,
+                    origin, offered, in_use, "failure-location table not newer than the one in use: ignored"
+                );
                 Offered::NotNewer
             }
             Verdict::Malformed(e) => {
@@ -331,10 +339,7 @@ pub(crate) mod tests {
         for src in [SourceKind::Http, SourceKind::Kafka] {
             assert_eq!(applied(judge(None, src, table(5, 1).as_bytes())), 5, "the first table is used");
             assert_eq!(applied(judge(Some(4), src, table(5, 1).as_bytes())), 5);
-            assert!(matches!(
-                judge(Some(5), src, table(5, 1).as_bytes()),
-                Verdict::NotNewer { offered: 5, in_use: 5 }
-            ));
+            assert!(matches!(judge(Some(5), src, table(5, 1).as_bytes()), Verdict::NotNewer { offered: 5, in_use: 5 }));
             assert!(matches!(judge(Some(6), src, table(5, 1).as_bytes()), Verdict::NotNewer { .. }));
         }
     }
@@ -368,10 +373,7 @@ pub(crate) mod tests {
         let s = t.stats();
         assert_eq!((s.version, s.entries), (Some(4), 5), "the malformed and the stale table changed nothing");
         assert_eq!((s.loads(), s.rejected()), (2, 1));
-        assert_eq!(
-            s.source(SourceKind::Kafka),
-            SourceStats { loads: 1, rejected: 1, ..Default::default() }
-        );
+        assert_eq!(s.source(SourceKind::Kafka), SourceStats { loads: 1, rejected: 1, ..Default::default() });
         assert_eq!(
             s.source(SourceKind::Http),
             SourceStats { not_newer: 1, errors: 1, last_ok_unix_s: Some(17.5), ..Default::default() }
