@@ -171,6 +171,39 @@ def _variant_numbers(ls: LinkSetRun, run: Run) -> dict[str, dict[str, Any]]:
     return out
 
 
+HOF_REJECTIONS = (
+    'polycorn_sched_schedulerlet_events_total{schedulerlet="hof-reject",event="rejections"}'
+)
+
+
+def hof_rejections(path: Path) -> int | None:
+    """How often ``hof-reject`` took a path out of use, from an end-of-trip metrics snapshot;
+    None without the file or the series."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.strip().rpartition(" ")
+        if name == HOF_REJECTIONS:
+            try:
+                return int(float(value))
+            except ValueError:
+                return None
+    return None
+
+
+def _rejections(trip: TripRun) -> dict[str, dict[str, int | None]]:
+    out = {}
+    for v in VARIANTS:
+        logs = trip.trip_dir.parent / v / "logs"
+        out[v] = {
+            "proxy": hof_rejections(logs / "proxy.metrics"),
+            "relay": hof_rejections(logs / "relay.metrics"),
+        }
+    return out
+
+
 def _trip_meta(trip: TripRun) -> dict[str, Any]:
     path = trip.trip_dir.parent / "loop-trip.json"
     try:
@@ -234,6 +267,7 @@ def analyse_loop(run: Run) -> dict[str, Any]:
                 },
                 "truth_table": coverage(failures, truth),
                 "variants": {v: nums[v] for v in VARIANTS},
+                "hof_reject_rejections": _rejections(trip),
                 "handovers": meta.get("handovers"),
                 "table_in_use_at_end": meta.get("in_use_at_end"),
                 "trainer_after": _trainer_brief(meta.get("trainer_after")),
@@ -335,6 +369,20 @@ def markdown(doc: dict[str, Any]) -> str:
         for label, vs in rows:
             cells = [_fmt(vs[v][key], vs[v][ci]) for v in VARIANTS]
             out.append(f"| {label} | " + " | ".join(cells) + f" | {vs[LEARNED][n]} |")
+    out += [
+        "",
+        "## hof-reject rejections (proxy / relay)",
+        "",
+        "| trip | " + " | ".join(f"`{v}`" for v in VARIANTS) + " |",
+        "|---|" + "---|" * len(VARIANTS),
+    ]
+    for t in doc["trips"]:
+        r = t.get("hof_reject_rejections") or {}
+        cells = [
+            f"{(r.get(v) or {}).get('proxy', '–')} / {(r.get(v) or {}).get('relay', '–')}"
+            for v in VARIANTS
+        ]
+        out.append(f"| {t['trip']} | " + " | ".join(cells) + " |")
     out += ["", "## Backlogged download × minrtt", "", "| trip | " + " | ".join(VARIANTS) + " |"]
     out.append("|---|" + "---|" * len(VARIANTS))
     for t in doc["trips"]:
@@ -393,14 +441,18 @@ def plot(doc: dict[str, Any], directory: Path) -> Path:
         # pairs can be huge, so the axis is clipped and says so.
         ax.set_yscale("log")
         ax.set_ylim(Y_MIN, Y_MAX)
+        ticks = [0.25, 0.5, 1.0, 2.0, 4.0]
+        ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
         ax.set_title(title)
         ax.set_xlabel("trip")
         ax.set_xticks(x)
+        n_key = "n_pairs" if key == "goodput_vs_minrtt" else "hof_n"
         ax.set_xticklabels(
             [
-                f"{t['trip']}\n{t['table']['entries']} cells"
-                if t["table"]["version"]
-                else f"{t['trip']}\nno table"
+                f"{t['trip']}\n"
+                + (f"{t['table']['entries']} cells" if t["table"]["version"] else "no table")
+                + f"\nn={t['variants'][LEARNED][n_key]}"
                 for t in trips
             ],
             fontsize=8,

@@ -16,6 +16,7 @@ from polycorn_bench.loop import (
     analyse_loop,
     cell_id,
     coverage,
+    hof_rejections,
     main,
     markdown,
     read_table,
@@ -196,3 +197,16 @@ def test_trip_without_records_has_null_ratios(tmp_path: Path) -> None:
     doc = analyse_loop(read_run(run))
     assert doc["trips"][0]["hrsch_vs_minrtt"] is None
     assert doc["trips"][0]["n"] == 0
+
+
+def test_hof_rejections_from_a_snapshot(tmp_path: Path) -> None:
+    p = tmp_path / "proxy.metrics"
+    assert hof_rejections(p) is None
+    series = "polycorn_sched_schedulerlet_events_total"
+    p.write_text(
+        f"# TYPE {series.removesuffix('_total')} counter\n"
+        f'{series}{{schedulerlet="hof-reject",event="rejections"}} 5.0\n'
+        f'{series}{{schedulerlet="tail-reject",event="deselected"}} 70.0\n',
+        encoding="utf-8",
+    )
+    assert hof_rejections(p) == 5
