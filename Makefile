@@ -24,7 +24,7 @@ define run_integration
 	fi
 endef
 
-.PHONY: help setup build test integration demo bench-dataplane bench-api bench-hsr bench-ingest bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test integration demo bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -67,6 +67,12 @@ PROFILE ?= short
 bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full) -> bench/out/hsr.json
 	uv sync --project bench --locked --quiet
 	PROFILE=$(PROFILE) bash scripts/bench-hsr.sh
+
+# Its profiles are report (the default here, whatever PROFILE says in this
+# file) and ci (2 short trips, a smoke check): `make bench-loop PROFILE=ci`.
+bench-loop: build ## the closed fleet loop: trips in turn, each with the table learned from the ones before (PROFILE=report|ci) -> bench/out/loop.json
+	uv sync --project bench --locked --quiet
+	PROFILE=$(if $(filter file default,$(origin PROFILE)),report,$(PROFILE)) bash scripts/bench-loop.sh
 
 # Against the real Kafka and PostGIS of scripts/infra.sh: a fresh database and
 # topic; parameters and method in docs/ingest.md.
