@@ -39,7 +39,7 @@ from polycorn_trainer.run import Options, publish_only, run
 log = logging.getLogger("polycorn_trainer")
 
 
-def _positive_int(text: str) -> int:
+def _non_negative_int(text: str) -> int:
     v = int(text)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
@@ -95,11 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     def model(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--shard", type=_shard, default=Shard(), help="I/N: this worker's cells")
         sp.add_argument(
-            "--workers", type=_positive_int, default=0, help="processes (0: one per CPU)"
+            "--workers", type=_non_negative_int, default=0, help="processes (0: one per CPU)"
         )
-        sp.add_argument("--min-failures", type=_positive_int, default=d.min_failures)
+        sp.add_argument("--min-failures", type=_non_negative_int, default=d.min_failures)
         sp.add_argument("--min-failure-rate", type=_fraction, default=d.min_failure_rate)
-        sp.add_argument("--min-handovers", type=_positive_int, default=d.min_handovers)
+        sp.add_argument("--min-handovers", type=_non_negative_int, default=d.min_handovers)
         sp.add_argument("--summary-json", type=Path, help="write the run's summary here")
 
     r = sub.add_parser("run", help="fit, validate, store and publish")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,31 +47,29 @@ SHARD_EXPR = (
     " & 9223372036854775807, %(shard_n)s) = %(shard_i)s"
 )
 
-# Speed at a handover: the train's last fix within 10 s before its start.
-CELLS_SQL = """
+# One scan of the shard's handovers: the positioned ones as arrays, the
+# others counted. Speed at a handover: the train's last fix within 10 s
+# before its start (looked up for positioned handovers only).
+T = "FILTER (WHERE h.track_m IS NOT NULL)"
+CELLS_SQL = f"""
 SELECT c.id, c.carrier, c.cell_id, c.direction::text,
-       array_agg(h.track_m ORDER BY h.start_time, h.id),
-       array_agg(coalesce(h.rsrp_dbm, 'NaN'::float8) ORDER BY h.start_time, h.id),
-       array_agg(h.outcome = 'failure' ORDER BY h.start_time, h.id),
-       array_agg(coalesce(h.trip_id, -h.id) ORDER BY h.start_time, h.id),
-       array_agg(coalesce(s.speed_mps, 'NaN'::float8) ORDER BY h.start_time, h.id)
+       count(*) FILTER (WHERE h.track_m IS NULL),
+       array_agg(h.track_m ORDER BY h.start_time, h.id) {T},
+       array_agg(coalesce(h.rsrp_dbm, 'NaN'::float8) ORDER BY h.start_time, h.id) {T},
+       array_agg(h.outcome = 'failure' ORDER BY h.start_time, h.id) {T},
+       array_agg(coalesce(h.trip_id, -h.id) ORDER BY h.start_time, h.id) {T},
+       array_agg(coalesce(s.speed_mps, 'NaN'::float8) ORDER BY h.start_time, h.id) {T}
 FROM cells c
 JOIN handovers h ON h.cell = c.id
 LEFT JOIN LATERAL (
     SELECT g.speed_mps FROM gps_fixes g
-    WHERE g.train_id = h.train_id
+    WHERE h.track_m IS NOT NULL AND g.train_id = h.train_id
       AND g.time <= h.start_time AND g.time > h.start_time - interval '10 seconds'
     ORDER BY g.time DESC LIMIT 1
 ) s ON true
-WHERE h.track_m IS NOT NULL AND {shard}
+WHERE {{shard}}
 GROUP BY c.id, c.carrier, c.cell_id, c.direction
 ORDER BY c.id
-"""
-
-COUNT_SQL = """
-SELECT count(*) FILTER (WHERE h.track_m IS NULL), count(*)
-FROM handovers h JOIN cells c ON c.id = h.cell
-WHERE {shard}
 """
 
 
@@ -80,27 +77,36 @@ def _shard_params(shard: Shard) -> dict[str, int]:
     return {"shard_n": shard.count, "shard_i": shard.index}
 
 
-def untracked_handovers(conn: psycopg.Connection, shard: Shard) -> tuple[int, int]:
-    """(handovers without a track position, all handovers) of the shard's cells."""
-    row = conn.execute(COUNT_SQL.format(shard=SHARD_EXPR), _shard_params(shard)).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+@dataclass
+class Loaded:
+    """A shard's training data."""
+
+    cells: list[CellData]  # every cell with at least one positioned handover
+    untracked: int  # handovers of the shard's cells without a track position
 
 
-def load_cells(conn: psycopg.Connection, shard: Shard) -> Iterator[CellData]:
-    """Every cell of the shard with at least one handover with a position."""
+def load_cells(conn: psycopg.Connection, shard: Shard) -> Loaded:
+    """The shard's cells, in one query."""
+    out = Loaded([], 0)
     sql = CELLS_SQL.format(shard=SHARD_EXPR)
     with conn.cursor(name="polycorn_trainer_cells") as cur:
         cur.itersize = 2000
         cur.execute(sql, _shard_params(shard))
-        for key, carrier, cell_id, direction, track, rsrp, failed, trip, speed in cur:
-            yield CellData(
-                key=int(key),
-                carrier=str(carrier),
-                cell_id=int(cell_id),
-                direction=str(direction),
-                track_m=np.asarray(track, dtype=np.float64),
-                rsrp_dbm=np.asarray(rsrp, dtype=np.float64),
-                failed=np.asarray(failed, dtype=np.bool_),
-                trip=np.asarray(trip, dtype=np.int64),
-                speed_mps=np.asarray(speed, dtype=np.float64),
+        for key, carrier, cell_id, direction, untracked, track, rsrp, failed, trip, speed in cur:
+            out.untracked += int(untracked)
+            if track is None:  # no positioned handover
+                continue
+            out.cells.append(
+                CellData(
+                    key=int(key),
+                    carrier=str(carrier),
+                    cell_id=int(cell_id),
+                    direction=str(direction),
+                    track_m=np.asarray(track, dtype=np.float64),
+                    rsrp_dbm=np.asarray(rsrp, dtype=np.float64),
+                    failed=np.asarray(failed, dtype=np.bool_),
+                    trip=np.asarray(trip, dtype=np.int64),
+                    speed_mps=np.asarray(speed, dtype=np.float64),
+                )
             )
+    return out

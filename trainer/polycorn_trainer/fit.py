@@ -272,8 +272,7 @@ def fit_cell(c: CellData, p: Params) -> CellResult:
         "earliest_ho_track_m": ehp,
         "failure_mean_track_m": mean_fail,
     }
-    counts = validate_cell(c, p, "paper")
-    deployed = validate_cell(c, p, "deployed")
+    counts, deployed = validate_cell(c, p)
     if nf == 0:
         kind = "no_failures"
     elif nf == n:
@@ -321,15 +320,15 @@ def fit_cell(c: CellData, p: Params) -> CellResult:
     return CellResult(c.key, kind, predicted, rate, params, counts, deployed)
 
 
-def validate_cell(c: CellData, p: Params, thresholds: str) -> Counts:
-    """Leave-one-trip-out validation counts of one cell (module docstring).
-    ``thresholds``: ``paper`` predicts from any failure history, as §3 does;
-    ``deployed`` applies the table thresholds of :class:`Params`, i.e.
-    validates the table the proxies get."""
-    out = Counts()
+def validate_cell(c: CellData, p: Params) -> tuple[Counts, Counts]:
+    """Leave-one-trip-out validation counts of one cell (module docstring),
+    for the two predictors: ``paper`` predicts from any failure history, as
+    §3 does; ``deployed`` applies the table thresholds of :class:`Params`,
+    i.e. validates the table the proxies get. The folds' sums and the
+    speeds are computed once for both."""
     n = len(c.track_m)
     if n == 0:
-        return out
+        return Counts(), Counts()
     x = c.x
     y = c.failed.astype(bool)
     groups, inv = np.unique(c.trip, return_inverse=True)
@@ -341,18 +340,24 @@ def validate_cell(c: CellData, p: Params, thresholds: str) -> Counts:
     tr_n = n - n_g
     tr_f = f_g.sum() - f_g
     tr_s = s_g.sum() - s_g
-    if thresholds == "paper":
-        has = tr_f > 0
-    else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            has = (tr_f >= p.min_failures) & (tr_f / np.maximum(tr_n, 1) >= p.min_failure_rate)
-        has &= tr_f > 0
-    l_hat = np.where(has, tr_s / np.where(tr_f > 0, tr_f, 1.0), np.nan)
+    l_mean = tr_s / np.where(tr_f > 0, tr_f, 1.0)
     speed = c.speed_mps.copy()
     bad = ~np.isfinite(speed) | (speed <= 0.5)
-    out.speed_fallbacks = int(bad.sum())
     speed[bad] = p.nominal_speed_mps
-    lh = l_hat[inv]
+    paper = tr_f > 0
+    deployed = paper & (tr_f >= p.min_failures) & (tr_f / np.maximum(tr_n, 1) >= p.min_failure_rate)
+    out = []
+    for has in (paper, deployed):
+        k = _classify(x, y, np.where(has, l_mean, np.nan)[inv], speed, p)
+        k.speed_fallbacks = int(bad.sum())
+        out.append(k)
+    return out[0], out[1]
+
+
+def _classify(x: F64, y: B, lh: F64, speed: F64, p: Params) -> Counts:
+    """The Fig. 5 classes of handovers at ``x`` (outcome ``y``) against the
+    predicted failure locations ``lh`` (NaN: no prediction)."""
+    out = Counts()
     pred = np.isfinite(lh)
     delta = np.where(pred, (x - np.where(pred, lh, 0.0)) / speed, np.nan)
     fail = y

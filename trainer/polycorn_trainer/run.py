@@ -15,11 +15,11 @@ from typing import Any
 
 import psycopg
 
-from polycorn_trainer.data import Shard, load_cells, untracked_handovers
+from polycorn_trainer.data import Shard, load_cells
 from polycorn_trainer.fit import CellData, CellResult, Counts, Params, fit_many
 from polycorn_trainer.kafka import produce_table
 from polycorn_trainer.metrics import Metrics
-from polycorn_trainer.store import Published, current_table, publish_table, store_model
+from polycorn_trainer.store import Published, publish_table, store_model
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,8 @@ def run(url: str, o: Options, metrics: Metrics | None = None) -> dict[str, Any]:
 
 def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
     with psycopg.connect(url) as conn:
-        untracked, all_ho = untracked_handovers(conn, o.shard)
-        cells = list(load_cells(conn, o.shard))
+        loaded = load_cells(conn, o.shard)
+        cells, untracked = loaded.cells, loaded.untracked
         conn.commit()
         t_load = time.monotonic() - t0
         handovers = sum(len(c.track_m) for c in cells)
@@ -155,8 +155,7 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         elif o.publish:
             raise ValueError("publishing needs a stored model")
         if o.publish and published is None:
-            cur = current_table(conn)
-            log.info("no cell has a failure location yet: no table%s", "" if cur else " published")
+            log.info("no cell has a failure location yet: no table published")
     if published is not None and o.bootstrap:
         produce_table(
             o.bootstrap, o.topic, published.body, version=published.version, etag=published.etag
@@ -175,7 +174,7 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         "kinds": dict(sorted(kinds.items())),
         "handovers": handovers,
         "handovers_without_track": untracked,
-        "handovers_in_cells": all_ho,
+        "handovers_in_cells": handovers + untracked,
         "load_s": round(t_load, 3),
         "refit_s": round(refit_s, 3),
         "table": (

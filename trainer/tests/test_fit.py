@@ -64,7 +64,7 @@ def test_loto_classes_follow_figure_5() -> None:
         [1, 1, 2, 2, 2, 3],
         speed=100.0,
     )
-    k = validate_cell(c, Params(), "paper")
+    k = validate_cell(c, Params())[0]
     # Held-out trip 2: L̂ from trips 1, 3 = (1000 + 1100 + 1300) / 3 = 1133.3
     #   failure at 1050: Δ = -0.83 s → late; success at 900: Δ < 0 → correct;
     #   success at 1200: Δ = 0.67 s ≥ 0 → wasted.
@@ -78,16 +78,16 @@ def test_loto_classes_follow_figure_5() -> None:
 def test_early_prediction_and_no_history() -> None:
     # Held-out failure at 1500 with L̂ = 1000 from the other trip: Δ = 5 s > 2.5 → early.
     c = cell([1000, 1500], [True, True], [1, 2], speed=100.0)
-    k = validate_cell(c, Params(), "paper")
+    k = validate_cell(c, Params())[0]
     assert k.failure_early == 1 and k.failure_late == 1  # trip 1 held out: L̂ = 1500 → Δ -5 → late
     # A single trip has no other trip to learn from: its failures are late, successes correct.
-    one = validate_cell(cell([1, 2, 3], [True, False, False], [7, 7, 7]), Params(), "paper")
+    one = validate_cell(cell([1, 2, 3], [True, False, False], [7, 7, 7]), Params())[0]
     assert (one.failure_late, one.success_correct) == (1, 2)
 
 
 def test_deployed_thresholds_suppress_rare_failures() -> None:
     c = cell([10.0 * i for i in range(20)], [i == 10 for i in range(20)], list(range(20)))
-    assert validate_cell(c, Params(), "paper").failure_late == 1  # nothing else ever failed
+    assert validate_cell(c, Params())[0].failure_late == 1  # nothing else ever failed
     r = fit_cell(c, Params())
     assert r.predicted_failure_track_m is None  # 1 failure < min_failures
     assert r.deployed.success_correct == 19
@@ -128,7 +128,7 @@ def test_fallbacks_never_crash(track: list[float], failed: list[bool], kind: str
 def test_unknown_speed_falls_back_to_nominal() -> None:
     c = cell([1000, 1100], [True, True], [1, 2])
     c.speed_mps[:] = np.nan
-    k = validate_cell(c, Params(nominal_speed_mps=50.0), "paper")
+    k = validate_cell(c, Params(nominal_speed_mps=50.0))[0]
     assert k.speed_fallbacks == 2
     assert k.failure_late == 1 and k.failure_correct == 1  # Δ = ±2 s at 50 m/s
 
@@ -180,7 +180,7 @@ def test_delta_histogram_bins_the_predicted_handovers() -> None:
     from polycorn_trainer.fit import DELTA_EDGES_S
 
     c = cell([1000, 1500, 1200], [True, True, False], [1, 2, 3], speed=100.0)
-    k = validate_cell(c, Params(), "paper")
+    k = validate_cell(c, Params())[0]
     # Trip 1 held out: L̂ = 1500 → Δ = -5 s; trip 2: L̂ = 1000 → Δ = 5 s;
     # trip 3 (success at 1200): L̂ = 1250 → Δ = -0.5 s.
     edges = list(DELTA_EDGES_S)
