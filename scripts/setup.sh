@@ -222,6 +222,15 @@ check_vegeta() {
     SUMMARY+=("vegeta: $VEGETA_VERSION at $bin")
 }
 
+# Components kept beside this script (scripts/setup.d/NAME.sh), one file per
+# component group: each defines `component_NAME` (and its checks) and adds NAME
+# to COMPONENTS or OPTIONAL.
+for f in "$(dirname "${BASH_SOURCE[0]}")"/setup.d/*.sh; do
+    [[ -e $f ]] || continue
+    # shellcheck source=/dev/null
+    source "$f"
+done
+
 # ---------------------------------------------------------------- install
 
 apt_install_pending() {
