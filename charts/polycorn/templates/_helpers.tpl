@@ -1,0 +1,184 @@
+{{/*
+Names, labels and the pieces every template shares.
+*/}}
+
+{{- define "polycorn.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every object name. Kept at 20 characters at most so that
+"<fullname>-proxy-<train id>" (train ids are at most 24 characters, see
+values.schema.json) stays within the 52 characters a StatefulSet name may
+have (its pods get a controller-revision-hash label of name + 11 characters).
+*/}}
+{{- define "polycorn.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 20 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 20 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 20 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "polycorn.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object; call with (dict "ctx" $ "component" "proxy"). */}}
+{{- define "polycorn.labels" -}}
+helm.sh/chart: {{ include "polycorn.chart" .ctx }}
+{{ include "polycorn.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: polycorn
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels; call with (dict "ctx" $ "component" "proxy"). */}}
+{{- define "polycorn.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "polycorn.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* The selector of one train's proxy pod; call with (dict "ctx" $ "train" $t). */}}
+{{- define "polycorn.proxySelectorLabels" -}}
+{{ include "polycorn.selectorLabels" (dict "ctx" .ctx "component" "proxy") }}
+polycorn.io/train: {{ .train.id }}
+{{- end }}
+
+{{- define "polycorn.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "polycorn.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* "repository:tag", the tag defaulting to appVersion; call with (dict "ctx" $ "image" .Values.x.image). */}}
+{{- define "polycorn.image" -}}
+{{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}
+{{- end }}
+
+{{/* Name of one train's proxy StatefulSet and headless Service. */}}
+{{- define "polycorn.proxyName" -}}
+{{- printf "%s-proxy-%s" (include "polycorn.fullname" .ctx) .train.id }}
+{{- end }}
+
+{{/* The TLS server names Envoy routes to a train's proxy, as a list. */}}
+{{- define "polycorn.trainServerNames" -}}
+{{- if .train.serverNames }}
+{{- toJson .train.serverNames }}
+{{- else }}
+{{- toJson (list (printf "%s.%s" .train.id .ctx.Values.envoy.trains.serverNameSuffix)) }}
+{{- end }}
+{{- end }}
+
+{{- define "polycorn.trainTlsSecret" -}}
+{{- default (printf "%s-tls" (include "polycorn.proxyName" .)) .train.tlsSecret }}
+{{- end }}
+
+{{/* The Envoy cluster of one train. */}}
+{{- define "polycorn.trainCluster" -}}
+{{- printf "train_%s" .train.id }}
+{{- end }}
+
+{{- define "polycorn.kafkaBootstrap" -}}
+{{- required "kafka.bootstrap is required: the Kafka bootstrap servers, host:port[,host:port...]" .Values.kafka.bootstrap }}
+{{- end }}
+
+{{/* POLYCORN_DATABASE_URL from the existing Secret. */}}
+{{- define "polycorn.databaseEnv" -}}
+- name: POLYCORN_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "postgresql.existingSecret is required: a Secret holding LinkDB's postgresql:// URL" .Values.postgresql.existingSecret }}
+      key: {{ .Values.postgresql.existingSecretKey }}
+{{- end }}
+
+{{- define "polycorn.podSecurityContext" -}}
+{{- toYaml .Values.podSecurityContext }}
+{{- end }}
+
+{{- define "polycorn.containerSecurityContext" -}}
+{{- toYaml .Values.containerSecurityContext }}
+{{- end }}
+
+{{/* Scheduling and pull secrets of a pod; call with (dict "ctx" $ "c" .Values.component). */}}
+{{- define "polycorn.podPlacement" -}}
+{{- with .ctx.Values.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- with .c.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The linkdb-api Service's in-cluster URL. */}}
+{{- define "polycorn.linkdbApiUrl" -}}
+{{- printf "http://%s-linkdb-api.%s.svc.%s:%d" (include "polycorn.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.linkdbApi.port) }}
+{{- end }}
+
+{{/*
+Checks across values that the schema cannot express; rendered once, from
+NOTES.txt and from the Envoy ConfigMap, so that `helm template` fails too.
+*/}}
+{{- define "polycorn.validate" -}}
+{{- $seen := dict }}
+{{- $names := dict }}
+{{- $ports := dict }}
+{{- range .Values.trains }}
+{{- if hasKey $seen .id }}
+{{- fail (printf "trains: train id %q is listed twice" .id) }}
+{{- end }}
+{{- $_ := set $seen .id true }}
+{{- $t := . }}
+{{- range (include "polycorn.trainServerNames" (dict "ctx" $ "train" .) | fromJsonArray) }}
+{{- if hasKey $names . }}
+{{- fail (printf "trains: server name %q is used by two trains (%s and %s)" . (get $names .) $t.id) }}
+{{- end }}
+{{- $_ := set $names . $t.id }}
+{{- end }}
+{{- if eq $.Values.envoy.trains.routing "port" }}
+{{- if not .edgePort }}
+{{- fail (printf "trains: train %q needs an edgePort with envoy.trains.routing=port" .id) }}
+{{- end }}
+{{- $p := toString .edgePort }}
+{{- if or (hasKey $ports $p) (eq (int .edgePort) (int $.Values.envoy.api.port)) (eq (int .edgePort) (int $.Values.envoy.api.containerPort)) (eq (int .edgePort) (int $.Values.envoy.statsPort)) (eq (int .edgePort) (int $.Values.envoy.adminPort)) }}
+{{- fail (printf "trains: edgePort %v of train %q is used twice" .edgePort .id) }}
+{{- end }}
+{{- $_ := set $ports $p true }}
+{{- end }}
+{{- end }}
+{{- if and .Values.trains (not .Values.proxy.caSecret.name) }}
+{{- fail "proxy.caSecret.name is required: a Secret with the CA certificate that signs the train certificates" }}
+{{- end }}
+{{- if and .Values.envoy.enabled .Values.envoy.api.enabled (not .Values.envoy.api.tlsSecret) }}
+{{- fail "envoy.api.tlsSecret is required with envoy.api.enabled: a kubernetes.io/tls Secret with the API's certificate" }}
+{{- end }}
+{{- if and .Values.proxy.failureTable.api.enabled (not .Values.proxy.failureTable.api.apiKeySecret) }}
+{{- fail "proxy.failureTable.api.apiKeySecret is required with proxy.failureTable.api.enabled" }}
+{{- end }}
+{{- if and .Values.envoy.enabled (eq .Values.envoy.trains.routing "sni") (or (eq (int .Values.envoy.trains.port) (int .Values.envoy.api.port)) (eq (int .Values.envoy.trains.port) (int .Values.envoy.api.containerPort)) (eq (int .Values.envoy.trains.port) (int .Values.envoy.statsPort)) (eq (int .Values.envoy.trains.port) (int .Values.envoy.adminPort))) }}
+{{- fail "envoy.trains.port must differ from envoy.api.port, envoy.api.containerPort, envoy.statsPort and envoy.adminPort" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,128 @@
+# shellcheck shell=bash
+# Optional component `chart` (`setup.sh chart`, run by scripts/validate-chart.sh):
+# the offline validators of the Helm chart charts/polycorn.
+#
+# - helm and kubeconform, built from their Go modules (pinned) with the Go
+#   toolchain into the machine's cache ${POLYCORN_CACHE:-/var/cache/polycorn}/go,
+#   shared by every clone, like vegeta in scripts/setup.sh. helm's cold build
+#   takes about 4 minutes and 1 GB, so the builds run one after the other.
+# - the Kubernetes JSON schemas of the PyPI package kubernetes-validate,
+#   pinned in tools/validate/pyproject.toml + uv.lock, installed by
+#   `uv sync` into a venv in the same cache, then made standalone for
+#   kubeconform by tools/validate/k8s_schemas.py (their $refs point at
+#   kubernetes.io, which kubeconform cannot follow offline).
+# - the Envoy bootstrap validator tools/validate/envoy (go-control-plane),
+#   built from the committed go.mod/go.sum into the cache.
+#
+# Every step checks first; a second run touches no network.
+HELM_VERSION=3.22.0
+KUBECONFORM_VERSION=0.8.0
+# The Kubernetes version whose schemas the chart is validated against (one of
+# those kubernetes-validate ships); scripts/validate-chart.sh reads it too.
+K8S_SCHEMA_VERSION=1.37.0
+
+OPTIONAL+=(chart)
+
+component_chart() {
+    need_apt python3
+    after_install check_chart_go_tools check_chart_schemas check_chart_envoy_validator
+}
+
+chart_cache() { echo "${POLYCORN_CACHE:-/var/cache/polycorn}"; }
+chart_go() {
+    if command -v go >/dev/null; then echo go; elif [[ -x /usr/local/go/bin/go ]]; then echo /usr/local/go/bin/go; else
+        die "the chart validators need the Go toolchain (go on PATH or /usr/local/go/bin) to build helm/kubeconform"
+    fi
+}
+
+# go_install_pinned BIN MODULE_PATH PACKAGE VERSION [LDFLAGS [CHECK]]
+# The binary is rebuilt unless `go version -m` shows the pinned module
+# version and, if given, the command CHECK (which sees the binary's path in
+# $1) succeeds: -ldflags are not recorded in a -trimpath build, so a check
+# of their effect stands in for them.
+go_install_pinned() {
+    local bin=$1 mod=$2 pkg=$3 version=$4 ldflags="-s -w ${5:-}" check=${6:-true} cache go
+    cache=$(chart_cache)/go
+    if ! go version -m "$cache/bin/$bin" 2>/dev/null | grep -qE "^\s+mod\s+$mod\s+v$version\b" \
+        || ! "$check" "$cache/bin/$bin"; then
+        go=$(chart_go)
+        log "building $bin $version (go install) into $cache/bin"
+        GOBIN=$cache/bin GOPATH=$cache GOMODCACHE=$cache/pkg/mod GOCACHE=$cache/build \
+            GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
+            "$go" install -trimpath -ldflags "$ldflags" "$pkg@v$version" \
+            || die "could not build $bin $version with $($go version)"
+        "$check" "$cache/bin/$bin" || die "$bin $version built, but its check ($check) fails"
+    fi
+}
+
+# helm built with its release ldflags: it reports its version, and it
+# assumes Kubernetes 1.37 by default (a plain build says 1.20).
+helm_ldflags_ok() {
+    [[ $("$1" version --template '{{.Version}}' 2>/dev/null) == "v$HELM_VERSION" ]] \
+        && "$1" template x "$REPO_ROOT/tools/validate/testdata/kube-version" 2>/dev/null | grep -q 'kube: "v1.37'
+}
+
+check_chart_go_tools() {
+    # go version -m reads the module version from the binary itself, so a
+    # stale or foreign binary in the cache is rebuilt.
+    local go
+    go=$(chart_go)
+    command -v go >/dev/null || PATH="${go%/*}:$PATH"
+    # What helm's own Makefile sets: its version, and the Kubernetes version
+    # of its client libraries (k8s.io/* v0.37 = 1.37) as the default for
+    # `helm template`/`install --dry-run` and for lint's deprecation rules;
+    # without them a `go install`ed helm assumes Kubernetes 1.20.
+    local k="-X helm.sh/helm/v3/pkg"
+    go_install_pinned helm helm.sh/helm/v3 helm.sh/helm/v3/cmd/helm "$HELM_VERSION" \
+        "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION $k/lint/rules.k8sVersionMajor=1 $k/lint/rules.k8sVersionMinor=37 $k/chartutil.k8sVersionMajor=1 $k/chartutil.k8sVersionMinor=37" \
+        helm_ldflags_ok
+    go_install_pinned kubeconform github.com/yannh/kubeconform \
+        github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION"
+    SUMMARY+=("helm: $HELM_VERSION, kubeconform: $KUBECONFORM_VERSION in $(chart_cache)/go/bin")
+}
+
+chart_schema_dir() { echo "$(chart_cache)/k8s-schemas/v$K8S_SCHEMA_VERSION-standalone-strict"; }
+
+check_chart_schemas() {
+    local cache venv out stamp lock
+    cache=$(chart_cache)
+    venv=$cache/validate-venv
+    out=$(chart_schema_dir)
+    lock=$REPO_ROOT/tools/validate/uv.lock
+    # The stamp names the lockfile and the converter: a change to either
+    # regenerates the schemas.
+    stamp="$out/.complete-$(cat "$lock" "$REPO_ROOT/tools/validate/k8s_schemas.py" | sha256sum | cut -c1-16)"
+    if [[ ! -e $stamp ]]; then
+        command -v uv >/dev/null || die "uv not found: run 'bash scripts/setup.sh python' first"
+        log "installing kubernetes-validate (tools/validate/uv.lock) into $venv"
+        UV_PROJECT_ENVIRONMENT=$venv uv sync --quiet --locked --no-dev --project "$REPO_ROOT/tools/validate" \
+            || die "could not install tools/validate (uv sync --locked)"
+        log "converting the Kubernetes $K8S_SCHEMA_VERSION schemas into $out"
+        rm -rf "$out"
+        "$venv/bin/python" "$REPO_ROOT/tools/validate/k8s_schemas.py" \
+            --version "$K8S_SCHEMA_VERSION" --out "$out" \
+            || die "could not convert the kubernetes-validate schemas"
+        touch "$stamp"
+    fi
+    SUMMARY+=("kubernetes schemas: $K8S_SCHEMA_VERSION (kubernetes-validate) standalone in $out")
+}
+
+chart_envoy_validator() { echo "$(chart_cache)/go/bin/polycorn-envoy-validate"; }
+
+check_chart_envoy_validator() {
+    local bin src stamp cache go
+    bin=$(chart_envoy_validator)
+    src=$REPO_ROOT/tools/validate/envoy
+    cache=$(chart_cache)/go
+    stamp="$bin.$(cat "$src"/go.mod "$src"/go.sum "$src"/*.go | sha256sum | cut -c1-16)"
+    if [[ ! -e $stamp || ! -x $bin ]]; then
+        go=$(chart_go)
+        log "building the Envoy bootstrap validator (tools/validate/envoy) into $bin"
+        rm -f "$bin".*
+        (cd "$src" && GOPATH=$cache GOMODCACHE=$cache/pkg/mod GOCACHE=$cache/build GOTOOLCHAIN=local \
+            GOFLAGS=-mod=readonly CGO_ENABLED=0 "$go" build -trimpath -o "$bin" .) \
+            || die "could not build tools/validate/envoy"
+        touch "$stamp"
+    fi
+    SUMMARY+=("envoy validator: $bin (go-control-plane, tools/validate/envoy/go.mod)")
+}
