@@ -131,7 +131,12 @@ def timeseries(
         "targets": targets,
         "fieldConfig": {"defaults": {**field_defaults(unit), "custom": custom}, "overrides": []},
         "options": {
-            "legend": {"calcs": [], "displayMode": "list", "placement": "bottom", "showLegend": True},
+            "legend": {
+                "calcs": [],
+                "displayMode": "list",
+                "placement": "bottom",
+                "showLegend": True,
+            },
             "tooltip": {"mode": "multi", "sort": "desc"},
         },
     }
@@ -196,7 +201,12 @@ def state_timeline(title: str, targets: list[Json], description: str = "") -> Js
         "targets": targets,
         "fieldConfig": {"defaults": defaults, "overrides": []},
         "options": {
-            "legend": {"calcs": [], "displayMode": "list", "placement": "bottom", "showLegend": True},
+            "legend": {
+                "calcs": [],
+                "displayMode": "list",
+                "placement": "bottom",
+                "showLegend": True,
+            },
             "tooltip": {"mode": "single", "sort": "none"},
             "mergeValues": True,
             "rowHeight": 0.9,
@@ -344,7 +354,12 @@ def fleet() -> Json:
     b.add(
         timeseries(
             "Goodput per carrier, downstream (proxy)",
-            [prom('sum by (name) (polycorn:carrier_goodput_bytes:rate1m{job="polycorn-proxy"})', "{{name}}")],
+            [
+                prom(
+                    'sum by (name) (polycorn:carrier_goodput_bytes:rate1m{job="polycorn-proxy"})',
+                    "{{name}}",
+                )
+            ],
             "Bps",
             "First-time passenger bytes per second sent towards the trains, per carrier "
             "(neither reinjections nor redundant copies).",
@@ -356,7 +371,12 @@ def fleet() -> Json:
     b.add(
         timeseries(
             "Goodput per carrier, upstream (relay)",
-            [prom('sum by (name) (polycorn:carrier_goodput_bytes:rate1m{job="polycorn-relay"})', "{{name}}")],
+            [
+                prom(
+                    'sum by (name) (polycorn:carrier_goodput_bytes:rate1m{job="polycorn-relay"})',
+                    "{{name}}",
+                )
+            ],
             "Bps",
             "First-time passenger bytes per second the trains send, per carrier.",
             stack=True,
@@ -370,12 +390,12 @@ def fleet() -> Json:
             [
                 prom(
                     'quantile by (name) (0.5, polycorn_path_srtt_seconds{job="polycorn-proxy"}'
-                    ' and on (job, train, path) polycorn_path_up == 1)',
+                    " and on (job, train, path) polycorn_path_up == 1)",
                     "{{name}} median",
                 ),
                 prom(
                     'max by (name) (polycorn_path_srtt_seconds{job="polycorn-proxy"}'
-                    ' and on (job, train, path) polycorn_path_up == 1)',
+                    " and on (job, train, path) polycorn_path_up == 1)",
                     "{{name}} max",
                     ref="B",
                 ),
@@ -391,7 +411,11 @@ def fleet() -> Json:
             "Paths up per carrier",
             [
                 prom('sum by (name) (polycorn_path_up{job="polycorn-proxy"})', "{{name}} up"),
-                prom('count by (name) (polycorn_path_up{job="polycorn-proxy"})', "{{name}} configured", ref="B"),
+                prom(
+                    'count by (name) (polycorn_path_up{job="polycorn-proxy"})',
+                    "{{name}} configured",
+                    ref="B",
+                ),
             ],
             "none",
             "Established subflows per carrier across the fleet, against the paths the trains have.",
@@ -445,7 +469,11 @@ def fleet() -> Json:
             "Reinjected and redundant bytes",
             [
                 prom("sum by (job) (polycorn:train_reinjected_bytes:rate5m)", "{{job}} reinjected"),
-                prom("sum by (job) (polycorn:train_redundant_bytes:rate5m)", "{{job}} redundant", ref="B"),
+                prom(
+                    "sum by (job) (polycorn:train_redundant_bytes:rate5m)",
+                    "{{job}} redundant",
+                    ref="B",
+                ),
             ],
             "Bps",
             "Passenger bytes sent again after an RTO (reinjected) or as copies on a second path "
@@ -459,7 +487,8 @@ def fleet() -> Json:
             "Reinjected share per train",
             [prom("polycorn:train_reinjection:ratio5m", "{{train}} {{job}}")],
             "percentunit",
-            "Reinjected bytes over passenger bytes sent; PolycornReinjectionStorm fires above 30 %.",
+            "Reinjected bytes over passenger bytes sent; "
+            "PolycornReinjectionStorm fires above 30 %.",
         ),
         12,
         8,
@@ -493,7 +522,12 @@ def train() -> Json:
     b.add(
         timeseries(
             "Passenger bytes sent per path",
-            [prom(f"sum by (name) (rate(polycorn_path_data_bytes_total{tj}[$__rate_interval]))", "{{name}}")],
+            [
+                prom(
+                    f"sum by (name) (rate(polycorn_path_data_bytes_total{tj}[$__rate_interval]))",
+                    "{{name}}",
+                )
+            ],
             "Bps",
             "Includes reinjections and redundant copies.",
             stack=True,
@@ -540,11 +574,13 @@ def train() -> Json:
             "Reinjected and redundant bytes per path",
             [
                 prom(
-                    f"sum by (name) (rate(polycorn_path_reinjected_bytes_total{tj}[$__rate_interval]))",
+                    f"sum by (name) (rate(polycorn_path_reinjected_bytes_total{tj}"
+                    "[$__rate_interval]))",
                     "{{name}} reinjected",
                 ),
                 prom(
-                    f"sum by (name) (rate(polycorn_path_redundant_bytes_total{tj}[$__rate_interval]))",
+                    f"sum by (name) (rate(polycorn_path_redundant_bytes_total{tj}"
+                    "[$__rate_interval]))",
                     "{{name}} redundant",
                     ref="B",
                 ),
@@ -558,7 +594,10 @@ def train() -> Json:
         timeseries(
             "Retransmission timeouts per path",
             [
-                prom(f"sum by (name) (increase(polycorn_path_rto_total{tj}[$__rate_interval]))", "{{name}} RTOs"),
+                prom(
+                    f"sum by (name) (increase(polycorn_path_rto_total{tj}[$__rate_interval]))",
+                    "{{name}} RTOs",
+                ),
                 prom(f"polycorn_path_consecutive_rtos{tj}", "{{name}} consecutive", ref="B"),
             ],
             "none",
@@ -572,8 +611,8 @@ def train() -> Json:
             "Schedulerlet events",
             [
                 prom(
-                    f"sum by (schedulerlet, event) (rate(polycorn_sched_schedulerlet_events_total{tj}"
-                    "[$__rate_interval]))",
+                    "sum by (schedulerlet, event) "
+                    f"(rate(polycorn_sched_schedulerlet_events_total{tj}[$__rate_interval]))",
                     "{{schedulerlet}} {{event}}",
                 )
             ],
@@ -606,7 +645,11 @@ def train() -> Json:
                     f"sum(rate(polycorn_capture_up_bytes_total{t}[$__rate_interval]))",
                     "up (passengers to Internet)",
                 ),
-                prom(f"sum(rate(polycorn_capture_down_bytes_total{t}[$__rate_interval]))", "down", ref="B"),
+                prom(
+                    f"sum(rate(polycorn_capture_down_bytes_total{t}[$__rate_interval]))",
+                    "down",
+                    ref="B",
+                ),
             ],
             "Bps",
         ),
@@ -620,7 +663,8 @@ def train() -> Json:
                 prom(f"polycorn_telemetry_spool_records{t}", "records unconfirmed"),
                 prom(f"polycorn_telemetry_spool_in_flight{t}", "in flight", ref="B"),
                 prom(
-                    f"sum by (class) (increase(polycorn_telemetry_spool_dropped_total{t}[$__rate_interval]))",
+                    "sum by (class) "
+                    f"(increase(polycorn_telemetry_spool_dropped_total{t}[$__rate_interval]))",
                     "dropped {{class}}",
                     ref="C",
                 ),
@@ -672,7 +716,9 @@ def train() -> Json:
 CARRIER_FILTER = "carrier IN ($carrier)"
 
 
-def geomap(title: str, target: Json, description: str, color_field: str, size_field: str | None) -> Json:
+def geomap(
+    title: str, target: Json, description: str, color_field: str, size_field: str | None
+) -> Json:
     style: Json = {
         "color": {"field": color_field, "fixed": "dark-red"},
         "opacity": 0.6,
@@ -703,7 +749,11 @@ def geomap(title: str, target: Json, description: str, color_field: str, size_fi
                     "type": "markers",
                     "name": title,
                     "tooltip": True,
-                    "location": {"mode": "coords", "latitude": "latitude", "longitude": "longitude"},
+                    "location": {
+                        "mode": "coords",
+                        "latitude": "latitude",
+                        "longitude": "longitude",
+                    },
                     "config": {"showLegend": True, "style": style},
                 }
             ],
@@ -728,7 +778,8 @@ def handover_map() -> Json:
                 LIMIT 5000
                 """
             ),
-            "Where handovers failed (LinkDB handovers, outcome failure), in the dashboard's time range.",
+            "Where handovers failed (LinkDB handovers, outcome failure), "
+            "in the dashboard's time range.",
             "duration_ms",
             None,
         ),
@@ -867,7 +918,10 @@ def trainer() -> Json:
         timeseries(
             "Runs and their duration",
             [
-                prom("sum by (result) (increase(polycorn_trainer_runs_total[$__rate_interval]))", "{{result}} runs"),
+                prom(
+                    "sum by (result) (increase(polycorn_trainer_runs_total[$__rate_interval]))",
+                    "{{result}} runs",
+                ),
                 prom(
                     "histogram_quantile(0.9, sum by (le) (rate(polycorn_trainer_run_seconds_bucket"
                     "[$__rate_interval])))",
@@ -895,7 +949,12 @@ def trainer() -> Json:
     b.add(
         timeseries(
             "Validation per model version",
-            [sql(f"SELECT created_at AS time, {cols} FROM models WHERE $__timeFilter(created_at) ORDER BY 1")],
+            [
+                sql(
+                    f"SELECT created_at AS time, {cols} FROM models "
+                    "WHERE $__timeFilter(created_at) ORDER BY 1"
+                )
+            ],
             "percentunit",
             "models.validation of every stored model, at the time it was made.",
         ),
@@ -999,7 +1058,12 @@ def services() -> Json:
     b.add(
         timeseries(
             "Records consumed by kind",
-            [prom("sum by (kind) (rate(polycorn_ingest_records_total[$__rate_interval]))", "{{kind}}")],
+            [
+                prom(
+                    "sum by (kind) (rate(polycorn_ingest_records_total[$__rate_interval]))",
+                    "{{kind}}",
+                )
+            ],
             "ops",
             stack=True,
         ),
@@ -1009,7 +1073,12 @@ def services() -> Json:
     b.add(
         timeseries(
             "Rows written by table",
-            [prom("sum by (table) (rate(polycorn_ingest_rows_written_total[$__rate_interval]))", "{{table}}")],
+            [
+                prom(
+                    "sum by (table) (rate(polycorn_ingest_rows_written_total[$__rate_interval]))",
+                    "{{table}}",
+                )
+            ],
             "ops",
             stack=True,
         ),
@@ -1035,14 +1104,14 @@ def services() -> Json:
                     "batch p50",
                 ),
                 prom(
-                    "histogram_quantile(0.99, sum by (le) (rate(polycorn_ingest_batch_seconds_bucket"
-                    "[$__rate_interval])))",
+                    "histogram_quantile(0.99, sum by (le) "
+                    "(rate(polycorn_ingest_batch_seconds_bucket[$__rate_interval])))",
                     "batch p99",
                     ref="B",
                 ),
                 prom(
-                    "histogram_quantile(0.9, sum by (le) (rate(polycorn_ingest_end_to_end_lag_seconds_bucket"
-                    "[$__rate_interval])))",
+                    "histogram_quantile(0.9, sum by (le) "
+                    "(rate(polycorn_ingest_end_to_end_lag_seconds_bucket[$__rate_interval])))",
                     "end-to-end p90",
                     ref="C",
                 ),
@@ -1056,8 +1125,15 @@ def services() -> Json:
         timeseries(
             "Errors and dead letters",
             [
-                prom("sum(rate(polycorn_ingest_db_errors_total[$__rate_interval]))", "database errors"),
-                prom("sum(rate(polycorn_ingest_kafka_errors_total[$__rate_interval]))", "Kafka errors", ref="B"),
+                prom(
+                    "sum(rate(polycorn_ingest_db_errors_total[$__rate_interval]))",
+                    "database errors",
+                ),
+                prom(
+                    "sum(rate(polycorn_ingest_kafka_errors_total[$__rate_interval]))",
+                    "Kafka errors",
+                    ref="B",
+                ),
                 prom(
                     "sum by (reason) (rate(polycorn_ingest_dead_letters_total[$__rate_interval]))",
                     "dead letters {{reason}}",
@@ -1117,13 +1193,20 @@ def services() -> Json:
         timeseries(
             "Proxy: telemetry to Kafka",
             [
-                prom("sum(rate(polycorn_proxy_telemetry_produced_total[$__rate_interval]))", "produced"),
+                prom(
+                    "sum(rate(polycorn_proxy_telemetry_produced_total[$__rate_interval]))",
+                    "produced",
+                ),
                 prom(
                     "sum(rate(polycorn_proxy_telemetry_produce_errors_total[$__rate_interval]))",
                     "produce errors",
                     ref="B",
                 ),
-                prom("sum(rate(polycorn_proxy_telemetry_dlq_total[$__rate_interval]))", "dead-lettered", ref="C"),
+                prom(
+                    "sum(rate(polycorn_proxy_telemetry_dlq_total[$__rate_interval]))",
+                    "dead-lettered",
+                    ref="C",
+                ),
                 prom(
                     "sum(rate(polycorn_proxy_telemetry_refused_total[$__rate_interval]))",
                     "refused (too many in flight)",
@@ -1141,7 +1224,8 @@ def services() -> Json:
             [
                 prom("sum by (train) (polycorn_telemetry_spool_records)", "{{train}} unconfirmed"),
                 prom(
-                    "sum by (train) (increase(polycorn_telemetry_spool_resent_total[$__rate_interval]))",
+                    "sum by (train) "
+                    "(increase(polycorn_telemetry_spool_resent_total[$__rate_interval]))",
                     "{{train}} resent",
                     ref="B",
                 ),
