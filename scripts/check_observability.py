@@ -1,6 +1,6 @@
 """Check the alert rules and dashboards against what the services really export.
 
-    check_observability.py metrics --rules R.yml... --dashboards D.json... SOURCE...
+    check_observability.py metrics --rules R.yml... --dashboards D.json... --exposition SOURCE...
     check_observability.py alerts --rules R.yml... --tests T.yml... --scrape-config P.yml
     check_observability.py dashboards --provisioning DIR D.json...
     check_observability.py sql --database-url URL [--expect-rows TITLE]... D.json...
@@ -534,7 +534,9 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("metrics", help="PromQL metric names vs the services' /metrics")
     m.add_argument("--rules", type=Path, nargs="*", default=[], help="Prometheus rule files")
     m.add_argument("--dashboards", type=Path, nargs="*", default=[], help="Grafana dashboard JSON")
-    m.add_argument("sources", nargs="+", help="/metrics dump files or URLs")
+    m.add_argument(
+        "--exposition", nargs="+", required=True, metavar="SOURCE", help="/metrics dumps or URLs"
+    )
     al = sub.add_parser("alerts", help="alert labels, annotations, runbooks and unit tests")
     al.add_argument("--rules", type=Path, nargs="+", required=True)
     al.add_argument("--tests", type=Path, nargs="+", required=True)
@@ -555,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
             exprs, recorded = rule_exprs(a.rules)
             exprs += dashboard_exprs(a.dashboards)
             exported = Exported()
-            for src in a.sources:
+            for src in a.exposition:
                 parse_exposition(read_source(src), exported, src)
             problems = check_metrics(exprs, recorded, exported)
         elif a.cmd == "alerts":

@@ -2,10 +2,11 @@
 //
 //   node check-dashboards.mjs DASHBOARD.json...
 //
-// Each dashboard becomes a TypeScript module in .check/ whose object literal
+// Each dashboard becomes a TypeScript module in .check/PID/ whose object literal
 // is typed as the schema's Dashboard (types.ts: Json<Dashboard>), and each
 // panel's `options` and `fieldConfig.defaults.custom` as its plugin's own
-// Options/FieldConfig; then one `tsc -p tsconfig.json` checks them all.
+// Options/FieldConfig; then one tsc run (tsconfig.json's options) checks
+// them all. The directory is removed when the dashboards pass.
 // Unknown keys, wrong types, missing required keys, bad enum values and
 // unknown panel types are errors. Exit 0 only when tsc finds nothing.
 import { execFileSync } from 'node:child_process';
@@ -20,9 +21,9 @@ if (files.length === 0) {
   process.exit(2);
 }
 const KNOWN = ['bargauge', 'geomap', 'stat', 'state-timeline', 'table', 'text', 'timeseries'];
-const out = path.join(here, '.check');
+const out = path.join(here, '.check', String(process.pid));
 fs.rmSync(out, { recursive: true, force: true });
-fs.mkdirSync(out);
+fs.mkdirSync(out, { recursive: true });
 
 const lit = (v) => JSON.stringify(v, null, 1);
 const index = [];
@@ -30,7 +31,7 @@ files.forEach((f, n) => {
   const d = JSON.parse(fs.readFileSync(f, 'utf8'));
   const lines = [
     `// ${path.resolve(f)}`,
-    "import type { DashboardJson, PanelTypes } from '../types';",
+    "import type { DashboardJson, PanelTypes } from '../../types';",
     `export const dashboard: DashboardJson = ${lit(d)};`,
   ];
   const panels = (d.panels ?? []).flatMap((p) => [p, ...(p.type === 'row' ? (p.panels ?? []) : [])]);
@@ -49,11 +50,17 @@ files.forEach((f, n) => {
   index.push(`${path.relative(here, ts)} <- ${f} (${panels.length} panels)`);
 });
 console.log(index.join('\n'));
+const config = {
+  extends: '../../tsconfig.json',
+  files: ['../../types.ts', ...files.map((_, n) => `d${n}.ts`)],
+};
+fs.writeFileSync(path.join(out, 'tsconfig.json'), JSON.stringify(config, null, 1));
 const tsc = path.join(here, 'node_modules', 'typescript', 'bin', 'tsc');
 try {
-  execFileSync(process.execPath, [tsc, '-p', path.join(here, 'tsconfig.json')], { stdio: 'inherit', cwd: here });
+  execFileSync(process.execPath, [tsc, '-p', path.join(out, 'tsconfig.json')], { stdio: 'inherit', cwd: out });
 } catch {
   console.error(`check-dashboards: tsc rejected the dashboards (see ${out})`);
   process.exit(1);
 }
+fs.rmSync(out, { recursive: true, force: true });
 console.log(`check-dashboards: ${files.length} dashboards type-check against @grafana/schema`);
