@@ -11,8 +11,10 @@
 #   `uv sync` into a venv in the same cache, then made standalone for
 #   kubeconform by tools/validate/k8s_schemas.py (their $refs point at
 #   kubernetes.io, which kubeconform cannot follow offline).
-# - the Envoy bootstrap validator tools/validate/envoy (go-control-plane),
-#   built from the committed go.mod/go.sum into the cache.
+# - the Envoy bootstrap validator tools/validate/envoy (go-control-plane)
+#   and the Prometheus Operator objects' validator tools/validate/monitoring
+#   (the operator's Go types), built from their committed go.mod/go.sum into
+#   the cache.
 #
 # Every step checks first; a second run touches no network.
 HELM_VERSION=3.22.0
@@ -24,8 +26,10 @@ K8S_SCHEMA_VERSION=1.37.0
 OPTIONAL+=(chart)
 
 component_chart() {
-    need_apt python3
-    after_install check_chart_go_tools check_chart_schemas check_chart_envoy_validator
+    # promtool (Debian's prometheus package) checks the PrometheusRule's
+    # rules as the chart renders them.
+    need_apt python3 prometheus
+    after_install check_chart_go_tools check_chart_schemas check_chart_validators
 }
 
 chart_cache() { echo "${POLYCORN_CACHE:-/var/cache/polycorn}"; }
@@ -107,22 +111,29 @@ check_chart_schemas() {
     SUMMARY+=("kubernetes schemas: $K8S_SCHEMA_VERSION (kubernetes-validate) standalone in $out")
 }
 
-chart_envoy_validator() { echo "$(chart_cache)/go/bin/polycorn-envoy-validate"; }
+# The repository's own Go validators (tools/validate/<dir>), built from
+# their committed go.mod/go.sum into the cache; rebuilt when a source changes.
+chart_validator_bin() { echo "$(chart_cache)/go/bin/polycorn-$1-validate"; }
 
-check_chart_envoy_validator() {
-    local bin src stamp cache go
-    bin=$(chart_envoy_validator)
-    src=$REPO_ROOT/tools/validate/envoy
+build_chart_validator() {
+    local name=$1 bin src stamp cache go
+    bin=$(chart_validator_bin "$name")
+    src=$REPO_ROOT/tools/validate/$name
     cache=$(chart_cache)/go
     stamp="$bin.$(cat "$src"/go.mod "$src"/go.sum "$src"/*.go | sha256sum | cut -c1-16)"
     if [[ ! -e $stamp || ! -x $bin ]]; then
         go=$(chart_go)
-        log "building the Envoy bootstrap validator (tools/validate/envoy) into $bin"
-        rm -f "$bin".*
+        log "building tools/validate/$name into $bin"
+        rm -f "$bin" "$bin".*
         (cd "$src" && GOPATH=$cache GOMODCACHE=$cache/pkg/mod GOCACHE=$cache/build GOTOOLCHAIN=local \
             GOFLAGS=-mod=readonly CGO_ENABLED=0 "$go" build -trimpath -o "$bin" .) \
-            || die "could not build tools/validate/envoy"
+            || die "could not build tools/validate/$name"
         touch "$stamp"
     fi
-    SUMMARY+=("envoy validator: $bin (go-control-plane, tools/validate/envoy/go.mod)")
+}
+
+check_chart_validators() {
+    build_chart_validator envoy
+    build_chart_validator monitoring
+    SUMMARY+=("chart validators: $(chart_validator_bin envoy) (go-control-plane), $(chart_validator_bin monitoring) (prometheus-operator types)")
 }

@@ -20,7 +20,10 @@
 //     and HTTP filters, transport sockets, ...) is unpacked, at any depth, and
 //     ValidateAll()'d in turn, because step 2 does not descend into an Any.
 //     An Any whose type is not linked into this binary is an error: the
-//     extensions the chart uses are blank-imported in extensions.go.
+//     extensions the chart uses are blank-imported in extensions.go;
+//  4. references (references.go): unique names and addresses, clusters
+//     named by TCP proxies and routes exist, no two filter chains of a
+//     listener with the same match: what Envoy rejects at load time.
 package main
 
 import (
@@ -165,6 +168,7 @@ func validate(body []byte) (int, error) {
 	}
 	var errs []string
 	n := walk(b.ProtoReflect(), "bootstrap", &errs)
+	errs = append(errs, references(&b)...)
 	if len(errs) > 0 {
 		return n, errors.New(strings.Join(errs, "; "))
 	}
