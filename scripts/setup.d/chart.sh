@@ -87,23 +87,33 @@ check_chart_go_tools() {
 
 chart_schema_dir() { echo "$(chart_cache)/k8s-schemas/v$K8S_SCHEMA_VERSION-standalone-strict"; }
 
+chart_venv() { echo "$(chart_cache)/validate-venv"; }
+
+check_chart_venv() {
+    local venv stamp
+    venv=$(chart_venv)
+    stamp="$venv/.complete-$(sha256sum "$REPO_ROOT/tools/validate/uv.lock" | cut -c1-16)"
+    if [[ ! -e $stamp || ! -x $venv/bin/python ]]; then
+        command -v uv >/dev/null || die "uv not found: run 'bash scripts/setup.sh python' first"
+        log "installing tools/validate (kubernetes-validate, pytest; uv.lock) into $venv"
+        rm -f "$venv"/.complete-*
+        UV_PROJECT_ENVIRONMENT=$venv uv sync --quiet --locked --project "$REPO_ROOT/tools/validate" \
+            || die "could not install tools/validate (uv sync --locked)"
+        touch "$stamp"
+    fi
+}
+
 check_chart_schemas() {
-    local cache venv out stamp lock
-    cache=$(chart_cache)
-    venv=$cache/validate-venv
+    local out stamp
+    check_chart_venv
     out=$(chart_schema_dir)
-    lock=$REPO_ROOT/tools/validate/uv.lock
     # The stamp names the lockfile and the converter: a change to either
     # regenerates the schemas.
-    stamp="$out/.complete-$(cat "$lock" "$REPO_ROOT/tools/validate/k8s_schemas.py" | sha256sum | cut -c1-16)"
+    stamp="$out/.complete-$(cat "$REPO_ROOT/tools/validate/uv.lock" "$REPO_ROOT/tools/validate/k8s_schemas.py" | sha256sum | cut -c1-16)"
     if [[ ! -e $stamp ]]; then
-        command -v uv >/dev/null || die "uv not found: run 'bash scripts/setup.sh python' first"
-        log "installing kubernetes-validate (tools/validate/uv.lock) into $venv"
-        UV_PROJECT_ENVIRONMENT=$venv uv sync --quiet --locked --no-dev --project "$REPO_ROOT/tools/validate" \
-            || die "could not install tools/validate (uv sync --locked)"
         log "converting the Kubernetes $K8S_SCHEMA_VERSION schemas into $out"
         rm -rf "$out"
-        "$venv/bin/python" "$REPO_ROOT/tools/validate/k8s_schemas.py" \
+        "$(chart_venv)/bin/python" "$REPO_ROOT/tools/validate/k8s_schemas.py" \
             --version "$K8S_SCHEMA_VERSION" --out "$out" \
             || die "could not convert the kubernetes-validate schemas"
         touch "$stamp"

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Offline validation of the Helm chart charts/polycorn (make validate-platform).
+#
+#   bash scripts/validate-chart.sh            # everything; non-zero on any finding
+#   KEEP=DIR bash scripts/validate-chart.sh   # keep the rendered manifests in DIR
+#
+# For every scenario charts/polycorn/ci/*-values.yaml:
+#   1. helm lint --strict (values.schema.json included);
+#   2. helm template;
+#   3. kubeconform -strict on every rendered object, against the Kubernetes
+#      1.37 schemas of the PyPI package kubernetes-validate (made standalone
+#      by tools/validate/k8s_schemas.py). A kind without a schema is an
+#      error; the only kinds skipped are the Prometheus Operator's
+#      ServiceMonitor and PrometheusRule, which have no schema there and are
+#      checked by step 5 instead;
+#   4. Envoy's bootstrap, from the rendered ConfigMap, against Envoy's own
+#      protobuf schemas (tools/validate/envoy: go-control-plane, strict
+#      protojson, ValidateAll, every typed_config/Any unpacked and validated,
+#      cluster references);
+#   5. ServiceMonitor/PrometheusRule decoded strictly into the Prometheus
+#      Operator's Go types (tools/validate/monitoring), and the rendered rule
+#      groups through `promtool check rules`.
+# Then the template unit tests (tools/validate/tests, pytest over helm
+# template), and the negative checks: a seeded error for each validator
+# must make it fail, or this script fails.
+#
+# Installs what it needs first through `scripts/setup.sh chart` (helm,
+# kubeconform, the schemas and the validators, in ${POLYCORN_CACHE:-/var/cache/polycorn}).
+set -euo pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CHART=$REPO_ROOT/charts/polycorn
+CACHE=${POLYCORN_CACHE:-/var/cache/polycorn}
+BIN=$CACHE/go/bin
+K8S_VERSION=$(sed -n 's/^K8S_SCHEMA_VERSION=//p' "$REPO_ROOT/scripts/setup.d/chart.sh")
+SCHEMAS=$CACHE/k8s-schemas/v$K8S_VERSION-standalone-strict
+VENV=$CACHE/validate-venv
+# Kinds kubeconform has no schema for, and what checks them instead (step 5).
+CRD_KINDS=ServiceMonitor,PrometheusRule
+
+log() { printf 'validate-chart: %s\n' "$*"; }
+die() { printf 'validate-chart: FAIL: %s\n' "$*" >&2; exit 1; }
+
+start=$(date +%s)
+bash "$REPO_ROOT/scripts/setup.sh" chart >/dev/null || die "setup.sh chart failed (run it to see why)"
+
+if [[ -n ${KEEP:-} ]]; then
+    OUT=$KEEP
+    mkdir -p "$OUT"
+else
+    OUT=$(mktemp -d -t validate-chart.XXXXXX)
+    trap 'rm -rf "$OUT"' EXIT
+fi
+
+helm() { "$BIN/helm" "$@"; }
+kubeconform() {
+    "$BIN/kubeconform" -strict -summary -kubernetes-version "$K8S_VERSION" \
+        -schema-location "$SCHEMAS/{{ .ResourceKind }}{{ .KindSuffix }}.json" "$@"
+}
+
+# ------------------------------------------------------------ the rules copy
+# The PrometheusRule embeds services/prometheus/rules/polycorn.rules.yml;
+# Helm reads only files inside the chart, so the chart holds a copy, which
+# must be current.
+RULES_SRC=$REPO_ROOT/services/prometheus/rules/polycorn.rules.yml
+RULES_COPY=$CHART/files/polycorn.rules.yml
+[[ -f $RULES_SRC ]] || die "$RULES_SRC is missing"
+cmp -s "$RULES_SRC" "$RULES_COPY" \
+    || die "charts/polycorn/files/polycorn.rules.yml differs from services/prometheus/rules/polycorn.rules.yml: cp services/prometheus/rules/polycorn.rules.yml charts/polycorn/files/"
+log "rules copy: charts/polycorn/files/polycorn.rules.yml is current"
+
+# ------------------------------------------------------------ every scenario
+scenarios=("$CHART"/ci/*-values.yaml)
+((${#scenarios[@]})) || die "no scenarios in charts/polycorn/ci"
+rendered=()
+for values in "${scenarios[@]}"; do
+    name=$(basename "$values" -values.yaml)
+    log "== scenario $name"
+    helm lint --strict "$CHART" -f "$values" >"$OUT/$name.lint" 2>&1 \
+        || { cat "$OUT/$name.lint" >&2; die "helm lint --strict ($name)"; }
+    grep -E '^1 chart\(s\) linted, 0 chart\(s\) failed' "$OUT/$name.lint" >/dev/null \
+        || die "helm lint ($name): unexpected output"
+    helm template polycorn "$CHART" -n polycorn -f "$values" >"$OUT/$name.yaml" \
+        || die "helm template ($name)"
+    rendered+=("$OUT/$name.yaml")
+    printf '  lint: ok; rendered %s objects: %s\n' \
+        "$(grep -c '^kind: ' "$OUT/$name.yaml")" \
+        "$(grep '^kind: ' "$OUT/$name.yaml" | sort | uniq -c | awk '{printf "%s%s %s", sep, $1, $3; sep=", "}')"
+    summary=$(kubeconform -skip "$CRD_KINDS" "$OUT/$name.yaml" 2>&1) \
+        || { printf '%s\n' "$summary" >&2; die "kubeconform ($name)"; }
+    printf '  kubeconform: %s\n' "$(tail -n1 <<<"$summary")"
+    skipped=$(sed -n 's/.*Skipped: \([0-9]*\).*/\1/p' <<<"$summary")
+    crds=$(grep -cE "^kind: (${CRD_KINDS//,/|})$" "$OUT/$name.yaml" || true)
+    [[ $skipped == "$crds" ]] \
+        || die "kubeconform ($name) skipped $skipped objects, but only the $crds $CRD_KINDS objects may be skipped"
+    if grep -q '^kind: ConfigMap' "$OUT/$name.yaml" && grep -q 'envoy.yaml: |' "$OUT/$name.yaml"; then
+        printf '  envoy: %s\n' "$("$BIN/polycorn-envoy-validate" "$OUT/$name.yaml" | tail -n1)" \
+            || die "Envoy bootstrap ($name)"
+        "$BIN/polycorn-envoy-validate" -q "$OUT/$name.yaml" >/dev/null || die "Envoy bootstrap ($name)"
+    else
+        printf '  envoy: no Envoy in this scenario\n'
+    fi
+    if ((crds)); then
+        mon=$("$BIN/polycorn-monitoring-validate" -rules-out "$OUT/$name.rules" "$OUT/$name.yaml" 2>&1) \
+            || { printf '%s\n' "$mon" >&2; die "ServiceMonitor/PrometheusRule ($name)"; }
+        printf '  monitoring: %s\n' "$mon"
+        if compgen -G "$OUT/$name.rules/*.yml" >/dev/null; then
+            promtool check rules "$OUT/$name.rules"/*.yml >"$OUT/$name.promtool" 2>&1 \
+                || { cat "$OUT/$name.promtool" >&2; die "promtool check rules ($name)"; }
+            printf '  promtool: %s\n' "$(grep -E 'SUCCESS' "$OUT/$name.promtool" | sed 's/^ *//' | paste -sd ';' -)"
+        fi
+    fi
+done
+
+# Every kind the chart can render appears in at least one scenario.
+all_kinds=$(cat "${rendered[@]}" | sed -n 's/^kind: //p' | sort -u | paste -sd ' ' -)
+for kind in ConfigMap CronJob Deployment HorizontalPodAutoscaler Job NetworkPolicy PrometheusRule \
+    Service ServiceAccount ServiceMonitor StatefulSet; do
+    [[ " $all_kinds " == *" $kind "* ]] || die "no scenario renders a $kind: add one to charts/polycorn/ci"
+done
+log "kinds covered by the scenarios: $all_kinds"
+
+# ------------------------------------------------------------ template unit tests
+log "== template tests (tools/validate/tests)"
+POLYCORN_HELM=$BIN/helm "$VENV/bin/python" -m pytest -p no:cacheprovider "$REPO_ROOT/tools/validate/tests" \
+    || die "template tests"
+
+# ------------------------------------------------------------ negative checks
+# A validator that cannot fail proves nothing: each gets a seeded error and
+# must reject it with a message naming it.
+log "== negative checks (each validator must reject a seeded error)"
+neg=0
+expect_fail() { # DESCRIPTION PATTERN COMMAND...: COMMAND must fail, printing PATTERN
+    local what=$1 pattern=$2 output
+    shift 2
+    if output=$("$@" 2>&1); then
+        die "negative check '$what': the validator accepted the seeded error"
+    fi
+    grep -qE -- "$pattern" <<<"$output" \
+        || { printf '%s\n' "$output" >&2; die "negative check '$what': failed without naming the error ($pattern)"; }
+    printf '  rejected as expected: %s\n' "$what"
+    neg=$((neg + 1))
+}
+base=$OUT/production.yaml
+minimal=$REPO_ROOT/charts/polycorn/ci/minimal-values.yaml
+N=$OUT/negative
+mkdir -p "$N"
+
+# helm + values.schema.json
+printf 'proxy:\n  caSecret:\n    nmae: x\n' >"$N/typo-values.yaml"
+expect_fail "helm lint: unknown key in values" "additional properties 'nmae' not allowed" \
+    helm lint --strict "$CHART" -f "$minimal" -f "$N/typo-values.yaml"
+printf 'trains:\n  - id: Train_42\n' >"$N/bad-train-values.yaml"
+expect_fail "helm template: train id not a DNS label" "/trains/0/id" \
+    helm template polycorn "$CHART" -f "$minimal" -f "$N/bad-train-values.yaml"
+printf 'trains:\n  - id: train-1\n  - id: train-1\n' >"$N/dup-train-values.yaml"
+expect_fail "helm template: a train listed twice" "listed twice" \
+    helm template polycorn "$CHART" -f "$minimal" -f "$N/dup-train-values.yaml"
+expect_fail "helm template: required kafka.bootstrap missing" "kafka.bootstrap is required" \
+    helm template polycorn "$CHART" --set postgresql.existingSecret=x
+
+# kubeconform
+sed '0,/^          ports:$/s//          portz:/' "$base" >"$N/unknown-field.yaml"
+expect_fail "kubeconform: unknown field in a container" "additional properties 'portz' not allowed" \
+    kubeconform -skip "$CRD_KINDS" "$N/unknown-field.yaml"
+sed '0,/^  replicas: 3$/s//  replicas: three/' "$base" >"$N/bad-type.yaml"
+expect_fail "kubeconform: wrong type (replicas: three)" "replicas" \
+    kubeconform -skip "$CRD_KINDS" "$N/bad-type.yaml"
+printf 'apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n' >"$N/unknown-kind.yaml"
+expect_fail "kubeconform: a kind without a schema" "could not find schema for Widget" \
+    kubeconform "$N/unknown-kind.yaml"
+
+# Envoy
+sed '0,/stat_prefix: train_ice-4711/s//stat_prefix: ""/' "$base" >"$N/envoy-stat-prefix.yaml"
+expect_fail "envoy: empty stat_prefix inside a tcp_proxy typed_config (PGV)" "TcpProxy.StatPrefix" \
+    "$BIN/polycorn-envoy-validate" -q "$N/envoy-stat-prefix.yaml"
+sed '0,/idle_timeout: 3600s/s//idle_timout: 3600s/' "$base" >"$N/envoy-typo.yaml"
+expect_fail "envoy: unknown field inside a typed_config" 'unknown field "idle_timout"' \
+    "$BIN/polycorn-envoy-validate" -q "$N/envoy-typo.yaml"
+sed '0,/denominator: HUNDRED/s//denominator: HUNDREDS/' "$base" >"$N/envoy-enum.yaml"
+expect_fail "envoy: bad enum value in the rate limit filter" "HUNDREDS" \
+    "$BIN/polycorn-envoy-validate" -q "$N/envoy-enum.yaml"
+sed '0,/cluster: train_ice-4711$/s//cluster: train_ice-9999/' "$base" >"$N/envoy-ref.yaml"
+expect_fail "envoy: tcp_proxy names an undefined cluster" 'cluster "train_ice-9999" is not defined' \
+    "$BIN/polycorn-envoy-validate" -q "$N/envoy-ref.yaml"
+sed 's/envoy.yaml: |/envoy-bootstrap.yaml: |/' "$base" >"$N/envoy-missing.yaml"
+expect_fail "envoy: no bootstrap found at all" "no ConfigMap with data key" \
+    "$BIN/polycorn-envoy-validate" -q "$N/envoy-missing.yaml"
+
+# ServiceMonitor / PrometheusRule / promtool
+sed '0,/jobLabel:/s//jobLabl:/' "$base" >"$N/sm-typo.yaml"
+expect_fail "monitoring: unknown field in a ServiceMonitor" 'unknown field "jobLabl"' \
+    "$BIN/polycorn-monitoring-validate" "$N/sm-typo.yaml"
+sed '0,/interval: 30s/s//interval: 30 seconds/' "$base" >"$N/sm-duration.yaml"
+expect_fail "monitoring: a duration the operator rejects" "is not a duration" \
+    "$BIN/polycorn-monitoring-validate" "$N/sm-duration.yaml"
+"$BIN/polycorn-monitoring-validate" -rules-out "$N/rules" "$base" >/dev/null
+sed -i '0,/expr: /s//expr: sum by (job (/' "$N/rules/polycorn.rules.yml"
+expect_fail "promtool: a PromQL syntax error in the rendered rules" "parse error|could not parse|unexpected" \
+    promtool check rules "$N/rules/polycorn.rules.yml"
+
+# The template tests: a broken expectation must fail (the suite is not vacuous).
+expect_fail "template tests: a seeded wrong expectation" "FAILED .*test_seeded_failure" \
+    env POLYCORN_HELM="$BIN/helm" POLYCORN_SEED_FAILURE=1 "$VENV/bin/python" -m pytest -p no:cacheprovider \
+    "$REPO_ROOT/tools/validate/tests" -k seeded_failure
+
+log "negative checks: $neg seeded errors, all rejected"
+log "OK: ${#scenarios[@]} scenarios linted, rendered and validated; $(($(date +%s) - start)) s"

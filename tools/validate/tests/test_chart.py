@@ -1,0 +1,488 @@
+"""Template tests of charts/polycorn: `helm template` with given values, then
+assertions on the rendered objects (helm-unittest's job, without its plugin)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import (
+    CHART,
+    REPO,
+    Obj,
+    envoy_bootstrap,
+    named,
+    of_kind,
+    pod_specs,
+    render,
+    render_error,
+)
+
+pytestmark = pytest.mark.usefixtures("helm")
+
+TRAINS: list[Obj] = [{"id": "train-0042"}, {"id": "train-0043"}, {"id": "ice-4711"}]
+
+
+def container(objs: list[Obj], kind: str, name: str) -> Obj:
+    o = named(objs, kind, name)
+    spec = o["spec"]["template"]["spec"] if kind != "CronJob" else None
+    if spec is None:
+        spec = o["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert isinstance(c, dict)
+    return c
+
+
+def flag(args: list[str], name: str) -> str | None:
+    """The value of --name=value in args (None if absent)."""
+    for a in args:
+        if a.startswith(f"--{name}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+# ------------------------------------------------------------ proxies per train
+
+
+def test_one_proxy_statefulset_per_train_each_knowing_its_train() -> None:
+    objs = render({"trains": TRAINS})
+    sets = of_kind(objs, "StatefulSet")
+    # Release "polycorn" of chart "polycorn": the prefix is "polycorn".
+    assert sorted(s["metadata"]["name"] for s in sets) == sorted(
+        f"polycorn-proxy-{t['id']}" for t in TRAINS
+    )
+    for t in TRAINS:
+        (s,) = [x for x in sets if x["metadata"]["name"].endswith(f"-proxy-{t['id']}")]
+        assert s["spec"]["replicas"] == 1
+        assert s["spec"]["selector"]["matchLabels"]["polycorn.io/train"] == t["id"]
+        c = s["spec"]["template"]["spec"]["containers"][0]
+        assert flag(c["args"], "train-id") == t["id"]
+        assert c["command"] == ["polycorn-proxy"]
+        # Its own certificate Secret, by name, mounted where --cert/--key point.
+        vols = {v["name"]: v for v in s["spec"]["template"]["spec"]["volumes"]}
+        assert vols["tls"]["secret"]["secretName"] == f"{s['metadata']['name']}-tls"
+        assert flag(c["args"], "cert") == "/etc/polycorn/tls/tls.crt"
+        assert flag(c["args"], "key") == "/etc/polycorn/tls/tls.key"
+        # Its headless Service, which Envoy resolves.
+        svc = named(objs, "Service", s["metadata"]["name"])
+        assert svc["spec"]["clusterIP"] == "None"
+        assert svc["spec"]["selector"] == s["spec"]["selector"]["matchLabels"]
+
+
+def test_adding_a_train_adds_its_proxy_and_changes_no_other_proxy() -> None:
+    before = render({"trains": TRAINS[:2]})
+    after = render({"trains": TRAINS})
+    assert len(of_kind(after, "StatefulSet")) == len(of_kind(before, "StatefulSet")) + 1
+    for s in of_kind(before, "StatefulSet"):
+        assert named(after, "StatefulSet", s["metadata"]["name"]) == s
+
+
+def test_train_ids_sorted_out_by_the_schema() -> None:
+    assert "/trains/0/id" in render_error({"trains": [{"id": "Train_42"}]})
+    assert "/trains/0/id" in render_error({"trains": [{"id": "t" * 25}]})
+    assert "listed twice" in render_error({"trains": [{"id": "a"}, {"id": "a"}]})
+
+
+# ------------------------------------------------------------ Envoy SNI routing
+
+
+def test_envoy_routes_each_train_by_sni_to_its_own_proxy() -> None:
+    trains: list[Obj] = [*TRAINS[:2], {"id": "ice-4711", "serverNames": ["ice.trains.example.net"]}]
+    objs = render({"trains": trains})
+    boot = envoy_bootstrap(objs)
+    (lst,) = [x for x in boot["static_resources"]["listeners"] if x["name"] == "trains"]
+    assert [f["name"] for f in lst["listener_filters"]] == ["envoy.filters.listener.tls_inspector"]
+    assert lst["per_connection_buffer_limit_bytes"] == 32768
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    routes = {}
+    for chain in lst["filter_chains"]:
+        (f,) = chain["filters"]
+        assert f["name"] == "envoy.filters.network.tcp_proxy"
+        # Passthrough: no TLS termination for trains.
+        assert "transport_socket" not in chain
+        for sni in chain["filter_chain_match"]["server_names"]:
+            routes[sni] = f["typed_config"]["cluster"]
+    assert routes == {
+        "train-0042.proxy.polycorn": "train_train-0042",
+        "train-0043.proxy.polycorn": "train_train-0043",
+        "ice.trains.example.net": "train_ice-4711",
+    }
+    for t in trains:
+        c = clusters[f"train_{t['id']}"]
+        assert c["per_connection_buffer_limit_bytes"] == 32768
+        (ep,) = c["load_assignment"]["endpoints"][0]["lb_endpoints"]
+        addr = ep["endpoint"]["address"]["socket_address"]
+        proxy = [
+            s["metadata"]["name"]
+            for s in of_kind(objs, "StatefulSet")
+            if s["metadata"]["labels"]["polycorn.io/train"] == t["id"]
+        ]
+        assert addr["address"] == f"{proxy[0]}.fleet.svc.cluster.local"
+        assert addr["port_value"] == 4433
+
+
+def test_a_server_name_of_two_trains_is_rejected() -> None:
+    err = render_error(
+        {
+            "trains": [
+                {"id": "a", "serverNames": ["x.example"]},
+                {"id": "b", "serverNames": ["x.example"]},
+            ]
+        }
+    )
+    assert "used by two trains" in err
+
+
+def test_port_routing_gives_each_train_a_listener_and_service_port() -> None:
+    trains = [{"id": "a", "edgePort": 4501}, {"id": "b", "edgePort": 4502}]
+    objs = render({"trains": trains, "envoy": {"trains": {"routing": "port"}}})
+    boot = envoy_bootstrap(objs)
+    lst = {x["name"]: x for x in boot["static_resources"]["listeners"]}
+    assert lst["train_a"]["address"]["socket_address"]["port_value"] == 4501
+    assert lst["train_b"]["address"]["socket_address"]["port_value"] == 4502
+    assert "trains" not in lst
+    ports = {p["port"] for p in named(objs, "Service", "polycorn-envoy")["spec"]["ports"]}
+    assert {4501, 4502} <= ports
+    assert "needs an edgePort" in render_error(
+        {"trains": [{"id": "a"}], "envoy": {"trains": {"routing": "port"}}}
+    )
+
+
+def test_api_is_https_with_local_rate_limiting_and_cert_from_a_secret() -> None:
+    objs = render({"trains": TRAINS[:1]})
+    boot = envoy_bootstrap(objs)
+    (api,) = [x for x in boot["static_resources"]["listeners"] if x["name"] == "api"]
+    (chain,) = api["filter_chains"]
+    tls = chain["transport_socket"]["typed_config"]
+    assert tls["@type"].endswith("DownstreamTlsContext")
+    (cert,) = tls["common_tls_context"]["tls_certificates"]
+    assert cert["certificate_chain"]["filename"] == "/etc/envoy/api-tls/tls.crt"
+    hcm = chain["filters"][0]["typed_config"]
+    names = [f["name"] for f in hcm["http_filters"]]
+    assert names == ["envoy.filters.http.local_ratelimit", "envoy.filters.http.router"]
+    bucket = hcm["http_filters"][0]["typed_config"]["token_bucket"]
+    assert bucket == {"max_tokens": 200, "tokens_per_fill": 100, "fill_interval": "1s"}
+    dep = named(objs, "Deployment", "polycorn-envoy")
+    vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert vols["api-tls"]["secret"]["secretName"] == "api-tls"
+    off = render({"envoy": {"api": {"rateLimit": {"enabled": False}}}})
+    (api,) = [
+        x for x in envoy_bootstrap(off)["static_resources"]["listeners"] if x["name"] == "api"
+    ]
+    hcm = api["filter_chains"][0]["filters"][0]["typed_config"]
+    assert [f["name"] for f in hcm["http_filters"]] == ["envoy.filters.http.router"]
+
+
+def test_a_new_train_rolls_envoy() -> None:
+    a = named(render({"trains": TRAINS[:1]}), "Deployment", "polycorn-envoy")
+    b = named(render({"trains": TRAINS[:2]}), "Deployment", "polycorn-envoy")
+    key = "checksum/config"
+    assert (
+        a["spec"]["template"]["metadata"]["annotations"][key]
+        != b["spec"]["template"]["metadata"]["annotations"][key]
+    )
+
+
+# ------------------------------------------------------------ secrets
+
+
+def test_no_secret_is_rendered_and_no_secret_material_is_a_value() -> None:
+    objs = render({"trains": TRAINS, "linkdbApi": {"apiKeysSecret": "keys"}})
+    assert of_kind(objs, "Secret") == []
+    text = (CHART / "values.yaml").read_text() + (CHART / "values.schema.json").read_text()
+    assert "BEGIN" not in text and "PRIVATE KEY" not in text
+    schema_keys = set(re.findall(r'"([A-Za-z]+)":', (CHART / "values.schema.json").read_text()))
+    secretish = (
+        r"(?i).*password.*|.*token|private_?key|api_?key|cert(ificate)?|pem|dsn|database_?url"
+    )
+    assert not {k for k in schema_keys if re.fullmatch(secretish, k)}
+    # The database URL only ever comes from a secretKeyRef.
+    for where, spec in pod_specs(objs):
+        for c in spec["containers"]:
+            for e in c.get("env", []):
+                if e["name"] == "POLYCORN_DATABASE_URL":
+                    assert "value" not in e, where
+                    assert e["valueFrom"]["secretKeyRef"]["name"] == "linkdb-url", where
+
+
+def test_required_secrets_are_asked_for() -> None:
+    assert "postgresql.existingSecret is required" in render_error(
+        {"kafka": {"bootstrap": "k:9092"}}, base=False
+    )
+    assert "proxy.caSecret.name is required" in render_error(
+        {"trains": TRAINS, "proxy": {"caSecret": {"name": ""}}}
+    )
+    assert "envoy.api.tlsSecret is required" in render_error({"envoy": {"api": {"tlsSecret": ""}}})
+
+
+# ------------------------------------------------------------ monitoring flags
+
+
+def test_monitoring_and_network_policies_are_off_by_default() -> None:
+    objs = render({"trains": TRAINS})
+    for kind in ("ServiceMonitor", "PrometheusRule", "NetworkPolicy"):
+        assert of_kind(objs, kind) == [], kind
+
+
+def test_service_monitors_give_the_shared_job_names_and_train_label() -> None:
+    objs = render(
+        {
+            "trains": TRAINS,
+            "trainer": {"mode": "service"},
+            "metrics": {"serviceMonitor": {"enabled": True}},
+        }
+    )
+    jobs = set()
+    for sm in of_kind(objs, "ServiceMonitor"):
+        assert sm["spec"]["jobLabel"] == "polycorn.io/job"
+        sel = sm["spec"]["selector"]["matchLabels"]
+        (port,) = [e["port"] for e in sm["spec"]["endpoints"]]
+        svcs = [
+            s
+            for s in of_kind(objs, "Service")
+            if "polycorn.io/job" in s["metadata"]["labels"]
+            and all(s["metadata"]["labels"].get(k) == v for k, v in sel.items())
+        ]
+        assert svcs, sm["metadata"]["name"]
+        for s in svcs:
+            assert port in [p["name"] for p in s["spec"]["ports"]]
+            jobs.add(s["metadata"]["labels"]["polycorn.io/job"])
+        if sel["app.kubernetes.io/component"] == "proxy":
+            (relabel,) = sm["spec"]["endpoints"][0]["relabelings"]
+            assert relabel["targetLabel"] == "train"
+            assert relabel["sourceLabels"] == ["__meta_kubernetes_service_label_polycorn_io_train"]
+            assert len(svcs) == len(TRAINS)
+            assert {s["metadata"]["labels"]["polycorn.io/train"] for s in svcs} == {
+                t["id"] for t in TRAINS
+            }
+    assert jobs == {
+        "polycorn-proxy",
+        "polycorn-ingest",
+        "polycorn-trainer",
+        "polycorn-linkdb-api",
+        "polycorn-envoy",
+    }
+
+
+def test_prometheus_rule_is_the_shared_rules_file() -> None:
+    objs = render(
+        {"metrics": {"prometheusRule": {"enabled": True}}, "trainer": {"mode": "service"}}
+    )
+    (pr,) = of_kind(objs, "PrometheusRule")
+    src = yaml.safe_load((REPO / "services/prometheus/rules/polycorn.rules.yml").read_text())
+    assert pr["spec"]["groups"] == src["groups"]
+    cron = render({"metrics": {"prometheusRule": {"enabled": True}}})
+    (pr,) = of_kind(cron, "PrometheusRule")
+    assert pr["spec"]["groups"][:-1] == src["groups"]
+    assert pr["spec"]["groups"][-1]["rules"][0]["alert"] == "PolycornTrainerCronJobStale"
+
+
+def test_network_policies_cover_every_component() -> None:
+    objs = render({"trains": TRAINS, "networkPolicy": {"enabled": True}})
+    covered = {
+        n["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for n in of_kind(objs, "NetworkPolicy")
+    }
+    assert covered == {"proxy", "envoy", "ingest", "linkdb-api", "trainer", "migrations"}
+    proxy = named(objs, "NetworkPolicy", "polycorn-proxy")
+    (subflows,) = [r for r in proxy["spec"]["ingress"] if r["ports"][0]["port"] == 4433]
+    assert (
+        subflows["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "envoy"
+    )
+
+
+# ------------------------------------------------------------ workloads
+
+
+def test_ingest_defaults_to_one_consumer_per_partition() -> None:
+    objs = render({"kafka": {"telemetryPartitions": 12}})
+    assert named(objs, "Deployment", "polycorn-ingest")["spec"]["replicas"] == 12
+    objs = render({"ingest": {"replicas": 3}})
+    assert named(objs, "Deployment", "polycorn-ingest")["spec"]["replicas"] == 3
+
+
+def test_sharded_trainer_is_an_indexed_job_one_shard_per_index() -> None:
+    objs = render({"trainer": {"shards": 8, "parallelism": 4, "oneOffJob": {"enabled": True}}})
+    cron = named(objs, "CronJob", "polycorn-trainer")
+    jobs = [cron["spec"]["jobTemplate"]["spec"], named(objs, "Job", "polycorn-trainer-r1")["spec"]]
+    for job in jobs:
+        assert job["completionMode"] == "Indexed"
+        assert job["completions"] == 8
+        assert job["parallelism"] == 4
+        c = job["template"]["spec"]["containers"][0]
+        assert flag(c["args"], "shard") == "$(JOB_COMPLETION_INDEX)/8"
+        assert "--once" in c["args"]
+        (env,) = [e for e in c["env"] if e["name"] == "JOB_COMPLETION_INDEX"]
+        path = env["valueFrom"]["fieldRef"]["fieldPath"]
+        assert path == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    single = render({})
+    job = named(single, "CronJob", "polycorn-trainer")["spec"]["jobTemplate"]["spec"]
+    assert "completionMode" not in job
+    assert flag(job["template"]["spec"]["containers"][0]["args"], "shard") is None
+
+
+def test_trainer_service_mode_is_one_deployment_with_metrics() -> None:
+    objs = render({"trainer": {"mode": "service", "intervalS": 1800}})
+    assert of_kind(objs, "CronJob") == []
+    dep = named(objs, "Deployment", "polycorn-trainer")
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"]["type"] == "Recreate"
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert flag(args, "interval-s") == "1800"
+    assert flag(args, "metrics-addr") == "0.0.0.0:9467"
+
+
+def test_linkdb_api_has_an_hpa_and_migrations_are_a_hook() -> None:
+    objs = render({})
+    hpa = named(objs, "HorizontalPodAutoscaler", "polycorn-linkdb-api")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "polycorn-linkdb-api"
+    assert "replicas" not in named(objs, "Deployment", "polycorn-linkdb-api")["spec"]
+    job = named(objs, "Job", "polycorn-migrations")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] == ["polycorn-linkdb"]
+    assert c["args"] == ["upgrade", "head"]
+
+
+def test_every_container_is_limited_unprivileged_and_probed() -> None:
+    objs = render(
+        {
+            "trains": TRAINS,
+            "trainer": {"oneOffJob": {"enabled": True}, "shards": 2},
+        }
+    )
+    seen = 0
+    for where, spec in pod_specs(objs):
+        assert spec["securityContext"]["runAsNonRoot"] is True, where
+        assert spec["automountServiceAccountToken"] is False, where
+        for c in spec["containers"]:
+            seen += 1
+            r = c["resources"]
+            for part in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(r[part]), where
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["capabilities"]["drop"] == ["ALL"], where
+            long_running = where.split()[0] in ("Deployment", "StatefulSet")
+            if long_running:
+                assert "livenessProbe" in c and "readinessProbe" in c, where
+    assert seen >= 8
+
+
+def test_images_default_to_the_app_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    objs = render({"trains": TRAINS[:1], "ingest": {"image": {"tag": "pinned"}}})
+    for where, spec in pod_specs(objs):
+        for c in spec["containers"]:
+            if c["name"] == "envoy":
+                continue
+            want = "pinned" if c["name"] == "ingest" else chart["appVersion"]
+            assert c["image"].endswith(f":{want}"), (where, c["image"])
+
+
+# ------------------------------------------------------------ the args are the real CLIs'
+
+
+def _python_cli(path: Path) -> tuple[set[str], set[str]]:
+    """(flags, subcommands) an argparse CLI defines."""
+    tree = ast.parse(path.read_text())
+    flags: set[str] = set()
+    subs: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            consts = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            strs = [s for s in consts if isinstance(s, str)]
+            if node.func.attr == "add_argument":
+                flags |= {s for s in strs if s.startswith("--")}
+            elif node.func.attr == "add_parser" and strs:
+                subs.add(strs[0])
+    return flags, subs
+
+
+def _rust_cli(path: Path) -> set[str]:
+    """Long flags of the clap `struct Opts`."""
+    body = path.read_text().split("struct Opts {", 1)[1].split("\n}\n", 1)[0]
+    flags = set()
+    for m in re.finditer(r"#\[arg\(([^\]]*)\)\]\s*(?:#\[[^\]]*\]\s*)*(\w+):", body):
+        attrs, field = m.group(1), m.group(2)
+        if "long" not in attrs:
+            continue
+        named_long = re.search(r'long\s*=\s*"([^"]+)"', attrs)
+        flags.add("--" + (named_long.group(1) if named_long else field.replace("_", "-")))
+    return flags
+
+
+def _scripts() -> dict[str, str]:
+    out = {}
+    for pp in ("ingest", "trainer", "linkdb-api", "schema"):
+        data = tomllib.loads((REPO / pp / "pyproject.toml").read_text())
+        out.update(data["project"].get("scripts", {}))
+    return out
+
+
+CLIS: dict[str, Any] = {
+    "polycorn-ingest": REPO / "ingest/polycorn_ingest/cli.py",
+    "polycorn-trainer": REPO / "trainer/polycorn_trainer/cli.py",
+    "polycorn-linkdb-api": REPO / "linkdb-api/polycorn_linkdb_api/main.py",
+    "polycorn-linkdb": REPO / "schema/polycorn_schema/linkdb/cli.py",
+    "polycorn-proxy": REPO / "proxy/src/main.rs",
+}
+# Envoy's command line (envoy --help); no Envoy binary can be installed here.
+ENVOY_FLAGS = {"--config-path", "--log-level", "--disable-hot-restart"}
+
+
+@pytest.mark.parametrize("scenario", sorted(p.name for p in (CHART / "ci").glob("*-values.yaml")))
+def test_every_command_and_flag_is_one_the_real_cli_has(scenario: str) -> None:
+    values = yaml.safe_load((CHART / "ci" / scenario).read_text())
+    objs = render(values, base=False)
+    scripts = _scripts()
+    checked = 0
+    known: set[str]
+    subs: set[str]
+    for where, spec in pod_specs(objs):
+        for c in spec["containers"]:
+            (cmd,) = c["command"]
+            args = list(c.get("args", []))
+            if cmd == "envoy":
+                known, subs = ENVOY_FLAGS, set()
+            elif cmd == "polycorn-proxy":
+                known, subs = _rust_cli(CLIS[cmd]), set()
+            else:
+                assert cmd in scripts, f"{where}: {cmd} is no console script of the workspace"
+                known, subs = _python_cli(CLIS[cmd])
+            if subs:
+                assert args and args[0] in subs, f"{where}: {cmd} {args[:1]} is not a subcommand"
+                args = args[1:]
+            for a in args:
+                if a.startswith("--"):
+                    name = a.split("=", 1)[0]
+                    assert name in known, f"{where}: {cmd} has no flag {name}"
+                    checked += 1
+    assert checked > 10
+
+
+def test_the_cli_parsers_find_flags() -> None:
+    # Guards the two parsers above against silently finding nothing.
+    assert {"--train-id", "--failure-table-topic", "--kafka-brokers"} <= _rust_cli(
+        CLIS["polycorn-proxy"]
+    )
+    flags, subs = _python_cli(CLIS["polycorn-trainer"])
+    assert {"--shard", "--once", "--interval-s"} <= flags
+    assert {"run", "validate", "publish"} <= subs
+
+
+def test_seeded_failure() -> None:
+    """One proxy for one train. With POLYCORN_SEED_FAILURE=1 it expects two,
+    which scripts/validate-chart.sh uses to prove this suite can fail."""
+    objs = render({"trains": TRAINS[:1]})
+    want = 2 if os.environ.get("POLYCORN_SEED_FAILURE") == "1" else 1
+    assert len(of_kind(objs, "StatefulSet")) == want
