@@ -308,6 +308,53 @@ prometheus_scraped_ingest() {
 }
 check "Prometheus scrapes ingest's metrics (rows written, consumer lag)" prometheus_scraped_ingest
 
+# The alert rules and the dashboards name only metrics that the running
+# services export, and the dashboards' LinkDB queries run on this trip's
+# LinkDB (scripts/check_observability.py). linkdb-api and a serving trainer
+# are started here, on this trip's database, just for their /metrics.
+observability_matches_the_services() {
+    local dumps=$WORK/metrics api=127.0.0.1:${E2E_API_PORT:-18491} trainer=127.0.0.1:${E2E_TRAINER_METRICS_PORT:-9482}
+    local api_pid trainer_pid i rc=0
+    mkdir -p "$dumps"
+    ip netns exec "$P-train" curl -fsS --max-time 5 http://127.0.0.1:9465/metrics >"$dumps/relay.prom" || rc=1
+    ip netns exec "$P-cloud" curl -fsS --max-time 5 http://127.0.0.1:9464/metrics >"$dumps/proxy.prom" || rc=1
+    curl -fsS --max-time 5 "http://$INGEST_METRICS/metrics" >"$dumps/ingest.prom" || rc=1
+    POLYCORN_DATABASE_URL=$DB_URL "$root/.venv/bin/polycorn-linkdb-api" serve --host "${api%:*}" --port "${api##*:}" \
+        --no-access-log >"$WORK/api.log" 2>&1 &
+    api_pid=$!
+    "$root/.venv/bin/polycorn-trainer" --log-level WARNING run --interval-s 3600 --no-publish --database-url "$DB_URL" \
+        --min-failures 1 --min-failure-rate 0 --metrics-addr "$trainer" >"$WORK/trainer-serve.log" 2>&1 &
+    trainer_pid=$!
+    for ((i = 0; i < 240; i++)); do
+        curl -fsS -o /dev/null --max-time 1 "http://$api/readyz" 2>/dev/null &&
+            curl -fsS --max-time 1 "http://$trainer/metrics" 2>/dev/null | grep -q '^polycorn_trainer_runs_total{' && break
+        sleep 0.5
+    done
+    # A few requests, so that the request histogram has samples (and labels).
+    curl -sS -o /dev/null "http://$api/healthz"
+    curl -sS -o /dev/null "http://$api/v1/trains"
+    curl -fsS --max-time 5 "http://$api/metrics" >"$dumps/linkdb-api.prom" || rc=1
+    curl -fsS --max-time 5 "http://$trainer/metrics" >"$dumps/trainer.prom" || rc=1
+    kill -TERM "$api_pid" "$trainer_pid" 2>/dev/null
+    wait "$api_pid" "$trainer_pid" 2>/dev/null
+    ((rc == 0)) || { echo "could not scrape every service: $(ls "$dumps")"; tail -5 "$WORK/api.log" "$WORK/trainer-serve.log"; return 1; }
+    PY python3 scripts/check_observability.py metrics --rules services/prometheus/rules/*.yml \
+        --dashboards dashboards/*.json --exposition "$dumps"/*.prom || rc=1
+    PY python3 scripts/check_observability.py sql --database-url "$DB_URL" --expect-rows "Handover failures" \
+        --expect-rows "Handovers and failures per hour" --expect-rows "Models and their tables" dashboards/*.json || rc=1
+    # The offline check (scripts/validate-observability.sh) uses these dumps.
+    if [[ ${OBSERVABILITY_UPDATE_FIXTURES:-0} == 1 ]]; then
+        cp "$dumps"/*.prom services/prometheus/tests/metrics/
+    elif ! diff -q <(grep -h '^# TYPE' "$dumps"/*.prom | sort) \
+        <(grep -h '^# TYPE' services/prometheus/tests/metrics/*.prom | sort) >/dev/null; then
+        echo "note: the metric families differ from services/prometheus/tests/metrics/ (OBSERVABILITY_UPDATE_FIXTURES=1 refreshes them):"
+        diff <(grep -h '^# TYPE' "$dumps"/*.prom | sort) <(grep -h '^# TYPE' services/prometheus/tests/metrics/*.prom | sort) | grep '^[<>]' | head -20
+    fi
+    return "$rc"
+}
+check "the alert rules and dashboards use only metrics the running services export; the dashboards' SQL runs on LinkDB" \
+    observability_matches_the_services
+
 echo
 echo "integration-telemetry: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
