@@ -91,6 +91,10 @@ check "promtool check config with the rules mounted" promtool check config "$WOR
 
 check "dashboards are what scripts/gen_dashboards.py generates" python3 scripts/gen_dashboards.py --check
 check "dashboards type-check against @grafana/schema (tsc --strict)" node dashboards/validate/check-dashboards.mjs "${DASH[@]}"
+# Prometheus's own parser over the dashboards' PromQL: each expression as a
+# recording rule, through promtool check rules.
+PY python3 scripts/check_observability.py promql-rules "${DASH[@]}" >"$WORK/dashboards.rules.yml"
+check "promtool parses every dashboard PromQL expression" promtool check rules "$WORK/dashboards.rules.yml"
 check "dashboards: uids, panel ids, grid, provisioned datasources" \
     PY python3 scripts/check_observability.py dashboards --provisioning "$PROVISIONING" --schema-version "$SCHEMA_VERSION" "${DASH[@]}"
 
@@ -164,6 +168,12 @@ rejects "negative: the structure check rejects an unprovisioned datasource uid" 
 rejects "negative: the structure check rejects overlapping panels" "overlaps" \
     PY python3 scripts/check_observability.py dashboards --provisioning "$PROVISIONING" --schema-version "$SCHEMA_VERSION" \
     "$neg/dash/overlap.json"
+
+# A dashboard expression with a misspelt function: Prometheus's parser must reject it.
+sed 's/histogram_quantile(0.9,/histogram_quantil(0.9,/' dashboards/trainer-quality.json >"$neg/dash/trainer-quality.json"
+PY python3 scripts/check_observability.py promql-rules "$neg/dash/trainer-quality.json" >"$neg/dashboards.rules.yml"
+rejects "negative: promtool rejects a dashboard expression with an unknown function" "unknown function with name \"histogram_quantil\"" \
+    promtool check rules "$neg/dashboards.rules.yml"
 
 # A hand edit of a generated dashboard: the staleness check must see it.
 cp "${DASH[@]}" "$neg/prov/"
