@@ -115,8 +115,9 @@ restore_host_net() {
         for chain in "${new[@]}"; do
             while read -r line; do
                 [[ -n $line ]] || continue
-                # shellcheck disable=SC2086  # a rule spec from iptables -S
-                iptables -t "$t" ${line/-A/-D} 2>/dev/null || true
+                # A rule as iptables -S prints it (shell-quoted, e.g. its
+                # --comment), turned into its own deletion.
+                eval "iptables -t \"\$t\" ${line/#-A/-D}" 2>/dev/null || true
             done < <(iptables -t "$t" -S 2>/dev/null | grep -E -- "^-A [A-Z]+ .*-j $chain( |$)" || true)
         done
         for chain in "${new[@]}"; do iptables -t "$t" -F "$chain" 2>/dev/null || true; done
@@ -132,7 +133,14 @@ restore_host_net() {
     if [[ -f $STATE/ip_forward ]]; then
         sysctl -qw net.ipv4.ip_forward="$(cat "$STATE/ip_forward")"
     fi
+    # Anything still there that the snapshot did not have?
+    local left=""
+    for t in filter nat; do
+        [[ -f $STATE/chains-$t ]] || continue
+        left+=$(iptables -t "$t" -S 2>/dev/null | awk '$1 == "-N" {print $2}' | sort | comm -13 "$STATE/chains-$t" - | sed "s/^/iptables $t chain /")
+    done
     rm -f "$STATE/ip_forward" "$STATE/nft-tables" "$STATE/chains-filter" "$STATE/chains-nat"
+    [[ -z $left ]] || { echo "$left"; return 1; }
 }
 
 # ------------------------------------------------------------------ podman API
@@ -217,8 +225,11 @@ teardown() {
     log "teardown"
     stop_health_pump
     if [[ -S $SOCK ]]; then
-        timeout 180 docker-compose --no-ansi down -v --remove-orphans -t 5 >"$STATE/down.log" 2>&1 \
-            || { echo "docker-compose down failed:"; tail -20 "$STATE/down.log"; }
+        # The relay first: podman refuses to remove emu while a container
+        # shares its network namespace, and compose v1 removes in parallel.
+        timeout 60 docker-compose --no-ansi rm -fsv relay-agent >"$STATE/down.log" 2>&1 || true
+        timeout 180 docker-compose --no-ansi down -v --remove-orphans -t 5 >>"$STATE/down.log" 2>&1 \
+            || { echo "docker-compose down failed:"; tail -20 "$STATE/down.log"; rc=1; }
     fi
     stop_api
     # Whatever compose could not remove (e.g. after a crash of the API).
@@ -236,11 +247,22 @@ teardown() {
     if ((purge)); then
         log "--purge-cache: removing the local bases, build caches and podman storage"
         pc_podman system reset -f >/dev/null 2>&1 || true
-        rm -rf "$PC_CTR_ROOT" "$PC_CTR_DIR/rootfs-bookworm" /var/tmp/buildah-cache-0
+        # buildah keeps RUN --mount=type=cache directories here, by id.
+        rm -rf "$PC_CTR_ROOT" "$PC_CTR_DIR/rootfs-bookworm" /var/tmp/buildah-cache/polycorn-*
     fi
-    restore_host_net
+    # Nothing of this run may be left behind.
+    local left
+    left=$(
+        restore_host_net
+        pc_podman ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" 2>/dev/null
+        pc_podman volume ls -q --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" 2>/dev/null
+    )
+    if [[ -n $left ]]; then
+        echo "teardown left behind:"; echo "$left"
+        rc=1
+    fi
     rm -rf "$WORK"
-    log "teardown done"
+    log "teardown done: containers, volumes, network, images of this run, podman's firewall chains removed; ip_forward=$(cat /proc/sys/net/ipv4/ip_forward)"
     exit "$rc"
 }
 

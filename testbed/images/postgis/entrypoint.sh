@@ -14,7 +14,9 @@ if [[ ! -s $PGDATA/PG_VERSION ]]; then
     [[ -n ${POSTGRES_PASSWORD:-} ]] || { echo "postgis: set POSTGRES_PASSWORD" >&2; exit 2; }
     pw=$(mktemp)
     printf '%s\n' "$POSTGRES_PASSWORD" >"$pw"
-    initdb -D "$PGDATA" -U "$user" --pwfile="$pw" --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+    # UTF8 as in the official image (the default here would be SQL_ASCII,
+    # which psycopg answers with bytes).
+    initdb -D "$PGDATA" -U "$user" -E UTF8 --locale=C.UTF-8 --pwfile="$pw" --auth-local=trust --auth-host=scram-sha-256 >/dev/null
     rm -f "$pw"
     printf 'host all all all scram-sha-256\n' >>"$PGDATA/pg_hba.conf"
     pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start >/dev/null
