@@ -114,7 +114,7 @@ done
 
 # Every kind the chart can render appears in at least one scenario.
 all_kinds=$(cat "${rendered[@]}" | sed -n 's/^kind: //p' | sort -u | paste -sd ' ' -)
-for kind in ConfigMap CronJob Deployment HorizontalPodAutoscaler Job NetworkPolicy PrometheusRule \
+for kind in ConfigMap CronJob Deployment HorizontalPodAutoscaler Job NetworkPolicy PodDisruptionBudget PrometheusRule \
     Service ServiceAccount ServiceMonitor StatefulSet; do
     [[ " $all_kinds " == *" $kind "* ]] || die "no scenario renders a $kind: add one to charts/polycorn/ci"
 done

@@ -486,3 +486,44 @@ def test_seeded_failure() -> None:
     objs = render({"trains": TRAINS[:1]})
     want = 2 if os.environ.get("POLYCORN_SEED_FAILURE") == "1" else 1
     assert len(of_kind(objs, "StatefulSet")) == want
+
+
+def _schema_paths(node: Obj, defs: Obj, prefix: str) -> list[str]:
+    if "$ref" in node:
+        node = defs[node["$ref"].rsplit("/", 1)[1]]
+    out = []
+    if (
+        node.get("type") == "object"
+        and "properties" in node
+        and node.get("additionalProperties") is False
+    ):
+        for k, sub in node["properties"].items():
+            out.append(f"{prefix}{k}")
+            out += _schema_paths(sub, defs, f"{prefix}{k}.")
+    return out
+
+
+def test_every_value_the_schema_knows_has_a_documented_default() -> None:
+    schema = yaml.safe_load((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    missing = []
+    for path in _schema_paths(schema, schema["definitions"], ""):
+        node: Any = values
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                # Optional per-component keys the defaults leave out.
+                break
+            node = node[part]
+        else:
+            continue
+        parent = path.rsplit(".", 1)[0] if "." in path else ""
+        # Per-train keys, and resource names beyond cpu and memory, are
+        # optional: the defaults leave them out.
+        if parent.startswith("trains") or parent.endswith((".requests", ".limits")):
+            continue
+        missing.append(path)
+    assert missing == [], f"in values.schema.json but not in values.yaml: {missing}"
+    # values.yaml explains itself: at least one comment line per four lines.
+    comments = sum(1 for ln in lines if ln.strip().startswith("#"))
+    assert comments * 4 >= len(lines), (comments, len(lines))
