@@ -19,7 +19,10 @@
 #      cluster references);
 #   5. ServiceMonitor/PrometheusRule decoded strictly into the Prometheus
 #      Operator's Go types (tools/validate/monitoring), and the rendered rule
-#      groups through `promtool check rules`.
+#      groups through `promtool check rules`;
+#   6. every container's command line through the real CLI's parser
+#      (tools/validate/cli_args.py in the services' uv workspace; the proxy
+#      through target/release/polycorn-proxy when it is built).
 # Then the template unit tests (tools/validate/tests, pytest over helm
 # template), and the negative checks: a seeded error for each validator
 # must make it fail, or this script fails.
@@ -120,6 +123,21 @@ for kind in ConfigMap CronJob Deployment HorizontalPodAutoscaler Job NetworkPoli
 done
 log "kinds covered by the scenarios: $all_kinds"
 
+# ------------------------------------------------------------ the real command lines
+# Every container's args through the real CLI's parser (types and choices
+# included): the Python services from the uv workspace, the proxy through
+# its binary when `make build` has built it.
+PROXY_BIN=$REPO_ROOT/target/release/polycorn-proxy
+proxy_args=()
+if [[ -x $PROXY_BIN ]]; then
+    proxy_args=(--proxy-bin "$PROXY_BIN")
+else
+    log "note: $PROXY_BIN not built (make build): proxy flags are checked against proxy/src/main.rs by the template tests only"
+fi
+cli_args() { (cd "$REPO_ROOT" && uv run --all-packages --locked --quiet python tools/validate/cli_args.py "$@"); }
+log "== command lines through the real CLIs"
+cli_args "${rendered[@]}" "${proxy_args[@]}" || die "a rendered command line does not parse"
+
 # ------------------------------------------------------------ template unit tests
 log "== template tests (tools/validate/tests)"
 POLYCORN_HELM=$BIN/helm "$VENV/bin/python" -m pytest -p no:cacheprovider "$REPO_ROOT/tools/validate/tests" \
@@ -198,6 +216,18 @@ expect_fail "monitoring: a duration the operator rejects" "is not a duration" \
 sed -i '0,/expr: /s//expr: sum by (job (/' "$N/rules/polycorn.rules.yml"
 expect_fail "promtool: a PromQL syntax error in the rendered rules" "parse error|could not parse|unexpected" \
     promtool check rules "$N/rules/polycorn.rules.yml"
+
+# The real CLIs ($(JOB_COMPLETION_INDEX) is Kubernetes' syntax, not the shell's)
+# shellcheck disable=SC2016
+sed 's#--batch-timeout-s=0.5#--batch-timeout-s=half#; s#--shard=$(JOB_COMPLETION_INDEX)/8#--shard=8/8#' \
+    "$OUT/sharded-trainer.yaml" >"$N/bad-args.yaml"
+expect_fail "real CLIs: a float flag given a word, a shard out of range" "invalid float value: 'half'.*|shard '8/8'" \
+    cli_args "$N/bad-args.yaml"
+if ((${#proxy_args[@]})); then
+    sed '0,/--connect-timeout-s=10/s//--connect-timeout-s=ten/' "$base" >"$N/bad-proxy-args.yaml"
+    expect_fail "real CLIs: the proxy binary rejects a bad --connect-timeout-s" "connect-timeout-s" \
+        cli_args "$N/bad-proxy-args.yaml" "${proxy_args[@]}"
+fi
 
 # The template tests: a broken expectation must fail (the suite is not vacuous).
 expect_fail "template tests: a seeded wrong expectation" "FAILED .*test_seeded_failure" \
