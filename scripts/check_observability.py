@@ -1,6 +1,8 @@
 """Check the alert rules and dashboards against what the services really export.
 
     check_observability.py metrics --rules R.yml... --dashboards D.json... --exposition SOURCE...
+    check_observability.py metrics --rules R.yml... --dashboards D.json... --prometheus URL
+    check_observability.py query --prometheus URL [--var NAME=VALUE]... [--allow-empty RE]... D...
     check_observability.py promql-rules D.json... > dashboards.rules.yml
     check_observability.py alerts --rules R.yml... --tests T.yml... --scrape-config P.yml
     check_observability.py dashboards --provisioning DIR D.json...
@@ -17,6 +19,15 @@ family exists even before it has samples) and the sample lines, with the
 suffixes of each type (``_total`` of counters, ``_bucket``/``_sum``/
 ``_count`` of histograms). Label names in matchers must be ones the metric's
 samples carry, or a target label (``job``, ``instance``, ``train``).
+``--prometheus URL`` takes the same from a Prometheus that scrapes the
+services (its metadata API for the families, its series for the samples
+and their labels), e.g. the compose testbed's.
+
+``query``: evaluates every dashboard PromQL expression on a Prometheus that
+scrapes the services and has the rules loaded (Grafana's variables set with
+``--var``, range variables 1m): Prometheus must answer each without an
+error and with at least one series, unless the expression matches an
+``--allow-empty`` regular expression.
 
 ``promql-rules``: writes every dashboard PromQL expression (Grafana's
 variables replaced as above) as a recording rule, so that ``promtool check
@@ -48,6 +59,8 @@ import argparse
 import json
 import re
 import sys
+import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -240,6 +253,35 @@ def read_source(src: str) -> str:
     return Path(src).read_text()
 
 
+def get_json(url: str) -> Any:
+    if not url.startswith(("http://", "https://")):
+        raise CheckError(f"not an http(s) URL: {url}")
+    with urllib.request.urlopen(url, timeout=30) as r:  # noqa: S310 (scheme checked)
+        body = json.loads(r.read())
+    if body.get("status") != "success":
+        raise CheckError(f"{url}: {body.get('error')}")
+    return body["data"]
+
+
+def read_prometheus(base: str, into: Exported) -> None:
+    """Families from the metadata API (HELP/TYPE of every scraped target,
+    with or without samples), sample names and labels from the series of the
+    last 10 minutes."""
+    base = base.rstrip("/")
+    meta = get_json(f"{base}/api/v1/metadata")
+    for name, entries in meta.items():
+        for n in family_names(name, entries[0].get("type", "unknown")):
+            into.add(n)
+    q = urllib.parse.urlencode({"match[]": '{__name__=~".+"}', "start": f"{time.time() - 600:.0f}"})
+    series = get_json(f"{base}/api/v1/series?{q}")
+    for s in series:
+        into.add(s["__name__"], [k for k in s if k != "__name__"])
+    if not meta:
+        raise CheckError(f"{base}: Prometheus has no metric metadata (no target scraped yet?)")
+    into.families += len(meta)
+    into.sources.append(f"{base} ({len(meta)} families, {len(series)} series)")
+
+
 def parse_exposition(text: str, into: Exported, src: str) -> int:
     families = 0
     for line in text.splitlines():
@@ -303,6 +345,38 @@ def check_metrics(exprs: list[Expr], recorded: set[str], exported: Exported) -> 
     )
     for s in exported.sources:
         print(f"  source {s}")
+    return problems
+
+
+# ------------------------------------------------------------------ query check
+
+
+def check_query(
+    paths: list[Path], base: str, variables: dict[str, str], allow_empty: list[str]
+) -> list[str]:
+    problems: list[str] = []
+    empty_ok = [re.compile(r) for r in allow_empty]
+    exprs = dashboard_exprs(paths)
+    answered = 0
+
+    def var(m: re.Match[str]) -> str:
+        name = m.group(0).strip("${}[]").split(":")[0]
+        if name not in variables:
+            raise CheckError(f"no --var for {m.group(0)}")
+        return variables[name]
+
+    for e in exprs:
+        try:
+            q = TEMPLATE_VARS.sub(var, RANGE_VARS.sub("1m", e.text))
+            url = f"{base.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': q})}"
+            result = get_json(url)["result"]
+        except (CheckError, OSError) as err:
+            problems.append(f"{e.where}: {err}")
+            continue
+        answered += 1
+        if not result and not any(r.search(e.text) for r in empty_ok):
+            problems.append(f"{e.where}: no series: {q}")
+    print(f"query: {answered} of {len(exprs)} dashboard expressions answered by {base}")
     return problems
 
 
@@ -553,9 +627,14 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("metrics", help="PromQL metric names vs the services' /metrics")
     m.add_argument("--rules", type=Path, nargs="*", default=[], help="Prometheus rule files")
     m.add_argument("--dashboards", type=Path, nargs="*", default=[], help="Grafana dashboard JSON")
-    m.add_argument(
-        "--exposition", nargs="+", required=True, metavar="SOURCE", help="/metrics dumps or URLs"
-    )
+    src = m.add_mutually_exclusive_group(required=True)
+    src.add_argument("--exposition", nargs="+", metavar="SOURCE", help="/metrics dumps or URLs")
+    src.add_argument("--prometheus", metavar="URL", help="a Prometheus scraping the services")
+    qu = sub.add_parser("query", help="evaluate the dashboards' PromQL on a Prometheus")
+    qu.add_argument("--prometheus", required=True, metavar="URL")
+    qu.add_argument("--var", action="append", default=[], metavar="NAME=VALUE")
+    qu.add_argument("--allow-empty", action="append", default=[], metavar="REGEX")
+    qu.add_argument("dashboards", type=Path, nargs="+")
     pr = sub.add_parser("promql-rules", help="the dashboards' PromQL as a rule file")
     pr.add_argument("dashboards", type=Path, nargs="+")
     al = sub.add_parser("alerts", help="alert labels, annotations, runbooks and unit tests")
@@ -578,9 +657,14 @@ def main(argv: list[str] | None = None) -> int:
             exprs, recorded = rule_exprs(a.rules)
             exprs += dashboard_exprs(a.dashboards)
             exported = Exported()
-            for src in a.exposition:
+            for src in a.exposition or []:
                 parse_exposition(read_source(src), exported, src)
+            if a.prometheus:
+                read_prometheus(a.prometheus, exported)
             problems = check_metrics(exprs, recorded, exported)
+        elif a.cmd == "query":
+            variables = dict(v.split("=", 1) for v in a.var)
+            problems = check_query(a.dashboards, a.prometheus, variables, a.allow_empty)
         elif a.cmd == "promql-rules":
             sys.stdout.write(promql_rules(a.dashboards))
             return 0

@@ -38,7 +38,14 @@ DUMPS=(services/prometheus/tests/metrics/*.prom)
 PROVISIONING=services/grafana/provisioning
 SCHEMA_VERSION=42 # @grafana/schema 13.2.3 (dashboards/validate/package-lock.json)
 WORK=$(mktemp -d /tmp/polycorn-vobs.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
 
 pass=0 fail=0
 indent() { tail -"$1" | while IFS= read -r line; do printf '    %s\n' "$line"; done; }
@@ -102,6 +109,62 @@ check "dashboards: uids, panel ids, grid, provisioned datasources" \
 
 check "every PromQL metric (rules, dashboards) is exported by a service (/metrics dumps)" \
     PY python3 scripts/check_observability.py metrics --rules "${RULES[@]}" --dashboards "${DASH[@]}" --exposition "${DUMPS[@]}"
+
+# A real Prometheus (Debian's, loopback only) scrapes those dumps under the
+# job names and train label of the scrape configuration, with the rules
+# loaded (their group interval shortened to 1 s): every dashboard expression
+# must evaluate to at least one series (ingest had no dead letter, so that
+# family has no sample).
+FIXTURE_TRAIN=train-fixture
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+start_fixture_prometheus() {
+    local http_port prom_port i job
+    http_port=$(free_port)
+    prom_port=$(free_port)
+    mkdir -p "$WORK/prom/rules"
+    sed 's/^    interval: .*/    interval: 1s/' "${RULES[@]}" >"$WORK/prom/rules/polycorn.rules.yml"
+    {
+        printf 'global: {scrape_interval: 1s, evaluation_interval: 1s}\n'
+        printf 'rule_files: ["%s/prom/rules/*.yml"]\nscrape_configs:\n' "$WORK"
+        for job in relay proxy ingest trainer linkdb-api; do
+            printf '  - job_name: polycorn-%s\n    metrics_path: /%s.prom\n' "$job" "$job"
+            printf '    static_configs: [{targets: ["127.0.0.1:%s"], labels: {%s}}]\n' "$http_port" \
+                "$([[ $job == relay || $job == proxy ]] && echo "train: $FIXTURE_TRAIN")"
+        done
+    } >"$WORK/prom/prometheus.yml"
+    python3 -m http.server "$http_port" --bind 127.0.0.1 --directory services/prometheus/tests/metrics \
+        >"$WORK/prom/http.log" 2>&1 &
+    PIDS+=($!)
+    prometheus --config.file="$WORK/prom/prometheus.yml" --storage.tsdb.path="$WORK/prom/data" \
+        --web.listen-address="127.0.0.1:$prom_port" >"$WORK/prom/prometheus.log" 2>&1 &
+    PIDS+=($!)
+    PROM_URL=http://127.0.0.1:$prom_port
+    # Ready when every job is up and the recording rules have produced data.
+    local ready='count(count by (job) (up == 1)) == 5 and on () count(polycorn:carrier_goodput_bytes:rate1m) > 0
+        and on () count(polycorn:train_reinjection:ratio5m) > 0 and on () count(polycorn:api_errors_5xx:ratio5m) > 0'
+    for ((i = 0; i < 120; i++)); do
+        curl -fsS "$PROM_URL/api/v1/query" --data-urlencode "query=$ready" 2>/dev/null |
+            jq -e '.data.result | length == 1' >/dev/null 2>&1 && return 0
+        sleep 0.25
+    done
+    echo "the fixture Prometheus did not become ready"; tail -5 "$WORK/prom/prometheus.log"
+    return 1
+}
+PROM_URL=""
+mkdir -p "$WORK/prom"
+# Not through check: that runs its command in a subshell, and PROM_URL and
+# PIDS (for the cleanup) must be set here.
+if start_fixture_prometheus >"$WORK/prom/start.log" 2>&1; then
+    ok "a real Prometheus scrapes the dumps and evaluates the rules ($PROM_URL)"
+else
+    ko "a real Prometheus scrapes the dumps and evaluates the rules"
+    indent 20 <"$WORK/prom/start.log"
+fi
+QUERY=(PY python3 scripts/check_observability.py query --prometheus "$PROM_URL" --var "train=$FIXTURE_TRAIN"
+    --var side=polycorn-proxy --allow-empty polycorn_ingest_dead_letters_total)
+check "every dashboard expression evaluates to series on that Prometheus" "${QUERY[@]}" "${DASH[@]}"
+check "the metric check against that Prometheus's metadata and series" \
+    PY python3 scripts/check_observability.py metrics --rules "${RULES[@]}" --dashboards "${DASH[@]}" --prometheus "$PROM_URL"
 
 # ------------------------------------------------------------------ negative checks
 
@@ -174,6 +237,13 @@ sed 's/histogram_quantile(0.9,/histogram_quantil(0.9,/' dashboards/trainer-quali
 PY python3 scripts/check_observability.py promql-rules "$neg/dash/trainer-quality.json" >"$neg/dashboards.rules.yml"
 rejects "negative: promtool rejects a dashboard expression with an unknown function" "unknown function with name \"histogram_quantil\"" \
     promtool check rules "$neg/dashboards.rules.yml"
+
+# A label value no series has: it parses and names real metrics, but shows nothing.
+sed 's/polycorn_path_up{job=\\"polycorn-proxy\\"}/polycorn_path_up{job=\\"polycorn-proxi\\"}/g' \
+    dashboards/fleet-overview.json >"$neg/dash/fleet-overview.json"
+cmp -s dashboards/fleet-overview.json "$neg/dash/fleet-overview.json" && { echo "seeding failed"; exit 1; }
+rejects "negative: the query check rejects an expression that selects no series" 'no series: .*polycorn-proxi' \
+    "${QUERY[@]}" "$neg/dash/fleet-overview.json"
 
 # A hand edit of a generated dashboard: the staleness check must see it.
 cp "${DASH[@]}" "$neg/prov/"
