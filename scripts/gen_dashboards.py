@@ -177,7 +177,10 @@ def stat(
     }
 
 
-def state_timeline(title: str, targets: list[Json], description: str = "") -> Json:
+def state_timeline(
+    title: str, targets: list[Json], description: str = "", updown: bool = True
+) -> Json:
+    """Values 0/1 shown as down/up (updown), or counts coloured red at 0."""
     defaults = field_defaults("none")
     defaults["color"] = {"mode": "thresholds"}
     defaults["thresholds"] = {
@@ -193,6 +196,8 @@ def state_timeline(title: str, targets: list[Json], description: str = "") -> Js
             },
         }
     ]
+    if not updown:
+        defaults["mappings"] = []
     return {
         "type": "state-timeline",
         "title": title,
@@ -345,7 +350,8 @@ def fleet() -> Json:
         state_timeline(
             "Paths up per train (proxy)",
             [prom('polycorn:train_paths_up:sum{job="polycorn-proxy"}', "{{train}}")],
-            description="Established subflows per train, as its proxy sees them.",
+            description="Established subflows per train, as its proxy sees them (red: none).",
+            updown=False,
         ),
         24,
         7,
