@@ -22,7 +22,12 @@
 #      groups through `promtool check rules`;
 #   6. every container's command line through the real CLI's parser
 #      (tools/validate/cli_args.py in the services' uv workspace; the proxy
-#      through target/release/polycorn-proxy when it is built).
+#      through target/release/polycorn-proxy when it is built);
+#   7. when `make build` has built them: the train path end to end on
+#      loopback (tools/validate/edge_smoke.py): the real relay-agent dials the
+#      server name NOTES.txt gives it, a front routes by the rendered Envoy
+#      listener's server_names, the real proxy runs the rendered command line
+#      with certificates issued as NOTES.txt says.
 # Then the template unit tests (tools/validate/tests, pytest over helm
 # template), and the negative checks: a seeded error for each validator
 # must make it fail, or this script fails.
@@ -55,22 +60,25 @@ else
     trap 'rm -rf "$OUT"' EXIT
 fi
 
-helm() { "$BIN/helm" "$@"; }
+# helm notes the rules link on stderr at every load ("found symbolic link in
+# path ... Contents of linked file included and used"); that line alone is
+# dropped, everything else helm prints stays.
+helm() { "$BIN/helm" "$@" 2> >(grep -v 'found symbolic link in path: .*/files/polycorn.rules.yml' >&2); }
 kubeconform() {
     "$BIN/kubeconform" -strict -summary -kubernetes-version "$K8S_VERSION" \
         -schema-location "$SCHEMAS/{{ .ResourceKind }}{{ .KindSuffix }}.json" "$@"
 }
 
-# ------------------------------------------------------------ the rules copy
-# The PrometheusRule embeds services/prometheus/rules/polycorn.rules.yml;
-# Helm reads only files inside the chart, so the chart holds a copy, which
-# must be current.
+# ------------------------------------------------------------ the rules file
+# The PrometheusRule embeds services/prometheus/rules/polycorn.rules.yml.
+# Helm reads only files inside the chart, so the chart has a symbolic link to
+# it (followed by helm template and lint, and resolved by helm package).
 RULES_SRC=$REPO_ROOT/services/prometheus/rules/polycorn.rules.yml
-RULES_COPY=$CHART/files/polycorn.rules.yml
+RULES_LINK=$CHART/files/polycorn.rules.yml
 [[ -f $RULES_SRC ]] || die "$RULES_SRC is missing"
-cmp -s "$RULES_SRC" "$RULES_COPY" \
-    || die "charts/polycorn/files/polycorn.rules.yml differs from services/prometheus/rules/polycorn.rules.yml: cp services/prometheus/rules/polycorn.rules.yml charts/polycorn/files/"
-log "rules copy: charts/polycorn/files/polycorn.rules.yml is current"
+[[ -L $RULES_LINK && $(readlink -f "$RULES_LINK") == "$(readlink -f "$RULES_SRC")" ]] \
+    || die "charts/polycorn/files/polycorn.rules.yml must be a symbolic link to services/prometheus/rules/polycorn.rules.yml (ln -sfn ../../../services/prometheus/rules/polycorn.rules.yml charts/polycorn/files/polycorn.rules.yml)"
+log "rules: charts/polycorn/files/polycorn.rules.yml links to services/prometheus/rules/polycorn.rules.yml"
 
 # ------------------------------------------------------------ every scenario
 scenarios=("$CHART"/ci/*-values.yaml)
@@ -137,6 +145,23 @@ fi
 cli_args() { (cd "$REPO_ROOT" && uv run --all-packages --locked --quiet python tools/validate/cli_args.py "$@"); }
 log "== command lines through the real CLIs"
 cli_args "${rendered[@]}" "${proxy_args[@]}" || die "a rendered command line does not parse"
+
+# ------------------------------------------------------------ the train path, end to end
+# No Envoy can run here: the real proxy (the rendered StatefulSet's command
+# line) and the real relay-agent, on loopback, through a front that routes by
+# the rendered Envoy listener's server names (tools/validate/edge_smoke.py).
+# (The negative checks below pass it arguments, through expect_fail.)
+# shellcheck disable=SC2120
+edge_smoke() { "$VENV/bin/python" "$REPO_ROOT/tools/validate/edge_smoke.py" --helm "$BIN/helm" --bin-dir "$REPO_ROOT/target/release" "$@"; }
+have_bins=1
+for b in polycorn-proxy polycorn-relay polycorn-pki; do [[ -x $REPO_ROOT/target/release/$b ]] || have_bins=0; done
+if ((have_bins)); then
+    log "== the train path: relay -> SNI routing as rendered -> the rendered proxy (loopback)"
+    # shellcheck disable=SC2119
+    edge_smoke || die "edge smoke test"
+else
+    log "note: target/release/{polycorn-proxy,polycorn-relay,polycorn-pki} not built (make build): edge smoke test not run"
+fi
 
 # ------------------------------------------------------------ template unit tests
 log "== template tests (tools/validate/tests)"
@@ -227,6 +252,12 @@ if ((${#proxy_args[@]})); then
     sed '0,/--connect-timeout-s=10/s//--connect-timeout-s=ten/' "$base" >"$N/bad-proxy-args.yaml"
     expect_fail "real CLIs: the proxy binary rejects a bad --connect-timeout-s" "connect-timeout-s" \
         cli_args "$N/bad-proxy-args.yaml" "${proxy_args[@]}"
+fi
+
+# The edge smoke test: a proxy certificate without the train's name.
+if ((have_bins)); then
+    expect_fail "edge smoke: a proxy certificate without the name the relay dials" \
+        "got no path up|reports no path up" edge_smoke --proxy-san wrong.example
 fi
 
 # The template tests: a broken expectation must fail (the suite is not vacuous).

@@ -1,0 +1,395 @@
+"""The chart's train path, end to end on loopback, with the real binaries.
+
+    python edge_smoke.py --helm HELM --bin-dir target/release
+
+No Envoy binary can be installed here, so this stands in for it with the
+routing table the chart renders. It runs these steps:
+
+1. Render the chart for two trains.
+2. Issue the certificates as NOTES.txt tells operators to (``polycorn-pki
+   init-ca``, ``issue-train``, and ``issue-proxy --san <the train's server
+   name>``), laid out like the Secrets the pods mount.
+3. Start the real ``polycorn-proxy`` of train A with the command line from
+   the rendered StatefulSet. Only the mount paths and the listen addresses
+   change, to loopback.
+4. Run a small TCP front that reads each ClientHello's server name and
+   forwards the connection by the rendered Envoy listener's
+   ``filter_chain_match.server_names`` (the same table Envoy gets).
+5. Start the real ``polycorn-relay`` of train A with ``--proxy-name`` as
+   NOTES.txt prints it.
+
+Checks:
+
+- The relay sends exactly the server name the chart routes on.
+- Train A's proxy gets a path up (/readyz 200).
+- Train B's relay, dialing A's name, is refused by A's proxy (mutual TLS).
+- A relay dialing a name the chart does not route is closed at the front.
+
+Exit status: 0 all checks hold, 1 one fails, 2 bad usage or missing binaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "polycorn"
+TRAINS = ["train-a", "train-b"]
+UNROUTED = "nobody.proxy.polycorn"
+VALUES: dict[str, Any] = {
+    "kafka": {"bootstrap": "kafka:9092"},
+    "postgresql": {"existingSecret": "linkdb-url"},
+    "proxy": {"caSecret": {"name": "pki-ca"}},
+    "envoy": {"api": {"tlsSecret": "api-tls"}},
+    "trains": [{"id": t} for t in TRAINS],
+}
+
+
+class SmokeError(Exception):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:  # noqa: S310 (loopback URL we built)
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0
+
+
+def wait_status(url: str, want: int, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if http_status(url) == want:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+# ------------------------------------------------------------ the rendered chart
+
+
+def render(helm: str) -> list[dict[str, Any]]:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        yaml.safe_dump(VALUES, f)
+        f.flush()
+        out = subprocess.run(
+            [helm, "template", "polycorn", str(CHART), "-n", "fleet", "-f", f.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def proxy_statefulset(objs: list[dict[str, Any]], train: str) -> dict[str, Any]:
+    (s,) = [
+        o
+        for o in objs
+        if o["kind"] == "StatefulSet" and o["metadata"]["labels"].get("polycorn.io/train") == train
+    ]
+    return s
+
+
+def sni_table(objs: list[dict[str, Any]]) -> dict[str, str]:
+    """server name -> train id, from the rendered Envoy trains listener."""
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "envoy.yaml" in o.get("data", {})]
+    boot = yaml.safe_load(cm["data"]["envoy.yaml"])
+    (lst,) = [x for x in boot["static_resources"]["listeners"] if x["name"] == "trains"]
+    table = {}
+    for chain in lst["filter_chains"]:
+        cluster = chain["filters"][0]["typed_config"]["cluster"]
+        for name in chain["filter_chain_match"]["server_names"]:
+            table[name] = cluster.removeprefix("train_")
+    return table
+
+
+# ------------------------------------------------------------ an SNI front
+
+
+def client_hello_sni(data: bytes) -> str | None:
+    """The server_name of a TLS ClientHello record (None: none or not TLS)."""
+    try:
+        if data[0] != 0x16 or data[5] != 0x01:
+            return None
+        p = 9 + 2 + 32  # record header, handshake header, version, random
+        p += 1 + data[p]  # session id
+        p += 2 + int.from_bytes(data[p : p + 2], "big")  # cipher suites
+        p += 1 + data[p]  # compression methods
+        end = p + 2 + int.from_bytes(data[p : p + 2], "big")
+        p += 2
+        while p + 4 <= end:
+            ext, length = (
+                int.from_bytes(data[p : p + 2], "big"),
+                int.from_bytes(data[p + 2 : p + 4], "big"),
+            )
+            body = data[p + 4 : p + 4 + length]
+            if ext == 0:  # server_name: list length, type 0 (host_name), name length, name
+                name_len = int.from_bytes(body[3:5], "big")
+                return body[5 : 5 + name_len].decode("ascii")
+            p += 4 + length
+    except IndexError:
+        return None
+    return None
+
+
+class SniFront:
+    """Routes each TLS connection by its server name, as Envoy's trains
+    listener does; a name without a route is closed."""
+
+    def __init__(self, routes: dict[str, tuple[str, int]]) -> None:
+        self.routes = routes
+        self.seen: list[str | None] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.read(16384), 5)
+            sni = client_hello_sni(head)
+            self.seen.append(sni)
+            if sni not in self.routes:
+                return
+            up_r, up_w = await asyncio.open_connection(*self.routes[sni])
+            up_w.write(head)
+
+            async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                with contextlib.suppress(OSError):
+                    while data := await r.read(65536):
+                        w.write(data)
+                        await w.drain()
+                with contextlib.suppress(OSError):
+                    w.close()
+
+            await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+        except (OSError, TimeoutError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                writer.close()
+
+
+# ------------------------------------------------------------ the smoke test
+
+
+@contextlib.contextmanager
+def process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield p
+    finally:
+        p.terminate()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def make_secrets(pki: Path, work: Path, proxy_name: str, san: str) -> dict[str, Path]:
+    """The CA, the trains' and the proxy's certificates, made as NOTES.txt
+    says; returns the proxy pod's Secret mounts (mount path -> directory)."""
+
+    def sh(*cmd: str) -> None:
+        subprocess.run(cmd, check=True, capture_output=True)
+
+    ca_dir, trains_dir, proxy_dir = (str(work / d) for d in ("ca", "trains", "proxy"))
+    sh(str(pki), "init-ca", "--out", ca_dir)
+    for t in TRAINS:
+        sh(str(pki), "issue-train", "--ca-dir", ca_dir, "--train-id", t, "--out", trains_dir)
+    sh(
+        str(pki),
+        "issue-proxy",
+        "--ca-dir",
+        ca_dir,
+        "--name",
+        proxy_name,
+        "--san",
+        san,
+        "--out",
+        proxy_dir,
+    )
+    mounts = {"/etc/polycorn/ca": work / "mnt-ca", "/etc/polycorn/tls": work / "mnt-tls"}
+    for d in mounts.values():
+        d.mkdir()
+    shutil.copy(work / "ca" / "ca.crt", mounts["/etc/polycorn/ca"] / "ca.crt")
+    shutil.copy(work / "proxy" / f"{proxy_name}.crt", mounts["/etc/polycorn/tls"] / "tls.crt")
+    shutil.copy(work / "proxy" / f"{proxy_name}.key", mounts["/etc/polycorn/tls"] / "tls.key")
+    return mounts
+
+
+def proxy_args(
+    sts: dict[str, Any], mounts: dict[str, Path], listen: int, metrics: int
+) -> list[str]:
+    """The StatefulSet's proxy command line with loopback addresses and the
+    local Secret directories."""
+    out = []
+    for arg in sts["spec"]["template"]["spec"]["containers"][0]["args"]:
+        a = arg
+        for mount, local in mounts.items():
+            a = a.replace(mount, str(local))
+        if a.startswith("--listen="):
+            a = f"--listen=127.0.0.1:{listen}"
+        elif a.startswith("--metrics-listen="):
+            a = f"--metrics-listen=127.0.0.1:{metrics}"
+        elif a.startswith("--kafka-brokers="):
+            # Nothing listens there: the proxy must not need Kafka to serve.
+            a = f"--kafka-brokers=127.0.0.1:{free_port()}"
+        out.append(a)
+    return out
+
+
+def relay_cmd(bins: Path, work: Path, train: str, name: str, edge: int) -> tuple[list[str], str]:
+    """A relay-agent of ``train`` dialing ``name`` at the front; its metrics URL."""
+    rm = free_port()
+    cmd = [
+        str(bins / "polycorn-relay"),
+        f"--train-id={train}",
+        f"--path=carrier-0=@127.0.0.1:{edge}",
+        f"--proxy-name={name}",
+        f"--ca={work / 'ca' / 'ca.crt'}",
+        f"--cert={work / 'trains' / f'{train}.crt'}",
+        f"--key={work / 'trains' / f'{train}.key'}",
+        f"--listen-socks=127.0.0.1:{free_port()}",
+        f"--metrics-listen=127.0.0.1:{rm}",
+    ]
+    return cmd, f"http://127.0.0.1:{rm}"
+
+
+def relays(bins: Path, work: Path, edge: int, sni_a: str, proxy_url: str) -> list[str]:
+    failures = []
+    # Another train's relay, dialing A's name: routed to A's proxy, refused.
+    cmd, url = relay_cmd(bins, work, "train-b", sni_a, edge)
+    with process(cmd, work / "relay-b.log"):
+        wait_status(f"{url}/healthz", 200, 10)
+        if wait_status(f"{url}/readyz", 200, 4):
+            failures.append("train-b's relay got a path up through train-a's proxy")
+    # A name the chart does not route: closed at the edge.
+    cmd, url = relay_cmd(bins, work, "train-a", UNROUTED, edge)
+    with process(cmd, work / "relay-x.log"):
+        wait_status(f"{url}/healthz", 200, 10)
+        if wait_status(f"{url}/readyz", 200, 3):
+            failures.append("a relay dialing an unrouted name got a path up")
+    if http_status(f"{proxy_url}/readyz") == 200:
+        failures.append("train-a's proxy is ready before its own train connected")
+    # Train A's relay, dialing the name NOTES.txt gives it.
+    cmd, url = relay_cmd(bins, work, "train-a", sni_a, edge)
+    with process(cmd, work / "relay-a.log"):
+        if not wait_status(f"{proxy_url}/readyz", 200, 15):
+            log = (work / "relay-a.log").read_text()[-1500:]
+            failures.append(f"train-a's relay got no path up through the SNI front:\n{log}")
+        if not wait_status(f"{url}/readyz", 200, 5):
+            failures.append("train-a's relay reports no path up")
+    return failures
+
+
+async def _shutdown(server: asyncio.Server) -> None:
+    """Close the front and the connections it still forwards."""
+    server.close()
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run(helm: str, bins: Path, work: Path, proxy_san: str | None) -> list[str]:
+    objs = render(helm)
+    table = sni_table(objs)
+    sts = proxy_statefulset(objs, "train-a")
+    names_a = [n for n, train in table.items() if train == "train-a"]
+    sni_a = names_a[0]
+    # --proxy-san: a seeded error (a certificate without the train's name).
+    mounts = make_secrets(bins / "polycorn-pki", work, sts["metadata"]["name"], proxy_san or sni_a)
+    listen, metrics = free_port(), free_port()
+    proxy_url = f"http://127.0.0.1:{metrics}"
+    front = SniFront(dict.fromkeys(names_a, ("127.0.0.1", listen)))
+    cmd = [str(bins / "polycorn-proxy"), *proxy_args(sts, mounts, listen, metrics)]
+    with process(cmd, work / "proxy.log"):
+        if not wait_status(f"{proxy_url}/healthz", 200, 15):
+            log = (work / "proxy.log").read_text()[-2000:]
+            raise SmokeError(f"the proxy did not come up:\n{log}")
+        loop = asyncio.new_event_loop()
+        edge = free_port()
+        server = loop.run_until_complete(asyncio.start_server(front.handle, "127.0.0.1", edge))
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        try:
+            failures = relays(bins, work, edge, sni_a, proxy_url)
+        finally:
+            asyncio.run_coroutine_threadsafe(_shutdown(server), loop).result(10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+            loop.close()
+    seen = front.seen
+    if sni_a not in seen:
+        failures.append(f"the relay never sent the server name {sni_a!r} (seen: {seen})")
+    if UNROUTED not in seen:
+        failures.append(f"the unrouted relay's name was not seen (seen: {seen})")
+    unexpected = [s for s in seen if s not in (sni_a, UNROUTED)]
+    if unexpected:
+        failures.append(f"server names the relays should not have sent: {unexpected}")
+    print(f"edge_smoke: server names seen at the front: {sorted({str(s) for s in seen})}")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--helm", required=True)
+    p.add_argument("--bin-dir", type=Path, default=REPO / "target" / "release")
+    p.add_argument("--keep", type=Path, help="work in this directory and keep it")
+    p.add_argument(
+        "--proxy-san",
+        help="issue the proxy certificate for this name instead of the train's (a seeded error)",
+    )
+    a = p.parse_args(argv)
+    for b in ("polycorn-proxy", "polycorn-relay", "polycorn-pki"):
+        if not (a.bin_dir / b).is_file():
+            print(f"edge_smoke: {a.bin_dir / b} not built (make build)", file=sys.stderr)
+            return 2
+    with contextlib.ExitStack() as stack:
+        work = a.keep or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="edge-smoke-"))
+        )
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            failures = run(a.helm, a.bin_dir, work, a.proxy_san)
+        except (SmokeError, subprocess.CalledProcessError) as e:
+            print(f"edge_smoke: FAIL: {e}", file=sys.stderr)
+            return 1
+    for f in failures:
+        print(f"edge_smoke: FAIL: {f}", file=sys.stderr)
+    if failures:
+        return 1
+    print(
+        "edge_smoke: OK: the relay sends the chart's server name; through the SNI front the "
+        "rendered proxy accepts its own train, refuses another; an unrouted name is closed"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
