@@ -139,12 +139,16 @@ start_fixture_prometheus() {
         --web.listen-address="127.0.0.1:$prom_port" >"$WORK/prom/prometheus.log" 2>&1 &
     PIDS+=($!)
     PROM_URL=http://127.0.0.1:$prom_port
-    # Ready when every job is up and the recording rules have produced data.
-    local ready='count(count by (job) (up == 1)) == 5 and on () count(polycorn:carrier_goodput_bytes:rate1m) > 0
-        and on () count(polycorn:train_reinjection:ratio5m) > 0 and on () count(polycorn:api_errors_5xx:ratio5m) > 0'
+    # Ready when every job is up and the recording rules have produced data
+    # for the relay and the proxy (rates need two scrapes of each); then two
+    # more scrape and rule intervals, so that every series has its samples.
+    local ready='count(count by (job) (up == 1)) == 5
+        and on () count(count by (job) (polycorn:carrier_goodput_bytes:rate1m)) == 2
+        and on () count(count by (job) (polycorn:train_reinjection:ratio5m)) == 2
+        and on () count(polycorn:api_errors_5xx:ratio5m) > 0'
     for ((i = 0; i < 120; i++)); do
         curl -fsS "$PROM_URL/api/v1/query" --data-urlencode "query=$ready" 2>/dev/null |
-            jq -e '.data.result | length == 1' >/dev/null 2>&1 && return 0
+            jq -e '.data.result | length == 1' >/dev/null 2>&1 && { sleep 2; return 0; }
         sleep 0.25
     done
     echo "the fixture Prometheus did not become ready"; tail -5 "$WORK/prom/prometheus.log"
