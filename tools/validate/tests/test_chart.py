@@ -291,6 +291,9 @@ def test_network_policies_cover_every_component() -> None:
         for n in of_kind(objs, "NetworkPolicy")
     }
     assert covered == {"proxy", "envoy", "ingest", "linkdb-api", "trainer", "migrations"}
+    envoy = named(objs, "NetworkPolicy", "polycorn-envoy")
+    edge = {p["port"] for p in envoy["spec"]["ingress"][0]["ports"]}
+    assert edge == {4433, 8443}  # trains (SNI) and the API, nothing else from anywhere
     proxy = named(objs, "NetworkPolicy", "polycorn-proxy")
     (subflows,) = [r for r in proxy["spec"]["ingress"] if r["ports"][0]["port"] == 4433]
     assert (
