@@ -182,7 +182,8 @@ start_health_pump() {
     (
         while :; do
             while read -r id; do
-                pc_podman healthcheck run "$id" >/dev/null 2>&1 || true
+                # </dev/null: podman would read the rest of the id list.
+                pc_podman healthcheck run "$id" </dev/null >/dev/null 2>&1 || true
             done < <(pc_podman ps -q --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" 2>/dev/null)
             sleep 2
         done
@@ -355,7 +356,8 @@ must_fail "two different digests" sha_equal "$(echo a | sha256sum | cut -c1-64)"
 must_fail "empty digests" sha_equal "" ""
 printf '%s\n' '{"event":"gps","t_ms":1000}' '{"event":"handover_end","carrier":0,"t_ms":5000,"duration_ms":40}' >"$WORK/ev.jsonl"
 printf 'carrier-0|4960\n' >"$WORK/ho.ok"; printf '1000\n' >"$WORK/fix.ok"
-check "exactly_once accepts a matching toy trip" exactly_once "$WORK/ev.jsonl" 0 "$WORK/ho.ok" "$WORK/fix.ok" >/dev/null
+quiet() { "$@" >/dev/null; }
+check "exactly_once accepts a matching toy trip" quiet exactly_once "$WORK/ev.jsonl" 0 "$WORK/ho.ok" "$WORK/fix.ok"
 printf '1000\n1000\n' >"$WORK/fix.dup"; printf 'carrier-1|4960\n' >"$WORK/ho.wrong"; : >"$WORK/empty"
 must_fail "a duplicated GPS fix" exactly_once "$WORK/ev.jsonl" 0 "$WORK/ho.ok" "$WORK/fix.dup"
 must_fail "a handover on the wrong carrier" exactly_once "$WORK/ev.jsonl" 0 "$WORK/ho.wrong" "$WORK/fix.ok"
@@ -462,11 +464,13 @@ check "the relay brings both emulated carriers up through the emulator to the pr
 
 # ------------------------------------------------------------------ passenger traffic
 
-socks() { in_train curl -fsS --max-time 120 --socks5-hostname 127.0.0.1:1080 "$@"; }
+# Retried: a name lookup on the compose network can fail while containers
+# join it (aardvark-dns reloads).
+socks() { in_train curl -fsS --max-time 120 --retry 3 --retry-delay 1 --retry-all-errors --socks5-hostname 127.0.0.1:1080 "$@"; }
 traffic() {
     local before0 before1 want got up_sha
-    before0=$(relay_metric polycorn_path_received_bytes 'carrier-0')
-    before1=$(relay_metric polycorn_path_received_bytes 'carrier-1')
+    before0=$(relay_metric polycorn_path_received_bytes_total 'carrier-0')
+    before1=$(relay_metric polycorn_path_received_bytes_total 'carrier-1')
     socks -o "$WORK/blob" http://origin/blob || { echo "  download through the relay failed"; return 1; }
     want=$(pc_podman exec "$(ctr_of origin)" sha256sum /srv/origin/blob | cut -c1-64)
     got=$(sha256sum "$WORK/blob" | cut -c1-64)
@@ -478,8 +482,8 @@ traffic() {
     echo "  upload: 4194304 bytes, sha256 at the origin ${up_sha:0:16}..."
     sha_equal "$up_sha" "$(sha256sum "$WORK/up" | cut -c1-64)" || return 1
     local d0 d1
-    d0=$(($(relay_metric polycorn_path_received_bytes 'carrier-0') - before0))
-    d1=$(($(relay_metric polycorn_path_received_bytes 'carrier-1') - before1))
+    d0=$(($(relay_metric polycorn_path_received_bytes_total 'carrier-0') - before0))
+    d1=$(($(relay_metric polycorn_path_received_bytes_total 'carrier-1') - before1))
     echo "  relay received per carrier during the transfer: carrier-0 $d0 B, carrier-1 $d1 B"
     ((d0 + d1 >= 8388608))
 }

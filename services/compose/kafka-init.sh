@@ -8,6 +8,12 @@ while read -r name parts configs; do
     [[ -z $name || $name == \#* ]] && continue
     args=(--bootstrap-server "$bootstrap" --create --if-not-exists --topic "$name" --partitions "$parts" --replication-factor 1)
     for c in $configs; do args+=(--config "$c"); done
-    /opt/kafka/bin/kafka-topics.sh "${args[@]}"
+    # Retried: the compose network's DNS can miss a query while containers
+    # join it.
+    for try in 1 2 3 4 5; do
+        /opt/kafka/bin/kafka-topics.sh "${args[@]}" && break
+        ((try < 5)) || exit 1
+        sleep 2
+    done
 done <"$topics"
 /opt/kafka/bin/kafka-topics.sh --bootstrap-server "$bootstrap" --list
