@@ -530,3 +530,12 @@ def test_every_value_the_schema_knows_has_a_documented_default() -> None:
     # values.yaml explains itself: at least one comment line per four lines.
     comments = sum(1 for ln in lines if ln.strip().startswith("#"))
     assert comments * 4 >= len(lines), (comments, len(lines))
+
+
+def test_the_scheduler_enum_is_the_proxys_registry() -> None:
+    schema = yaml.safe_load((CHART / "values.schema.json").read_text())
+    registry = (REPO / "crates/core/src/sched/registry.rs").read_text()
+    built_in = set(re.findall(r'register_pipeline\("([^"]+)"', registry))
+    assert built_in, "no register_pipeline(...) found in the registry"
+    assert set(schema["definitions"]["scheduler"]["enum"]) == built_in
+    assert "/proxy/scheduler" in render_error({"proxy": {"scheduler": "fastest"}})
