@@ -10,7 +10,7 @@ CARGO ?= cargo
 # rustup installs into ~/.cargo/bin, which a non-login shell (CI) may lack.
 export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 
-SH_SCRIPTS := $(sort $(wildcard scripts/*.sh testbed/*.sh testbed/*/*.sh)) .ci/run
+SH_SCRIPTS := $(sort $(wildcard scripts/*.sh scripts/setup.d/*.sh testbed/*.sh testbed/*/*.sh testbed/*/*/*.sh services/*/*.sh)) .ci/run
 
 # Integration tests need the namespace testbed (root); the step says so
 # when the script is missing instead of silently passing.
@@ -24,7 +24,7 @@ define run_integration
 	fi
 endef
 
-.PHONY: help setup build test integration demo validate-platform test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test integration demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -91,9 +91,30 @@ bench-trainer: setup ## trainer: validation on generated fleets vs the paper, re
 
 # The platform (issue 7): what cannot run here (Kubernetes, Envoy, Grafana)
 # is checked with the strongest offline validator; docs/operations.md.
-validate-platform: ## Helm chart (lint, template, strict schemas, Envoy protos, template tests), alert rules (promtool), dashboards (tsc) -> fails on any finding
+# It depends on build so that the chart's train-path check (the real relay
+# and proxy behind the rendered SNI routes) runs instead of being skipped.
+validate-platform: build ## Helm chart (lint, template, strict schemas, Envoy protos, template tests), alert rules (promtool), dashboards (tsc) -> fails on any finding
 	bash scripts/validate-chart.sh
 	bash scripts/validate-observability.sh
+	$(MAKE) --no-print-directory lint-platform
+
+# The validators' own code: tools/validate (a uv project of its own, in the
+# venv that `setup.sh chart` keeps in the machine cache) and its Go programs.
+VALIDATE_VENV = $${POLYCORN_CACHE:-/var/cache/polycorn}/validate-venv
+GO_CACHE_ENV = GOPATH=$${POLYCORN_CACHE:-/var/cache/polycorn}/go GOMODCACHE=$${POLYCORN_CACHE:-/var/cache/polycorn}/go/pkg/mod GOCACHE=$${POLYCORN_CACHE:-/var/cache/polycorn}/go/build GOTOOLCHAIN=local GOFLAGS=-mod=readonly
+GO ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
+lint-platform: ## ruff + mypy --strict on tools/validate, gofmt + go vet on its Go validators
+	bash scripts/setup.sh chart >/dev/null
+	$(VALIDATE_VENV)/bin/ruff check tools/validate
+	$(VALIDATE_VENV)/bin/ruff format --check tools/validate
+	cd tools/validate && $(VALIDATE_VENV)/bin/mypy .
+	for d in tools/validate/envoy tools/validate/monitoring; do \
+		(cd $$d && out=$$($(dir $(GO))gofmt -l .) && test -z "$$out" || { echo "gofmt: $$out"; exit 1; }; \
+		 $(GO_CACHE_ENV) $(GO) vet .) || exit 1; \
+	done
+
+dashboards: ## regenerate dashboards/*.json from scripts/gen_dashboards.py
+	python3 scripts/gen_dashboards.py
 
 # Builds every image from a local debootstrap base and runs docker-compose.yml
 # for real through podman's Docker API; cleans up after itself.
