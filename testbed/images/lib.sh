@@ -14,8 +14,11 @@ PC_CTR_ROOT=${POLYCORN_PODMAN_ROOT:-$PC_CTR_DIR/storage}
 PC_CTR_RUNROOT=${POLYCORN_PODMAN_RUNROOT:-/run/polycorn-podman}
 export CONTAINERS_CONF=$PC_CTR_DIR/containers.conf
 
-# The local stand-ins of the public base images (their tags say which).
+# The local stand-ins of the public base images (their tags say which);
+# used by the scripts that source this file.
+# shellcheck disable=SC2034
 PC_BASE_IMAGE=localhost/polycorn-base:bookworm
+# shellcheck disable=SC2034
 PC_PYTHON_IMAGE=localhost/polycorn-python:3.11-bookworm
 # The Rust builder is tagged with the host toolchain it was made from.
 pc_rust_image() { echo "localhost/polycorn-rust:$(rustc --version | awk '{print $2}')-bookworm"; }
