@@ -38,11 +38,12 @@ build: setup ## release build of the whole workspace
 
 # --release: the integration tests push 100 MB through the proxies, and the
 # unit tests then share the release build's artifacts.
-test: setup ## what CI runs: fmt check, clippy, unit tests (release), Python lint and tests, integration tests
+test: setup ## what CI runs: fmt check, clippy, unit tests (release), Python lint and tests, platform validation, integration tests
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked --release
 	$(MAKE) --no-print-directory lint-py test-py
+	$(MAKE) --no-print-directory validate-platform
 	$(run_integration)
 
 integration: setup ## only the integration tests (scripts/integration.sh)
