@@ -38,13 +38,14 @@ build: setup ## release build of the whole workspace
 
 # --release: the integration tests push 100 MB through the proxies, and the
 # unit tests then share the release build's artifacts.
-test: setup ## what CI runs: fmt check, clippy, unit tests (release), Python lint and tests, platform validation, integration tests
+test: setup ## what CI runs: fmt check, clippy, unit tests (release), Python lint and tests, platform validation, integration tests, the compose testbed
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked --release
 	$(MAKE) --no-print-directory lint-py test-py
 	$(MAKE) --no-print-directory validate-platform
 	$(run_integration)
+	$(MAKE) --no-print-directory test-compose
 
 integration: setup ## only the integration tests (scripts/integration.sh)
 	$(run_integration)
@@ -119,7 +120,9 @@ dashboards: ## regenerate dashboards/*.json from scripts/gen_dashboards.py
 
 # Builds every image from a local debootstrap base and runs docker-compose.yml
 # for real through podman's Docker API; cleans up after itself.
-test-compose: ## the docker-compose fleet-in-a-box, end to end on podman (root)
+# Last in make test: it leaves podman's storage and base images in the
+# machine cache, nothing in the namespaces the other tests use.
+test-compose: setup ## the docker-compose fleet-in-a-box, end to end on podman (root)
 	bash scripts/test-compose.sh
 
 lint: lint-rust lint-sh lint-py ## all linters
