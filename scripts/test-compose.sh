@@ -20,7 +20,8 @@
 #      and GPS fix of the trip's radio log exactly once (relay -> proxy ->
 #      Kafka -> ingest -> PostGIS), and the API serving the train;
 #   5. checks that Prometheus scrapes every target (up == 1, job names of
-#      services/prometheus/prometheus.compose.yml);
+#      services/prometheus/prometheus.compose.yml), and that every metric the
+#      alert rules and dashboards name is one the services export;
 #   6. tears everything down, also on failure (printing the logs of the
 #      services that were not healthy): `docker-compose down -v`, the images
 #      it built, the podman API service, podman's firewall chains and nft
@@ -553,6 +554,17 @@ prom_targets() {
     [[ $(jq -r '.data.result[0].value[1]' <<<"$q") == 1 ]]
 }
 check "Prometheus (published on 127.0.0.1:$POLYCORN_PROMETHEUS_PORT) scrapes every target: relay, proxy, ingest, trainer, linkdb-api up" prom_targets
+
+# Every metric an alert rule or a dashboard names must be one the compose
+# services export: Prometheus's metadata API lists each scraped family, with
+# or without samples (scripts/check_observability.py; integration-telemetry.sh
+# does the same on the namespace testbed from the /metrics dumps).
+prom_metric_names() {
+    uv run --all-packages --locked --quiet python scripts/check_observability.py metrics \
+        --rules services/prometheus/rules/*.yml --dashboards dashboards/*.json \
+        --prometheus "http://127.0.0.1:$POLYCORN_PROMETHEUS_PORT"
+}
+check "the alert rules and dashboards name only metrics that the compose services export" prom_metric_names
 
 T_END=$(date +%s)
 echo
