@@ -4,6 +4,7 @@ assertions on the rendered objects (helm-unittest's job, without its plugin)."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import tomllib
@@ -229,6 +230,59 @@ def test_monitoring_and_network_policies_are_off_by_default() -> None:
     objs = render({"trains": TRAINS})
     for kind in ("ServiceMonitor", "PrometheusRule", "NetworkPolicy"):
         assert of_kind(objs, kind) == [], kind
+
+
+def grafana_maps(objs: list[Obj], label: str) -> list[Obj]:
+    return [c for c in of_kind(objs, "ConfigMap") if c["metadata"]["labels"].get(label) == "1"]
+
+
+def test_grafana_objects_are_off_by_default() -> None:
+    objs = render({"trains": TRAINS})
+    assert grafana_maps(objs, "grafana_dashboard") == []
+    assert grafana_maps(objs, "grafana_datasource") == []
+
+
+def test_grafana_dashboards_are_the_repository_dashboards() -> None:
+    objs = render(
+        {
+            "trains": TRAINS,
+            "metrics": {
+                "grafana": {
+                    "dashboards": {"enabled": True},
+                    "linkdbDatasource": {"enabled": True, "host": "pg.internal"},
+                }
+            },
+        }
+    )
+    dashboards = {
+        name: json.loads(body)
+        for c in grafana_maps(objs, "grafana_dashboard")
+        for name, body in c["data"].items()
+    }
+    repo = {p.name: json.loads(p.read_text()) for p in (REPO / "dashboards").glob("*.json")}
+    assert repo, "no dashboards in dashboards/"
+    assert dashboards == repo
+    (ds_map,) = grafana_maps(objs, "grafana_datasource")
+    (ds,) = yaml.safe_load(ds_map["data"]["polycorn-linkdb.yaml"])["datasources"]
+    # The uid the dashboards' LinkDB panels name; the password only by reference.
+    assert ds["uid"] == "linkdb"
+    assert ds["url"] == "pg.internal:5432"
+    assert ds["secureJsonData"]["password"] == "${POLYCORN_GRAFANA_LINKDB_PASSWORD}"  # noqa: S105
+    uids = {
+        t["datasource"]["uid"]
+        for d in repo.values()
+        for p in d["panels"]
+        for t in p.get("targets", [])
+        if isinstance(t.get("datasource"), dict)
+    }
+    assert uids <= {"linkdb", "prometheus"}, uids
+
+
+def test_grafana_datasource_needs_a_host() -> None:
+    err = render_error(
+        {"trains": TRAINS, "metrics": {"grafana": {"linkdbDatasource": {"enabled": True}}}}
+    )
+    assert "linkdbDatasource.host is required" in err
 
 
 def test_service_monitors_give_the_shared_job_names_and_train_label() -> None:
