@@ -36,7 +36,7 @@ SCRAPE=services/prometheus/prometheus.compose.yml
 DASH=(dashboards/*.json)
 DUMPS=(services/prometheus/tests/metrics/*.prom)
 PROVISIONING=services/grafana/provisioning
-SCHEMA_VERSION=42 # @grafana/schema 13.2.3 (dashboards/validate/package-lock.json)
+SCHEMA_VERSION=42 # @grafana/schema 13.2.3 (tools/validate/dashboards/package-lock.json)
 WORK=$(mktemp -d /tmp/polycorn-vobs.XXXXXX)
 PIDS=()
 cleanup() {
@@ -97,7 +97,7 @@ check "promtool check config with the rules mounted" promtool check config "$WOR
 # ------------------------------------------------------------------ Grafana
 
 check "dashboards are what scripts/gen_dashboards.py generates" python3 scripts/gen_dashboards.py --check
-check "dashboards type-check against @grafana/schema (tsc --strict)" node dashboards/validate/check-dashboards.mjs "${DASH[@]}"
+check "dashboards type-check against @grafana/schema (tsc --strict)" node tools/validate/dashboards/check-dashboards.mjs "${DASH[@]}"
 # Prometheus's own parser over the dashboards' PromQL: each expression as a
 # recording rule, through promtool check rules.
 PY python3 scripts/check_observability.py promql-rules "${DASH[@]}" >"$WORK/dashboards.rules.yml"
@@ -222,13 +222,13 @@ seed("bad-datasource", lambda d: d["panels"][2]["targets"][0]["datasource"].upda
 seed("overlap", lambda d: d["panels"][3]["gridPos"].update({"x": 0, "y": d["panels"][2]["gridPos"]["y"]}))
 PYEOF
 rejects "negative: tsc rejects a dashboard with an unknown key" "titel.* does not exist" \
-    node dashboards/validate/check-dashboards.mjs "$neg/dash/unknown-key.json"
+    node tools/validate/dashboards/check-dashboards.mjs "$neg/dash/unknown-key.json"
 rejects "negative: tsc rejects a dashboard with a wrong type" "TS2322" \
-    node dashboards/validate/check-dashboards.mjs "$neg/dash/wrong-type.json"
+    node tools/validate/dashboards/check-dashboards.mjs "$neg/dash/wrong-type.json"
 rejects "negative: tsc rejects a bad enum value in panel options" '"everything"' \
-    node dashboards/validate/check-dashboards.mjs "$neg/dash/bad-enum.json"
+    node tools/validate/dashboards/check-dashboards.mjs "$neg/dash/bad-enum.json"
 rejects "negative: tsc rejects an unknown panel type" "unknown panel type" \
-    node dashboards/validate/check-dashboards.mjs "$neg/dash/unknown-panel-type.json"
+    node tools/validate/dashboards/check-dashboards.mjs "$neg/dash/unknown-panel-type.json"
 rejects "negative: the structure check rejects an unprovisioned datasource uid" "'promethues' is not provisioned" \
     PY python3 scripts/check_observability.py dashboards --provisioning "$PROVISIONING" --schema-version "$SCHEMA_VERSION" \
     "$neg/dash/bad-datasource.json"

@@ -6,8 +6,8 @@
 # - promtool, from Debian's prometheus package (also in `infra`).
 # - node and npm (Debian's, unless a node is already on PATH) and the
 #   dashboard type check's npm packages, pinned in
-#   dashboards/validate/package-lock.json (@grafana/schema, typescript),
-#   installed by `npm ci` into dashboards/validate/node_modules (git-ignored);
+#   tools/validate/dashboards/package-lock.json (@grafana/schema, typescript),
+#   installed by `npm ci` into tools/validate/dashboards/node_modules (git-ignored);
 #   a stamp named after the lockfile's hash makes a second run skip npm.
 # - uv (component python) for scripts/check_observability.py, whose PyPI
 #   dependencies (promql-parser, PyYAML) are in the workspace's uv.lock.
@@ -23,11 +23,11 @@ component_observability() {
 }
 
 check_observability() {
-    local dir=$REPO_ROOT/dashboards/validate stamp v
+    local dir=$REPO_ROOT/tools/validate/dashboards stamp v
     command -v promtool >/dev/null || die "promtool not found although the prometheus package is installed"
     stamp="$dir/node_modules/.polycorn-$(sha256sum "$dir/package-lock.json" | cut -c1-16)"
     if [[ ! -e $stamp ]]; then
-        log "npm ci in dashboards/validate (@grafana/schema, typescript; pinned by package-lock.json)"
+        log "npm ci in tools/validate/dashboards (@grafana/schema, typescript; pinned by package-lock.json)"
         (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) \
             || die "npm ci failed in $dir"
         touch "$stamp"
