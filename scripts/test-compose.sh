@@ -302,34 +302,11 @@ builder_stages_identical() {
 # sha_equal A B: two 64-hex digests, equal.
 sha_equal() { [[ $1 =~ ^[0-9a-f]{64}$ && $1 == "$2" ]]; }
 
-# exactly_once EVENTS EPOCH ROWS_HO ROWS_FIX: every handover_end (carriers
-# 0..1, start = epoch + t_ms - duration_ms, carrier-<i>) and GPS fix
-# (epoch + t_ms) of the trip's log once, nothing else (the same rule as
-# scripts/integration-telemetry.sh). ROWS_* are psql -At outputs.
-exactly_once() {
-    python3 - "$@" <<'PY'
-import json, sys
-events, epoch, rows_ho, rows_fix = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-want_ho, want_fix = [], []
-for line in open(events):
-    e = json.loads(line)
-    if e["event"] == "handover_end" and e["carrier"] < 2:
-        want_ho.append((f"carrier-{e['carrier']}", epoch + e["t_ms"] - e["duration_ms"]))
-    elif e["event"] == "gps":
-        want_fix.append(epoch + e["t_ms"])
-got_ho = [tuple((r.split("|")[0], int(r.split("|")[1]))) for r in open(rows_ho).read().split()]
-got_fix = [int(r) for r in open(rows_fix).read().split()]
-ok = True
-for what, want, got in (("handovers", want_ho, got_ho), ("gps fixes", want_fix, got_fix)):
-    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
-    dups = len(got) - len(set(got))
-    print(f"  {what}: trip {len(want)}, LinkDB {len(got)}, missing {len(missing)}, extra {len(extra)}, duplicates {dups}")
-    if missing[:3]: print("    missing e.g.", missing[:3])
-    if extra[:3]: print("    extra e.g.", extra[:3])
-    ok &= not missing and not extra and dups == 0 and len(want) > 0
-sys.exit(0 if ok else 1)
-PY
-}
+# exactly_once EVENTS EPOCH ROWS_HO ROWS_FIX: every handover and GPS fix of
+# the trip's log in LinkDB once, nothing else (scripts/trip_exactly_once.py,
+# the rule scripts/integration-telemetry.sh applies too). ROWS_* are psql -At
+# outputs.
+exactly_once() { python3 scripts/trip_exactly_once.py "$@"; }
 
 # targets_all_up TARGETS_JSON JOB...: Prometheus's active targets include
 # every JOB, and every target is up.
