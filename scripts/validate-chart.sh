@@ -105,9 +105,9 @@ for values in "${scenarios[@]}"; do
     [[ $skipped == "$crds" ]] \
         || die "kubeconform ($name) skipped $skipped objects, but only the $crds $CRD_KINDS objects may be skipped"
     if grep -q '^kind: ConfigMap' "$OUT/$name.yaml" && grep -q 'envoy.yaml: |' "$OUT/$name.yaml"; then
-        printf '  envoy: %s\n' "$("$BIN/polycorn-envoy-validate" "$OUT/$name.yaml" | tail -n1)" \
-            || die "Envoy bootstrap ($name)"
-        "$BIN/polycorn-envoy-validate" -q "$OUT/$name.yaml" >/dev/null || die "Envoy bootstrap ($name)"
+        envoy=$("$BIN/polycorn-envoy-validate" "$OUT/$name.yaml" 2>&1) \
+            || { printf '%s\n' "$envoy" >&2; die "Envoy bootstrap ($name)"; }
+        printf '  envoy: %s\n' "$(tail -n1 <<<"$envoy")"
     else
         printf '  envoy: no Envoy in this scenario\n'
     fi
