@@ -204,22 +204,54 @@ component_bench() {
     after_install check_vegeta
 }
 
-vegeta_bin() { echo "${POLYCORN_CACHE:-/var/cache/polycorn}/go/bin/vegeta"; }
+vegeta_bin() { echo "$(go_cache)/bin/vegeta"; }
 
 check_vegeta() {
-    local bin cache go=go
-    bin=$(vegeta_bin)
-    cache=${POLYCORN_CACHE:-/var/cache/polycorn}/go
-    if ! go version -m "$bin" 2>/dev/null | grep -qE "^\s+mod\s+github.com/tsenart/vegeta/v12\s+v$VEGETA_VERSION\b"; then
-        command -v go >/dev/null || go=/usr/local/go/bin/go
-        command -v "$go" >/dev/null \
-            || die "vegeta $VEGETA_VERSION needs the Go toolchain (go on PATH or /usr/local/go/bin) to build"
-        log "building vegeta $VEGETA_VERSION (go install) into ${bin%/*}"
-        GOBIN=${bin%/*} GOPATH=$cache GOMODCACHE=$cache/pkg/mod GOTOOLCHAIN=local GOFLAGS=-mod=mod \
-            "$go" install "github.com/tsenart/vegeta/v12@v$VEGETA_VERSION" \
-            || die "could not build vegeta $VEGETA_VERSION with $($go version)"
+    go_install_pinned vegeta github.com/tsenart/vegeta/v12 github.com/tsenart/vegeta/v12 "$VEGETA_VERSION"
+    SUMMARY+=("vegeta: $VEGETA_VERSION at $(vegeta_bin)")
+}
+
+# ---------------------------------------------------------------- Go tools
+# Tools built from their Go modules (pinned) with the machine's Go toolchain
+# (Debian 12's is too old; the image has one in /usr/local/go), with the
+# module and build caches and the binaries in the machine cache, shared by
+# every clone: vegeta here, helm, kubeconform and the chart's validators in
+# setup.d/chart.sh.
+
+go_cache() { echo "${POLYCORN_CACHE:-/var/cache/polycorn}/go"; }
+
+go_tool() {
+    if command -v go >/dev/null; then echo go; elif [[ -x /usr/local/go/bin/go ]]; then echo /usr/local/go/bin/go; else
+        die "building $1 needs the Go toolchain (go on PATH or /usr/local/go/bin)"
     fi
-    SUMMARY+=("vegeta: $VEGETA_VERSION at $bin")
+}
+
+# go_cached WHAT ARGS...: `go ARGS...` with its caches in the machine cache
+# (WHAT names what is built, for the error when there is no toolchain).
+go_cached() {
+    local cache go
+    cache=$(go_cache)
+    go=$(go_tool "$1")
+    shift
+    GOPATH=$cache GOMODCACHE=$cache/pkg/mod GOCACHE=$cache/build GOTOOLCHAIN=local "$go" "$@"
+}
+
+# go_install_pinned BIN MODULE_PATH PACKAGE VERSION [LDFLAGS [CHECK]]
+# Installs PACKAGE@vVERSION as $(go_cache)/bin/BIN. The binary is rebuilt
+# unless `go version -m` shows the pinned module version and, if given, the
+# command CHECK (which sees the binary's path in $1) succeeds: -ldflags are
+# not recorded in a -trimpath build, so a check of their effect stands in
+# for them.
+go_install_pinned() {
+    local bin=$1 mod=$2 pkg=$3 version=$4 ldflags="-s -w ${5:-}" check=${6:-true} dir
+    dir=$(go_cache)/bin
+    if ! go_cached "$bin" version -m "$dir/$bin" 2>/dev/null | grep -qE "^\s+mod\s+$mod\s+v$version\b" \
+        || ! "$check" "$dir/$bin"; then
+        log "building $bin $version (go install) into $dir"
+        GOBIN=$dir GOFLAGS=-mod=mod CGO_ENABLED=0 go_cached "$bin" install -trimpath -ldflags "$ldflags" "$pkg@v$version" \
+            || die "could not build $bin $version with $(go_cached "$bin" version)"
+        "$check" "$dir/$bin" || die "$bin $version built, but its check ($check) fails"
+    fi
 }
 
 # Components kept beside this script (scripts/setup.d/NAME.sh), one file per

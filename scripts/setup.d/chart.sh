@@ -33,31 +33,6 @@ component_chart() {
 }
 
 chart_cache() { echo "${POLYCORN_CACHE:-/var/cache/polycorn}"; }
-chart_go() {
-    if command -v go >/dev/null; then echo go; elif [[ -x /usr/local/go/bin/go ]]; then echo /usr/local/go/bin/go; else
-        die "the chart validators need the Go toolchain (go on PATH or /usr/local/go/bin) to build helm/kubeconform"
-    fi
-}
-
-# go_install_pinned BIN MODULE_PATH PACKAGE VERSION [LDFLAGS [CHECK]]
-# The binary is rebuilt unless `go version -m` shows the pinned module
-# version and, if given, the command CHECK (which sees the binary's path in
-# $1) succeeds: -ldflags are not recorded in a -trimpath build, so a check
-# of their effect stands in for them.
-go_install_pinned() {
-    local bin=$1 mod=$2 pkg=$3 version=$4 ldflags="-s -w ${5:-}" check=${6:-true} cache go
-    cache=$(chart_cache)/go
-    if ! go version -m "$cache/bin/$bin" 2>/dev/null | grep -qE "^\s+mod\s+$mod\s+v$version\b" \
-        || ! "$check" "$cache/bin/$bin"; then
-        go=$(chart_go)
-        log "building $bin $version (go install) into $cache/bin"
-        GOBIN=$cache/bin GOPATH=$cache GOMODCACHE=$cache/pkg/mod GOCACHE=$cache/build \
-            GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
-            "$go" install -trimpath -ldflags "$ldflags" "$pkg@v$version" \
-            || die "could not build $bin $version with $($go version)"
-        "$check" "$cache/bin/$bin" || die "$bin $version built, but its check ($check) fails"
-    fi
-}
 
 # helm built with its release ldflags: it reports its version, and it
 # assumes Kubernetes 1.37 by default (a plain build says 1.20).
@@ -67,11 +42,6 @@ helm_ldflags_ok() {
 }
 
 check_chart_go_tools() {
-    # go version -m reads the module version from the binary itself, so a
-    # stale or foreign binary in the cache is rebuilt.
-    local go
-    go=$(chart_go)
-    command -v go >/dev/null || PATH="${go%/*}:$PATH"
     # What helm's own Makefile sets: its version, and the Kubernetes version
     # of its client libraries (k8s.io/* v0.37 = 1.37) as the default for
     # `helm template`/`install --dry-run` and for lint's deprecation rules;
@@ -82,7 +52,7 @@ check_chart_go_tools() {
         helm_ldflags_ok
     go_install_pinned kubeconform github.com/yannh/kubeconform \
         github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION"
-    SUMMARY+=("helm: $HELM_VERSION, kubeconform: $KUBECONFORM_VERSION in $(chart_cache)/go/bin")
+    SUMMARY+=("helm: $HELM_VERSION, kubeconform: $KUBECONFORM_VERSION in $(go_cache)/bin")
 }
 
 chart_schema_dir() { echo "$(chart_cache)/k8s-schemas/v$K8S_SCHEMA_VERSION-standalone-strict"; }
@@ -123,20 +93,17 @@ check_chart_schemas() {
 
 # The repository's own Go validators (tools/validate/<dir>), built from
 # their committed go.mod/go.sum into the cache; rebuilt when a source changes.
-chart_validator_bin() { echo "$(chart_cache)/go/bin/polycorn-$1-validate"; }
+chart_validator_bin() { echo "$(go_cache)/bin/polycorn-$1-validate"; }
 
 build_chart_validator() {
-    local name=$1 bin src stamp cache go
+    local name=$1 bin src stamp
     bin=$(chart_validator_bin "$name")
     src=$REPO_ROOT/tools/validate/$name
-    cache=$(chart_cache)/go
     stamp="$bin.$(cat "$src"/go.mod "$src"/go.sum "$src"/*.go | sha256sum | cut -c1-16)"
     if [[ ! -e $stamp || ! -x $bin ]]; then
-        go=$(chart_go)
         log "building tools/validate/$name into $bin"
         rm -f "$bin" "$bin".*
-        (cd "$src" && GOPATH=$cache GOMODCACHE=$cache/pkg/mod GOCACHE=$cache/build GOTOOLCHAIN=local \
-            GOFLAGS=-mod=readonly CGO_ENABLED=0 "$go" build -trimpath -o "$bin" .) \
+        (cd "$src" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go_cached "tools/validate/$name" build -trimpath -o "$bin" .) \
             || die "could not build tools/validate/$name"
         touch "$stamp"
     fi
