@@ -34,17 +34,15 @@ PGBIN=/usr/lib/postgresql/15/bin
 log() { printf 'infra: %s\n' "$*" >&2; }
 die() { printf 'infra: ERROR: %s\n' "$*" >&2; exit 1; }
 
-wait_for() { # wait_for SECONDS DESCRIPTION CMD...
-    local secs=$1 what=$2 i
-    shift 2
-    for ((i = 0; i < secs * 5; i++)); do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    die "$what not ready after ${secs}s"
-}
-
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# Waits (bounded, with a clear message) until a server does what the project
+# needs of it: python -m polycorn_schema.startup in the workspace's venv.
+ready() {
+    command -v uv >/dev/null || die "uv missing: run make setup"
+    uv run --project "$ROOT" --all-packages --locked --quiet python -m polycorn_schema.startup "$@" \
+        || die "not ready: python -m polycorn_schema.startup $*"
+}
 
 # ---------------------------------------------------------------- PostgreSQL
 
@@ -64,11 +62,14 @@ pg_up() {
         su postgres -c "$PGBIN/pg_ctl -D $STATE/pg/data -l $STATE/pg/pg.log -o '-p $PG_PORT -k $STATE/pg' -w -t 60 start" >/dev/null \
             || { tail -20 "$STATE/pg/pg.log" >&2; die "PostgreSQL did not start"; }
     fi
-    wait_for 30 PostgreSQL psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc 'select 1'
+    # pg_ctl -w returns once the server accepts connections; a query is the proof.
+    ready --timeout-s 60 pg --url "postgresql://postgres@127.0.0.1:$PG_PORT/postgres"
     if [[ -z $(psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc "select 1 from pg_database where datname='linkdb'") ]]; then
-        psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -qc 'create database linkdb'
+        psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qc 'create database linkdb'
     fi
-    psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d linkdb -qc 'create extension if not exists postgis' 2>/dev/null
+    psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d linkdb -v ON_ERROR_STOP=1 -qc 'create extension if not exists postgis' \
+        || die "PostGIS could not be enabled in database linkdb"
+    ready --timeout-s 60 pg --url "postgresql://postgres@127.0.0.1:$PG_PORT/linkdb" --postgis
     log "PostgreSQL + PostGIS on 127.0.0.1:$PG_PORT (database linkdb)"
 }
 
@@ -111,20 +112,12 @@ kafka_up() {
         done
         grep -q 'Kafka Server started' "$STATE/kafka/kafka.log" || die "Kafka not started after 60 s (see $STATE/kafka/kafka.log)"
     fi
-    kafka_topics
+    # "Kafka Server started" comes before the group coordinator answers: a
+    # fresh broker says NOT_COORDINATOR for a while. Ready means the project's
+    # topics have leaders and a consumer group commits an offset on every
+    # partition of __consumer_offsets (polycorn_schema.startup).
+    ready kafka --bootstrap "127.0.0.1:$KAFKA_PORT" --topics-file "$ROOT/services/kafka/topics.txt"
     log "Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT"
-}
-
-kafka_topics() {
-    local have name parts rest args c
-    have=$(kafka_topic_cmd --list 2>/dev/null)
-    while read -r name parts rest; do
-        [[ -z $name || $name == \#* ]] && continue
-        grep -qxF "$name" <<<"$have" && continue
-        args=()
-        for c in $rest; do args+=(--config "$c"); done
-        kafka_topic_cmd --create --if-not-exists --topic "$name" --partitions "$parts" --replication-factor 1 "${args[@]}" >/dev/null
-    done <"$ROOT/services/kafka/topics.txt"
 }
 
 kafka_down() {
@@ -151,7 +144,7 @@ prom_up() {
             >"$STATE/prom/prom.log" 2>&1 &
             echo $! >"$STATE/prom/pid")
     fi
-    wait_for 30 Prometheus curl -fsS "http://127.0.0.1:$PROM_PORT/-/ready"
+    ready --timeout-s 60 http --url "http://127.0.0.1:$PROM_PORT/-/ready"
     log "Prometheus on 127.0.0.1:$PROM_PORT (targets: $STATE/prom/targets/*.json)"
 }
 

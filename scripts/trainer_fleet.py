@@ -45,11 +45,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from polycorn_ingest.testbed import records
+from polycorn_schema.startup import kafka_create_topics, kafka_retriable, pg_connect, retry
 
 # The first trip's start; trip j starts j days later (ingest separates trips
 # by GPS gaps, a day is far more than its 600 s trip gap).
@@ -59,7 +59,7 @@ DAY_MS = 86_400_000
 # LinkDB sees the same cells whether a trip came through a relay or this loader.
 CARRIERS = "carrier-0,carrier-1,carrier-2,carrier-3"
 
-# PC §3, Fig. 6 (hsr-facts §7.2, B18): carrier A / B of the paper.
+# POLYCORN (NSDI'23) §3, Fig. 6 (docs/hsr-facts.md §7.2, B18): carrier A / B of the paper.
 PAPER: dict[str, Any] = {
     "source": "POLYCORN (PC) §3, Fig. 6; 24 trips, one route, both directions (~12 passes "
     "per <cell, direction>); separability: per-cell linear SVM, carrier A / B",
@@ -117,15 +117,22 @@ def _event_counts(events: Path, train: str, epoch_ms: int) -> dict[str, int]:
 
 
 def _drained(bootstrap: str, group: str, topic: str, partitions: int) -> bool:
+    """Whether ``group`` has committed the end of every partition of ``topic``.
+
+    On a fresh broker the group's coordinator may still be loading
+    (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS): retried, bounded."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
+
+    def check() -> bool:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
-        committed = c.committed(tps, timeout=10)
-        for tp in committed:
+        for tp in c.committed(tps, timeout=10):
             _, high = c.get_watermark_offsets(tp, timeout=10)
             if high > 0 and tp.offset < high:
                 return False
         return True
+
+    try:
+        return retry(check, what=f"committed offsets of group {group}", retriable=kafka_retriable)
     finally:
         c.close()
 
@@ -148,7 +155,7 @@ def _db_counts(url: str) -> dict[str, Any]:
         "cell_count_mismatches": "SELECT count(*) FROM cells c WHERE c.handovers <> "
         "(SELECT count(*) FROM handovers h WHERE h.cell = c.id)",
     }
-    with psycopg.connect(url) as c:
+    with pg_connect(url) as c:
         out: dict[str, Any] = {k: c.execute(s).fetchone()[0] for k, s in q.items()}  # type: ignore[index]
         # Passes per key: trips with a handover out of the cell, against the
         # trips in the cell's direction.
@@ -174,10 +181,9 @@ def cmd_load(a: argparse.Namespace) -> int:
     topic = f"bench.trainer.fleet.r{a.route_seed}.{tag}"
     group = f"bench-trainer-{tag}"
     admin = AdminClient({"bootstrap.servers": a.bootstrap})
-    for f in admin.create_topics(
-        [NewTopic(topic, a.partitions, 1), NewTopic(topic + ".dlq", 1, 1)]
-    ).values():
-        f.result(30)
+    kafka_create_topics(
+        a.bootstrap, [NewTopic(topic, a.partitions, 1), NewTopic(topic + ".dlq", 1, 1)]
+    )
     files: dict[str, int] = Counter()
     trips: list[dict[str, Any]] = []
     t0 = time.monotonic()
@@ -291,8 +297,14 @@ def cmd_load(a: argparse.Namespace) -> int:
             ingest.wait(60)
         ingest_s = time.monotonic() - t
         dlq = Consumer({"bootstrap.servers": a.bootstrap, "group.id": group})
-        _, dlq_high = dlq.get_watermark_offsets(TopicPartition(topic + ".dlq", 0), timeout=10)
-        dlq.close()
+        try:
+            _, dlq_high = retry(
+                lambda: dlq.get_watermark_offsets(TopicPartition(topic + ".dlq", 0), timeout=10),
+                what=f"end offset of {topic}.dlq",
+                retriable=kafka_retriable,
+            )
+        finally:
+            dlq.close()
     finally:
         for f in admin.delete_topics([topic, topic + ".dlq"]).values():
             f.result(30)
@@ -344,7 +356,7 @@ def cmd_load(a: argparse.Namespace) -> int:
 def cmd_scale_check(a: argparse.Namespace) -> int:
     """What trainer-seed.sql left: counts, failure share, passes per key."""
     db = _db_counts(a.database_url)
-    with psycopg.connect(a.database_url) as c:
+    with pg_connect(a.database_url) as c:
         row = c.execute(
             "SELECT count(DISTINCT carrier), avg((outcome = 'failure')::int), "
             "avg(rsrp_dbm) FILTER (WHERE outcome = 'failure'), "
@@ -399,6 +411,19 @@ def _pss_bytes(pid: int) -> int:
     return 0
 
 
+def _repo_relative(arg: str) -> str:
+    """An absolute path inside the repository as a path relative to its root
+    (the recorded command must not name this machine's checkout); any other
+    argument unchanged."""
+    p = Path(arg)
+    if not p.is_absolute():
+        return arg
+    try:
+        return str(p.relative_to(Path(__file__).resolve().parent.parent))
+    except ValueError:
+        return arg
+
+
 def cmd_measure(a: argparse.Namespace) -> int:
     """Runs a command; its wall time, and peak RSS two ways: the sum over its
     process tree (sampled every --interval-s) and the largest single process
@@ -423,7 +448,7 @@ def cmd_measure(a: argparse.Namespace) -> int:
     maxrss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     mib = 1024 * 1024
     out = {
-        "command": a.command,
+        "command": [_repo_relative(c) for c in a.command],
         "exit_status": proc.returncode,
         "wall_s": round(wall, 2),
         "peak_tree_rss_mib": round(peak_tree / mib, 1),

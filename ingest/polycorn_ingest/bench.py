@@ -34,7 +34,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -43,6 +42,7 @@ from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.records import Rows
 from polycorn_ingest.sink import LinkDbSink
+from polycorn_schema.startup import kafka_create_topics, pg_connect
 from polycorn_schema.testing import fresh_database
 
 CARRIERS = ("carrier-a", "carrier-b")
@@ -232,8 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     tag = secrets.token_hex(3)
     topic = f"bench.telemetry.{tag}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, 8, 1), NewTopic(topic + ".dlq", 1, 1)]).values():
-        f.result(30)
+    kafka_create_topics(bootstrap, [NewTopic(topic, 8, 1), NewTopic(topic + ".dlq", 1, 1)])
     ctx = mp.get_context("spawn")
     try:
         with fresh_database(prefix="linkdb_bench") as url:
@@ -315,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             q = statistics.quantiles(lags, n=100)
             total = {k: round(sum(s[k] for s in stages), 2) for k in stages[0]}
             thr = {k: round(sum(s.get(k, 0.0) for s in snaps), 2) for k in stages[0]}
-            with psycopg.connect(url) as c:
+            with pg_connect(url) as c:
                 pg = {
                     k: c.execute(f"SHOW {k}").fetchone()[0]  # type: ignore[index]
                     for k in PG_SETTINGS

@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
+from polycorn_schema.startup import kafka_create_topics
 
 T0 = 1_795_000_000_000  # 2026-11-18, Unix ms
 
@@ -33,9 +34,7 @@ def topics(partitions: int = 3) -> Iterator[tuple[str, str]]:
     tag = secrets.token_hex(4)
     names = (f"test.telemetry.{tag}", f"test.dlq.{tag}")
     admin = AdminClient({"bootstrap.servers": bootstrap()})
-    fs = admin.create_topics([NewTopic(names[0], partitions, 1), NewTopic(names[1], 1, 1)])
-    for f in fs.values():
-        f.result(30)
+    kafka_create_topics(bootstrap(), [NewTopic(names[0], partitions, 1), NewTopic(names[1], 1, 1)])
     try:
         yield names
     finally:

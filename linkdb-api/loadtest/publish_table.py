@@ -8,7 +8,8 @@ import argparse
 import sys
 
 import httpx
-import psycopg
+
+from polycorn_schema.startup import pg_connect
 
 SQL = """
 SELECT h.source_cell_id, h.direction::text, avg(h.track_m) FILTER (WHERE h.outcome = 'failure'),
@@ -26,7 +27,7 @@ def main() -> int:
     p.add_argument("--url", required=True)
     p.add_argument("--key", required=True, help="an admin-scope API key")
     a = p.parse_args()
-    with psycopg.connect(a.db) as c:
+    with pg_connect(a.db) as c:
         rows = c.execute(SQL).fetchall()
     entries = [
         {"cell": cell, "direction": d, "position_m": round(pos, 1), "failures": f, "handovers": n}

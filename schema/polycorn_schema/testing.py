@@ -12,9 +12,8 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import psycopg
-
 from polycorn_schema.linkdb.cli import upgrade
+from polycorn_schema.startup import pg_connect
 
 
 def base_url() -> str:
@@ -38,15 +37,15 @@ def fresh_database(migrate: bool = True, prefix: str = "linkdb_test") -> Iterato
     ``migrate`` is false) on the test server; dropped afterwards."""
     admin = with_database(base_url(), "postgres")
     name = f"{prefix}_{secrets.token_hex(4)}"
-    with psycopg.connect(admin, autocommit=True) as c:
+    with pg_connect(admin, autocommit=True) as c:
         c.execute(f'CREATE DATABASE "{name}"')
     url = with_database(base_url(), name)
     try:
-        with psycopg.connect(url, autocommit=True) as c:
+        with pg_connect(url, autocommit=True) as c:
             c.execute("CREATE EXTENSION IF NOT EXISTS postgis")
         if migrate:
             upgrade(url)
         yield url
     finally:
-        with psycopg.connect(admin, autocommit=True) as c:
+        with pg_connect(admin, autocommit=True) as c:
             c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -83,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
             default=os.environ.get("POLYCORN_DATABASE_URL"),
             help="postgresql://user@host:port/db (env POLYCORN_DATABASE_URL)",
         )
+        sp.add_argument(
+            "--db-wait-s",
+            type=_seconds,
+            default=60.0,
+            help="wait this long for a starting PostgreSQL before failing (default 60)",
+        )
 
     def kafka(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
@@ -136,6 +142,7 @@ def _options(a: argparse.Namespace, store: bool, publish: bool) -> Options:
         publish=publish,
         bootstrap=getattr(a, "bootstrap", None),
         topic=getattr(a, "topic", TOPIC),
+        db_wait_s=a.db_wait_s,
     )
 
 
@@ -157,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("no database: give --database-url or set POLYCORN_DATABASE_URL")
     try:
         if a.cmd == "publish":
-            t = publish_only(a.database_url, a.bootstrap, a.topic)
+            t = publish_only(a.database_url, a.bootstrap, a.topic, db_wait_s=a.db_wait_s)
             print(
                 json.dumps(
                     None

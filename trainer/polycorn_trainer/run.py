@@ -13,8 +13,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-
+from polycorn_schema.startup import pg_connect
 from polycorn_trainer.data import Shard, load_cells
 from polycorn_trainer.fit import CellData, CellResult, Counts, Params, fit_many
 from polycorn_trainer.kafka import produce_table
@@ -34,6 +33,8 @@ class Options:
     bootstrap: str | None = None
     topic: str = "polycorn.failure-tables.v1"
     progress_every_s: float = 5.0
+    # How long to wait for a starting PostgreSQL before a run fails.
+    db_wait_s: float = 60.0
 
 
 def _workers(n: int) -> int:
@@ -120,7 +121,7 @@ def run(url: str, o: Options, metrics: Metrics | None = None) -> dict[str, Any]:
 
 
 def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
-    with psycopg.connect(url) as conn:
+    with pg_connect(url, timeout_s=o.db_wait_s) as conn:
         loaded = load_cells(conn, o.shard)
         cells, untracked = loaded.cells, loaded.untracked
         conn.commit()
@@ -220,10 +221,12 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
     return summary
 
 
-def publish_only(url: str, bootstrap: str | None, topic: str) -> Published | None:
+def publish_only(
+    url: str, bootstrap: str | None, topic: str, *, db_wait_s: float = 60.0
+) -> Published | None:
     """Re-assembles the table from the latest cell models and publishes it
     (after sharded runs, or to re-send the current table to Kafka)."""
-    with psycopg.connect(url) as conn:
+    with pg_connect(url, timeout_s=db_wait_s) as conn:
         published = publish_table(conn, None)
     if published is not None and bootstrap:
         produce_table(

@@ -22,6 +22,7 @@ from polycorn_linkdb_api.app import create_app
 from polycorn_linkdb_api.auth import hash_key
 from polycorn_linkdb_api.settings import ApiSettings, DatabaseSettings, Settings
 from polycorn_schema.failure_table import HEADER_ETAG, HEADER_VERSION, KAFKA_KEY, etag_of
+from polycorn_schema.startup import kafka_create_topics
 from polycorn_schema.testing import fresh_database
 from polycorn_trainer import cli
 from polycorn_trainer.data import Shard
@@ -120,11 +121,7 @@ def topic() -> Iterator[str]:
     bootstrap = os.environ["POLYCORN_KAFKA_BOOTSTRAP"]
     name = f"test.failure-tables.{secrets.token_hex(4)}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    fs = admin.create_topics(
-        [NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})], operation_timeout=30
-    )
-    for f in fs.values():
-        f.result()
+    kafka_create_topics(bootstrap, [NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})])
     yield name
     for f in admin.delete_topics([name], operation_timeout=30).values():
         f.result()
@@ -273,7 +270,19 @@ def test_cli_once_writes_a_summary_and_reports_a_dead_database(
     assert rc == 0
     s = json.loads(out.read_text())
     assert s["table"]["version"] == 1 and s["cells"] == 2 * CELLS
-    rc = cli.main(["validate", "--database-url", "postgresql://postgres@127.0.0.1:1/none"])
+    # No server on the port: a starting server, waited for (bounded), then
+    # one clear line.
+    rc = cli.main(
+        ["validate", "--database-url", "postgresql://postgres@127.0.0.1:1/none", "--db-wait-s", "1"]
+    )
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "polycorn-trainer: NotReadyError: connecting to PostgreSQL at" in err
+    assert "still failing after 1 s" in err
+    # A server that answers but has no such database is no starting server:
+    # the error comes at once, not NotReadyError after the wait.
+    missing = db.rpartition("/")[0] + "/no_such_linkdb"
+    rc = cli.main(["validate", "--database-url", missing, "--db-wait-s", "600"])
     assert rc == 1
     assert "polycorn-trainer: OperationalError" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
