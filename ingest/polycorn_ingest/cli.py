@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.drivetest import Columns, import_csv
@@ -212,19 +212,42 @@ def _produce_testbed(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     if not a.bootstrap:
         p.error("no Kafka: give --bootstrap or set POLYCORN_KAFKA_BOOTSTRAP")
     epoch = a.epoch_unix_ms if a.epoch_unix_ms is not None else int(time.time() * 1000)
-    prod = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    # librdkafka retries what a starting broker or a new topic answers
+    # (LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PART, ...) until
+    # message.timeout.ms; a record still not delivered then is reported.
+    prod = Producer(
+        {
+            "bootstrap.servers": a.bootstrap,
+            "linger.ms": 20,
+            "enable.idempotence": True,
+            "message.timeout.ms": 120_000,
+        }
+    )
+    failed: list[str] = []
+
+    def report(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            failed.append(str(err))
+
     n = 0
     for rec in records(a.events, a.train_id, epoch, a.carriers.split(",")):
         while True:
             try:
-                prod.produce(a.topic, key=a.train_id.encode(), value=rec.SerializeToString())
+                prod.produce(
+                    a.topic,
+                    key=a.train_id.encode(),
+                    value=rec.SerializeToString(),
+                    on_delivery=report,
+                )
                 break
             except BufferError:
                 prod.poll(0.1)
         n += 1
-    left = prod.flush(60)
-    print(f"{n - left} records to {a.topic}")
-    return 0 if left == 0 else 1
+    left = prod.flush(180)
+    print(f"{n - left - len(failed)} records to {a.topic}")
+    if failed:
+        print(f"polycorn-ingest: {len(failed)} records not delivered: {failed[0]}", file=sys.stderr)
+    return 0 if left == 0 and not failed else 1
 
 
 if __name__ == "__main__":

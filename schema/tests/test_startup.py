@@ -74,19 +74,15 @@ def test_other_errors_are_not(exc: Exception) -> None:
 
 def test_retry_until_the_coordinator_answers() -> None:
     t = FakeTime()
-    calls = iter(
-        [
-            kafka_exc(KafkaError.COORDINATOR_LOAD_IN_PROGRESS),
-            kafka_exc(KafkaError.NOT_COORDINATOR),
-            7,
-        ]
-    )
+    errors = [
+        kafka_exc(KafkaError.COORDINATOR_LOAD_IN_PROGRESS),
+        kafka_exc(KafkaError.NOT_COORDINATOR),
+    ]
 
     def fn() -> int:
-        v = next(calls)
-        if isinstance(v, Exception):
-            raise v
-        return v
+        if errors:
+            raise errors.pop(0)
+        return 7
 
     assert retry(fn, what="committed offsets", clock=t.clock, sleep=t.sleep) == 7
     assert t.sleeps == [0.2, 0.4]
