@@ -19,10 +19,10 @@
 #             on REPORT seeds: route seed 7, trip seeds 1001.. Development and
 #             tuning use route seed 1 / trip seeds 1..99 (scripts/validate-tracegen.sh,
 #             unit tests); results are never reported on those.
-#   mahimahi  the real LTE traces of ../shared/data/traces/mahimahi (T-Mobile
-#             and Verizon, driving) as carriers 0 and 1, 30 ms one-way delay,
-#             no random loss, no scheduled blackouts; skipped when the folder
-#             is absent (set MAHIMAHI_DIR to use another copy).
+#   mahimahi  the real LTE traces of testbed/traces/mahimahi (T-Mobile and
+#             Verizon, driving; GPL-3.0 data, see its README) as carriers 0
+#             and 1, 30 ms one-way delay, no random loss, no scheduled
+#             blackouts (set MAHIMAHI_DIR to use another copy).
 #
 # Failure-location table (HRSCH's handover-failure-aware path rejection): the
 # trainer learns it from TABLE_TRIPS (default 20) PREVIOUS trips of the same
@@ -54,7 +54,7 @@ PROFILE=${PROFILE:-short}
 BIN=${BIN:-$root/target/release}
 export BIN
 WORK=${BENCH_WORK:-/tmp/polycorn-bench-hsr}
-MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/../shared/data/traces/mahimahi}
+MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/testbed/traces/mahimahi}
 # hrsch and its ablations (one HRSCH mechanism added to minrtt each), hrsch
 # with extended reinjection at k = 1 and 2 (testbed/pipelines.toml), the
 # baselines.
@@ -322,9 +322,10 @@ run_trip() {
 
 sets_json=""
 for set in "${LINK_SETS[@]}"; do
-    if [[ $set == mahimahi && ! -f $MAHIMAHI_DIR/TMobile-LTE-short.down ]]; then
-        log "no Mahimahi traces at $MAHIMAHI_DIR: the mahimahi link set is skipped"
-        continue
+    if [[ $set == mahimahi ]]; then
+        for f in {TMobile,Verizon}-LTE-short.{up,down}; do
+            [[ -f $MAHIMAHI_DIR/$f ]] || die "Mahimahi trace $MAHIMAHI_DIR/$f is missing"
+        done
     fi
     [[ $set == hsr || $set == mahimahi ]] || die "unknown link set '$set' (hsr, mahimahi)"
     [[ $set == hsr && $TABLE == previous && ! -f $RUN/failure-table.json ]] && make_table

@@ -391,15 +391,12 @@ fn schedule_file_drives_a_link() {
 
 #[test]
 fn real_mahimahi_traces_deliver_1500_bytes_per_line_per_period() {
-    // The shared data folder sits next to the repository (`../shared` from its root).
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces/mahimahi");
+    // The Mahimahi LTE traces carried in the repository (`testbed/traces/mahimahi`).
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces/mahimahi");
     let names = ["TMobile-LTE-short.down", "TMobile-LTE-short.up", "Verizon-LTE-short.down", "Verizon-LTE-short.up"];
-    let mut checked = 0;
     for name in names {
-        let Ok(text) = std::fs::read_to_string(dir.join(name)) else {
-            eprintln!("note: {name} not found under {}; skipped", dir.display());
-            continue;
-        };
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let trace = Trace::parse(&text).unwrap();
         let lines = trace.len();
         let period = trace.period();
@@ -425,10 +422,6 @@ fn real_mahimahi_traces_deliver_1500_bytes_per_line_per_period() {
             now = t;
         }
         assert_eq!(bytes, 1500 * lines, "{name}");
-        checked += 1;
-    }
-    if checked == 0 {
-        eprintln!("note: no real Mahimahi traces found; test skipped");
     }
 }
 

@@ -193,24 +193,21 @@ fn extended_reinjection_moves_a_stalled_paths_data_once_and_never_back_onto_it()
     );
 }
 
+/// The Mahimahi LTE traces carried in the repository (`testbed/traces/mahimahi`).
 fn mahimahi_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces/mahimahi")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testbed/traces/mahimahi")
 }
 
-fn load(name: &str) -> Option<Arc<MahimahiTrace>> {
+fn load(name: &str) -> Arc<MahimahiTrace> {
     let p = mahimahi_dir().join(name);
-    p.exists().then(|| Arc::new(MahimahiTrace::from_file(&p).unwrap_or_else(|e| panic!("{e}"))))
+    Arc::new(MahimahiTrace::from_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
 }
 
 #[test]
 fn real_mahimahi_traces_carry_every_byte_within_their_capacity() {
     let names = ["TMobile-LTE-short", "Verizon-LTE-short"];
-    let traces: Option<Vec<(Arc<MahimahiTrace>, Arc<MahimahiTrace>)>> =
-        names.iter().map(|n| Some((load(&format!("{n}.up"))?, load(&format!("{n}.down"))?))).collect();
-    let Some(traces) = traces else {
-        eprintln!("note: Mahimahi traces not found under {}; skipping", mahimahi_dir().display());
-        return;
-    };
+    let traces: Vec<(Arc<MahimahiTrace>, Arc<MahimahiTrace>)> =
+        names.iter().map(|n| (load(&format!("{n}.up")), load(&format!("{n}.down")))).collect();
     for name in ["minrtt", "blest", "redundant"] {
         let paths: Vec<PathSpec> = traces
             .iter()
