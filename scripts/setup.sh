@@ -59,7 +59,7 @@ check_kernel_net() {
     local mptcp
     mptcp=$(cat /proc/sys/net/mptcp/enabled 2>/dev/null || echo absent)
     SUMMARY+=("kernel MPTCP: net.mptcp.enabled=${mptcp}")
-    # netem is not built into this kernel (see shared/design/infra.md s8); say
+    # netem is not built into this kernel on our machines; say
     # so once here rather than letting a test discover it. Read from the
     # kernel config so that no qdisc is touched on the host.
     if [[ -r /proc/config.gz ]]; then

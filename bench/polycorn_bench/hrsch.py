@@ -54,13 +54,17 @@ KERNEL_SCHEMES = frozenset({"kernel-mptcp"})
 HOF_WINDOW_MS = 2000.0
 HOF_MIN_ACTIVE_MS = 200.0
 
-#: The paper's numbers (PC = the POLYCORN paper; ../shared/design/hsr-facts.md §12).
+#: The paper's numbers (PC = the POLYCORN paper, NSDI'23; collected in docs/hsr-facts.md §12).
 PAPER: dict[str, Any] = {
-    "source": "POLYCORN paper §4.5, §6.2, §6.3 as collected in shared/design/hsr-facts.md §12",
+    "source": (
+        "POLYCORN paper (NSDI'23) §4.5, §6.2, §6.3 and its slides, "
+        "as collected in docs/hsr-facts.md §12"
+    ),
     "hrsch_vs_minrtt": {"256KB": 1.45, "1MB": 1.28, "4MB": 1.26, OVERALL: 1.31},
     # Gain over minrtt ("POLYCORN Vanilla") averaged over the three sizes. The paper prints
-    # "7.0%, 18.8%, 4.2%, and 2.9%"; hsr-facts §12.3 takes the mapping from the slides
-    # (ORI 18.8 %, TPR 4.2 %); the issue text has TPR and ORI the other way round.
+    # "7.0%, 18.8%, 4.2%, and 2.9%" (PC §6.2); the mapping is the NSDI'23 slides'
+    # (ORI 18.8 %, TPR 4.2 %; docs/hsr-facts.md §12.3); the issue text has TPR and ORI the
+    # other way round.
     "ablation_gain": {
         "minrtt+hpr": 0.070,
         "minrtt+tpr": 0.042,

@@ -11,7 +11,7 @@
 #   1.29.2, which speaks the Docker API and reads compose spec files with
 #   profiles and service_completed_successfully), iptables (netavark's NAT).
 # - containers.conf with the settings a VM without systemd and without
-#   CAP_SYS_RESOURCE needs (shared/design/infra.md s7): ulimits podman can
+#   CAP_SYS_RESOURCE needs: ulimits podman can
 #   grant, runc, cgroupfs + file events. It lives in the machine cache and is
 #   selected with CONTAINERS_CONF by the scripts (never /etc/containers).
 #

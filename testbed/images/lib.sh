@@ -5,8 +5,9 @@
 # scripts/setup.d/containers.sh writes, and the names of the local images.
 #
 # The storage is selected with --root/--runroot flags rather than a
-# storage.conf: CONTAINERS_STORAGE_CONF made every `podman run` hang on
-# conmon here (shared/design/infra.md s7).
+# storage.conf: with CONTAINERS_STORAGE_CONF every `podman run` hung for
+# 20 s on our machines ("Exceeded conmon timeout waiting for container to
+# exit").
 
 PC_CACHE=${POLYCORN_CACHE:-/var/cache/polycorn}
 PC_CTR_DIR=$PC_CACHE/containers
