@@ -24,7 +24,7 @@ define run_integration
 	fi
 endef
 
-.PHONY: help setup build test integration demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -38,17 +38,25 @@ build: setup ## release build of the whole workspace
 
 # --release: the integration tests push 100 MB through the proxies, and the
 # unit tests then share the release build's artifacts.
-test: setup ## what CI runs: fmt check, clippy, unit tests (release), Python lint and tests, platform validation, integration tests, the compose testbed
+test: setup ## what CI runs: no reference outside the repository, fmt check, clippy, unit tests (release), Python lint and tests, platform validation, integration tests, a first start from nothing, the compose testbed
+	python3 scripts/check_self_contained.py
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked --release
 	$(MAKE) --no-print-directory lint-py test-py
 	$(MAKE) --no-print-directory validate-platform
 	$(run_integration)
+	$(MAKE) --no-print-directory test-first-start
 	$(MAKE) --no-print-directory test-compose
 
 integration: setup ## only the integration tests (scripts/integration.sh)
 	$(run_integration)
+
+# PostgreSQL, Kafka and Prometheus started from nothing (own state directory
+# and ports; the warm servers of scripts/infra.sh stay as they are), then the
+# demo's fleet part on them: what a newcomer's first `make demo` meets.
+test-first-start: build ## first start from wiped infra state: infra.sh up from nothing, then the demo's fleet part (~3 min)
+	bash scripts/test-first-start.sh
 
 demo: build ## end-to-end demo on the namespace testbed
 	bash scripts/demo.sh
@@ -125,7 +133,10 @@ dashboards: ## regenerate dashboards/*.json from scripts/gen_dashboards.py
 test-compose: setup ## the docker-compose fleet-in-a-box, end to end on podman (root)
 	bash scripts/test-compose.sh
 
-lint: lint-rust lint-sh lint-py ## all linters
+lint: lint-rust lint-sh lint-py lint-refs ## all linters
+
+lint-refs: ## nothing in the repository references files outside it (scripts/check_self_contained.py)
+	python3 scripts/check_self_contained.py
 
 # Python: the uv projects, each with its lockfile: bench/ (benchmark analysis)
 # and the cloud services' workspace at the root (schema/, ingest/,

@@ -48,6 +48,13 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# The demo is also a check (scripts/test-first-start.sh runs it on servers
+# started from nothing): what did not happen fails it, with the log to read.
+fail() {
+    echo "demo-fleet: ERROR: $1" >&2
+    [[ -n ${2:-} && -f $2 ]] && tail -30 "$2" >&2
+    exit 1
+}
 
 bash scripts/infra.sh up pg kafka prom >/dev/null
 eval "$(bash scripts/infra.sh env)"
@@ -55,7 +62,7 @@ KAFKA_PORT=${POLYCORN_KAFKA_BOOTSTRAP##*:}
 DB_URL=${POLYCORN_DATABASE_URL%/*}/$DB
 # A fresh LinkDB for the demo (the shared server keeps other databases).
 psql "${POLYCORN_DATABASE_URL%/*}/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
-PY polycorn-linkdb --url "$DB_URL" upgrade 2>/dev/null
+PY polycorn-linkdb --url "$DB_URL" upgrade 2>"$WORK/migrate.log" || fail "migrating $DB_URL failed" "$WORK/migrate.log"
 # The demo's own topics (deleted at the end): this LinkDB gets exactly the
 # demo's records, not what other runs left on the shared broker.
 TOPIC=polycorn.telemetry.demo-$$
@@ -88,7 +95,9 @@ echo
 echo "== the fleet's history: $HISTORY earlier trips of this route, through Kafka and ingest into LinkDB"
 PY python scripts/trainer_fleet.py load --route-seed 1 --trip-seeds "101-$((100 + HISTORY))" \
     --duration-s "$TRIP_S" --tracegen "$BIN/polycorn-tracegen" --database-url "$DB_URL" \
-    --work "$WORK/history" --out "$WORK/history.json" 2>/dev/null | grep -E 'handovers|cells' | sed 's/^/  /'
+    --work "$WORK/history" --out "$WORK/history.json" >"$WORK/history.log" 2>&1 ||
+    fail "loading the fleet's history into LinkDB failed" "$WORK/history.log"
+grep -E 'handovers|cells' "$WORK/history.log" | sed 's/^/  /'
 
 # The trainer as a service: a run every 30 s, each publishing a new table
 # version when the cells' failure locations changed. Demo thresholds: a cell
@@ -101,6 +110,8 @@ setsid "$VENV/polycorn-trainer" run --interval-s 30 --database-url "$DB_URL" --t
 PIDS+=($!)
 for ((i = 0; i < 120; i++)); do [[ -s $WORK/trainer.json ]] && break; sleep 0.5; done
 [[ -s $WORK/trainer.json ]] || { echo "the trainer's first run did not finish:"; tail "$WORK/trainer.log"; exit 1; }
+# The table the live trip's proxy must find on the topic at its start.
+first_table=$(jq -r '.table.version // empty' "$WORK/trainer.json")
 jq -r '"trainer: model \(.model_id) from \(.handovers) handovers in \(.cells) cells (\(.cells_fitted) SVMs) in \(.refit_s) s; table v\(.table.version // "-") with \(.table.entries // 0) failure locations, on Kafka topic '"$TABLES"'",
     "  leave-one-trip-out: failures correct/late/early \(.validation.failure_correct)/\(.validation.failure_late)/\(.validation.failure_early), successes correct \(.validation.success_correct)"' \
     "$WORK/trainer.json"
@@ -128,22 +139,28 @@ echo "trip over: $downloads downloads, $((bytes / 1000000)) MB through the train
 # Telemetry confirmed by Kafka leaves the spool; then ingest catches up.
 for ((i = 0; i < 120; i++)); do
     left=$(ip netns exec "$P-train" curl -fsS --max-time 2 http://127.0.0.1:9465/metrics 2>/dev/null |
-        awk '/^polycorn_telemetry_spool_records/ {print $2}')
+        awk '/^polycorn_telemetry_spool_records/ {printf "%d", $2}')
     [[ $left == 0 ]] && break
     sleep 0.5
 done
+[[ $left == 0 ]] || fail "the relay's telemetry spool still holds ${left:-?} records 60 s after the trip (Kafka never confirmed them)"
 for ((i = 0; i < 60; i++)); do
     n=$(psql "$DB_URL" -Atc "select count(*) from handovers where train_id = '$TRAIN_ID'")
     w=$(grep -c '"event":"handover_end","t_ms":[0-9]*,"carrier":[01],' "$WORK/trip/events.jsonl" || true)
     ((n >= w)) && break
     sleep 1
 done
+((n >= w)) || fail "LinkDB has $n of the live trip's $w handovers 60 s after the spool drained" "$WORK/ingest.log"
 
 # What the proxy did with the table during the trip.
 pm=$(ip netns exec "$P-cloud" curl -fsS --max-time 2 http://127.0.0.1:9464/metrics 2>/dev/null || true)
 echo "proxy: failure-location table v$(awk '/^polycorn_failure_table_version/ {printf "%d", $2}' <<<"$pm") in use" \
     "($(awk '/^polycorn_failure_table_source_loads_total\{source="kafka"\}/ {printf "%d", $2}' <<<"$pm") loaded from Kafka);" \
     "hof-reject kept a carrier out $(awk '/schedulerlet="hof-reject",event="rejections"/ {s += $2} END {print s + 0}' <<<"$pm") times"
+if [[ -n $first_table ]]; then
+    loads=$(awk '/^polycorn_failure_table_source_loads_total\{source="kafka"\}/ {printf "%d", $2}' <<<"$pm")
+    ((${loads:-0} >= 1)) || fail "the trainer published a table but the proxy loaded none from Kafka"
+fi
 
 # The trainer's next scheduled run learns from the live trip too.
 done_s=$(date +%s)
@@ -175,6 +192,8 @@ want = sum(1 for l in open(os.environ["EVENTS"])
            if (e := json.loads(l))["event"] == "handover_end" and e["carrier"] < 2)
 fails = [f for f in hos if f["properties"]["outcome"] == "failure"]
 print(f"handovers: {len(hos)} in LinkDB for the {want} of the trip; {len(fails)} failed")
+if len(hos) != want:
+    raise SystemExit(f"demo-fleet: ERROR: the API serves {len(hos)} handovers of the trip, not {want}")
 for f in fails[:6]:
     p = f["properties"]
     print(f"  failed  {p['carrier']}  cell {p['source_cell_id']} -> {p['target_cell_id']}  at track "
