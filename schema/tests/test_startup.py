@@ -207,3 +207,11 @@ def test_kafka_create_topics_is_idempotent_and_waits_for_leaders() -> None:
 def test_kafka_unreachable_is_bounded() -> None:
     with pytest.raises(NotReadyError, match="still failing after 2 s"):
         startup.kafka_wait_leaders(f"127.0.0.1:{free_port()}", ["x"], timeout_s=2)
+
+
+def test_linkdb_cli_waits_then_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    from polycorn_schema.linkdb import cli
+
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/linkdb"
+    assert cli.main(["--url", url, "--wait-s", "1", "upgrade"]) == 1
+    assert "polycorn-linkdb: connecting to PostgreSQL at" in capsys.readouterr().err

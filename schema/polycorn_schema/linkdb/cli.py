@@ -6,7 +6,9 @@
     polycorn-linkdb revision -m MESSAGE [--autogenerate]   (developers)
 
 The database URL comes from ``--url`` or ``POLYCORN_DATABASE_URL``
-(``postgresql://user@host:port/db``; the psycopg 3 driver is used).
+(``postgresql://user@host:port/db``; the psycopg 3 driver is used). A server
+that is still starting is waited for, up to ``--wait-s`` (60 s), before the
+command runs; then it fails with a message saying so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 
 from alembic import command
 from alembic.config import Config
+
+from polycorn_schema.startup import NotReadyError, pg_connect
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -42,6 +46,12 @@ def upgrade(url: str, revision: str = "head") -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="polycorn-linkdb", description=__doc__.split("\n")[0])
     p.add_argument("--url", default=os.environ.get("POLYCORN_DATABASE_URL"))
+    p.add_argument(
+        "--wait-s",
+        type=float,
+        default=60.0,
+        help="wait this long for a starting PostgreSQL (default 60; 0: do not wait)",
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("upgrade")
     up.add_argument("revision", nargs="?", default="head")
@@ -58,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         cfg = alembic_config(a.url)
     except ValueError as e:
         p.error(str(e))
+    if a.cmd != "revision" and a.wait_s > 0:
+        libpq = "postgresql://" + sqlalchemy_url(a.url)[len("postgresql+psycopg://") :]
+        try:
+            pg_connect(libpq, timeout_s=a.wait_s).close()
+        except NotReadyError as e:
+            print(f"polycorn-linkdb: {e}", file=sys.stderr)
+            return 1
     if a.cmd == "upgrade":
         command.upgrade(cfg, a.revision)
     elif a.cmd == "downgrade":
