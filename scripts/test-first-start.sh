@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A newcomer's first run, in make test: PostgreSQL, Kafka and Prometheus start
 # from nothing (a fresh, private state directory: initdb, a freshly formatted
-# KRaft broker) and the demo's fleet part runs on them at once: history
+# KRaft broker). A client started before each server must wait through its
+# start-up; then the demo's fleet part runs on the new servers: history
 # through Kafka and ingest into LinkDB, the trainer, a live trip whose proxy
 # reads the learned table from Kafka. Every run until issue 17 found servers
 # left warm by an earlier run; a fresh broker's group coordinator answers
@@ -52,8 +53,56 @@ done
 
 fresh() { [[ ! -e $STATE/pg && ! -e $STATE/kafka ]]; }
 step "no earlier state in $STATE" fresh
-# Returns only when each server is ready for what the project does with it.
-step "scripts/infra.sh up from nothing (initdb, Kafka format)" bash scripts/infra.sh up pg kafka prom
+
+eval "$(bash scripts/infra.sh env)"
+PG_ADMIN=${POLYCORN_DATABASE_URL%/*}/postgres
+PY() { uv run --all-packages --locked --quiet "$@"; }
+uv sync --all-packages --locked --quiet
+WORK=$STATE/work
+mkdir -p "$WORK"
+
+# Clients that start before their server must wait through its start-up
+# (connection refused, "the database system is starting up", a broker with
+# no coordinator yet), bounded, instead of failing at the first error.
+blocked() { # PID LOG PATTERN: the client runs and says it is waiting for its server
+    local i
+    for ((i = 0; i < 600; i++)); do
+        grep -q "$3" "$2" && return 0
+        kill -0 "$1" 2>/dev/null || { tail -20 "$2"; echo "it exited instead of waiting"; return 1; }
+        sleep 0.1
+    done
+    tail -20 "$2"
+    echo "no sign of waiting after 60 s"
+    return 1
+}
+waited() { # PID LOG: the client's exit status; what it waited through
+    local rc=0
+    wait "$1" || rc=$?
+    grep -h "retrying" "$2" | cut -c1-160 | sed 's/^/    waited: /' | head -3
+    ((rc == 0)) || tail -20 "$2"
+    return "$rc"
+}
+PY polycorn-linkdb --url "$PG_ADMIN" --wait-s 120 current >"$WORK/linkdb-wait.log" 2>&1 &
+early_pg=$!
+step "polycorn-linkdb, started before PostgreSQL, is waiting for it" blocked "$early_pg" "$WORK/linkdb-wait.log" "retrying"
+step "scripts/infra.sh up pg from nothing (initdb)" bash scripts/infra.sh up pg
+step "polycorn-linkdb, started before PostgreSQL, waited for it" waited "$early_pg" "$WORK/linkdb-wait.log"
+
+PY polycorn-linkdb --url "$POLYCORN_DATABASE_URL" upgrade >"$WORK/migrate.log" 2>&1
+# The history loader of the demo and the benchmarks, started while no broker
+# runs: it creates its topics, produces two trips, has ingest consume them
+# and checks the group's committed offsets, all on a broker that starts
+# under it; LinkDB must then hold exactly the trips' records.
+PY python scripts/trainer_fleet.py load --route-seed 3 --trip-seeds 301-302 --duration-s 60 \
+    --tracegen target/release/polycorn-tracegen --ingest-timeout-s 300 \
+    --work "$WORK/early" --out "$WORK/early.json" >"$WORK/early.log" 2>&1 &
+early_kafka=$!
+# librdkafka logs each refused connection; the loader's own waits say "retrying".
+step "the history loader, started before Kafka, is waiting for it" \
+    blocked "$early_kafka" "$WORK/early.log" "Connection refused\|retrying"
+step "scripts/infra.sh up kafka prom from nothing (Kafka format)" bash scripts/infra.sh up kafka prom
+step "the history loader, started before Kafka, loaded every record" waited "$early_kafka" "$WORK/early.log"
+
 step "the demo's fleet part on the new servers" \
     env DEMO_TRIP_S="${FIRST_START_TRIP_S:-60}" DEMO_HISTORY_TRIPS="${FIRST_START_HISTORY_TRIPS:-2}" \
     bash scripts/demo-fleet.sh
