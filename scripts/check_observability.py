@@ -7,6 +7,7 @@
     check_observability.py alerts --rules R.yml... --tests T.yml... --scrape-config P.yml
     check_observability.py dashboards --provisioning DIR D.json...
     check_observability.py sql --database-url URL [--expect-rows TITLE]... D.json...
+    check_observability.py families --committed DIR [--refresh CMD] LIVE.prom...
 
 ``metrics``: every PromQL expression of the recording and alerting rules and
 of the dashboards (panel targets and Prometheus template variables) is parsed
@@ -49,6 +50,13 @@ against a real LinkDB, read-only, with Grafana's macros expanded
 (``$__timeFilter``, ``$__timeGroupAlias``, ``$__timeGroup``) and each SQL
 variable replaced by its query's values. ``--expect-rows`` names panels that
 must return at least one row.
+
+``families``: the metric families (name and type, from the ``# TYPE``
+lines) of each LIVE dump (scraped from a running service) are those of the
+dump of the same file name in DIR, the committed fixtures that the offline
+check (scripts/validate-observability.sh) tests the rules and dashboards
+against; with ``--refresh CMD``, a difference names CMD as the way to
+refresh them. Every committed dump must have a live one and vice versa.
 
 Exit status: 0 when everything checks, 1 on any finding, 2 on bad usage.
 """
@@ -618,6 +626,56 @@ def check_sql(paths: list[Path], url: str, uid: str, expect_rows: list[str]) -> 
     return problems
 
 
+# ------------------------------------------------------------------ families check
+
+
+def family_types(text: str, src: str) -> dict[str, str]:
+    """Metric family name -> type, from the ``# TYPE`` lines of an exposition."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            parts = line.split()
+            if len(parts) < 4:
+                raise CheckError(f"{src}: malformed TYPE line: {line[:80]!r}")
+            out[parts[2]] = parts[3].lower()
+    if not out:
+        raise CheckError(f"{src}: no metric family (# TYPE line): not a /metrics dump")
+    return out
+
+
+def check_families(committed: Path, live: list[Path], refresh: str | None) -> list[str]:
+    problems: list[str] = []
+    live_names = {p.name for p in live}
+    for fixture in sorted(committed.glob("*.prom")):
+        if fixture.name not in live_names:
+            problems.append(f"{fixture}: no live dump {fixture.name} to compare with")
+    for path in live:
+        fixture = committed / path.name
+        if not fixture.is_file():
+            problems.append(f"{path.name}: no committed dump {fixture}")
+            continue
+        now = family_types(path.read_text(), str(path))
+        then = family_types(fixture.read_text(), str(fixture))
+        for name in sorted(now.keys() - then.keys()):
+            problems.append(f"{path.name}: {name} ({now[name]}) is exported but not in {fixture}")
+        for name in sorted(then.keys() - now.keys()):
+            problems.append(
+                f"{path.name}: {name} ({then[name]}) is in {fixture} but no longer exported"
+            )
+        for name in sorted(now.keys() & then.keys()):
+            if now[name] != then[name]:
+                problems.append(
+                    f"{path.name}: {name} is a {now[name]} now, a {then[name]} in {fixture}"
+                )
+    if problems:
+        how = f": {refresh}" if refresh else ""
+        problems.append(
+            f"the committed /metrics dumps in {committed} are stale; refresh them{how} "
+            "(and commit them)"
+        )
+    return problems
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -650,6 +708,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--datasource-uid", default="linkdb")
     s.add_argument("--expect-rows", action="append", default=[], metavar="PANEL_TITLE")
     s.add_argument("dashboards", type=Path, nargs="+")
+    f = sub.add_parser("families", help="live /metrics dumps vs the committed ones")
+    f.add_argument("--committed", type=Path, required=True, help="dir of the committed dumps")
+    f.add_argument("--refresh", metavar="CMD", help="the command that refreshes them")
+    f.add_argument("live", type=Path, nargs="+", help="dumps scraped from the running services")
     a = p.parse_args(argv)
 
     try:
@@ -672,6 +734,8 @@ def main(argv: list[str] | None = None) -> int:
             problems = check_alerts(a.rules, a.tests, a.scrape_config)
         elif a.cmd == "dashboards":
             problems = check_dashboards(a.dashboards, provisioned(a.provisioning), a.schema_version)
+        elif a.cmd == "families":
+            problems = check_families(a.committed, a.live, a.refresh)
         else:
             problems = check_sql(a.dashboards, a.database_url, a.datasource_uid, a.expect_rows)
     except (CheckError, OSError) as err:
