@@ -217,11 +217,17 @@ PY
 
 echo
 echo "== the same, as Prometheus scraped it ($POLYCORN_PROMETHEUS_URL)"
-sleep 3
 prom() {
     curl -fsS "$POLYCORN_PROMETHEUS_URL/api/v1/query" --data-urlencode "query=$1" |
         jq -r '.data.result[] | "\(.metric | del(.__name__, .instance, .job, .service) | tostring) \(.value[1])"' 2>/dev/null
 }
+# Prometheus scrapes every 2 s and rereads its file targets every 2 s.
+for ((i = 0; i < 60; i++)); do
+    up=$(prom 'count(up{service=~"ingest|trainer|linkdb-api"} == 1)' | awk '{print $2}')
+    [[ $up == 3 ]] && break
+    sleep 0.5
+done
+[[ $up == 3 ]] || fail "Prometheus scrapes ${up:-0} of ingest, trainer and linkdb-api after 30 s"
 echo "rows ingest wrote, by table:"
 prom 'sum by (table) (polycorn_ingest_rows_written_total{service="ingest"})' | sed 's/^/  /'
 echo "trainer: runs, last validation:"
