@@ -79,6 +79,8 @@ import promql_parser
 import psycopg
 import yaml
 
+from polycorn_schema.startup import http_ready, pg_connect
+
 # Series Prometheus makes itself (per target, and for alerts).
 BUILTIN = {
     "up",
@@ -264,8 +266,8 @@ def read_source(src: str) -> str:
 def get_json(url: str) -> Any:
     if not url.startswith(("http://", "https://")):
         raise CheckError(f"not an http(s) URL: {url}")
-    with urllib.request.urlopen(url, timeout=30) as r:  # noqa: S310 (scheme checked)
-        body = json.loads(r.read())
+    # A Prometheus that is still starting answers 503 (or nothing): waited for, bounded.
+    body = json.loads(http_ready(url, what=f"Prometheus API {url}", timeout_s=60))
     if body.get("status") != "success":
         raise CheckError(f"{url}: {body.get('error')}")
     return body["data"]
@@ -576,7 +578,7 @@ def check_sql(paths: list[Path], url: str, uid: str, expect_rows: list[str]) -> 
     problems: list[str] = []
     seen_titles: set[str] = set()
     queries = 0
-    with psycopg.connect(url, autocommit=False) as conn:
+    with pg_connect(url, autocommit=False) as conn:
         conn.execute("SET TRANSACTION READ ONLY")
         conn.execute("SET statement_timeout = 30000")
 
