@@ -12,16 +12,12 @@ export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 
 SH_SCRIPTS := $(sort $(wildcard scripts/*.sh scripts/setup.d/*.sh testbed/*.sh testbed/*/*.sh testbed/*/*/*.sh services/*/*.sh)) .ci/run
 
-# Integration tests need the namespace testbed (root); the step says so
-# when the script is missing instead of silently passing.
+# Integration tests need the namespace testbed (root) and the release
+# binaries of this tree (make build; never stale ones).
 define run_integration
-	@if [[ -f scripts/integration.sh ]]; then \
-		bash scripts/integration.sh; \
-		bash scripts/integration-hsr.sh; \
-		bash scripts/integration-telemetry.sh; \
-	else \
-		echo "integration: scripts/integration.sh does not exist yet; no integration tests run"; \
-	fi
+	bash scripts/integration.sh
+	bash scripts/integration-hsr.sh
+	bash scripts/integration-telemetry.sh
 endef
 
 .PHONY: help setup build test integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
@@ -45,11 +41,12 @@ test: setup ## what CI runs: no reference outside the repository, fmt check, cli
 	$(CARGO) test --workspace --locked --release
 	$(MAKE) --no-print-directory lint-py test-py
 	$(MAKE) --no-print-directory validate-platform
+	$(MAKE) --no-print-directory build
 	$(run_integration)
 	$(MAKE) --no-print-directory test-first-start
 	$(MAKE) --no-print-directory test-compose
 
-integration: setup ## only the integration tests (scripts/integration.sh)
+integration: build ## only the integration tests (integration.sh, integration-hsr.sh, integration-telemetry.sh)
 	$(run_integration)
 
 # PostgreSQL, Kafka and Prometheus started from nothing (own state directory
