@@ -50,9 +50,11 @@ PORT=5201
 
 log() { echo "validate-tracegen: $*" >&2; }
 
+# Never validate binaries that are not the current sources' (a failed build
+# leaves the last ones in target/release).
 if ! cargo build --release --locked -p polycorn-tracegen -p polycorn-emu; then
-    [[ -x $BIN && -x $EMU ]] || exit 1
-    log "warning: cargo build failed (workspace being edited?); using the existing binaries"
+    log "FAILED: cargo build of polycorn-tracegen and polycorn-emu failed; nothing validated"
+    exit 1
 fi
 mkdir -p "$DIR" "$OUT"
 WORK=$DIR/tcp
@@ -141,9 +143,15 @@ tcp_run() {
     ip netns exec "$cloud" python3 testbed/tracegen/tools/tcp_rto_poll.py "$PORT" "$((TCP_SECS + 3))" 0.02 \
         >"$WORK/$p.poll" &
     local poll=$!
+    local rc=0
     timeout $((TCP_SECS + 60)) ip netns exec "$train" iperf3 -c 10.77.0.2 -B 10.77.0.1 -p "$PORT" \
-        -t "$TCP_SECS" -R -C "$cc" -J >"$WORK/$p.json" || log "$p: iperf3 failed (see $WORK/$p.json)"
-    wait "$poll"
+        -t "$TCP_SECS" -R -C "$cc" -J >"$WORK/$p.json" || rc=$?
+    wait "$poll" || { log "$p: tcp_rto_poll.py failed"; rc=1; }
+    # iperf3 -J reports its own errors in the JSON too; a run without data is no run.
+    if ((rc != 0)) || ! jq -e '(.error == null) and (.end.sum_received.bytes > 0)' "$WORK/$p.json" >/dev/null 2>&1; then
+        log "$p: iperf3 failed (exit status $rc): $(jq -r '.error // "no result"' "$WORK/$p.json" 2>/dev/null || echo "no JSON output") (see $WORK/$p.json)"
+        return 1
+    fi
     # Absolute values (-a): a namespace's counters start at 0 when it is created,
     # and the history file nstat keeps is shared between namespaces (-s: not updated).
     ip netns exec "$cloud" nstat -asz --json >"$WORK/$p.nstat"
@@ -171,9 +179,15 @@ if [[ $VAL_TCP == 1 ]]; then
                 JOBS+=($!)
             done
         done
+        tcp_failed=0
         for j in "${JOBS[@]}"; do
-            wait "$j" || log "a TCP run failed"
+            wait "$j" || tcp_failed=$((tcp_failed + 1))
         done
+        if ((tcp_failed > 0)); then
+            # Item 12 would be computed from missing or partial flows.
+            log "FAILED: $tcp_failed of ${#JOBS[@]} iperf3 runs of item 12 failed (messages above); $RESULT not written"
+            exit 1
+        fi
         JOBS=()
         python3 testbed/tracegen/tools/rto_report.py "$WORK" "$DIR/pc-gateway-300" "$TCP_SECS" "$cc" >>"$RESULT.tmp"
     fi
