@@ -6,6 +6,7 @@ import secrets
 import threading
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from helpers import (
     T0,
@@ -194,9 +195,14 @@ def test_no_offsets_are_committed_while_the_database_is_down() -> None:
         th = threading.Thread(target=ing.run, kwargs={"until_caught_up": True})
         th.start()
         try:
-            while m.db_errors._value.get() < 3:
+            # A hang guard, not a timing assertion: 2,400 polls of 50 ms.
+            for _ in range(2400):
+                if m.db_errors._value.get() >= 3:
+                    break
                 th.join(0.05)
                 assert th.is_alive()
+            else:
+                pytest.fail(f"ingest counted {m.db_errors._value.get()} database errors, not 3")
             assert all(o < 0 for o in committed(group, topic, 2)), "nothing committed"
             assert counts(url)["gps_fixes"] == 0
             sink.url = url  # the database is back
