@@ -161,7 +161,9 @@ def retry(
                     f"{what}: still failing after {timeout_s:.0f} s and {attempts} attempts; "
                     f"last error: {e}"
                 ) from e
-            if attempts == 1 or attempts % 10 == 0:
+            # Quiet for the first moments (a topic just created has no
+            # leader for a few ms), then a line every ten attempts.
+            if attempts % 10 == 3:
                 log.warning("%s: %s; retrying for up to %.0f s more", what, e, left)
             sleep(min(delay, left))
             delay = min(delay * 2, max_delay_s)
