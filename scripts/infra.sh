@@ -67,7 +67,8 @@ pg_up() {
     if [[ -z $(psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc "select 1 from pg_database where datname='linkdb'") ]]; then
         psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qc 'create database linkdb'
     fi
-    psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d linkdb -v ON_ERROR_STOP=1 -qc 'create extension if not exists postgis' \
+    PGOPTIONS='-c client_min_messages=warning' psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d linkdb -v ON_ERROR_STOP=1 \
+        -qc 'create extension if not exists postgis' \
         || die "PostGIS could not be enabled in database linkdb"
     ready --timeout-s 60 pg --url "postgresql://postgres@127.0.0.1:$PG_PORT/linkdb" --postgis
     log "PostgreSQL + PostGIS on 127.0.0.1:$PG_PORT (database linkdb)"
