@@ -221,13 +221,15 @@ prom() {
     curl -fsS "$POLYCORN_PROMETHEUS_URL/api/v1/query" --data-urlencode "query=$1" |
         jq -r '.data.result[] | "\(.metric | del(.__name__, .instance, .job, .service) | tostring) \(.value[1])"' 2>/dev/null
 }
-# Prometheus scrapes every 2 s and rereads its file targets every 2 s.
+# Prometheus scrapes every 2 s and rereads its file targets every 2 s: wait
+# for the three targets and for a scrape after the API requests above.
 for ((i = 0; i < 60; i++)); do
     up=$(prom 'count(up{service=~"ingest|trainer|linkdb-api"} == 1)' | awk '{print $2}')
-    [[ $up == 3 ]] && break
+    api=$(prom 'count(polycorn_api_request_duration_seconds_count{service="linkdb-api",route="/v1/cells"})' | awk '{print $2}')
+    [[ $up == 3 && $api == 1 ]] && break
     sleep 0.5
 done
-[[ $up == 3 ]] || fail "Prometheus scrapes ${up:-0} of ingest, trainer and linkdb-api after 30 s"
+[[ $up == 3 && $api == 1 ]] || fail "after 30 s Prometheus scrapes ${up:-0} of ingest, trainer and linkdb-api, and has ${api:-no} sample of the API's /v1/cells requests"
 echo "rows ingest wrote, by table:"
 prom 'sum by (table) (polycorn_ingest_rows_written_total{service="ingest"})' | sed 's/^/  /'
 echo "trainer: runs, last validation:"
