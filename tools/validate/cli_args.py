@@ -76,8 +76,10 @@ def _linkdb(args: list[str]) -> None:
     from polycorn_schema.linkdb import cli
 
     env = {"POLYCORN_DATABASE_URL": "postgresql://check@127.0.0.1:1/linkdb"}
+    # No database here: the wait for a starting server is not what is checked.
     with (
         mock.patch.dict(os.environ, env),
+        mock.patch.object(cli, "pg_connect"),
         mock.patch.object(cli.command, "upgrade") as upgrade,
     ):
         rc = cli.main(args)
