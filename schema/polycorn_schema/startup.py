@@ -14,9 +14,8 @@ says what was waited for, for how long, and the last error. Anything else
 is raised at once; a wrong password or a missing database is not a starting
 server.
 
-Long-running services (ingest, the trainer's service mode, the API) have
-their own unbounded retry loops with metrics; they use the classification
-here, not the deadline.
+Long-running services (ingest, the trainer's service mode, the API) keep
+their own unbounded retry loops with metrics and do not use this module.
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ DEFAULT_TIMEOUT_S = 120.0
 
 #: Kafka errors a starting broker (or a just-created topic) answers with. The
 #: client library marks some of them retriable itself; these are retriable
-#: here whatever it says (librdkafka does not flag NOT_COORDINATOR from
-#: ``committed()`` as retriable, which is what issue 17 met).
+#: here whatever it says (issue 17 met NOT_COORDINATOR raised by
+#: ``committed()`` on a fresh broker).
 KAFKA_STARTING = frozenset(
     {
         KafkaError.NOT_COORDINATOR,
