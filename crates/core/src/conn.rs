@@ -1,24 +1,73 @@
-//! One passenger connection: a bounded send buffer with data-level
-//! sequencing and reinjection bookkeeping, and a bounded reassembly buffer
-//! that keeps the first copy of every byte.
+//! One passenger connection: a send buffer with data-level sequencing,
+//! non-renegable selective acknowledgement and reinjection bookkeeping, and
+//! a reassembly buffer that keeps the first copy of every byte behind an
+//! autotuned receive window.
+//!
+//! Memory per connection follows what the connection does, not a fixed
+//! size (docs/architecture.md, "Flow control and memory"):
+//!
+//! - **Send side.** Bytes the application wrote and the scheduler has not
+//!   placed yet ("unsent") are kept to about one round trip of the
+//!   connection's delivery rate (a not-sent low-water mark, as Linux's
+//!   `TCP_NOTSENT_LOWAT`), so the scheduler, not a deep queue, decides where
+//!   bytes go. Once placed, a segment owns its payload until it is
+//!   acknowledged, cumulatively or selectively: a SACK, or a path-level
+//!   acknowledgement of the frame that carried it, is final (as in QUIC,
+//!   RFC 9002 §4.5), so the payload is freed at once and a segment lost on
+//!   a slow path holds only itself, not everything sent after it.
+//! - **Receive side.** The window starts small and doubles while the
+//!   application reads close to a full window per round trip of the
+//!   slowest path (Linux MPTCP's `mptcp_rcv_space_adjust`: window ≈ 2 ×
+//!   bytes read per RTT_max + the out-of-order span), up to a cap. Growth
+//!   is granted by the endpoint's [`crate::budget::MemoryBudget`].
+//!
+//! Offsets and lengths that come from the peer are checked, never trusted:
+//! an acknowledgement of bytes never sent, or one that cuts a segment, is a
+//! protocol error ([`AckError`]), never a panic.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 
 use crate::ids::{ConnId, PathMask, UserId};
+
+/// The peer acknowledged something it cannot have received.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AckError {
+    #[error("cumulative acknowledgement {cumulative} is beyond the {sent} bytes sent")]
+    BeyondSent { cumulative: u64, sent: u64 },
+    #[error("cumulative acknowledgement {cumulative} falls inside the segment at {offset} (length {len})")]
+    InsideSegment { cumulative: u64, offset: u64, len: u32 },
+}
+
+/// Sizes of a send stream; [`SendStream::new`] clamps them to be consistent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendLimits {
+    /// Most bytes a connection may hold (unsent plus sent and not yet
+    /// acknowledged).
+    pub cap: u64,
+    /// Floor of the not-sent low-water mark: unsent bytes accepted even
+    /// before any rate is measured.
+    pub min_unsent: u64,
+}
 
 /// Sending half: bytes the local application wrote, kept until the peer
 /// acknowledges them at the data level.
 #[derive(Debug)]
 pub struct SendStream {
-    /// Bytes `[acked_base, acked_base + buf.len())`.
-    buf: VecDeque<u8>,
-    acked_base: u64,
-    capacity: usize,
-    /// Lowest offset never sent.
+    /// Bytes `[next_new, next_new + unsent.len())`, written and not placed.
+    unsent: VecDeque<u8>,
+    /// Lowest offset never placed on a path.
     next_new: u64,
-    /// Segments sent at least once and not yet cumulatively acknowledged.
-    segs: BTreeMap<u64, SegMeta>,
+    /// Every byte below this is acknowledged.
+    acked_base: u64,
+    /// Segments placed at least once and not yet cumulatively acknowledged,
+    /// by offset; contiguous from `acked_base` to `next_new`.
+    segs: BTreeMap<u64, Seg>,
+    /// Bytes of payload held by unacknowledged segments.
+    held: u64,
     /// Offsets of segments thrown back for reinjection (lazy: they are
     /// scheduled again like new data, lowest offset first).
     reinject: BTreeSet<u64>,
@@ -26,15 +75,29 @@ pub struct SendStream {
     max_data: u64,
     fin_requested: bool,
     fin_acked: bool,
+    limits: SendLimits,
+    /// Current not-sent low-water mark (bytes).
+    unsent_limit: u64,
+    /// Delivery-rate epoch for the low-water mark: start, and bytes freed by
+    /// acknowledgements since the stream began, at that start.
+    rate_epoch: Option<(Instant, u64)>,
+    freed_total: u64,
+    /// A write found no room (or the budget refused it): the endpoint wakes
+    /// the writer when room returns.
+    pub(crate) write_blocked: bool,
+    /// Since when new data is waiting only for the peer's window.
+    window_limited_since: Option<Instant>,
+    window_limited: Duration,
 }
 
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SegMeta {
-    pub len: u32,
-    pub fin: bool,
+#[derive(Clone, Debug)]
+struct Seg {
+    len: u32,
+    fin: bool,
     /// Paths this segment has been placed on; a reinjection never goes back.
-    pub paths_used: PathMask,
-    pub sacked: bool,
+    paths_used: PathMask,
+    /// The bytes, until the peer has them (cumulatively or selectively).
+    payload: Option<Bytes>,
 }
 
 /// The next packet of a flow, as the scheduler sees it.
@@ -48,33 +111,44 @@ pub struct NextPacket {
 }
 
 impl SendStream {
-    pub fn new(capacity: usize, initial_max_data: u64) -> Self {
+    pub fn new(limits: SendLimits, initial_max_data: u64) -> Self {
+        let limits = SendLimits { cap: limits.cap.max(1), min_unsent: limits.min_unsent.clamp(1, limits.cap.max(1)) };
         SendStream {
-            buf: VecDeque::new(),
-            acked_base: 0,
-            capacity,
+            unsent: VecDeque::new(),
             next_new: 0,
+            acked_base: 0,
             segs: BTreeMap::new(),
+            held: 0,
             reinject: BTreeSet::new(),
             max_data: initial_max_data,
             fin_requested: false,
             fin_acked: false,
+            unsent_limit: limits.min_unsent,
+            limits,
+            rate_epoch: None,
+            freed_total: 0,
+            write_blocked: false,
+            window_limited_since: None,
+            window_limited: Duration::ZERO,
         }
     }
 
-    /// Free space for the application to write.
+    /// Free space for the application to write: below both the not-sent
+    /// low-water mark and the connection's cap.
     pub fn room(&self) -> usize {
         if self.fin_requested {
-            0
-        } else {
-            self.capacity.saturating_sub(self.buf.len())
+            return 0;
         }
+        let unsent = self.unsent.len() as u64;
+        let by_unsent = self.unsent_limit.saturating_sub(unsent);
+        let by_cap = self.limits.cap.saturating_sub(self.buffered());
+        by_unsent.min(by_cap).min(usize::MAX as u64) as usize
     }
 
     /// Accept up to `room()` bytes; returns how many were taken.
     pub fn write(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.room());
-        self.buf.extend(&data[..n]);
+        self.unsent.extend(&data[..n]);
         n
     }
 
@@ -88,24 +162,24 @@ impl SendStream {
 
     /// Everything written, including the FIN, is acknowledged.
     pub fn is_done(&self) -> bool {
-        self.fin_acked && self.buf.is_empty()
+        self.fin_acked && self.unsent.is_empty()
     }
 
     fn write_end(&self) -> u64 {
-        self.acked_base + self.buf.len() as u64
+        self.next_new + self.unsent.len() as u64
     }
 
     /// Bytes of this flow not sent yet (new data plus reinjections).
     pub fn remaining_bytes(&self) -> u64 {
         let re: u64 = self.reinject.iter().filter_map(|o| self.segs.get(o)).map(|s| u64::from(s.len)).sum();
-        self.write_end() - self.next_new + re
+        self.unsent.len() as u64 + re
     }
 
     /// The lowest unsent packet, reinjections included, limited by flow
     /// control and by `segment_bytes`.
     pub fn next_packet(&self, segment_bytes: u32) -> Option<NextPacket> {
         if let Some(&off) = self.reinject.iter().next() {
-            let s = self.segs[&off];
+            let s = &self.segs[&off];
             return Some(NextPacket {
                 offset: off,
                 len: s.len,
@@ -117,7 +191,7 @@ impl SendStream {
         let end = self.write_end();
         let limit = end.min(self.max_data);
         let avail = limit.saturating_sub(self.next_new);
-        let fin_unsent = self.fin_requested && !self.segs.values().any(|s| s.fin) && !self.fin_acked;
+        let fin_unsent = self.fin_requested && !self.fin_acked && !self.segs.values().any(|s| s.fin);
         if avail == 0 && !(fin_unsent && self.next_new == end) {
             return None;
         }
@@ -126,18 +200,26 @@ impl SendStream {
         Some(NextPacket { offset: self.next_new, len, fin, reinjection: false, paths_used: PathMask::EMPTY })
     }
 
-    /// Mark `pkt` as placed on `paths`.
+    /// Mark `pkt` (from [`Self::next_packet`]) as placed on `paths`.
     pub fn on_scheduled(&mut self, pkt: &NextPacket, paths: PathMask) {
         if pkt.reinjection {
             self.reinject.remove(&pkt.offset);
             if let Some(s) = self.segs.get_mut(&pkt.offset) {
                 s.paths_used = s.paths_used.union(paths);
             }
-        } else {
-            debug_assert_eq!(pkt.offset, self.next_new);
-            self.segs.insert(pkt.offset, SegMeta { len: pkt.len, fin: pkt.fin, paths_used: paths, sacked: false });
-            self.next_new += u64::from(pkt.len);
+            return;
         }
+        if pkt.offset != self.next_new || pkt.len as usize > self.unsent.len() {
+            debug_assert!(false, "on_scheduled with a packet next_packet did not return");
+            return;
+        }
+        let payload: Vec<u8> = self.unsent.drain(..pkt.len as usize).collect();
+        self.held += u64::from(pkt.len);
+        self.segs.insert(
+            pkt.offset,
+            Seg { len: pkt.len, fin: pkt.fin, paths_used: paths, payload: Some(Bytes::from(payload)) },
+        );
+        self.next_new += u64::from(pkt.len);
     }
 
     /// Add paths to a segment already scheduled (redundant copies).
@@ -148,10 +230,10 @@ impl SendStream {
     }
 
     /// Throw a sent segment back into the send buffer for reinjection.
-    /// Returns whether it was still unacknowledged (and so queued).
+    /// Returns its length when it was still unacknowledged (and so queued).
     pub fn requeue(&mut self, offset: u64) -> Option<u32> {
         match self.segs.get(&offset) {
-            Some(s) if !s.sacked => {
+            Some(s) if s.payload.is_some() => {
                 self.reinject.insert(offset);
                 Some(s.len)
             }
@@ -168,40 +250,59 @@ impl SendStream {
 
     /// Whether a segment still needs delivering (not acknowledged).
     pub fn is_unacked(&self, offset: u64) -> bool {
-        self.segs.get(&offset).is_some_and(|s| !s.sacked)
+        self.segs.get(&offset).is_some_and(|s| s.payload.is_some())
     }
 
-    /// Copy `[offset, offset + len)` of the stream into `out`.
-    pub fn copy_range(&self, offset: u64, len: u32, out: &mut Vec<u8>) {
-        let start = (offset - self.acked_base) as usize;
-        let end = start + len as usize;
-        let (a, b) = self.buf.as_slices();
-        if end <= a.len() {
-            out.extend_from_slice(&a[start..end]);
-        } else if start >= a.len() {
-            out.extend_from_slice(&b[start - a.len()..end - a.len()]);
-        } else {
-            out.extend_from_slice(&a[start..]);
-            out.extend_from_slice(&b[..end - a.len()]);
+    /// The bytes of an unacknowledged segment (cheap: shared, not copied).
+    pub fn segment_payload(&self, offset: u64) -> Option<&Bytes> {
+        self.segs.get(&offset).and_then(|s| s.payload.as_ref())
+    }
+
+    /// Drop a segment's payload: the peer has it.
+    fn release(&mut self, offset: u64) -> u64 {
+        let Some(s) = self.segs.get_mut(&offset) else { return 0 };
+        self.reinject.remove(&offset);
+        match s.payload.take() {
+            Some(_) => {
+                self.held -= u64::from(s.len);
+                u64::from(s.len)
+            }
+            None => 0,
         }
     }
 
-    /// Process a data-level acknowledgement. Returns the bytes freed.
-    pub fn on_ack(&mut self, cumulative: u64, fin: bool, sack: &[(u64, u64)]) -> u64 {
-        let base = self.acked_base;
-        let mut freed = self.apply_ack(cumulative, fin, sack);
+    /// Process a data-level acknowledgement. Returns the bytes freed, or
+    /// an error (nothing changed) when the peer acknowledged something it
+    /// cannot have received.
+    pub fn on_ack(&mut self, cumulative: u64, fin: bool, sack: &[(u64, u64)]) -> Result<u64, AckError> {
+        if cumulative > self.next_new {
+            return Err(AckError::BeyondSent { cumulative, sent: self.next_new });
+        }
+        if cumulative > self.acked_base {
+            if let Some((&off, s)) = self.segs.range(..cumulative).next_back() {
+                if off + u64::from(s.len) > cumulative {
+                    return Err(AckError::InsideSegment { cumulative, offset: off, len: s.len });
+                }
+            }
+        }
+        let before = self.held;
+        self.apply_ack(cumulative, fin, sack);
         // Segments just above a new cumulative point may already be known
         // delivered (by a path-level ack, see `on_delivered`), waiting only
         // for the gap below them. Fold them in now: a peer that has closed
         // the connection sends no further data-level ACK, so otherwise the
         // stream, and its FIN, would never complete.
-        if self.acked_base > base {
-            let (cum, fin) = self.delivered_run();
-            if cum > self.acked_base || (fin && !self.fin_acked) {
-                freed += self.apply_ack(cum, fin, &[]);
-            }
+        self.fold_delivered();
+        let freed = before - self.held;
+        self.freed_total += freed;
+        Ok(freed)
+    }
+
+    fn fold_delivered(&mut self) {
+        let (cum, fin) = self.delivered_run();
+        if cum > self.acked_base || (fin && !self.fin_acked) {
+            self.apply_ack(cum, fin, &[]);
         }
-        freed
     }
 
     /// End of the run of delivered segments starting at the cumulative
@@ -210,7 +311,7 @@ impl SendStream {
         let mut cum = self.acked_base;
         let mut fin = false;
         for (&off, s) in &self.segs {
-            if off != cum || !s.sacked {
+            if off != cum || s.payload.is_some() {
                 break;
             }
             cum += u64::from(s.len);
@@ -219,39 +320,39 @@ impl SendStream {
         (cum, fin)
     }
 
-    fn apply_ack(&mut self, cumulative: u64, fin: bool, sack: &[(u64, u64)]) -> u64 {
-        let cum = cumulative.min(self.next_new.max(self.acked_base));
-        let mut freed = 0;
+    /// Apply a checked acknowledgement (`cum` on a segment boundary, at
+    /// most `next_new`).
+    fn apply_ack(&mut self, cum: u64, fin: bool, sack: &[(u64, u64)]) {
         if cum > self.acked_base {
-            freed = cum - self.acked_base;
-            self.buf.drain(..freed as usize);
-            self.acked_base = cum;
-            // Drop segments wholly below the cumulative point.
             let keep = self.segs.split_off(&cum);
             for (off, s) in std::mem::replace(&mut self.segs, keep) {
-                if off + u64::from(s.len) > cum {
-                    // A segment straddling cum cannot happen: acks arrive on
-                    // segment boundaries. Keep it to be safe.
-                    self.segs.insert(off, s);
-                } else {
-                    self.reinject.remove(&off);
+                self.reinject.remove(&off);
+                if s.payload.is_some() {
+                    self.held -= u64::from(s.len);
                 }
             }
+            self.acked_base = cum;
         }
         for &(s, e) in sack {
-            for (off, seg) in self.segs.range_mut(s..e) {
-                if off + u64::from(seg.len) <= e {
-                    seg.sacked = true;
-                    self.reinject.remove(off);
-                }
+            if s >= e {
+                continue;
+            }
+            let covered: Vec<u64> = self
+                .segs
+                .range(s..e)
+                .filter(|(&off, seg)| off + u64::from(seg.len) <= e && seg.payload.is_some())
+                .map(|(&off, _)| off)
+                .collect();
+            for off in covered {
+                self.release(off);
             }
         }
-        if fin && self.fin_requested && self.acked_base == self.write_end() && self.next_new == self.write_end() {
+        if fin && self.fin_requested && self.acked_base == self.next_new && self.unsent.is_empty() {
             self.fin_acked = true;
             self.segs.clear();
             self.reinject.clear();
+            self.held = 0;
         }
-        freed
     }
 
     /// The segment at `offset` reached the peer's endpoint (its frame was
@@ -259,17 +360,60 @@ impl SendStream {
     /// processing the frame). Advances the cumulative point over delivered
     /// segments. Returns the bytes freed.
     pub fn on_delivered(&mut self, offset: u64) -> u64 {
-        match self.segs.get_mut(&offset) {
-            Some(s) => s.sacked = true,
-            None => return 0,
+        let before = self.held;
+        if !self.segs.contains_key(&offset) {
+            return 0;
         }
-        self.reinject.remove(&offset);
-        let (cum, fin) = self.delivered_run();
-        self.on_ack(cum, fin, &[])
+        self.release(offset);
+        self.fold_delivered();
+        let freed = before - self.held;
+        self.freed_total += freed;
+        freed
     }
 
-    /// Bytes sent and not yet acknowledged, plus the room the peer's window
-    /// leaves for new data.
+    /// Re-estimate the not-sent low-water mark: about one `rtt_max` of the
+    /// bytes the peer acknowledged per `rtt_max`, between the floor and the
+    /// cap. Call after acknowledgements.
+    pub fn update_rate(&mut self, now: Instant, rtt_max: Duration) {
+        let rtt = rtt_max.max(MIN_TUNING_RTT);
+        let (t0, f0) = *self.rate_epoch.get_or_insert((now, self.freed_total));
+        let elapsed = now.saturating_duration_since(t0);
+        if elapsed < rtt {
+            return;
+        }
+        let per_rtt = ((self.freed_total - f0) as u128 * rtt.as_nanos() / elapsed.as_nanos().max(1)) as u64;
+        // Two round trips' worth: the scheduler always has the next round
+        // trip's bytes to place while the application refills.
+        self.unsent_limit = per_rtt.saturating_mul(2).clamp(self.limits.min_unsent, self.limits.cap);
+        self.rate_epoch = Some((now, self.freed_total));
+    }
+
+    /// Note whether new data waits only for the peer's window (for the
+    /// "window-limited time" metric).
+    pub fn note_window_limit(&mut self, now: Instant) {
+        let limited = !self.unsent.is_empty() && self.next_new >= self.max_data;
+        match (limited, self.window_limited_since) {
+            (true, None) => self.window_limited_since = Some(now),
+            (false, Some(t)) => {
+                self.window_limited += now.saturating_duration_since(t);
+                self.window_limited_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Time new data waited only for the peer's window, up to the last
+    /// time that ended.
+    pub fn window_limited_noted(&self) -> Duration {
+        self.window_limited
+    }
+
+    /// Total time new data waited only for the peer's window, up to `now`.
+    pub fn window_limited_time(&self, now: Instant) -> Duration {
+        self.window_limited + self.window_limited_since.map_or(Duration::ZERO, |t| now.saturating_duration_since(t))
+    }
+
+    /// Room the peer's window leaves for new data.
     pub fn window_room(&self) -> u64 {
         self.max_data.saturating_sub(self.next_new)
     }
@@ -282,10 +426,53 @@ impl SendStream {
         self.max_data
     }
 
-    /// Bytes held (written and not yet acknowledged).
-    pub fn buffered(&self) -> usize {
-        self.buf.len()
+    /// Bytes held: unsent plus sent and unacknowledged.
+    pub fn buffered(&self) -> u64 {
+        self.unsent.len() as u64 + self.held
     }
+
+    /// Bytes written and not yet placed on a path.
+    pub fn unsent(&self) -> u64 {
+        self.unsent.len() as u64
+    }
+
+    /// The current not-sent low-water mark.
+    pub fn unsent_limit(&self) -> u64 {
+        self.unsent_limit
+    }
+
+    /// Bytes placed on paths and not yet acknowledged.
+    pub fn in_flight(&self) -> u64 {
+        self.held
+    }
+
+    /// Offset of the first byte the peer has not acknowledged.
+    pub fn acked_base(&self) -> u64 {
+        self.acked_base
+    }
+
+    /// Paths holding the segment at the cumulative point, when it is in
+    /// flight and unacknowledged: the head of the connection's window.
+    pub fn head_in_flight(&self) -> Option<(u64, u32, PathMask)> {
+        let (&off, s) = self.segs.iter().next()?;
+        (off == self.acked_base && s.payload.is_some() && !self.reinject.contains(&off))
+            .then_some((off, s.len, s.paths_used))
+    }
+}
+
+/// Autotuning never measures over less than this, so a burst of reads at
+/// one instant (or paths with no RTT sample yet) cannot inflate a window.
+pub const MIN_TUNING_RTT: Duration = Duration::from_millis(10);
+
+/// Sizes of a receive window; see [`RecvStream::new`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowLimits {
+    /// The window a connection starts with.
+    pub initial: u64,
+    /// The most autotuning grows it to.
+    pub max: u64,
+    /// The least memory pressure shrinks it to.
+    pub min: u64,
 }
 
 /// Receiving half: reassembly with de-duplication, bounded by the window
@@ -295,12 +482,18 @@ pub struct RecvStream {
     /// In-order bytes the application has not read yet, starting at `read_off`.
     ready: VecDeque<u8>,
     read_off: u64,
-    /// Out-of-order pieces above `contiguous_end()`, non-overlapping.
+    /// Out-of-order pieces above `contiguous_end()`, non-overlapping, with
+    /// the bytes they hold in `ooo_bytes`.
     ooo: BTreeMap<u64, Vec<u8>>,
+    ooo_bytes: u64,
     fin_off: Option<u64>,
+    /// Current window: the most bytes the peer may send beyond `read_off`.
     window: u64,
+    limits: WindowLimits,
     /// Limit last advertised to the peer.
     advertised: u64,
+    /// Autotuning epoch: when it started and `read_off` then.
+    epoch: Option<(Instant, u64)>,
 }
 
 /// The peer broke flow control or changed the end of the stream.
@@ -318,19 +511,25 @@ pub enum RecvError {
 pub const INITIAL_MAX_DATA: u64 = 64 * 1024;
 
 impl RecvStream {
-    pub fn new(window: u64) -> Self {
+    pub fn new(limits: WindowLimits) -> Self {
+        let max = limits.max.max(1);
+        let min = limits.min.clamp(1, max);
+        let limits = WindowLimits { initial: limits.initial.clamp(min, max), max, min };
         RecvStream {
             ready: VecDeque::new(),
             read_off: 0,
             ooo: BTreeMap::new(),
+            ooo_bytes: 0,
             fin_off: None,
-            window,
+            window: limits.initial,
+            limits,
             advertised: INITIAL_MAX_DATA,
+            epoch: None,
         }
     }
 
     /// The limit to announce right after the connection opens, when the
-    /// configured window exceeds the protocol's initial one.
+    /// window exceeds the protocol's initial one.
     pub fn initial_window_update(&mut self) -> Option<u64> {
         (self.window > self.advertised).then(|| {
             self.advertised = self.window;
@@ -342,16 +541,22 @@ impl RecvStream {
         self.read_off + self.ready.len() as u64
     }
 
+    /// Highest offset received so far (in order or not).
+    fn high_end(&self) -> u64 {
+        self.ooo.last_key_value().map_or(self.contiguous_end(), |(&o, v)| o + v.len() as u64)
+    }
+
     /// Accept `[offset, offset + data.len())`. Bytes already held are
     /// ignored (the first copy wins). Returns the number of new bytes.
     pub fn insert(&mut self, offset: u64, data: &[u8], fin: bool) -> Result<u64, RecvError> {
-        let end = offset + data.len() as u64;
+        let end = offset.saturating_add(data.len() as u64);
         if end > self.advertised {
             return Err(RecvError::FlowControl { end, limit: self.advertised });
         }
         if fin {
             match self.fin_off {
                 Some(old) if old != end => return Err(RecvError::FinChanged { old, new: end }),
+                _ if end < self.high_end() => return Err(RecvError::FinChanged { old: self.high_end(), new: end }),
                 _ => self.fin_off = Some(end),
             }
         }
@@ -378,6 +583,7 @@ impl RecvStream {
             let piece = &data[(start - offset) as usize..(stop - offset) as usize];
             if !piece.is_empty() {
                 new_bytes += piece.len() as u64;
+                self.ooo_bytes += piece.len() as u64;
                 self.ooo.insert(start, piece.to_vec());
             }
             start = stop;
@@ -388,6 +594,7 @@ impl RecvStream {
             match self.ooo.first_entry() {
                 Some(entry) if *entry.key() == end => {
                     let v = entry.remove();
+                    self.ooo_bytes -= v.len() as u64;
                     self.ready.extend(v);
                 }
                 _ => break,
@@ -444,7 +651,7 @@ impl RecvStream {
     }
 
     /// A new window limit to advertise, when reading freed at least half a
-    /// window since the last advertisement.
+    /// window since the last advertisement, or the window grew.
     pub fn window_update(&mut self) -> Option<u64> {
         let limit = self.read_off + self.window;
         if limit >= self.advertised + self.window / 2 {
@@ -455,6 +662,48 @@ impl RecvStream {
         }
     }
 
+    /// Autotuning (Linux MPTCP `mptcp_rcv_space_adjust`): once per
+    /// `rtt_max` (the largest smoothed RTT of the live paths), the window
+    /// this connection would like: twice the bytes the application read per
+    /// `rtt_max`, plus the out-of-order span, capped. `Some` only when that
+    /// exceeds the current window, i.e. when the window is what limits the
+    /// connection: a sender held back by its paths or its application
+    /// delivers less than half a window per round trip and never asks.
+    pub fn wanted_window(&mut self, now: Instant, rtt_max: Duration) -> Option<u64> {
+        let rtt = rtt_max.max(MIN_TUNING_RTT);
+        let (t0, r0) = *self.epoch.get_or_insert((now, self.read_off));
+        let elapsed = now.saturating_duration_since(t0);
+        if elapsed < rtt {
+            return None;
+        }
+        self.epoch = Some((now, self.read_off));
+        let read_per_rtt = ((self.read_off - r0) as u128 * rtt.as_nanos() / elapsed.as_nanos().max(1)) as u64;
+        let ooo_span = self.high_end() - self.contiguous_end();
+        let want = read_per_rtt.saturating_mul(2).saturating_add(ooo_span).min(self.limits.max);
+        (want > self.window).then_some(want)
+    }
+
+    /// Set the window (grown by a budget grant or shrunk under memory
+    /// pressure, never below the minimum). Returns the new window.
+    pub fn set_window(&mut self, window: u64) -> u64 {
+        self.window = window.clamp(self.limits.min, self.limits.max);
+        self.window
+    }
+
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    pub fn limits(&self) -> WindowLimits {
+        self.limits
+    }
+
+    /// Memory this direction may come to hold: the window, or more while
+    /// an advertisement made before the window shrank is outstanding.
+    pub fn commitment(&self) -> u64 {
+        self.window.max(self.advertised.saturating_sub(self.read_off))
+    }
+
     /// The flow-control limit last advertised to the peer.
     pub fn advertised(&self) -> u64 {
         self.advertised
@@ -462,7 +711,12 @@ impl RecvStream {
 
     /// Bytes held (ready plus out of order).
     pub fn buffered(&self) -> u64 {
-        self.ready.len() as u64 + self.ooo.values().map(|v| v.len() as u64).sum::<u64>()
+        self.ready.len() as u64 + self.ooo_bytes
+    }
+
+    /// Bytes held out of order (arrived above a gap).
+    pub fn out_of_order_bytes(&self) -> u64 {
+        self.ooo_bytes
     }
 }
 
@@ -488,26 +742,36 @@ pub struct Conn {
     pub(crate) window_pending: Option<u64>,
     /// OPEN not yet confirmed by any frame from the peer (relay side).
     pub(crate) open_unconfirmed: bool,
+    /// Bytes of the endpoint's memory budget this connection holds; equal
+    /// to [`Conn::commitment`] after every endpoint call.
+    pub(crate) charged: u64,
 }
 
 impl Conn {
-    pub fn new(id: ConnId, user: UserId, dst: SocketAddr, send_capacity: usize, window: u64) -> Self {
+    pub fn new(id: ConnId, user: UserId, dst: SocketAddr, send: SendLimits, window: WindowLimits) -> Self {
         Conn {
             id,
             user,
             dst,
-            send: SendStream::new(send_capacity, INITIAL_MAX_DATA),
+            send: SendStream::new(send, INITIAL_MAX_DATA),
             recv: RecvStream::new(window),
             state: ConnState::Open,
             ack_pending: false,
             window_pending: None,
             open_unconfirmed: false,
+            charged: 0,
         }
     }
 
     /// Both directions are complete.
     pub fn is_closed(&self) -> bool {
         self.state == ConnState::Reset || (self.send.is_done() && self.recv.is_finished())
+    }
+
+    /// Memory the connection holds or has promised: its send buffer and
+    /// its receive window.
+    pub fn commitment(&self) -> u64 {
+        self.send.buffered() + self.recv.commitment()
     }
 }
 
@@ -516,9 +780,128 @@ mod tests {
     use super::*;
     use crate::ids::PathId;
 
+    fn win(w: u64) -> WindowLimits {
+        WindowLimits { initial: w, max: w, min: w }
+    }
+
+    fn lim(cap: u64) -> SendLimits {
+        SendLimits { cap, min_unsent: cap }
+    }
+
+    /// A stream with `n` bytes placed in segments of `seg` on path 0.
+    fn sent(n: usize, seg: u32) -> SendStream {
+        let mut s = SendStream::new(lim(1 << 20), 1 << 20);
+        assert_eq!(s.write(&vec![3u8; n]), n);
+        while let Some(p) = s.next_packet(seg) {
+            s.on_scheduled(&p, PathMask::single(PathId(0)));
+        }
+        s
+    }
+
+    #[test]
+    fn an_ack_inside_a_segment_or_beyond_what_was_sent_is_an_error_not_a_panic() {
+        let mut s = sent(20_000, 16_000);
+        assert_eq!(s.on_ack(100, false, &[]), Err(AckError::InsideSegment { cumulative: 100, offset: 0, len: 16_000 }));
+        assert_eq!(s.on_ack(20_001, false, &[]), Err(AckError::BeyondSent { cumulative: 20_001, sent: 20_000 }));
+        assert_eq!(s.buffered(), 20_000, "a rejected acknowledgement changes nothing");
+        assert_eq!(s.segment_payload(0).map(Bytes::len), Some(16_000));
+        assert_eq!(s.on_ack(16_000, false, &[]), Ok(16_000));
+        assert_eq!(s.segment_payload(16_000).map(Bytes::len), Some(4_000));
+        assert!(s.on_ack(u64::MAX, true, &[(u64::MAX - 1, u64::MAX)]).is_err());
+    }
+
+    #[test]
+    fn a_sack_frees_the_payload_at_once_and_is_never_reneged() {
+        let mut s = sent(48_000, 16_000);
+        assert_eq!(s.buffered(), 48_000);
+        // The middle segment arrived over a fast path; the first is stuck.
+        assert_eq!(s.on_ack(0, false, &[(16_000, 32_000)]), Ok(16_000));
+        assert_eq!(s.buffered(), 32_000);
+        assert!(!s.is_unacked(16_000));
+        assert_eq!(s.requeue(16_000), None, "a SACKed segment is never sent again");
+        assert_eq!(s.requeue(0), Some(16_000));
+        // A later ACK without the range does not bring it back.
+        assert_eq!(s.on_ack(0, false, &[]), Ok(0));
+        assert!(!s.is_unacked(16_000));
+        assert_eq!(s.on_ack(48_000, false, &[]), Ok(32_000));
+        assert_eq!(s.buffered(), 0);
+    }
+
+    #[test]
+    fn unsent_bytes_are_kept_to_about_two_round_trips_of_the_delivery_rate() {
+        let t0 = Instant::now();
+        let rtt = Duration::from_millis(100);
+        let mut s = SendStream::new(SendLimits { cap: 8 << 20, min_unsent: 64 * 1024 }, u64::MAX / 2);
+        assert_eq!(s.room(), 64 * 1024, "before any rate is known: the floor");
+        // The peer acknowledges 1 MB per 100 ms.
+        let mut t = t0;
+        s.update_rate(t, rtt);
+        for _ in 0..5 {
+            let mut placed = 0;
+            while placed < 1_000_000 {
+                let n = s.write(&vec![0u8; 1_000_000 - placed]);
+                assert!(n > 0);
+                placed += n;
+                while let Some(p) = s.next_packet(16_000) {
+                    s.on_scheduled(&p, PathMask::single(PathId(0)));
+                }
+            }
+            let end = s.next_new;
+            s.on_ack(end, false, &[]).unwrap();
+            t += rtt;
+            s.update_rate(t, rtt);
+        }
+        assert_eq!(s.unsent_limit(), 2_000_000, "two round trips of 1 MB each");
+        assert_eq!(s.room(), 2_000_000);
+        // The rate falls to nothing: back to the floor.
+        t += rtt * 5;
+        s.update_rate(t, rtt);
+        assert_eq!(s.unsent_limit(), 64 * 1024);
+    }
+
+    #[test]
+    fn the_window_grows_only_while_it_is_what_limits_the_reader() {
+        let t0 = Instant::now();
+        let rtt = Duration::from_millis(50);
+        let lim = WindowLimits { initial: 128 * 1024, max: 4 << 20, min: 64 * 1024 };
+        // A slow sender: 16 KiB per RTT against a 128 KiB window.
+        let mut r = RecvStream::new(lim);
+        r.initial_window_update();
+        let mut buf = vec![0u8; 8 << 20];
+        let mut off = 0u64;
+        for i in 1..=20u32 {
+            r.insert(off, &[1u8; 16 * 1024], false).unwrap();
+            off += 16 * 1024;
+            r.read(&mut buf);
+            r.window_update();
+            assert_eq!(r.wanted_window(t0 + rtt * i, rtt), None, "round {i}");
+        }
+        // A sender that fills the window every RTT: it doubles each time.
+        let mut r = RecvStream::new(lim);
+        r.initial_window_update();
+        let mut off = 0u64;
+        let mut windows = vec![r.window()];
+        r.wanted_window(t0, rtt);
+        for i in 1..=8u32 {
+            let w = r.advertised() - off;
+            r.insert(off, &vec![1u8; w as usize], false).unwrap();
+            off += w;
+            r.read(&mut buf);
+            if let Some(want) = r.wanted_window(t0 + rtt * i, rtt) {
+                r.set_window(want);
+            }
+            r.window_update();
+            windows.push(r.window());
+        }
+        assert_eq!(windows[..4], [128 * 1024, 256 * 1024, 512 * 1024, 1024 * 1024]);
+        assert_eq!(*windows.last().unwrap(), 4 << 20, "capped: {windows:?}");
+        assert_eq!(r.set_window(1), 64 * 1024, "never below the minimum");
+        assert_eq!(r.commitment(), r.advertised() - off, "the outstanding advertisement still counts");
+    }
+
     #[test]
     fn reassembly_keeps_the_first_copy_and_orders_bytes() {
-        let mut r = RecvStream::new(1000);
+        let mut r = RecvStream::new(win(1000));
         assert_eq!(r.insert(5, b"FGHIJ", false).unwrap(), 5);
         assert_eq!(r.insert(3, b"xxfgh", false).unwrap(), 2, "only bytes 3..5 are new");
         assert_eq!(r.insert(0, b"ABC", false).unwrap(), 3);
@@ -530,7 +913,7 @@ mod tests {
 
     #[test]
     fn overlapping_pieces_fill_only_the_gaps() {
-        let mut r = RecvStream::new(1000);
+        let mut r = RecvStream::new(win(1000));
         r.insert(2, b"cd", false).unwrap();
         r.insert(6, b"gh", false).unwrap();
         assert_eq!(r.insert(1, b"BCDEFGHI", false).unwrap(), 4);
@@ -542,13 +925,13 @@ mod tests {
 
     #[test]
     fn data_beyond_the_window_is_a_flow_control_error() {
-        let mut r = RecvStream::new(10);
+        let mut r = RecvStream::new(win(10));
         let end = INITIAL_MAX_DATA + 1;
         assert_eq!(
             r.insert(5, &vec![0u8; end as usize - 5], false),
             Err(RecvError::FlowControl { end, limit: INITIAL_MAX_DATA })
         );
-        let mut big = RecvStream::new(1 << 20);
+        let mut big = RecvStream::new(win(1 << 20));
         assert_eq!(big.initial_window_update(), Some(1 << 20));
         assert!(big.insert(0, &vec![0u8; 100_000], false).is_ok());
     }
@@ -556,7 +939,7 @@ mod tests {
     #[test]
     fn window_reopens_after_reading_half_of_it() {
         let w = INITIAL_MAX_DATA;
-        let mut r = RecvStream::new(w);
+        let mut r = RecvStream::new(win(w));
         r.insert(0, &vec![7u8; w as usize], false).unwrap();
         assert_eq!(r.window_update(), None);
         let mut out = vec![0u8; (w / 4) as usize];
@@ -568,7 +951,7 @@ mod tests {
 
     #[test]
     fn ack_state_reports_sack_ranges() {
-        let mut r = RecvStream::new(100);
+        let mut r = RecvStream::new(win(100));
         r.insert(0, b"ab", false).unwrap();
         r.insert(4, b"ef", false).unwrap();
         r.insert(6, b"gh", false).unwrap();
@@ -579,7 +962,7 @@ mod tests {
 
     #[test]
     fn fin_must_not_move() {
-        let mut r = RecvStream::new(100);
+        let mut r = RecvStream::new(win(100));
         r.insert(0, b"abc", true).unwrap();
         assert!(r.fin_received());
         assert!(r.insert(0, b"abcd", false).is_err());
@@ -588,7 +971,7 @@ mod tests {
 
     #[test]
     fn send_stream_segments_acks_and_reinjection() {
-        let mut s = SendStream::new(100, 1000);
+        let mut s = SendStream::new(lim(100), 1000);
         assert_eq!(s.write(&[7u8; 30]), 30);
         let p = s.next_packet(16).unwrap();
         assert_eq!((p.offset, p.len, p.fin, p.reinjection), (0, 16, false, false));
@@ -603,25 +986,25 @@ mod tests {
         assert!(r.reinjection);
         assert_eq!(r.paths_used, PathMask::single(PathId(0)));
         // A SACK of the reinjected segment removes it from the queue.
-        s.on_ack(0, false, &[(0, 16)]);
+        s.on_ack(0, false, &[(0, 16)]).unwrap();
         assert!(s.next_packet(16).is_none());
-        assert_eq!(s.on_ack(30, false, &[]), 30);
+        assert_eq!(s.on_ack(30, false, &[]).unwrap(), 14, "the SACKed segment was freed before");
         assert_eq!(s.buffered(), 0);
     }
 
     #[test]
     fn fin_rides_the_last_segment_or_goes_alone() {
-        let mut s = SendStream::new(100, 1000);
+        let mut s = SendStream::new(lim(100), 1000);
         s.write(b"abc");
         s.finish();
         let p = s.next_packet(16).unwrap();
         assert!(p.fin && p.len == 3);
         s.on_scheduled(&p, PathMask::single(PathId(0)));
         assert!(s.next_packet(16).is_none());
-        s.on_ack(3, true, &[]);
+        s.on_ack(3, true, &[]).unwrap();
         assert!(s.is_done());
 
-        let mut d = SendStream::new(100, 1000);
+        let mut d = SendStream::new(lim(100), 1000);
         d.write(b"abcdef");
         d.finish();
         let p = d.next_packet(4).unwrap();
@@ -629,11 +1012,11 @@ mod tests {
         let q = d.next_packet(4).unwrap();
         assert!(q.fin);
         d.on_scheduled(&q, PathMask::single(PathId(1)));
-        assert_eq!(d.on_delivered(4), 0, "second segment first: nothing contiguous yet");
-        assert_eq!(d.on_delivered(0), 6);
+        assert_eq!(d.on_delivered(4), 2, "second segment first: freed at once, above the gap");
+        assert_eq!(d.on_delivered(0), 4);
         assert!(d.is_done(), "delivery of the FIN segment completes the stream");
 
-        let mut e = SendStream::new(100, 1000);
+        let mut e = SendStream::new(lim(100), 1000);
         e.finish();
         let p = e.next_packet(16).unwrap();
         assert!(p.fin && p.len == 0);
@@ -641,7 +1024,7 @@ mod tests {
 
     #[test]
     fn flow_control_limits_new_data() {
-        let mut s = SendStream::new(100, 10);
+        let mut s = SendStream::new(lim(100), 10);
         s.write(&[1u8; 50]);
         let p = s.next_packet(64).unwrap();
         assert_eq!(p.len, 10);

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::conn::{Conn, ConnState, RecvError};
+use crate::budget::{MemoryBudget, Pressure};
+use crate::conn::{AckError, Conn, ConnState, RecvError, SendLimits, WindowLimits, INITIAL_MAX_DATA};
 use crate::ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 use crate::path::{Availability, FailureForecast, Path, PathConfig, PathStats, PathView, SegmentRef, SentRecord};
 use crate::sched::users::UserScheduler;
@@ -42,11 +43,23 @@ pub struct EndpointConfig {
     /// Largest passenger payload per DATA frame (one "packet" of the
     /// scheduler). 16 KiB minus the frame header fits one TLS record.
     pub segment_bytes: u32,
-    /// Bytes a connection may hold that the peer has not acknowledged.
-    pub conn_send_buffer_bytes: usize,
-    /// Receive window per connection: the most bytes a peer may send beyond
-    /// what the passenger has read.
-    pub conn_window_bytes: u64,
+    /// Most bytes one connection may hold on its send side (unsent plus
+    /// sent and unacknowledged).
+    pub conn_send_buffer_bytes: u64,
+    /// Floor of the not-sent low-water mark: unsent bytes a connection may
+    /// always hold, whatever the budget; above it, about two round trips
+    /// of the connection's delivery rate.
+    pub conn_unsent_min_bytes: u64,
+    /// Receive window per connection (the most bytes a peer may send beyond
+    /// what the passenger has read): where autotuning starts, its cap, and
+    /// the least memory pressure shrinks it to. Equal initial and max fix
+    /// the window (no autotuning).
+    pub conn_window_initial_bytes: u64,
+    pub conn_window_max_bytes: u64,
+    pub conn_window_min_bytes: u64,
+    /// Memory shared by every connection's send buffer and receive window
+    /// (see [`crate::budget`]); clones share one account.
+    pub budget: MemoryBudget,
     pub path: PathConfig,
     /// Time constant of the proportional-fair user scheduler.
     pub user_fairness_tau: Duration,
@@ -61,13 +74,46 @@ pub struct EndpointConfig {
     pub train_state_max_age: Duration,
 }
 
+/// Default per-connection cap of the receive window and of the send buffer.
+pub const DEFAULT_CONN_BUFFER_MAX: u64 = 8 * 1024 * 1024;
+/// Default memory budget of a relay-agent (one train).
+pub const DEFAULT_RELAY_BUDGET: u64 = 64 * 1024 * 1024;
+/// Default memory budget of a proxy (every train it serves together).
+pub const DEFAULT_PROXY_BUDGET: u64 = 1024 * 1024 * 1024;
+
+/// How often, at most, windows are shrunk under memory pressure.
+const RECLAIM_INTERVAL: Duration = Duration::from_millis(100);
+
 impl EndpointConfig {
+    pub fn send_limits(&self) -> SendLimits {
+        SendLimits { cap: self.conn_send_buffer_bytes, min_unsent: self.conn_unsent_min_bytes }
+    }
+
+    pub fn window_limits(&self) -> WindowLimits {
+        WindowLimits {
+            initial: self.conn_window_initial_bytes,
+            max: self.conn_window_max_bytes,
+            min: self.conn_window_min_bytes,
+        }
+    }
+
+    /// Fix every connection's receive window at `bytes` (no autotuning).
+    pub fn set_fixed_window(&mut self, bytes: u64) {
+        self.conn_window_initial_bytes = bytes;
+        self.conn_window_max_bytes = bytes;
+        self.conn_window_min_bytes = bytes.min(INITIAL_MAX_DATA);
+    }
+
     pub fn new(role: Role) -> Self {
         EndpointConfig {
             role,
             segment_bytes: 16 * 1024 - wire::DATA_OVERHEAD as u32,
-            conn_send_buffer_bytes: 512 * 1024,
-            conn_window_bytes: 1024 * 1024,
+            conn_send_buffer_bytes: DEFAULT_CONN_BUFFER_MAX,
+            conn_unsent_min_bytes: 128 * 1024,
+            conn_window_initial_bytes: 128 * 1024,
+            conn_window_max_bytes: DEFAULT_CONN_BUFFER_MAX,
+            conn_window_min_bytes: INITIAL_MAX_DATA,
+            budget: MemoryBudget::with_high(DEFAULT_RELAY_BUDGET),
             path: PathConfig::default(),
             user_fairness_tau: Duration::from_secs(1),
             ping_interval: Duration::from_secs(1),
@@ -130,6 +176,8 @@ pub enum InputError {
     BadPathAck(PathId, u64, u64),
     #[error("path {0}: connection {1}: {2}")]
     Stream(PathId, ConnId, RecvError),
+    #[error("path {0}: connection {1}: {2}")]
+    Ack(PathId, ConnId, AckError),
     #[error("path {0}: unexpected {1} frame")]
     Unexpected(PathId, &'static str),
     #[error("path {0} is not up")]
@@ -162,6 +210,29 @@ pub struct EndpointStats {
     /// Subflows established ([`Endpoint::path_up`] calls): a change tells a
     /// shell that a path came (back) up, however briefly it was down.
     pub paths_up: u64,
+    /// Receive windows grown by autotuning, and the bytes they grew by.
+    pub window_growths: u64,
+    pub window_growth_bytes: u64,
+    /// Time connections' new data waited only for the peer's window, summed
+    /// over closed connections (open ones: [`Endpoint::flow_stats`]).
+    pub window_limited_us: u64,
+}
+
+/// What the endpoint's connections hold now (plain data; shells export it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    /// Sum and largest of the connections' receive windows.
+    pub window_sum_bytes: u64,
+    pub window_max_bytes: u64,
+    /// Bytes held out of order (above a gap) in receive buffers.
+    pub out_of_order_bytes: u64,
+    /// Send side: bytes written and not yet placed, and placed and not yet
+    /// acknowledged.
+    pub unsent_bytes: u64,
+    pub in_flight_bytes: u64,
+    /// Time new data waited only for the peer's window, over all
+    /// connections ever (closed ones included).
+    pub window_limited_us: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,6 +288,16 @@ pub struct Endpoint {
     path_status_seq: u32,
     /// Per path, the sequence number of the newest `PATH_STATUS` received.
     path_status_last: [Option<u32>; MAX_PATHS],
+    /// Last time windows were shrunk under memory pressure.
+    last_reclaim: Option<Instant>,
+}
+
+impl Drop for Endpoint {
+    /// A proxy's budget outlives its sessions: give back what this one held.
+    fn drop(&mut self) {
+        let held: u64 = self.conns.values().map(|c| c.charged).sum();
+        self.cfg.budget.release(held);
+    }
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -258,6 +339,7 @@ impl Endpoint {
             failure_table: None,
             path_status_seq: 0,
             path_status_last: [None; MAX_PATHS],
+            last_reclaim: None,
         }
     }
 
@@ -461,13 +543,153 @@ impl Endpoint {
         }
         let id = ConnId(self.next_conn);
         self.next_conn = self.next_conn.wrapping_add(1).max(1);
-        let mut c = Conn::new(id, user, dst, self.cfg.conn_send_buffer_bytes, self.cfg.conn_window_bytes);
+        let mut c = self.new_conn(id, user, dst);
         c.open_unconfirmed = true;
         self.broadcast(Frame::Open { conn: id, user, dst });
         self.announce_window(&mut c);
         self.conns.insert(id, c);
         self.stats.conns_opened += 1;
         Ok(id)
+    }
+
+    /// A new connection, its initial window charged to the budget: the
+    /// configured initial window below the pressure level, else the minimum.
+    fn new_conn(&mut self, id: ConnId, user: UserId, dst: SocketAddr) -> Conn {
+        let mut c = Conn::new(id, user, dst, self.cfg.send_limits(), self.cfg.window_limits());
+        let budget = &self.cfg.budget;
+        let floor = c.recv.limits().min;
+        let extra = c.recv.window() - floor;
+        let got = if extra > 0 { budget.charge_up_to(extra, budget.levels().pressure) } else { 0 };
+        if got < extra {
+            budget.note_denied();
+        }
+        c.recv.set_window(floor + got);
+        let commitment = c.commitment();
+        budget.charge(commitment - got);
+        c.charged = commitment;
+        c
+    }
+
+    /// Bring a connection's charge to the budget in line with what it holds
+    /// and has promised (releases; growth is charged where it is granted).
+    fn settle(budget: &MemoryBudget, c: &mut Conn) {
+        let now = c.commitment();
+        if now < c.charged {
+            budget.release(c.charged - now);
+        } else if now > c.charged {
+            budget.charge(now - c.charged);
+        }
+        c.charged = now;
+    }
+
+    /// Remove a connection and release what it held.
+    fn remove_conn(&mut self, conn: ConnId) -> Option<Conn> {
+        let c = self.conns.remove(&conn)?;
+        self.cfg.budget.release(c.charged);
+        self.stats.window_limited_us += c.send.window_limited_noted().as_micros() as u64;
+        self.users.deactivate(c.user, conn);
+        Some(c)
+    }
+
+    /// The largest smoothed RTT of the live paths: the round trip that
+    /// autotuning measures over (MPTCP's RTT_max).
+    pub fn rtt_max(&self) -> Duration {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| s.path.up)
+            .map(|s| s.path.srtt())
+            .max()
+            .unwrap_or(self.cfg.path.initial_rtt)
+    }
+
+    /// The memory budget this endpoint charges.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.cfg.budget
+    }
+
+    /// What the connections hold now.
+    pub fn flow_stats(&self, now: Instant) -> FlowStats {
+        let mut f = FlowStats { window_limited_us: self.stats.window_limited_us, ..FlowStats::default() };
+        for c in self.conns.values() {
+            f.window_sum_bytes += c.recv.window();
+            f.window_max_bytes = f.window_max_bytes.max(c.recv.window());
+            f.out_of_order_bytes += c.recv.out_of_order_bytes();
+            f.unsent_bytes += c.send.unsent();
+            f.in_flight_bytes += c.send.in_flight();
+            f.window_limited_us += c.send.window_limited_time(now).as_micros() as u64;
+        }
+        f
+    }
+
+    /// Autotuning: grow `conn`'s receive window toward what it asks for, as
+    /// far as the budget allows (see [`crate::budget`]); under pressure,
+    /// shrink windows instead.
+    fn tune_window(&mut self, conn: ConnId, now: Instant) {
+        let rtt_max = self.rtt_max();
+        let n = self.conns.len() as u64;
+        let Some(c) = self.conns.get_mut(&conn) else { return };
+        let Some(want) = c.recv.wanted_window(now, rtt_max) else { return };
+        let budget = &self.cfg.budget;
+        let levels = budget.levels();
+        let cur = c.recv.window();
+        let target = match budget.pressure() {
+            Pressure::Free => want,
+            Pressure::Moderate => want.min(cur.max(levels.pressure / n.max(1))),
+            Pressure::Pressure | Pressure::High => cur,
+        };
+        let got = if target > cur { budget.charge_up_to(target - cur, levels.pressure) } else { 0 };
+        if got < want - cur {
+            budget.note_denied();
+        }
+        if got > 0 {
+            // Charged above; `settle` gives back what an outstanding larger
+            // advertisement already covered.
+            c.charged += got;
+            c.recv.set_window(cur + got);
+            Self::settle(budget, c);
+            self.stats.window_growths += 1;
+            self.stats.window_growth_bytes += got;
+            if let Some(limit) = c.recv.window_update() {
+                let queued = c.window_pending.is_some() || c.ack_pending;
+                c.window_pending = Some(limit);
+                if !queued {
+                    self.ack_queue.push_back(conn);
+                }
+            }
+        }
+        if budget.pressure() >= Pressure::Pressure {
+            self.reclaim(now);
+        }
+    }
+
+    /// Above the pressure level, shrink receive windows, largest first, to
+    /// half (never below the minimum window), until the account is below
+    /// the pressure level again. A shrunk window takes effect as the
+    /// passenger reads: what was advertised stays promised.
+    fn reclaim(&mut self, now: Instant) {
+        if self.last_reclaim.is_some_and(|t| now < t + RECLAIM_INTERVAL) {
+            return;
+        }
+        self.last_reclaim = Some(now);
+        let budget = self.cfg.budget.clone();
+        let pressure = budget.levels().pressure;
+        let mut by_size: Vec<(u64, ConnId)> = self
+            .conns
+            .values()
+            .filter(|c| c.recv.window() > c.recv.limits().min)
+            .map(|c| (c.recv.window(), c.id))
+            .collect();
+        by_size.sort_unstable_by(|a, b| b.cmp(a));
+        for (w, id) in by_size {
+            if budget.used() < pressure {
+                break;
+            }
+            let c = self.conns.get_mut(&id).expect("listed above");
+            let new = c.recv.set_window(w / 2);
+            budget.note_reclaimed(w - new);
+            Self::settle(&budget, c);
+        }
     }
 
     /// Queue a WINDOW with the configured window if it exceeds the
@@ -484,8 +706,7 @@ impl Endpoint {
     pub fn abort_all(&mut self, code: u32) {
         let ids: Vec<ConnId> = self.conns.keys().copied().collect();
         for id in ids {
-            if let Some(c) = self.conns.remove(&id) {
-                self.users.deactivate(c.user, id);
+            if self.remove_conn(id).is_some() {
                 self.stats.conns_reset += 1;
                 self.events.push_back(Event::ConnReset { conn: id, code });
             }
@@ -500,16 +721,32 @@ impl Endpoint {
         }
     }
 
-    /// Bytes `send` would accept now.
+    /// Bytes `send` would accept now, the budget aside.
     pub fn send_room(&self, conn: ConnId) -> usize {
         self.conns.get(&conn).map_or(0, |c| c.send.room())
     }
 
-    /// Queue passenger bytes; returns how many were accepted (bounded by the
-    /// send buffer; wait for [`Event::Writable`] when it is 0).
+    /// Queue passenger bytes; returns how many were accepted, bounded by the
+    /// connection's not-sent low-water mark, its cap and the memory budget
+    /// (a connection may always hold `conn_unsent_min_bytes`). When it is
+    /// less than offered, wait for [`Event::Writable`].
     pub fn send(&mut self, conn: ConnId, data: &[u8], now: Instant) -> Result<usize, StreamError> {
+        let floor = self.cfg.conn_unsent_min_bytes;
+        let budget = self.cfg.budget.clone();
         let c = self.conn_mut(conn)?;
-        let n = c.send.write(data);
+        let want = data.len().min(c.send.room()) as u64;
+        let under_floor = want.min(floor.saturating_sub(c.send.buffered()));
+        let beyond = want - under_floor;
+        let got = if beyond > 0 { budget.charge_up_to(beyond, budget.levels().high) } else { 0 };
+        if got < beyond {
+            budget.note_denied();
+        }
+        budget.charge(under_floor);
+        let n = (under_floor + got) as usize;
+        c.charged += n as u64;
+        let written = c.send.write(&data[..n]);
+        debug_assert_eq!(written, n);
+        c.send.write_blocked = n < data.len();
         let user = c.user;
         if n > 0 {
             self.users.activate(user, conn, now);
@@ -528,8 +765,7 @@ impl Endpoint {
 
     /// Abort the connection in both directions.
     pub fn reset(&mut self, conn: ConnId, code: u32, _now: Instant) {
-        if let Some(c) = self.conns.remove(&conn) {
-            self.users.deactivate(c.user, conn);
+        if self.remove_conn(conn).is_some() {
             self.stats.conns_reset += 1;
             if self.up_paths().is_empty() {
                 // No path to carry it now: the first path to come up does.
@@ -541,15 +777,21 @@ impl Endpoint {
     }
 
     /// Read passenger bytes that arrived in order.
-    pub fn recv(&mut self, conn: ConnId, buf: &mut [u8]) -> Result<Recv, StreamError> {
+    pub fn recv(&mut self, conn: ConnId, buf: &mut [u8], now: Instant) -> Result<Recv, StreamError> {
+        let budget = self.cfg.budget.clone();
         let c = self.conn_mut(conn)?;
         let n = c.recv.read(buf);
+        let mut enqueue = false;
         if let Some(limit) = c.recv.window_update() {
-            let queued = c.window_pending.is_some() || c.ack_pending;
+            enqueue = c.window_pending.is_none() && !c.ack_pending;
             c.window_pending = Some(limit);
-            if !queued {
-                self.ack_queue.push_back(conn);
-            }
+        }
+        Self::settle(&budget, c);
+        if enqueue {
+            self.ack_queue.push_back(conn);
+        }
+        if n > 0 {
+            self.tune_window(conn, now);
         }
         let c = self.conns.get(&conn).expect("checked");
         if n > 0 {
@@ -581,8 +823,7 @@ impl Endpoint {
 
     fn maybe_close(&mut self, conn: ConnId) {
         if self.conns.get(&conn).is_some_and(|c| c.is_closed()) {
-            let c = self.conns.remove(&conn).expect("checked");
-            self.users.deactivate(c.user, conn);
+            let c = self.remove_conn(conn).expect("checked");
             self.stats.conns_closed += 1;
             self.events.push_back(Event::ConnClosed(conn));
             if c.ack_pending {
@@ -652,9 +893,10 @@ impl Endpoint {
                     self.acked_scratch = acked;
                     return Err(InputError::BadPathAck(path, received, sent));
                 }
+                let rtt_max = self.rtt_max();
                 for r in &acked {
                     if let Some(seg) = r.segment {
-                        self.on_segment_delivered(seg);
+                        self.on_segment_delivered(seg, rtt_max, now);
                     }
                 }
                 self.acked_scratch = acked;
@@ -674,7 +916,7 @@ impl Endpoint {
                 while self.opened_above.remove(&self.opened_floor) {
                     self.opened_floor = self.opened_floor.wrapping_add(1);
                 }
-                let mut c = Conn::new(conn, user, dst, self.cfg.conn_send_buffer_bytes, self.cfg.conn_window_bytes);
+                let mut c = self.new_conn(conn, user, dst);
                 self.announce_window(&mut c);
                 self.conns.insert(conn, c);
                 self.stats.conns_opened += 1;
@@ -694,23 +936,22 @@ impl Endpoint {
                 }
             }
             Frame::Ack { conn, cumulative, fin, sack } => {
+                let rtt_max = self.rtt_max();
                 let Some(c) = self.conns.get_mut(&conn) else { return Ok(()) };
                 c.open_unconfirmed = false;
-                if c.send.on_ack(cumulative, fin, &sack) > 0 {
-                    self.events.push_back(Event::Writable(conn));
-                }
-                self.maybe_close(conn);
+                let freed = c.send.on_ack(cumulative, fin, &sack).map_err(|e| InputError::Ack(path, conn, e))?;
+                self.after_ack(conn, freed, rtt_max, now);
             }
             Frame::Window { conn, max_data } => {
                 let Some(c) = self.conns.get_mut(&conn) else { return Ok(()) };
                 c.open_unconfirmed = false;
                 c.send.set_max_data(max_data);
+                c.send.note_window_limit(now);
                 let user = c.user;
                 self.users.activate(user, conn, now);
             }
             Frame::Reset { conn, code } => {
-                if let Some(c) = self.conns.remove(&conn) {
-                    self.users.deactivate(c.user, conn);
+                if self.remove_conn(conn).is_some() {
                     self.stats.conns_reset += 1;
                     self.events.push_back(Event::ConnReset { conn, code });
                 }
@@ -749,13 +990,23 @@ impl Endpoint {
         Ok(())
     }
 
-    fn on_segment_delivered(&mut self, seg: SegmentRef) {
+    fn on_segment_delivered(&mut self, seg: SegmentRef, rtt_max: Duration, now: Instant) {
         let Some(c) = self.conns.get_mut(&seg.conn) else { return };
         c.open_unconfirmed = false;
-        if c.send.on_delivered(seg.offset) > 0 {
-            self.events.push_back(Event::Writable(seg.conn));
+        let freed = c.send.on_delivered(seg.offset);
+        self.after_ack(seg.conn, freed, rtt_max, now);
+    }
+
+    /// Bookkeeping after an acknowledgement freed `freed` bytes of `conn`.
+    fn after_ack(&mut self, conn: ConnId, freed: u64, rtt_max: Duration, now: Instant) {
+        let Some(c) = self.conns.get_mut(&conn) else { return };
+        c.send.update_rate(now, rtt_max);
+        if freed > 0 {
+            Self::settle(&self.cfg.budget, c);
+            c.send.write_blocked = false;
+            self.events.push_back(Event::Writable(conn));
         }
-        self.maybe_close(seg.conn);
+        self.maybe_close(conn);
     }
 
     // ----- output --------------------------------------------------------
@@ -831,15 +1082,11 @@ impl Endpoint {
             let q = slot.data.pop_front().expect("front exists");
             slot.path.queued_bytes -= n;
             let Some(c) = self.conns.get(&q.seg.conn) else { continue };
-            if !c.send.is_unacked(q.seg.offset) {
+            let Some(payload) = c.send.segment_payload(q.seg.offset) else {
                 continue; // delivered by another copy meanwhile
-            }
-            let before = out.len();
-            out.extend_from_slice(&[0; wire::DATA_OVERHEAD]);
-            c.send.copy_range(q.seg.offset, q.len, out);
-            let payload: Vec<u8> = out.drain(before + wire::DATA_OVERHEAD..).collect();
-            out.truncate(before);
-            wire::encode_data_frame(out, q.seg.conn, q.seg.offset, q.fin, &payload);
+            };
+            debug_assert_eq!(payload.len(), q.len as usize);
+            wire::encode_data_frame(out, q.seg.conn, q.seg.offset, q.fin, payload);
             slot.path.on_frame_sent(n as usize, Some(q.seg), now);
             slot.path.stats.data_bytes_sent += u64::from(q.len);
             match q.copy {
@@ -920,6 +1167,7 @@ impl Endpoint {
                 continue;
             };
             let Some(pkt) = c.send.next_packet(self.cfg.segment_bytes) else {
+                c.send.note_window_limit(now);
                 self.users.deactivate(user, cid);
                 continue;
             };
@@ -950,6 +1198,11 @@ impl Endpoint {
                 continue;
             }
             c.send.on_scheduled(&pkt, placed);
+            if c.send.write_blocked && c.send.room() > 0 {
+                // Unsent bytes left for a path: the writer may refill.
+                c.send.write_blocked = false;
+                self.events.push_back(Event::Writable(cid));
+            }
             let frame = data_frame_len(pkt.len);
             let seg = SegmentRef { conn: cid, offset: pkt.offset };
             // The first copy is on the lowest path a hard selector did not
@@ -1009,6 +1262,9 @@ impl Endpoint {
     /// pings, dead-path detection.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.users.forget_idle(now);
+        if self.cfg.budget.pressure() >= Pressure::Pressure {
+            self.reclaim(now);
+        }
         for i in 0..MAX_PATHS {
             let Some(slot) = self.slots[i].as_mut() else { continue };
             if !slot.path.up {
@@ -1109,14 +1365,14 @@ mod tests {
         pump(&mut relay, &mut proxy, now);
         assert_eq!(proxy.poll_event(), Some(Event::ConnOpened { conn: c, user, dst }));
         let mut buf = [0u8; 64];
-        assert_eq!(proxy.recv(c, &mut buf), Ok(Recv::Data(18)));
+        assert_eq!(proxy.recv(c, &mut buf, now), Ok(Recv::Data(18)));
         assert_eq!(&buf[..18], b"GET / HTTP/1.0\r\n\r\n");
-        assert_eq!(proxy.recv(c, &mut buf), Ok(Recv::Fin));
+        assert_eq!(proxy.recv(c, &mut buf, now), Ok(Recv::Fin));
         proxy.send(c, b"HTTP/1.0 200 OK\r\n\r\nhi", now).unwrap();
         proxy.finish(c, now).unwrap();
         pump(&mut relay, &mut proxy, now);
-        assert_eq!(relay.recv(c, &mut buf), Ok(Recv::Data(21)));
-        assert_eq!(relay.recv(c, &mut buf), Ok(Recv::Fin));
+        assert_eq!(relay.recv(c, &mut buf, now), Ok(Recv::Data(21)));
+        assert_eq!(relay.recv(c, &mut buf, now), Ok(Recv::Fin));
         pump(&mut relay, &mut proxy, now);
         assert!(!relay.has_conn(c), "relay closed");
         assert!(!proxy.has_conn(c), "proxy closed");
@@ -1133,17 +1389,28 @@ mod tests {
         let user = UserId([1; 16]);
         let c = relay.open(user, "10.99.0.10:80".parse().unwrap(), now).unwrap();
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-        assert_eq!(relay.send(c, &data, now).unwrap(), data.len());
+        let mut sent = relay.send(c, &data, now).unwrap();
+        assert!(sent > 0);
         // Path 0's bytes are written to a subflow that then dies.
         let mut lost = Vec::new();
         relay.poll_transmit(PathId(0), now, &mut lost, 1 << 20);
         relay.path_down(PathId(0), now);
         proxy.path_down(PathId(0), now);
-        pump(&mut relay, &mut proxy, now);
         let mut got = vec![0u8; data.len()];
         let mut n = 0;
-        while let Ok(Recv::Data(k)) = proxy.recv(c, &mut got[n..]) {
-            n += k;
+        loop {
+            pump(&mut relay, &mut proxy, now);
+            while let Ok(Recv::Data(k)) = proxy.recv(c, &mut got[n..], now) {
+                n += k;
+            }
+            if sent == data.len() {
+                pump(&mut relay, &mut proxy, now);
+                while let Ok(Recv::Data(k)) = proxy.recv(c, &mut got[n..], now) {
+                    n += k;
+                }
+                break;
+            }
+            sent += relay.send(c, &data[sent..], now).unwrap();
         }
         assert_eq!(n, data.len());
         assert_eq!(got, data);
@@ -1230,11 +1497,11 @@ mod tests {
         let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
         // A full send buffer: reading it all frees more than half a window.
         let n = relay.send(c, &vec![5u8; 1 << 20], now).unwrap();
-        assert!(n as u64 >= proxy.config().conn_window_bytes / 2);
+        assert!(n as u64 >= proxy.config().conn_window_initial_bytes / 2);
         pump(&mut relay, &mut proxy, now);
         assert!(!proxy.has_pending(PathId(0)));
         let mut buf = vec![0u8; n];
-        assert_eq!(proxy.recv(c, &mut buf), Ok(Recv::Data(n)));
+        assert_eq!(proxy.recv(c, &mut buf, now), Ok(Recv::Data(n)));
         assert!(proxy.has_pending(PathId(0)), "the WINDOW frame must wake a writer");
     }
 

@@ -13,6 +13,7 @@
 //!
 //! Nothing here performs I/O or reads a clock: every call takes `now`.
 
+pub mod budget;
 pub mod conn;
 pub mod endpoint;
 pub mod ids;
@@ -22,7 +23,8 @@ pub mod sched;
 pub mod testing;
 pub mod wire;
 
-pub use endpoint::{Endpoint, EndpointConfig, Event, InputError, Recv, Role, StreamError};
+pub use budget::{BudgetLevels, BudgetStats, MemoryBudget, Pressure};
+pub use endpoint::{Endpoint, EndpointConfig, Event, FlowStats, InputError, Recv, Role, StreamError};
 pub use ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 pub use path::{Availability, PathConfig, PathStats, PathView};
 pub use sched::{FailureTable, Pipeline, Registry, TrackDirection, TrainState, TrainTracker};

@@ -1089,7 +1089,7 @@ impl Harness {
     }
 
     fn read_conn(&mut self, side: Side, cid: ConnId) -> bool {
-        let (now, s) = (self.now, side.idx());
+        let (now, s, instant) = (self.now, side.idx(), self.at());
         let Harness {
             relay,
             proxy,
@@ -1130,7 +1130,7 @@ impl Harness {
                 }
                 return progress;
             }
-            match ep.recv(cid, &mut io_buf[..budget]) {
+            match ep.recv(cid, &mut io_buf[..budget], instant) {
                 Ok(Recv::Data(n)) => {
                     readers[s].spend(n);
                     stream.check(&io_buf[..n], expect_buf);

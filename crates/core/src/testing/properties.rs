@@ -131,14 +131,24 @@ proptest! {
 /// The floors keep the slowest case (1 KiB of send buffer per RTT) well
 /// inside the deadline; below them a transfer is correct but takes hours.
 fn tunables() -> impl Strategy<Value = SimConfig> {
-    (64u64..128 * 1024, 1_000u64..1 << 20, 1024usize..256 * 1024, 64u32..16 * 1024, 1u64..3_000).prop_map(
-        |(kernel, window, send_buf, segment, reconnect_ms)| {
+    let windows = (1_000u64..1 << 20, 1u64..8).prop_map(|(initial, growth)| (initial, initial * growth));
+    // Budgets from one frame up: above `high` a connection keeps only its
+    // floors, and must still finish.
+    let budget = prop_oneof![Just(None), (16u64 * 1024..4 << 20).prop_map(Some)];
+    (64u64..128 * 1024, windows, 1024u64..256 * 1024, 64u32..16 * 1024, 1u64..3_000, budget).prop_map(
+        |(kernel, (w_init, w_max), send_buf, segment, reconnect_ms, budget)| {
             let mut cfg = SimConfig { kernel_buffer_bytes: kernel, ..SimConfig::default() };
             cfg.reconnect_after = Duration::from_millis(reconnect_ms);
             for ep in [&mut cfg.relay, &mut cfg.proxy] {
-                ep.conn_window_bytes = window;
+                ep.conn_window_initial_bytes = w_init;
+                ep.conn_window_max_bytes = w_max;
+                ep.conn_window_min_bytes = w_init.min(crate::conn::INITIAL_MAX_DATA);
                 ep.conn_send_buffer_bytes = send_buf;
+                ep.conn_unsent_min_bytes = send_buf.min(32 * 1024);
                 ep.segment_bytes = segment;
+                if let Some(high) = budget {
+                    ep.budget = crate::budget::MemoryBudget::with_high(high);
+                }
             }
             cfg
         },

@@ -261,11 +261,11 @@ fn a_synthetic_trace_paces_a_transfer_exactly() {
 fn a_slow_reader_never_lets_buffers_exceed_the_window() {
     let mut cfg = SimConfig::default();
     for ep in [&mut cfg.relay, &mut cfg.proxy] {
-        ep.conn_window_bytes = 128 * 1024;
+        ep.set_fixed_window(128 * 1024);
         ep.conn_send_buffer_bytes = 64 * 1024;
     }
     cfg.relay_read_rate = Some(200_000);
-    let (window, send_buf) = (cfg.relay.conn_window_bytes, cfg.relay.conn_send_buffer_bytes as u64);
+    let (window, send_buf) = (cfg.relay.conn_window_max_bytes, cfg.relay.conn_send_buffer_bytes);
     let r = Registry::with_builtins();
     let mut h = Harness::with_config(cfg, r.build("minrtt").unwrap(), r.build("minrtt").unwrap(), two_paths(), 10);
     let conns = 4u64;
@@ -352,7 +352,7 @@ fn a_window_update_lost_with_its_subflow_is_announced_again() {
     let window = crate::conn::INITIAL_MAX_DATA;
     let mut cfg = SimConfig::default();
     for ep in [&mut cfg.relay, &mut cfg.proxy] {
-        ep.conn_window_bytes = window;
+        ep.set_fixed_window(window);
     }
     let paths = vec![PathSpec::rate(2 * MB, ms(300)).with_kill(ms(150), None), PathSpec::rate(2 * MB, ms(5))];
     let r = Registry::with_builtins();
@@ -384,7 +384,7 @@ fn a_fin_delivered_before_the_gap_below_it_still_completes_the_stream() {
     // The same at the send stream, without the network.
     use crate::conn::SendStream;
     use crate::ids::PathMask;
-    let mut s = SendStream::new(100, 1000);
+    let mut s = SendStream::new(crate::conn::SendLimits { cap: 100, min_unsent: 100 }, 1000);
     s.write(&[0; 20]);
     s.finish();
     let a = s.next_packet(10).unwrap();
@@ -393,7 +393,7 @@ fn a_fin_delivered_before_the_gap_below_it_still_completes_the_stream() {
     assert!(b.fin);
     s.on_scheduled(&b, PathMask(1));
     s.on_delivered(b.offset); // FIN first, above the gap
-    s.on_ack(10, false, &[]); // a stale ACK fills the gap
+    s.on_ack(10, false, &[]).unwrap(); // a stale ACK fills the gap
     assert!(s.is_done(), "the delivered FIN segment completes the stream");
 }
 
