@@ -603,6 +603,12 @@ impl Endpoint {
             .unwrap_or(self.cfg.path.initial_rtt)
     }
 
+    /// What this endpoint's connections have charged to the budget (equal
+    /// to the budget's `used` when no other endpoint shares it).
+    pub fn charged_total(&self) -> u64 {
+        self.conns.values().map(|c| c.charged).sum()
+    }
+
     /// The memory budget this endpoint charges.
     pub fn budget(&self) -> &MemoryBudget {
         &self.cfg.budget
@@ -721,9 +727,15 @@ impl Endpoint {
         }
     }
 
-    /// Bytes `send` would accept now, the budget aside.
+    /// Bytes `send` would accept now (budget included, when no other
+    /// endpoint sharing it charges meanwhile).
     pub fn send_room(&self, conn: ConnId) -> usize {
-        self.conns.get(&conn).map_or(0, |c| c.send.room())
+        let Some(c) = self.conns.get(&conn) else { return 0 };
+        let room = c.send.room() as u64;
+        let under_floor = room.min(self.cfg.conn_unsent_min_bytes.saturating_sub(c.send.buffered()));
+        let budget = &self.cfg.budget;
+        let beyond = (room - under_floor).min(budget.levels().high.saturating_sub(budget.used()));
+        (under_floor + beyond) as usize
     }
 
     /// Queue passenger bytes; returns how many were accepted, bounded by the
@@ -938,8 +950,8 @@ impl Endpoint {
             Frame::Ack { conn, cumulative, fin, sack } => {
                 let rtt_max = self.rtt_max();
                 let Some(c) = self.conns.get_mut(&conn) else { return Ok(()) };
-                c.open_unconfirmed = false;
                 let freed = c.send.on_ack(cumulative, fin, &sack).map_err(|e| InputError::Ack(path, conn, e))?;
+                c.open_unconfirmed = false;
                 self.after_ack(conn, freed, rtt_max, now);
             }
             Frame::Window { conn, max_data } => {
@@ -1548,6 +1560,75 @@ mod tests {
         assert_eq!(relay.path_view(PathId(1), t0).unwrap().failure, None, "path 1's cell is unknown");
         let stale = t0 + relay.config().train_state_max_age + Duration::from_millis(1);
         assert_eq!(relay.path_view(PathId(0), stale).unwrap().failure, None, "a stale position predicts nothing");
+    }
+
+    #[test]
+    fn a_cumulative_ack_inside_a_segment_is_a_protocol_error_and_the_connection_carries_on() {
+        // The hardening issue's recipe: this used to underflow `offset -
+        // acked_base` when the segment was sent again.
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        relay.path_up(PathId(0), now);
+        proxy.path_up(PathId(0), now);
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 253) as u8).collect();
+        assert_eq!(relay.send(c, &data, now), Ok(20_000));
+        relay.schedule(now);
+        let mut first = Vec::new();
+        relay.poll_transmit(PathId(0), now, &mut first, 1 << 20);
+        let mut bad = Vec::new();
+        Frame::Ack { conn: c, cumulative: 100, fin: false, sack: vec![] }.encode(&mut bad);
+        let err = relay.handle_input(PathId(0), &bad, now).unwrap_err();
+        assert!(matches!(err, InputError::Ack(PathId(0), _, AckError::InsideSegment { cumulative: 100, .. })), "{err}");
+        assert_eq!(relay.stats().protocol_errors, 1);
+        // The shell closes the subflow; a new one carries everything again.
+        relay.path_down(PathId(0), now);
+        proxy.path_down(PathId(0), now);
+        relay.path_up(PathId(0), now);
+        proxy.path_up(PathId(0), now);
+        relay.schedule(now);
+        relay.finish(c, now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        let mut got = vec![0u8; 30_000];
+        let mut n = 0;
+        while let Ok(Recv::Data(k)) = proxy.recv(c, &mut got[n..], now) {
+            n += k;
+        }
+        assert!(got[..n] == data[..], "every byte once, in order: {n} of {} bytes", data.len());
+    }
+
+    #[test]
+    fn memory_pressure_shrinks_the_largest_window_first() {
+        let t0 = Instant::now();
+        let budget = MemoryBudget::new(crate::budget::BudgetLevels { low: 0, pressure: 1 << 20, high: 2 << 20 });
+        let r = Registry::with_builtins();
+        let mut cfg = EndpointConfig::new(Role::Proxy);
+        cfg.budget = budget.clone();
+        cfg.conn_window_initial_bytes = 64 * 1024;
+        let mut proxy = Endpoint::new(cfg, r.build("minrtt").unwrap(), t0);
+        proxy.path_up(PathId(0), t0);
+        let mut relay = Endpoint::new(EndpointConfig::new(Role::Relay), r.build("minrtt").unwrap(), t0);
+        relay.path_up(PathId(0), t0);
+        let user = UserId([2; 16]);
+        let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
+        let ids: Vec<ConnId> = (0..3).map(|_| relay.open(user, dst, t0).unwrap()).collect();
+        pump(&mut relay, &mut proxy, t0);
+        // Give the connections windows of 512 KiB, 256 KiB, 128 KiB by hand
+        // (as autotuning would), pushing the budget over its pressure level.
+        for (id, w) in ids.iter().zip([512 * 1024, 256 * 1024, 128 * 1024]) {
+            let c = proxy.conns.get_mut(id).unwrap();
+            c.recv.set_window(w);
+            Endpoint::settle(&budget, c);
+        }
+        budget.charge(300 * 1024); // another train's connections
+        assert_eq!(budget.pressure(), Pressure::Pressure);
+        proxy.handle_timeout(t0 + Duration::from_secs(1));
+        let windows: Vec<u64> = ids.iter().map(|id| proxy.conns[id].recv.window()).collect();
+        assert_eq!(windows, [256 * 1024, 256 * 1024, 128 * 1024], "only the largest shrank: enough was reclaimed");
+        assert_eq!(budget.stats().reclaimed_bytes, 256 * 1024);
+        assert!(budget.pressure() < Pressure::Pressure);
+        budget.release(300 * 1024);
+        assert_eq!(proxy.charged_total(), budget.used());
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub use rng::SplitMix64;
 pub use trace::{MahimahiTrace, TraceCursor, TraceError};
 
 #[cfg(test)]
+mod aggregation;
+#[cfg(test)]
 mod hrsch_scenarios;
 #[cfg(test)]
 mod properties;
