@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use ipnet::IpNet;
-use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, MAX_PATHS};
+use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, DEFAULT_PROXY_BUDGET, MAX_PATHS};
 use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
 use polycorn_net::metrics::{self, Source};
 use polycorn_net::session::{RESET_CONNECT_FAILED, RESET_REFUSED_BY_POLICY};
@@ -80,13 +80,26 @@ struct Opts {
     /// Upstream connect timeout in seconds [default: 10].
     #[arg(long, env = "POLYCORN_PROXY_CONNECT_TIMEOUT_S")]
     connect_timeout_s: Option<f64>,
-    /// Receive window per passenger connection, bytes [default: 1048576].
+    /// Most bytes a passenger connection's receive window grows to:
+    /// windows start at --conn-window-initial and double while the window is
+    /// what limits the connection (docs/architecture.md, "Flow control and
+    /// memory") [default: 8388608].
     #[arg(long, env = "POLYCORN_PROXY_CONN_WINDOW")]
     conn_window: Option<u64>,
-    /// Send buffer per passenger connection: bytes read from the passenger
-    /// and not yet cumulatively acknowledged by the relay [default: 524288].
+    /// Receive window a passenger connection starts with; equal to
+    /// --conn-window, windows are fixed [default: 131072].
+    #[arg(long, env = "POLYCORN_PROXY_CONN_WINDOW_INITIAL")]
+    conn_window_initial: Option<u64>,
+    /// Most bytes a passenger connection holds on its send side: read from
+    /// the passenger and not yet acknowledged by the relay [default: 8388608].
     #[arg(long, env = "POLYCORN_PROXY_CONN_SEND_BUFFER")]
     conn_send_buffer: Option<u64>,
+    /// Memory shared by every passenger connection's send buffer and
+    /// receive window, bytes: windows grow freely below half of it, only to
+    /// a fair share below three quarters, and shrink back above; at the
+    /// budget no connection gets more than its floor [default: 268435456 (256 MiB)].
+    #[arg(long, env = "POLYCORN_PROXY_MEM_BUDGET")]
+    mem_budget: Option<u64>,
     /// Failure-location table (JSON, docs/schedulerlets.md "HRSCH") for
     /// handover-failure-aware path rejection on the downlink; reloaded when
     /// the file changes (a malformed new file is refused, the old table kept).
@@ -144,9 +157,9 @@ struct Settings {
     deny: Vec<IpNet>,
     allow: Option<Vec<IpNet>>,
     connect_timeout: Duration,
-    conn_window: u64,
-    /// None: the endpoint's default.
-    conn_send_buffer: Option<usize>,
+    /// Every session's endpoint starts from this; clones share its memory
+    /// budget, so a relay that reconnects does not get a second one.
+    endpoint: EndpointConfig,
     failure_table: Option<PathBuf>,
     /// `--failure-table-url` and its options.
     table_url: Option<HttpOpts>,
@@ -168,7 +181,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, metrics_listen, deny, allow,
-        connect_timeout_s, conn_window, conn_send_buffer, log_json, failure_table, kafka_brokers, kafka_topic,
+        connect_timeout_s, conn_window, conn_window_initial, conn_send_buffer, mem_budget, log_json, failure_table, kafka_brokers, kafka_topic,
         kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file);
     let pipelines = std::mem::take(&mut f.pipelines);
     let table_topic = match (o.failure_table_topic.take(), &o.kafka_brokers) {
@@ -195,6 +208,15 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             .map(|s| s.parse().expect("valid default CIDR"))
             .collect()
     });
+    let mut endpoint = EndpointConfig::new(Role::Proxy);
+    polycorn_net::config::BufferOptions {
+        conn_window: o.conn_window,
+        conn_window_initial: o.conn_window_initial,
+        conn_send_buffer: o.conn_send_buffer,
+        mem_budget: o.mem_budget,
+    }
+    .apply(&mut endpoint, DEFAULT_PROXY_BUDGET)
+    .map_err(anyhow::Error::msg)?;
     let timeout = o.connect_timeout_s.unwrap_or(10.0);
     if !(timeout > 0.0 && timeout < 3600.0) {
         bail!("--connect-timeout-s must be between 0 and 3600 seconds, got {timeout}");
@@ -211,13 +233,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             deny,
             allow: o.allow,
             connect_timeout: Duration::from_secs_f64(timeout),
-            conn_window: polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024))
-                .map_err(anyhow::Error::msg)?,
-            conn_send_buffer: o
-                .conn_send_buffer
-                .map(polycorn_net::config::check_conn_send_buffer)
-                .transpose()
-                .map_err(anyhow::Error::msg)?,
+            endpoint,
             failure_table: o.failure_table,
             table_url,
             table_topic,
@@ -273,11 +289,7 @@ impl Proxy {
             info!(old = id, new = hello.session, "relay restarted: replacing its session");
             s.close();
         }
-        let mut cfg = EndpointConfig::new(Role::Proxy);
-        cfg.conn_window_bytes = self.s.conn_window;
-        if let Some(b) = self.s.conn_send_buffer {
-            cfg.conn_send_buffer_bytes = b;
-        }
+        let cfg = self.s.endpoint.clone();
         let pipeline = build_pipeline(&self.s.scheduler, &self.s.pipelines).map_err(anyhow::Error::msg)?;
         let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
         if let Some(t) = self.table.lock().unwrap_or_else(|e| e.into_inner()).clone() {

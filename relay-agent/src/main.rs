@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use polycorn_capture::{Dialer, InterceptRules, RelayOpts, UdpPolicy};
-use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, MAX_PATHS};
+use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, DEFAULT_RELAY_BUDGET, MAX_PATHS};
 use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
 use polycorn_net::metrics::{self, Source, Writer};
 use polycorn_net::subflow::{self, Hello, Transport};
@@ -93,13 +93,26 @@ struct Opts {
     /// Prometheus metrics and health endpoints [default: 127.0.0.1:9465].
     #[arg(long, env = "POLYCORN_RELAY_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
-    /// Receive window per passenger connection, bytes [default: 1048576].
+    /// Most bytes a passenger connection's receive window grows to:
+    /// windows start at --conn-window-initial and double while the window is
+    /// what limits the connection (docs/architecture.md, "Flow control and
+    /// memory") [default: 8388608].
     #[arg(long, env = "POLYCORN_RELAY_CONN_WINDOW")]
     conn_window: Option<u64>,
-    /// Send buffer per passenger connection: bytes read from the passenger
-    /// and not yet cumulatively acknowledged by the proxy [default: 524288].
+    /// Receive window a passenger connection starts with; equal to
+    /// --conn-window, windows are fixed [default: 131072].
+    #[arg(long, env = "POLYCORN_RELAY_CONN_WINDOW_INITIAL")]
+    conn_window_initial: Option<u64>,
+    /// Most bytes a passenger connection holds on its send side: read from
+    /// the passenger and not yet acknowledged by the proxy [default: 8388608].
     #[arg(long, env = "POLYCORN_RELAY_CONN_SEND_BUFFER")]
     conn_send_buffer: Option<u64>,
+    /// Memory shared by every passenger connection's send buffer and
+    /// receive window, bytes: windows grow freely below half of it, only to
+    /// a fair share below three quarters, and shrink back above; at the
+    /// budget no connection gets more than its floor [default: 67108864 (64 MiB)].
+    #[arg(long, env = "POLYCORN_RELAY_MEM_BUDGET")]
+    mem_budget: Option<u64>,
     /// Most passenger connections at once per listener [default: 4096].
     #[arg(long, env = "POLYCORN_RELAY_MAX_CONNS")]
     max_conns: Option<usize>,
@@ -223,7 +236,7 @@ fn settings() -> anyhow::Result<Settings> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
-        dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, conn_send_buffer, max_conns, log_json,
+        dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, log_json,
         failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, replay_events, replay_epoch_unix_ms, replay_detect, gpsd, modems, mmcli, mmcli_interval_ms,
         handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume);
     let pipelines = std::mem::take(&mut f.pipelines);
@@ -255,10 +268,9 @@ fn settings() -> anyhow::Result<Settings> {
         "allow" => UdpPolicy::Allow,
         other => bail!("unknown --udp-policy {other:?}: use reject-quic, drop-all or allow"),
     };
-    polycorn_net::config::check_conn_window(o.conn_window.unwrap_or(1024 * 1024)).map_err(anyhow::Error::msg)?;
-    if let Some(b) = o.conn_send_buffer {
-        polycorn_net::config::check_conn_send_buffer(b).map_err(anyhow::Error::msg)?;
-    }
+    buffer_options(&o)
+        .apply(&mut EndpointConfig::new(Role::Relay), DEFAULT_RELAY_BUDGET)
+        .map_err(anyhow::Error::msg)?;
     if o.telemetry_spool_max_bytes.is_some_and(|b| b < spool::MIN_MAX_BYTES) {
         bail!("--telemetry-spool-max-bytes must be at least {}", spool::MIN_MAX_BYTES);
     }
@@ -406,6 +418,15 @@ fn capture_metrics(w: &mut Writer, kind: &'static str, st: &polycorn_capture::Ca
     w.counter("polycorn_capture_dns_failed", "DNS queries that failed.", l(), s.dns_failed as f64);
 }
 
+fn buffer_options(o: &Opts) -> polycorn_net::config::BufferOptions {
+    polycorn_net::config::BufferOptions {
+        conn_window: o.conn_window,
+        conn_window_initial: o.conn_window_initial,
+        conn_send_buffer: o.conn_send_buffer,
+        mem_budget: o.mem_budget,
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let s = match settings() {
@@ -418,10 +439,7 @@ async fn main() -> anyhow::Result<()> {
     polycorn_net::telemetry::init_logging("info", s.opts.log_json.unwrap_or(false));
     let session_id = std::collections::hash_map::RandomState::new().hash_one((Instant::now(), std::process::id()));
     let mut cfg = EndpointConfig::new(Role::Relay);
-    cfg.conn_window_bytes = s.opts.conn_window.unwrap_or(1024 * 1024);
-    if let Some(b) = s.opts.conn_send_buffer {
-        cfg.conn_send_buffer_bytes = b as usize;
-    }
+    buffer_options(&s.opts).apply(&mut cfg, DEFAULT_RELAY_BUDGET).map_err(anyhow::Error::msg)?;
     let pipeline = build_pipeline(&s.scheduler, &s.pipelines).map_err(anyhow::Error::msg)?;
     let ep = Endpoint::new(cfg, pipeline, Instant::now());
     let (session, mut events) = Session::new(ep);

@@ -455,8 +455,11 @@ impl SendStream {
     /// flight and unacknowledged: the head of the connection's window.
     pub fn head_in_flight(&self) -> Option<(u64, u32, PathMask)> {
         let (&off, s) = self.segs.iter().next()?;
-        (off == self.acked_base && s.payload.is_some() && !self.reinject.contains(&off))
-            .then_some((off, s.len, s.paths_used))
+        (off == self.acked_base && s.payload.is_some() && !self.reinject.contains(&off)).then_some((
+            off,
+            s.len,
+            s.paths_used,
+        ))
     }
 }
 

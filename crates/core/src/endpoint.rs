@@ -78,8 +78,8 @@ pub struct EndpointConfig {
 pub const DEFAULT_CONN_BUFFER_MAX: u64 = 8 * 1024 * 1024;
 /// Default memory budget of a relay-agent (one train).
 pub const DEFAULT_RELAY_BUDGET: u64 = 64 * 1024 * 1024;
-/// Default memory budget of a proxy (every train it serves together).
-pub const DEFAULT_PROXY_BUDGET: u64 = 1024 * 1024 * 1024;
+/// Default memory budget of a proxy (one train; half the chart's pod memory limit).
+pub const DEFAULT_PROXY_BUDGET: u64 = 256 * 1024 * 1024;
 
 /// How often, at most, windows are shrunk under memory pressure.
 const RECLAIM_INTERVAL: Duration = Duration::from_millis(100);
@@ -830,7 +830,7 @@ impl Endpoint {
 
     /// Bytes held in connection buffers (send and receive).
     pub fn buffered_bytes(&self) -> u64 {
-        self.conns.values().map(|c| c.send.buffered() as u64 + c.recv.buffered()).sum()
+        self.conns.values().map(|c| c.send.buffered() + c.recv.buffered()).sum()
     }
 
     fn maybe_close(&mut self, conn: ConnId) {

@@ -24,7 +24,10 @@ pub mod testing;
 pub mod wire;
 
 pub use budget::{BudgetLevels, BudgetStats, MemoryBudget, Pressure};
-pub use endpoint::{Endpoint, EndpointConfig, Event, FlowStats, InputError, Recv, Role, StreamError};
+pub use endpoint::{
+    Endpoint, EndpointConfig, Event, FlowStats, InputError, Recv, Role, StreamError, DEFAULT_PROXY_BUDGET,
+    DEFAULT_RELAY_BUDGET,
+};
 pub use ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 pub use path::{Availability, PathConfig, PathStats, PathView};
 pub use sched::{FailureTable, Pipeline, Registry, TrackDirection, TrainState, TrainTracker};

@@ -16,25 +16,47 @@ pub fn load_toml<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result<T
     toml::from_str(&text).map_err(|e| format!("parsing config file {}: {e}", path.display()))
 }
 
-/// The receive window must be at least the protocol's initial limit, which a
-/// peer may use before any WINDOW frame arrives.
-pub fn check_conn_window(bytes: u64) -> Result<u64, String> {
-    let min = polycorn_core::conn::INITIAL_MAX_DATA;
-    if (min..=1 << 30).contains(&bytes) {
-        Ok(bytes)
-    } else {
-        Err(format!("--conn-window must be between {min} and {} bytes, got {bytes}", 1u64 << 30))
-    }
+/// Per-connection buffer sizes and the memory budget, as both binaries take
+/// them (`--conn-window`, `--conn-window-initial`, `--conn-send-buffer`,
+/// `--mem-budget`); `None` keeps the endpoint's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BufferOptions {
+    pub conn_window: Option<u64>,
+    pub conn_window_initial: Option<u64>,
+    pub conn_send_buffer: Option<u64>,
+    pub mem_budget: Option<u64>,
 }
 
-/// The per-connection send buffer (bytes the passenger wrote that the peer
-/// has not cumulatively acknowledged) must hold at least one full segment.
-pub fn check_conn_send_buffer(bytes: u64) -> Result<usize, String> {
-    const MIN: u64 = 64 * 1024;
-    if (MIN..=1 << 30).contains(&bytes) {
-        Ok(bytes as usize)
-    } else {
-        Err(format!("--conn-send-buffer must be between {MIN} and {} bytes, got {bytes}", 1u64 << 30))
+impl BufferOptions {
+    /// Check the sizes and write them into `cfg`; `budget_default` is the
+    /// binary's default budget (the relay's and the proxy's differ). The
+    /// window must be at least the protocol's initial limit, which a peer
+    /// may use before any WINDOW frame arrives; the send buffer must hold a
+    /// full segment; the budget must hold at least one connection's floors.
+    pub fn apply(&self, cfg: &mut polycorn_core::EndpointConfig, budget_default: u64) -> Result<(), String> {
+        const GIB: u64 = 1 << 30;
+        let min = polycorn_core::conn::INITIAL_MAX_DATA;
+        let check = |flag: &str, v: u64, lo: u64, hi: u64| {
+            if (lo..=hi).contains(&v) {
+                Ok(v)
+            } else {
+                Err(format!("--{flag} must be between {lo} and {hi} bytes, got {v}"))
+            }
+        };
+        let max = check("conn-window", self.conn_window.unwrap_or(cfg.conn_window_max_bytes), min, GIB)?;
+        let initial = match self.conn_window_initial {
+            Some(v) => check("conn-window-initial", v, min, max)?,
+            None => cfg.conn_window_initial_bytes.min(max),
+        };
+        let send = check("conn-send-buffer", self.conn_send_buffer.unwrap_or(cfg.conn_send_buffer_bytes), min, GIB)?;
+        let floors = cfg.conn_window_min_bytes + cfg.conn_unsent_min_bytes;
+        let budget = check("mem-budget", self.mem_budget.unwrap_or(budget_default), floors, 1 << 40)?;
+        cfg.conn_window_max_bytes = max;
+        cfg.conn_window_initial_bytes = initial;
+        cfg.conn_send_buffer_bytes = send;
+        cfg.conn_unsent_min_bytes = cfg.conn_unsent_min_bytes.min(send);
+        cfg.budget = polycorn_core::MemoryBudget::with_high(budget);
+        Ok(())
     }
 }
 
@@ -99,14 +121,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn conn_limits_are_checked() {
+    fn buffer_options_are_checked_and_applied() {
+        use polycorn_core::{EndpointConfig, Role};
         let min = polycorn_core::conn::INITIAL_MAX_DATA;
-        assert_eq!(check_conn_window(min), Ok(min));
-        assert!(check_conn_window(min - 1).unwrap_err().contains("--conn-window"));
-        assert!(check_conn_window((1 << 30) + 1).is_err());
-        assert_eq!(check_conn_send_buffer(64 * 1024), Ok(64 * 1024));
-        assert_eq!(check_conn_send_buffer(4 << 20), Ok(4 << 20));
-        assert!(check_conn_send_buffer(10).unwrap_err().contains("--conn-send-buffer"));
-        assert!(check_conn_send_buffer((1 << 30) + 1).is_err());
+        let mut cfg = EndpointConfig::new(Role::Relay);
+        BufferOptions::default().apply(&mut cfg, 64 << 20).unwrap();
+        assert_eq!(cfg.budget.levels().high, 64 << 20);
+        assert_eq!(cfg.conn_window_max_bytes, 8 << 20);
+        let o = BufferOptions { conn_window: Some(min), ..BufferOptions::default() };
+        o.apply(&mut cfg, 64 << 20).unwrap();
+        assert_eq!(
+            (cfg.conn_window_max_bytes, cfg.conn_window_initial_bytes),
+            (min, min),
+            "initial follows a lower cap"
+        );
+        let bad = |o: BufferOptions| o.apply(&mut EndpointConfig::new(Role::Relay), 64 << 20).unwrap_err();
+        assert!(bad(BufferOptions { conn_window: Some(min - 1), ..Default::default() }).contains("--conn-window"));
+        assert!(bad(BufferOptions { conn_window: Some((1 << 30) + 1), ..Default::default() }).contains("--conn-window"));
+        let o = BufferOptions { conn_window: Some(1 << 20), conn_window_initial: Some(2 << 20), ..Default::default() };
+        assert!(bad(o).contains("--conn-window-initial"));
+        assert!(bad(BufferOptions { conn_send_buffer: Some(10), ..Default::default() }).contains("--conn-send-buffer"));
+        assert!(bad(BufferOptions { mem_budget: Some(1000), ..Default::default() }).contains("--mem-budget"));
     }
 }

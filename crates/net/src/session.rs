@@ -349,8 +349,8 @@ impl AsyncRead for ConnStream {
             return Poll::Ready(Ok(()));
         }
         let conn = self.conn;
-        let r = self.session.with(|st, _| {
-            let r = st.ep.recv(conn, buf.initialize_unfilled());
+        let r = self.session.with(|st, now| {
+            let r = st.ep.recv(conn, buf.initialize_unfilled(), now);
             if r == Ok(Recv::Blocked) {
                 st.read_wakers.insert(conn, cx.waker().clone());
             }
