@@ -45,6 +45,7 @@ fn views(n: usize) -> Vec<PathView> {
             bytes_since_use: 0,
             link_state: LinkState::Connected,
             cell: 0,
+            stale: false,
             failure: None,
         })
         .collect()

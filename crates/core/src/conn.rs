@@ -98,6 +98,8 @@ struct Seg {
     paths_used: PathMask,
     /// The bytes, until the peer has them (cumulatively or selectively).
     payload: Option<Bytes>,
+    /// Already sent again for head-of-line recovery (at most once).
+    head_reinjected: bool,
 }
 
 /// The next packet of a flow, as the scheduler sees it.
@@ -217,7 +219,13 @@ impl SendStream {
         self.held += u64::from(pkt.len);
         self.segs.insert(
             pkt.offset,
-            Seg { len: pkt.len, fin: pkt.fin, paths_used: paths, payload: Some(Bytes::from(payload)) },
+            Seg {
+                len: pkt.len,
+                fin: pkt.fin,
+                paths_used: paths,
+                payload: Some(Bytes::from(payload)),
+                head_reinjected: false,
+            },
         );
         self.next_new += u64::from(pkt.len);
     }
@@ -451,15 +459,36 @@ impl SendStream {
         self.acked_base
     }
 
-    /// Paths holding the segment at the cumulative point, when it is in
-    /// flight and unacknowledged: the head of the connection's window.
-    pub fn head_in_flight(&self) -> Option<(u64, u32, PathMask)> {
+    /// The head of the connection's window (the segment at the cumulative
+    /// point) when it is in flight and unacknowledged: offset, length, the
+    /// paths it was placed on, whether it was already reinjected for
+    /// head-of-line recovery.
+    pub fn head_in_flight(&self) -> Option<(u64, u32, PathMask, bool)> {
         let (&off, s) = self.segs.iter().next()?;
         (off == self.acked_base && s.payload.is_some() && !self.reinject.contains(&off)).then_some((
             off,
             s.len,
             s.paths_used,
+            s.head_reinjected,
         ))
+    }
+
+    /// Queue the head segment at `offset` for reinjection, once per
+    /// segment; returns whether it was queued.
+    pub fn reinject_head(&mut self, offset: u64) -> bool {
+        match self.segs.get_mut(&offset) {
+            Some(s) if s.payload.is_some() && !s.head_reinjected => {
+                s.head_reinjected = true;
+                self.reinject.insert(offset);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// New data waits only for the peer's window.
+    pub fn is_window_limited(&self) -> bool {
+        !self.unsent.is_empty() && self.next_new >= self.max_data
     }
 }
 
@@ -811,6 +840,22 @@ mod tests {
         assert_eq!(s.on_ack(16_000, false, &[]), Ok(16_000));
         assert_eq!(s.segment_payload(16_000).map(Bytes::len), Some(4_000));
         assert!(s.on_ack(u64::MAX, true, &[(u64::MAX - 1, u64::MAX)]).is_err());
+    }
+
+    #[test]
+    fn the_window_head_is_reinjected_at_most_once() {
+        let mut s = sent(48_000, 16_000);
+        let (off, len, paths, done) = s.head_in_flight().unwrap();
+        assert_eq!((off, len, paths, done), (0, 16_000, PathMask::single(PathId(0)), false));
+        assert!(s.reinject_head(0));
+        assert_eq!(s.head_in_flight(), None, "queued for reinjection, not in flight");
+        let p = s.next_packet(16_000).unwrap();
+        assert!(p.reinjection && p.offset == 0);
+        s.on_scheduled(&p, PathMask::single(PathId(1)));
+        assert_eq!(s.head_in_flight().map(|h| h.3), Some(true));
+        assert!(!s.reinject_head(0), "once per segment");
+        s.on_ack(16_000, false, &[]).unwrap();
+        assert!(s.reinject_head(16_000), "the next head may be reinjected in turn");
     }
 
     #[test]

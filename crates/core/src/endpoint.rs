@@ -23,7 +23,7 @@ use crate::conn::{AckError, Conn, ConnState, RecvError, SendLimits, WindowLimits
 use crate::ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 use crate::path::{Availability, FailureForecast, Path, PathConfig, PathStats, PathView, SegmentRef, SentRecord};
 use crate::sched::users::UserScheduler;
-use crate::sched::{Context, FailureTable, PacketInfo, Pipeline, Reinject, TrainState};
+use crate::sched::{Context, FailureTable, HeadContext, PacketInfo, Pipeline, Reinject, TrainState};
 use crate::wire::{self, Frame, FrameDecoder, LinkState, WireError};
 
 /// Which end of the session this is.
@@ -216,6 +216,10 @@ pub struct EndpointStats {
     /// Time connections' new data waited only for the peer's window, summed
     /// over closed connections (open ones: [`Endpoint::flow_stats`]).
     pub window_limited_us: u64,
+    /// Window heads sent again for head-of-line recovery (`opp-reinject`).
+    pub head_reinjections: u64,
+    /// Paths that became stale (no acknowledgement progress, or no service).
+    pub stale_transitions: u64,
 }
 
 /// What the endpoint's connections hold now (plain data; shells export it).
@@ -415,16 +419,22 @@ impl Endpoint {
         // waits for credit this side believes it gave. Both frames are
         // idempotent, so re-announce every connection's state elsewhere.
         if lost_frames {
-            let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();
-            ids.sort_unstable(); // deterministic frame order
-            for id in ids {
-                let c = self.conns.get_mut(&id).expect("listed above");
-                if !c.ack_pending && c.window_pending.is_none() {
-                    self.ack_queue.push_back(id);
-                }
-                c.ack_pending = true;
-                c.window_pending = Some(c.recv.advertised());
+            self.reannounce_flow_state();
+        }
+    }
+
+    /// Queue every connection's data-level ACK and WINDOW again (both are
+    /// idempotent), for when those sent on one path may never arrive.
+    fn reannounce_flow_state(&mut self) {
+        let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        ids.sort_unstable(); // deterministic frame order
+        for id in ids {
+            let c = self.conns.get_mut(&id).expect("listed above");
+            if !c.ack_pending && c.window_pending.is_none() {
+                self.ack_queue.push_back(id);
             }
+            c.ack_pending = true;
+            c.window_pending = Some(c.recv.advertised());
         }
     }
 
@@ -1145,7 +1155,7 @@ impl Endpoint {
 
     /// Whether data-level ACKs and WINDOW updates may ride on this path.
     fn carries_acks(p: &Path) -> bool {
-        p.rto_count == 0 && p.link_state != LinkState::NoService
+        p.rto_count == 0 && !p.stale && p.link_state != LinkState::NoService
     }
 
     fn refresh_views(&mut self, now: Instant) {
@@ -1180,6 +1190,35 @@ impl Endpoint {
             };
             let Some(pkt) = c.send.next_packet(self.cfg.segment_bytes) else {
                 c.send.note_window_limit(now);
+                if c.send.is_window_limited() {
+                    if let Some((off, len, head_paths, done)) = c.send.head_in_flight() {
+                        let ctx = HeadContext {
+                            now,
+                            paths: &self.views,
+                            conn: cid,
+                            head_offset: off,
+                            head_len: len,
+                            head_paths,
+                            head_reinjected: done,
+                        };
+                        let act = self.pipeline.on_head_blocked(&ctx);
+                        for p in act.penalise.iter() {
+                            if let Some(s) = self.slots[p.index()].as_mut() {
+                                if s.path.penalise(now) {
+                                    if let Some(v) = self.views.iter_mut().find(|v| v.id == p) {
+                                        let failure = v.failure;
+                                        *v = s.path.view(now);
+                                        v.failure = failure;
+                                    }
+                                }
+                            }
+                        }
+                        if act.reinject && c.send.reinject_head(off) {
+                            self.stats.head_reinjections += 1;
+                            continue; // the next round picks the reinjection up
+                        }
+                    }
+                }
                 self.users.deactivate(user, cid);
                 continue;
             };
@@ -1260,6 +1299,9 @@ impl Endpoint {
             if let Some(d) = s.path.rto_deadline {
                 upd(d);
             }
+            if let Some(d) = s.path.stale_deadline() {
+                upd(d);
+            }
             upd(s.path.last_tx + self.cfg.ping_interval);
             if let Some(r) = s.path.sent.front() {
                 if !s.path.dead_reported {
@@ -1270,8 +1312,53 @@ impl Endpoint {
         t
     }
 
-    /// Fire due timers: retransmission timeouts (and reinjection), keepalive
-    /// pings, dead-path detection.
+    /// Take back the segments placed on path slot `i` but still queued in
+    /// the endpoint (they never left): they go to their connections for
+    /// reinjection, and the path may carry them again later.
+    fn drain_queue(&mut self, i: usize, now: Instant) {
+        let Some(slot) = self.slots[i].as_mut() else { return };
+        let mask = PathMask::single(slot.path.id);
+        let queued: Vec<Queued> = slot.data.drain(..).collect();
+        for q in &queued {
+            slot.path.queued_bytes -= data_frame_len(q.len);
+        }
+        for q in queued {
+            if let Some(c) = self.conns.get_mut(&q.seg.conn) {
+                c.send.forget_paths(q.seg.offset, mask);
+                if c.send.requeue(q.seg.offset).is_some() {
+                    self.users.activate(c.user, c.id, now);
+                }
+            }
+        }
+    }
+
+    /// Return segments in flight on path slot `i` to their connections for
+    /// reinjection, as `action` says.
+    fn reinject_from(&mut self, i: usize, action: Reinject, now: Instant) {
+        let Some(slot) = self.slots[i].as_ref() else { return };
+        let segs: Vec<SegmentRef> = match action {
+            Reinject::Nothing => Vec::new(),
+            Reinject::Oldest => {
+                let conns = &self.conns;
+                slot.path
+                    .unacked_segments()
+                    .find(|s| conns.get(&s.conn).is_some_and(|c| c.send.is_unacked(s.offset)))
+                    .into_iter()
+                    .collect()
+            }
+            Reinject::AllUnacked => slot.path.unacked_segments().collect(),
+        };
+        for s in segs {
+            if let Some(c) = self.conns.get_mut(&s.conn) {
+                if c.send.requeue(s.offset).is_some() {
+                    self.users.activate(c.user, c.id, now);
+                }
+            }
+        }
+    }
+
+    /// Fire due timers: retransmission timeouts (and reinjection), stale
+    /// paths, keepalive pings, dead-path detection.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.users.forget_idle(now);
         if self.cfg.budget.pressure() >= Pressure::Pressure {
@@ -1285,25 +1372,21 @@ impl Endpoint {
             if slot.path.rto_deadline.is_some_and(|d| d <= now) {
                 slot.path.on_rto(now);
                 let view = slot.path.view(now);
-                let segs: Vec<SegmentRef> = match self.pipeline.on_rto(now, &view) {
-                    Reinject::Nothing => Vec::new(),
-                    Reinject::Oldest => {
-                        let conns = &self.conns;
-                        slot.path
-                            .unacked_segments()
-                            .find(|s| conns.get(&s.conn).is_some_and(|c| c.send.is_unacked(s.offset)))
-                            .into_iter()
-                            .collect()
-                    }
-                    Reinject::AllUnacked => slot.path.unacked_segments().collect(),
-                };
-                for s in segs {
-                    if let Some(c) = self.conns.get_mut(&s.conn) {
-                        if c.send.requeue(s.offset).is_some() {
-                            self.users.activate(c.user, c.id, now);
-                        }
-                    }
+                let action = self.pipeline.on_rto(now, &view);
+                self.reinject_from(i, action, now);
+            }
+            let slot = self.slots[i].as_mut().expect("checked");
+            if slot.path.stale_deadline().is_some_and(|d| d <= now) && slot.path.mark_stale() {
+                self.stats.stale_transitions += 1;
+                let view = slot.path.view(now);
+                let action = self.pipeline.on_stale(now, &view);
+                if action == Reinject::AllUnacked {
+                    self.drain_queue(i, now);
                 }
+                self.reinject_from(i, action, now);
+                // ACKs and WINDOWs it carried may be stuck with it: the peer
+                // could wait for credit this side believes it gave.
+                self.reannounce_flow_state();
             }
             let slot = self.slots[i].as_mut().expect("checked");
             if now >= slot.path.last_tx + self.cfg.ping_interval {

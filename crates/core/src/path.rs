@@ -52,6 +52,12 @@ pub struct PathConfig {
     /// How long the minimum-RTT and maximum-rate filters remember a sample.
     pub min_rtt_window: Duration,
     pub rate_window: Duration,
+    /// A path with data outstanding and no acknowledgement progress for
+    /// max(`stale_srtt_factor` × SRTT, `stale_after_min`) is stale
+    /// ([`PathView::stale`]); its first acknowledgement makes it active again.
+    /// Schedulerlets decide what staleness means (`stale-filter`).
+    pub stale_after_min: Duration,
+    pub stale_srtt_factor: u32,
 }
 
 impl Default for PathConfig {
@@ -67,6 +73,8 @@ impl Default for PathConfig {
             queue_limit_bytes: 64 * 1024,
             min_rtt_window: Duration::from_secs(10),
             rate_window: Duration::from_secs(2),
+            stale_after_min: Duration::from_millis(300),
+            stale_srtt_factor: 2,
         }
     }
 }
@@ -121,6 +129,9 @@ pub struct PathView {
     pub link_state: LinkState,
     /// Current cell, as reported by the relay-agent; 0 when unknown.
     pub cell: u64,
+    /// No acknowledgement progress for a while with data outstanding, or the
+    /// modem reported no service (see [`PathConfig::stale_after_min`]).
+    pub stale: bool,
     /// Where the train is relative to the predicted handover-failure
     /// location of this path's current cell (POLYCORN §3, §4.3); `None`
     /// when nothing is predicted: no train position, no failure table, the
@@ -182,6 +193,10 @@ pub struct PathStats {
     pub redundant_bytes: u64,
     pub rto_events: u64,
     pub state_changes: u64,
+    /// Times the path became stale, and times its window was halved by
+    /// head-of-line penalisation.
+    pub stale_transitions: u64,
+    pub penalisations: u64,
 }
 
 /// The sender's and receiver's state of one subflow.
@@ -223,6 +238,12 @@ pub struct Path {
     pub(crate) link_state: LinkState,
     pub(crate) cell: u64,
     pub(crate) stats: PathStats,
+    /// Last time the peer acknowledged new bytes on this subflow.
+    pub(crate) last_ack_progress: Instant,
+    pub(crate) stale: bool,
+    /// Head-of-line penalisation: the window is halved until an
+    /// acknowledgement arrives at or after this time.
+    penalised_until: Option<Instant>,
 }
 
 impl Path {
@@ -256,6 +277,9 @@ impl Path {
             link_state: LinkState::Connected,
             cell: 0,
             stats: PathStats::default(),
+            last_ack_progress: now,
+            stale: false,
+            penalised_until: None,
         }
     }
 
@@ -275,6 +299,46 @@ impl Path {
         self.delivered_time = now;
         self.last_tx = now;
         self.dead_reported = false;
+        self.last_ack_progress = now;
+        self.stale = false;
+        self.penalised_until = None;
+    }
+
+    /// When the path becomes stale if no acknowledgement progress comes:
+    /// `None` when nothing is outstanding or it already is.
+    pub(crate) fn stale_deadline(&self) -> Option<Instant> {
+        if self.stale {
+            return None;
+        }
+        let oldest = self.sent.front()?.sent_at;
+        if self.link_state == LinkState::NoService {
+            // The modem's handover signal: stale now.
+            return Some(oldest);
+        }
+        let wait = (self.srtt() * self.cfg.stale_srtt_factor).max(self.cfg.stale_after_min);
+        Some(self.last_ack_progress.max(oldest) + wait)
+    }
+
+    /// Mark the path stale; returns whether it just became so.
+    pub(crate) fn mark_stale(&mut self) -> bool {
+        if self.stale {
+            return false;
+        }
+        self.stale = true;
+        self.stats.stale_transitions += 1;
+        true
+    }
+
+    /// Head-of-line penalisation (Raiciu et al., NSDI 2012, §4.2): halve
+    /// the window for one smoothed RTT, at most once per RTT. Returns
+    /// whether it was applied.
+    pub(crate) fn penalise(&mut self, now: Instant) -> bool {
+        if self.penalised_until.is_some_and(|t| now < t) {
+            return false;
+        }
+        self.penalised_until = Some(now + self.srtt());
+        self.stats.penalisations += 1;
+        true
     }
 
     pub fn id(&self) -> PathId {
@@ -304,13 +368,18 @@ impl Path {
     /// window of 2 × BDP(min RTT) would cap a path at a fraction of its rate
     /// whenever the RTT spikes past twice its minimum.
     pub fn cwnd_bytes(&self) -> u64 {
-        match (self.max_rate_bps, self.min_rtt) {
+        let cwnd = match (self.max_rate_bps, self.min_rtt) {
             (r, Some((m, _))) if r > 0 => {
                 let bdp = r as f64 * m.as_secs_f64();
                 let pipe = r as f64 * self.srtt().as_secs_f64();
                 ((bdp * self.cfg.cwnd_gain).max(pipe) as u64).clamp(self.cfg.min_cwnd_bytes, self.cfg.max_cwnd_bytes)
             }
             _ => self.cfg.initial_cwnd_bytes,
+        };
+        if self.penalised_until.is_some() {
+            (cwnd / 2).max(self.cfg.min_cwnd_bytes)
+        } else {
+            cwnd
         }
     }
 
@@ -346,6 +415,7 @@ impl Path {
             bytes_since_use: self.bytes_since_use,
             link_state: self.link_state,
             cell: self.cell,
+            stale: self.stale,
             failure: None,
         }
     }
@@ -387,6 +457,11 @@ impl Path {
         }
         let newly = received - self.acked_counter;
         self.acked_counter = received;
+        self.last_ack_progress = now;
+        self.stale = false;
+        if self.penalised_until.is_some_and(|t| now >= t) {
+            self.penalised_until = None;
+        }
         self.delivered += newly;
         self.delivered_time = now;
         let mut newest: Option<SentRecord> = None;
@@ -506,6 +581,47 @@ mod tests {
         assert_eq!(p.srtt(), Duration::from_millis(50));
         assert_eq!(acked.len(), 2);
         assert_eq!(p.rto_deadline, None);
+    }
+
+    #[test]
+    fn a_path_without_ack_progress_goes_stale_and_its_first_ack_revives_it() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = path(t0);
+        assert_eq!(p.stale_deadline(), None, "nothing outstanding, never stale");
+        p.on_frame_sent(1000, None, t0);
+        let mut acked = Vec::new();
+        assert!(p.on_path_ack(1000, Duration::ZERO, t0 + ms(40), &mut acked));
+        p.on_frame_sent(1000, None, t0 + ms(50));
+        // srtt 40 ms: 2 × srtt is below the 300 ms floor.
+        assert_eq!(p.stale_deadline(), Some(t0 + ms(350)));
+        assert!(p.mark_stale());
+        assert!(!p.mark_stale(), "counted once");
+        assert!(p.view(t0 + ms(400)).stale);
+        assert_eq!(p.stale_deadline(), None);
+        assert!(p.on_path_ack(2000, Duration::ZERO, t0 + ms(900), &mut acked));
+        assert!(!p.view(t0 + ms(900)).stale, "its first acknowledgement makes it active again");
+        assert_eq!(p.stats.stale_transitions, 1);
+        // The modem's "no service" makes a path with data outstanding stale at once.
+        p.on_frame_sent(1000, None, t0 + ms(1000));
+        p.link_state = LinkState::NoService;
+        assert_eq!(p.stale_deadline(), Some(t0 + ms(1000)));
+    }
+
+    #[test]
+    fn penalisation_halves_the_window_once_per_rtt_until_an_ack() {
+        let t0 = Instant::now();
+        let mut p = path(t0);
+        let w = p.cwnd_bytes();
+        assert!(p.penalise(t0));
+        assert_eq!(p.cwnd_bytes(), (w / 2).max(PathConfig::default().min_cwnd_bytes));
+        assert!(!p.penalise(t0 + Duration::from_millis(10)), "at most once per srtt");
+        p.on_frame_sent(1000, None, t0);
+        let mut acked = Vec::new();
+        assert!(p.on_path_ack(1000, Duration::ZERO, t0 + Duration::from_millis(200), &mut acked));
+        assert_eq!(p.penalised_until, None, "an acknowledgement after one srtt lifts it");
+        assert!(p.penalise(t0 + Duration::from_millis(200)), "and it may be penalised again");
+        assert_eq!(p.stats.penalisations, 2);
     }
 
     #[test]

@@ -390,8 +390,11 @@ impl Schedulerlet for TailReject {
 /// Hard selector, opportunistic redundant traffic injection (§4.6). A path
 /// is idle when nothing was placed on it for `alpha` or while `beta` bytes
 /// went to other paths, whichever comes first; an idle path then carries
-/// copies of the next `tau` packets (each packet placed on it during that
-/// burst counts, copy or not). Every idle path gets its copies.
+/// copies of the next `tau` packets in the paper's sense: `tau` is counted
+/// in MSS-sized units of [`MSS_BYTES`] (the paper's packets are TCP
+/// segments), and each packet placed on the path during the burst, copy or
+/// not, uses up as many units as it spans (a 16 KiB frame, 12). Every idle
+/// path gets its copies.
 ///
 /// Copies go only with a packet that is placed elsewhere too (some path
 /// with room is already in `S`): when the other schedulerlets decided the
@@ -409,6 +412,10 @@ pub struct IdleInject {
     /// Bursts of copies begun (an idle path found).
     pub bursts: u64,
 }
+
+/// The unit of `tau`: one TCP segment's payload (1500-byte MTU, IPv4, TCP
+/// timestamps), as in the paper's traces.
+pub const MSS_BYTES: u32 = 1448;
 
 impl IdleInject {
     /// Default β: the paper's 8 KB is about 5.7 of its packets (TCP
@@ -465,10 +472,11 @@ impl Schedulerlet for IdleInject {
             sets.select(p);
         }
     }
-    fn on_scheduled(&mut self, _ctx: &Context<'_>, placed: PathMask) {
+    fn on_scheduled(&mut self, ctx: &Context<'_>, placed: PathMask) {
+        let units = ctx.packet.len.div_ceil(MSS_BYTES).max(1);
         for p in placed.iter() {
             let b = &mut self.budget[p.index()];
-            *b = b.saturating_sub(1);
+            *b = b.saturating_sub(units);
         }
     }
 }
@@ -684,6 +692,26 @@ mod tests {
                 p.bytes_since_use += len;
             }
         }
+    }
+
+    #[test]
+    fn ori_counts_tau_in_mss_sized_units_not_frames() {
+        // τ = 16 is the paper's 16 TCP segments (about 23 KB): two of our
+        // 16 KiB frames (12 units each), not 16 of them (256 KiB).
+        let t = Instant::now();
+        let mut p = ori_minrtt(16);
+        let mut paths = [view(0, 10), view(1, 50)];
+        paths[1].idle_us = 2_000_000;
+        let mut pkt = packet();
+        pkt.len = 16_368;
+        let mut copies = Vec::new();
+        for _ in 0..3 {
+            let got = decide(&mut p, t, &paths, &pkt);
+            placed_on(&mut paths, &got, u64::from(pkt.len));
+            copies.push(got);
+        }
+        // (β = 8 KiB here, so one more frame elsewhere starts a new burst.)
+        assert_eq!(copies, [vec![0, 1], vec![0, 1], vec![0]]);
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //! its schedulerlets and the inputs of handover-failure prediction
 //! ([`TrainState`], [`FailureTable`]) are in [`hrsch`].
 
+pub mod hol;
 pub mod hrsch;
 pub mod lets;
 pub mod registry;
@@ -134,6 +135,18 @@ pub trait Schedulerlet: Send {
     fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets);
     /// Feedback after the decision: the paths the packet was placed on.
     fn on_scheduled(&mut self, _ctx: &Context<'_>, _placed: PathMask) {}
+    /// Head-of-line recovery: a connection's new data waits only for the
+    /// peer's window, whose head (lowest unacknowledged segment) is in
+    /// flight. Called once per scheduling round while that lasts; the
+    /// endpoint reinjects the head at most once.
+    fn on_head_blocked(&mut self, _ctx: &HeadContext<'_>) -> HeadAction {
+        HeadAction::default()
+    }
+    /// `path` just became stale ([`PathView::stale`]): what to do with its
+    /// unacknowledged packets.
+    fn on_stale(&mut self, _now: Instant, _path: &PathView) -> Reinject {
+        Reinject::Nothing
+    }
     /// Event counters for metrics (name, total since start), e.g. how many
     /// paths a filter rejected.
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -141,8 +154,35 @@ pub trait Schedulerlet: Send {
     }
 }
 
-/// What to do with a path's unacknowledged packets after an RTO.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A connection blocked by the peer's window, as head-of-line recovery
+/// schedulerlets see it ([`Schedulerlet::on_head_blocked`]).
+#[derive(Clone, Copy, Debug)]
+pub struct HeadContext<'a> {
+    pub now: Instant,
+    /// Every live path, in id order.
+    pub paths: &'a [PathView],
+    pub conn: ConnId,
+    /// The head of the window: the lowest unacknowledged segment.
+    pub head_offset: u64,
+    pub head_len: u32,
+    /// Paths the head was placed on.
+    pub head_paths: PathMask,
+    /// The head was already reinjected once for head-of-line recovery.
+    pub head_reinjected: bool,
+}
+
+/// What head-of-line recovery asks of the endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeadAction {
+    /// Send the head again, on a path it has not used (once per segment).
+    pub reinject: bool,
+    /// Halve these paths' windows for one RTT (at most once per RTT each).
+    pub penalise: PathMask,
+}
+
+/// What to do with a path's unacknowledged packets after an RTO (ordered:
+/// a stronger action includes the weaker).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reinject {
     Nothing,
     /// Reinject the oldest unacknowledged packet (MPTCP's opportunistic
@@ -244,6 +284,20 @@ impl Pipeline {
         self.reinjection.on_rto(now, path)
     }
 
+    /// Every schedulerlet's head-of-line action, combined.
+    pub fn on_head_blocked(&mut self, ctx: &HeadContext<'_>) -> HeadAction {
+        self.lets.iter_mut().fold(HeadAction::default(), |acc, l| {
+            let a = l.on_head_blocked(ctx);
+            HeadAction { reinject: acc.reinject || a.reinject, penalise: acc.penalise.union(a.penalise) }
+        })
+    }
+
+    /// The strongest reinjection any schedulerlet asks for a path that just
+    /// became stale.
+    pub fn on_stale(&mut self, now: Instant, path: &PathView) -> Reinject {
+        self.lets.iter_mut().map(|l| l.on_stale(now, path)).max().unwrap_or(Reinject::Nothing)
+    }
+
     /// Of the paths the last [`Self::select`] returned, those only a hard
     /// selector chose while the packet was placed on other paths as well:
     /// redundant copies, for accounting (`redundant_bytes`).
@@ -313,6 +367,7 @@ pub(crate) mod test_support {
             bytes_since_use: 0,
             link_state: LinkState::Connected,
             cell: 0,
+            stale: false,
             failure: None,
         }
     }

@@ -16,12 +16,18 @@
 //! | `minrtt+tpr`  | `minrtt`, `tail-reject`   | `rto-oldest` |
 //! | `minrtt+ori`  | `minrtt`, `idle-inject`   | `rto-oldest` |
 //! | `minrtt+er`   | `minrtt`                  | `extended` (k = 3) |
+//! | `minrtt+opp`  | `minrtt`, `opp-reinject`  | `rto-oldest` |
+//! | `minrtt+pen`  | `minrtt`, `penalise`      | `rto-oldest` |
+//! | `minrtt+stale`| `stale-filter`, `minrtt`  | `rto-oldest` |
+//! | `minrtt+hol`  | `stale-filter`, `minrtt`, `opp-reinject`, `penalise` | `rto-oldest` |
+//! | `hrsch+hol`   | `hof-reject`, `stale-filter`, `minrtt`, `tail-reject`, `idle-inject`, `opp-reinject`, `penalise` | `extended` (k = 3) |
 //!
 //! The last five are HRSCH (POLYCORN §4) and its ablations, one HRSCH
 //! mechanism added to MPTCP's minRTT each ([`super::hrsch`]).
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::hol::{OppReinject, Penalise, StaleFilter};
 use super::hrsch::{HofReject, IdleInject, TailReject};
 use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinUser, RoundRobin, RtoOldest};
 use super::{Pipeline, ReinjectionHandler, Schedulerlet};
@@ -157,7 +163,7 @@ impl Registry {
             let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;
             let alpha = r.get("alpha", 1.0, 0.0..=3600.0, "0..=3600 (seconds)")?;
             let beta = r.get("beta", IdleInject::DEFAULT_BETA_BYTES as f64, 0.0..=1e12, "0..=1e12 (bytes)")?;
-            let tau = r.get("tau", 16.0, 0.0..=65_536.0, "0..=65536 (packets)")?;
+            let tau = r.get("tau", 16.0, 0.0..=65_536.0, "0..=65536 (MSS-sized units of 1448 bytes)")?;
             let revive = r.get("revive_unavailable", 0.0, 0.0..=1.0, "0 or 1")?;
             if revive != 0.0 && revive != 1.0 {
                 return Err(ConfigError::BadParam("idle-inject".into(), "revive_unavailable".into(), revive, "0 or 1"));
@@ -168,6 +174,13 @@ impl Registry {
                 tau as u32,
                 revive == 1.0,
             )) as _)
+        });
+        r.register_schedulerlet("opp-reinject", |p| {
+            no_params("opp-reinject", p).map(|_| Box::new(OppReinject::default()) as _)
+        });
+        r.register_schedulerlet("penalise", |p| no_params("penalise", p).map(|_| Box::new(Penalise::default()) as _));
+        r.register_schedulerlet("stale-filter", |p| {
+            no_params("stale-filter", p).map(|_| Box::new(StaleFilter::default()) as _)
         });
         r.register_reinjection("none", |p| no_params("none", p).map(|_| Box::new(NoReinjection) as _));
         r.register_reinjection("rto-oldest", |p| no_params("rto-oldest", p).map(|_| Box::new(RtoOldest) as _));
@@ -194,6 +207,24 @@ impl Registry {
         r.register_pipeline("minrtt+tpr", comp(&["minrtt", "tail-reject"]));
         r.register_pipeline("minrtt+ori", comp(&["minrtt", "idle-inject"]));
         r.register_pipeline("minrtt+er", extended(&["minrtt"]));
+        // Head-of-line recovery (super::hol) on top of minrtt, one mechanism
+        // each and all three, and inside HRSCH.
+        r.register_pipeline("minrtt+opp", comp(&["minrtt", "opp-reinject"]));
+        r.register_pipeline("minrtt+pen", comp(&["minrtt", "penalise"]));
+        r.register_pipeline("minrtt+stale", comp(&["stale-filter", "minrtt"]));
+        r.register_pipeline("minrtt+hol", comp(&["stale-filter", "minrtt", "opp-reinject", "penalise"]));
+        r.register_pipeline(
+            "hrsch+hol",
+            extended(&[
+                "hof-reject",
+                "stale-filter",
+                "minrtt",
+                "tail-reject",
+                "idle-inject",
+                "opp-reinject",
+                "penalise",
+            ]),
+        );
         r
     }
 

@@ -1,6 +1,8 @@
 //! Aggregation and memory in virtual time: autotuned windows let a long
 //! transfer use every path, the shared budget bounds what the endpoints
-//! hold, and memory pressure takes windows back, largest first.
+//! hold, memory pressure takes windows back, largest first, and
+//! head-of-line recovery keeps a blackout on one path from stalling a
+//! connection whose data could go on the other.
 
 use std::time::Duration;
 
@@ -100,4 +102,75 @@ fn a_budget_of_one_frame_still_completes_every_transfer() {
         h.open(ConnSpec::new(u).upload(300_000).download(2 * MB));
     }
     h.run_until(Duration::from_secs(600)).assert_all_done();
+}
+
+/// The longest time the download of connection 0 made no progress, while
+/// the fast carrier blacks out for 3 s in the middle of a long download.
+fn longest_stall(scheme: &str) -> (Duration, Report) {
+    let mut paths = carriers();
+    paths[0] = paths[0].clone().with_blackout(Duration::from_secs(2), Duration::from_secs(5));
+    let r = Registry::with_builtins();
+    let mut h =
+        Harness::with_config(SimConfig::default(), r.build(scheme).unwrap(), r.build(scheme).unwrap(), paths, 9);
+    h.open(ConnSpec::new(1).upload(200).download(40 * MB));
+    let (mut last, mut since, mut worst) = (0u64, Duration::ZERO, Duration::ZERO);
+    let rep = h.run_observed(Duration::from_secs(600), |h| {
+        let (_, down) = h.received(0);
+        if down > last || down == 40 * MB {
+            last = down;
+            since = h.now();
+        } else if h.now() > Duration::from_millis(500) {
+            worst = worst.max(h.now() - since);
+        }
+    });
+    rep.assert_all_done();
+    (worst, rep)
+}
+
+#[test]
+fn a_blackout_on_one_carrier_no_longer_stalls_a_download_the_other_could_carry() {
+    let (plain, _) = longest_stall("minrtt");
+    let (hol, rep) = longest_stall("minrtt+hol");
+    eprintln!("longest download stall: minrtt {plain:?}, minrtt+hol {hol:?}");
+    assert!(plain >= Duration::from_millis(1500), "the blackout stalls plain minrtt ({plain:?})");
+    assert!(hol <= Duration::from_millis(700), "stale detection moves the data within ~300 ms + an RTT ({hol:?})");
+    assert!(rep.proxy.stale_transitions >= 1, "path 0 went stale");
+    assert!(rep.paths[0].proxy.as_ref().unwrap().stale_transitions >= 1);
+}
+
+#[test]
+fn opportunistic_reinjection_sends_the_window_head_once_and_never_hurts() {
+    // A small fixed window makes the connection window-limited, with its
+    // head often on the slower carrier.
+    let mut cfg = SimConfig::default();
+    for ep in [&mut cfg.relay, &mut cfg.proxy] {
+        ep.set_fixed_window(512 * 1024);
+    }
+    let run = |scheme: &str| {
+        let r = Registry::with_builtins();
+        let mut h =
+            Harness::with_config(cfg.clone(), r.build(scheme).unwrap(), r.build(scheme).unwrap(), carriers(), 4);
+        h.open(ConnSpec::new(1).upload(200).download(20 * MB));
+        let rep = h.run_until(Duration::from_secs(600));
+        rep.assert_all_done();
+        rep
+    };
+    let plain = run("minrtt");
+    let opp = run("minrtt+opp");
+    let (t0, t1) = (plain.conns[0].completion.unwrap(), opp.conns[0].completion.unwrap());
+    eprintln!(
+        "window-limited download: minrtt {t0:?}, minrtt+opp {t1:?}, heads reinjected {}",
+        opp.proxy.head_reinjections
+    );
+    assert!(opp.proxy.head_reinjections > 0, "heads were reinjected");
+    assert_eq!(plain.proxy.head_reinjections, 0);
+    // Each reinjection is one head segment, sent once: never more bytes than heads.
+    assert!(
+        opp.proxy.reinjected_bytes
+            <= (opp.proxy.head_reinjections + plain.proxy.reinjected_bytes / 16_000 + 64) * 16_368
+    );
+    assert!(
+        t1.as_secs_f64() <= t0.as_secs_f64() * 1.05,
+        "reinjecting the head must not slow the download ({t1:?} vs {t0:?})"
+    );
 }

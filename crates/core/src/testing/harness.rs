@@ -715,6 +715,12 @@ impl Harness {
         }
     }
 
+    /// Bytes the applications have read so far of connection `index`:
+    /// (upload, download).
+    pub fn received(&self, index: usize) -> (u64, u64) {
+        self.conns.get(index).map_or((0, 0), |c| (c.up.read, c.down.read))
+    }
+
     pub fn report(&self) -> Report {
         let conns = self
             .conns

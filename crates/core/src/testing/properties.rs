@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-const SCHEDULERS: [&str; 11] = [
+const SCHEDULERS: [&str; 16] = [
     "minrtt",
     "roundrobin",
     "redundant",
@@ -22,6 +22,11 @@ const SCHEDULERS: [&str; 11] = [
     "minrtt+tpr",
     "minrtt+ori",
     "minrtt+er",
+    "minrtt+opp",
+    "minrtt+pen",
+    "minrtt+stale",
+    "minrtt+hol",
+    "hrsch+hol",
 ];
 
 /// The list above must name every built-in composition (it stays a literal

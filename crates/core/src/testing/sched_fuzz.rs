@@ -78,9 +78,9 @@ fn view(id: u8) -> impl Strategy<Value = PathView> {
         (0u64..2_000_000, 0u64..500_000, 0u64..2_000_000),
         (0u64..1 << 24, 0u64..1 << 24, 0u64..1 << 20, 0u64..1 << 28),
         (0u32..6, 0u64..10_000_000, 0u64..1 << 24, link_state(), prop_oneof![Just(0u64), 1u64..4, any::<u64>()]),
-        forecast(),
+        (forecast(), any::<bool>()),
     )
-        .prop_map(move |(availability, rtt, win, misc, failure)| PathView {
+        .prop_map(move |(availability, rtt, win, misc, (failure, stale))| PathView {
             id: PathId(id),
             availability,
             srtt_us: rtt.0,
@@ -95,6 +95,7 @@ fn view(id: u8) -> impl Strategy<Value = PathView> {
             bytes_since_use: misc.2,
             link_state: misc.3,
             cell: misc.4,
+            stale,
             failure,
         })
 }
