@@ -1,0 +1,197 @@
+//! Head-of-line recovery schedulerlets: what a multipath sender does when
+//! one slow or stalled path holds the connection's window while another
+//! path has room (Raiciu et al., "How Hard Can It Be? Designing and
+//! Implementing a Deployable Multipath TCP", NSDI 2012, §4.2; and the
+//! stale-subflow handling of Linux MPTCP, made fast enough for a train).
+//!
+//! - `opp-reinject`: opportunistic reinjection. When the window is full
+//!   and its head is in flight only on paths slower than an available
+//!   path (or stale, or in RTO), send the head once more on that path.
+//! - `penalise`: halve the window of the path holding the head, at most
+//!   once per its smoothed RTT, when its RTT exceeds that of an available
+//!   path (only RTT imbalance; a lone path is never penalised).
+//! - `stale-filter`: a stale path ([`crate::path::PathView::stale`]: data
+//!   outstanding and no acknowledgement progress for max(2 × SRTT, 300 ms),
+//!   or the modem reports no service) gets no new packets, and everything
+//!   it holds is reinjected at once; its first acknowledgement makes it
+//!   active again (upstream Linux MPTCP waits for 4 RTOs).
+//!
+//! All three leave path selection alone (their `apply` moves nothing), so
+//! they compose with any pipeline and an ablation removes each by name.
+
+use std::time::Instant;
+
+use super::{Context, HeadAction, HeadContext, Kind, PathSets, Reinject, Schedulerlet};
+use crate::ids::PathMask;
+use crate::path::{Availability, PathView};
+
+/// The smoothed RTT a head copy on `p` is expected to take, or `None` when
+/// the path cannot be counted on (stale, in RTO).
+fn usable_srtt(p: &PathView) -> Option<u64> {
+    (!p.stale && p.rto_count == 0).then_some(p.srtt_us)
+}
+
+/// The fastest available path that does not hold the head, if it beats
+/// every usable path that does.
+fn faster_elsewhere<'a>(ctx: &HeadContext<'a>) -> Option<&'a PathView> {
+    let holders = ctx.paths.iter().filter(|p| ctx.head_paths.contains(p.id));
+    let best_holder = holders.filter_map(usable_srtt).min();
+    ctx.paths
+        .iter()
+        .filter(|p| !ctx.head_paths.contains(p.id) && p.availability == Availability::Available && !p.stale)
+        .min_by_key(|p| (p.srtt_us, p.id))
+        .filter(|p| best_holder.is_none_or(|b| p.srtt_us < b))
+}
+
+/// Opportunistic reinjection of the window's head.
+#[derive(Debug, Default)]
+pub struct OppReinject {
+    pub reinjections: u64,
+}
+
+impl Schedulerlet for OppReinject {
+    fn name(&self) -> &'static str {
+        "opp-reinject"
+    }
+    fn kind(&self) -> Kind {
+        Kind::CandidateFilter
+    }
+    fn apply(&mut self, _ctx: &Context<'_>, _sets: &mut PathSets) {}
+    fn on_head_blocked(&mut self, ctx: &HeadContext<'_>) -> HeadAction {
+        if ctx.head_reinjected || faster_elsewhere(ctx).is_none() {
+            return HeadAction::default();
+        }
+        self.reinjections += 1;
+        HeadAction { reinject: true, penalise: PathMask::EMPTY }
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("head_reinjections", self.reinjections)]
+    }
+}
+
+/// Penalisation of the path that holds the head.
+#[derive(Debug, Default)]
+pub struct Penalise {
+    pub requests: u64,
+}
+
+impl Schedulerlet for Penalise {
+    fn name(&self) -> &'static str {
+        "penalise"
+    }
+    fn kind(&self) -> Kind {
+        Kind::CandidateFilter
+    }
+    fn apply(&mut self, _ctx: &Context<'_>, _sets: &mut PathSets) {}
+    fn on_head_blocked(&mut self, ctx: &HeadContext<'_>) -> HeadAction {
+        let Some(fast) = faster_elsewhere(ctx) else { return HeadAction::default() };
+        let mut slow = PathMask::EMPTY;
+        for p in ctx.paths.iter().filter(|p| ctx.head_paths.contains(p.id) && p.srtt_us > fast.srtt_us) {
+            slow.insert(p.id);
+        }
+        if !slow.is_empty() {
+            self.requests += 1;
+        }
+        HeadAction { reinject: false, penalise: slow }
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("penalise_requests", self.requests)]
+    }
+}
+
+/// Stale paths get nothing new and give back what they hold.
+#[derive(Debug, Default)]
+pub struct StaleFilter {
+    pub rejected: u64,
+    pub stale_events: u64,
+}
+
+impl Schedulerlet for StaleFilter {
+    fn name(&self) -> &'static str {
+        "stale-filter"
+    }
+    fn kind(&self) -> Kind {
+        Kind::CandidateFilter
+    }
+    fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
+        // Never every path: with all of them stale, the least bad one still
+        // carries data (its acknowledgement ends the staleness).
+        if ctx.in_set(sets.candidates).all(|p| p.stale) {
+            return;
+        }
+        for p in ctx.in_set(sets.candidates).filter(|p| p.stale) {
+            sets.reject(p.id);
+            self.rejected += 1;
+        }
+    }
+    fn on_stale(&mut self, _now: Instant, _path: &PathView) -> Reinject {
+        self.stale_events += 1;
+        Reinject::AllUnacked
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("rejected", self.rejected), ("stale_paths", self.stale_events)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::ids::{ConnId, PathId};
+
+    fn head<'a>(paths: &'a [PathView], on: u8, reinjected: bool) -> HeadContext<'a> {
+        HeadContext {
+            now: Instant::now(),
+            paths,
+            conn: ConnId(1),
+            head_offset: 0,
+            head_len: 16_000,
+            head_paths: PathMask::single(PathId(on)),
+            head_reinjected: reinjected,
+        }
+    }
+
+    #[test]
+    fn the_head_is_reinjected_once_and_only_from_a_slower_path() {
+        let paths = [view(0, 20), view(1, 80)];
+        let mut o = OppReinject::default();
+        assert!(o.on_head_blocked(&head(&paths, 1, false)).reinject, "head on the slow path");
+        assert!(!o.on_head_blocked(&head(&paths, 1, true)).reinject, "once per head");
+        assert!(!o.on_head_blocked(&head(&paths, 0, false)).reinject, "head already on the fastest path");
+        let mut stalled = paths;
+        stalled[0].stale = true;
+        assert!(o.on_head_blocked(&head(&stalled, 0, false)).reinject, "a stale holder counts as slowest");
+        let mut full = paths;
+        full[0].availability = Availability::Full;
+        assert!(!o.on_head_blocked(&head(&full, 1, false)).reinject, "the fast path has no room");
+        assert_eq!(o.counters(), vec![("head_reinjections", 2)]);
+    }
+
+    #[test]
+    fn only_the_slower_holder_is_penalised() {
+        let paths = [view(0, 20), view(1, 80)];
+        let mut p = Penalise::default();
+        assert_eq!(p.on_head_blocked(&head(&paths, 1, false)).penalise, PathMask::single(PathId(1)));
+        assert_eq!(p.on_head_blocked(&head(&paths, 0, false)).penalise, PathMask::EMPTY);
+        let alone = [view(1, 80)];
+        assert_eq!(p.on_head_blocked(&head(&alone, 1, false)).penalise, PathMask::EMPTY, "no imbalance alone");
+    }
+
+    #[test]
+    fn stale_paths_are_filtered_unless_every_path_is() {
+        let mut paths = [view(0, 20), view(1, 80)];
+        paths[0].stale = true;
+        let pkt = packet();
+        let ctx = Context { now: Instant::now(), paths: &paths, packet: &pkt };
+        let mut f = StaleFilter::default();
+        let mut sets = PathSets { candidates: PathMask(0b11), ..PathSets::default() };
+        f.apply(&ctx, &mut sets);
+        assert_eq!(sets.candidates, PathMask::single(PathId(1)));
+        paths[1].stale = true;
+        let ctx = Context { now: Instant::now(), paths: &paths, packet: &pkt };
+        let mut sets = PathSets { candidates: PathMask(0b11), ..PathSets::default() };
+        f.apply(&ctx, &mut sets);
+        assert_eq!(sets.candidates, PathMask(0b11));
+        assert_eq!(f.on_stale(Instant::now(), &paths[0]), Reinject::AllUnacked);
+    }
+}
