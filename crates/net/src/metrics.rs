@@ -139,6 +139,7 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         s.protocol_errors as f64,
     );
     w.counter("polycorn_telemetry_received_records", "Telemetry records received.", n(), s.telemetry_received as f64);
+    write_flow_control(w, ep, now);
     for (id, name) in path_names {
         let l = || vec![("path".to_string(), id.0.to_string()), ("name".to_string(), name.clone())];
         let up = ep.is_path_up(*id);
@@ -179,6 +180,96 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         w.counter("polycorn_path_rto", "Retransmission timeouts.", l(), st.rto_events as f64);
         w.counter("polycorn_path_state_changes", "Subflow up/down transitions.", l(), st.state_changes as f64);
     }
+}
+
+/// The memory budget, the connections' windows and buffers, and the
+/// round trip autotuning measures over (docs/architecture.md, "Flow control
+/// and memory"). A proxy's budget is shared by its sessions: its gauges are
+/// the whole account, not this endpoint's share of it.
+fn write_flow_control(w: &mut Writer, ep: &Endpoint, now: std::time::Instant) {
+    let n = Labels::new;
+    let budget = ep.budget();
+    let b = budget.stats();
+    let levels = budget.levels();
+    w.gauge(
+        "polycorn_mem_budget_used_bytes",
+        "Memory budget in use: connections' send buffers plus receive windows (held or promised).",
+        n(),
+        b.used as f64,
+    );
+    w.gauge("polycorn_mem_budget_peak_bytes", "Most of the memory budget ever in use at once.", n(), b.peak as f64);
+    for (level, v) in [("low", levels.low), ("pressure", levels.pressure), ("high", levels.high)] {
+        w.gauge(
+            "polycorn_mem_budget_bytes",
+            "Levels of the memory budget: windows grow freely below low, to a fair share below pressure, shrink above; high is --mem-budget.",
+            vec![("level".into(), level.into())],
+            v as f64,
+        );
+    }
+    w.gauge(
+        "polycorn_mem_budget_pressure",
+        "Where the memory budget stands: 0 below low, 1 below pressure, 2 below high, 3 at or above high.",
+        n(),
+        f64::from(budget.pressure().level()),
+    );
+    w.counter(
+        "polycorn_mem_budget_grants_denied",
+        "Window growths and writes refused or cut for lack of memory budget.",
+        n(),
+        b.grants_denied as f64,
+    );
+    w.counter(
+        "polycorn_mem_budget_reclaimed_bytes",
+        "Receive-window bytes taken back under memory pressure.",
+        n(),
+        b.reclaimed_bytes as f64,
+    );
+    let f = ep.flow_stats(now);
+    let s = ep.stats();
+    w.gauge("polycorn_conn_window_bytes", "Sum of the connections' receive windows.", n(), f.window_sum_bytes as f64);
+    w.gauge(
+        "polycorn_conn_window_max_bytes",
+        "Largest receive window of a connection.",
+        n(),
+        f.window_max_bytes as f64,
+    );
+    w.gauge(
+        "polycorn_conn_out_of_order_bytes",
+        "Received bytes held above a gap in reassembly buffers.",
+        n(),
+        f.out_of_order_bytes as f64,
+    );
+    w.gauge(
+        "polycorn_conn_unsent_bytes",
+        "Bytes written by passengers and not yet placed on a path.",
+        n(),
+        f.unsent_bytes as f64,
+    );
+    w.gauge(
+        "polycorn_conn_in_flight_bytes",
+        "Bytes placed on paths and not yet acknowledged by the peer.",
+        n(),
+        f.in_flight_bytes as f64,
+    );
+    w.counter(
+        "polycorn_conn_window_limited_seconds",
+        "Time new data waited only for the peer's receive window, summed over connections.",
+        n(),
+        f.window_limited_us as f64 / 1e6,
+    );
+    w.counter("polycorn_conn_window_growths", "Receive windows grown by autotuning.", n(), s.window_growths as f64);
+    w.counter(
+        "polycorn_conn_window_growth_bytes",
+        "Bytes receive windows grew by through autotuning.",
+        n(),
+        s.window_growth_bytes as f64,
+    );
+    w.gauge(
+        "polycorn_path_rtt_max_seconds",
+        "Largest smoothed RTT of the live paths (the round trip window autotuning measures over).",
+        n(),
+        ep.rtt_max().as_secs_f64(),
+    );
 }
 
 /// Readiness as the shell sees it.
@@ -244,5 +335,49 @@ pub(crate) mod tests {
         let mut body = String::new();
         prometheus_client::encoding::text::encode(&mut body, &reg).expect("encodes");
         body
+    }
+
+    #[test]
+    fn the_endpoint_exports_its_budget_and_flow_control() {
+        use polycorn_core::{EndpointConfig, MemoryBudget, Role, UserId};
+        let now = std::time::Instant::now();
+        let mut cfg = EndpointConfig::new(Role::Relay);
+        cfg.budget = MemoryBudget::with_high(1 << 20);
+        let pipeline = crate::config::build_pipeline("minrtt", &BTreeMap::new()).expect("built-in");
+        let mut ep = Endpoint::new(cfg, pipeline, now);
+        let conn = ep.open(UserId([7; 16]), "192.0.2.1:443".parse().expect("address"), now).expect("relay opens");
+        // No path is up: the bytes stay unsent.
+        assert_eq!(ep.send(conn, &[0; 1000], now).expect("open"), 1000);
+        let ep = Arc::new(std::sync::Mutex::new(ep));
+        let source: Source = Arc::new(move |w| {
+            let ep = ep.lock().expect("not poisoned");
+            write_endpoint(w, &ep, &[], now);
+        });
+        let text = encode(vec![source]);
+        for line in [
+            "polycorn_mem_budget_bytes{level=\"low\"} 524288.0",
+            "polycorn_mem_budget_bytes{level=\"pressure\"} 786432.0",
+            "polycorn_mem_budget_bytes{level=\"high\"} 1048576.0",
+            // The initial window (128 KiB) and the unsent bytes.
+            "polycorn_mem_budget_used_bytes{} 132072.0",
+            "polycorn_mem_budget_peak_bytes{} 132072.0",
+            "polycorn_mem_budget_pressure{} 0.0",
+            "polycorn_mem_budget_grants_denied_total{} 0.0",
+            "polycorn_mem_budget_reclaimed_bytes_total{} 0.0",
+            "polycorn_conn_window_bytes{} 131072.0",
+            "polycorn_conn_window_max_bytes{} 131072.0",
+            "polycorn_conn_out_of_order_bytes{} 0.0",
+            "polycorn_conn_unsent_bytes{} 1000.0",
+            "polycorn_conn_in_flight_bytes{} 0.0",
+            "polycorn_conn_window_limited_seconds_total{} 0.0",
+            "polycorn_conn_window_growths_total{} 0.0",
+            "polycorn_conn_window_growth_bytes_total{} 0.0",
+            // No path up: the configured initial RTT.
+            "polycorn_path_rtt_max_seconds{} 0.1",
+            "# TYPE polycorn_mem_budget_pressure gauge",
+            "# TYPE polycorn_conn_window_limited_seconds counter",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
     }
 }
