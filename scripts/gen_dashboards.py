@@ -6,7 +6,8 @@ Five dashboards, all on the provisioned datasources (uids ``prometheus`` and
 
 - ``polycorn-fleet``: trains online, per-carrier goodput and RTT, path
   rejections (hof-reject) and path state, reinjected and redundant bytes.
-- ``polycorn-train``: one train's paths over time (variable ``train``).
+- ``polycorn-train``: one train's paths over time, its memory budget and
+  flow control (variables ``train`` and ``side``).
 - ``polycorn-handover-map``: handover failures on a Geomap, from LinkDB.
 - ``polycorn-trainer``: the trainer's validation over model versions.
 - ``polycorn-services``: ingest, linkdb-api and the telemetry pipeline.
@@ -556,8 +557,11 @@ def train() -> Json:
             [
                 prom(f"polycorn_path_srtt_seconds{tj}", "{{name}} srtt"),
                 prom(f"polycorn_path_rttvar_seconds{tj}", "{{name}} rttvar", ref="B"),
+                prom(f"polycorn_path_rtt_max_seconds{tj}", "RTT_max (live paths)", ref="C"),
             ],
             "s",
+            "RTT_max, the largest smoothed RTT of the live paths, is the round trip "
+            "receive-window autotuning measures over.",
         ),
         12,
         8,
@@ -642,6 +646,7 @@ def train() -> Json:
         12,
         8,
     )
+    flow_control(b, tj)
     b.row("Passengers and telemetry (relay)")
     b.add(
         timeseries(
@@ -711,9 +716,136 @@ def train() -> Json:
     return dashboard(
         "polycorn-train",
         "Polycorn / Train paths",
-        "One train's paths over time, as its proxy (downstream) or its relay (upstream) sees them.",
+        "One train's paths, memory budget and flow control over time, as its proxy (downstream) "
+        "or its relay (upstream) sees them.",
         b,
         templating={"list": variables},
+    )
+
+
+def flow_control(b: Board, tj: str) -> None:
+    """The memory budget and the passenger connections' windows and buffers
+    (docs/architecture.md, "Flow control and memory")."""
+    b.row("Memory and flow control")
+    b.add(
+        timeseries(
+            "Memory budget",
+            [
+                prom(f"polycorn_mem_budget_used_bytes{tj}", "used"),
+                prom(f"polycorn_mem_budget_peak_bytes{tj}", "peak", ref="B"),
+                prom(f"polycorn_mem_budget_bytes{tj}", "{{level}} level", ref="C"),
+            ],
+            "bytes",
+            "Send buffers plus receive windows, held or promised, against the budget's "
+            "levels (high is --mem-budget; low is half of it, pressure three quarters). "
+            "Below low windows grow freely, below pressure to a fair share; above "
+            "pressure they shrink; at high nothing gets more than its floor. A proxy's "
+            "budget is shared by its sessions.",
+        ),
+        12,
+        8,
+    )
+    b.add(
+        stat(
+            "Memory pressure",
+            prom(f"max(polycorn_mem_budget_pressure{tj})"),
+            description="0 free (below low), 1 moderate (below pressure), 2 pressure "
+            "(windows shrink), 3 high (no growth beyond the floors; alert "
+            "PolycornMemoryBudgetHigh after 5 minutes).",
+            steps=[("green", None), ("yellow", 1), ("orange", 2), ("red", 3)],
+        ),
+        4,
+        8,
+    )
+    b.add(
+        timeseries(
+            "Window growths and budget refusals",
+            [
+                prom(
+                    f"sum(rate(polycorn_conn_window_growths_total{tj}[$__rate_interval]))",
+                    "window growths",
+                ),
+                prom(
+                    f"sum(rate(polycorn_mem_budget_grants_denied_total{tj}[$__rate_interval]))",
+                    "grants denied",
+                    ref="B",
+                ),
+            ],
+            "ops",
+            "Receive windows grown by autotuning, and window growths or passenger writes "
+            "the budget refused or cut.",
+        ),
+        8,
+        8,
+    )
+    b.add(
+        timeseries(
+            "Receive windows",
+            [
+                prom(f"polycorn_conn_window_bytes{tj}", "sum of windows"),
+                prom(f"polycorn_conn_window_max_bytes{tj}", "largest window", ref="B"),
+                prom(f"polycorn_conn_out_of_order_bytes{tj}", "held out of order", ref="C"),
+            ],
+            "bytes",
+            "Windows start at --conn-window-initial and double while the passenger reads "
+            "more than half a window per RTT_max, up to --conn-window. Out of order: "
+            "bytes held above a gap, waiting for a slower path.",
+        ),
+        12,
+        8,
+    )
+    b.add(
+        timeseries(
+            "Window bytes grown and reclaimed",
+            [
+                prom(
+                    f"sum(rate(polycorn_conn_window_growth_bytes_total{tj}[$__rate_interval]))",
+                    "grown",
+                ),
+                prom(
+                    f"sum(rate(polycorn_mem_budget_reclaimed_bytes_total{tj}[$__rate_interval]))",
+                    "reclaimed under pressure",
+                    ref="B",
+                ),
+            ],
+            "Bps",
+            "Reclaimed: window bytes taken back, largest windows first, while the budget "
+            "is above its pressure level.",
+        ),
+        12,
+        8,
+    )
+    b.add(
+        timeseries(
+            "Passenger bytes on the send side",
+            [
+                prom(f"polycorn_conn_unsent_bytes{tj}", "unsent"),
+                prom(f"polycorn_conn_in_flight_bytes{tj}", "in flight", ref="B"),
+            ],
+            "bytes",
+            "Unsent: written by passengers, not yet placed on a path (kept to about two "
+            "round trips of each connection's delivery rate). In flight: placed, not yet "
+            "acknowledged.",
+        ),
+        12,
+        8,
+    )
+    b.add(
+        timeseries(
+            "Connections held back by the peer's window",
+            [
+                prom(
+                    f"sum(rate(polycorn_conn_window_limited_seconds_total{tj}[$__rate_interval]))",
+                    "window-limited",
+                )
+            ],
+            "none",
+            "Seconds per second that connections had data waiting only for the peer's "
+            "receive window: on average, how many connections the window held back. "
+            "Sustained: windows are capped (--conn-window) or shrunk by memory pressure.",
+        ),
+        12,
+        8,
     )
 
 
