@@ -175,6 +175,11 @@ NOTES.txt and from the Envoy ConfigMap, so that `helm template` fails too.
 {{- if and .Values.envoy.enabled .Values.envoy.api.enabled (not .Values.envoy.api.tlsSecret) }}
 {{- fail "envoy.api.tlsSecret is required with envoy.api.enabled: a kubernetes.io/tls Secret with the API's certificate" }}
 {{- end }}
+{{- with .Values.proxy.flowControl }}
+{{- if gt (int64 .connWindowInitial) (int64 .connWindow) }}
+{{- fail (printf "proxy.flowControl.connWindowInitial (%d) must be at most proxy.flowControl.connWindow (%d)" (int64 .connWindowInitial) (int64 .connWindow)) }}
+{{- end }}
+{{- end }}
 {{- if and .Values.proxy.failureTable.api.enabled (not .Values.proxy.failureTable.api.apiKeySecret) }}
 {{- fail "proxy.failureTable.api.apiKeySecret is required with proxy.failureTable.api.enabled" }}
 {{- end }}

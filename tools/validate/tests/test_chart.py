@@ -446,6 +446,75 @@ def test_images_default_to_the_app_version() -> None:
             assert c["image"].endswith(f":{want}"), (where, c["image"])
 
 
+# ------------------------------------------------------------ flow control
+
+
+def _rust_defaults(path: Path) -> dict[str, int]:
+    """Flag -> the numeric ``[default: N]`` its doc comment gives, in the clap
+    `struct Opts`."""
+    body = path.read_text().split("struct Opts {", 1)[1].split("\n}\n", 1)[0]
+    pattern = r"\[default: (\d+)[^\]]*\][^\n]*\n\s*#\[arg\([^\]]*\)\]\s*(\w+):"
+    return {"--" + f.replace("_", "-"): int(d) for d, f in re.findall(pattern, body)}
+
+
+FLOW_FLAGS = {
+    "connWindow": "conn-window",
+    "connWindowInitial": "conn-window-initial",
+    "connSendBuffer": "conn-send-buffer",
+    "memBudget": "mem-budget",
+}
+
+
+def _memory_bytes(q: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi)", q)
+    assert m, q
+    return int(m.group(1)) * units[m.group(2)]
+
+
+def test_proxy_flow_control_defaults_are_the_binarys_and_half_the_memory_limit() -> None:
+    objs = render({"trains": TRAINS[:1]})
+    c = container(objs, "StatefulSet", "polycorn-proxy-train-0042")
+    rendered = {name: flag(c["args"], name) for name in FLOW_FLAGS.values()}
+    defaults = _rust_defaults(REPO / "proxy/src/main.rs")
+    assert {f"--{k}" for k in rendered} <= set(defaults), defaults
+    assert rendered == {k: str(defaults[f"--{k}"]) for k in rendered}
+    assert int(rendered["mem-budget"] or 0) * 2 == _memory_bytes(c["resources"]["limits"]["memory"])
+
+
+def test_proxy_flow_control_values_become_flags_and_are_checked() -> None:
+    fc = {
+        "connWindow": 1 << 21,
+        "connWindowInitial": 1 << 21,
+        "connSendBuffer": 1 << 20,
+        "memBudget": 1 << 40,
+    }
+    c = container(
+        render({"trains": TRAINS[:1], "proxy": {"flowControl": fc}}),
+        "StatefulSet",
+        "polycorn-proxy-train-0042",
+    )
+    # Whole numbers, never 1.099511627776e+12.
+    assert {k: flag(c["args"], f) for k, f in FLOW_FLAGS.items()} == {
+        k: str(v) for k, v in fc.items()
+    }
+    for key, bad in [
+        ("connWindow", 65535),
+        ("connWindowInitial", 1 << 31),
+        ("connSendBuffer", "8Mi"),
+        ("memBudget", 196607),
+        ("memBudget", 268435456.5),
+    ]:
+        err = render_error({"proxy": {"flowControl": {key: bad}}})
+        assert f"/proxy/flowControl/{key}" in err, (key, bad, err)
+    assert "additional properties 'connWindowMax' not allowed" in render_error(
+        {"proxy": {"flowControl": {"connWindowMax": 1 << 20}}}
+    )
+    fc = {"connWindow": 1 << 20, "connWindowInitial": 1 << 21}
+    err = render_error({"proxy": {"flowControl": fc}})
+    assert "(2097152) must be at most proxy.flowControl.connWindow (1048576)" in err
+
+
 # ------------------------------------------------------------ the args are the real CLIs'
 
 
