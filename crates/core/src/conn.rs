@@ -7,7 +7,7 @@
 //! size (docs/architecture.md, "Flow control and memory"):
 //!
 //! - **Send side.** Bytes the application wrote and the scheduler has not
-//!   placed yet ("unsent") are kept to about one round trip of the
+//!   placed yet ("unsent") are kept to about two round trips of the
 //!   connection's delivery rate (a not-sent low-water mark, as Linux's
 //!   `TCP_NOTSENT_LOWAT`), so the scheduler, not a deep queue, decides where
 //!   bytes go. Once placed, a segment owns its payload until it is

@@ -235,7 +235,8 @@ pub struct FlowStats {
     pub unsent_bytes: u64,
     pub in_flight_bytes: u64,
     /// Time new data waited only for the peer's window, over all
-    /// connections ever (closed ones included).
+    /// connections ever (closed ones included), counting waits once they
+    /// end.
     pub window_limited_us: u64,
 }
 
@@ -625,7 +626,7 @@ impl Endpoint {
     }
 
     /// What the connections hold now.
-    pub fn flow_stats(&self, now: Instant) -> FlowStats {
+    pub fn flow_stats(&self, _now: Instant) -> FlowStats {
         let mut f = FlowStats { window_limited_us: self.stats.window_limited_us, ..FlowStats::default() };
         for c in self.conns.values() {
             f.window_sum_bytes += c.recv.window();
@@ -633,7 +634,9 @@ impl Endpoint {
             f.out_of_order_bytes += c.recv.out_of_order_bytes();
             f.unsent_bytes += c.send.unsent();
             f.in_flight_bytes += c.send.in_flight();
-            f.window_limited_us += c.send.window_limited_time(now).as_micros() as u64;
+            // Only finished waits: a counter must never go back when a
+            // connection that is waiting now closes.
+            f.window_limited_us += c.send.window_limited_noted().as_micros() as u64;
         }
         f
     }

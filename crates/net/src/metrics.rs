@@ -121,6 +121,12 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         s.reinjected_bytes as f64,
     );
     w.counter(
+        "polycorn_sched_head_reinjections",
+        "Window heads sent again for head-of-line recovery (opp-reinject).",
+        n(),
+        s.head_reinjections as f64,
+    );
+    w.counter(
         "polycorn_sched_redundant_bytes",
         "Passenger bytes sent as redundant copies.",
         n(),
@@ -178,6 +184,18 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
             st.redundant_bytes as f64,
         );
         w.counter("polycorn_path_rto", "Retransmission timeouts.", l(), st.rto_events as f64);
+        w.counter(
+            "polycorn_path_stale_transitions",
+            "Times the path became stale: data outstanding and no acknowledgement progress, or no service.",
+            l(),
+            st.stale_transitions as f64,
+        );
+        w.counter(
+            "polycorn_path_penalisations",
+            "Times the path's window was halved for holding a connection's window head (penalise).",
+            l(),
+            st.penalisations as f64,
+        );
         w.counter("polycorn_path_state_changes", "Subflow up/down transitions.", l(), st.state_changes as f64);
     }
 }
