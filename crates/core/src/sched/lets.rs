@@ -115,6 +115,34 @@ impl Schedulerlet for PinUser {
     }
 }
 
+/// Candidate filter: every packet on one configured path (`path`), for a
+/// benchmark's single-carrier reference ("the best SIM alone"); while that
+/// path is down, on any live path (connections survive, as with
+/// `pin-user`).
+#[derive(Debug)]
+pub struct PinPath {
+    pub path: PathId,
+}
+
+impl Schedulerlet for PinPath {
+    fn name(&self) -> &'static str {
+        "pin-path"
+    }
+    fn kind(&self) -> Kind {
+        Kind::CandidateFilter
+    }
+    fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
+        if ctx.path(self.path).is_none() {
+            return;
+        }
+        for p in sets.candidates.iter() {
+            if p != self.path {
+                sets.reject(p);
+            }
+        }
+    }
+}
+
 /// Selection filter: BLEST (Ferlin et al., IFIP Networking 2016). When the
 /// soft selector picked a path slower than the fastest live path (which is
 /// then out of window), estimate how much the fastest path could send
@@ -278,6 +306,14 @@ mod tests {
         assert_eq!(run(vec![Box::new(MinRtt)], &paths, &packet()), vec![1]);
         paths[1].availability = Availability::Full;
         assert_eq!(run(vec![Box::new(MinRtt)], &paths, &packet()), vec![2]);
+    }
+
+    #[test]
+    fn pin_path_keeps_to_its_path_while_it_is_live() {
+        let paths = [view(0, 10), view(1, 20)];
+        let pkt = packet();
+        assert_eq!(run(vec![Box::new(PinPath { path: PathId(1) }), Box::new(MinRtt)], &paths, &pkt), vec![1]);
+        assert_eq!(run(vec![Box::new(PinPath { path: PathId(2) }), Box::new(MinRtt)], &paths, &pkt), vec![0]);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::hol::{OppReinject, Penalise, StaleFilter};
 use super::hrsch::{HofReject, IdleInject, TailReject};
-use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinUser, RoundRobin, RtoOldest};
+use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinPath, PinUser, RoundRobin, RtoOldest};
 use super::{Pipeline, ReinjectionHandler, Schedulerlet};
 
 /// Numeric parameters of one schedulerlet, by name.
@@ -142,6 +142,11 @@ impl Registry {
         });
         r.register_schedulerlet("all-paths", |p| no_params("all-paths", p).map(|_| Box::new(AllPaths) as _));
         r.register_schedulerlet("pin-user", |p| no_params("pin-user", p).map(|_| Box::new(PinUser::default()) as _));
+        r.register_schedulerlet("pin-path", |p| {
+            let r = ParamReader::new("pin-path", p, &["path"])?;
+            let path = r.get("path", 0.0, 0.0..=(crate::MAX_PATHS - 1) as f64, "a path id")?;
+            Ok(Box::new(PinPath { path: crate::PathId(path as u8) }) as _)
+        });
         r.register_schedulerlet("blest", |p| {
             let r = ParamReader::new("blest", p, &["lambda"])?;
             Ok(Box::new(Blest { lambda: r.get("lambda", 1.0, 0.01..=100.0, "0.01..=100")? }) as _)
