@@ -4,9 +4,15 @@
 //! request, each request starting as soon as the previous one ends (after a 200 ms pause if it
 //! failed). The flow thus always has data to send, and the goodput right after every handover
 //! failure in the window can be read off its single progress curve. One record for the whole run.
+//!
+//! With `--users N` (and `--source-base`), N such flows run at once, user u's connections from
+//! source address base + u (N distinct passengers to the relay); one record per user, written
+//! together at the end in user order (the benchmark's concurrency phase).
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -22,6 +28,8 @@ pub const RETRY_PAUSE_US: i64 = 200_000;
 pub const MAX_ERRORS: usize = 20;
 /// Largest `--size` accepted (as for bulk sizes).
 pub const MAX_SIZE: u64 = 1 << 40;
+/// Most `--users` accepted (each holds one connection at a time).
+pub const MAX_USERS: u32 = 1000;
 
 /// Checks `--path`: absolute, printable ASCII without spaces.
 pub fn check_path(path: &str) -> Result<()> {
@@ -71,6 +79,11 @@ pub struct BacklogRun<'a> {
     pub size: u64,
     /// [A, B] in trip µs.
     pub window: (i64, i64),
+    /// Local address of every connection (`None`: the system's choice).
+    pub source: Option<Ipv4Addr>,
+    /// The user this flow belongs to in a multi-user run (`None`: a single-flow run, whose record
+    /// has no `user` field and `id` 0, as before multi-user runs existed).
+    pub user: Option<u32>,
 }
 
 impl BacklogRun<'_> {
@@ -109,7 +122,9 @@ impl BacklogRun<'_> {
         progress.finish(end_us);
         BacklogRecord {
             kind: "backlog",
-            id: 0,
+            id: self.user.unwrap_or(0) as usize,
+            user: self.user,
+            source: self.source.map(|a| a.to_string()),
             label: "backlog",
             path: self.path,
             size: self.size,
@@ -131,7 +146,7 @@ impl BacklogRun<'_> {
         loop {
             p.begin_request();
             t.requests += 1;
-            match fetch(&self.clock, self.origin, self.host, self.path, self.size, p).await {
+            match fetch(&self.clock, self.origin, self.source, self.host, self.path, self.size, p).await {
                 Ok(()) => t.completed += 1,
                 Err(e) => {
                     t.fail(self.clock.now_us(), &format!("{e:#}"));
@@ -142,12 +157,68 @@ impl BacklogRun<'_> {
     }
 }
 
+/// Runs every flow of a multi-user run at once (or until `stop` resolves, which ends them all at
+/// that moment) and writes their records in the order of `runs`.
+pub async fn run_users(runs: &[BacklogRun<'_>], sink: &Sink, stop: impl Future<Output = ()>) -> Result<()> {
+    for rec in measure_users(runs, stop).await {
+        sink.write(&rec)?;
+    }
+    Ok(())
+}
+
+/// The records of [`run_users`], in the order of `runs`.
+pub async fn measure_users<'a>(runs: &'a [BacklogRun<'a>], stop: impl Future<Output = ()>) -> Vec<BacklogRecord<'a>> {
+    // One signal for every flow: each flow's own stop waits for `true`. The sender lives until
+    // every flow has ended (a dropped sender would stop them all at once).
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let flows = runs.iter().map(|r| {
+        let mut rx = rx.clone();
+        r.measure(async move {
+            let _ = rx.wait_for(|&stopped| stopped).await;
+        })
+    });
+    let all = join_all(flows.collect());
+    tokio::pin!(stop, all);
+    tokio::select! {
+        recs = &mut all => recs,
+        () = &mut stop => {
+            tx.send_replace(true);
+            all.await
+        }
+    }
+}
+
+/// Polls every future until all are ready; their outputs in order (a tiny `futures::join_all`: a
+/// single-threaded runtime, so the flows share one task).
+async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut outs: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, out) in futs.iter_mut().zip(outs.iter_mut()) {
+            if out.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *out = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outs.into_iter().flatten().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
-    use std::net::TcpListener;
+    use std::net::{IpAddr, TcpListener};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use super::*;
@@ -235,13 +306,24 @@ mod tests {
 
     /// A tiny HTTP/1.1 origin on 127.0.0.1; connection k (from 0) is served as `serve(k)`.
     fn origin(serve: fn(usize) -> Serve) -> (SocketAddr, Arc<AtomicUsize>) {
+        let (addr, count, _) = origin_with_peers(serve);
+        (addr, count)
+    }
+
+    /// [`origin`], also keeping every connection's peer address.
+    fn origin_with_peers(serve: fn(usize) -> Serve) -> (SocketAddr, Arc<AtomicUsize>, Arc<Mutex<Vec<IpAddr>>>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let count = Arc::new(AtomicUsize::new(0));
         let count2 = count.clone();
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let peers2 = peers.clone();
         std::thread::spawn(move || {
             for s in l.incoming() {
                 let Ok(mut s) = s else { continue };
+                if let Ok(peer) = s.peer_addr() {
+                    peers2.lock().unwrap().push(peer.ip());
+                }
                 let how = serve(count2.fetch_add(1, Ordering::SeqCst));
                 std::thread::spawn(move || {
                     let mut head = Vec::new();
@@ -274,7 +356,7 @@ mod tests {
                 });
             }
         });
-        (addr, count)
+        (addr, count, peers)
     }
 
     fn now_ms() -> i64 {
@@ -289,6 +371,8 @@ mod tests {
             path: "/files/x.bin",
             size: SIZE as u64,
             window,
+            source: None,
+            user: None,
         }
     }
 
@@ -426,5 +510,77 @@ mod tests {
         assert!(v["end_ms"].as_f64().unwrap() < 5000.0);
         assert_eq!(v["progress"].as_array().unwrap().len(), 1);
         assert_eq!(count.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn users_download_at_once_each_from_its_own_address() {
+        let (addr, count, peers) = origin_with_peers(|_| Serve::Full);
+        let base = Ipv4Addr::new(127, 0, 0, 1);
+        let mk = |u: u32| BacklogRun {
+            source: Some(Ipv4Addr::from(u32::from(base) + u)),
+            user: Some(u),
+            ..run_for(addr, now_ms(), (100 * MS, 900 * MS))
+        };
+        let runs: Vec<BacklogRun<'_>> = (0..3).map(mk).collect();
+        let recs = measure_users(&runs, std::future::pending()).await;
+        assert_eq!(recs.len(), 3);
+        for (u, r) in recs.iter().enumerate() {
+            // In user order, each with its user, id and source.
+            assert_eq!((r.id, r.user), (u, Some(u as u32)));
+            assert_eq!(r.source.as_deref(), Some(format!("127.0.0.{}", u + 1).as_str()));
+            assert!(r.completed >= 2, "{r:?}");
+            assert_eq!(r.failed, 0, "{r:?}");
+            assert!(r.end_ms >= 850.0, "{}", r.end_ms);
+            check_progress(r);
+        }
+        // Every user's connections came from its own address, and all three were served.
+        let peers = peers.lock().unwrap().clone();
+        assert!(count.load(Ordering::SeqCst) >= 6);
+        for u in 1..=3u8 {
+            assert!(peers.contains(&IpAddr::from([127, 0, 0, u])), "{peers:?}");
+        }
+        assert!(peers.iter().all(|p| matches!(p, IpAddr::V4(v) if (1..=3).contains(&v.octets()[3]))), "{peers:?}");
+        // A multi-user record carries user and source; a single-flow record neither.
+        let v = serde_json::to_value(&recs[2]).unwrap();
+        assert_eq!((v["id"].as_u64(), v["user"].as_u64()), (Some(2), Some(2)));
+        assert_eq!(v["source"], "127.0.0.3");
+        let single_run = run_for(addr, now_ms(), (0, 50 * MS));
+        let single = single_run.measure(std::future::pending()).await;
+        let v = serde_json::to_value(&single).unwrap();
+        assert!(v.get("user").is_none() && v.get("source").is_none(), "{v}");
+    }
+
+    #[tokio::test]
+    async fn stop_ends_every_user_and_writes_every_record() {
+        let (addr, _) = origin(|_| Serve::Stall);
+        let mk = |u: u32| BacklogRun { user: Some(u), ..run_for(addr, now_ms(), (0, 60_000 * MS)) };
+        let runs: Vec<BacklogRun<'_>> = (0..4).map(mk).collect();
+        let out = std::env::temp_dir().join(format!("polycorn-loadgen-users-{}.jsonl", std::process::id()));
+        let sink = Sink::create(&out).unwrap();
+        run_users(&runs, &sink, tokio::time::sleep(Duration::from_millis(500))).await.unwrap();
+        let text = std::fs::read_to_string(&out).unwrap();
+        let _ = std::fs::remove_file(&out);
+        let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(recs.len(), 4);
+        for (u, v) in recs.iter().enumerate() {
+            assert_eq!(v["user"].as_u64(), Some(u as u64));
+            let end = v["end_ms"].as_f64().unwrap();
+            // Stopped long before B, with the stalled request abandoned and its bytes counted.
+            assert!((450.0..30_000.0).contains(&end), "{v}");
+            assert_eq!((v["requests"].as_u64(), v["bytes"].as_u64()), (Some(1), Some(1000)), "{v}");
+        }
+    }
+
+    #[tokio::test]
+    async fn join_all_keeps_the_order_of_its_futures() {
+        let futs: Vec<_> = [30u64, 0, 10]
+            .into_iter()
+            .map(|ms| async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                ms
+            })
+            .collect();
+        assert_eq!(join_all(futs).await, vec![30, 0, 10]);
+        assert!(join_all(Vec::<std::future::Ready<u8>>::new()).await.is_empty());
     }
 }

@@ -1,10 +1,10 @@
 //! Executes a bulk plan: sequential HTTP/1.1 downloads, one fresh TCP connection each.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 
 use anyhow::{bail, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use crate::clock::TripClock;
 use crate::plan::{expand_path, us_to_ms, Download};
@@ -130,7 +130,7 @@ impl BulkRun<'_> {
         let (timeout, error) = if start_us >= deadline {
             (true, Some("started after its deadline (slot end - 100 ms)".to_owned()))
         } else {
-            let fut = fetch(&self.clock, self.origin, self.host, &path, d.size, &mut progress);
+            let fut = fetch(&self.clock, self.origin, None, self.host, &path, d.size, &mut progress);
             match tokio::time::timeout_at(self.clock.instant_at(deadline), fut).await {
                 Ok(Ok(())) => (false, None),
                 Ok(Err(e)) => (false, Some(format!("{e:#}"))),
@@ -164,18 +164,26 @@ impl BulkRun<'_> {
     }
 }
 
-/// Connects, sends the request and reads the whole response body, adding the body bytes to `p` as
-/// they arrive (the caller starts `p`'s request). Succeeds only with status 200 and exactly `size`
-/// body bytes.
+/// Connects (from `source` when given, else from the address the system picks), sends the request
+/// and reads the whole response body, adding the body bytes to `p` as they arrive (the caller
+/// starts `p`'s request). Succeeds only with status 200 and exactly `size` body bytes.
 pub(crate) async fn fetch(
     clock: &TripClock,
     origin: SocketAddr,
+    source: Option<Ipv4Addr>,
     host: &str,
     path: &str,
     size: u64,
     p: &mut Progress,
 ) -> Result<()> {
-    let mut s = TcpStream::connect(origin).await.map_err(|e| anyhow::anyhow!("connect: {e}"))?;
+    let mut s = match source {
+        None => TcpStream::connect(origin).await.map_err(|e| anyhow::anyhow!("connect: {e}"))?,
+        Some(local) => {
+            let sock = TcpSocket::new_v4().map_err(|e| anyhow::anyhow!("socket: {e}"))?;
+            sock.bind(SocketAddr::from((local, 0))).map_err(|e| anyhow::anyhow!("bind {local}: {e}"))?;
+            sock.connect(origin).await.map_err(|e| anyhow::anyhow!("connect: {e}"))?
+        }
+    };
     s.set_nodelay(true).map_err(|e| anyhow::anyhow!("TCP_NODELAY: {e}"))?;
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: polycorn-loadgen\r\nAccept: */*\r\nConnection: close\r\n\r\n"

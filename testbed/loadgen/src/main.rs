@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use polycorn_loadgen::backlog::{check_path, BacklogRun, MAX_SIZE};
+use polycorn_loadgen::backlog::{check_path, run_users, BacklogRun, MAX_SIZE, MAX_USERS};
 use polycorn_loadgen::bulk::BulkRun;
 use polycorn_loadgen::clock::TripClock;
 use polycorn_loadgen::im::{default_conn_out, run_im, serve, ImConfig};
@@ -94,9 +94,17 @@ struct BacklogArgs {
     /// Expected body size of each request (the Content-Length must match).
     #[arg(long, value_name = "BYTES", default_value_t = 104_857_600, value_parser = clap::value_parser!(u64).range(1..=MAX_SIZE))]
     size: u64,
-    /// Output JSONL file, one line for the whole run ("-": standard output).
+    /// Output JSONL file, one line for the whole run ("-": standard output); with --users or
+    /// --source-base, one line per user, written together at the end in user order.
     #[arg(long, value_name = "FILE.jsonl")]
     out: PathBuf,
+    /// Concurrent users, each its own always-busy flow (the records gain `user` and `source`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_USERS as i64))]
+    users: Option<u32>,
+    /// Bind user u's connections to this IPv4 address + u, so that every user is a distinct
+    /// passenger to the relay. The addresses must exist on the host.
+    #[arg(long, value_name = "IPV4")]
+    source_base: Option<std::net::Ipv4Addr>,
 }
 
 #[derive(clap::Args)]
@@ -244,15 +252,47 @@ fn bulk(a: BulkArgs) -> Result<()> {
     run_until_signal(rt, run.run(&plan))
 }
 
+/// Each user's source address (`None` for all without a base); a single-flow run (neither
+/// `--users` nor `--source-base`) is the one user `None`.
+fn backlog_users(
+    users: Option<u32>,
+    base: Option<std::net::Ipv4Addr>,
+) -> Result<Vec<(Option<u32>, Option<std::net::Ipv4Addr>)>> {
+    if users.is_none() && base.is_none() {
+        return Ok(vec![(None, None)]);
+    }
+    (0..users.unwrap_or(1))
+        .map(|u| Ok((Some(u), base.map(|b| polycorn_loadgen::im::source_addr(b, u)).transpose()?)))
+        .collect()
+}
+
 fn backlog(a: BacklogArgs) -> Result<()> {
-    // --path and --size were checked by their value parsers.
+    // --path, --size and --users were checked by their value parsers.
+    let users = backlog_users(a.users, a.source_base)?;
     let rt = current_thread()?;
     let origin = rt.block_on(resolve(&a.origin))?;
     let sink = Sink::create(&a.out)?;
     let clock = TripClock::new(a.epoch_unix_ms)?;
-    let run = BacklogRun { clock, origin, host: &a.origin, path: &a.path, size: a.size, window: a.window_s };
-    // A signal ends the run early; the record is written either way.
-    rt.block_on(async { run.run(&sink, stop_signal()?).await })
+    let runs: Vec<BacklogRun<'_>> = users
+        .into_iter()
+        .map(|(user, source)| BacklogRun {
+            clock,
+            origin,
+            host: &a.origin,
+            path: &a.path,
+            size: a.size,
+            window: a.window_s,
+            source,
+            user,
+        })
+        .collect();
+    // A signal ends the run early; the records are written either way.
+    rt.block_on(async {
+        match &runs[..] {
+            [run] if run.user.is_none() => run.run(&sink, stop_signal()?).await,
+            _ => run_users(&runs, &sink, stop_signal()?).await,
+        }
+    })
 }
 
 fn im(a: ImArgs) -> Result<()> {
@@ -340,6 +380,21 @@ mod tests {
         ] {
             assert!(backlog_args(bad).is_err(), "accepted {bad:?}");
         }
+        // Users: 1..=MAX_USERS, an IPv4 source base.
+        let a = backlog_args(&["--window-s", "0:5", "--out", "-", "--users", "100", "--source-base", "10.66.0.100"])
+            .unwrap();
+        assert_eq!((a.users, a.source_base), (Some(100), Some(std::net::Ipv4Addr::new(10, 66, 0, 100))));
+        let a = backlog_args(&["--window-s", "0:5", "--out", "-"]).unwrap();
+        assert_eq!((a.users, a.source_base), (None, None));
+        for bad in [
+            &["--window-s", "0:5", "--out", "-", "--users", "0"][..],
+            &["--window-s", "0:5", "--out", "-", "--users", "1001"],
+            &["--window-s", "0:5", "--out", "-", "--users", "-1"],
+            &["--window-s", "0:5", "--out", "-", "--source-base", "10.66.0"],
+            &["--window-s", "0:5", "--out", "-", "--source-base", "::1"],
+        ] {
+            assert!(backlog_args(bad).is_err(), "accepted {bad:?}");
+        }
         // --origin and --epoch-unix-ms are required.
         assert!(Cli::try_parse_from(["polycorn-loadgen", "backlog", "--window-s", "0:5", "--out", "-"]).is_err());
         assert!(Cli::try_parse_from([
@@ -355,5 +410,22 @@ mod tests {
             "-"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn backlog_user_addresses() {
+        use std::net::Ipv4Addr;
+        // Neither flag: one flow, no user (the single-flow record).
+        assert_eq!(backlog_users(None, None).unwrap(), vec![(None, None)]);
+        // --users alone: users without a bound address.
+        assert_eq!(backlog_users(Some(2), None).unwrap(), vec![(Some(0), None), (Some(1), None)]);
+        // --source-base alone: one user from the base address.
+        let base = Ipv4Addr::new(10, 66, 0, 100);
+        assert_eq!(backlog_users(None, Some(base)).unwrap(), vec![(Some(0), Some(base))]);
+        let v = backlog_users(Some(100), Some(base)).unwrap();
+        assert_eq!(v.len(), 100);
+        assert_eq!(v[99], (Some(99), Some(Ipv4Addr::new(10, 66, 0, 199))));
+        // Past 255.255.255.255.
+        assert!(backlog_users(Some(2), Some(Ipv4Addr::new(255, 255, 255, 255))).is_err());
     }
 }

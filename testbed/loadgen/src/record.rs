@@ -74,8 +74,14 @@ pub struct BulkRecord<'a> {
 pub struct BacklogRecord<'a> {
     /// Always `"backlog"` (tells the record apart from bulk records in shared tooling).
     pub kind: &'static str,
-    /// Always 0.
+    /// 0, or the user in a multi-user run (`--users`).
     pub id: usize,
+    /// The user (0..N) in a multi-user run; absent in a single-flow run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<u32>,
+    /// The user's source address (`--source-base` + user) in a multi-user run; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// Always `"backlog"`.
     pub label: &'static str,
     /// URL path of every request.
