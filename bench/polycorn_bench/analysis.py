@@ -23,6 +23,8 @@ Conventions (repeated in ``METHODS`` in the output and in ``README.md``):
   whole window = bytes / (end_ms − start_ms), mean over the records (one per trip); ratio vs
   minrtt = geometric mean over paired records (same trip and id). Backlog records never enter
   the bulk numbers.
+* Best single carrier, concurrency (1, 10, 100 passengers), memory-budget sweep and the budget
+  check: :mod:`polycorn_bench.capacity`.
 * HRSCH (hrsch against each baseline, ablation, IM changes, extra traffic, reinjection
   overhead, recovery after failed handovers): :mod:`polycorn_bench.hrsch`.
 """
@@ -37,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench import hrsch
+from polycorn_bench import capacity, hrsch
 from polycorn_bench.flows import (
     IM_REFERENCE,
     OVERALL,
@@ -79,6 +81,8 @@ HRSCH_KEYS = (
     "reinjection_overhead",
     "hof_recovery",
 )
+#: Sections of issue 18 (aggregation and memory), per link set and copied to the top level.
+CAPACITY_KEYS = ("best_single_carrier", "concurrency", "budget_sweep", "budget_check")
 
 METHODS = {
     "goodput": "goodput_mbps = size*8/(end_ms-start_ms)/1000, trip milliseconds",
@@ -119,6 +123,7 @@ METHODS = {
         "population std / mean of per-user mean delays, per trip, averaged over trips; "
         "ratios are scheme value / reference value"
     ),
+    **capacity.METHODS,
     **hrsch.METHODS,
 }
 
@@ -391,6 +396,13 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
     extra = hrsch.extra_traffic(ls, schemes, run.issues)
     hof, hof_note = hrsch.hof_recovery(flows, ls, schemes, backlogs)
     backlog = backlog_summary(backlogs, schemes)
+    best, best_note = capacity.best_single_carrier(backlogs, schemes)
+    if backlog is not None and best is not None:
+        for scheme, entry in backlog.items():
+            entry["vs_best_single_carrier"] = best["by_scheme"].get(scheme)
+    concurrency = capacity.concurrency_summary(ls, schemes)
+    sweep = capacity.budget_sweep(ls)
+    check, check_note = capacity.budget_check(ls, run.issues)
     notes: dict[str, str] = {}
     if not any(f.scheme == hrsch.HRSCH for f in flows) and not im.get(hrsch.HRSCH):
         notes["hrsch"] = "hrsch did not run: hrsch_vs_baselines and im_hrsch are null"
@@ -398,6 +410,14 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         notes["hof_recovery"] = hof_note
     if backlog is None:
         notes["backlog"] = BACKLOG_NOTE
+    elif best_note:
+        notes["best_single_carrier"] = best_note
+    if concurrency is None:
+        notes["concurrency"] = capacity.CONCURRENCY_NOTE
+    if sweep is None:
+        notes["budget_sweep"] = capacity.SWEEP_NOTE
+    if check_note:
+        notes["budget"] = check_note
     out: dict[str, Any] = {
         "description": ls.description,
         "trips": [t.name for t in ls.trips],
@@ -412,6 +432,10 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "extra_traffic": extra,
         "reinjection_overhead": hrsch.reinjection_overhead(extra),
         "hof_recovery": hof,
+        "best_single_carrier": best,
+        "concurrency": concurrency,
+        "budget_sweep": sweep,
+        "budget_check": check,
         "notes": notes,
         "goodput_mbps": {
             scheme: {
@@ -447,7 +471,11 @@ def analyse(run: Run) -> dict[str, Any]:
             s
             for s in run.schemes
             if any(
-                s in d["bulk"] or s in d["im"] or s in (d["backlog"] or {}) for d in sets.values()
+                s in d["bulk"]
+                or s in d["im"]
+                or s in (d["backlog"] or {})
+                or any(s in per for per in (d["concurrency"] or {}).values())
+                for d in sets.values()
             )
         ],
         "sizes": {k: run.sizes[k] for k in size_labels(run)},
@@ -456,6 +484,7 @@ def analyse(run: Run) -> dict[str, Any]:
         "im": p.get("im", {}),
         "backlog": p.get("backlog"),
         **{key: p.get(key) for key in HRSCH_KEYS},
+        **{key: p.get(key) for key in CAPACITY_KEYS},
         "notes": p.get("notes", {}),
         "paper": hrsch.PAPER,
         "link_sets": sets,

@@ -35,6 +35,17 @@ class Metrics:
     values: dict[str, float] = field(default_factory=dict)
     bad_lines: int = 0
     first_bad: str | None = None
+    # Every sample with its labels: name -> [(labels, value)], for label-aware reads.
+    series: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)
+
+    def labelled(self, name: str, **labels: str) -> float | None:
+        """The sum of ``name``'s samples whose labels include ``labels``; None when none."""
+        hits = [
+            v
+            for lab, v in self.series.get(name, [])
+            if all(lab.get(k) == want for k, want in labels.items())
+        ]
+        return sum(hits) if hits else None
 
     def counter(self, name: str) -> float | None:
         """A counter's value, summed over labels; ``name`` with or without ``_total``.
@@ -50,8 +61,21 @@ class Metrics:
         return not self.values
 
 
+_LABEL = re.compile(r'(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
+
+#: Memory-budget gauges (``polycorn_mem_budget_bytes{level="high"}`` is ``--mem-budget``).
+BUDGET_PEAK = "polycorn_mem_budget_peak_bytes"
+BUDGET_LEVELS = "polycorn_mem_budget_bytes"
+
+
+def parse_labels(raw: str | None) -> dict[str, str]:
+    """``key="value",...`` to a dict (escapes kept as written)."""
+    return {m.group("key"): m.group("value") for m in _LABEL.finditer(raw or "")}
+
+
 def parse_metrics(text: str) -> Metrics:
     values: dict[str, float] = {}
+    series: dict[str, list[tuple[dict[str, str], float]]] = {}
     bad = 0
     first_bad: str | None = None
     for i, raw in enumerate(text.splitlines(), start=1):
@@ -72,7 +96,8 @@ def parse_metrics(text: str) -> Metrics:
             continue
         name = m.group("name")
         values[name] = values.get(name, 0.0) + value
-    return Metrics(values, bad, first_bad)
+        series.setdefault(name, []).append((parse_labels(m.group("labels")), value))
+    return Metrics(values, bad, first_bad, series)
 
 
 def read_metrics(path: Path) -> Metrics | None:

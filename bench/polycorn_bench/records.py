@@ -8,6 +8,11 @@ Layout::
     RUN/<link_set>/<trip>/<scheme>/backlog.jsonl   (optional)
     RUN/<link_set>/<trip>/<scheme>/im-<U>.jsonl
     RUN/<link_set>/<trip>/<scheme>/logs/{relay,proxy}.metrics
+    RUN/<link_set>/<trip>/<scheme>/concurrency-<N>.jsonl          (optional: one line per user)
+    RUN/<link_set>/<trip>/<scheme>/concurrency-<N>.mem.json       (relay's and proxy's VmHWM)
+    RUN/<link_set>/<trip>/<scheme>/logs/concurrency-<N>.{relay,proxy}.metrics
+    RUN/<link_set>/<trip>/sweep/<MiB>/<scheme>/backlog.jsonl      (optional: the budget sweep)
+    RUN/<link_set>/<trip>/sweep/<MiB>/<scheme>/logs/{relay,proxy}.metrics
 
 Nothing here raises on bad data: a missing file is an absent scheme (a missing
 ``backlog.jsonl``: no backlog phase), a line that is not a JSON
@@ -327,6 +332,27 @@ def read_messages(path: Path, issues: Issues) -> list[Message]:
     return out
 
 
+@dataclass(frozen=True)
+class ProcMem:
+    """One process's memory at the end of a concurrency window (``concurrency-<N>.mem.json``):
+    peak resident set since the window's start (VmHWM, reset at the start) and the resident set
+    at the end, in kB as /proc reports them; None when not read."""
+
+    vm_hwm_kb: int | None
+    vm_rss_kb: int | None
+
+
+@dataclass
+class PhaseMem:
+    """The relay's and the proxy's memory over one concurrency window: /proc figures and the
+    metrics snapshots taken right after it (None: no file)."""
+
+    relay: ProcMem | None = None
+    proxy: ProcMem | None = None
+    relay_metrics: Metrics | None = None
+    proxy_metrics: Metrics | None = None
+
+
 @dataclass
 class SchemeRun:
     """What one scheme left for one trip (possibly nothing)."""
@@ -338,6 +364,10 @@ class SchemeRun:
     # End-of-trip metrics snapshots (logs/relay.metrics, logs/proxy.metrics); None: no file.
     relay_metrics: Metrics | None = None
     proxy_metrics: Metrics | None = None
+    # Concurrency phase: users N -> one backlog record per user (concurrency-<N>.jsonl).
+    concurrency: dict[int, list[Backlog]] = field(default_factory=dict)
+    # users N -> memory of relay and proxy over that window.
+    concurrency_mem: dict[int, PhaseMem] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -362,6 +392,8 @@ class TripRun:
     schemes: dict[str, SchemeRun]
     handover_starts: list[float] | None  # None: no events.jsonl
     handover_failures: list[HandoverFailure] | None = None  # None: no events.jsonl
+    # Budget sweep: MiB -> scheme -> its backlog record(s) and end-of-run metrics snapshots.
+    sweep: dict[int, dict[str, SchemeRun]] = field(default_factory=dict)
 
 
 @dataclass
@@ -460,10 +492,79 @@ def _list(x: object) -> list[Any]:
     return x if isinstance(x, list) else []
 
 
+#: Directories of a trip that are not schemes.
+NOT_SCHEMES = ("trip", "sweep")
+
+
 def _scheme_dirs(trip_path: Path, listed: list[str]) -> list[str]:
-    """Schemes in ``run.json`` order, then any extra directory found (not ``trip``)."""
-    found = sorted(p.name for p in trip_path.iterdir() if p.is_dir() and p.name != "trip")
+    """Schemes in ``run.json`` order, then any extra directory found (not ``trip`` or
+    ``sweep``)."""
+    found = sorted(p.name for p in trip_path.iterdir() if p.is_dir() and p.name not in NOT_SCHEMES)
     return listed + [s for s in found if s not in listed]
+
+
+def _read_proc_mem(v: object) -> ProcMem | None:
+    d = _dict(v)
+    if not d:
+        return None
+    hwm, rss = d.get("vm_hwm_kb"), d.get("vm_rss_kb")
+    return ProcMem(
+        vm_hwm_kb=hwm if isinstance(hwm, int) and _nonneg_int(hwm) else None,
+        vm_rss_kb=rss if isinstance(rss, int) and _nonneg_int(rss) else None,
+    )
+
+
+def read_phase_mem(sdir: Path, users: int, issues: Issues) -> PhaseMem:
+    """``concurrency-<N>.mem.json`` and ``logs/concurrency-<N>.{relay,proxy}.metrics``."""
+    mem = PhaseMem()
+    path = sdir / f"concurrency-{users}.mem.json"
+    if path.exists():
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            issues.add("unreadable memory file", f"{path}: {e}")
+            doc = {}
+        mem.relay = _read_proc_mem(_dict(doc).get("relay"))
+        mem.proxy = _read_proc_mem(_dict(doc).get("proxy"))
+    logs = sdir / "logs"
+    mem.relay_metrics = _read_snapshot(logs / f"concurrency-{users}.relay.metrics", issues)
+    mem.proxy_metrics = _read_snapshot(logs / f"concurrency-{users}.proxy.metrics", issues)
+    return mem
+
+
+def read_concurrency(sdir: Path, sr: SchemeRun, issues: Issues) -> None:
+    """The concurrency phase's files of one scheme directory into ``sr``."""
+    for f in sorted(sdir.glob("concurrency-*.jsonl")):
+        n = f.stem.removeprefix("concurrency-")
+        if not n.isdigit() or int(n) <= 0:
+            issues.add("unexpected file", str(f))
+            continue
+        sr.concurrency[int(n)] = read_backlogs(f, issues)
+        sr.concurrency_mem[int(n)] = read_phase_mem(sdir, int(n), issues)
+
+
+def read_sweep(trip_path: Path, issues: Issues) -> dict[int, dict[str, SchemeRun]]:
+    """``sweep/<MiB>/<scheme>/``: each budget's schemes, their backlog and snapshots."""
+    out: dict[int, dict[str, SchemeRun]] = {}
+    root = trip_path / "sweep"
+    if not root.is_dir():
+        return out
+    for mdir in sorted(root.iterdir()):
+        if not mdir.is_dir():
+            continue
+        if not mdir.name.isdigit() or int(mdir.name) <= 0:
+            issues.add("unexpected file", str(mdir))
+            continue
+        per: dict[str, SchemeRun] = {}
+        for sdir in sorted(p for p in mdir.iterdir() if p.is_dir()):
+            sr = SchemeRun()
+            if (sdir / "backlog.jsonl").exists():
+                sr.backlog = read_backlogs(sdir / "backlog.jsonl", issues)
+            sr.relay_metrics = _read_snapshot(sdir / "logs" / "relay.metrics", issues)
+            sr.proxy_metrics = _read_snapshot(sdir / "logs" / "proxy.metrics", issues)
+            per[sdir.name] = sr
+        out[int(mdir.name)] = per
+    return out
 
 
 def read_run(root: Path) -> Run:
@@ -521,10 +622,20 @@ def read_run(root: Path) -> Run:
                         users.append(int(u))
                 sr.relay_metrics = _read_snapshot(sdir / "logs" / "relay.metrics", issues)
                 sr.proxy_metrics = _read_snapshot(sdir / "logs" / "proxy.metrics", issues)
+                read_concurrency(sdir, sr, issues)
                 schemes[scheme] = sr
             events = trip_path / "trip" / "events.jsonl"
             ho, failures = read_handovers(events, issues) if events.exists() else (None, None)
-            trips.append(TripRun(str(trip), trip_path / "trip", schemes, ho, failures))
+            trips.append(
+                TripRun(
+                    str(trip),
+                    trip_path / "trip",
+                    schemes,
+                    ho,
+                    failures,
+                    sweep=read_sweep(trip_path, issues),
+                )
+            )
         link_sets.append(LinkSetRun(ls_name, str(ls_meta.get("description", "")), trips))
 
     for ls in link_sets:

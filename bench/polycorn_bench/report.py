@@ -302,8 +302,108 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
             "",
         ]
     for key, text in notes.items():
-        if key != "backlog":  # with the backlog section
+        if key not in CAPACITY_NOTES:  # with their own sections
             out += [f"*{key}: {text}.*", ""]
+    return out
+
+
+#: Notes shown with the backlog and capacity sections instead of the HRSCH section's.
+CAPACITY_NOTES = ("backlog", "best_single_carrier", "concurrency", "budget_sweep", "budget")
+
+
+def _capacity_section(ls: dict[str, Any]) -> list[str]:
+    """Best single carrier, concurrency, budget sweep and the budget check (issue 18)."""
+    out: list[str] = []
+    notes = ls.get("notes", {})
+    best = ls.get("best_single_carrier")
+    if best:
+        out += [
+            "### Backlogged download against the best single carrier",
+            "",
+            f"Reference per trip: the better of {', '.join(f'`{s}`' for s in best['schemes'])} "
+            "(each carrier alone). Geometric mean over trips of goodput / reference [95 % CI].",
+            "",
+        ]
+        rows = [
+            [
+                f"`{scheme}`",
+                str(st["n_pairs"]),
+                _f(st["ratio"]) + _ci(st["ci95"]),
+                _f(st["ratio_of_means"]),
+            ]
+            for scheme, st in best["by_scheme"].items()
+        ]
+        out += _table(
+            ["scheme", "trips", "× best single carrier [95 % CI]", "ratio of means"], rows
+        )
+        out.append("")
+    conc = ls.get("concurrency")
+    if conc:
+        out += [
+            "### Concurrent passengers",
+            "",
+            "N passengers, each an always-busy download: total goodput (mean over trips), "
+            "Jain's index over the users' goodputs, peak RSS of relay and proxy in the window "
+            "(MiB), budget peak (MiB, since start).",
+            "",
+        ]
+        rows = []
+        for n, per in conc.items():
+            for scheme, c in per.items():
+                rows.append(
+                    [
+                        n,
+                        f"`{scheme}`",
+                        _f(c["goodput_mbps_total"]),
+                        _f(c["jain"], 3),
+                        f"{_f(c['relay_rss_mb'], 1)} / {_f(c['proxy_rss_mb'], 1)}",
+                        f"{_f(c['relay_budget_peak_mb'], 1)} / {_f(c['proxy_budget_peak_mb'], 1)}",
+                    ]
+                )
+        out += _table(
+            ["users", "scheme", "total Mbit/s", "Jain", "RSS relay / proxy", "budget peak"], rows
+        )
+        out.append("")
+    sweep = ls.get("budget_sweep")
+    if sweep:
+        out += [
+            "### Memory-budget sweep",
+            "",
+            "Relay and proxy `--mem-budget` per column; backlogged-download goodput (Mbit/s, "
+            "mean over trips) and, in brackets, the ratio to the largest budget's.",
+            "",
+        ]
+        budgets = list(sweep)
+        schemes: list[str] = []
+        for per in sweep.values():
+            schemes += [s for s in per if s not in schemes]
+        rows = []
+        for scheme in schemes:
+            row = [f"`{scheme}`"]
+            for mib in budgets:
+                e = sweep[mib].get(scheme)
+                row.append(
+                    "–"
+                    if e is None
+                    else f"{_f(e['backlog_goodput_mbps'])} ({_f(e['ratio_vs_largest'])})"
+                )
+            rows.append(row)
+        out += _table(["scheme", *[f"{m} MiB" for m in budgets]], rows)
+        out.append("")
+    check = ls.get("budget_check")
+    if check:
+        verdict = (
+            "no snapshot above its budget"
+            if check["ok"]
+            else f"**{len(check['exceeded'])} snapshot(s) above the budget**"
+        )
+        out += [
+            f"Memory budget check: {check['n_checked']} snapshots checked, {verdict}.",
+            "",
+        ]
+    for key in CAPACITY_NOTES[1:]:
+        if key in notes:
+            out += [f"*{key}: {notes[key]}.*", ""]
     return out
 
 
@@ -429,6 +529,7 @@ def markdown(doc: dict[str, Any]) -> str:
             out += _table(["scheme", *[_bin_title(b) for b in HANDOVER_BINS]], rows)
             out.append("")
         out += _backlog_section(ls)
+        out += _capacity_section(ls)
         im = ls.get("im", {})
         if im:
             out += [
@@ -472,7 +573,7 @@ def text_table(doc: dict[str, Any]) -> str:
     bulk = doc.get("bulk", {})
     lines = [f"HSR benchmark ({doc.get('profile')}), link set {name}: goodput ratio vs minrtt"]
     if not bulk:
-        return "\n".join([*lines, "  (no bulk downloads)"])
+        return "\n".join([*lines, "  (no bulk downloads)", *_capacity_lines(doc)])
     labels = _ordered_labels(doc, bulk)
     header = ["scheme", *labels, "median Mbit/s", "× oracle"]
     rows = []
@@ -521,7 +622,26 @@ def text_table(doc: dict[str, Any]) -> str:
             f"backlog (always busy): hrsch/minrtt {_f(bl['ratio_vs_minrtt'])}{_ci(bl['ci95'])}, "
             f"n {bl['n_pairs']}"
         )
+    lines += _capacity_lines(doc)
     total = doc.get("issues", {}).get("total", 0)
     if total:
         lines.append(f"({total} input problems skipped: see the report)")
     return "\n".join(lines)
+
+
+def _capacity_lines(doc: dict[str, Any]) -> list[str]:
+    """The best-single-carrier ratios of minrtt and hrsch and a failed budget check."""
+    lines = []
+    best = doc.get("best_single_carrier")
+    if best:
+        parts = [
+            f"{s} {_f(st['ratio'])}{_ci(st['ci95'])}"
+            for s, st in best["by_scheme"].items()
+            if s in ("minrtt", "hrsch")
+        ]
+        if parts:
+            lines.append("backlog / best single carrier: " + ", ".join(parts))
+    check = doc.get("budget_check")
+    if check and not check["ok"]:
+        lines.append(f"memory budget: {doc.get('notes', {}).get('budget', 'violated')}")
+    return lines

@@ -1,0 +1,372 @@
+"""Aggregation and memory (issue 18): the backlogged download against the best single carrier,
+the concurrency phase (1, 10, 100 passengers), the memory-budget sweep, and the check that no
+relay or proxy went past its ``--mem-budget``.
+
+* Best single carrier: per trip, the larger backlog goodput of the ``single-path-c<k>`` schemes
+  (each carrier alone, ``pin-path``); every scheme's backlog goodput on that trip divided by it,
+  geometric mean over the trips with a 95 % percentile bootstrap CI
+  (:func:`polycorn_bench.stats.paired_ratio_stats`). A trip counts only when every carrier
+  scheme that ran in the link set has its record there.
+* Concurrency: per window of N users (``concurrency-<N>.jsonl``, one always-busy download per
+  user, each its own passenger), per scheme and trip: ``goodput_mbps_total`` = the sum of the
+  users' goodputs (bytes / their window), Jain's index over the users' goodputs, the relay's and
+  proxy's peak RSS in the window (VmHWM, reset at its start); over trips: mean goodput and Jain
+  index, largest RSS.
+* Budget sweep (``sweep/<MiB>/<scheme>/backlog.jsonl``): the backlog goodput per budget and
+  scheme, mean over trips, and its paired ratio to the largest budget's on the same trip.
+* Budget check: every metrics snapshot (end of trip, end of each concurrency window, end of each
+  sweep run) whose ``polycorn_mem_budget_peak_bytes`` is above its
+  ``polycorn_mem_budget_bytes{level="high"}`` (= ``--mem-budget``), or whose high level is not
+  the budget the sweep configured, is reported (``budget_check``, ``notes.budget`` and the
+  run's ``issues``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from polycorn_bench.flows import BacklogRun
+from polycorn_bench.metrics import BUDGET_LEVELS, BUDGET_PEAK, Metrics
+from polycorn_bench.records import Issues, LinkSetRun, ProcMem
+from polycorn_bench.stats import paired_ratio_stats
+
+#: Each carrier alone (``testbed/pipelines.toml``): single-path-c0, single-path-c1, ...
+SINGLE_CARRIER = re.compile(r"^single-path-c(\d+)$")
+MIB = 1_048_576
+
+METHODS = {
+    "best_single_carrier": (
+        "per trip the largest backlog goodput among single-path-c<k> (every packet on carrier "
+        "k, pin-path); each scheme's backlog goodput / that reference, geometric mean over the "
+        "trips with a 95 % percentile bootstrap CI (10000 resamples, fixed seed); a trip counts "
+        "only if every single-path-c<k> that ran has a record there"
+    ),
+    "concurrency": (
+        "N concurrent passengers (own source addresses), each one always-busy download over "
+        "the same window; per trip goodput_mbps_total = sum of the users' bytes*8/window/1000, "
+        "jain = (sum x)^2 / (n * sum x^2) over the users' goodputs; relay_rss_mb and "
+        "proxy_rss_mb = VmHWM (reset at the window's start via /proc/PID/clear_refs) in MiB; "
+        "over trips: mean goodput and jain, max RSS; *_budget_peak_mb: "
+        "polycorn_mem_budget_peak_bytes after the window (peak since the process started)"
+    ),
+    "budget_sweep": (
+        "the trip replayed from its start with relay and proxy --mem-budget = MiB, one "
+        "always-busy download per scheme and budget side by side; backlog_goodput_mbps = mean "
+        "over trips; ratio_vs_largest = geometric mean over trips of goodput / the largest "
+        "budget's on the same trip, 95 % bootstrap CI"
+    ),
+    "budget_check": (
+        "every relay and proxy metrics snapshot: polycorn_mem_budget_peak_bytes must not "
+        'exceed polycorn_mem_budget_bytes{level="high"} (= --mem-budget), and in the sweep '
+        "that level must be the configured budget; violations are listed and counted in issues"
+    ),
+}
+
+
+def jain_index(values: Sequence[float]) -> float | None:
+    """Jain's fairness index (sum x)^2 / (n * sum x^2): 1 when all are equal, 1/n when one user
+    has everything. None for no value or when every value is 0 (undefined)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) == 0 or not np.all(np.isfinite(x)) or np.any(x < 0):
+        return None
+    sq = float(np.sum(x * x))
+    if sq == 0:
+        return None
+    return float(np.sum(x)) ** 2 / (len(x) * sq)
+
+
+def carrier_schemes(schemes: Sequence[str]) -> list[str]:
+    """The single-carrier schemes among ``schemes``, by carrier number."""
+    hits = [(int(m.group(1)), s) for s in schemes if (m := SINGLE_CARRIER.match(s))]
+    return [s for _, s in sorted(hits)]
+
+
+BEST_SINGLE_NOTE = (
+    "no single-path-c<k> backlog records on a common trip (run the backlog phase with "
+    "single-path-c0 and single-path-c1)"
+)
+
+
+def best_single_carrier(
+    backlogs: list[BacklogRun], schemes: list[str]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(section, note): the per-trip reference and every scheme's paired ratio to it."""
+    carriers = carrier_schemes(sorted({b.scheme for b in backlogs}))
+    if not carriers:
+        return None, BEST_SINGLE_NOTE
+    by = {(b.scheme, b.trip, b.rec.id): b for b in backlogs}
+    keys = sorted({(b.trip, b.rec.id) for b in backlogs if b.scheme in carriers})
+    reference: dict[tuple[str, int], tuple[str, float]] = {}
+    for trip, ident in keys:
+        recs = [by.get((c, trip, ident)) for c in carriers]
+        if any(r is None for r in recs):
+            continue
+        best = max((r for r in recs if r is not None), key=lambda r: r.rec.goodput_mbps)
+        reference[(trip, ident)] = (best.scheme, best.rec.goodput_mbps)
+    if not reference:
+        return None, BEST_SINGLE_NOTE
+    by_scheme: dict[str, Any] = {}
+    for scheme in schemes:
+        mine = [b for b in backlogs if b.scheme == scheme and (b.trip, b.rec.id) in reference]
+        if not mine:
+            continue
+        a = [b.rec.goodput_mbps for b in mine]
+        r = [reference[(b.trip, b.rec.id)][1] for b in mine]
+        by_scheme[scheme] = paired_ratio_stats(a, r)
+    section = {
+        "schemes": carriers,
+        "reference": [
+            {"trip": trip, "id": ident, "scheme": sch, "goodput_mbps": g}
+            for (trip, ident), (sch, g) in sorted(reference.items())
+        ],
+        "by_scheme": by_scheme,
+    }
+    return section, None
+
+
+def _mib(kb: int | None) -> float | None:
+    return None if kb is None else kb / 1024
+
+
+def _budget_mib(m: Metrics | None) -> tuple[float | None, float | None]:
+    """(peak, configured budget) in MiB from a snapshot; None where it lacks them."""
+    if m is None:
+        return None, None
+    peak = m.labelled(BUDGET_PEAK)
+    high = m.labelled(BUDGET_LEVELS, level="high")
+    return (
+        None if peak is None else peak / MIB,
+        None if high is None else high / MIB,
+    )
+
+
+def _max_or_none(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return max(vals) if vals else None
+
+
+CONCURRENCY_NOTE = "no concurrency-<N>.jsonl in this link set (no concurrency phase)"
+
+
+def concurrency_summary(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | None:
+    """``{N: {SCHEME: {...}}}`` over the trips; None without any concurrency record."""
+    counts = sorted(
+        {n for t in ls.trips for sr in t.schemes.values() for n in sr.concurrency},
+    )
+    if not counts:
+        return None
+    out: dict[str, Any] = {}
+    for n in counts:
+        per: dict[str, Any] = {}
+        for scheme in schemes:
+            trips: list[dict[str, Any]] = []
+            for t in ls.trips:
+                sr = t.schemes.get(scheme)
+                if sr is None or n not in sr.concurrency:
+                    continue
+                recs = sr.concurrency[n]
+                good = [r.goodput_mbps for r in recs]
+                mem = sr.concurrency_mem.get(n)
+                relay: ProcMem | None = mem.relay if mem else None
+                proxy: ProcMem | None = mem.proxy if mem else None
+                r_peak, r_budget = _budget_mib(mem.relay_metrics if mem else None)
+                p_peak, p_budget = _budget_mib(mem.proxy_metrics if mem else None)
+                trips.append(
+                    {
+                        "trip": t.name,
+                        "n_users": len(recs),
+                        "goodput_mbps_total": float(np.sum(good)) if good else None,
+                        "goodput_mbps_user_min": min(good) if good else None,
+                        "goodput_mbps_user_max": max(good) if good else None,
+                        "jain": jain_index(good),
+                        "bytes": sum(r.bytes for r in recs),
+                        "failed": sum(r.failed or 0 for r in recs),
+                        "relay_rss_mb": _mib(relay.vm_hwm_kb) if relay else None,
+                        "proxy_rss_mb": _mib(proxy.vm_hwm_kb) if proxy else None,
+                        "relay_budget_peak_mb": r_peak,
+                        "proxy_budget_peak_mb": p_peak,
+                        "relay_budget_mb": r_budget,
+                        "proxy_budget_mb": p_budget,
+                    }
+                )
+            if not trips:
+                continue
+            totals = [x["goodput_mbps_total"] for x in trips if x["goodput_mbps_total"] is not None]
+            jains = [x["jain"] for x in trips if x["jain"] is not None]
+            per[scheme] = {
+                "goodput_mbps_total": float(np.mean(totals)) if totals else None,
+                "jain": float(np.mean(jains)) if jains else None,
+                "relay_rss_mb": _max_or_none([x["relay_rss_mb"] for x in trips]),
+                "proxy_rss_mb": _max_or_none([x["proxy_rss_mb"] for x in trips]),
+                "relay_budget_peak_mb": _max_or_none([x["relay_budget_peak_mb"] for x in trips]),
+                "proxy_budget_peak_mb": _max_or_none([x["proxy_budget_peak_mb"] for x in trips]),
+                "n_users": max(x["n_users"] for x in trips),
+                "n_trips": len(trips),
+                "trips": trips,
+            }
+        if per:
+            out[str(n)] = per
+    return out or None
+
+
+SWEEP_NOTE = "no sweep/<MiB>/ records in this link set (no budget sweep)"
+
+
+def budget_sweep(ls: LinkSetRun) -> dict[str, Any] | None:
+    """``{MiB: {SCHEME: {"backlog_goodput_mbps", ...}}}``; None without sweep records."""
+    budgets = sorted({m for t in ls.trips for m in t.sweep})
+    if not budgets:
+        return None
+    largest = budgets[-1]
+    out: dict[str, Any] = {}
+    for mib in budgets:
+        schemes = sorted({s for t in ls.trips for s in t.sweep.get(mib, {})})
+        per: dict[str, Any] = {}
+        for scheme in schemes:
+            records: list[dict[str, Any]] = []
+            pairs_a: list[float] = []
+            pairs_b: list[float] = []
+            for t in ls.trips:
+                sr = t.sweep.get(mib, {}).get(scheme)
+                if sr is None or not sr.backlog:
+                    continue
+                g = float(np.mean([b.goodput_mbps for b in sr.backlog]))
+                ref = t.sweep.get(largest, {}).get(scheme)
+                g_ref = (
+                    float(np.mean([b.goodput_mbps for b in ref.backlog]))
+                    if ref and ref.backlog
+                    else None
+                )
+                if g_ref is not None:
+                    pairs_a.append(g)
+                    pairs_b.append(g_ref)
+                r_peak, r_budget = _budget_mib(sr.relay_metrics)
+                p_peak, p_budget = _budget_mib(sr.proxy_metrics)
+                records.append(
+                    {
+                        "trip": t.name,
+                        "goodput_mbps": g,
+                        "relay_budget_peak_mb": r_peak,
+                        "proxy_budget_peak_mb": p_peak,
+                        "relay_budget_mb": r_budget,
+                        "proxy_budget_mb": p_budget,
+                    }
+                )
+            if not records:
+                continue
+            st = paired_ratio_stats(pairs_a, pairs_b)
+            per[scheme] = {
+                "backlog_goodput_mbps": float(np.mean([r["goodput_mbps"] for r in records])),
+                "n_trips": len(records),
+                "ratio_vs_largest": st["ratio"],
+                "ci95_vs_largest": st["ci95"],
+                "n_pairs_vs_largest": st["n_pairs"],
+                "relay_budget_peak_mb": _max_or_none([r["relay_budget_peak_mb"] for r in records]),
+                "proxy_budget_peak_mb": _max_or_none([r["proxy_budget_peak_mb"] for r in records]),
+                "records": records,
+            }
+        if per:
+            out[str(mib)] = per
+    return out or None
+
+
+def _check_one(
+    m: Metrics | None,
+    where: dict[str, Any],
+    expected_bytes: float | None,
+    exceeded: list[dict[str, Any]],
+    mismatched: list[dict[str, Any]],
+) -> bool | None:
+    """Checks one snapshot; True checked, None without the gauges (older binaries)."""
+    if m is None:
+        return None
+    peak = m.labelled(BUDGET_PEAK)
+    high = m.labelled(BUDGET_LEVELS, level="high")
+    if peak is None or high is None:
+        return None
+    if peak > high:
+        exceeded.append({**where, "peak_bytes": peak, "budget_bytes": high})
+    if expected_bytes is not None and not math.isclose(high, expected_bytes):
+        mismatched.append({**where, "budget_bytes": high, "configured_bytes": expected_bytes})
+    return True
+
+
+def budget_check(ls: LinkSetRun, issues: Issues) -> tuple[dict[str, Any] | None, str | None]:
+    """Every snapshot of the link set against its budget. (section, note); the section is None
+    when no snapshot has the budget gauges."""
+    exceeded: list[dict[str, Any]] = []
+    mismatched: list[dict[str, Any]] = []
+    checked = unchecked = 0
+
+    def check(m: Metrics | None, where: dict[str, Any], expected: float | None = None) -> None:
+        nonlocal checked, unchecked
+        if m is None:
+            return
+        if _check_one(m, where, expected, exceeded, mismatched):
+            checked += 1
+        else:
+            unchecked += 1
+
+    for t in ls.trips:
+        for scheme, sr in t.schemes.items():
+            base = {"trip": t.name, "scheme": scheme}
+            check(sr.relay_metrics, {**base, "phase": "trip", "endpoint": "relay"})
+            check(sr.proxy_metrics, {**base, "phase": "trip", "endpoint": "proxy"})
+            for n, mem in sorted(sr.concurrency_mem.items()):
+                ph = f"concurrency-{n}"
+                check(mem.relay_metrics, {**base, "phase": ph, "endpoint": "relay"})
+                check(mem.proxy_metrics, {**base, "phase": ph, "endpoint": "proxy"})
+        for mib, per in sorted(t.sweep.items()):
+            for scheme, sr in per.items():
+                base = {"trip": t.name, "scheme": scheme, "phase": f"sweep-{mib}"}
+                check(sr.relay_metrics, {**base, "endpoint": "relay"}, mib * MIB)
+                check(sr.proxy_metrics, {**base, "endpoint": "proxy"}, mib * MIB)
+    for v in exceeded:
+        issues.add(
+            "memory budget exceeded",
+            f"{ls.name}/{v['trip']}/{v['scheme']} {v['phase']} {v['endpoint']}: peak "
+            f"{v['peak_bytes']:.0f} B > --mem-budget {v['budget_bytes']:.0f} B",
+        )
+    for v in mismatched:
+        issues.add(
+            "memory budget not as configured",
+            f"{ls.name}/{v['trip']}/{v['scheme']} {v['phase']} {v['endpoint']}: budget "
+            f"{v['budget_bytes']:.0f} B, configured {v['configured_bytes']:.0f} B",
+        )
+    if checked == 0:
+        note = "no metrics snapshot has the memory-budget gauges" if unchecked else None
+        return None, note
+    schemes_over = sorted({v["scheme"] for v in exceeded})
+    section = {
+        "ok": not exceeded and not mismatched,
+        "n_checked": checked,
+        "n_unchecked": unchecked,
+        "schemes_exceeding": schemes_over,
+        "exceeded": exceeded,
+        "mismatched": mismatched,
+    }
+    note = None
+    if exceeded:
+        note = (
+            f"memory budget exceeded in {len(exceeded)} snapshot(s), schemes "
+            f"{', '.join(schemes_over)} (budget_check.exceeded)"
+        )
+    elif mismatched:
+        note = f"{len(mismatched)} snapshot(s) ran with another budget than configured"
+    return section, note
+
+
+__all__ = [
+    "METHODS",
+    "best_single_carrier",
+    "budget_check",
+    "budget_sweep",
+    "carrier_schemes",
+    "concurrency_summary",
+    "jain_index",
+]
