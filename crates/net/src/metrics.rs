@@ -376,14 +376,14 @@ pub(crate) mod tests {
             "polycorn_mem_budget_bytes{level=\"low\"} 524288.0",
             "polycorn_mem_budget_bytes{level=\"pressure\"} 786432.0",
             "polycorn_mem_budget_bytes{level=\"high\"} 1048576.0",
-            // The initial window (128 KiB) and the unsent bytes.
+            // The initial window (1 MiB) and the unsent bytes.
             "polycorn_mem_budget_used_bytes{} 132072.0",
             "polycorn_mem_budget_peak_bytes{} 132072.0",
             "polycorn_mem_budget_pressure{} 0.0",
             "polycorn_mem_budget_grants_denied_total{} 0.0",
             "polycorn_mem_budget_reclaimed_bytes_total{} 0.0",
-            "polycorn_conn_window_bytes{} 131072.0",
-            "polycorn_conn_window_max_bytes{} 131072.0",
+            "polycorn_conn_window_bytes{} 1048576.0",
+            "polycorn_conn_window_max_bytes{} 1048576.0",
             "polycorn_conn_out_of_order_bytes{} 0.0",
             "polycorn_conn_unsent_bytes{} 1000.0",
             "polycorn_conn_in_flight_bytes{} 0.0",
