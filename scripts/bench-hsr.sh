@@ -7,12 +7,24 @@
 # (testbed/topology.sh, prefixes hb0, hb1, ...) is built; all their emulators
 # share one wall-clock epoch, so every scheme sees the same capacity, delay,
 # loss and handover realisation at the same moment. Then one load generator
-# per topology runs the same plan (same seed): bulk downloads of 256 KB, 1 MB
-# and 4 MB at random points of a window, then instant messaging with 10, 20
-# and 30 users, then (hsr link set only) one backlogged download, requests
-# back to back across BACKLOG_S seconds, so that every handover failure in
-# that window gets a recovery measurement. bench/polycorn_bench turns the
-# records into ratios, oracle comparisons, tables and plots.
+# per topology runs the same plan (same seed), in phases (PHASES, below):
+#   bulk         downloads of 256 KB, 1 MB and 4 MB at random points of a window;
+#   im           instant messaging with 10, 20 and 30 users;
+#   backlog      one backlogged download, requests back to back across
+#                BACKLOG_S seconds, so that every handover failure in that
+#                window gets a recovery measurement (and, against
+#                single-path-c0/-c1, the best single carrier per trip);
+#   concurrency  CONC_USERS (1, 10, 100) concurrent backlogged passengers in
+#                turn, CONC_S seconds each, each passenger its own source
+#                address; per window the relay's and proxy's peak RSS (VmHWM,
+#                reset at the window's start) and metrics snapshots;
+#   sweep        (hsr only) after each trip's main pass, the trip replayed
+#                again for the SWEEP_SCHEMES (default minrtt hrsch, those in
+#                SCHEMES), one topology per scheme and memory budget
+#                (SWEEP_MIB, --mem-budget of relay and proxy), side by side:
+#                one backlogged download of SWEEP_S seconds each.
+# bench/polycorn_bench turns the records into ratios, oracle comparisons,
+# tables and plots.
 #
 # Link sets:
 #   hsr       trips from polycorn-tracegen (preset pc-gateway-300, 2 carriers)
@@ -34,7 +46,8 @@
 # Environment: PROFILE (default short), SCHEMES (space-separated, default all
 # below), BENCH_PREFIX (topology prefix, default hb), LINK_SETS (default: the profile's), BENCH_WORK (raw runs, default
 # /tmp/polycorn-bench-hsr), BENCH_OUT (default bench/out; the demo and ci
-# profiles write only under BENCH_WORK), PLOTS (directory for PNGs).
+# profiles write only under BENCH_WORK), PLOTS (directory for PNGs),
+# SWEEP_SCHEMES (schemes of the budget sweep).
 #
 # Diagnostics (development only; any of these makes the run a diagnostic
 # one: its results go under BENCH_WORK/out, never bench/out, and run.json
@@ -44,7 +57,9 @@
 # HSR_TRIPS (trips of the hsr set), BENCH_SLOT_S (seconds per download
 # slot), TABLE=previous|truth|none (truth: an oracle table built from the
 # measured trip's own events by `polycorn-tracegen failure-table`, every
-# failed cell, for an upper bound on hof-reject; none: no table).
+# failed cell, for an upper bound on hof-reject; none: no table),
+# PHASES (a subset of: bulk im backlog concurrency sweep; default the
+# profile's), CONC_USERS, CONC_S, SWEEP_MIB, SWEEP_S.
 # Ctrl-C or any failure tears every topology down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,11 +73,13 @@ MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/testbed/traces/mahimahi}
 # hrsch and its ablations (one HRSCH mechanism added to minrtt each), hrsch
 # with extended reinjection at k = 1 and 2 (testbed/pipelines.toml), the
 # baselines.
-DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path kernel-mptcp"
+# single-path-c0/-c1: each carrier alone (pin-path), for the best single
+# carrier per trip.
+DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp"
 read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0
-for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE; do
+for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S; do
     [[ -n ${!v:-} ]] && DIAGNOSTIC=1
 done
 ROUTE_SEED=${ROUTE_SEED:-7}
@@ -80,19 +97,51 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "must run as root (network namespaces)"
 
 # Profile: per_size downloads per size and trip, IM messages per user and
-# mean gap, trips per link set, link sets, backlogged-download seconds.
+# mean gap, trips per link set, link sets, backlogged-download seconds,
+# seconds per concurrency window, budget-sweep budgets (MiB) and seconds,
+# phases.
 # Slots of 15 s in the reported profiles: with 7.5 s, half the 4 MB
 # downloads timed out, and censoring at the timeout hid differences
 # between schemes (docs/results.md, "Development-route diagnostics").
 # ci and demo keep short slots for speed.
+ALL_PHASES="bulk im backlog concurrency sweep"
 case $PROFILE in
-    ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" BACKLOG_S=15 ;;
-    demo) PER_SIZE=5 MESSAGES=15 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=7 IM_WIN_S=20 USERS="10 20 30" BACKLOG_S=30 ;;
-    short) PER_SIZE=6 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=25 USERS="10 20 30" BACKLOG_S=120 ;;
-    full) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=3 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 ;;
+    ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" BACKLOG_S=15
+        DEF_CONC_S=8 DEF_SWEEP_MIB="8 64" DEF_SWEEP_S=10 DEF_PHASES=$ALL_PHASES ;;
+    demo) PER_SIZE=5 MESSAGES=15 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=7 IM_WIN_S=20 USERS="10 20 30" BACKLOG_S=30
+        DEF_CONC_S=20 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=30 DEF_PHASES="bulk im backlog" ;;
+    short) PER_SIZE=6 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=25 USERS="10 20 30" BACKLOG_S=120
+        DEF_CONC_S=30 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=60 DEF_PHASES="bulk im backlog concurrency" ;;
+    full) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=5 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300
+        DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES=$ALL_PHASES ;;
     *) die "PROFILE must be demo, ci, short or full, got '$PROFILE'" ;;
 esac
 HSR_TRIPS=${HSR_TRIPS_ENV:-$HSR_TRIPS}
+read -r -a PHASE_LIST <<<"${PHASES:-$DEF_PHASES}"
+((${#PHASE_LIST[@]})) || die "PHASES is empty (a subset of: $ALL_PHASES)"
+for ph in "${PHASE_LIST[@]}"; do
+    [[ " $ALL_PHASES " == *" $ph "* ]] || die "unknown phase '$ph' in PHASES (a subset of: $ALL_PHASES)"
+done
+# has_phase NAME: NAME is one of the selected phases.
+has_phase() { [[ " ${PHASE_LIST[*]} " == *" $1 "* ]]; }
+# Concurrency: users per window (each its own passenger, source address
+# CONC_SOURCE_BASE + u; topology.sh adds 10.66.0.100-163, the rest are added
+# below), seconds per window, and a pause between windows for the snapshots.
+CONC_S=${CONC_S:-$DEF_CONC_S}
+read -r -a CONC_COUNTS <<<"${CONC_USERS:-1 10 100}"
+CONC_SOURCE_BASE=10.66.0.100
+CONC_GAP_S=3
+for u in "${CONC_COUNTS[@]}"; do
+    if ! [[ $u =~ ^[1-9][0-9]*$ ]] || ((u > 154)); then die "CONC_USERS must be integers 1..154, got '$u'"; fi
+done
+[[ $CONC_S =~ ^[1-9][0-9]*$ ]] || die "CONC_S must be a positive integer, got '$CONC_S'"
+# Budget sweep: relay and proxy --mem-budget in MiB, seconds of backlog.
+read -r -a SWEEP_BUDGETS <<<"${SWEEP_MIB:-$DEF_SWEEP_MIB}"
+SWEEP_S=${SWEEP_S:-$DEF_SWEEP_S}
+for m in "${SWEEP_BUDGETS[@]}"; do
+    [[ $m =~ ^[1-9][0-9]*$ ]] || die "SWEEP_MIB must be positive integers (MiB), got '$m'"
+done
+[[ $SWEEP_S =~ ^[1-9][0-9]*$ ]] || die "SWEEP_S must be a positive integer, got '$SWEEP_S'"
 [[ $TABLE =~ ^(previous|truth|none)$ ]] || die "TABLE must be previous, truth or none, got '$TABLE'"
 for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE; do
     [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
@@ -105,13 +154,35 @@ fi
 read -r -a LINK_SETS <<<"${LINK_SETS:-$DEF_SETS}"
 read -r -a USER_COUNTS <<<"$USERS"
 N_SIZES=3
-BULK_S=$(awk -v n="$PER_SIZE" -v s="$SLOT_S" -v k="$N_SIZES" 'BEGIN { printf "%d", n * k * s + 0.999 }')
-IM_S=$((IM_WIN_S * ${#USER_COUNTS[@]}))
+BULK_S=0 IM_S=0 CONC_TOTAL_S=0
+has_phase bulk && BULK_S=$(awk -v n="$PER_SIZE" -v s="$SLOT_S" -v k="$N_SIZES" 'BEGIN { printf "%d", n * k * s + 0.999 }')
+has_phase im && IM_S=$((IM_WIN_S * ${#USER_COUNTS[@]}))
+has_phase backlog || BACKLOG_S=0
+has_phase concurrency && CONC_TOTAL_S=$(((CONC_S + CONC_GAP_S) * ${#CONC_COUNTS[@]}))
+# The sweep's schemes: SWEEP_SCHEMES, or those of minrtt and hrsch that run.
+SWEEP_UNITS=() SWEEP_LIST=()
+if has_phase sweep; then
+    if [[ -n ${SWEEP_SCHEMES:-} ]]; then
+        read -r -a SWEEP_LIST <<<"$SWEEP_SCHEMES"
+    else
+        SWEEP_LIST=()
+        for s in minrtt hrsch; do
+            [[ " ${SCHEMES[*]} " == *" $s "* ]] && SWEEP_LIST+=("$s")
+        done
+    fi
+    for m in "${SWEEP_BUDGETS[@]}"; do
+        for s in "${SWEEP_LIST[@]}"; do SWEEP_UNITS+=("$m:$s"); done
+    done
+fi
 # Topologies come up during the first seconds of the trip (warm-up); the
 # load starts once all are up. The trip is generated long enough for the
-# longest warm-up allowed.
+# longest warm-up allowed (and for the sweep's replay of its start).
 MAX_WARMUP_S=90
-TRIP_S=$((MAX_WARMUP_S + BULK_S + IM_S + BACKLOG_S + 15))
+TRIP_S=$((MAX_WARMUP_S + BULK_S + IM_S + BACKLOG_S + CONC_TOTAL_S + 15))
+((TRIP_S >= MAX_WARMUP_S + SWEEP_S + 15)) || TRIP_S=$((MAX_WARMUP_S + SWEEP_S + 15))
+# Topologies at once: the schemes of the main pass, or the sweep's units.
+N_TOPO=${#SCHEMES[@]}
+((${#SWEEP_UNITS[@]} > N_TOPO)) && N_TOPO=${#SWEEP_UNITS[@]}
 # The backlogged download fetches this origin file (testbed/origin/make-files.sh) again and again.
 BACKLOG_PATH=/files/100MiB.bin
 BACKLOG_SIZE=104857600
@@ -143,7 +214,7 @@ all_down() {
     local i pids=()
     # In parallel: each takes a few seconds (processes get SIGTERM and time
     # to exit before SIGKILL).
-    for i in "${!SCHEMES[@]}"; do
+    for ((i = 0; i < N_TOPO; i++)); do
         PC_PREFIX=$(prefix_of "$i") testbed/topology.sh down >/dev/null 2>&1 &
         pids+=($!)
     done
@@ -235,30 +306,90 @@ drop_table_db() {
     psql "${POLYCORN_DATABASE_URL%/*}/postgres" -qc "DROP DATABASE IF EXISTS $TABLE_DB WITH (FORCE)" >/dev/null 2>&1 || true
 }
 
+# mem_reset PREFIX: reset the relay's and the proxy's peak RSS (VmHWM) to
+# their current RSS (/proc/PID/clear_refs 5, Linux >= 4.0), so that VmHWM
+# read later is the peak since now.
+mem_reset() {
+    local state=/tmp/polycorn-state-$1 name pid
+    for name in relay proxy; do
+        pid=$(cat "$state/run/$name.pid" 2>/dev/null) || continue
+        echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true
+    done
+}
+
+# mem_snapshot PREFIX DIR N: after concurrency window N, the relay's and the
+# proxy's VmHWM and VmRSS (kB) into DIR/concurrency-N.mem.json, and their
+# metrics into DIR/logs/concurrency-N.{relay,proxy}.metrics.
+mem_snapshot() {
+    local p=$1 dir=$2 n=$3 state=/tmp/polycorn-state-$1 name pid hwm rss json=""
+    for name in relay proxy; do
+        hwm=null rss=null pid=null
+        if pid=$(cat "$state/run/$name.pid" 2>/dev/null) && [[ -r /proc/$pid/status ]]; then
+            hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
+            rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status")
+        else
+            pid=null
+        fi
+        json+="${json:+, }\"$name\": {\"pid\": $pid, \"vm_hwm_kb\": ${hwm:-null}, \"vm_rss_kb\": ${rss:-null}}"
+    done
+    printf '{"users": %s, %s}\n' "$n" "$json" >"$dir/concurrency-$n.mem.json"
+    mkdir -p "$dir/logs"
+    ip netns exec "$p-train" curl -fsS --max-time 2 http://127.0.0.1:9465/metrics >"$dir/logs/concurrency-$n.relay.metrics" 2>/dev/null || true
+    ip netns exec "$p-cloud" curl -fsS --max-time 2 http://127.0.0.1:9464/metrics >"$dir/logs/concurrency-$n.proxy.metrics" 2>/dev/null || true
+}
+
 # run_load DIR SCHEME_INDEX EPOCH START_S LINK_SET: the whole plan of one scheme.
 run_load() {
     local dir=$1 i=$2 epoch=$3 start=$4 set=$5
-    local ns
-    ns="$(prefix_of "$i")-pax"
-    local bulk_end
-    bulk_end=$(awk -v a="$start" -v b="$BULK_S" 'BEGIN { printf "%d", a + b }')
-    ip netns exec "$ns" "$BIN/polycorn-loadgen" bulk --origin "$ORIGIN:80" --epoch-unix-ms "$epoch" \
-        --seed "$LOAD_SEED" --window-s "$start:$bulk_end" --per-size "$PER_SIZE" \
-        --out "$dir/bulk.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: bulk exited with $?"
-    local t=$bulk_end u
-    for u in "${USER_COUNTS[@]}"; do
-        ip netns exec "$ns" "$BIN/polycorn-loadgen" im --server "$ORIGIN:7100" --epoch-unix-ms "$epoch" \
-            --seed "$((LOAD_SEED + u))" --users "$u" --messages "$MESSAGES" --mean-gap-ms "$GAP_MS" \
-            --start-s "$t" --deadline-s "$((t + IM_WIN_S - 1))" --source-base 10.66.0.100 \
-            --out "$dir/im-$u.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: im $u exited with $?"
-        t=$((t + IM_WIN_S))
-    done
-    # Recovery after handover failures: the mahimahi set has none.
-    if [[ $set == hsr ]] && ((BACKLOG_S > 0)); then
+    local ns p
+    p=$(prefix_of "$i")
+    ns="$p-pax"
+    local t=$start u
+    if has_phase bulk; then
+        t=$(awk -v a="$start" -v b="$BULK_S" 'BEGIN { printf "%d", a + b }')
+        ip netns exec "$ns" "$BIN/polycorn-loadgen" bulk --origin "$ORIGIN:80" --epoch-unix-ms "$epoch" \
+            --seed "$LOAD_SEED" --window-s "$start:$t" --per-size "$PER_SIZE" \
+            --out "$dir/bulk.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: bulk exited with $?"
+    fi
+    if has_phase im; then
+        for u in "${USER_COUNTS[@]}"; do
+            ip netns exec "$ns" "$BIN/polycorn-loadgen" im --server "$ORIGIN:7100" --epoch-unix-ms "$epoch" \
+                --seed "$((LOAD_SEED + u))" --users "$u" --messages "$MESSAGES" --mean-gap-ms "$GAP_MS" \
+                --start-s "$t" --deadline-s "$((t + IM_WIN_S - 1))" --source-base 10.66.0.100 \
+                --out "$dir/im-$u.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: im $u exited with $?"
+            t=$((t + IM_WIN_S))
+        done
+    fi
+    # Every link set: recovery after handover failures (hsr) and the
+    # comparison with the best single carrier (both sets).
+    if ((BACKLOG_S > 0)); then
         ip netns exec "$ns" "$BIN/polycorn-loadgen" backlog --origin "$ORIGIN:80" --epoch-unix-ms "$epoch" \
             --window-s "$t:$((t + BACKLOG_S))" --path "$BACKLOG_PATH" --size "$BACKLOG_SIZE" \
             --out "$dir/backlog.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: backlog exited with $?"
+        t=$((t + BACKLOG_S))
     fi
+    if has_phase concurrency; then
+        for u in "${CONC_COUNTS[@]}"; do
+            t=$((t + CONC_GAP_S))
+            mem_reset "$p"
+            ip netns exec "$ns" "$BIN/polycorn-loadgen" backlog --origin "$ORIGIN:80" --epoch-unix-ms "$epoch" \
+                --window-s "$t:$((t + CONC_S))" --path "$BACKLOG_PATH" --size "$BACKLOG_SIZE" \
+                --users "$u" --source-base "$CONC_SOURCE_BASE" \
+                --out "$dir/concurrency-$u.jsonl" >>"$dir/loadgen.log" 2>&1 || log "$dir: concurrency $u exited with $?"
+            mem_snapshot "$p" "$dir" "$u"
+            t=$((t + CONC_S))
+        done
+    fi
+}
+
+# extra_passengers PREFIX: the source addresses of the concurrency phase
+# beyond the 10.66.0.100-163 that topology.sh adds.
+extra_passengers() {
+    local ns="$1-pax" max=0 u k
+    for u in "${CONC_COUNTS[@]}"; do ((u > max)) && max=$u; done
+    for ((k = 164; k < 100 + max; k++)); do
+        ip -n "$ns" addr add "10.66.0.$k/24" dev pax0 2>/dev/null || true
+    done
 }
 
 # collect DIR SCHEME_INDEX: logs and final metrics of a scheme's topology.
@@ -274,6 +405,25 @@ collect() {
     cp "$state"/logs/*.log "$dir/logs/" 2>/dev/null || true
 }
 
+# up_topology INDEX SCHEME EPOCH K TDIR WHAT [topology.sh flags...]: one copy
+# of the topology replaying the trip TDIR/trip (table: TABLE_ARGS).
+up_topology() {
+    local i=$1 scheme=$2 epoch=$3 k=$4 tdir=$5 what=$6
+    shift 6
+    PC_PREFIX=$(prefix_of "$i") testbed/topology.sh up --trip "$tdir/trip" --scheme "$scheme" \
+        --epoch-unix-ms "$epoch" --seed "$((LOAD_SEED + k))" "${TABLE_ARGS[@]}" "$@" >/dev/null \
+        || die "$what: topology for $scheme failed (logs: /tmp/polycorn-state-$(prefix_of "$i")/logs)"
+}
+
+# warm_up EPOCH: trip time (s) at which the load starts, once every topology is up.
+warm_up() {
+    local warm
+    warm=$((($(now_ms) - $1) / 1000 + 5))
+    ((warm < 15)) && warm=15
+    ((warm <= MAX_WARMUP_S)) || die "topologies took ${warm}s to come up (more than $MAX_WARMUP_S s)"
+    echo "$warm"
+}
+
 run_trip() {
     local set=$1 k=$2 id=$3
     local tdir=$RUN/$set/$id
@@ -282,28 +432,28 @@ run_trip() {
     local epoch i
     epoch=$(now_ms)
     log "$set/$id: building ${#SCHEMES[@]} topologies (epoch $epoch)"
-    local table=()
+    TABLE_ARGS=()
     if [[ $set == hsr && $TABLE == previous ]]; then
-        table=(--failure-table "$RUN/failure-table.json")
+        TABLE_ARGS=(--failure-table "$RUN/failure-table.json")
     elif [[ $set == hsr && $TABLE == truth ]]; then
         # Oracle (diagnostic only): every cell where this very trip fails.
         "$BIN/polycorn-tracegen" failure-table --events "$tdir/trip/events.jsonl" --min-failures 1 \
             --min-failure-rate 0 --out "$tdir/failure-table-truth.json" >/dev/null
         log "$set/$id: oracle failure table, $(jq '.entries | length' "$tdir/failure-table-truth.json") cells"
-        table=(--failure-table "$tdir/failure-table-truth.json")
+        TABLE_ARGS=(--failure-table "$tdir/failure-table-truth.json")
     fi
     for i in "${!SCHEMES[@]}"; do
-        PC_PREFIX=$(prefix_of "$i") testbed/topology.sh up --trip "$tdir/trip" --scheme "${SCHEMES[$i]}" \
-            --epoch-unix-ms "$epoch" --seed "$((LOAD_SEED + k))" "${table[@]}" >/dev/null \
-            || die "$set/$id: topology for ${SCHEMES[$i]} failed (logs: /tmp/polycorn-state-$(prefix_of "$i")/logs)"
+        up_topology "$i" "${SCHEMES[$i]}" "$epoch" "$k" "$tdir" "$set/$id"
+        has_phase concurrency && extra_passengers "$(prefix_of "$i")"
     done
     local warm
-    warm=$((($(now_ms) - epoch) / 1000 + 5))
-    ((warm < 15)) && warm=15
-    ((warm <= MAX_WARMUP_S)) || die "topologies took ${warm}s to come up (more than $MAX_WARMUP_S s)"
-    local after="IM ${USER_COUNTS[*]} users"
-    [[ $set == hsr ]] && ((BACKLOG_S > 0)) && after+=", then a backlogged download for ${BACKLOG_S}s"
-    log "$set/$id: load from trip time ${warm}s: $((PER_SIZE * N_SIZES)) downloads in ${BULK_S}s, then $after"
+    warm=$(warm_up "$epoch")
+    local plan=""
+    has_phase bulk && plan+="; $((PER_SIZE * N_SIZES)) downloads in ${BULK_S}s"
+    has_phase im && plan+="; IM ${USER_COUNTS[*]} users"
+    ((BACKLOG_S > 0)) && plan+="; a backlogged download for ${BACKLOG_S}s"
+    has_phase concurrency && plan+="; ${CONC_COUNTS[*]} concurrent passengers, ${CONC_S}s each"
+    log "$set/$id: load from trip time ${warm}s: ${plan#; }"
     local pids=()
     for i in "${!SCHEMES[@]}"; do
         mkdir -p "$tdir/${SCHEMES[$i]}"
@@ -317,6 +467,51 @@ run_trip() {
     all_down
     for i in "${!SCHEMES[@]}"; do
         cp "/tmp/polycorn-state-$(prefix_of "$i")/logs/emu.log" "$tdir/${SCHEMES[$i]}/logs/" 2>/dev/null || true
+    done
+    if [[ $set == hsr ]] && ((${#SWEEP_UNITS[@]})); then
+        run_sweep "$set" "$k" "$id"
+    fi
+}
+
+# run_sweep LINK_SET K TRIP: the trip replayed again from its start, one
+# topology per sweep scheme and budget (relay and proxy --mem-budget), side
+# by side; each runs one backlogged download of SWEEP_S seconds. Records in
+# TRIP/sweep/<MiB>/<scheme>/ (backlog.jsonl, logs/).
+run_sweep() {
+    local set=$1 k=$2 id=$3
+    local tdir=$RUN/$set/$id epoch i m s bytes dir warm
+    epoch=$(now_ms)
+    log "$set/$id: budget sweep, ${#SWEEP_UNITS[@]} topologies (${SWEEP_BUDGETS[*]} MiB x ${SWEEP_LIST[*]}; epoch $epoch)"
+    for i in "${!SWEEP_UNITS[@]}"; do
+        m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
+        bytes=$((m * 1048576))
+        up_topology "$i" "$s" "$epoch" "$k" "$tdir" "$set/$id sweep ${m} MiB" \
+            --relay-arg "--mem-budget=$bytes" --proxy-arg "--mem-budget=$bytes"
+    done
+    warm=$(warm_up "$epoch")
+    log "$set/$id: sweep load from trip time ${warm}s: a backlogged download for ${SWEEP_S}s"
+    local pids=()
+    for i in "${!SWEEP_UNITS[@]}"; do
+        m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
+        dir=$tdir/sweep/$m/$s
+        mkdir -p "$dir"
+        ip netns exec "$(prefix_of "$i")-pax" "$BIN/polycorn-loadgen" backlog --origin "$ORIGIN:80" \
+            --epoch-unix-ms "$epoch" --window-s "$warm:$((warm + SWEEP_S))" --path "$BACKLOG_PATH" \
+            --size "$BACKLOG_SIZE" --out "$dir/backlog.jsonl" >>"$dir/loadgen.log" 2>&1 \
+            || log "$dir: backlog exited with $?" &
+        pids+=($!)
+    done
+    for i in "${pids[@]}"; do wait "$i"; done
+    for i in "${!SWEEP_UNITS[@]}"; do
+        m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
+        collect "$tdir/sweep/$m/$s" "$i"
+    done
+    printf '{"link_set": "%s", "trip": "%s", "epoch_unix_ms": %s, "load_start_s": %s}\n' \
+        "$set" "$id" "$epoch" "$warm" >"$tdir/sweep/timing.json"
+    all_down
+    for i in "${!SWEEP_UNITS[@]}"; do
+        m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
+        cp "/tmp/polycorn-state-$(prefix_of "$i")/logs/emu.log" "$tdir/sweep/$m/$s/logs/" 2>/dev/null || true
     done
 }
 
@@ -348,12 +543,22 @@ ALL_DOWN_DONE=1
 sizes_json='{"256KB": 262144, "1MB": 1048576, "4MB": 4194304}'
 users_json=$(printf '%s\n' "${USER_COUNTS[@]}" | jq -s -c 'map(tonumber)')
 schemes_json=$(printf '%s\n' "${SCHEMES[@]}" | jq -R . | jq -s -c .)
+phases_json=$(printf '%s\n' "${PHASE_LIST[@]}" | jq -R . | jq -s -c .)
+sets_list_json=$(printf '%s\n' "${LINK_SETS[@]}" | jq -R . | jq -s -c .)
+conc_json=$(printf '%s\n' "${CONC_COUNTS[@]}" | jq -s -c 'map(tonumber)')
+sweep_mib_json=$(printf '%s\n' "${SWEEP_BUDGETS[@]}" | jq -s -c 'map(tonumber)')
+sweep_schemes_json=$( ((${#SWEEP_LIST[@]})) && printf '%s\n' "${SWEEP_LIST[@]}" | jq -R . | jq -s -c . || echo '[]')
 cat >"$RUN/run.json" <<EOF
 {"profile": "$PROFILE", "diagnostic": $( ((DIAGNOSTIC)) && echo true || echo false), "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
  "schemes": $schemes_json,
  "bulk": {"per_size": $PER_SIZE, "sizes": $sizes_json, "slot_s": $SLOT_S},
  "im": {"users": $users_json, "messages": $MESSAGES, "mean_gap_ms": $GAP_MS},
- "backlog": {"seconds": $BACKLOG_S, "path": "$BACKLOG_PATH", "link_sets": ["hsr"]},
+ "phases": $phases_json,
+ "backlog": {"seconds": $BACKLOG_S, "path": "$BACKLOG_PATH", "link_sets": $sets_list_json},
+ "concurrency": $(if has_phase concurrency; then printf '{"users": %s, "seconds": %s, "source_base": "%s", "path": "%s", "link_sets": %s}' \
+    "$conc_json" "$CONC_S" "$CONC_SOURCE_BASE" "$BACKLOG_PATH" "$sets_list_json"; else echo null; fi),
+ "sweep": $(if ((${#SWEEP_UNITS[@]})); then printf '{"mib": %s, "schemes": %s, "seconds": %s, "path": "%s", "link_sets": ["hsr"], "flags": "relay and proxy --mem-budget"}' \
+    "$sweep_mib_json" "$sweep_schemes_json" "$SWEEP_S" "$BACKLOG_PATH"; else echo null; fi),
  "buffer_bytes": 3000000, "load_seed": $LOAD_SEED,
  "failure_table": $(if [[ -f $RUN/failure-table.json ]]; then jq -c --arg r "$ROUTE_SEED" --arg n "$TABLE_TRIPS" \
     --arg b "$TABLE_SEED_BASE" '{learned_by: "polycorn-trainer (defaults), previous trips through Kafka and ingest into LinkDB", route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "\(($b|tonumber) + 1)..\(($b|tonumber) + ($n|tonumber))", entries: (.entries|length)}' \
