@@ -63,10 +63,18 @@ struct Opts {
     /// defined under [pipelines] in the config file [default: hrsch].
     #[arg(long, env = "POLYCORN_PROXY_SCHEDULER")]
     scheduler: Option<String>,
-    /// `tls` (one TLS subflow per train interface) or `kernel-mptcp` (one
-    /// MPTCP connection scheduled by the kernel) [default: tls].
+    /// `tls` (one TLS subflow per train interface); `kernel-mptcp` (one
+    /// MPTCP connection scheduled by the kernel, carrying every passenger
+    /// connection); or `kernel-mptcp-conn` (each passenger connection its
+    /// own MPTCP connection with TLS, as OpenMPTCProuter runs it; the
+    /// destination policy and --connect-timeout-s apply, there is no
+    /// session, scheduler or telemetry) [default: tls].
     #[arg(long, env = "POLYCORN_PROXY_TRANSPORT")]
     transport: Option<String>,
+    /// kernel-mptcp-conn: most connections served at once; beyond it new
+    /// ones wait in the listen backlog [default: 16384].
+    #[arg(long, env = "POLYCORN_PROXY_MAX_CONNS")]
+    max_conns: Option<usize>,
     /// Prometheus metrics and health endpoints [default: 127.0.0.1:9464].
     #[arg(long, env = "POLYCORN_PROXY_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -153,6 +161,8 @@ struct Settings {
     scheduler: String,
     pipelines: BTreeMap<String, PipelineToml>,
     transport: Transport,
+    /// kernel-mptcp-conn's connection cap.
+    max_conns: usize,
     metrics_listen: SocketAddr,
     deny: Vec<IpNet>,
     allow: Option<Vec<IpNet>>,
@@ -170,17 +180,13 @@ struct Settings {
 }
 
 fn parse_transport(s: &str) -> anyhow::Result<Transport> {
-    match s {
-        "tls" => Ok(Transport::Tls),
-        "kernel-mptcp" => Ok(Transport::KernelMptcp),
-        other => bail!("unknown transport {other:?}: use tls or kernel-mptcp"),
-    }
+    s.parse().map_err(anyhow::Error::msg)
 }
 
 fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
-    merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, metrics_listen, deny, allow,
+    merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, max_conns, metrics_listen, deny, allow,
         connect_timeout_s, conn_window, conn_window_initial, conn_send_buffer, mem_budget, log_json, failure_table, kafka_brokers, kafka_topic,
         kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file);
     let pipelines = std::mem::take(&mut f.pipelines);
@@ -221,6 +227,10 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     if !(timeout > 0.0 && timeout < 3600.0) {
         bail!("--connect-timeout-s must be between 0 and 3600 seconds, got {timeout}");
     }
+    let max_conns = o.max_conns.unwrap_or(16384);
+    if max_conns == 0 {
+        bail!("--max-conns must be at least 1");
+    }
     Ok((
         Settings {
             train_id,
@@ -229,6 +239,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             scheduler,
             pipelines,
             transport: parse_transport(o.transport.as_deref().unwrap_or("tls"))?,
+            max_conns,
             metrics_listen: o.metrics_listen.unwrap_or_else(|| "127.0.0.1:9464".parse().expect("valid")),
             deny,
             allow: o.allow,
@@ -611,8 +622,18 @@ async fn main() -> anyhow::Result<()> {
         write_telemetry_metrics(w, &p);
     });
     let mut sources = vec![source];
+    let conn_mode = proxy.s.transport == Transport::KernelMptcpConn;
+    let conn_stats = Arc::new(polycorn_net::mptcp_conn::ConnStats::default());
+    if conn_mode {
+        let st = conn_stats.clone();
+        sources.push(Arc::new(move |w| st.write_proxy(w)));
+    }
     let p = proxy.clone();
     let ready = Arc::new(move || {
+        // kernel-mptcp-conn: listening is all there is to be ready for.
+        if conn_mode {
+            return true;
+        }
         let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
         cur.session.as_ref().is_some_and(|(_, s)| s.with(|st, _| !st.ep.up_paths().is_empty()))
     });
@@ -625,6 +646,29 @@ async fn main() -> anyhow::Result<()> {
         let _ = m_stop.changed().await;
     }));
 
+    if conn_mode {
+        let p = proxy.clone();
+        let opts = polycorn_net::mptcp_conn::ServeOpts {
+            train_id: proxy.s.train_id.clone(),
+            max_conns: proxy.s.max_conns,
+            connect_timeout: proxy.s.connect_timeout,
+            handshake_timeout: polycorn_net::mptcp_conn::HANDSHAKE_TIMEOUT,
+            allowed: Arc::new(move |dst| p.allowed(dst)),
+            stats: conn_stats,
+        };
+        info!(max_conns = opts.max_conns, "kernel-mptcp-conn: one MPTCP connection per passenger connection");
+        polycorn_net::mptcp_conn::serve(listener, &proxy.s.tls, opts, async {
+            polycorn_net::shutdown_signal().await;
+            info!("shutting down");
+        })
+        .await;
+        let _ = stop_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(2), metrics_task).await;
+        if let Some(k) = proxy.sink.clone() {
+            let _ = tokio::task::spawn_blocking(move || k.flush(Duration::from_secs(5))).await;
+        }
+        return Ok(());
+    }
     let accept = async {
         loop {
             let (tcp, peer) = match listener.accept().await {
@@ -682,6 +726,17 @@ mod tests {
         let ok = policy(&[], Some(&["10.99.0.0/24"]));
         assert!(ok("10.99.0.10:80"));
         assert!(!ok("10.98.0.10:80"));
+    }
+
+    #[test]
+    fn every_transport_parses() {
+        for t in ["tls", "kernel-mptcp", "kernel-mptcp-conn"] {
+            assert_eq!(parse_transport(t).unwrap().name(), t);
+        }
+        let e = parse_transport("mptcp").unwrap_err().to_string();
+        assert!(e.contains("kernel-mptcp-conn"), "{e}");
+        let o: Opts = toml::from_str("transport = \"kernel-mptcp-conn\"\nmax-conns = 10\n").unwrap();
+        assert_eq!((o.transport.as_deref(), o.max_conns), (Some("kernel-mptcp-conn"), Some(10)));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! passengers' TCP (transparently through nftables REDIRECT, or through a
 //! SOCKS5 listener), answers their DNS through the tunnel, and carries every
 //! connection over one TLS subflow per cellular interface to the train's
-//! proxy, scheduling uplink traffic with the configured pipeline.
+//! proxy, scheduling uplink traffic with the configured pipeline (or, for
+//! the kernel baselines, over kernel MPTCP: see `--transport`).
 
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
@@ -17,6 +18,7 @@ use polycorn_capture::{Dialer, InterceptRules, RelayOpts, UdpPolicy};
 use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, DEFAULT_RELAY_BUDGET, MAX_PATHS};
 use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
 use polycorn_net::metrics::{self, Source, Writer};
+use polycorn_net::mptcp_conn::{self, ConnDialer};
 use polycorn_net::subflow::{self, Hello, Transport};
 use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
 use polycorn_net::{merge_options, ConnStream, Session, SessionEvent};
@@ -85,9 +87,13 @@ struct Opts {
     /// [pipelines] in the config file [default: hrsch].
     #[arg(long, env = "POLYCORN_RELAY_SCHEDULER")]
     scheduler: Option<String>,
-    /// `tls` (one TLS subflow per interface) or `kernel-mptcp` (one MPTCP
-    /// connection to the first path's proxy address; the kernel adds
-    /// subflows on its configured endpoints) [default: tls].
+    /// `tls` (one TLS subflow per interface); `kernel-mptcp` (one MPTCP
+    /// connection to the first path's proxy address carrying every
+    /// passenger connection; the kernel adds subflows on its configured
+    /// endpoints); or `kernel-mptcp-conn` (each passenger connection its own
+    /// MPTCP connection with TLS to the first path's proxy address, as
+    /// OpenMPTCProuter runs it: no Polycorn session, so no scheduler and no
+    /// telemetry upload) [default: tls].
     #[arg(long, env = "POLYCORN_RELAY_TRANSPORT")]
     transport: Option<String>,
     /// Prometheus metrics and health endpoints [default: 127.0.0.1:9465].
@@ -257,11 +263,7 @@ fn settings() -> anyhow::Result<Settings> {
         .with_context(|| format!("--proxy-name {name:?} is not a valid DNS name or IP address"))?;
     let scheduler = o.scheduler.clone().unwrap_or_else(|| "hrsch".into());
     build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
-    let transport = match o.transport.as_deref().unwrap_or("tls") {
-        "tls" => Transport::Tls,
-        "kernel-mptcp" => Transport::KernelMptcp,
-        other => bail!("unknown transport {other:?}: use tls or kernel-mptcp"),
-    };
+    let transport: Transport = o.transport.as_deref().unwrap_or("tls").parse().map_err(anyhow::Error::msg)?;
     let udp_policy = match o.udp_policy.as_deref().unwrap_or("reject-quic") {
         "reject-quic" => UdpPolicy::RejectQuic,
         "drop-all" => UdpPolicy::DropAll,
@@ -336,6 +338,51 @@ impl Dialer for TunnelDialer {
     ) -> impl std::future::Future<Output = std::io::Result<ConnStream>> + Send {
         let r = self.0.open(UserId::from(user), dst).map_err(|e| std::io::Error::other(e.to_string()));
         std::future::ready(r)
+    }
+}
+
+/// `kernel-mptcp-conn`: each passenger connection its own MPTCP connection.
+#[derive(Clone, Debug)]
+struct MptcpConnDialer(ConnDialer);
+
+impl Dialer for MptcpConnDialer {
+    type Stream = mptcp_conn::ClientStream;
+    fn dial(
+        &self,
+        user: IpAddr,
+        dst: SocketAddr,
+    ) -> impl std::future::Future<Output = std::io::Result<mptcp_conn::ClientStream>> + Send {
+        let d = self.0.clone();
+        async move { d.dial(user, dst).await }
+    }
+}
+
+/// The passenger-facing servers, bound, with their options.
+#[derive(Default)]
+struct Listeners {
+    transparent: Option<(tokio::net::TcpListener, RelayOpts)>,
+    socks: Option<(tokio::net::TcpListener, RelayOpts)>,
+    dns: Option<(tokio::net::UdpSocket, SocketAddr, RelayOpts)>,
+}
+
+/// Serve every listener through `dialer` until `stop` says so.
+fn spawn_capture<D: Dialer>(
+    tasks: &mut tokio::task::JoinSet<()>,
+    dialer: D,
+    l: Listeners,
+    stop_rx: &watch::Receiver<bool>,
+) {
+    let stop = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.changed().await;
+    };
+    if let Some((l, o)) = l.transparent {
+        tasks.spawn(polycorn_capture::serve_transparent(l, dialer.clone(), o, stop(stop_rx.clone())));
+    }
+    if let Some((l, o)) = l.socks {
+        tasks.spawn(polycorn_capture::serve_socks5(l, dialer.clone(), o, stop(stop_rx.clone())));
+    }
+    if let Some((sock, upstream, o)) = l.dns {
+        tasks.spawn(polycorn_capture::serve_dns(sock, upstream, dialer, o, stop(stop_rx.clone())));
     }
 }
 
@@ -473,7 +520,15 @@ async fn main() -> anyhow::Result<()> {
         // Not bound to a device: the binding would pin every subflow the
         // kernel adds to the first interface.
         Transport::KernelMptcp => s.paths.iter().take(1).map(|p| PathSpec { device: None, ..p.clone() }).collect(),
+        // No session paths: each passenger connection dials the first
+        // path's proxy address itself (unbound, for the same reason).
+        Transport::KernelMptcpConn => Vec::new(),
     };
+    let conn_dialer = (s.transport == Transport::KernelMptcpConn).then(|| {
+        let proxy = s.paths[0].proxy;
+        info!(%proxy, "kernel-mptcp-conn: one MPTCP connection per passenger connection");
+        ConnDialer::new(proxy, s.proxy_name.clone(), &s.tls, Arc::default())
+    });
     let known_proxy = KnownProxy::default();
     let mut sources_pre: Vec<Source> = Vec::new();
     for p in &paths {
@@ -481,6 +536,9 @@ async fn main() -> anyhow::Result<()> {
     }
     // The telemetry spool, when a radio source feeds it.
     let spool = if radio_sources_configured(&s.opts) {
+        if conn_dialer.is_some() {
+            warn!("kernel-mptcp-conn has no session to the proxy: telemetry stays in the spool, within its bound");
+        }
         let dir = s.opts.telemetry_spool.clone().unwrap_or_else(|| spool::DEFAULT_DIR.into());
         let max = s.opts.telemetry_spool_max_bytes.unwrap_or(spool::DEFAULT_MAX_BYTES);
         let sh = spool::Shared::open(&dir, max).context("opening the telemetry spool (--telemetry-spool)")?;
@@ -554,12 +612,15 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
-    let dialer = TunnelDialer(session.clone());
     let max_conns = s.opts.max_conns.unwrap_or(4096);
     let mut sources: Vec<Source> = std::mem::take(&mut sources_pre);
     let names: Vec<(PathId, String)> = paths.iter().map(|p| (p.id, p.name.clone())).collect();
     let ms = session.clone();
     sources.push(Arc::new(move |w| ms.with(|st, now| metrics::write_endpoint(w, &st.ep, &names, now))));
+    if let Some(d) = &conn_dialer {
+        let st = d.stats().clone();
+        sources.push(Arc::new(move |w| st.write_relay(w)));
+    }
 
     // Each passenger-facing server gets its own counters, exported with a
     // `listener` label.
@@ -572,21 +633,23 @@ async fn main() -> anyhow::Result<()> {
     let bind = |addr: SocketAddr| async move {
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))
     };
+    let mut listeners = Listeners::default();
     if let Some(addr) = s.opts.listen_transparent {
-        let (l, o) = (bind(addr).await?, opts_for("transparent"));
-        tasks.spawn(polycorn_capture::serve_transparent(l, dialer.clone(), o, stop(stop_rx.clone())));
+        listeners.transparent = Some((bind(addr).await?, opts_for("transparent")));
         info!(%addr, "transparent capture listening");
     }
     if let Some(addr) = s.opts.listen_socks {
-        let (l, o) = (bind(addr).await?, opts_for("socks5"));
-        tasks.spawn(polycorn_capture::serve_socks5(l, dialer.clone(), o, stop(stop_rx.clone())));
+        listeners.socks = Some((bind(addr).await?, opts_for("socks5")));
         info!(%addr, "SOCKS5 listening");
     }
     if let (Some(addr), Some(upstream)) = (s.opts.listen_dns, s.opts.dns_upstream) {
         let sock = tokio::net::UdpSocket::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        let o = opts_for("dns");
-        tasks.spawn(polycorn_capture::serve_dns(sock, upstream, dialer.clone(), o, stop(stop_rx.clone())));
+        listeners.dns = Some((sock, upstream, opts_for("dns")));
         info!(%addr, %upstream, "DNS listening");
+    }
+    match &conn_dialer {
+        None => spawn_capture(&mut tasks, TunnelDialer(session.clone()), listeners, &stop_rx),
+        Some(d) => spawn_capture(&mut tasks, MptcpConnDialer(d.clone()), listeners, &stop_rx),
     }
     let rules = match (&s.opts.lan_interface, s.opts.listen_transparent) {
         (Some(lan), Some(t)) => {
@@ -604,7 +667,13 @@ async fn main() -> anyhow::Result<()> {
     };
 
     let rs = session.clone();
-    let ready = Arc::new(move || rs.with(|st, _| !st.ep.up_paths().is_empty()));
+    let conn_stats = conn_dialer.as_ref().map(|d| d.stats().clone());
+    // kernel-mptcp-conn has no standing connection to watch: ready unless
+    // the latest dial to the proxy failed.
+    let ready = Arc::new(move || match &conn_stats {
+        Some(st) => st.last_ok.load(std::sync::atomic::Ordering::Relaxed),
+        None => rs.with(|st, _| !st.ep.up_paths().is_empty()),
+    });
     let metrics_addr = s.opts.metrics_listen.unwrap_or_else(|| "127.0.0.1:9465".parse().expect("valid"));
     tasks.spawn(async move {
         if let Err(e) = metrics::serve(metrics_addr, sources, ready, stop(stop_rx)).await {
@@ -662,6 +731,17 @@ mod tests {
         .unwrap();
         assert_eq!(o.modems.map(|m| m.len()), Some(2));
         assert_eq!((o.mmcli_interval_ms, o.replay_detect), (Some(500), Some(true)));
+    }
+
+    #[test]
+    fn every_transport_is_a_flag_and_a_config_key() {
+        for t in ["tls", "kernel-mptcp", "kernel-mptcp-conn"] {
+            let o = Opts::try_parse_from(["polycorn-relay", "--transport", t]).unwrap();
+            assert_eq!(o.transport.as_deref().map(str::parse::<Transport>), Some(Ok(t.parse().unwrap())));
+            let f: Opts = toml::from_str(&format!("transport = \"{t}\"\n")).unwrap();
+            assert_eq!(f.transport.as_deref(), Some(t));
+        }
+        assert!("kernel-mptcp-connection".parse::<Transport>().is_err());
     }
 
     #[test]

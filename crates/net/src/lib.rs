@@ -4,6 +4,8 @@
 //!   subflow and a timer; passenger connections as byte streams.
 //! - [`subflow`]: socket options (TCP_NOTSENT_LOWAT, SO_BINDTODEVICE, MPTCP),
 //!   the HELLO handshake.
+//! - [`mptcp_conn`]: the `kernel-mptcp-conn` transport, one kernel MPTCP
+//!   connection per passenger connection (header, relay dial, proxy accept).
 //! - [`metrics`]: Prometheus metrics from the endpoint's plain statistics, and
 //!   the health endpoint.
 //! - [`table`]: the failure-location table from its sources (file, LinkDB
@@ -14,6 +16,7 @@
 pub mod config;
 pub mod hof;
 pub mod metrics;
+pub mod mptcp_conn;
 pub mod session;
 pub mod subflow;
 pub mod table;

@@ -22,6 +22,41 @@ pub enum Transport {
     Tls,
     /// One Linux MPTCP connection (TLS inside), scheduled by the kernel.
     KernelMptcp,
+    /// One Linux MPTCP connection per passenger connection, scheduled by
+    /// the kernel, no Polycorn session ([`crate::mptcp_conn`]).
+    KernelMptcpConn,
+}
+
+impl Transport {
+    /// Every value, as the flags spell them.
+    pub const NAMES: &'static str = "tls, kernel-mptcp or kernel-mptcp-conn";
+
+    /// The flag's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tls => "tls",
+            Transport::KernelMptcp => "kernel-mptcp",
+            Transport::KernelMptcpConn => "kernel-mptcp-conn",
+        }
+    }
+
+    /// The socket protocol of its connections.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Transport::Tls => Protocol::TCP,
+            Transport::KernelMptcp | Transport::KernelMptcpConn => Protocol::MPTCP,
+        }
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Transport::Tls, Transport::KernelMptcp, Transport::KernelMptcpConn]
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown transport {s:?}: use {}", Transport::NAMES))
+    }
 }
 
 /// Socket options every subflow gets.
@@ -54,10 +89,7 @@ fn set_notsent_lowat(stream: &TcpStream, bytes: u32) -> io::Result<()> {
 /// Connect to `addr`, optionally bound to network interface `device`
 /// (SO_BINDTODEVICE) so the subflow uses that carrier.
 pub async fn connect(addr: SocketAddr, device: Option<&str>, transport: Transport) -> io::Result<TcpStream> {
-    let proto = match transport {
-        Transport::Tls => Protocol::TCP,
-        Transport::KernelMptcp => Protocol::MPTCP,
-    };
+    let proto = transport.protocol();
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(proto))
         .map_err(|e| io::Error::new(e.kind(), format!("creating {transport:?} socket: {e}")))?;
     if let Some(dev) = device {
@@ -75,10 +107,7 @@ pub async fn connect(addr: SocketAddr, device: Option<&str>, transport: Transpor
 /// Listening socket for subflows (MPTCP-capable when `transport` says so;
 /// an MPTCP listener also accepts plain TCP).
 pub fn listen(addr: SocketAddr, transport: Transport) -> io::Result<tokio::net::TcpListener> {
-    let proto = match transport {
-        Transport::Tls => Protocol::TCP,
-        Transport::KernelMptcp => Protocol::MPTCP,
-    };
+    let proto = transport.protocol();
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(proto))?;
     sock.set_reuse_address(true)?;
     sock.bind(&addr.into()).map_err(|e| io::Error::new(e.kind(), format!("binding {addr}: {e}")))?;
@@ -210,3 +239,17 @@ pub async fn server_ack<S: AsyncWrite + Unpin>(s: &mut S, hello: &Hello, instanc
 /// TLS configurations for both ends.
 pub type ClientTls = Arc<rustls::ClientConfig>;
 pub type ServerTls = Arc<rustls::ServerConfig>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transports_parse_by_their_flag_names() {
+        for t in [Transport::Tls, Transport::KernelMptcp, Transport::KernelMptcpConn] {
+            assert_eq!(t.name().parse::<Transport>(), Ok(t));
+        }
+        let e = "mptcp".parse::<Transport>().unwrap_err();
+        assert!(e.contains("kernel-mptcp-conn"), "{e}");
+    }
+}
