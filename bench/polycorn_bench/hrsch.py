@@ -36,7 +36,16 @@ from polycorn_bench.stats import (
 
 HRSCH = "hrsch"
 #: Baselines hrsch is compared with, in report order (those that ran).
-BASELINES = (REFERENCE, "blest", "ecf", "roundrobin", "redundant", "kernel-mptcp", IM_REFERENCE)
+BASELINES = (
+    REFERENCE,
+    "blest",
+    "ecf",
+    "roundrobin",
+    "redundant",
+    "kernel-mptcp",
+    "kernel-mptcp-conn",
+    IM_REFERENCE,
+)
 #: Ablation rows: scheme -> HRSCH mechanism added to minrtt.
 ABLATION = {
     "minrtt+hpr": "HPR",
@@ -47,8 +56,10 @@ ABLATION = {
 }
 #: Extended reinjection's k -> the scheme that runs hrsch with it.
 REINJECTION_K = {"1": "hrsch-k1", "2": "hrsch-k2", "3": HRSCH}
-#: Schemes whose packets the kernel schedules: polycorn's scheduler counters say nothing.
-KERNEL_SCHEMES = frozenset({"kernel-mptcp"})
+#: Schemes whose packets the kernel schedules: polycorn's scheduler counters say nothing
+#: (kernel-mptcp-conn has no Polycorn session at all: one MPTCP connection per passenger
+#: connection, as OpenMPTCProuter runs it).
+KERNEL_SCHEMES = frozenset({"kernel-mptcp", "kernel-mptcp-conn"})
 #: Recovery after a failed handover: window length from the failure's handover_start, and the
 #: least time a download must be active in it (two progress samples) to count.
 HOF_WINDOW_MS = 2000.0
