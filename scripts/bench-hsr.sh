@@ -429,9 +429,6 @@ run_trip() {
     local tdir=$RUN/$set/$id
     mkdir -p "$tdir"
     make_trip "$set" "$k" "$tdir/trip"
-    local epoch i
-    epoch=$(now_ms)
-    log "$set/$id: building ${#SCHEMES[@]} topologies (epoch $epoch)"
     TABLE_ARGS=()
     if [[ $set == hsr && $TABLE == previous ]]; then
         TABLE_ARGS=(--failure-table "$RUN/failure-table.json")
@@ -442,6 +439,22 @@ run_trip() {
         log "$set/$id: oracle failure table, $(jq '.entries | length' "$tdir/failure-table-truth.json") cells"
         TABLE_ARGS=(--failure-table "$tdir/failure-table-truth.json")
     fi
+    # PHASES with the sweep alone: no main pass.
+    if has_phase bulk || has_phase im || has_phase backlog || has_phase concurrency; then
+        run_main "$set" "$k" "$id"
+    fi
+    if [[ $set == hsr ]] && ((${#SWEEP_UNITS[@]})); then
+        run_sweep "$set" "$k" "$id"
+    fi
+}
+
+# run_main LINK_SET K TRIP: every scheme side by side, the selected phases
+# one after the other.
+run_main() {
+    local set=$1 k=$2 id=$3
+    local tdir=$RUN/$set/$id epoch i
+    epoch=$(now_ms)
+    log "$set/$id: building ${#SCHEMES[@]} topologies (epoch $epoch)"
     for i in "${!SCHEMES[@]}"; do
         up_topology "$i" "${SCHEMES[$i]}" "$epoch" "$k" "$tdir" "$set/$id"
         has_phase concurrency && extra_passengers "$(prefix_of "$i")"
@@ -468,9 +481,6 @@ run_trip() {
     for i in "${!SCHEMES[@]}"; do
         cp "/tmp/polycorn-state-$(prefix_of "$i")/logs/emu.log" "$tdir/${SCHEMES[$i]}/logs/" 2>/dev/null || true
     done
-    if [[ $set == hsr ]] && ((${#SWEEP_UNITS[@]})); then
-        run_sweep "$set" "$k" "$id"
-    fi
 }
 
 # run_sweep LINK_SET K TRIP: the trip replayed again from its start, one
