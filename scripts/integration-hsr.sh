@@ -93,9 +93,20 @@ bench_ci_runs() {
     # in the report.
     jq -e '[.backlog.minrtt, .backlog.hrsch, .backlog["kernel-mptcp"]] | all(.n >= 1 and .bytes > 0)' "$out" >/dev/null \
         || { jq '.backlog, .notes' "$out"; return 1; }
-    [[ -z $(leftovers hbit0)$(leftovers hbit1)$(leftovers hbit2) ]]
+    # The concurrency phase (1, 10, 100 passengers) and the budget sweep
+    # report every scheme, and no endpoint's budget peak exceeded its budget.
+    jq -e '(.concurrency | keys) == ["1", "10", "100"]
+        and ([.concurrency[] | .minrtt.goodput_mbps_total] | all(. > 0))
+        and ([.concurrency["100"].minrtt.jain] | all(. > 0 and . <= 1))
+        and (.budget_sweep | length) >= 2
+        and ([.budget_sweep[] | .minrtt.backlog_goodput_mbps] | all(. > 0))
+        and .budget_check.ok == true' "$out" >/dev/null \
+        || { jq '{concurrency, budget_sweep, budget_check}' "$out"; return 1; }
+    local k left=
+    for k in 0 1 2 3 4 5 6 7; do left+=$(leftovers "hbit$k"); done
+    [[ -z $left ]] || { echo "left behind: $left"; return 1; }
 }
-check "make bench-hsr PROFILE=ci: minrtt, hrsch (with a stand-in failure table and the radio replay) and kernel-mptcp side by side, results for every size and the backlog phase, nothing left behind" bench_ci_runs
+check "make bench-hsr PROFILE=ci: minrtt, hrsch (with a stand-in failure table and the radio replay) and kernel-mptcp side by side, results for every size, the backlog, concurrency and budget-sweep phases, no budget exceeded, nothing left behind" bench_ci_runs
 
 bench_interrupted_cleans_up() {
     # A background job of a script starts with SIGINT ignored; give it back
