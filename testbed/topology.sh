@@ -26,9 +26,11 @@
 # Schemes: every scheduler composition of the framework (`hrsch`, `minrtt`,
 # `roundrobin`, `redundant`, `blest`, `ecf`, `single-path`, the ablations
 # `minrtt+hpr` ...; and those in testbed/pipelines.toml; passed to relay and
-# proxy as --scheduler) and `kernel-mptcp` (the same binaries with
+# proxy as --scheduler), `kernel-mptcp` (the same binaries with
 # --transport kernel-mptcp: one MPTCP connection whose subflows the kernel
-# opens on every carrier and schedules itself).
+# opens on every carrier and schedules itself) and `kernel-mptcp-conn`
+# (--transport kernel-mptcp-conn: each passenger connection its own MPTCP
+# connection, as OpenMPTCProuter runs it, on the same MPTCP endpoints).
 #
 # Radio: when the trip has an events.jsonl, the relay replays it (GPS fixes,
 # serving cells, signal, handovers) in step with the emulator, whatever the
@@ -51,7 +53,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 
-usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "topology.sh: $*" >&2; exit 2; }
 
 cmd=${1:-}
@@ -220,6 +222,13 @@ start_scheme_pair() {
             start_proxy "${both[@]}" "${proxy[@]}" --scheduler minrtt --transport kernel-mptcp
             start_main_relay "${both[@]}" "${relay[@]}" --scheduler minrtt --transport kernel-mptcp
             wait_paths_up 1
+            ;;
+        kernel-mptcp-conn)
+            # No session and no standing connection: ready when the proxy
+            # listens (its /readyz answers once it does) and the relay serves.
+            start_proxy "${both[@]}" "${proxy[@]}" --scheduler minrtt --transport kernel-mptcp-conn
+            start_main_relay "${both[@]}" "${relay[@]}" --scheduler minrtt --transport kernel-mptcp-conn
+            wait_http "$NS_CLOUD" "http://$PROXY_METRICS/readyz" 10 && wait_http "$NS_TRAIN" "http://$RELAY_METRICS/readyz" 10
             ;;
         *)
             start_proxy "${both[@]}" "${proxy[@]}" --scheduler "$scheme" --transport tls
