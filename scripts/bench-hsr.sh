@@ -75,7 +75,7 @@ MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/testbed/traces/mahimahi}
 # baselines.
 # single-path-c0/-c1: each carrier alone (pin-path), for the best single
 # carrier per trip.
-DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp"
+DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn"
 read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0

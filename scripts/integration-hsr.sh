@@ -72,11 +72,11 @@ teardown_after_sigkill() {
 check "after a SIGKILL of its caller, topology.sh down leaves no namespace, process or TUN device" teardown_after_sigkill
 
 bench_ci_runs() {
-    BENCH_PREFIX=hbit BENCH_WORK=$WORK/bench PROFILE=ci SCHEMES="minrtt hrsch kernel-mptcp" bash scripts/bench-hsr.sh \
+    BENCH_PREFIX=hbit BENCH_WORK=$WORK/bench PROFILE=ci SCHEMES="minrtt hrsch kernel-mptcp kernel-mptcp-conn" bash scripts/bench-hsr.sh \
         >"$WORK/bench.log" 2>&1 || { tail -30 "$WORK/bench.log"; return 1; }
     local out=$WORK/bench/out/hsr.json
     # Every scheme has results for every size, and minrtt's ratio to itself is 1.
-    jq -e '.profile == "ci" and (.bulk | keys | length) == 3
+    jq -e '.profile == "ci" and (.bulk | keys | length) == 4
         and ([.bulk[] | .["256KB"].n, .["1MB"].n, .["4MB"].n] | min) >= 1
         and .bulk.minrtt.overall.ratio_vs_minrtt == 1
         and (.im | keys | length) == 3' "$out" >/dev/null || { cat "$out"; return 1; }
@@ -91,7 +91,8 @@ bench_ci_runs() {
     grep -q 'schedulerlet="hof-reject",event="rejections"' "$m" || { echo "no hof-reject counters in $m"; return 1; }
     # The backlog phase: an always-busy download for every scheme, with bytes,
     # in the report.
-    jq -e '[.backlog.minrtt, .backlog.hrsch, .backlog["kernel-mptcp"]] | all(.n >= 1 and .bytes > 0)' "$out" >/dev/null \
+    jq -e '[.backlog.minrtt, .backlog.hrsch, .backlog["kernel-mptcp"], .backlog["kernel-mptcp-conn"]]
+        | all(.n >= 1 and .bytes > 0)' "$out" >/dev/null \
         || { jq '.backlog, .notes' "$out"; return 1; }
     # The concurrency phase (1, 10, 100 passengers) and the budget sweep
     # report every scheme, and no endpoint's budget peak exceeded its budget.
@@ -106,7 +107,7 @@ bench_ci_runs() {
     for k in 0 1 2 3 4 5 6 7; do left+=$(leftovers "hbit$k"); done
     [[ -z $left ]] || { echo "left behind: $left"; return 1; }
 }
-check "make bench-hsr PROFILE=ci: minrtt, hrsch (with a stand-in failure table and the radio replay) and kernel-mptcp side by side, results for every size, the backlog, concurrency and budget-sweep phases, no budget exceeded, nothing left behind" bench_ci_runs
+check "make bench-hsr PROFILE=ci: minrtt, hrsch (with a stand-in failure table and the radio replay), kernel-mptcp and kernel-mptcp-conn side by side, results for every size, the backlog, concurrency and budget-sweep phases, no budget exceeded, nothing left behind" bench_ci_runs
 
 bench_interrupted_cleans_up() {
     # A background job of a script starts with SIGINT ignored; give it back

@@ -360,7 +360,7 @@ pub(crate) mod tests {
         use polycorn_core::{EndpointConfig, MemoryBudget, Role, UserId};
         let now = std::time::Instant::now();
         let mut cfg = EndpointConfig::new(Role::Relay);
-        cfg.budget = MemoryBudget::with_high(1 << 20);
+        cfg.budget = MemoryBudget::with_high(4 << 20);
         let pipeline = crate::config::build_pipeline("minrtt", &BTreeMap::new()).expect("built-in");
         let mut ep = Endpoint::new(cfg, pipeline, now);
         let conn = ep.open(UserId([7; 16]), "192.0.2.1:443".parse().expect("address"), now).expect("relay opens");
@@ -373,12 +373,12 @@ pub(crate) mod tests {
         });
         let text = encode(vec![source]);
         for line in [
-            "polycorn_mem_budget_bytes{level=\"low\"} 524288.0",
-            "polycorn_mem_budget_bytes{level=\"pressure\"} 786432.0",
-            "polycorn_mem_budget_bytes{level=\"high\"} 1048576.0",
+            "polycorn_mem_budget_bytes{level=\"low\"} 2097152.0",
+            "polycorn_mem_budget_bytes{level=\"pressure\"} 3145728.0",
+            "polycorn_mem_budget_bytes{level=\"high\"} 4194304.0",
             // The initial window (1 MiB) and the unsent bytes.
-            "polycorn_mem_budget_used_bytes{} 132072.0",
-            "polycorn_mem_budget_peak_bytes{} 132072.0",
+            "polycorn_mem_budget_used_bytes{} 1049576.0",
+            "polycorn_mem_budget_peak_bytes{} 1049576.0",
             "polycorn_mem_budget_pressure{} 0.0",
             "polycorn_mem_budget_grants_denied_total{} 0.0",
             "polycorn_mem_budget_reclaimed_bytes_total{} 0.0",
