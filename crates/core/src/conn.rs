@@ -215,7 +215,18 @@ impl SendStream {
             debug_assert!(false, "on_scheduled with a packet next_packet did not return");
             return;
         }
-        let payload: Vec<u8> = self.unsent.drain(..pkt.len as usize).collect();
+        // Copy slice-wise, then drop the front without iterating it (a
+        // byte-by-byte collect here cost the fast path half its throughput).
+        let n = pkt.len as usize;
+        let mut payload = Vec::with_capacity(n);
+        let (a, b) = self.unsent.as_slices();
+        if n <= a.len() {
+            payload.extend_from_slice(&a[..n]);
+        } else {
+            payload.extend_from_slice(a);
+            payload.extend_from_slice(&b[..n - a.len()]);
+        }
+        self.unsent.drain(..n);
         self.held += u64::from(pkt.len);
         self.segs.insert(
             pkt.offset,
