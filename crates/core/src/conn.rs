@@ -427,11 +427,6 @@ impl SendStream {
         self.window_limited
     }
 
-    /// Total time new data waited only for the peer's window, up to `now`.
-    pub fn window_limited_time(&self, now: Instant) -> Duration {
-        self.window_limited + self.window_limited_since.map_or(Duration::ZERO, |t| now.saturating_duration_since(t))
-    }
-
     /// Room the peer's window leaves for new data.
     pub fn window_room(&self) -> u64 {
         self.max_data.saturating_sub(self.next_new)

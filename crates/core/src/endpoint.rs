@@ -630,7 +630,7 @@ impl Endpoint {
     }
 
     /// What the connections hold now.
-    pub fn flow_stats(&self, _now: Instant) -> FlowStats {
+    pub fn flow_stats(&self) -> FlowStats {
         let mut f = FlowStats { window_limited_us: self.stats.window_limited_us, ..FlowStats::default() };
         for c in self.conns.values() {
             f.window_sum_bytes += c.recv.window();
@@ -1165,6 +1165,15 @@ impl Endpoint {
         p.rto_count == 0 && !p.stale && p.link_state != LinkState::NoService
     }
 
+    /// A view's path state anew within one scheduling pass: neither the
+    /// train nor the cells moved since `refresh_views` (same `now`), so the
+    /// forecast is kept.
+    fn update_view(v: &mut PathView, p: &Path, now: Instant) {
+        let failure = v.failure;
+        *v = p.view(now);
+        v.failure = failure;
+    }
+
     fn refresh_views(&mut self, now: Instant) {
         let mut views = std::mem::take(&mut self.views);
         views.clear();
@@ -1213,9 +1222,7 @@ impl Endpoint {
                             if let Some(s) = self.slots[p.index()].as_mut() {
                                 if s.path.penalise(now) {
                                     if let Some(v) = self.views.iter_mut().find(|v| v.id == p) {
-                                        let failure = v.failure;
-                                        *v = s.path.view(now);
-                                        v.failure = failure;
+                                        Self::update_view(v, &s.path, now);
                                     }
                                 }
                             }
@@ -1285,11 +1292,7 @@ impl Endpoint {
             }
             for v in self.views.iter_mut() {
                 if let Some(s) = self.slots[v.id.index()].as_ref() {
-                    // Neither the train nor the cells moved since
-                    // `refresh_views` (same `now`): keep the forecast.
-                    let failure = v.failure;
-                    *v = s.path.view(now);
-                    v.failure = failure;
+                    Self::update_view(v, &s.path, now);
                 }
             }
             self.users.served(user, u64::from(pkt.len), now);

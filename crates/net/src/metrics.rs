@@ -145,7 +145,7 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         s.protocol_errors as f64,
     );
     w.counter("polycorn_telemetry_received_records", "Telemetry records received.", n(), s.telemetry_received as f64);
-    write_flow_control(w, ep, now);
+    write_flow_control(w, ep);
     for (id, name) in path_names {
         let l = || vec![("path".to_string(), id.0.to_string()), ("name".to_string(), name.clone())];
         let up = ep.is_path_up(*id);
@@ -204,7 +204,7 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
 /// round trip autotuning measures over (docs/architecture.md, "Flow control
 /// and memory"). A proxy's budget is shared by its sessions: its gauges are
 /// the whole account, not this endpoint's share of it.
-fn write_flow_control(w: &mut Writer, ep: &Endpoint, now: std::time::Instant) {
+fn write_flow_control(w: &mut Writer, ep: &Endpoint) {
     let n = Labels::new;
     let budget = ep.budget();
     let b = budget.stats();
@@ -242,7 +242,7 @@ fn write_flow_control(w: &mut Writer, ep: &Endpoint, now: std::time::Instant) {
         n(),
         b.reclaimed_bytes as f64,
     );
-    let f = ep.flow_stats(now);
+    let f = ep.flow_stats();
     let s = ep.stats();
     w.gauge("polycorn_conn_window_bytes", "Sum of the connections' receive windows.", n(), f.window_sum_bytes as f64);
     w.gauge(
