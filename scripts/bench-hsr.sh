@@ -74,8 +74,10 @@ MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/testbed/traces/mahimahi}
 # with extended reinjection at k = 1 and 2 (testbed/pipelines.toml), the
 # baselines.
 # single-path-c0/-c1: each carrier alone (pin-path), for the best single
-# carrier per trip.
-DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn"
+# carrier per trip. minrtt+opp/pen/stale/hol and hrsch+hol: the head-of-line
+# schedulerlets (crates/core/src/sched/hol.rs), each alone and all three,
+# for their ablation.
+DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol"
 read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0
@@ -103,7 +105,9 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 # Slots of 15 s in the reported profiles: with 7.5 s, half the 4 MB
 # downloads timed out, and censoring at the timeout hid differences
 # between schemes (docs/results.md, "Development-route diagnostics").
-# ci and demo keep short slots for speed.
+# ci and demo keep short slots for speed. The budget sweep chooses a
+# default, so it runs on the development route (PHASES=sweep ROUTE_SEED=1,
+# a diagnostic), never on the held-out trips of the full profile.
 ALL_PHASES="bulk im backlog concurrency sweep"
 case $PROFILE in
     ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" BACKLOG_S=15
@@ -113,7 +117,7 @@ case $PROFILE in
     short) PER_SIZE=6 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=25 USERS="10 20 30" BACKLOG_S=120
         DEF_CONC_S=30 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=60 DEF_PHASES="bulk im backlog concurrency" ;;
     full) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=5 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300
-        DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES=$ALL_PHASES ;;
+        DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog concurrency" ;;
     *) die "PROFILE must be demo, ci, short or full, got '$PROFILE'" ;;
 esac
 HSR_TRIPS=${HSR_TRIPS_ENV:-$HSR_TRIPS}
