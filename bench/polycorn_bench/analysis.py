@@ -25,6 +25,7 @@ Conventions (repeated in ``METHODS`` in the output and in ``README.md``):
   the bulk numbers.
 * Best single carrier, concurrency (1, 10, 100 passengers), memory-budget sweep and the budget
   check: :mod:`polycorn_bench.capacity`.
+* Head-of-line schedulerlets against their base pipeline: :mod:`polycorn_bench.hol`.
 * HRSCH (hrsch against each baseline, ablation, IM changes, extra traffic, reinjection
   overhead, recovery after failed handovers): :mod:`polycorn_bench.hrsch`.
 """
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench import capacity, hrsch
+from polycorn_bench import capacity, hol, hrsch
 from polycorn_bench.flows import (
     IM_REFERENCE,
     OVERALL,
@@ -82,7 +83,13 @@ HRSCH_KEYS = (
     "hof_recovery",
 )
 #: Sections of issue 18 (aggregation and memory), per link set and copied to the top level.
-CAPACITY_KEYS = ("best_single_carrier", "concurrency", "budget_sweep", "budget_check")
+CAPACITY_KEYS = (
+    "best_single_carrier",
+    "concurrency",
+    "budget_sweep",
+    "budget_check",
+    "hol_ablation",
+)
 
 METHODS = {
     "goodput": "goodput_mbps = size*8/(end_ms-start_ms)/1000, trip milliseconds",
@@ -125,6 +132,7 @@ METHODS = {
     ),
     **capacity.METHODS,
     **hrsch.METHODS,
+    **hol.METHODS,
 }
 
 
@@ -436,6 +444,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "concurrency": concurrency,
         "budget_sweep": sweep,
         "budget_check": check,
+        "hol_ablation": hol.hol_ablation(flows, backlogs, schemes),
         "notes": notes,
         "goodput_mbps": {
             scheme: {

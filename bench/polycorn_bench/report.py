@@ -447,6 +447,35 @@ def _backlog_section(ls: dict[str, Any]) -> list[str]:
     return out
 
 
+def _hol_section(ls: dict[str, Any]) -> list[str]:
+    """The head-of-line schedulerlets against their base pipeline; empty when none ran."""
+    hol = ls.get("hol_ablation")
+    if not hol:
+        return []
+    out = [
+        "### Head-of-line schedulerlets",
+        "",
+        "Gain over the base pipeline (geometric mean of paired goodput ratios − 1 [95 % CI], "
+        "n pairs) in bulk downloads (all sizes) and in the backlogged download; 'resolved' "
+        "when the interval excludes 0.",
+        "",
+    ]
+
+    def cell(g: dict[str, Any]) -> str:
+        if not g.get("n_pairs"):
+            return "–"
+        verdict = {True: "resolved", False: "not resolved", None: "n < 2"}[g.get("resolved")]
+        return f"{_pct(g['gain'])}{_pct_ci(g['ci95'])}, n {g['n_pairs']}, {verdict}"
+
+    rows = [
+        [f"`{s}`", f"`{e['base']}`", e["adds"], cell(e["bulk"]), cell(e["backlog"])]
+        for s, e in hol.items()
+    ]
+    out += _table(["scheme", "base", "adds", "bulk gain", "backlog gain"], rows)
+    out.append("")
+    return out
+
+
 def _bin_title(b: str) -> str:
     return "1 handover" if b == "1" else f"{b} handovers"
 
@@ -530,6 +559,7 @@ def markdown(doc: dict[str, Any]) -> str:
             out.append("")
         out += _backlog_section(ls)
         out += _capacity_section(ls)
+        out += _hol_section(ls)
         im = ls.get("im", {})
         if im:
             out += [
