@@ -180,8 +180,10 @@ if has_phase sweep; then
 fi
 # Topologies come up during the first seconds of the trip (warm-up); the
 # load starts once all are up. The trip is generated long enough for the
-# longest warm-up allowed (and for the sweep's replay of its start).
-MAX_WARMUP_S=90
+# longest warm-up allowed (and for the sweep's replay of its start). 22
+# topologies took 99 s on two busy cores; a longer allowance costs only
+# generated trip length, not run time.
+MAX_WARMUP_S=180
 TRIP_S=$((MAX_WARMUP_S + BULK_S + IM_S + BACKLOG_S + CONC_TOTAL_S + 15))
 ((TRIP_S >= MAX_WARMUP_S + SWEEP_S + 15)) || TRIP_S=$((MAX_WARMUP_S + SWEEP_S + 15))
 # Topologies at once: the schemes of the main pass, or the sweep's units.
