@@ -25,7 +25,14 @@ from typing import Any
 import numpy as np
 
 from polycorn_bench.flows import IM_REFERENCE, OVERALL, REFERENCE, BacklogRun, Flow
-from polycorn_bench.metrics import CAPTURE_DOWN, CAPTURE_UP, REDUNDANT, REINJECTED, Metrics
+from polycorn_bench.metrics import (
+    CAPTURE_DOWN,
+    CAPTURE_UP,
+    DUPLICATE,
+    REDUNDANT,
+    REINJECTED,
+    Metrics,
+)
 from polycorn_bench.records import Issues, LinkSetRun
 from polycorn_bench.stats import (
     bootstrap_ratio_of_means_ci,
@@ -114,8 +121,13 @@ METHODS = {
         "relay.metrics (uplink), redundant_bytes likewise with polycorn_sched_redundant_bytes, "
         "goodput_bytes = polycorn_capture_down_bytes + polycorn_capture_up_bytes of "
         "relay.metrics (all listeners): passenger bytes delivered; shares = bytes / "
-        "goodput_bytes; whole trip (bulk and IM); null for kernel-mptcp (the kernel schedules) "
-        "and when no trip has usable snapshots"
+        "goodput_bytes; duplicate_bytes = polycorn_recv_duplicate_bytes of relay.metrics "
+        "(downlink) + proxy.metrics (uplink): copies the receiving end already had, so "
+        "duplicate_share_of_extra = duplicate_bytes / (reinjected + redundant) is the share of "
+        "extra copies that cost capacity without replacing a lost copy (a copy that only "
+        "arrived earlier than the original also counts: the time it saved shows in the "
+        "head-of-line stall counters, not here); whole trip (bulk and IM); null for "
+        "kernel-mptcp (the kernel schedules) and when no trip has usable snapshots"
     ),
     "reinjection_overhead": (
         "k -> reinjected_share of hrsch-k1, hrsch-k2, hrsch (k = 3); keys of schemes that did "
@@ -258,6 +270,9 @@ class _Traffic:
     redundant_up: float | None
     goodput_down: float
     goodput_up: float
+    #: Duplicates the receiving end dropped: downlink at the relay, uplink at the proxy.
+    duplicate_down: float | None
+    duplicate_up: float | None
 
 
 def _trip_traffic(
@@ -289,6 +304,8 @@ def _trip_traffic(
         redundant_up=relay.counter(REDUNDANT),
         goodput_down=values["goodput_down"],  # type: ignore[arg-type]
         goodput_up=values["goodput_up"],  # type: ignore[arg-type]
+        duplicate_down=relay.counter(DUPLICATE),
+        duplicate_up=proxy.counter(DUPLICATE),
     )
 
 
@@ -323,6 +340,10 @@ def extra_traffic(ls: LinkSetRun, schemes: list[str], issues: Issues) -> dict[st
         red_down = _sum_or_none([t.redundant_down for t in per_trip])
         red_up = _sum_or_none([t.redundant_up for t in per_trip])
         redundant = None if red_down is None or red_up is None else red_down + red_up
+        dup_down = _sum_or_none([t.duplicate_down for t in per_trip])
+        dup_up = _sum_or_none([t.duplicate_up for t in per_trip])
+        duplicate = None if dup_down is None or dup_up is None else dup_down + dup_up
+        extra = re_down + re_up + (redundant or 0.0)
         g_down = sum(t.goodput_down for t in per_trip)
         g_up = sum(t.goodput_up for t in per_trip)
         goodput = g_down + g_up
@@ -338,6 +359,10 @@ def extra_traffic(ls: LinkSetRun, schemes: list[str], issues: Issues) -> dict[st
             "redundant_bytes_up": red_up,
             "goodput_bytes_down": g_down,
             "goodput_bytes_up": g_up,
+            "duplicate_bytes": duplicate,
+            "duplicate_bytes_down": dup_down,
+            "duplicate_bytes_up": dup_up,
+            "duplicate_share_of_extra": safe_ratio(duplicate, extra),
             "n_trips": len(per_trip),
             "n_trips_missing": len(runs) - len(per_trip),
         }

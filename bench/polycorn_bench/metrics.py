@@ -23,6 +23,8 @@ _SAMPLE = re.compile(
 #: Counters read by the analysis (``_total`` is the exposition's counter suffix).
 REINJECTED = "polycorn_sched_reinjected_bytes"
 REDUNDANT = "polycorn_sched_redundant_bytes"
+#: Received passenger bytes dropped as duplicates (the copy arrived after another).
+DUPLICATE = "polycorn_recv_duplicate_bytes"
 CAPTURE_DOWN = "polycorn_capture_down_bytes"
 CAPTURE_UP = "polycorn_capture_up_bytes"
 

@@ -150,13 +150,14 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
         out += [
             "**Extra traffic** (whole trips, bulk and IM): reinjected and redundant passenger "
             "bytes (downlink from the proxy's scheduler, uplink from the relay's) per byte "
-            "delivered to or taken from the passengers (the relay's capture counters).",
+            "delivered to or taken from the passengers (the relay's capture counters); "
+            "duplicates: the share of those extra copies the receiving end already had.",
             "",
         ]
         rows = []
         for scheme, e in extra.items():
             if e is None:
-                rows.append([f"`{scheme}`", "–", "–", "–", "–", "–"])
+                rows.append([f"`{scheme}`", "–", "–", "–", "–", "–", "–"])
                 continue
             rows.append(
                 [
@@ -166,10 +167,19 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
                     _pct(e["reinjected_share"], 2, sign=False),
                     "–" if e["redundant_bytes"] is None else _f(e["redundant_bytes"] / 1e6, 2),
                     _pct(e["redundant_share"], 2, sign=False),
+                    _pct(e.get("duplicate_share_of_extra"), 1, sign=False),
                 ]
             )
         out += _table(
-            ["scheme", "goodput MB", "reinjected MB", "reinjected", "redundant MB", "redundant"],
+            [
+                "scheme",
+                "goodput MB",
+                "reinjected MB",
+                "reinjected",
+                "redundant MB",
+                "redundant",
+                "duplicates",
+            ],
             rows,
         )
         out.append("")

@@ -125,7 +125,9 @@ def handover(
     ]
 
 
-def relay_metrics(reinjected: float, redundant: float, down: float, up: float) -> str:
+def relay_metrics(
+    reinjected: float, redundant: float, down: float, up: float, duplicate: float | None = None
+) -> str:
     """A relay snapshot in the exposition format of polycorn's metrics endpoint: capture
     counters per listener (down/up split over two listeners), scheduler counters."""
     return (
@@ -139,14 +141,16 @@ def relay_metrics(reinjected: float, redundant: float, down: float, up: float) -
         'polycorn_path_reinjected_bytes_total{path="0",name="carrier-0"} 999.0\n'
         f"polycorn_sched_redundant_bytes_total{{}} {redundant}\n"
         f"polycorn_sched_reinjected_bytes_total{{}} {reinjected}\n"
-        "# EOF\n"
+        + ("" if duplicate is None else f"polycorn_recv_duplicate_bytes_total{{}} {duplicate}\n")
+        + "# EOF\n"
     )
 
 
-def proxy_metrics(reinjected: float, redundant: float) -> str:
+def proxy_metrics(reinjected: float, redundant: float, duplicate: float | None = None) -> str:
     return (
         "# TYPE polycorn_sched_reinjected_bytes counter\n"
         f"polycorn_sched_reinjected_bytes_total{{}} {reinjected}\n"
         f"polycorn_sched_redundant_bytes_total {redundant}\n"
         "polycorn_sched_decisions_total{} 2776.0\n"
+        + ("" if duplicate is None else f"polycorn_recv_duplicate_bytes_total{{}} {duplicate}\n")
     )

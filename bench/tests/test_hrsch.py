@@ -510,3 +510,28 @@ def test_cli_with_hrsch_sections(tmp_path: Path) -> None:
     for needle in ("hrsch against each baseline", "Ablation", "Extra traffic", "Recovery"):
         assert needle in text
     assert (plots / "hsr-ablation.png").exists()
+
+
+def test_duplicates_come_from_the_receiving_end_of_each_direction(tmp_path: Path) -> None:
+    b = new_builder(tmp_path, ["minrtt", "redundant"])
+    for trip in TRIPS:
+        for scheme in ("minrtt", "redundant"):
+            b.bulk(trip, scheme, [download(0, 1000, 100.0)])
+        # Downlink: the proxy sends 100 reinjected + 300 redundant, the relay drops 250 as
+        # duplicates; uplink: the relay reinjects 20, the proxy drops 10.
+        b.metrics(
+            trip,
+            "redundant",
+            relay_metrics(reinjected=20, redundant=0, down=1000, up=100, duplicate=250),
+            proxy_metrics(reinjected=100, redundant=300, duplicate=10),
+        )
+        # Older snapshots without the counter: no duplicate numbers, the rest unchanged.
+        b.metrics(trip, "minrtt", relay_metrics(5, 0, 1000, 100), proxy_metrics(7, 0))
+    extra = analyse(read_run(b.finish()))["extra_traffic"]
+    red = extra["redundant"]
+    assert red["duplicate_bytes_down"] == 2 * 250
+    assert red["duplicate_bytes_up"] == 2 * 10
+    assert red["duplicate_share_of_extra"] == pytest.approx(260 / 420)
+    assert extra["minrtt"]["duplicate_bytes"] is None
+    assert extra["minrtt"]["duplicate_share_of_extra"] is None
+    assert extra["minrtt"]["reinjected_bytes"] == 2 * 12
