@@ -847,6 +847,31 @@ def flow_control(b: Board, tj: str) -> None:
         12,
         8,
     )
+    b.add(
+        timeseries(
+            "Head-of-line stalls",
+            [
+                prom(
+                    "sum by (at_least) (rate(polycorn_conn_hol_stalls_total"
+                    f'{tj[:-1]}, at_least!="0s"}}[$__rate_interval]))',
+                    "at least {{at_least}}",
+                ),
+                prom(
+                    f"sum(rate(polycorn_conn_hol_stall_seconds_total{tj}[$__rate_interval]))",
+                    "stalled s/s",
+                    ref="B",
+                ),
+            ],
+            "none",
+            "Stalls per second that lasted at least 0.2 s or 1 s: received bytes waited above "
+            "a gap while the in-order point stood still, so the passenger saw nothing new "
+            "(relay: downloads; proxy: uploads). Short stalls are normal reordering between "
+            "carriers; long ones mean a carrier went slow or dark under a connection's head. "
+            "Stalled s/s: summed stall length per second.",
+        ),
+        12,
+        8,
+    )
 
 
 # ------------------------------------------------------------------ handover-failure map

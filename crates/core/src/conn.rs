@@ -532,6 +532,9 @@ pub struct RecvStream {
     advertised: u64,
     /// Autotuning epoch: when it started and `read_off` then.
     epoch: Option<(Instant, u64)>,
+    /// A head-of-line stall in progress: since when bytes wait above a gap,
+    /// and the in-order end then.
+    hol: Option<(Instant, u64)>,
 }
 
 /// The peer broke flow control or changed the end of the stream.
@@ -563,6 +566,7 @@ impl RecvStream {
             limits,
             advertised: INITIAL_MAX_DATA,
             epoch: None,
+            hol: None,
         }
     }
 
@@ -639,6 +643,26 @@ impl RecvStream {
             }
         }
         Ok(new_bytes)
+    }
+
+    /// Head-of-line stall bookkeeping, after [`Self::insert`]: a stall is a
+    /// period in which bytes wait above a gap while the in-order end stands
+    /// still (data sent on a faster path waits for the head on a slower
+    /// one). Returns the length of a stall that the arrival ended; a new
+    /// stall starts at once when bytes still wait above the next gap.
+    pub fn note_hol(&mut self, now: Instant) -> Option<Duration> {
+        let end = self.contiguous_end();
+        let mut ended = None;
+        if let Some((since, at)) = self.hol {
+            if end > at {
+                ended = Some(now.saturating_duration_since(since));
+                self.hol = None;
+            }
+        }
+        if self.ooo_bytes > 0 && self.hol.is_none() {
+            self.hol = Some((now, end));
+        }
+        ended
     }
 
     /// Read in-order bytes into `out`; returns how many.
@@ -1074,6 +1098,33 @@ mod tests {
         e.finish();
         let p = e.next_packet(16).unwrap();
         assert!(p.fin && p.len == 0);
+    }
+
+    #[test]
+    fn a_head_of_line_stall_lasts_from_the_first_byte_above_a_gap_until_the_gap_fills() {
+        let t0 = Instant::now();
+        let ms = |v: u64| t0 + Duration::from_millis(v);
+        let mut r = RecvStream::new(win(1000));
+        // In order: no stall.
+        r.insert(0, &[0; 10], false).unwrap();
+        assert_eq!(r.note_hol(ms(0)), None);
+        assert!(r.hol.is_none());
+        // Bytes above a gap start one.
+        r.insert(20, &[0; 10], false).unwrap();
+        assert_eq!(r.note_hol(ms(5)), None);
+        r.insert(40, &[0; 10], false).unwrap();
+        assert_eq!(r.note_hol(ms(30)), None, "more out-of-order bytes continue the stall");
+        // The first gap fills: the stall (5..50 ms) ends, a new one begins
+        // behind the second gap.
+        r.insert(10, &[0; 10], false).unwrap();
+        assert_eq!(r.note_hol(ms(50)), Some(Duration::from_millis(45)));
+        assert_eq!(r.hol, Some((ms(50), 30)));
+        r.insert(30, &[0; 10], false).unwrap();
+        assert_eq!(r.note_hol(ms(60)), Some(Duration::from_millis(10)));
+        assert!(r.hol.is_none(), "nothing waits any more");
+        // A duplicate changes nothing.
+        r.insert(0, &[0; 10], false).unwrap();
+        assert_eq!(r.note_hol(ms(70)), None);
     }
 
     #[test]

@@ -224,7 +224,21 @@ pub struct EndpointStats {
     pub head_reinjections: u64,
     /// Paths that became stale (no acknowledgement progress, or no service).
     pub stale_transitions: u64,
+    /// Head-of-line stalls that ended ([`crate::conn::RecvStream::note_hol`]):
+    /// all of them, those that lasted at least [`HOL_STALL_LONG`] and
+    /// [`HOL_STALL_VERY_LONG`], and their summed length.
+    pub hol_stalls: u64,
+    pub hol_stalls_long: u64,
+    pub hol_stalls_very_long: u64,
+    pub hol_stall_us: u64,
 }
+
+/// A head-of-line stall this long is counted as long: above the RTT
+/// difference of two healthy cellular carriers, so a path went slow or
+/// dark under the connection's head.
+pub const HOL_STALL_LONG: Duration = Duration::from_millis(200);
+/// A stall this long is what a passenger notices.
+pub const HOL_STALL_VERY_LONG: Duration = Duration::from_secs(1);
 
 /// What the endpoint's connections hold now (plain data; shells export it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -956,6 +970,12 @@ impl Endpoint {
                 c.open_unconfirmed = false;
                 let new = c.recv.insert(offset, &payload, fin).map_err(|e| InputError::Stream(path, conn, e))?;
                 self.stats.duplicate_bytes_received += payload.len() as u64 - new;
+                if let Some(stall) = c.recv.note_hol(now) {
+                    self.stats.hol_stalls += 1;
+                    self.stats.hol_stalls_long += u64::from(stall >= HOL_STALL_LONG);
+                    self.stats.hol_stalls_very_long += u64::from(stall >= HOL_STALL_VERY_LONG);
+                    self.stats.hol_stall_us += stall.as_micros() as u64;
+                }
                 if !c.ack_pending && c.window_pending.is_none() {
                     self.ack_queue.push_back(conn);
                 }

@@ -26,7 +26,7 @@ pub mod wire;
 pub use budget::{BudgetLevels, BudgetStats, MemoryBudget, Pressure};
 pub use endpoint::{
     Endpoint, EndpointConfig, Event, FlowStats, InputError, Recv, Role, StreamError, DEFAULT_PROXY_BUDGET,
-    DEFAULT_RELAY_BUDGET,
+    DEFAULT_RELAY_BUDGET, HOL_STALL_LONG, HOL_STALL_VERY_LONG,
 };
 pub use ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 pub use path::{Availability, PathConfig, PathStats, PathView};

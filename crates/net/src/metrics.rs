@@ -126,6 +126,20 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         n(),
         s.head_reinjections as f64,
     );
+    for (at_least, v) in [("0s", s.hol_stalls), ("0.2s", s.hol_stalls_long), ("1s", s.hol_stalls_very_long)] {
+        w.counter(
+            "polycorn_conn_hol_stalls",
+            "Head-of-line stalls that ended: periods in which received bytes waited above a gap while the in-order point stood still, by least length.",
+            vec![("at_least".into(), at_least.into())],
+            v as f64,
+        );
+    }
+    w.counter(
+        "polycorn_conn_hol_stall_seconds",
+        "Summed length of the head-of-line stalls that ended.",
+        n(),
+        s.hol_stall_us as f64 / 1e6,
+    );
     w.counter(
         "polycorn_sched_redundant_bytes",
         "Passenger bytes sent as redundant copies.",
@@ -390,6 +404,9 @@ pub(crate) mod tests {
             "polycorn_conn_window_limited_seconds_total{} 0.0",
             "polycorn_conn_window_growths_total{} 0.0",
             "polycorn_conn_window_growth_bytes_total{} 0.0",
+            "polycorn_conn_hol_stalls_total{at_least=\"0s\"} 0.0",
+            "polycorn_conn_hol_stalls_total{at_least=\"1s\"} 0.0",
+            "polycorn_conn_hol_stall_seconds_total{} 0.0",
             // No path up: the configured initial RTT.
             "polycorn_path_rtt_max_seconds{} 0.1",
             "# TYPE polycorn_mem_budget_pressure gauge",

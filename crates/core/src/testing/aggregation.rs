@@ -136,6 +136,25 @@ fn a_blackout_on_one_carrier_no_longer_stalls_a_download_the_other_could_carry()
     assert!(hol <= Duration::from_millis(700), "stale detection moves the data within ~300 ms + an RTT ({hol:?})");
     assert!(rep.proxy.stale_transitions >= 1, "path 0 went stale");
     assert!(rep.paths[0].proxy.as_ref().unwrap().stale_transitions >= 1);
+    // The relay's head-of-line stall counters see the same: plain minrtt's
+    // download waits over a second behind the dark carrier at least once.
+    let (_, plain_rep) = longest_stall("minrtt");
+    let (p, h) = (&plain_rep.relay, &rep.relay);
+    eprintln!(
+        "relay hol stalls: minrtt {} ({} >= 0.2 s, {} >= 1 s, {} us), minrtt+hol {} ({}, {}, {} us)",
+        p.hol_stalls,
+        p.hol_stalls_long,
+        p.hol_stalls_very_long,
+        p.hol_stall_us,
+        h.hol_stalls,
+        h.hol_stalls_long,
+        h.hol_stalls_very_long,
+        h.hol_stall_us
+    );
+    assert!(p.hol_stalls_very_long >= 1, "the blackout is a stall of over a second");
+    assert_eq!(h.hol_stalls_very_long, 0, "with head-of-line recovery no stall lasts a second");
+    assert!(p.hol_stalls >= p.hol_stalls_long && p.hol_stalls_long >= p.hol_stalls_very_long);
+    assert!(p.hol_stall_us >= 1_000_000 * p.hol_stalls_very_long);
 }
 
 #[test]
