@@ -26,6 +26,7 @@ Conventions (repeated in ``METHODS`` in the output and in ``README.md``):
 * Best single carrier, concurrency (1, 10, 100 passengers), memory-budget sweep and the budget
   check: :mod:`polycorn_bench.capacity`.
 * Head-of-line schedulerlets against their base pipeline: :mod:`polycorn_bench.hol`.
+* Where bulk downloads lose time against the oracle: :mod:`polycorn_bench.losttime`.
 * HRSCH (hrsch against each baseline, ablation, IM changes, extra traffic, reinjection
   overhead, recovery after failed handovers): :mod:`polycorn_bench.hrsch`.
 """
@@ -40,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench import capacity, hol, hrsch
+from polycorn_bench import capacity, hol, hrsch, losttime
 from polycorn_bench.flows import (
     IM_REFERENCE,
     OVERALL,
@@ -89,6 +90,7 @@ CAPACITY_KEYS = (
     "budget_sweep",
     "budget_check",
     "hol_ablation",
+    "lost_time",
 )
 
 METHODS = {
@@ -133,6 +135,7 @@ METHODS = {
     **capacity.METHODS,
     **hrsch.METHODS,
     **hol.METHODS,
+    **losttime.METHODS,
 }
 
 
@@ -445,6 +448,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "budget_sweep": sweep,
         "budget_check": check,
         "hol_ablation": hol.hol_ablation(flows, backlogs, schemes),
+        "lost_time": losttime.lost_time(flows, ls, schemes, run.issues),
         "notes": notes,
         "goodput_mbps": {
             scheme: {

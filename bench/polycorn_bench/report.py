@@ -486,6 +486,57 @@ def _hol_section(ls: dict[str, Any]) -> list[str]:
     return out
 
 
+def _lost_time_section(ls: dict[str, Any]) -> list[str]:
+    """Where bulk downloads lose time against the oracle (all sizes pooled)."""
+    lt = ls.get("lost_time")
+    if not lt:
+        return []
+    out = [
+        "### Where bulk downloads lose time",
+        "",
+        "All sizes pooled, summed over the downloads with a progress curve: actual and oracle "
+        "time, the lost time (actual − oracle) and its shares: setup beyond the oracle's "
+        "first byte, stalls while a carrier offered capacity, and the rest (rate below "
+        "capacity, dark time the oracle avoided). Stalls while every carrier was dark are "
+        "shown for reference (method: `lost_time`).",
+        "",
+    ]
+    rows = []
+    for scheme, per in lt.items():
+        o = per.get(OVERALL)
+        if not o:
+            continue
+        rows.append(
+            [
+                f"`{scheme}`",
+                str(o["n"]),
+                _f(o["actual_s"], 1),
+                _f(o["oracle_s"], 1),
+                _f(o["lost_s"], 1),
+                _pct(o["setup_excess_share"], 0, sign=False),
+                _pct(o["stall_lit_share"], 0, sign=False),
+                _pct(o["slow_share"], 0, sign=False),
+                _f(o["stall_dark_s"], 1),
+            ]
+        )
+    out += _table(
+        [
+            "scheme",
+            "n",
+            "actual s",
+            "oracle s",
+            "lost s",
+            "setup",
+            "stalled, lit",
+            "slow",
+            "stalled dark s",
+        ],
+        rows,
+    )
+    out.append("")
+    return out
+
+
 def _bin_title(b: str) -> str:
     return "1 handover" if b == "1" else f"{b} handovers"
 
@@ -570,6 +621,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out += _backlog_section(ls)
         out += _capacity_section(ls)
         out += _hol_section(ls)
+        out += _lost_time_section(ls)
         im = ls.get("im", {})
         if im:
             out += [
