@@ -171,6 +171,4 @@ def lost_time(
             per.setdefault(OVERALL, []).append(t)
     if not tls:
         return None
-    return {
-        s: {label: _summary(v) for label, v in tls[s].items()} for s in schemes if s in tls
-    }
+    return {s: {label: _summary(v) for label, v in tls[s].items()} for s in schemes if s in tls}
