@@ -7,7 +7,8 @@ carriers the oracle uses):
 
 * **setup**: request to first body byte (connection set-up through the tunnel, the request's
   trip, the server's first bytes), at the curve's 100 ms resolution;
-* **stalled, a carrier lit**: intervals after the first byte in which no byte arrived although
+* **stalled, a carrier lit**: runs of at least :data:`STALL_MIN_MS` after the first byte in
+  which no byte arrived although
   the carriers offered at least :data:`LIT_MIN_OPPORTUNITIES` downlink opportunities per bin
   outside blackouts (head-of-line blocking, a path that went slow or dark under the data, a
   retransmission timeout);
@@ -42,6 +43,9 @@ from polycorn_bench.records import Issues, LinkSetRun
 
 #: The loadgen's progress step (testbed/loadgen/src/bulk.rs, PROGRESS_STEP_US).
 BIN_MS = 100.0
+#: Shorter pauses are round trips of a window (slow start over a 100-300 ms cellular RTT),
+#: not stalls; 300 ms is also where the core calls a path stale at the earliest.
+STALL_MIN_MS = 300.0
 #: Downlink opportunities (1448 payload bytes each) per 100 ms bin, over all carriers, below
 #: which a stall counts as "all dark": 10 per 100 ms is about 1.2 Mbit/s.
 LIT_MIN_OPPORTUNITIES = 10
@@ -49,7 +53,8 @@ LIT_MIN_OPPORTUNITIES = 10
 METHODS = {
     "lost_time": (
         "bulk downloads with a progress curve (100 ms samples) and an oracle time: setup = "
-        "first body byte - start; stalled bins after the first byte with no new byte, 'lit' "
+        "first body byte - start; stalls: runs of >= 300 ms of 100 ms bins after the first "
+        "byte with no new byte, each bin 'lit' "
         f"when the trip's carriers offered >= {LIT_MIN_OPPORTUNITIES} downlink opportunities "
         "per 100 ms outside blackouts, else 'dark'; lost = actual - oracle duration = "
         "setup_excess (setup - oracle's first byte, >= 0) + stall_lit + slow (remainder); sums "
@@ -97,14 +102,20 @@ def timeline(f: Flow, carriers: list[Carrier], oracle_first_ms: float) -> Timeli
     first = min(max(first, start), end)
     lit = dark = 0.0
     pts = [(t, b) for t, b in prog if first <= t <= end]
-    for (t0, b0), (t1, b1) in pairwise(pts):
-        if b1 > b0 or t1 <= t0:
+    # Runs of bins with no new byte; only runs of at least STALL_MIN_MS count as stalls.
+    run: list[tuple[float, float]] = []
+    for (t0, b0), (t1, b1) in [*pairwise(pts), ((end, -1.0), (end, -1.0))]:
+        if b1 == b0 and t1 > t0:
+            run.append((t0, t1))
             continue
-        need = LIT_MIN_OPPORTUNITIES * (t1 - t0) / BIN_MS
-        if _opportunities(carriers, t0, t1) >= need:
-            lit += t1 - t0
-        else:
-            dark += t1 - t0
+        if run and run[-1][1] - run[0][0] >= STALL_MIN_MS:
+            for r0, r1 in run:
+                need = LIT_MIN_OPPORTUNITIES * (r1 - r0) / BIN_MS
+                if _opportunities(carriers, r0, r1) >= need:
+                    lit += r1 - r0
+                else:
+                    dark += r1 - r0
+        run = []
     setup = first - start
     return Timeline(
         duration_ms=end - start,

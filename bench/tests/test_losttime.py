@@ -18,7 +18,8 @@ MB = 1_048_576
 def run_with(tmp_path: Path) -> RunBuilder:
     """One trip, one carrier of 1448 B/ms at 10 ms one way, dark over [20 s, 21 s).
     minrtt: 1 MB from 10,000 ms: first byte at 10,300, nothing over 10,500-10,800 (lit),
-    then the rest by 11,500. hrsch: 1 MB from 19,500 ms, stalled over 20,000-21,000 (dark)."""
+    then the rest by 11,500. hrsch: 1 MB from 19,500 ms, a 200 ms pause (too short for a
+    stall), stalled over 20,000-21,000 (dark)."""
     b = RunBuilder(tmp_path / "run", ["minrtt", "hrsch"], ["r1-t1"])
     (b.trip_dir("r1-t1") / "c0.schedule").write_text(
         "delay 0 10\nblackout 20000 21000 hold\n", encoding="utf-8"
@@ -31,7 +32,8 @@ def run_with(tmp_path: Path) -> RunBuilder:
     prog_m += [[11_500.0, float(MB)]]
     b.bulk("r1-t1", "minrtt", [download(0, 10_000.0, 1_500.0, progress=prog_m)])
     prog_h = [[19_500.0, 0.0], [19_600.0, 200_000.0], [19_700.0, 400_000.0]]
-    prog_h += [[19_800.0, 500_000.0], [19_900.0, 600_000.0], [20_000.0, 700_000.0]]
+    # 19,700-19,900: a 200 ms pause with the carrier lit (a round trip, not a stall).
+    prog_h += [[19_800.0, 400_000.0], [19_900.0, 400_000.0], [20_000.0, 700_000.0]]
     prog_h += [[20_000.0 + 100 * i, 700_000.0] for i in range(1, 11)]  # dark, no bytes
     prog_h += [[21_100.0, 900_000.0], [21_200.0, float(MB)]]
     b.bulk("r1-t1", "hrsch", [download(0, 19_500.0, 1_700.0, progress=prog_h)])
@@ -59,7 +61,7 @@ def test_lost_time_is_set_up_stalls_with_a_carrier_lit_and_the_rest(tmp_path: Pa
     h = lt["hrsch"]["overall"]
     # The blackout: a dark stall, not a lit one; the oracle waits through it too.
     assert h["stall_dark_s"] == pytest.approx(1.0)
-    assert h["stall_lit_s"] == 0
+    assert h["stall_lit_s"] == 0, "a 200 ms pause is not a stall"
     assert "1MB" in lt["hrsch"]
     assert "### Where bulk downloads lose time" in markdown(doc)
 
