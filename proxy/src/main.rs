@@ -612,6 +612,9 @@ async fn main() -> anyhow::Result<()> {
         if let Some((_, s)) = &cur.session {
             let names = cur.path_names.clone();
             s.with(|st, now| metrics::write_endpoint(w, &st.ep, &names, now));
+        } else {
+            // No train connected: the budget every session will share.
+            metrics::write_budget(w, &p.s.endpoint.budget);
         }
         w.counter(
             "polycorn_telemetry_malformed",

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use polycorn_core::{Endpoint, PathId};
+use polycorn_core::{Endpoint, MemoryBudget, PathId};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -214,13 +214,11 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
     }
 }
 
-/// The memory budget, the connections' windows and buffers, and the
-/// round trip autotuning measures over (docs/architecture.md, "Flow control
-/// and memory"). A proxy's budget is shared by its sessions: its gauges are
-/// the whole account, not this endpoint's share of it.
-fn write_flow_control(w: &mut Writer, ep: &Endpoint) {
+/// The memory budget's account and levels. The proxy writes them with no
+/// session too (its sessions share the budget it configured), so the
+/// budget alert and panels have data on an idle proxy.
+pub fn write_budget(w: &mut Writer, budget: &MemoryBudget) {
     let n = Labels::new;
-    let budget = ep.budget();
     let b = budget.stats();
     let levels = budget.levels();
     w.gauge(
@@ -256,6 +254,15 @@ fn write_flow_control(w: &mut Writer, ep: &Endpoint) {
         n(),
         b.reclaimed_bytes as f64,
     );
+}
+
+/// The memory budget, the connections' windows and buffers, and the
+/// round trip autotuning measures over (docs/architecture.md, "Flow control
+/// and memory"). A proxy's budget is shared by its sessions: its gauges are
+/// the whole account, not this endpoint's share of it.
+fn write_flow_control(w: &mut Writer, ep: &Endpoint) {
+    let n = Labels::new;
+    write_budget(w, ep.budget());
     let f = ep.flow_stats();
     let s = ep.stats();
     w.gauge("polycorn_conn_window_bytes", "Sum of the connections' receive windows.", n(), f.window_sum_bytes as f64);
@@ -367,6 +374,21 @@ pub(crate) mod tests {
         let mut body = String::new();
         prometheus_client::encoding::text::encode(&mut body, &reg).expect("encodes");
         body
+    }
+
+    #[test]
+    fn the_budget_alone_is_written_as_with_an_endpoint() {
+        let b = MemoryBudget::with_high(8 << 20);
+        let text = encode(vec![Arc::new(move |w: &mut Writer| write_budget(w, &b)) as Source]);
+        for line in [
+            "polycorn_mem_budget_bytes{level=\"high\"} 8388608.0",
+            "polycorn_mem_budget_used_bytes{} 0.0",
+            "polycorn_mem_budget_pressure{} 0.0",
+            "polycorn_mem_budget_reclaimed_bytes_total{} 0.0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
+        assert!(!text.contains("polycorn_conn_"), "no connection families without an endpoint");
     }
 
     #[test]
