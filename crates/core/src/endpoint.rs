@@ -416,10 +416,11 @@ impl Endpoint {
         slot.path.up = false;
         slot.path.stats.state_changes += 1;
         let lost_frames = !slot.path.sent.is_empty();
-        let mut segs: Vec<SegmentRef> = slot.path.unacked_segments().collect();
-        segs.extend(slot.data.iter().map(|q| q.seg));
-        slot.data.clear();
+        let segs: Vec<SegmentRef> = slot.path.unacked_segments().collect();
         slot.ctrl.clear();
+        // What was queued and not written goes back as on a stale path.
+        self.drain_queue(path.index(), now);
+        let slot = self.slots[path.index()].as_mut().expect("checked above");
         slot.path.reset_transport(now);
         let mask = PathMask::single(path);
         for s in segs {

@@ -56,7 +56,6 @@ impl Schedulerlet for OppReinject {
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
     }
-    fn apply(&mut self, _ctx: &Context<'_>, _sets: &mut PathSets) {}
     fn on_head_blocked(&mut self, ctx: &HeadContext<'_>) -> HeadAction {
         if ctx.head_reinjected || faster_elsewhere(ctx).is_none() {
             return HeadAction::default();
@@ -82,7 +81,6 @@ impl Schedulerlet for Penalise {
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
     }
-    fn apply(&mut self, _ctx: &Context<'_>, _sets: &mut PathSets) {}
     fn on_head_blocked(&mut self, ctx: &HeadContext<'_>) -> HeadAction {
         let Some(fast) = faster_elsewhere(ctx) else { return HeadAction::default() };
         let mut slow = PathMask::EMPTY;

@@ -131,8 +131,10 @@ pub trait Schedulerlet: Send {
     fn name(&self) -> &'static str;
     fn kind(&self) -> Kind;
     /// Move paths between the sets. Moves not allowed for [`Self::kind`] are
-    /// undone by the pipeline.
-    fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets);
+    /// undone by the pipeline. A schedulerlet that acts only through the
+    /// hooks below (head-of-line recovery) keeps this default, which moves
+    /// nothing.
+    fn apply(&mut self, _ctx: &Context<'_>, _sets: &mut PathSets) {}
     /// Feedback after the decision: the paths the packet was placed on.
     fn on_scheduled(&mut self, _ctx: &Context<'_>, _placed: PathMask) {}
     /// Head-of-line recovery: a connection's new data waits only for the
