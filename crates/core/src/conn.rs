@@ -147,6 +147,15 @@ impl SendStream {
         by_unsent.min(by_cap).min(usize::MAX as u64) as usize
     }
 
+    /// Whether a writer that found no room should be woken now: when room
+    /// for at least half the not-sent low-water mark is back (Linux wakes a
+    /// blocked writer once free space reaches half of what is queued,
+    /// `sk_stream_write_space`). Waking it for every placed segment cost
+    /// the fast path a task wake-up and two lock round trips per segment.
+    pub fn writer_wake_due(&self) -> bool {
+        self.write_blocked && self.room() as u64 >= (self.unsent_limit / 2).max(1)
+    }
+
     /// Accept up to `room()` bytes; returns how many were taken.
     pub fn write(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.room());
@@ -1125,6 +1134,24 @@ mod tests {
         // A duplicate changes nothing.
         r.insert(0, &[0; 10], false).unwrap();
         assert_eq!(r.note_hol(ms(70)), None);
+    }
+
+    #[test]
+    fn a_blocked_writer_is_woken_once_half_the_low_water_mark_is_free_not_per_segment() {
+        // Low-water mark 64 KiB (the floor), cap 1 MiB.
+        let mut s = SendStream::new(SendLimits { cap: 1 << 20, min_unsent: 64 * 1024 }, 1 << 20);
+        assert_eq!(s.write(&[1u8; 100 * 1024]), 64 * 1024);
+        s.write_blocked = true;
+        let mut placed = 0;
+        while !s.writer_wake_due() {
+            let p = s.next_packet(8 * 1024).expect("unsent data");
+            s.on_scheduled(&p, PathMask::single(PathId(0)));
+            placed += 1;
+        }
+        assert_eq!(placed, 4, "woken after 32 KiB of 64 KiB were placed, not after the first segment");
+        assert_eq!(s.room(), 32 * 1024);
+        s.write_blocked = false;
+        assert!(!s.writer_wake_due(), "a writer that is not waiting is never woken");
     }
 
     #[test]

@@ -1053,6 +1053,8 @@ impl Endpoint {
         c.send.update_rate(now, rtt_max);
         if freed > 0 {
             Self::settle(&self.cfg.budget, c);
+        }
+        if c.send.writer_wake_due() {
             c.send.write_blocked = false;
             self.events.push_back(Event::Writable(conn));
         }
@@ -1284,7 +1286,7 @@ impl Endpoint {
                 continue;
             }
             c.send.on_scheduled(&pkt, placed);
-            if c.send.write_blocked && c.send.room() > 0 {
+            if c.send.writer_wake_due() {
                 // Unsent bytes left for a path: the writer may refill.
                 c.send.write_blocked = false;
                 self.events.push_back(Event::Writable(cid));
