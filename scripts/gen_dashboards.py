@@ -832,17 +832,25 @@ def flow_control(b: Board, tj: str) -> None:
     )
     b.add(
         timeseries(
-            "Connections held back by the peer's window",
+            "Connections held back by the peer's window or by send room",
             [
                 prom(
                     f"sum(rate(polycorn_conn_window_limited_seconds_total{tj}[$__rate_interval]))",
                     "window-limited",
-                )
+                ),
+                prom(
+                    f"sum(rate(polycorn_conn_send_limited_seconds_total{tj}[$__rate_interval]))",
+                    "send-limited",
+                    ref="B",
+                ),
             ],
             "none",
             "Seconds per second that connections had data waiting only for the peer's "
-            "receive window: on average, how many connections the window held back. "
-            "Sustained: windows are capped (--conn-window) or shrunk by memory pressure.",
+            "receive window (window-limited), or passengers' writes waited for send room "
+            "(send-limited): on average, how many connections were held back. Sustained "
+            "window-limited: windows are capped (--conn-window) or shrunk by memory pressure. "
+            "Send-limited is normal for a download faster than the carriers (the paths are "
+            "the limit); with the budget at high it means memory is.",
         ),
         12,
         8,

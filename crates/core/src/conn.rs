@@ -82,9 +82,11 @@ pub struct SendStream {
     /// acknowledgements since the stream began, at that start.
     rate_epoch: Option<(Instant, u64)>,
     freed_total: u64,
-    /// A write found no room (or the budget refused it): the endpoint wakes
-    /// the writer when room returns.
-    pub(crate) write_blocked: bool,
+    /// Since when a write found no room (or the budget refused it): the
+    /// endpoint wakes the writer when room returns. With the time such
+    /// waits lasted, for the "send-limited time" metric.
+    write_blocked_since: Option<Instant>,
+    send_limited: Duration,
     /// Since when new data is waiting only for the peer's window.
     window_limited_since: Option<Instant>,
     window_limited: Duration,
@@ -129,7 +131,8 @@ impl SendStream {
             limits,
             rate_epoch: None,
             freed_total: 0,
-            write_blocked: false,
+            write_blocked_since: None,
+            send_limited: Duration::ZERO,
             window_limited_since: None,
             window_limited: Duration::ZERO,
         }
@@ -153,7 +156,33 @@ impl SendStream {
     /// `sk_stream_write_space`). Waking it for every placed segment cost
     /// the fast path a task wake-up and two lock round trips per segment.
     pub fn writer_wake_due(&self) -> bool {
-        self.write_blocked && self.room() as u64 >= (self.unsent_limit / 2).max(1)
+        self.is_write_blocked() && self.room() as u64 >= (self.unsent_limit / 2).max(1)
+    }
+
+    /// A write at `now` took less than offered (`blocked`) or all of it.
+    pub(crate) fn note_write(&mut self, blocked: bool, now: Instant) {
+        if blocked {
+            self.write_blocked_since.get_or_insert(now);
+        } else {
+            self.unblock_writer(now);
+        }
+    }
+
+    /// The writer is being woken: its wait ends.
+    pub(crate) fn unblock_writer(&mut self, now: Instant) {
+        if let Some(t) = self.write_blocked_since.take() {
+            self.send_limited += now.saturating_duration_since(t);
+        }
+    }
+
+    pub fn is_write_blocked(&self) -> bool {
+        self.write_blocked_since.is_some()
+    }
+
+    /// Time writes waited for room (the low-water mark, the cap or the
+    /// budget), up to the last wait that ended.
+    pub fn send_limited_noted(&self) -> Duration {
+        self.send_limited
     }
 
     /// Accept up to `room()` bytes; returns how many were taken.
@@ -1141,7 +1170,8 @@ mod tests {
         // Low-water mark 64 KiB (the floor), cap 1 MiB.
         let mut s = SendStream::new(SendLimits { cap: 1 << 20, min_unsent: 64 * 1024 }, 1 << 20);
         assert_eq!(s.write(&[1u8; 100 * 1024]), 64 * 1024);
-        s.write_blocked = true;
+        let t0 = Instant::now();
+        s.note_write(true, t0);
         let mut placed = 0;
         while !s.writer_wake_due() {
             let p = s.next_packet(8 * 1024).expect("unsent data");
@@ -1150,8 +1180,9 @@ mod tests {
         }
         assert_eq!(placed, 4, "woken after 32 KiB of 64 KiB were placed, not after the first segment");
         assert_eq!(s.room(), 32 * 1024);
-        s.write_blocked = false;
+        s.unblock_writer(t0 + Duration::from_millis(7));
         assert!(!s.writer_wake_due(), "a writer that is not waiting is never woken");
+        assert_eq!(s.send_limited_noted(), Duration::from_millis(7));
     }
 
     #[test]

@@ -220,6 +220,9 @@ pub struct EndpointStats {
     /// Time connections' new data waited only for the peer's window, summed
     /// over closed connections (open ones: [`Endpoint::flow_stats`]).
     pub window_limited_us: u64,
+    /// Time passengers' writes waited for send room, summed over closed
+    /// connections (open ones: [`Endpoint::flow_stats`]).
+    pub send_limited_us: u64,
     /// Window heads sent again for head-of-line recovery (`opp-reinject`).
     pub head_reinjections: u64,
     /// Paths that became stale (no acknowledgement progress, or no service).
@@ -256,6 +259,9 @@ pub struct FlowStats {
     /// connections ever (closed ones included), counting waits once they
     /// end.
     pub window_limited_us: u64,
+    /// Time passengers' writes waited for send room (the not-sent low-water
+    /// mark, the connection's cap or the memory budget), the same way.
+    pub send_limited_us: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -617,6 +623,7 @@ impl Endpoint {
         let c = self.conns.remove(&conn)?;
         self.cfg.budget.release(c.charged);
         self.stats.window_limited_us += c.send.window_limited_noted().as_micros() as u64;
+        self.stats.send_limited_us += c.send.send_limited_noted().as_micros() as u64;
         self.users.deactivate(c.user, conn);
         Some(c)
     }
@@ -646,7 +653,11 @@ impl Endpoint {
 
     /// What the connections hold now.
     pub fn flow_stats(&self) -> FlowStats {
-        let mut f = FlowStats { window_limited_us: self.stats.window_limited_us, ..FlowStats::default() };
+        let mut f = FlowStats {
+            window_limited_us: self.stats.window_limited_us,
+            send_limited_us: self.stats.send_limited_us,
+            ..FlowStats::default()
+        };
         for c in self.conns.values() {
             f.window_sum_bytes += c.recv.window();
             f.window_max_bytes = f.window_max_bytes.max(c.recv.window());
@@ -656,6 +667,7 @@ impl Endpoint {
             // Only finished waits: a counter must never go back when a
             // connection that is waiting now closes.
             f.window_limited_us += c.send.window_limited_noted().as_micros() as u64;
+            f.send_limited_us += c.send.send_limited_noted().as_micros() as u64;
         }
         f
     }
@@ -790,7 +802,7 @@ impl Endpoint {
         c.charged += n as u64;
         let written = c.send.write(&data[..n]);
         debug_assert_eq!(written, n);
-        c.send.write_blocked = n < data.len();
+        c.send.note_write(n < data.len(), now);
         let user = c.user;
         if n > 0 {
             self.users.activate(user, conn, now);
@@ -1055,7 +1067,7 @@ impl Endpoint {
             Self::settle(&self.cfg.budget, c);
         }
         if c.send.writer_wake_due() {
-            c.send.write_blocked = false;
+            c.send.unblock_writer(now);
             self.events.push_back(Event::Writable(conn));
         }
         self.maybe_close(conn);
@@ -1288,7 +1300,7 @@ impl Endpoint {
             c.send.on_scheduled(&pkt, placed);
             if c.send.writer_wake_due() {
                 // Unsent bytes left for a path: the writer may refill.
-                c.send.write_blocked = false;
+                c.send.unblock_writer(now);
                 self.events.push_back(Event::Writable(cid));
             }
             let frame = data_frame_len(pkt.len);

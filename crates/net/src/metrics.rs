@@ -296,6 +296,12 @@ fn write_flow_control(w: &mut Writer, ep: &Endpoint) {
         n(),
         f.window_limited_us as f64 / 1e6,
     );
+    w.counter(
+        "polycorn_conn_send_limited_seconds",
+        "Time passengers' writes waited for send room (the not-sent low-water mark, the connection cap or the memory budget), summed over connections.",
+        n(),
+        f.send_limited_us as f64 / 1e6,
+    );
     w.counter("polycorn_conn_window_growths", "Receive windows grown by autotuning.", n(), s.window_growths as f64);
     w.counter(
         "polycorn_conn_window_growth_bytes",
@@ -424,6 +430,7 @@ pub(crate) mod tests {
             "polycorn_conn_unsent_bytes{} 1000.0",
             "polycorn_conn_in_flight_bytes{} 0.0",
             "polycorn_conn_window_limited_seconds_total{} 0.0",
+            "polycorn_conn_send_limited_seconds_total{} 0.0",
             "polycorn_conn_window_growths_total{} 0.0",
             "polycorn_conn_window_growth_bytes_total{} 0.0",
             "polycorn_conn_hol_stalls_total{at_least=\"0s\"} 0.0",

@@ -57,6 +57,29 @@ fn a_long_download_over_two_carriers_beats_the_better_one_alone() {
 }
 
 #[test]
+fn a_download_limited_by_its_paths_shows_as_send_limited_time_at_the_sender_only() {
+    let r = Registry::with_builtins();
+    let mut h = Harness::with_config(
+        SimConfig::default(),
+        r.build("minrtt").unwrap(),
+        r.build("minrtt").unwrap(),
+        carriers(),
+        5,
+    );
+    h.open(ConnSpec::new(1).upload(200).download(20 * MB));
+    let rep = h.run_until(Duration::from_secs(600));
+    rep.assert_all_done();
+    let took = rep.conns[0].completion.unwrap();
+    let (proxy, relay) =
+        (Duration::from_micros(rep.proxy.send_limited_us), Duration::from_micros(rep.relay.send_limited_us));
+    eprintln!("download took {took:?}; the server's writes waited {proxy:?}, the passenger's {relay:?}");
+    // The origin offers 20 MB at once; the paths carry about 7 MB/s, so
+    // its writes wait most of the transfer.
+    assert!(proxy >= took / 2 && proxy <= took, "{proxy:?} of {took:?}");
+    assert_eq!(relay, Duration::ZERO, "a 200-byte request never waits");
+}
+
+#[test]
 fn memory_held_never_exceeds_what_the_budget_accounts_nor_the_budget_its_levels() {
     const HIGH: u64 = 2 * 1024 * 1024;
     const CONNS: u64 = 8;
