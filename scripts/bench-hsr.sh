@@ -66,6 +66,9 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 PROFILE=${PROFILE:-short}
+# The commit the run starts from (HEAD at the end may be later: others work
+# in this tree while a full run takes hours).
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 BIN=${BIN:-$root/target/release}
 export BIN
 WORK=${BENCH_WORK:-/tmp/polycorn-bench-hsr}
@@ -226,8 +229,27 @@ all_down() {
     done
     for i in "${pids[@]}"; do wait "$i" || true; done
 }
+# Kernel TCP memory: the concurrency phase keeps N_TOPO x 100 downloads busy
+# at once on one kernel (2,200 with 22 schemes), far more TCP memory than a
+# train or a proxy pod ever holds, and tcp_mem is global, not per namespace:
+# at its limit the kernel stalls every socket, carriers included (the first
+# 22-scheme full run: every scheme's 100-passenger window moved almost
+# nothing, both carriers declared dead, with the links idle). Raise it for
+# the run (pressure at a quarter of RAM, the limit at three eighths) and
+# restore it on exit.
+TCP_MEM_SAVED=$(cat /proc/sys/net/ipv4/tcp_mem)
+raise_tcp_mem() {
+    local pages low pressure high
+    pages=$(($(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 4))
+    read -r low pressure high <<<"$TCP_MEM_SAVED"
+    ((pages / 4 > pressure)) && pressure=$((pages / 4))
+    ((pages * 3 / 8 > high)) && high=$((pages * 3 / 8))
+    echo "$low $pressure $high" >/proc/sys/net/ipv4/tcp_mem
+    log "tcp_mem $TCP_MEM_SAVED -> $(cat /proc/sys/net/ipv4/tcp_mem) (pages) for the run"
+}
 on_exit() {
     local rc=$? j
+    echo "$TCP_MEM_SAVED" >/proc/sys/net/ipv4/tcp_mem 2>/dev/null || true
     # The per-scheme load sequences first, so none starts a new step in a
     # namespace being deleted.
     for j in $(jobs -p); do kill "$j" 2>/dev/null || true; done
@@ -236,6 +258,7 @@ on_exit() {
     exit "$rc"
 }
 trap on_exit EXIT
+raise_tcp_mem
 trap 'log "interrupted"; exit 130' INT TERM
 
 now_ms() { date +%s%3N; }
@@ -565,7 +588,7 @@ conc_json=$(printf '%s\n' "${CONC_COUNTS[@]}" | jq -s -c 'map(tonumber)')
 sweep_mib_json=$(printf '%s\n' "${SWEEP_BUDGETS[@]}" | jq -s -c 'map(tonumber)')
 sweep_schemes_json=$( ((${#SWEEP_LIST[@]})) && printf '%s\n' "${SWEEP_LIST[@]}" | jq -R . | jq -s -c . || echo '[]')
 cat >"$RUN/run.json" <<EOF
-{"profile": "$PROFILE", "diagnostic": $( ((DIAGNOSTIC)) && echo true || echo false), "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
+{"profile": "$PROFILE", "diagnostic": $( ((DIAGNOSTIC)) && echo true || echo false), "commit": "$COMMIT",
  "schemes": $schemes_json,
  "bulk": {"per_size": $PER_SIZE, "sizes": $sizes_json, "slot_s": $SLOT_S},
  "im": {"users": $users_json, "messages": $MESSAGES, "mean_gap_ms": $GAP_MS},
