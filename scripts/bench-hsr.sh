@@ -244,8 +244,11 @@ raise_tcp_mem() {
     read -r low pressure high <<<"$TCP_MEM_SAVED"
     ((pages / 4 > pressure)) && pressure=$((pages / 4))
     ((pages * 3 / 8 > high)) && high=$((pages * 3 / 8))
-    echo "$low $pressure $high" >/proc/sys/net/ipv4/tcp_mem
-    log "tcp_mem $TCP_MEM_SAVED -> $(cat /proc/sys/net/ipv4/tcp_mem) (pages) for the run"
+    if echo "$low $pressure $high" 2>/dev/null >/proc/sys/net/ipv4/tcp_mem; then
+        log "tcp_mem $TCP_MEM_SAVED -> $(cat /proc/sys/net/ipv4/tcp_mem) (pages) for the run"
+    else
+        log "WARNING: cannot raise tcp_mem ($TCP_MEM_SAVED pages): many concurrent passengers may stall every socket"
+    fi
 }
 on_exit() {
     local rc=$? j
