@@ -82,14 +82,32 @@ pub struct SendStream {
     /// acknowledgements since the stream began, at that start.
     rate_epoch: Option<(Instant, u64)>,
     freed_total: u64,
-    /// Since when a write found no room (or the budget refused it): the
-    /// endpoint wakes the writer when room returns. With the time such
-    /// waits lasted, for the "send-limited time" metric.
-    write_blocked_since: Option<Instant>,
-    send_limited: Duration,
-    /// Since when new data is waiting only for the peer's window.
-    window_limited_since: Option<Instant>,
-    window_limited: Duration,
+    /// A write found no room (or the budget refused it): the endpoint wakes
+    /// the writer when room returns. Timed for the "send-limited" metric.
+    write_blocked: Waits,
+    /// New data waits only for the peer's window ("window-limited" metric).
+    window_limited: Waits,
+}
+
+/// A state a stream is in now and then, and the time it spent in it,
+/// counted when each spell ends (so a counter built on it never goes back).
+#[derive(Clone, Copy, Debug, Default)]
+struct Waits {
+    since: Option<Instant>,
+    total: Duration,
+}
+
+impl Waits {
+    fn set(&mut self, waiting: bool, now: Instant) {
+        match (waiting, self.since) {
+            (true, None) => self.since = Some(now),
+            (false, Some(t)) => {
+                self.total += now.saturating_duration_since(t);
+                self.since = None;
+            }
+            _ => {}
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -131,10 +149,8 @@ impl SendStream {
             limits,
             rate_epoch: None,
             freed_total: 0,
-            write_blocked_since: None,
-            send_limited: Duration::ZERO,
-            window_limited_since: None,
-            window_limited: Duration::ZERO,
+            write_blocked: Waits::default(),
+            window_limited: Waits::default(),
         }
     }
 
@@ -161,28 +177,22 @@ impl SendStream {
 
     /// A write at `now` took less than offered (`blocked`) or all of it.
     pub(crate) fn note_write(&mut self, blocked: bool, now: Instant) {
-        if blocked {
-            self.write_blocked_since.get_or_insert(now);
-        } else {
-            self.unblock_writer(now);
-        }
+        self.write_blocked.set(blocked, now);
     }
 
     /// The writer is being woken: its wait ends.
     pub(crate) fn unblock_writer(&mut self, now: Instant) {
-        if let Some(t) = self.write_blocked_since.take() {
-            self.send_limited += now.saturating_duration_since(t);
-        }
+        self.write_blocked.set(false, now);
     }
 
     pub fn is_write_blocked(&self) -> bool {
-        self.write_blocked_since.is_some()
+        self.write_blocked.since.is_some()
     }
 
     /// Time writes waited for room (the low-water mark, the cap or the
     /// budget), up to the last wait that ended.
     pub fn send_limited_noted(&self) -> Duration {
-        self.send_limited
+        self.write_blocked.total
     }
 
     /// Accept up to `room()` bytes; returns how many were taken.
@@ -448,21 +458,14 @@ impl SendStream {
     /// Note whether new data waits only for the peer's window (for the
     /// "window-limited time" metric).
     pub fn note_window_limit(&mut self, now: Instant) {
-        let limited = !self.unsent.is_empty() && self.next_new >= self.max_data;
-        match (limited, self.window_limited_since) {
-            (true, None) => self.window_limited_since = Some(now),
-            (false, Some(t)) => {
-                self.window_limited += now.saturating_duration_since(t);
-                self.window_limited_since = None;
-            }
-            _ => {}
-        }
+        let limited = self.is_window_limited();
+        self.window_limited.set(limited, now);
     }
 
     /// Time new data waited only for the peer's window, up to the last
     /// time that ended.
     pub fn window_limited_noted(&self) -> Duration {
-        self.window_limited
+        self.window_limited.total
     }
 
     /// Room the peer's window leaves for new data.

@@ -9,11 +9,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use polycorn_core::{Endpoint, MemoryBudget, PathId};
+use polycorn_core::{Endpoint, MemoryBudget, PathId, HOL_STALL_LONG, HOL_STALL_VERY_LONG};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -126,11 +127,15 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         n(),
         s.head_reinjections as f64,
     );
-    for (at_least, v) in [("0s", s.hol_stalls), ("0.2s", s.hol_stalls_long), ("1s", s.hol_stalls_very_long)] {
+    for (at_least, v) in [
+        (Duration::ZERO, s.hol_stalls),
+        (HOL_STALL_LONG, s.hol_stalls_long),
+        (HOL_STALL_VERY_LONG, s.hol_stalls_very_long),
+    ] {
         w.counter(
             "polycorn_conn_hol_stalls",
             "Head-of-line stalls that ended: periods in which received bytes waited above a gap while the in-order point stood still, by least length.",
-            vec![("at_least".into(), at_least.into())],
+            vec![("at_least".into(), format!("{}s", at_least.as_secs_f64()))],
             v as f64,
         );
     }
@@ -434,6 +439,7 @@ pub(crate) mod tests {
             "polycorn_conn_window_growths_total{} 0.0",
             "polycorn_conn_window_growth_bytes_total{} 0.0",
             "polycorn_conn_hol_stalls_total{at_least=\"0s\"} 0.0",
+            "polycorn_conn_hol_stalls_total{at_least=\"0.2s\"} 0.0",
             "polycorn_conn_hol_stalls_total{at_least=\"1s\"} 0.0",
             "polycorn_conn_hol_stall_seconds_total{} 0.0",
             // No path up: the configured initial RTT.
