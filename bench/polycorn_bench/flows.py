@@ -77,7 +77,8 @@ def _duration(
     return dur, censored
 
 
-def _trip_oracle(trip: TripRun, issues: Issues) -> Oracle | None:
+def trip_oracle(trip: TripRun, issues: Issues) -> Oracle | None:
+    """The oracle of a trip's link files; None (with the reason in ``issues``) when unusable."""
     try:
         carriers = load_carriers(trip.trip_dir)
     except (OSError, LinkFileError) as e:
@@ -95,7 +96,7 @@ def collect_flows(ls: LinkSetRun, run: Run, with_oracle: bool = True) -> list[Fl
     default_timeout = float(t) if isinstance(t, int | float) else None
     flows: list[Flow] = []
     for trip in ls.trips:
-        oracle = _trip_oracle(trip, run.issues) if with_oracle else None
+        oracle = trip_oracle(trip, run.issues) if with_oracle else None
         cache: dict[tuple[float, int], float] = {}
         for scheme, sr in trip.schemes.items():
             seen: set[int] = set()

@@ -36,9 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench.flows import OVERALL, Flow
-from polycorn_bench.links import LinkFileError
-from polycorn_bench.oracle import Carrier, Oracle, load_carriers
+from polycorn_bench.flows import OVERALL, Flow, trip_oracle
+from polycorn_bench.oracle import Carrier
 from polycorn_bench.records import Issues, LinkSetRun
 
 #: The loadgen's progress step (testbed/loadgen/src/bulk.rs, PROGRESS_STEP_US).
@@ -100,22 +99,24 @@ def timeline(f: Flow, carriers: list[Carrier], oracle_first_ms: float) -> Timeli
     if first is None:
         first = end
     first = min(max(first, start), end)
-    lit = dark = 0.0
     pts = [(t, b) for t, b in prog if first <= t <= end]
-    # Runs of bins with no new byte; only runs of at least STALL_MIN_MS count as stalls.
-    run: list[tuple[float, float]] = []
-    for (t0, b0), (t1, b1) in [*pairwise(pts), ((end, -1.0), (end, -1.0))]:
+    # Runs of consecutive bins with no new byte; only runs of at least STALL_MIN_MS are stalls.
+    runs: list[list[tuple[float, float]]] = [[]]
+    for (t0, b0), (t1, b1) in pairwise(pts):
         if b1 == b0 and t1 > t0:
-            run.append((t0, t1))
+            runs[-1].append((t0, t1))
+        elif runs[-1]:
+            runs.append([])
+    lit = dark = 0.0
+    for run in runs:
+        if not run or run[-1][1] - run[0][0] < STALL_MIN_MS:
             continue
-        if run and run[-1][1] - run[0][0] >= STALL_MIN_MS:
-            for r0, r1 in run:
-                need = LIT_MIN_OPPORTUNITIES * (r1 - r0) / BIN_MS
-                if _opportunities(carriers, r0, r1) >= need:
-                    lit += r1 - r0
-                else:
-                    dark += r1 - r0
-        run = []
+        for r0, r1 in run:
+            need = LIT_MIN_OPPORTUNITIES * (r1 - r0) / BIN_MS
+            if _opportunities(carriers, r0, r1) >= need:
+                lit += r1 - r0
+            else:
+                dark += r1 - r0
     setup = first - start
     return Timeline(
         duration_ms=end - start,
@@ -159,16 +160,14 @@ def lost_time(
     tls: dict[str, dict[str, list[Timeline]]] = {}
     for trip in ls.trips:
         mine = by_trip.get(trip.name)
-        if not mine:
+        # Without an oracle time no download of the trip is attributed, and the reason is
+        # already in ``issues`` (collect_flows loaded the same link files).
+        if not mine or all(f.oracle_ms is None for f in mine):
             continue
-        try:
-            carriers = load_carriers(trip.trip_dir)
-        except (OSError, LinkFileError) as e:
-            issues.add("unusable link files (no lost-time attribution)", str(e))
+        oracle = trip_oracle(trip, issues)
+        if oracle is None:
             continue
-        if not carriers:
-            continue
-        oracle = Oracle(carriers)
+        carriers = oracle.carriers
         first_cache: dict[float, float] = {}
         for f in mine:
             start = f.rec.start_ms

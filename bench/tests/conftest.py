@@ -42,6 +42,29 @@ def download(
     return rec
 
 
+def backlog(
+    nbytes: int, start: float = 100_000.0, end: float = 200_000.0, **kw: Any
+) -> dict[str, Any]:
+    """A ``backlog.jsonl`` record without a progress curve: ``nbytes`` over [start, end]."""
+    rec: dict[str, Any] = {
+        "kind": "backlog",
+        "id": 0,
+        "label": "backlog",
+        "size": 104_857_600,
+        "planned_ms": start,
+        "start_ms": start,
+        "end_ms": end,
+        "bytes": nbytes,
+        "requests": 1,
+        "completed": 0,
+        "failed": 0,
+        "errors": [],
+        "late": False,
+    }
+    rec.update(kw)
+    return rec
+
+
 class RunBuilder:
     def __init__(self, root: Path, schemes: list[str], trips: list[str], link_set: str = "hsr"):
         self.root = root

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunBuilder, write_jsonl
+from conftest import RunBuilder, backlog, write_jsonl
 
 from polycorn_bench.analysis import analyse
 from polycorn_bench.capacity import carrier_schemes, jain_index
@@ -23,28 +23,6 @@ SCHEMES = ["minrtt", "hrsch", "single-path-c0", "single-path-c1"]
 
 def mbps(nbytes: float, ms: float) -> float:
     return nbytes * 8 / ms / 1000
-
-
-def backlog(
-    nbytes: int, start: float = 100_000.0, end: float = 200_000.0, **kw: Any
-) -> dict[str, Any]:
-    rec: dict[str, Any] = {
-        "kind": "backlog",
-        "id": 0,
-        "label": "backlog",
-        "size": 104_857_600,
-        "planned_ms": start,
-        "start_ms": start,
-        "end_ms": end,
-        "bytes": nbytes,
-        "requests": 1,
-        "completed": 0,
-        "failed": 0,
-        "errors": [],
-        "late": False,
-    }
-    rec.update(kw)
-    return rec
 
 
 def budget_metrics(peak: float, budget: float, used: float = 0.0) -> str:

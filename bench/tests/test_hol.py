@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import RunBuilder, download, write_jsonl
+from conftest import RunBuilder, backlog, download, write_jsonl
 
 from polycorn_bench.analysis import analyse
 from polycorn_bench.records import read_run
@@ -15,24 +14,6 @@ from polycorn_bench.stats import geomean
 
 TRIPS = ["r1-t1", "r1-t2", "r1-t3"]
 SCHEMES = ["minrtt", "hrsch", "minrtt+opp", "hrsch+hol"]
-
-
-def backlog(nbytes: int) -> dict[str, Any]:
-    return {
-        "kind": "backlog",
-        "id": 0,
-        "label": "backlog",
-        "size": 104_857_600,
-        "planned_ms": 100_000.0,
-        "start_ms": 100_000.0,
-        "end_ms": 200_000.0,
-        "bytes": nbytes,
-        "requests": 1,
-        "completed": 0,
-        "failed": 0,
-        "errors": [],
-        "late": False,
-    }
 
 
 def hol_run(tmp_path: Path) -> RunBuilder:
