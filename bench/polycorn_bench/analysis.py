@@ -86,6 +86,7 @@ HRSCH_KEYS = (
 #: Sections of issue 18 (aggregation and memory), per link set and copied to the top level.
 CAPACITY_KEYS = (
     "best_single_carrier",
+    "capacity_use",
     "concurrency",
     "budget_sweep",
     "budget_check",
@@ -411,6 +412,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
     if backlog is not None and best is not None:
         for scheme, entry in backlog.items():
             entry["vs_best_single_carrier"] = best["by_scheme"].get(scheme)
+    capacity_use = capacity.capacity_use(ls, backlogs, schemes, run.issues)
     concurrency = capacity.concurrency_summary(ls, schemes)
     sweep = capacity.budget_sweep(ls)
     check, check_note = capacity.budget_check(ls, run.issues)
@@ -444,6 +446,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "reinjection_overhead": hrsch.reinjection_overhead(extra),
         "hof_recovery": hof,
         "best_single_carrier": best,
+        "capacity_use": capacity_use,
         "concurrency": concurrency,
         "budget_sweep": sweep,
         "budget_check": check,

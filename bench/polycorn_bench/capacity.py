@@ -14,6 +14,12 @@ relay or proxy went past its ``--mem-budget``.
   index, largest RSS.
 * Budget sweep (``sweep/<MiB>/<scheme>/backlog.jsonl``): the backlog goodput per budget and
   scheme, mean over trips, and its paired ratio to the largest budget's on the same trip.
+* Capacity use: per backlog record, the trip's carriers' downlink capacity over the record's
+  window (from the link files: lit opportunities x 1448 bytes, as the oracle counts them); each
+  scheme's goodput / the capacity it may use (its own carrier for ``single-path-c<k>``, the sum
+  otherwise), geometric mean over the trips with a 95 % CI; and per trip the aggregation
+  ceiling ``sum / largest`` of the carriers' capacities: what a scheme that uses every carrier
+  exactly as well as the best carrier alone is used would reach against it.
 * Budget check: every metrics snapshot (end of trip, end of each concurrency window, end of each
   sweep run) whose ``polycorn_mem_budget_peak_bytes`` is above its
   ``polycorn_mem_budget_bytes{level="high"}`` (= ``--mem-budget``), or whose high level is not
@@ -30,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench.flows import BacklogRun
+from polycorn_bench.flows import BacklogRun, trip_oracle
 from polycorn_bench.metrics import BUDGET_LEVELS, BUDGET_PEAK, Metrics
+from polycorn_bench.oracle import PAYLOAD_PER_OPPORTUNITY, Carrier
 from polycorn_bench.records import Issues, LinkSetRun, ProcMem
-from polycorn_bench.stats import paired_ratio_stats
+from polycorn_bench.stats import geomean, paired_ratio_stats
 
 #: Each carrier alone (``testbed/pipelines.toml``): single-path-c0, single-path-c1, ...
 SINGLE_CARRIER = re.compile(r"^single-path-c(\d+)$")
@@ -45,6 +52,14 @@ METHODS = {
         "k, pin-path); each scheme's backlog goodput / that reference, geometric mean over the "
         "trips with a 95 % percentile bootstrap CI (10000 resamples, fixed seed); a trip counts "
         "only if every single-path-c<k> that ran has a record there"
+    ),
+    "capacity_use": (
+        "per backlog record: each carrier's downlink capacity over the record's window = lit "
+        "trace opportunities in it x 1448 bytes (blackouts excluded, as in the oracle); "
+        "share = goodput / the capacity the scheme may use (its own carrier for "
+        "single-path-c<k>, the sum of the carriers otherwise), geometric mean over the trips "
+        "with a 95 % percentile bootstrap CI; ceiling per trip = sum / largest carrier "
+        "capacity over the union of the trip's backlog windows, geometric mean over trips"
     ),
     "concurrency": (
         "N concurrent passengers (own source addresses), each one always-busy download over "
@@ -127,6 +142,67 @@ def best_single_carrier(
         "by_scheme": by_scheme,
     }
     return section, None
+
+
+def carrier_capacity_mbps(carrier: Carrier, start_ms: float, end_ms: float) -> float:
+    """Downlink capacity of ``carrier`` over ``[start_ms, end_ms)`` of trip time (Mbit/s): its
+    lit trace opportunities there x :data:`PAYLOAD_PER_OPPORTUNITY`."""
+    if end_ms <= start_ms:
+        raise ValueError(f"empty window [{start_ms}, {end_ms})")
+    times, _ = carrier.downlink(end_ms)
+    n = int(np.count_nonzero((times >= start_ms) & (times < end_ms)))
+    return n * PAYLOAD_PER_OPPORTUNITY * 8 / (end_ms - start_ms) / 1000
+
+
+def capacity_use(
+    ls: LinkSetRun, backlogs: list[BacklogRun], schemes: list[str], issues: Issues
+) -> dict[str, Any] | None:
+    """How much of the carriers' capacity each scheme's backlogged download used, and the
+    per-trip aggregation ceiling; None without backlog records or usable link files."""
+    carriers: dict[str, list[Carrier]] = {}
+    for trip in ls.trips:
+        if any(b.trip == trip.name for b in backlogs):
+            oracle = trip_oracle(trip, issues)
+            if oracle is not None:
+                carriers[trip.name] = oracle.carriers
+    mine = [b for b in backlogs if b.trip in carriers]
+    if not mine:
+        return None
+    trips: list[dict[str, Any]] = []
+    ceilings: list[float] = []
+    for name, cs in carriers.items():
+        recs = [b.rec for b in mine if b.trip == name]
+        start, end = min(r.start_ms for r in recs), max(r.end_ms for r in recs)
+        caps = [carrier_capacity_mbps(c, start, end) for c in cs]
+        top = max(caps)
+        ceiling = sum(caps) / top if top > 0 else None
+        if ceiling is not None:
+            ceilings.append(ceiling)
+        trips.append({"trip": name, "carriers_mbps": caps, "ceiling": ceiling})
+    by_scheme: dict[str, Any] = {}
+    for scheme in schemes:
+        got: list[float] = []
+        usable: list[float] = []
+        m = SINGLE_CARRIER.match(scheme)
+        for b in mine:
+            if b.scheme != scheme:
+                continue
+            cs = carriers[b.trip]
+            if m is not None and int(m.group(1)) >= len(cs):
+                issues.add("single-carrier scheme beyond the trip's carriers", f"{b.trip}/{scheme}")
+                continue
+            use = cs if m is None else [cs[int(m.group(1))]]
+            cap = sum(carrier_capacity_mbps(c, b.rec.start_ms, b.rec.end_ms) for c in use)
+            if cap > 0:
+                got.append(b.rec.goodput_mbps)
+                usable.append(cap)
+        if got:
+            by_scheme[scheme] = paired_ratio_stats(got, usable)
+    return {
+        "trips": trips,
+        "ceiling": geomean(ceilings) if ceilings else None,
+        "by_scheme": by_scheme,
+    }
 
 
 def _mib(kb: int | None) -> float | None:

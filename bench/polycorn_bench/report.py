@@ -347,6 +347,38 @@ def _capacity_section(ls: dict[str, Any]) -> list[str]:
             ["scheme", "trips", "× best single carrier [95 % CI]", "ratio of means"], rows
         )
         out.append("")
+    use = ls.get("capacity_use")
+    if use:
+        out += [
+            "### Capacity used by the backlogged download",
+            "",
+            "Per trip: each carrier's downlink capacity over the backlog window (Mbit/s, from the "
+            "link files) and the aggregation ceiling sum / largest (what using every carrier as "
+            "well as the best one alone is used would give against it).",
+            "",
+        ]
+        rows = [
+            [
+                t["trip"],
+                " / ".join(_f(c) for c in t["carriers_mbps"]),
+                _f(t["ceiling"]),
+            ]
+            for t in use["trips"]
+        ]
+        out += _table(["trip", "carrier capacity, Mbit/s", "ceiling"], rows)
+        out += [
+            "",
+            f"Ceiling, geometric mean over trips: {_f(use['ceiling'])}. Share of the capacity "
+            "each scheme may use (its own carrier for `single-path-c<k>`, all otherwise), "
+            "geometric mean over trips [95 % CI]:",
+            "",
+        ]
+        rows = [
+            [f"`{scheme}`", str(st["n_pairs"]), _f(st["ratio"]) + _ci(st["ci95"])]
+            for scheme, st in use["by_scheme"].items()
+        ]
+        out += _table(["scheme", "trips", "goodput / capacity [95 % CI]"], rows)
+        out.append("")
     conc = ls.get("concurrency")
     if conc:
         out += [

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunBuilder, backlog, write_jsonl
+from conftest import RunBuilder, backlog, write_jsonl, write_trace
 
 from polycorn_bench.analysis import analyse
 from polycorn_bench.capacity import carrier_schemes, jain_index
@@ -182,6 +182,48 @@ def test_best_single_carrier_needs_both_carriers(tmp_path: Path) -> None:
     assert doc["best_single_carrier"] is None
     assert "single-path-c0" in doc["notes"]["best_single_carrier"]
     assert "vs_best_single_carrier" not in doc["backlog"]["minrtt"]
+
+
+# ---- capacity use ------------------------------------------------------------------------------
+
+
+def test_capacity_use_shares_and_ceiling(tmp_path: Path) -> None:
+    """c0: 1 opportunity per ms (11.584 Mbit/s); c1: 2 per ms but dark for a quarter of the
+    [100 s, 200 s] window (17.376 Mbit/s over it): ceiling (11.584 + 17.376) / 17.376."""
+    schemes = ["minrtt", "single-path-c0", "single-path-c1"]
+    b = RunBuilder(tmp_path / "run", schemes, ["r1-t1"])
+    tdir = b.trip_dir("r1-t1")
+    write_trace(tdir / "c1.down", 2, 60_000)
+    (tdir / "c1.schedule").write_text("delay 0 10\nblackout 150000 175000 hold\n", encoding="utf-8")
+    c0, c1, both = 11.584, 23.168 * 0.75, 11.584 + 23.168 * 0.75
+    # bytes over 100 s for a goodput of x Mbit/s: x * 100e6 / 8
+    shares = (("minrtt", 0.5 * both), ("single-path-c0", c0), ("single-path-c1", 0.8 * c1))
+    for scheme, mbit in shares:
+        write_backlog(b, "r1-t1", scheme, [backlog(round(mbit * 100e6 / 8))])
+    doc = analyse(read_run(b.finish()))
+    use = doc["capacity_use"]
+    assert use is not None
+    assert use["trips"][0]["trip"] == "r1-t1"
+    assert use["trips"][0]["carriers_mbps"] == [pytest.approx(c0), pytest.approx(c1)]
+    assert use["trips"][0]["ceiling"] == pytest.approx(both / c1)
+    assert use["ceiling"] == pytest.approx(both / c1)
+    by = use["by_scheme"]
+    assert by["minrtt"]["ratio"] == pytest.approx(0.5)
+    assert by["single-path-c0"]["ratio"] == pytest.approx(1.0)
+    assert by["single-path-c1"]["ratio"] == pytest.approx(0.8)
+    assert doc["link_sets"]["hsr"]["capacity_use"]["ceiling"] == pytest.approx(both / c1)
+    md = markdown(doc)
+    assert "Capacity used by the backlogged download" in md
+    assert "11.58 / 17.38" in md
+
+
+def test_capacity_use_without_link_files_is_null_with_an_issue(tmp_path: Path) -> None:
+    b = RunBuilder(tmp_path / "run", ["minrtt"], ["r1-t1"])
+    write_backlog(b, "r1-t1", "minrtt", [backlog(10_000_000)])
+    (b.trip_dir("r1-t1") / "c0.down").unlink()
+    doc = analyse(read_run(b.finish()))
+    assert doc["capacity_use"] is None
+    assert doc["issues"]["by_kind"]["no c0.down in trip directory (no oracle)"] >= 1
 
 
 # ---- concurrency -------------------------------------------------------------------------------
