@@ -164,7 +164,10 @@ if [[ $VAL_TCP == 1 ]]; then
         echo "12 skipped: needs root, iperf3 and nstat" >>"$RESULT.tmp"
     else
         cc=bbr
-        grep -qw bbr /proc/sys/net/ipv4/tcp_available_congestion_control || sysctl -qw net.ipv4.tcp_congestion_control=bbr 2>/dev/null || true
+        # Asking for BBR in a throwaway namespace loads its module without
+        # changing this machine's default (which new namespaces inherit).
+        grep -qw bbr /proc/sys/net/ipv4/tcp_available_congestion_control \
+            || unshare -n sysctl -qw net.ipv4.tcp_congestion_control=bbr 2>/dev/null || true
         if ! grep -qw bbr /proc/sys/net/ipv4/tcp_available_congestion_control; then
             cc=cubic
             log "BBR not available in this kernel: falling back to CUBIC (labelled in the results)"

@@ -18,7 +18,7 @@ use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, DEFAULT_PROXY_BUDGET
 use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
 use polycorn_net::metrics::{self, Source};
 use polycorn_net::session::{RESET_CONNECT_FAILED, RESET_REFUSED_BY_POLICY};
-use polycorn_net::subflow::{self, Hello, Transport};
+use polycorn_net::subflow::{self, Congestion, Hello, Transport};
 use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
 use polycorn_net::{merge_options, Session, SessionEvent};
 use tokio::net::TcpStream;
@@ -71,6 +71,12 @@ struct Opts {
     /// session, scheduler or telemetry) [default: tls].
     #[arg(long, env = "POLYCORN_PROXY_TRANSPORT")]
     transport: Option<String>,
+    /// Kernel congestion control of the sockets facing the train (TLS
+    /// subflows, MPTCP connections and their subflows): an algorithm name
+    /// (`TCP_CONGESTION`), or `kernel` for the kernel's default. When the
+    /// kernel lacks it, a warning and the default [default: bbr].
+    #[arg(long, env = "POLYCORN_PROXY_SUBFLOW_CC")]
+    subflow_cc: Option<String>,
     /// kernel-mptcp-conn: most connections served at once; beyond it new
     /// ones wait in the listen backlog [default: 16384].
     #[arg(long, env = "POLYCORN_PROXY_MAX_CONNS")]
@@ -161,6 +167,8 @@ struct Settings {
     scheduler: String,
     pipelines: BTreeMap<String, PipelineToml>,
     transport: Transport,
+    /// `--subflow-cc`.
+    congestion: Congestion,
     /// kernel-mptcp-conn's connection cap.
     max_conns: usize,
     metrics_listen: SocketAddr,
@@ -186,7 +194,7 @@ fn parse_transport(s: &str) -> anyhow::Result<Transport> {
 fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
-    merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, max_conns, metrics_listen, deny, allow,
+    merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, subflow_cc, max_conns, metrics_listen, deny, allow,
         connect_timeout_s, conn_window, conn_window_initial, conn_send_buffer, mem_budget, log_json, failure_table, kafka_brokers, kafka_topic,
         kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file);
     let pipelines = std::mem::take(&mut f.pipelines);
@@ -239,6 +247,11 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             scheduler,
             pipelines,
             transport: parse_transport(o.transport.as_deref().unwrap_or("tls"))?,
+            congestion: o
+                .subflow_cc
+                .as_deref()
+                .map_or(Ok(Congestion::default()), str::parse)
+                .map_err(anyhow::Error::msg)?,
             max_conns,
             metrics_listen: o.metrics_listen.unwrap_or_else(|| "127.0.0.1:9464".parse().expect("valid")),
             deny,
@@ -459,7 +472,8 @@ impl Proxy {
         }
         let session = self.session_for(&hello)?;
         subflow::server_ack(&mut tls, &hello, self.instance).await?;
-        info!(%peer, path = %hello.path, name = %hello.path_name, "subflow up");
+        let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
+        info!(%peer, path = %hello.path, name = %hello.path_name, %cc, "subflow up");
         let r = session.run_path(hello.path, tls, Some(probe)).await;
         info!(%peer, path = %hello.path, result = ?r, "subflow down");
         Ok(())
@@ -579,8 +593,8 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     polycorn_net::telemetry::init_logging("info", json);
-    let listener = subflow::listen(s.listen, s.transport)?;
-    info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, "proxy started");
+    let listener = subflow::listen(s.listen, s.transport, &s.congestion)?;
+    info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, subflow_cc = %s.congestion, "proxy started");
     let metrics_addr = s.metrics_listen;
     let instance = std::hash::BuildHasher::hash_one(
         &std::collections::hash_map::RandomState::new(),

@@ -19,7 +19,7 @@ use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, DEFAULT_RELA
 use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
 use polycorn_net::metrics::{self, Source, Writer};
 use polycorn_net::mptcp_conn::{self, ConnDialer};
-use polycorn_net::subflow::{self, Hello, Transport};
+use polycorn_net::subflow::{self, Congestion, Hello, Transport};
 use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
 use polycorn_net::{merge_options, ConnStream, Session, SessionEvent};
 use tokio::sync::watch;
@@ -96,6 +96,12 @@ struct Opts {
     /// telemetry upload) [default: tls].
     #[arg(long, env = "POLYCORN_RELAY_TRANSPORT")]
     transport: Option<String>,
+    /// Kernel congestion control of the sockets facing the proxy (TLS
+    /// subflows, MPTCP connections and their subflows): an algorithm name
+    /// (`TCP_CONGESTION`), or `kernel` for the kernel's default. When the
+    /// kernel lacks it, a warning and the default [default: bbr].
+    #[arg(long, env = "POLYCORN_RELAY_SUBFLOW_CC")]
+    subflow_cc: Option<String>,
     /// Prometheus metrics and health endpoints [default: 127.0.0.1:9465].
     #[arg(long, env = "POLYCORN_RELAY_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -231,6 +237,8 @@ struct Settings {
     scheduler: String,
     pipelines: BTreeMap<String, PipelineToml>,
     transport: Transport,
+    /// `--subflow-cc`.
+    congestion: Congestion,
     udp_policy: UdpPolicy,
     modems: Vec<radio::mmcli::ModemSpec>,
     detector: polycorn_telemetry::handover::DetectorConfig,
@@ -242,7 +250,7 @@ fn settings() -> anyhow::Result<Settings> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
-        dns_upstream, lan_interface, udp_policy, scheduler, transport, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, log_json,
+        dns_upstream, lan_interface, udp_policy, scheduler, transport, subflow_cc, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, log_json,
         failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, replay_events, replay_epoch_unix_ms, replay_detect, gpsd, modems, mmcli, mmcli_interval_ms,
         handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume);
     let pipelines = std::mem::take(&mut f.pipelines);
@@ -264,6 +272,8 @@ fn settings() -> anyhow::Result<Settings> {
     let scheduler = o.scheduler.clone().unwrap_or_else(|| "hrsch".into());
     build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
     let transport: Transport = o.transport.as_deref().unwrap_or("tls").parse().map_err(anyhow::Error::msg)?;
+    let congestion: Congestion =
+        o.subflow_cc.as_deref().map_or(Ok(Congestion::default()), str::parse).map_err(anyhow::Error::msg)?;
     let udp_policy = match o.udp_policy.as_deref().unwrap_or("reject-quic") {
         "reject-quic" => UdpPolicy::RejectQuic,
         "drop-all" => UdpPolicy::DropAll,
@@ -312,6 +322,7 @@ fn settings() -> anyhow::Result<Settings> {
         scheduler,
         pipelines,
         transport,
+        congestion,
         udp_policy,
         modems,
         detector,
@@ -403,7 +414,7 @@ async fn keep_path(
     let connector = tokio_rustls::TlsConnector::from(s.tls.clone());
     loop {
         let attempt = async {
-            let tcp = subflow::connect(spec.proxy, spec.device.as_deref(), s.transport).await?;
+            let tcp = subflow::connect(spec.proxy, spec.device.as_deref(), s.transport, &s.congestion).await?;
             let probe = subflow::UnsentProbe::new(&tcp)?;
             let mut tls = connector.connect(s.proxy_name.clone(), tcp).await?;
             let hello = Hello {
@@ -433,7 +444,8 @@ async fn keep_path(
                     warn!(path = %spec.id, "proxy restarted: resetting passenger connections");
                     session.with(|st, _| st.ep.abort_all(polycorn_net::session::RESET_ABORTED));
                 }
-                info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, "subflow up");
+                let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
+                info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, %cc, "subflow up");
                 backoff = Duration::from_millis(100);
                 let r = tokio::select! {
                     r = session.run_path(spec.id, tls, Some(probe)) => r,
@@ -507,7 +519,7 @@ async fn main() -> anyhow::Result<()> {
         }
         _ => None,
     };
-    info!(train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, paths = s.paths.len(), session = session_id, "relay started");
+    info!(train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, subflow_cc = %s.congestion, paths = s.paths.len(), session = session_id, "relay started");
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop = |mut rx: watch::Receiver<bool>| async move {
@@ -527,7 +539,7 @@ async fn main() -> anyhow::Result<()> {
     let conn_dialer = (s.transport == Transport::KernelMptcpConn).then(|| {
         let proxy = s.paths[0].proxy;
         info!(%proxy, "kernel-mptcp-conn: one MPTCP connection per passenger connection");
-        ConnDialer::new(proxy, s.proxy_name.clone(), &s.tls, Arc::default())
+        ConnDialer::new(proxy, s.proxy_name.clone(), &s.tls, Arc::default()).with_congestion(s.congestion.clone())
     });
     let known_proxy = KnownProxy::default();
     let mut sources_pre: Vec<Source> = Vec::new();

@@ -42,7 +42,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::metrics::Writer;
-use crate::subflow::{ClientTls, ServerTls};
+use crate::subflow::{ClientTls, Congestion, ServerTls};
 
 /// The header's first bytes.
 pub const MAGIC: [u8; 4] = *b"PCMC";
@@ -259,11 +259,17 @@ fn reset_on_close(stream: &TcpStream) {
 
 /// Connects a `protocol` socket (MPTCP, or TCP in tests without MPTCP) to
 /// `addr`, optionally bound to `device`.
-pub async fn connect(addr: SocketAddr, device: Option<&str>, protocol: Protocol) -> io::Result<TcpStream> {
+pub async fn connect(
+    addr: SocketAddr,
+    device: Option<&str>,
+    protocol: Protocol,
+    cc: &Congestion,
+) -> io::Result<TcpStream> {
     let what = if protocol == Protocol::MPTCP { "MPTCP" } else { "TCP" };
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(protocol)).map_err(|e| {
         io::Error::new(e.kind(), format!("creating an {what} socket: {e} (is net.mptcp.enabled 1 in this namespace?)"))
     })?;
+    cc.apply(&sock);
     if let Some(dev) = device {
         sock.bind_device(Some(dev.as_bytes()))
             .map_err(|e| io::Error::new(e.kind(), format!("binding to interface {dev}: {e}")))?;
@@ -413,6 +419,7 @@ pub struct ConnDialer {
     server_name: ServerName<'static>,
     connector: tokio_rustls::TlsConnector,
     protocol: Protocol,
+    congestion: Congestion,
     stats: Arc<ConnStats>,
 }
 
@@ -433,8 +440,16 @@ impl ConnDialer {
             server_name,
             connector: tokio_rustls::TlsConnector::from(client_tls(tls)),
             protocol: Protocol::MPTCP,
+            congestion: Congestion::default(),
             stats,
         }
+    }
+
+    /// The congestion control its MPTCP connections ask for (passed on to
+    /// their subflows).
+    pub fn with_congestion(mut self, cc: Congestion) -> Self {
+        self.congestion = cc;
+        self
     }
 
     /// Uses plain TCP instead of MPTCP (tests on kernels without MPTCP).
@@ -453,7 +468,7 @@ impl ConnDialer {
     /// shutting it down sends TLS close_notify and a FIN (a half-close).
     pub async fn dial(&self, user: IpAddr, dst: SocketAddr) -> io::Result<ClientStream> {
         let attempt = async {
-            let tcp = connect(self.proxy, None, self.protocol).await?;
+            let tcp = connect(self.proxy, None, self.protocol, &self.congestion).await?;
             let mut tls =
                 tokio::time::timeout(HANDSHAKE_TIMEOUT, self.connector.connect(self.server_name.clone(), tcp))
                     .await
@@ -885,13 +900,13 @@ mod tests {
         }
         wait_for("the TLS refusal", || stats.refused_tls.load(Relaxed) == 1).await;
         // A subflow's ALPN: no common protocol.
-        let tcp = connect(proxy_addr, None, protocol()).await.unwrap();
+        let tcp = connect(proxy_addr, None, protocol(), &Congestion::Kernel).await.unwrap();
         let plain = tokio_rustls::TlsConnector::from(p.client.clone());
         let r = plain.connect(ServerName::try_from("proxy.polycorn").unwrap(), tcp).await;
         assert!(r.is_err(), "a subflow client is refused in the handshake");
         wait_for("the ALPN refusal", || stats.refused_tls.load(Relaxed) == 2).await;
         // Garbage after a good handshake.
-        let tcp = connect(proxy_addr, None, protocol()).await.unwrap();
+        let tcp = connect(proxy_addr, None, protocol(), &Congestion::Kernel).await.unwrap();
         let conn = tokio_rustls::TlsConnector::from(client_tls(&p.client));
         let mut tls = conn.connect(ServerName::try_from("proxy.polycorn").unwrap(), tcp).await.unwrap();
         tls.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();

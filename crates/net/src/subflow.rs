@@ -59,6 +59,90 @@ impl std::str::FromStr for Transport {
     }
 }
 
+/// The congestion control the relay and proxy ask the kernel for on the
+/// sockets that carry their traffic over the carriers (`--subflow-cc`).
+pub const DEFAULT_CONGESTION: &str = "bbr";
+
+/// Congestion control of the carrier-facing sockets: a named kernel
+/// algorithm (`TCP_CONGESTION`), or whatever the kernel's default is.
+///
+/// Named explicitly because the kernel default is machine state
+/// (`net.ipv4.tcp_congestion_control`, inherited by new network namespaces):
+/// left implicit, two runs of the same benchmark, or two trains, could run
+/// different algorithms without anyone knowing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Congestion {
+    /// Leave the kernel's default (`kernel`).
+    Kernel,
+    /// Ask for this algorithm; when the kernel does not have it (module
+    /// missing, or not allowed to load it), warn once and keep the default.
+    Named(String),
+}
+
+impl Default for Congestion {
+    fn default() -> Self {
+        Congestion::Named(DEFAULT_CONGESTION.into())
+    }
+}
+
+impl std::str::FromStr for Congestion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        // TCP_CA_NAME_MAX is 16 bytes with the terminating NUL.
+        let ok = !s.is_empty() && s.len() < 16 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        match s {
+            "kernel" => Ok(Congestion::Kernel),
+            _ if ok => Ok(Congestion::Named(s.into())),
+            _ => Err(format!(
+                "invalid congestion control {s:?}: a kernel algorithm name (e.g. bbr, cubic; 1 to 15 letters, digits or _) or kernel"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Congestion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Congestion::Kernel => f.write_str("kernel"),
+            Congestion::Named(n) => f.write_str(n),
+        }
+    }
+}
+
+static CONGESTION_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Congestion {
+    /// Apply to a socket before it connects or listens (accepted sockets
+    /// inherit a listener's choice; an MPTCP socket passes it to its
+    /// subflows). A failure is logged once per process and otherwise
+    /// ignored: the connection works with the kernel's default.
+    pub fn apply(&self, sock: &Socket) {
+        let Congestion::Named(name) = self else { return };
+        if let Err(e) = sock.set_tcp_congestion(name.as_bytes()) {
+            if !CONGESTION_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    algorithm = %name,
+                    error = %e,
+                    effective = %effective_congestion(sock).unwrap_or_else(|| "unknown".into()),
+                    "the kernel refused the subflow congestion control (load its module, e.g. modprobe tcp_{name}): using the kernel default"
+                );
+            }
+        }
+    }
+}
+
+/// The congestion control a socket runs, as the kernel names it.
+pub fn effective_congestion(sock: &Socket) -> Option<String> {
+    let v = sock.tcp_congestion().ok()?;
+    let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+    Some(String::from_utf8_lossy(&v[..end]).into_owned())
+}
+
+/// The congestion control of a connected stream (for logs).
+pub fn stream_congestion(stream: &TcpStream) -> Option<String> {
+    effective_congestion(&SockRef::from(stream))
+}
+
 /// Socket options every subflow gets.
 pub fn tune(stream: &TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)?;
@@ -88,10 +172,16 @@ fn set_notsent_lowat(stream: &TcpStream, bytes: u32) -> io::Result<()> {
 
 /// Connect to `addr`, optionally bound to network interface `device`
 /// (SO_BINDTODEVICE) so the subflow uses that carrier.
-pub async fn connect(addr: SocketAddr, device: Option<&str>, transport: Transport) -> io::Result<TcpStream> {
+pub async fn connect(
+    addr: SocketAddr,
+    device: Option<&str>,
+    transport: Transport,
+    cc: &Congestion,
+) -> io::Result<TcpStream> {
     let proto = transport.protocol();
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(proto))
         .map_err(|e| io::Error::new(e.kind(), format!("creating {transport:?} socket: {e}")))?;
+    cc.apply(&sock);
     if let Some(dev) = device {
         sock.bind_device(Some(dev.as_bytes()))
             .map_err(|e| io::Error::new(e.kind(), format!("binding subflow to interface {dev}: {e}")))?;
@@ -106,10 +196,11 @@ pub async fn connect(addr: SocketAddr, device: Option<&str>, transport: Transpor
 
 /// Listening socket for subflows (MPTCP-capable when `transport` says so;
 /// an MPTCP listener also accepts plain TCP).
-pub fn listen(addr: SocketAddr, transport: Transport) -> io::Result<tokio::net::TcpListener> {
+pub fn listen(addr: SocketAddr, transport: Transport, cc: &Congestion) -> io::Result<tokio::net::TcpListener> {
     let proto = transport.protocol();
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(proto))?;
     sock.set_reuse_address(true)?;
+    cc.apply(&sock);
     sock.bind(&addr.into()).map_err(|e| io::Error::new(e.kind(), format!("binding {addr}: {e}")))?;
     sock.listen(1024)?;
     sock.set_nonblocking(true)?;
@@ -243,6 +334,36 @@ pub type ServerTls = Arc<rustls::ServerConfig>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn congestion_control_names_parse_and_bad_ones_are_refused() {
+        assert_eq!("bbr".parse::<Congestion>(), Ok(Congestion::Named("bbr".into())));
+        assert_eq!("kernel".parse::<Congestion>(), Ok(Congestion::Kernel));
+        assert_eq!(Congestion::default().to_string(), DEFAULT_CONGESTION);
+        for bad in ["", "b b", "cubic\0", "a-very-long-name-x", "../x"] {
+            let e = bad.parse::<Congestion>().unwrap_err();
+            assert!(e.contains("invalid congestion control"), "{bad:?}: {e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_listener_passes_its_congestion_control_to_accepted_sockets() {
+        // reno is built into every Linux kernel, so this needs no module.
+        let cc: Congestion = "reno".parse().unwrap();
+        let l = listen("127.0.0.1:0".parse().unwrap(), Transport::Tls, &cc).unwrap();
+        let addr = l.local_addr().unwrap();
+        let (c, a) = tokio::join!(connect(addr, None, Transport::Tls, &cc), l.accept());
+        assert_eq!(stream_congestion(&c.unwrap()).as_deref(), Some("reno"));
+        assert_eq!(stream_congestion(&a.unwrap().0).as_deref(), Some("reno"));
+        // An algorithm the kernel does not have leaves the default, and the
+        // connection still works.
+        let missing: Congestion = "nosuchcc".parse().unwrap();
+        let l = listen("127.0.0.1:0".parse().unwrap(), Transport::Tls, &missing).unwrap();
+        let addr = l.local_addr().unwrap();
+        let (c, a) = tokio::join!(connect(addr, None, Transport::Tls, &missing), l.accept());
+        let (c, _a) = (c.unwrap(), a.unwrap());
+        assert_ne!(stream_congestion(&c).as_deref(), Some("nosuchcc"));
+    }
 
     #[test]
     fn transports_parse_by_their_flag_names() {
