@@ -28,7 +28,10 @@
 #   treats the address as on-link, and NS_CLOUD answers ARP for any of its
 #   addresses on any interface, so the join reaches the proxy over link i.
 #
-# Env: PC_PREFIX, PC_CARRIERS, PC_STATE (see lib.sh). Runs down.sh first, so
+# Env: PC_PREFIX, PC_CARRIERS, PC_STATE (see lib.sh); PC_SLOW_START_AFTER_IDLE
+# (0 or 1; unset: the kernel's default, 1): net.ipv4.tcp_slow_start_after_idle
+# in the train's and the cloud's namespace, where the relay's and the
+# proxy's subflows live. Runs down.sh first, so
 # it always starts from a clean slate. Writes $PC_STATE/netns.env (sourceable
 # KEY=VALUE lines) and prints it.
 set -euo pipefail
@@ -40,6 +43,11 @@ pc_require_root
 for tool in ip iptables; do
     command -v "$tool" >/dev/null || { echo "up.sh: $tool not found: run 'make setup'" >&2; exit 1; }
 done
+
+case ${PC_SLOW_START_AFTER_IDLE:-} in
+    "" | 0 | 1) ;;
+    *) echo "up.sh: PC_SLOW_START_AFTER_IDLE must be 0 or 1, got '$PC_SLOW_START_AFTER_IDLE'" >&2; exit 2 ;;
+esac
 
 "$here/down.sh"
 
@@ -84,6 +92,14 @@ ip -n "$NS_CLOUD" link set "$INET_IF" up
 for ns in "${PC_NAMESPACES[@]}"; do
     ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=0
 done
+
+# ---- slow start after idle (subflows are long-lived and idle between
+# downloads; 1 collapses their congestion window after every idle RTO).
+if [[ -n ${PC_SLOW_START_AFTER_IDLE:-} ]]; then
+    for ns in "$NS_TRAIN" "$NS_CLOUD"; do
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$PC_SLOW_START_AFTER_IDLE"
+    done
+fi
 
 # ---- kernel MPTCP
 if [[ "$(ip netns exec "$NS_TRAIN" cat /proc/sys/net/mptcp/enabled 2>/dev/null || echo 0)" == 1 ]]; then
