@@ -50,6 +50,7 @@ from polycorn_bench.flows import (
     Flow,
     collect_backlogs,
     collect_flows,
+    paired_goodputs,
 )
 from polycorn_bench.oracle import PAYLOAD_PER_OPPORTUNITY
 from polycorn_bench.records import LinkSetRun, Run
@@ -140,18 +141,8 @@ METHODS = {
 }
 
 
-def _pairs(
-    flows: list[Flow], scheme: str, ref: dict[tuple[str, int], Flow]
-) -> list[tuple[Flow, Flow]]:
-    out = []
-    for f in flows:
-        r = ref.get((f.trip, f.rec.id))
-        if r is not None and f.goodput_mbps is not None and r.goodput_mbps is not None:
-            out.append((f, r))
-    return out
-
-
-def _paired_summary(pairs: list[tuple[Flow, Flow]], is_ref: bool) -> dict[str, Any]:
+def _paired_summary(pairs: list[tuple[float, float]], is_ref: bool) -> dict[str, Any]:
+    """``pairs``: (goodput, minrtt's goodput), from :func:`paired_goodputs`."""
     if is_ref:
         has = bool(pairs)
         return {
@@ -160,10 +151,10 @@ def _paired_summary(pairs: list[tuple[Flow, Flow]], is_ref: bool) -> dict[str, A
             "ci95": [1.0, 1.0] if has else None,
             "ratio_of_means": 1.0 if has else None,
         }
-    ratios = np.asarray([f.goodput_mbps / r.goodput_mbps for f, r in pairs])  # type: ignore[operator]
+    ratios = np.asarray([g / r for g, r in pairs])
     lo, hi = bootstrap_geomean_ci(ratios)
-    mean_s = float(np.mean([f.goodput_mbps for f, _ in pairs])) if pairs else math.nan
-    mean_r = float(np.mean([r.goodput_mbps for _, r in pairs])) if pairs else math.nan
+    mean_s = float(np.mean([g for g, _ in pairs])) if pairs else math.nan
+    mean_r = float(np.mean([r for _, r in pairs])) if pairs else math.nan
     return {
         "n_pairs": len(pairs),
         "ratio_vs_minrtt": finite_or_none(geomean(ratios)),
@@ -172,9 +163,7 @@ def _paired_summary(pairs: list[tuple[Flow, Flow]], is_ref: bool) -> dict[str, A
     }
 
 
-def _group_summary(
-    flows: list[Flow], scheme: str, ref: dict[tuple[str, int], Flow] | None
-) -> dict[str, Any]:
+def _group_summary(flows: list[Flow], scheme: str, ref: list[Flow] | None) -> dict[str, Any]:
     good = [f.goodput_mbps for f in flows if f.goodput_mbps is not None]
     oracle = [f.oracle_ratio for f in flows if f.oracle_ratio is not None]
     n_timeout = sum(1 for f in flows if f.rec.timeout)
@@ -190,7 +179,7 @@ def _group_summary(
         "goodput_mbps_mean": float(np.mean(good)) if good else None,
     }
     if ref is not None:
-        out.update(_paired_summary(_pairs(flows, scheme, ref), scheme == REFERENCE))
+        out.update(_paired_summary(paired_goodputs(flows, ref), scheme == REFERENCE))
     else:
         out.update({"n_pairs": 0, "ratio_vs_minrtt": None, "ci95": None, "ratio_of_means": None})
     out["ratio_vs_oracle"] = finite_or_none(geomean(oracle))
@@ -203,8 +192,7 @@ def _group_summary(
 def bulk_summary(
     flows: list[Flow], schemes: list[str], labels: list[str]
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    ref_flows = [f for f in flows if f.scheme == REFERENCE]
-    ref = {(f.trip, f.rec.id): f for f in ref_flows} if ref_flows else None
+    ref = [f for f in flows if f.scheme == REFERENCE] or None
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for scheme in schemes:
         mine = [f for f in flows if f.scheme == scheme]
@@ -236,12 +224,12 @@ def bulk_by_handovers(
     events = {t.name: t.handover_starts for t in ls.trips if t.handover_starts is not None}
     if not events:
         return None
-    ref_bin: dict[tuple[str, int], tuple[str, Flow]] = {}
+    ref_by_bin: dict[str, list[Flow]] = {b: [] for b in HANDOVER_BINS}
     for f in flows:
         if f.scheme == REFERENCE and f.trip in events and f.end_ms is not None:
             c = handover_count(events[f.trip], f.rec.start_ms, f.end_ms)
-            ref_bin[(f.trip, f.rec.id)] = (handover_bin(c), f)
-    if not ref_bin:
+            ref_by_bin[handover_bin(c)].append(f)
+    if not any(ref_by_bin.values()):
         return None
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for scheme in schemes:
@@ -250,15 +238,11 @@ def bulk_by_handovers(
             continue
         per: dict[str, dict[str, Any]] = {}
         for b in HANDOVER_BINS:
-            pairs = []
-            for f in mine:
-                hit = ref_bin.get((f.trip, f.rec.id))
-                if hit is not None and hit[0] == b:
-                    pairs.append((f, hit[1]))
-            good = [f.goodput_mbps for f, _ in pairs]
+            pairs = paired_goodputs(mine, ref_by_bin[b])
+            good = [g for g, _ in pairs]
             entry: dict[str, Any] = {
                 "n": len(pairs),
-                "goodput_mbps_median": float(np.median(good)) if good else None,  # type: ignore[arg-type]
+                "goodput_mbps_median": float(np.median(good)) if good else None,
             }
             entry.update(_paired_summary(pairs, scheme == REFERENCE))
             del entry["n_pairs"]

@@ -1,13 +1,16 @@
 """Per-download numbers shared by the summaries: :class:`Flow` (duration, censoring, oracle time),
 :class:`BacklogRun` (a backlog record with its trip and scheme) and the scheme names every
-comparison refers to.
+comparison refers to, and :func:`paired_goodputs`, which pairs either kind with a reference
+scheme's records on the same trip and id.
 
 Backlog records are never flows: they stay out of the bulk tables, the per-size ratios, the
 oracle comparison and the handover bins."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from polycorn_bench.links import LinkFileError
 from polycorn_bench.oracle import Oracle, load_carriers
@@ -31,6 +34,10 @@ class Flow:
     duration_ms: float | None  # None: no goodput (failed, or timeout without a known timeout)
     censored: bool
     oracle_ms: float | None
+
+    @property
+    def pair_key(self) -> tuple[str, int]:
+        return (self.trip, self.rec.id)
 
     @property
     def goodput_mbps(self) -> float | None:
@@ -125,6 +132,14 @@ class BacklogRun:
     scheme: str
     rec: Backlog
 
+    @property
+    def pair_key(self) -> tuple[str, int]:
+        return (self.trip, self.rec.id)
+
+    @property
+    def goodput_mbps(self) -> float:
+        return self.rec.goodput_mbps
+
 
 def collect_backlogs(ls: LinkSetRun, issues: Issues) -> list[BacklogRun]:
     """Every backlog record of the link set; a repeated id in one scheme's file keeps the
@@ -140,4 +155,33 @@ def collect_backlogs(ls: LinkSetRun, issues: Issues) -> list[BacklogRun]:
                     continue
                 seen.add(rec.id)
                 out.append(BacklogRun(trip.name, scheme, rec))
+    return out
+
+
+class Paired(Protocol):
+    """A record that pairs with another scheme's on the same trip and id (:class:`Flow`,
+    :class:`BacklogRun`)."""
+
+    @property
+    def scheme(self) -> str: ...
+
+    @property
+    def pair_key(self) -> tuple[str, int]: ...
+
+    @property
+    def goodput_mbps(self) -> float | None: ...
+
+
+def paired_goodputs(
+    records: Iterable[Paired], reference: Iterable[Paired]
+) -> list[tuple[float, float]]:
+    """(goodput, reference goodput) for each of ``records`` with a goodput whose trip and id
+    ``reference`` has with a positive goodput, in the order of ``records``. A key should occur
+    once in ``reference`` (``collect_flows`` and ``collect_backlogs`` keep the first)."""
+    ref = {r.pair_key: g for r in reference if (g := r.goodput_mbps) is not None}
+    out: list[tuple[float, float]] = []
+    for rec in records:
+        g, r = rec.goodput_mbps, ref.get(rec.pair_key)
+        if g is not None and r is not None and r > 0:
+            out.append((g, r))
     return out

@@ -14,12 +14,12 @@ A gain whose interval contains 0 is reported as "not resolved", never as a gain.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from polycorn_bench.flows import BacklogRun, Flow
+from polycorn_bench.flows import BacklogRun, Flow, Paired, paired_goodputs
 from polycorn_bench.stats import bootstrap_geomean_ci, finite_or_none, geomean
 
 #: composition -> (base pipeline, schedulerlets it adds).
@@ -58,34 +58,12 @@ def _gain(ratios: list[float]) -> dict[str, Any]:
     }
 
 
-def _bulk_ratios(flows: Iterable[Flow], scheme: str, base: str) -> list[float]:
-    flows = list(flows)
-    ref = {
-        (f.trip, f.rec.id): f.goodput_mbps
-        for f in flows
-        if f.scheme == base and f.goodput_mbps is not None
-    }
-    out = []
-    for f in flows:
-        if f.scheme != scheme or f.goodput_mbps is None:
-            continue
-        r = ref.get((f.trip, f.rec.id))
-        if r:
-            out.append(f.goodput_mbps / r)
-    return out
-
-
-def _backlog_ratios(backlogs: Iterable[BacklogRun], scheme: str, base: str) -> list[float]:
-    backlogs = list(backlogs)
-    ref = {(b.trip, b.rec.id): b.rec.goodput_mbps for b in backlogs if b.scheme == base}
-    out = []
-    for b in backlogs:
-        if b.scheme != scheme:
-            continue
-        r = ref.get((b.trip, b.rec.id))
-        if r:
-            out.append(b.rec.goodput_mbps / r)
-    return out
+def _ratios(records: Sequence[Paired], scheme: str, base: str) -> list[float]:
+    """goodput_scheme / goodput_base over the records paired by trip and id."""
+    pairs = paired_goodputs(
+        (r for r in records if r.scheme == scheme), (r for r in records if r.scheme == base)
+    )
+    return [g / ref for g, ref in pairs]
 
 
 def hol_ablation(
@@ -99,7 +77,7 @@ def hol_ablation(
         out[scheme] = {
             "base": base,
             "adds": adds,
-            "bulk": _gain(_bulk_ratios(flows, scheme, base)),
-            "backlog": _gain(_backlog_ratios(backlogs, scheme, base)),
+            "bulk": _gain(_ratios(flows, scheme, base)),
+            "backlog": _gain(_ratios(backlogs, scheme, base)),
         }
     return out or None
