@@ -7,16 +7,19 @@ nothing is copied or edited, and its ``run.json`` says which run every part came
 (``composed_from``); the analysis reads it like any run. Usage (from the repository root)::
 
     uv run --project bench --locked python -m polycorn_bench.compose OUT_DIR --base RUN \\
-        [--link-set NAME=RUN ...] [--phase PHASE=RUN ...]
+        [--link-set NAME=RUN ...] [--phase PHASE=RUN ...] [--drop PHASE@LINK_SET ...]
 
 * ``--base RUN``: every link set, trip and file of ``RUN``, and its ``run.json``.
 * ``--link-set NAME=RUN``: link set ``NAME`` (its directory and its ``run.json`` entry) from
   ``RUN`` instead, or in addition.
 * ``--phase PHASE=RUN``: in every link set of the result that ``RUN`` also has, the files of
-  ``PHASE`` (``bulk``, ``im``, ``backlog``, ``concurrency``; per trip and scheme, metrics
-  snapshots of the phase included) come from ``RUN``, and so does ``run.json``'s block of that
-  phase. A trip or scheme that ``RUN`` lacks is an error: a composed run never mixes a phase's
-  records of two runs silently.
+  ``PHASE`` (``bulk``, ``im``, ``backlog``, ``concurrency``, or one window ``concurrency-<N>``;
+  per trip and scheme, metrics snapshots of the phase included) come only from ``RUN``: a
+  scheme ``RUN`` left out has no records of that phase (the phase's records of two runs are
+  never mixed), and a scheme directory of ``RUN`` without them is an error. ``run.json``'s
+  block of a whole phase comes from ``RUN`` too.
+* ``--drop PHASE@LINK_SET``: leave that phase's files of that link set out (a window found
+  invalid and not rerun).
 
 Exit status 0, or 2 with a message when a run is unusable or the parts do not fit.
 """
@@ -31,7 +34,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-#: Files of each phase in a scheme directory (paths relative to it, shell patterns).
+#: Files of each phase in a scheme directory (paths relative to it, shell patterns); a window of
+#: the concurrency phase alone is ``concurrency-<N>`` (:func:`phase_patterns`).
 PHASE_FILES: dict[str, tuple[str, ...]] = {
     "bulk": ("bulk.jsonl",),
     "im": ("im-*.jsonl",),
@@ -39,13 +43,22 @@ PHASE_FILES: dict[str, tuple[str, ...]] = {
     "concurrency": ("concurrency-*", "logs/concurrency-*"),
 }
 
-
 #: Directories of a trip that are not schemes: its link files and the budget sweep.
 NOT_SCHEMES = frozenset({"trip", "sweep"})
 
 
 class ComposeError(Exception):
     """The runs cannot be composed as asked."""
+
+
+def phase_patterns(phase: str) -> tuple[str, ...]:
+    """The file patterns of ``phase``: one of :data:`PHASE_FILES`, or ``concurrency-<N>``."""
+    if phase in PHASE_FILES:
+        return PHASE_FILES[phase]
+    n = phase.removeprefix("concurrency-")
+    if n != phase and n.isdigit():
+        return (f"concurrency-{n}.*", f"logs/concurrency-{n}.*")
+    raise ComposeError(f"unknown phase {phase!r}: use {sorted(PHASE_FILES)} or concurrency-<N>")
 
 
 def _load(run: Path) -> dict[str, Any]:
@@ -58,38 +71,35 @@ def _load(run: Path) -> dict[str, Any]:
     return meta
 
 
-def _phase_of(rel: str) -> str | None:
-    for phase, patterns in PHASE_FILES.items():
-        if any(fnmatch(rel, p) for p in patterns):
-            return phase
-    return None
+def _matches(rel: str, phases: list[str]) -> bool:
+    return any(fnmatch(rel, p) for phase in phases for p in phase_patterns(phase))
 
 
-def _link_tree(src: Path, dst: Path, phases: dict[str, Path], rel: Path = Path()) -> None:
-    """Mirror ``src`` into ``dst`` with symbolic links; a file of a phase in ``phases`` links to
-    the same path under that run's link set directory instead (which must have it)."""
+def _link_tree(
+    src: Path, dst: Path, phases: dict[str, Path], dropped: list[str], rel: Path = Path()
+) -> None:
+    """Mirror ``src`` into ``dst`` with symbolic links, leaving out the files of ``dropped``
+    phases and of the phases in ``phases``, whose files come from that run's link set directory
+    instead (every scheme directory it has must hold the phase's records)."""
     dst.mkdir(parents=True, exist_ok=True)
     for entry in sorted(src.iterdir()):
         r = rel / entry.name
         if entry.is_dir():
-            _link_tree(entry, dst / entry.name, phases, r)
+            _link_tree(entry, dst / entry.name, phases, dropped, r)
             continue
         # rel = TRIP/SCHEME/...; the phase patterns are relative to the scheme directory.
-        scheme_file = len(r.parts) > 2 and r.parts[1] not in NOT_SCHEMES
-        in_scheme = Path(*r.parts[2:]).as_posix() if scheme_file else ""
-        phase = _phase_of(in_scheme) if in_scheme else None
-        if phase in phases:
-            continue  # linked from the phase's run below
-        (dst / entry.name).symlink_to(entry.resolve())
-    for phase, other in phases.items():
-        if len(rel.parts) != 2 or rel.parts[1] in NOT_SCHEMES:
+        in_scheme = len(r.parts) > 2 and r.parts[1] not in NOT_SCHEMES
+        if in_scheme and _matches(Path(*r.parts[2:]).as_posix(), [*phases, *dropped]):
             continue
-        # A scheme directory: link the phase's files of the other run.
+        (dst / entry.name).symlink_to(entry.resolve())
+    if len(rel.parts) != 2 or rel.parts[1] in NOT_SCHEMES:
+        return
+    for phase, other in phases.items():
         theirs = other / rel
         if not theirs.is_dir():
-            raise ComposeError(f"{theirs}: missing (phase {phase} of {rel} must come from there)")
+            continue  # a scheme the rerun left out: no records of this phase
         found = False  # a record file, not only snapshots
-        for pattern in PHASE_FILES[phase]:
+        for pattern in phase_patterns(phase):
             for f in sorted(theirs.glob(pattern)):
                 found = found or "/" not in pattern
                 target = dst / f.relative_to(theirs)
@@ -100,14 +110,19 @@ def _link_tree(src: Path, dst: Path, phases: dict[str, Path], rel: Path = Path()
 
 
 def compose(
-    out: Path, base: Path, link_sets: dict[str, Path], phases: dict[str, Path]
+    out: Path,
+    base: Path,
+    link_sets: dict[str, Path],
+    phases: dict[str, Path],
+    drops: list[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """Build ``out`` (which must not exist yet); returns its ``run.json``."""
+    """Build ``out`` (which must not exist yet); returns its ``run.json``. ``drops``: (phase,
+    link set) pairs whose files are left out (a window found invalid and not rerun)."""
     if out.exists():
         raise ComposeError(f"{out} exists: compose into a new directory")
-    unknown = sorted(set(phases) - set(PHASE_FILES))
-    if unknown:
-        raise ComposeError(f"unknown phase(s) {unknown}: use {sorted(PHASE_FILES)}")
+    drops = drops or []
+    for phase in [*phases, *(p for p, _ in drops)]:
+        phase_patterns(phase)
     meta = _load(base)
     metas = {run: _load(run) for run in {*link_sets.values(), *phases.values()}}
     sets: dict[str, tuple[Path, dict[str, Any]]] = {
@@ -118,6 +133,9 @@ def compose(
         if not isinstance(entry, dict):
             raise ComposeError(f"{run}/run.json has no link set {name!r}")
         sets[name] = (run, entry)
+    for phase, ls in drops:
+        if ls not in sets:
+            raise ComposeError(f"--drop {phase}@{ls}: no link set {ls!r}")
     composed_from: list[dict[str, Any]] = [
         {"run": str(base.resolve()), "commit": meta.get("commit"), "used_for": "the rest"}
     ]
@@ -131,21 +149,25 @@ def compose(
                 "run": str(run.resolve()),
                 "commit": metas[run].get("commit"),
                 "used_for": f"phase {phase}",
+                "schemes": metas[run].get("schemes"),
             }
         )
         if phase in metas[run]:
             meta[phase] = metas[run][phase]
+    for phase, ls in drops:
+        composed_from.append({"run": None, "commit": None, "used_for": f"dropped {phase}@{ls}"})
     out.mkdir(parents=True)
     try:
         for name, (run, entry) in sets.items():
             mine = {p: r / name for p, r in phases.items() if name in metas[r]["link_sets"]}
+            dropped = [p for p, ls in drops if ls == name]
             src = run / name
             if not src.is_dir():
                 raise ComposeError(f"{src}: missing link set directory")
             for trip in entry.get("trips", []):
                 if not (src / str(trip)).is_dir():
                     raise ComposeError(f"{src / str(trip)}: missing trip directory")
-            _link_tree(src, out / name, mine)
+            _link_tree(src, out / name, mine, dropped)
     except ComposeError:
         shutil.rmtree(out)  # nothing half-built left behind (links only, never their targets)
         raise
@@ -178,10 +200,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", type=Path, required=True, help="run that gives everything else")
     p.add_argument("--link-set", action="append", default=[], help="NAME=RUN_DIR")
     p.add_argument("--phase", action="append", default=[], help="PHASE=RUN_DIR")
+    p.add_argument("--drop", action="append", default=[], help="PHASE@LINK_SET")
     args = p.parse_args(argv)
     try:
+        drops = []
+        for d in args.drop:
+            phase, sep, ls = d.partition("@")
+            if not sep or not phase or not ls:
+                raise ComposeError(f"--drop {d!r}: use PHASE@LINK_SET")
+            drops.append((phase, ls))
         meta = compose(
-            args.out, args.base, _pairs(args.link_set, "link-set"), _pairs(args.phase, "phase")
+            args.out,
+            args.base,
+            _pairs(args.link_set, "link-set"),
+            _pairs(args.phase, "phase"),
+            drops,
         )
     except ComposeError as e:
         print(f"polycorn_bench.compose: {e}", file=sys.stderr)

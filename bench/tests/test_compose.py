@@ -92,10 +92,40 @@ def test_a_phase_missing_in_the_other_run_is_refused_and_nothing_is_left(tmp_pat
     assert (c / "hsr" / "r1-t1" / "minrtt" / "concurrency-1.jsonl").exists(), "targets untouched"
 
 
+def test_one_window_from_a_rerun_of_fewer_schemes_and_a_dropped_window(tmp_path: Path) -> None:
+    base = base_run(tmp_path / "a")
+    b = RunBuilder(tmp_path / "b", ["minrtt"], ["r1-t1"])
+    b.meta["concurrency"] = {"users": [1], "seconds": 60}
+    conc(b, "r1-t1", "minrtt", 7_000_000)
+    rerun = b.finish()
+    m = other_set_run(tmp_path / "c")
+    sdir = m / "mahimahi" / "tmobile-verizon" / "minrtt"
+    write_jsonl(sdir / "concurrency-1.jsonl", [backlog(1, 300_000.0, 310_000.0)])
+    out = tmp_path / "out"
+    compose(out, base, {"mahimahi": m}, {"concurrency-1": rerun}, [("concurrency-1", "mahimahi")])
+    hsr = out / "hsr" / "r1-t1"
+    # The rerun's scheme gets its window; the scheme it left out gets none (not the base's).
+    assert (hsr / "minrtt" / "logs" / "concurrency-1.relay.metrics").read_text() == "# 7000000\n"
+    assert not (hsr / "single-path-c0" / "concurrency-1.jsonl").exists()
+    assert not (hsr / "single-path-c0" / "logs" / "concurrency-1.relay.metrics").exists()
+    assert (hsr / "single-path-c0" / "backlog.jsonl").exists()
+    assert not (out / "mahimahi" / "tmobile-verizon" / "minrtt" / "concurrency-1.jsonl").exists()
+    used = [p["used_for"] for p in json.loads((out / "run.json").read_text())["composed_from"]]
+    assert used == ["the rest", "mahimahi", "phase concurrency-1", "dropped concurrency-1@mahimahi"]
+    doc = analyse(read_run(out))
+    per = doc["link_sets"]["hsr"]["concurrency"]["1"]
+    assert set(per) == {"minrtt"}
+    assert doc["link_sets"]["mahimahi"]["concurrency"] is None
+
+
 def test_cli_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = base_run(tmp_path / "a")
     assert main([str(tmp_path / "o1"), "--base", str(base), "--phase", "sweep=x"]) == 2
     assert "unknown phase" in capsys.readouterr().err
+    assert main([str(tmp_path / "o5"), "--base", str(base), "--drop", "concurrency-1"]) == 2
+    assert "PHASE@LINK_SET" in capsys.readouterr().err
+    assert main([str(tmp_path / "o6"), "--base", str(base), "--drop", "bulk@nowhere"]) == 2
+    assert "no link set 'nowhere'" in capsys.readouterr().err
     assert main([str(tmp_path / "o2"), "--base", str(base), "--link-set", "mahimahi"]) == 2
     assert "NAME=RUN_DIR" in capsys.readouterr().err
     assert main([str(tmp_path / "o3"), "--base", str(base), "--link-set", f"x={base}"]) == 2
