@@ -29,11 +29,19 @@ start_proxy() {
     echo $! >"$PC_STATE/run/proxy.pid"
 }
 
-# relay_paths: one --path per carrier of the testbed.
+# relay_paths: one --path per carrier of the testbed, or PC_SUBFLOWS_PER_CARRIER
+# (default 1) of them: the first one of every carrier first, so that path k
+# is still carrier k for the radio replay and pin-path, then the extra ones
+# (carrier-<i>-<k>).
 relay_paths() {
-    local i
+    local i k n=${PC_SUBFLOWS_PER_CARRIER:-1}
     for ((i = 0; i < PC_CARRIERS; i++)); do
         printf -- '--path carrier-%s=car%s@10.77.%s.2:%s ' "$i" "$i" "$i" "$PROXY_PORT"
+    done
+    for ((k = 1; k < n; k++)); do
+        for ((i = 0; i < PC_CARRIERS; i++)); do
+            printf -- '--path carrier-%s-%s=car%s@10.77.%s.2:%s ' "$i" "$k" "$i" "$i" "$PROXY_PORT"
+        done
     done
 }
 
