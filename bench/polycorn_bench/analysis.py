@@ -397,7 +397,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         for scheme, entry in backlog.items():
             entry["vs_best_single_carrier"] = best["by_scheme"].get(scheme)
     capacity_use = capacity.capacity_use(ls, backlogs, schemes, run.issues)
-    concurrency = capacity.concurrency_summary(ls, schemes)
+    concurrency = capacity.concurrency_summary(ls, schemes, run.issues)
     sweep = capacity.budget_sweep(ls)
     check, check_note = capacity.budget_check(ls, run.issues)
     notes: dict[str, str] = {}

@@ -10,8 +10,9 @@ relay or proxy went past its ``--mem-budget``.
 * Concurrency: per window of N users (``concurrency-<N>.jsonl``, one always-busy download per
   user, each its own passenger), per scheme and trip: ``goodput_mbps_total`` = the sum of the
   users' goodputs (bytes / their window), Jain's index over the users' goodputs, the relay's and
-  proxy's peak RSS in the window (VmHWM, reset at its start); over trips: mean goodput and Jain
-  index, largest RSS.
+  proxy's peak RSS in the window (VmHWM, reset at its start), and the share of the carriers'
+  capacity over the window it used (as in "capacity use"); over trips: mean goodput and Jain
+  index, largest RSS, geometric-mean capacity share with its CI.
 * Budget sweep (``sweep/<MiB>/<scheme>/backlog.jsonl``): the backlog goodput per budget and
   scheme, mean over trips, and its paired ratio to the largest budget's on the same trip.
 * Capacity use: per backlog record, the trip's carriers' downlink capacity over the record's
@@ -66,7 +67,9 @@ METHODS = {
         "the same window; per trip goodput_mbps_total = sum of the users' bytes*8/window/1000, "
         "jain = (sum x)^2 / (n * sum x^2) over the users' goodputs; relay_rss_mb and "
         "proxy_rss_mb = VmHWM (reset at the window's start via /proc/PID/clear_refs) in MiB; "
-        "over trips: mean goodput and jain, max RSS; *_budget_peak_mb: "
+        "over trips: mean goodput and jain, max RSS; capacity_share = goodput_mbps_total / the "
+        "carriers' capacity over the window (own carrier for single-path-c<k>), geometric mean "
+        "over trips with a 95 % bootstrap CI; *_budget_peak_mb: "
         "polycorn_mem_budget_peak_bytes after the window (peak since the process started)"
     ),
     "budget_sweep": (
@@ -229,13 +232,36 @@ def _max_or_none(xs: list[float | None]) -> float | None:
 CONCURRENCY_NOTE = "no concurrency-<N>.jsonl in this link set (no concurrency phase)"
 
 
-def concurrency_summary(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | None:
+def _usable_capacity(
+    scheme: str, carriers: list[Carrier] | None, start_ms: float, end_ms: float
+) -> float | None:
+    """Downlink capacity ``scheme`` may use over the window: its own carrier for
+    ``single-path-c<k>``, the sum otherwise; None without link files or a window."""
+    if not carriers or end_ms <= start_ms:
+        return None
+    m = SINGLE_CARRIER.match(scheme)
+    if m is not None:
+        k = int(m.group(1))
+        if k >= len(carriers):
+            return None
+        return carrier_capacity_mbps(carriers[k], start_ms, end_ms)
+    return sum(carrier_capacity_mbps(c, start_ms, end_ms) for c in carriers)
+
+
+def concurrency_summary(
+    ls: LinkSetRun, schemes: list[str], issues: Issues | None = None
+) -> dict[str, Any] | None:
     """``{N: {SCHEME: {...}}}`` over the trips; None without any concurrency record."""
     counts = sorted(
         {n for t in ls.trips for sr in t.schemes.values() for n in sr.concurrency},
     )
     if not counts:
         return None
+    carriers: dict[str, list[Carrier] | None] = {}
+    for t in ls.trips:
+        if any(sr.concurrency for sr in t.schemes.values()):
+            oracle = trip_oracle(t, issues if issues is not None else Issues())
+            carriers[t.name] = oracle.carriers if oracle is not None else None
     out: dict[str, Any] = {}
     for n in counts:
         per: dict[str, Any] = {}
@@ -252,11 +278,24 @@ def concurrency_summary(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | 
                 proxy: ProcMem | None = mem.proxy if mem else None
                 r_peak, r_budget = _budget_mib(mem.relay_metrics if mem else None)
                 p_peak, p_budget = _budget_mib(mem.proxy_metrics if mem else None)
+                total = float(np.sum(good)) if good else None
+                cap = (
+                    _usable_capacity(
+                        scheme,
+                        carriers.get(t.name),
+                        min(r.start_ms for r in recs),
+                        max(r.end_ms for r in recs),
+                    )
+                    if recs
+                    else None
+                )
                 trips.append(
                     {
                         "trip": t.name,
                         "n_users": len(recs),
-                        "goodput_mbps_total": float(np.sum(good)) if good else None,
+                        "goodput_mbps_total": total,
+                        "capacity_mbps": cap,
+                        "capacity_share": total / cap if total is not None and cap else None,
                         "goodput_mbps_user_min": min(good) if good else None,
                         "goodput_mbps_user_max": max(good) if good else None,
                         "jain": jain_index(good),
@@ -274,8 +313,14 @@ def concurrency_summary(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | 
                 continue
             totals = [x["goodput_mbps_total"] for x in trips if x["goodput_mbps_total"] is not None]
             jains = [x["jain"] for x in trips if x["jain"] is not None]
+            shared = [x for x in trips if x["capacity_share"] is not None]
+            share = paired_ratio_stats(
+                [x["goodput_mbps_total"] for x in shared], [x["capacity_mbps"] for x in shared]
+            )
             per[scheme] = {
                 "goodput_mbps_total": float(np.mean(totals)) if totals else None,
+                "capacity_share": share["ratio"],
+                "capacity_share_ci95": share["ci95"],
                 "jain": float(np.mean(jains)) if jains else None,
                 "relay_rss_mb": _max_or_none([x["relay_rss_mb"] for x in trips]),
                 "proxy_rss_mb": _max_or_none([x["proxy_rss_mb"] for x in trips]),

@@ -385,6 +385,7 @@ def _capacity_section(ls: dict[str, Any]) -> list[str]:
             "### Concurrent passengers",
             "",
             "N passengers, each an always-busy download: total goodput (mean over trips), "
+            "its share of the carriers' capacity over the window (geometric mean [95 % CI]), "
             "Jain's index over the users' goodputs, peak RSS of relay and proxy in the window "
             "(MiB), budget peak (MiB, since start).",
             "",
@@ -397,13 +398,23 @@ def _capacity_section(ls: dict[str, Any]) -> list[str]:
                         n,
                         f"`{scheme}`",
                         _f(c["goodput_mbps_total"]),
+                        _f(c.get("capacity_share")) + _ci(c.get("capacity_share_ci95")),
                         _f(c["jain"], 3),
                         f"{_f(c['relay_rss_mb'], 1)} / {_f(c['proxy_rss_mb'], 1)}",
                         f"{_f(c['relay_budget_peak_mb'], 1)} / {_f(c['proxy_budget_peak_mb'], 1)}",
                     ]
                 )
         out += _table(
-            ["users", "scheme", "total Mbit/s", "Jain", "RSS relay / proxy", "budget peak"], rows
+            [
+                "users",
+                "scheme",
+                "total Mbit/s",
+                "share of capacity",
+                "Jain",
+                "RSS relay / proxy",
+                "budget peak",
+            ],
+            rows,
         )
         out.append("")
     sweep = ls.get("budget_sweep")

@@ -260,6 +260,10 @@ def test_concurrency_totals_fairness_and_memory(tmp_path: Path) -> None:
     assert t1["goodput_mbps_user_min"] == pytest.approx(mbps(1e6, 10_000))
     assert (t1["relay_rss_mb"], t1["relay_budget_mb"], t1["proxy_budget_mb"]) == (40.0, 64.0, 256.0)
     assert conc["4"]["hrsch"]["jain"] == pytest.approx(0.25)
+    # The one carrier offers 1 opportunity per ms (11.584 Mbit/s): 8 Mbit/s is 0.69 of it.
+    assert t1["capacity_mbps"] == pytest.approx(11.584)
+    assert t1["capacity_share"] == pytest.approx(8.0 / 11.584)
+    assert four["capacity_share"] == pytest.approx(8.0 / 11.584)
     # Every key of the result format.
     for per in conc.values():
         for entry in per.values():
