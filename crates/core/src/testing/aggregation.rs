@@ -133,9 +133,15 @@ fn a_budget_of_one_frame_still_completes_every_transfer() {
 fn longest_stall(scheme: &str) -> (Duration, Report) {
     let mut paths = carriers();
     paths[0] = paths[0].clone().with_blackout(Duration::from_secs(2), Duration::from_secs(5));
+    download_with_longest_stall(scheme, paths, 9)
+}
+
+/// One 40 MB download over `paths` with `scheme` at both ends: the longest
+/// time it made no progress (after its first 500 ms), and the report.
+fn download_with_longest_stall(scheme: &str, paths: Vec<PathSpec>, seed: u64) -> (Duration, Report) {
     let r = Registry::with_builtins();
     let mut h =
-        Harness::with_config(SimConfig::default(), r.build(scheme).unwrap(), r.build(scheme).unwrap(), paths, 9);
+        Harness::with_config(SimConfig::default(), r.build(scheme).unwrap(), r.build(scheme).unwrap(), paths, seed);
     h.open(ConnSpec::new(1).upload(200).download(40 * MB));
     let (mut last, mut since, mut worst) = (0u64, Duration::ZERO, Duration::ZERO);
     let rep = h.run_observed(Duration::from_secs(600), |h| {
@@ -235,25 +241,12 @@ fn drop_trace(hi: u64, lo_every: u64, drop_ms: u64, back_ms: u64, period_ms: u64
 /// Completion time and longest stall of a 40 MB download while the faster
 /// carrier (4.5 MB/s) drops to 0.1 MB/s from 3 s to 9 s, the other staying
 /// at 3 MB/s.
-fn capacity_drop(scheme: &str, cfg: SimConfig) -> (Duration, Duration, Report) {
+fn capacity_drop(scheme: &str) -> (Duration, Duration, Report) {
     let up = Arc::new(MahimahiTrace::parse("1\n").unwrap());
     let fast_then_slow = drop_trace(3, 15, 3_000, 9_000, 60_000);
     let steady = drop_trace(2, 1, 0, 0, 1);
     let paths = vec![PathSpec::trace(up.clone(), fast_then_slow, ms(40)), PathSpec::trace(up, steady, ms(60))];
-    let r = Registry::with_builtins();
-    let mut h = Harness::with_config(cfg, r.build(scheme).unwrap(), r.build(scheme).unwrap(), paths, 11);
-    h.open(ConnSpec::new(1).upload(200).download(40 * MB));
-    let (mut last, mut since, mut worst) = (0u64, Duration::ZERO, Duration::ZERO);
-    let rep = h.run_observed(Duration::from_secs(600), |h| {
-        let (_, down) = h.received(0);
-        if down > last || down == 40 * MB {
-            last = down;
-            since = h.now();
-        } else if h.now() > Duration::from_millis(500) {
-            worst = worst.max(h.now() - since);
-        }
-    });
-    rep.assert_all_done();
+    let (worst, rep) = download_with_longest_stall(scheme, paths, 11);
     (rep.conns[0].completion.unwrap(), worst, rep)
 }
 
@@ -261,8 +254,8 @@ fn capacity_drop(scheme: &str, cfg: SimConfig) -> (Duration, Duration, Report) {
 fn a_capacity_drop_on_one_carrier_moves_the_download_to_the_other_without_a_stall() {
     // Ideal: 3 s at 7.5 MB/s (22.5 MB), then 17.5 MB at 3.1 MB/s: 8.6 s.
     let ideal = Duration::from_millis(8_600);
-    let (t, stall, _) = capacity_drop("minrtt", SimConfig::default());
-    let (t_hol, stall_hol, _) = capacity_drop("minrtt+hol", SimConfig::default());
+    let (t, stall, _) = capacity_drop("minrtt");
+    let (t_hol, stall_hol, _) = capacity_drop("minrtt+hol");
     eprintln!("capacity drop: minrtt {t:?} (longest stall {stall:?}), minrtt+hol {t_hol:?} ({stall_hol:?})");
     // The slowed carrier's RTT grows with what waits on it, so minrtt moves
     // new data to the other (with the SRTT estimate frozen it takes 1.25x
