@@ -157,6 +157,23 @@ def carrier_capacity_mbps(carrier: Carrier, start_ms: float, end_ms: float) -> f
     return n * PAYLOAD_PER_OPPORTUNITY * 8 / (end_ms - start_ms) / 1000
 
 
+def _usable_capacity(
+    scheme: str, carriers: list[Carrier] | None, start_ms: float, end_ms: float
+) -> float | None:
+    """Downlink capacity ``scheme`` may use over the window: its own carrier for
+    ``single-path-c<k>``, the sum otherwise; None without link files, a window or that
+    carrier."""
+    if not carriers or end_ms <= start_ms:
+        return None
+    m = SINGLE_CARRIER.match(scheme)
+    if m is not None:
+        k = int(m.group(1))
+        if k >= len(carriers):
+            return None
+        return carrier_capacity_mbps(carriers[k], start_ms, end_ms)
+    return sum(carrier_capacity_mbps(c, start_ms, end_ms) for c in carriers)
+
+
 def capacity_use(
     ls: LinkSetRun, backlogs: list[BacklogRun], schemes: list[str], issues: Issues
 ) -> dict[str, Any] | None:
@@ -186,16 +203,13 @@ def capacity_use(
     for scheme in schemes:
         got: list[float] = []
         usable: list[float] = []
-        m = SINGLE_CARRIER.match(scheme)
         for b in mine:
             if b.scheme != scheme:
                 continue
-            cs = carriers[b.trip]
-            if m is not None and int(m.group(1)) >= len(cs):
+            cap = _usable_capacity(scheme, carriers[b.trip], b.rec.start_ms, b.rec.end_ms)
+            if cap is None:
                 issues.add("single-carrier scheme beyond the trip's carriers", f"{b.trip}/{scheme}")
                 continue
-            use = cs if m is None else [cs[int(m.group(1))]]
-            cap = sum(carrier_capacity_mbps(c, b.rec.start_ms, b.rec.end_ms) for c in use)
             if cap > 0:
                 got.append(b.rec.goodput_mbps)
                 usable.append(cap)
@@ -230,22 +244,6 @@ def _max_or_none(xs: list[float | None]) -> float | None:
 
 
 CONCURRENCY_NOTE = "no concurrency-<N>.jsonl in this link set (no concurrency phase)"
-
-
-def _usable_capacity(
-    scheme: str, carriers: list[Carrier] | None, start_ms: float, end_ms: float
-) -> float | None:
-    """Downlink capacity ``scheme`` may use over the window: its own carrier for
-    ``single-path-c<k>``, the sum otherwise; None without link files or a window."""
-    if not carriers or end_ms <= start_ms:
-        return None
-    m = SINGLE_CARRIER.match(scheme)
-    if m is not None:
-        k = int(m.group(1))
-        if k >= len(carriers):
-            return None
-        return carrier_capacity_mbps(carriers[k], start_ms, end_ms)
-    return sum(carrier_capacity_mbps(c, start_ms, end_ms) for c in carriers)
 
 
 def concurrency_summary(

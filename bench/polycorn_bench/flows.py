@@ -85,7 +85,16 @@ def _duration(
 
 
 def trip_oracle(trip: TripRun, issues: Issues) -> Oracle | None:
-    """The oracle of a trip's link files; None (with the reason in ``issues``) when unusable."""
+    """The oracle of a trip's link files; None (with the reason in ``issues``) when unusable.
+    Loaded once per trip: later calls return the same oracle (and report nothing again)."""
+    if not trip.oracle_loaded:
+        trip.oracle = _load_oracle(trip, issues)
+        trip.oracle_loaded = True
+    oracle: Oracle | None = trip.oracle
+    return oracle
+
+
+def _load_oracle(trip: TripRun, issues: Issues) -> Oracle | None:
     try:
         carriers = load_carriers(trip.trip_dir)
     except (OSError, LinkFileError) as e:

@@ -394,6 +394,10 @@ class TripRun:
     handover_failures: list[HandoverFailure] | None = None  # None: no events.jsonl
     # Budget sweep: MiB -> scheme -> its backlog record(s) and end-of-run metrics snapshots.
     sweep: dict[int, dict[str, SchemeRun]] = field(default_factory=dict)
+    # The trip's oracle, once loaded by flows.trip_oracle (the link files are read, and a
+    # problem with them reported, once per trip however many sections need them).
+    oracle_loaded: bool = field(default=False, compare=False, repr=False)
+    oracle: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass
