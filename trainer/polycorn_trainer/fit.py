@@ -109,6 +109,10 @@ class CellData:
     failed: B
     trip: I64  # trips.id; handovers without a trip get a group of their own
     speed_mps: F64  # NaN when unknown
+    # Seconds added to each handover's Δ: None (t_HO is the blackout start,
+    # as the trainer validates), or the blackout durations (t_HO is when the
+    # UE is connected again; the trace generator's validation reports both).
+    delta_offset_s: F64 | None = None
 
     def __post_init__(self) -> None:
         n = len(self.track_m)
@@ -117,6 +121,10 @@ class CellData:
                 raise ValueError(
                     f"cell {self.key}: {name} has {len(getattr(self, name))} values, not {n}"
                 )
+        if self.delta_offset_s is not None and len(self.delta_offset_s) != n:
+            raise ValueError(
+                f"cell {self.key}: delta_offset_s has {len(self.delta_offset_s)} values, not {n}"
+            )
         if self.direction not in (INCREASING, DECREASING):
             raise ValueError(f"cell {self.key}: direction {self.direction!r}")
 
@@ -348,18 +356,22 @@ def validate_cell(c: CellData, p: Params) -> tuple[Counts, Counts]:
     deployed = paper & (tr_f >= p.min_failures) & (tr_f / np.maximum(tr_n, 1) >= p.min_failure_rate)
     out = []
     for has in (paper, deployed):
-        k = _classify(x, y, np.where(has, l_mean, np.nan)[inv], speed, p)
+        k = _classify(x, y, np.where(has, l_mean, np.nan)[inv], speed, p, offset_s=c.delta_offset_s)
         k.speed_fallbacks = int(bad.sum())
         out.append(k)
     return out[0], out[1]
 
 
-def _classify(x: F64, y: B, lh: F64, speed: F64, p: Params) -> Counts:
+def _classify(
+    x: F64, y: B, lh: F64, speed: F64, p: Params, *, offset_s: F64 | None = None
+) -> Counts:
     """The Fig. 5 classes of handovers at ``x`` (outcome ``y``) against the
     predicted failure locations ``lh`` (NaN: no prediction)."""
     out = Counts()
     pred = np.isfinite(lh)
     delta = np.where(pred, (x - np.where(pred, lh, 0.0)) / speed, np.nan)
+    if offset_s is not None:
+        delta = delta + offset_s
     fail = y
     out.failure_late = int((fail & (~pred | (delta < p.t1_s))).sum())
     out.failure_early = int((fail & pred & (delta > p.t2_s)).sum())

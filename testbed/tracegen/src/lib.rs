@@ -18,7 +18,7 @@ pub use model::{
     RSRP_LOW_DBM, STEP_MS,
 };
 pub use output::{blackouts, events, mahimahi, schedule, summary, write, CarrierSummary, Event, OPPORTUNITY_BYTES};
-pub use preset::{CarrierParams, Preset};
+pub use preset::{CarrierParams, FailureModel, FailureV2, Preset};
 pub use random::{erfc, normal_sf, GammaQuantile, Rng};
 
 /// Anything that can go wrong while writing or validating trips.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use polycorn_telemetry::failure_table::FailureTableFile;
 use polycorn_tracegen::failure_table::{self as ft, Thresholds};
-use polycorn_tracegen::{generate, validate::validate, write, Error, Preset, TripConfig};
+use polycorn_tracegen::{generate, validate::validate, write, Error, FailureModel, Preset, TripConfig};
 
 #[derive(Parser)]
 #[command(name = "polycorn-tracegen", version, about = "Synthetic HSR multi-carrier link traces (hsr-facts §15)")]
@@ -19,7 +19,8 @@ struct Cli {
 enum Cmd {
     /// Generate one trip into a directory.
     Generate {
-        /// Preset: pc-gateway-300, m19-phone-300, m19-phone-350 or static.
+        /// Preset: pc-gateway-300, m19-phone-300, m19-phone-350, static, or a `-v1` variant of the
+        /// first three (the first failure model).
         #[arg(long, default_value = "pc-gateway-300")]
         preset: String,
         /// Seed of the route-fixed randomness (cell layout, per-cell failure propensity).
@@ -37,6 +38,11 @@ enum Cmd {
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
+        /// Override a parameter of failure model v2 (KEY=JSON value, e.g. `overlap_mean_m=300` or
+        /// `sigma_cell=[1.0,1.3]`); for fitting experiments on development routes. trip.json
+        /// records the parameters used.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
     },
     /// Compare generated trips with published numbers (a subset of hsr-facts §15.8).
     Validate {
@@ -118,11 +124,24 @@ fn failure_table_score(table: PathBuf, events: Vec<PathBuf>, window_m: f64) -> R
 
 fn main() -> ExitCode {
     let result = match Cli::parse().cmd {
-        Cmd::Generate { preset, route_seed, trip_seed, duration_s, carriers, out } => {
-            let Some(preset) = Preset::by_name(&preset) else {
+        Cmd::Generate { preset, route_seed, trip_seed, duration_s, carriers, out, set } => {
+            let Some(mut preset) = Preset::by_name(&preset) else {
                 eprintln!("unknown preset {preset:?}; known: {}", Preset::NAMES.join(", "));
                 return ExitCode::from(2);
             };
+            for kv in &set {
+                let r = match (&mut preset.failure_model, kv.split_once('=')) {
+                    (FailureModel::V2(f), Some((k, v))) => f.set(k, v),
+                    (FailureModel::V2(_), None) => Err(format!("--set {kv:?}: expected KEY=VALUE")),
+                    (FailureModel::V1, _) => {
+                        Err(format!("--set {kv:?}: preset {} has no v2 failure model", preset.name))
+                    }
+                };
+                if let Err(e) = r {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            }
             if duration_s == 0 || carriers == 0 {
                 eprintln!("--duration-s and --carriers must be positive");
                 return ExitCode::from(2);

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::preset::{CarrierParams, Preset};
+use crate::preset::{CarrierParams, FailureModel, FailureV2, Preset};
 use crate::random::{normal_sf, stream, GammaQuantile, Rng};
 
 /// Simulation step, ms (§15.1).
@@ -26,6 +26,8 @@ const TAG_RTT: u64 = 5;
 const TAG_RSRP: u64 = 6;
 const TAG_GPS: u64 = 7;
 const TAG_TUNE: u64 = 8;
+// Failure model v2's route-fixed extras (a stream of their own, so v1 layouts stay as they were).
+const TAG_EDGE: u64 = 9;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -51,6 +53,11 @@ pub struct Layout {
     pub boundaries: Vec<f64>,
     /// Per-⟨cell, direction⟩ log-odds u_cell ~ N(0, σ_cell²) (§15.3.3); one direction only.
     pub u_cell: Vec<f64>,
+    /// Failure model v2 only (empty for v1): overlap-zone length w per boundary, metres; the
+    /// coverage edge is `boundaries[k] + overlap_m[k]` (§15.3 item 2a).
+    pub overlap_m: Vec<f64>,
+    /// Failure model v2 only: the source cell's RSRP at its trigger point, dBm.
+    pub rsrp_trigger_dbm: Vec<f64>,
 }
 
 impl Layout {
@@ -61,19 +68,48 @@ impl Layout {
         let mut rng = stream(route_seed, TAG_LAYOUT << 32 | carrier as u64);
         let (mut boundaries, mut u_cell) = (Vec::new(), Vec::new());
         if !preset.handovers {
-            return Self { boundaries, u_cell };
+            return Self { boundaries, u_cell, overlap_m: Vec::new(), rsrp_trigger_dbm: Vec::new() };
         }
         let mut x = 0.0;
         loop {
             x += rng.gamma(c.gap_shape, c.mean_gap_m / c.gap_shape);
-            let u = c.sigma_cell * rng.normal();
+            let sigma_cell = match &preset.failure_model {
+                FailureModel::V1 => c.sigma_cell,
+                FailureModel::V2(f) => f.sigma_cell[carrier % 2],
+            };
+            let u = sigma_cell * rng.normal();
             if x > length_m {
                 break;
             }
             boundaries.push(x);
             u_cell.push(u);
         }
-        Self { boundaries, u_cell }
+        let (mut overlap_m, mut rsrp_trigger_dbm) = (Vec::new(), Vec::new());
+        if let FailureModel::V2(f) = &preset.failure_model {
+            let mut rng = stream(route_seed, TAG_EDGE << 32 | carrier as u64);
+            for _ in &boundaries {
+                overlap_m.push(rng.gamma(f.overlap_shape, f.overlap_mean_m / f.overlap_shape));
+                rsrp_trigger_dbm.push(f.rsrp_at_trigger_dbm.0 + f.rsrp_at_trigger_dbm.1 * rng.normal());
+            }
+        }
+        Self { boundaries, u_cell, overlap_m, rsrp_trigger_dbm }
+    }
+
+    /// Failure model v2: the serving cell `k`'s RSRP before shadowing at `x`. Before its
+    /// boundary it rises from the trigger-point value towards the cell centre (as
+    /// [`Layout::rsrp_mean`]); past the boundary, while its handover has not completed, it falls
+    /// by `fall_db` over the overlap zone and keeps falling beyond the coverage edge.
+    pub fn rsrp_v2(&self, k: usize, x: f64, fall_db: f64) -> f64 {
+        let Some(&b) = self.boundaries.get(k) else {
+            return RSRP_EDGE_DBM + RSRP_RISE_DB;
+        };
+        let r = self.rsrp_trigger_dbm[k];
+        if x >= b {
+            return r - fall_db * (x - b) / self.overlap_m[k].max(1.0);
+        }
+        let lo = if k == 0 { 0.0 } else { self.boundaries[k - 1] };
+        let half = ((b - lo) / 2.0).max(1.0);
+        r + RSRP_RISE_DB * ((b - x) / half).min(1.0)
     }
 
     /// Index of the cell containing `x`.
@@ -143,6 +179,12 @@ pub struct Handover {
     pub rsrp_dbm: f64,
     /// Failure probability the logit model gave.
     pub p_fail: f64,
+    /// Failure model v2 only: where the handover was triggered, metres (the blackout of a
+    /// too-late failure starts later, at the coverage edge).
+    pub trigger_m: Option<f64>,
+    /// Failure model v2 only: whether a failure was too late (else random); `None` for
+    /// successes and for v1.
+    pub too_late: Option<bool>,
 }
 
 /// One RSRP report.
@@ -199,6 +241,9 @@ fn sigmoid(x: f64) -> f64 {
 /// (u_cell, RSRP-low, late) equals the preset's target share (§15.3.3). Monte Carlo with a
 /// fixed seed plus bisection, so it is deterministic.
 pub fn tune_beta0(preset: &Preset, c: &CarrierParams) -> f64 {
+    if let FailureModel::V2(f) = &preset.failure_model {
+        return tune_beta0_v2(preset, c, f);
+    }
     let mut rng = stream(0x7475_6E65, TAG_TUNE);
     let samples: Vec<f64> = (0..20_000)
         .map(|_| {
@@ -212,17 +257,73 @@ pub fn tune_beta0(preset: &Preset, c: &CarrierParams) -> f64 {
                 + if delta >= preset.late_threshold_m { c.beta_late } else { 0.0 }
         })
         .collect();
+    bisect(|b| samples.iter().map(|s| sigmoid(b + s)).sum::<f64>() / samples.len() as f64, c.target_fail_share)
+}
+
+/// The β0 at which the increasing function `mean_fail` of β0 reaches `target` (bisection).
+fn bisect(mean_fail: impl Fn(f64) -> f64, target: f64) -> f64 {
     let (mut lo, mut hi) = (-20.0, 10.0);
     for _ in 0..60 {
         let mid = 0.5 * (lo + hi);
-        let mean = samples.iter().map(|s| sigmoid(mid + s)).sum::<f64>() / samples.len() as f64;
-        if mean < c.target_fail_share {
+        if mean_fail(mid) < target {
             lo = mid;
         } else {
             hi = mid;
         }
     }
     0.5 * (lo + hi)
+}
+
+/// One trip's trigger jitter δ past the boundary under failure model v2 (§15.3 item 2a): mostly
+/// |N(0, σ_t)|, a minority late (≥ the late threshold).
+fn jitter_v2(p: &Preset, f: &FailureV2, rng: &mut Rng) -> f64 {
+    if rng.bernoulli(f.late_trigger_share) {
+        p.late_threshold_m + rng.exponential(f.late_trigger_extra_mean_m)
+    } else {
+        (f.jitter_sd_m * rng.normal()).abs()
+    }
+}
+
+/// Failure model v2's two failure probabilities at a trigger: (random, too late). `margin_m` is
+/// the distance from the trigger to where the source link dies (e + ε); at or below 0 the
+/// handover is certainly too late.
+fn p_fail_v2(beta0: f64, u: f64, rsrp_low: bool, margin_m: f64, c: &CarrierParams, f: &FailureV2) -> (f64, f64) {
+    let base = beta0 + u + if rsrp_low { c.beta_rsrp } else { 0.0 };
+    let p_random = sigmoid(base);
+    let p_late = if margin_m <= 0.0 { 1.0 } else { sigmoid(base + f.too_late_offset - margin_m / f.too_late_scale_m) };
+    (p_random, p_late)
+}
+
+/// [`tune_beta0`] for failure model v2: the mean over the model's own distribution of (u_cell,
+/// overlap, jitter, edge jitter, RSRP) of P(random) + (1 − P(random)) · P(too late).
+fn tune_beta0_v2(p: &Preset, c: &CarrierParams, f: &FailureV2) -> f64 {
+    let mut rng = stream(0x7475_6E65, TAG_TUNE);
+    let sigma_cell = f.sigma_cell[usize::from(c.label == "B")];
+    let samples: Vec<(f64, bool, f64)> = (0..20_000)
+        .map(|_| {
+            let u = sigma_cell * rng.normal();
+            let w = rng.gamma(f.overlap_shape, f.overlap_mean_m / f.overlap_shape);
+            let delta = jitter_v2(p, f, &mut rng);
+            let eps = f.edge_sd_m * rng.normal();
+            let rsrp = f.rsrp_at_trigger_dbm.0 + f.rsrp_at_trigger_dbm.1 * rng.normal()
+                - f.rsrp_fall_to_edge_db * delta / w.max(1.0)
+                + p.rsrp_shadow_sd_db * rng.normal();
+            (u, rsrp < RSRP_LOW_DBM, w + eps - delta)
+        })
+        .collect();
+    bisect(
+        |b| {
+            samples
+                .iter()
+                .map(|&(u, low, margin)| {
+                    let (pr, pl) = p_fail_v2(b, u, low, margin, c, f);
+                    pr + (1.0 - pr) * pl
+                })
+                .sum::<f64>()
+                / samples.len() as f64
+        },
+        c.target_fail_share,
+    )
 }
 
 /// Train kinematics (§15.2): cruise, linear braking into stations, dwell, linear acceleration.
@@ -304,19 +405,36 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
     let layout = Layout::new(p, cfg.route_seed, i, route_len);
     let beta0 = if p.handovers { tune_beta0(p, c) } else { 0.0 };
 
-    // Per-trip trigger positions b + δ, kept in route order (§15.3.2).
+    // Per-trip trigger positions b + δ, kept in route order (§15.3.2; v2: §15.3 item 2a), and
+    // v2's edge jitter ε.
     let mut jitter = stream(cfg.trip_seed, tag(TAG_JITTER));
     let mut prev = f64::NEG_INFINITY;
+    let v2 = match &p.failure_model {
+        FailureModel::V1 => None,
+        FailureModel::V2(f) => Some(f),
+    };
     let triggers: Vec<(f64, f64)> = layout
         .boundaries
         .iter()
         .map(|&b| {
-            let delta = jitter.exponential(p.mean_jitter_m);
+            let delta = match v2 {
+                None => jitter.exponential(p.mean_jitter_m),
+                Some(f) => jitter_v2(p, f, &mut jitter),
+            };
             let pos = (b + delta).max(prev + 1.0);
             prev = pos;
             (pos, delta)
         })
         .collect();
+    // Where the source link of boundary k dies on this trip (v2): e + ε.
+    let death: Vec<f64> = match v2 {
+        None => Vec::new(),
+        Some(f) => (0..layout.boundaries.len())
+            .map(|k| layout.boundaries[k] + layout.overlap_m[k] + f.edge_sd_m * jitter.normal())
+            .collect(),
+    };
+    // v2: a too-late handover waiting for the train to reach `death[k]`: (trigger, δ, p_fail).
+    let mut pending: Option<(f64, f64, f64)> = None;
 
     let mut fading = stream(cfg.trip_seed, tag(TAG_FADING));
     let mut rtt_rng = stream(cfg.trip_seed, tag(TAG_RTT));
@@ -361,7 +479,10 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
         up.push((weibull(z_up) * s * p.uplink_factor) as f32);
         let rtt = c.rtt_shift_ms + p.rtt_jitter_factor * c.rtt_scale_ms * gq.at(1.0 - normal_sf(y2));
         delay.push((rtt / 2.0) as f32);
-        let rsrp_now = layout.rsrp_mean(x) + p.rsrp_shadow_sd_db * shadow;
+        let rsrp_now = match v2 {
+            None => layout.rsrp_mean(x),
+            Some(f) => layout.rsrp_v2(next_trigger, x, f.rsrp_fall_to_edge_db),
+        } + p.rsrp_shadow_sd_db * shadow;
         if t_ms % p.rsrp_period_ms == 0 {
             let lag = (rsrp_rng.uniform() * p.rsrp_delay_max_ms).round() as u64;
             rsrp.push(RsrpSample {
@@ -372,7 +493,65 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
                 rsrp_dbm: (rsrp_now * 10.0).round() / 10.0,
             });
         }
-        if next_trigger < triggers.len() && x >= triggers[next_trigger].0 && t_ms >= busy_until {
+        if let (Some(f), true) = (v2, next_trigger < triggers.len() && t_ms >= busy_until) {
+            // Failure model v2 (§15.3 item 2a).
+            let k = next_trigger;
+            // The first step after a blackout, with this handover's trigger already passed.
+            let deferred = t_ms > 0 && t_ms - STEP_MS < busy_until && pending.is_none();
+            let (trigger, delta) = triggers[k];
+            let low = rsrp_now < RSRP_LOW_DBM;
+            // (failed, too late, trigger, δ, p_fail) of a handover whose blackout starts now.
+            let mut start: Option<(bool, bool, f64, f64, f64)> = None;
+            if let Some((tr, d, pf)) = pending {
+                if x >= death[k] {
+                    start = Some((true, true, tr, d, pf));
+                    pending = None;
+                }
+            } else if x >= trigger.min(death[k]) && deferred {
+                // The trigger came during the previous handover's blackout: the UE attaches to
+                // the best cell when it ends, so only a random failure can hit it (a too-late
+                // failure of a handover the UE never had to make would chain blackouts).
+                let (pr, _) = p_fail_v2(beta0, layout.u_cell[k], low, 1.0, c, f);
+                start = Some((outcome_rng.bernoulli(pr), false, x, delta, pr));
+            } else if x >= death[k] {
+                // Not even triggered before the source link died.
+                start = Some((true, true, trigger, delta, 1.0));
+            } else if x >= trigger {
+                let (pr, pl) = p_fail_v2(beta0, layout.u_cell[k], low, death[k] - x, c, f);
+                let p_fail = pr + (1.0 - pr) * pl;
+                if outcome_rng.bernoulli(pr) {
+                    start = Some((true, false, x, delta, p_fail));
+                } else if outcome_rng.bernoulli(pl) {
+                    pending = Some((x, delta, p_fail));
+                } else {
+                    start = Some((false, false, x, delta, p_fail));
+                }
+            }
+            if let Some((failed, too_late, trigger_m, delta, p_fail)) = start {
+                let outcome = if !failed {
+                    Outcome::Success
+                } else if outcome_rng.bernoulli(p.type_ii_share) {
+                    Outcome::Rlf
+                } else {
+                    Outcome::Nas
+                };
+                let d_ms = ((duration_s(p, outcome, &mut outcome_rng) * 1000.0).round() as u64).max(1);
+                handovers.push(Handover {
+                    from_cell: k,
+                    start_ms: t_ms,
+                    end_ms: t_ms + d_ms,
+                    outcome,
+                    x_m: x,
+                    delta_m: delta,
+                    rsrp_dbm: rsrp_now,
+                    p_fail,
+                    trigger_m: Some(trigger_m),
+                    too_late: failed.then_some(too_late),
+                });
+                busy_until = t_ms + d_ms;
+                next_trigger += 1;
+            }
+        } else if next_trigger < triggers.len() && x >= triggers[next_trigger].0 && t_ms >= busy_until {
             let delta = triggers[next_trigger].1;
             let late = delta >= p.late_threshold_m;
             let logit = beta0
@@ -397,6 +576,8 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
                 delta_m: delta,
                 rsrp_dbm: rsrp_now,
                 p_fail,
+                trigger_m: None,
+                too_late: None,
             });
             busy_until = t_ms + d_ms;
             next_trigger += 1;

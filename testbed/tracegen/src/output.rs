@@ -62,12 +62,20 @@ pub enum Event {
         from_cell: usize,
         /// Target cell.
         to_cell: usize,
-        /// Position along the track, metres.
+        /// Position along the track where the blackout starts (the UE leaves the source cell),
+        /// metres.
         track_m: f64,
         /// Trigger jitter δ past the cell boundary, metres.
         delta_m: f64,
-        /// True RSRP at the trigger, dBm.
+        /// True RSRP at the blackout start (v1: at the trigger, the same place), dBm.
         rsrp_dbm: f64,
+        /// Failure model v2: where the handover was triggered, metres (a too-late failure's
+        /// blackout starts later, at the coverage edge). Absent for v1.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger_track_m: Option<f64>,
+        /// Failure model v2, failures only: too late (true) or a random radio-link failure.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        too_late: Option<bool>,
     },
     /// A handover ends: the link is back on the target cell.
     HandoverEnd {
@@ -283,6 +291,8 @@ pub fn events(cfg: &TripConfig, trip: &Trip) -> Vec<Event> {
                 track_m: ho.x_m,
                 delta_m: ho.delta_m,
                 rsrp_dbm: (ho.rsrp_dbm * 10.0).round() / 10.0,
+                trigger_track_m: ho.trigger_m.map(|x| (x * 10.0).round() / 10.0),
+                too_late: ho.too_late,
             });
             ev.push(Event::HandoverEnd {
                 t_ms: ho.end_ms,

@@ -102,8 +102,99 @@ pub struct Preset {
     pub rsrp_period_ms: u64,
     /// SD of the RSRP shadowing OU, dB (unsourced; §7.2 only says RSRP "fluctuates heavily").
     pub rsrp_shadow_sd_db: f64,
+    /// Where and why handovers fail: `V1` (the first model) or `V2` (§15.3 item 2a).
+    pub failure_model: FailureModel,
     /// The two carrier parameter sets; carrier i uses `carriers[i % 2]`.
     pub carriers: [CarrierParams; 2],
+}
+
+/// The failure model (hsr-facts §15.3 items 2, 2a and 3).
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "version", rename_all = "lowercase")]
+pub enum FailureModel {
+    /// The first model: every handover starts at b + δ, δ ~ Exp(`mean_jitter_m`), and one logit
+    /// decides its outcome. A cell's failures spread over about 2.5 s of travel, so they are not
+    /// location-predictable. Kept so that earlier results stay reproducible (`*-v1` presets).
+    V1,
+    /// Failures bound to a place (§15.3 item 2a).
+    V2(FailureV2),
+}
+
+/// Parameters of the location-bound failure model (§15.3 item 2a). Route-fixed per
+/// ⟨cell, direction⟩: the trigger point b (the boundary), the coverage edge e = b + w past which
+/// the source link cannot survive, the cell's RSRP at b and its failure propensity u_cell. Per
+/// trip: the trigger jitter (mostly tight, a minority late), the edge jitter ε of GPS scale, and
+/// the outcome. A *too-late* failure (the handover has not completed when the train reaches
+/// e + ε) starts its blackout at e + ε, the same place on every trip; a *random* radio-link
+/// failure starts at the trigger. The values are fitted on development routes
+/// (docs/hsr-model.md, "Failure model v2"); the seeds constrain only the statistics they
+/// reproduce (§15.8 items 8, 9, 14–16).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureV2 {
+    /// Mean length w of the overlap zone (trigger point to coverage edge), metres (§15.3 item 2a:
+    /// 200–300 m).
+    pub overlap_mean_m: f64,
+    /// Gamma shape of w (unsourced).
+    pub overlap_shape: f64,
+    /// SD σ_t of the tight trigger jitter |N(0, σ_t)|, metres (§15.3 item 2a: a few tens).
+    pub jitter_sd_m: f64,
+    /// Share of late triggers (item 2a: a minority; PC Table 1's ≥ 200 m bin must stay populated).
+    pub late_trigger_share: f64,
+    /// A late trigger is `late_threshold_m` + Exp(this) past b, metres (unsourced).
+    pub late_trigger_extra_mean_m: f64,
+    /// SD σ_e of where a too-late failure starts around e, metres (item 2a: GPS scale, 15–25 m).
+    pub edge_sd_m: f64,
+    /// Distance scale of the too-late logit in the margin e − trigger, metres: the failure
+    /// probability rises by e per this many metres less margin (unsourced; "rises steeply").
+    pub too_late_scale_m: f64,
+    /// Log-odds of a too-late failure over a random one at zero margin (unsourced; with
+    /// `too_late_scale_m` it sets the share of the two mechanisms). One intercept β0, tuned to
+    /// the carrier's failure share as in v1, is shared by both logits.
+    pub too_late_offset: f64,
+    /// Mean and SD of a cell's RSRP at its trigger point, dBm (unsourced; chosen so the −95 dBm
+    /// threshold of PC Table 1 splits handovers into two populated bins).
+    pub rsrp_at_trigger_dbm: (f64, f64),
+    /// Fall of the source cell's RSRP from the trigger point to the coverage edge, dB (unsourced).
+    pub rsrp_fall_to_edge_db: f64,
+    /// SD of u_cell for carriers A and B under this model (replaces `CarrierParams::sigma_cell`,
+    /// which is v1's fit; refitted to §15.8 item 9).
+    pub sigma_cell: [f64; 2],
+}
+
+impl FailureV2 {
+    /// Sets one parameter by name (`polycorn-tracegen generate --set`, for fitting experiments
+    /// on development routes; `trip.json` records the result).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let mut v = serde_json::to_value(&*self).map_err(|e| e.to_string())?;
+        let obj = v.as_object_mut().ok_or("not an object")?;
+        if !obj.contains_key(key) {
+            return Err(format!(
+                "unknown failure-model parameter {key:?}; known: {:?}",
+                obj.keys().collect::<Vec<_>>()
+            ));
+        }
+        let parsed: serde_json::Value =
+            serde_json::from_str(value).map_err(|e| format!("{key}={value}: not a JSON value: {e}"))?;
+        obj.insert(key.to_string(), parsed);
+        *self = serde_json::from_value(v).map_err(|e| format!("{key}={value}: {e}"))?;
+        Ok(())
+    }
+
+    /// The fitted default (docs/hsr-model.md, "Failure model v2").
+    pub const DEFAULT: FailureV2 = FailureV2 {
+        overlap_mean_m: 450.0,
+        overlap_shape: 6.0,
+        jitter_sd_m: 30.0,
+        late_trigger_share: 0.10,
+        late_trigger_extra_mean_m: 60.0,
+        edge_sd_m: 20.0,
+        too_late_scale_m: 30.0,
+        too_late_offset: 0.0,
+        rsrp_at_trigger_dbm: (-95.0, 4.0),
+        rsrp_fall_to_edge_db: 12.0,
+        sigma_cell: [0.95, 1.2],
+    };
 }
 
 /// §15.4 speed factor table (relative to 300 km/h): static 1.65, 200 km/h 1.15, 300 km/h 1.
@@ -155,7 +246,15 @@ const fn m19(base: CarrierParams, gap_m: f64, fail: f64) -> CarrierParams {
 
 impl Preset {
     /// Names accepted by [`Preset::by_name`].
-    pub const NAMES: [&'static str; 4] = ["pc-gateway-300", "m19-phone-300", "m19-phone-350", "static"];
+    pub const NAMES: [&'static str; 7] = [
+        "pc-gateway-300",
+        "m19-phone-300",
+        "m19-phone-350",
+        "static",
+        "pc-gateway-300-v1",
+        "m19-phone-300-v1",
+        "m19-phone-350-v1",
+    ];
 
     /// PC gateway at 300 km/h (§15.7 row 1); the default.
     pub fn pc_gateway_300() -> Self {
@@ -190,8 +289,24 @@ impl Preset {
             rsrp_delay_max_ms: 200.0,
             rsrp_period_ms: 500,
             rsrp_shadow_sd_db: 4.0,
+            failure_model: FailureModel::V2(FailureV2::DEFAULT),
             carriers: [PC_A, PC_B],
         }
+    }
+
+    /// [`Preset::pc_gateway_300`] with the first failure model (the default until 2026-11-26).
+    pub fn pc_gateway_300_v1() -> Self {
+        Self { name: "pc-gateway-300-v1", failure_model: FailureModel::V1, ..Self::pc_gateway_300() }
+    }
+
+    /// [`Preset::m19_phone_300`] with the first failure model.
+    pub fn m19_phone_300_v1() -> Self {
+        Self { name: "m19-phone-300-v1", failure_model: FailureModel::V1, ..Self::m19_phone_300() }
+    }
+
+    /// [`Preset::m19_phone_350`] with the first failure model.
+    pub fn m19_phone_350_v1() -> Self {
+        Self { name: "m19-phone-350-v1", failure_model: FailureModel::V1, ..Self::m19_phone_350() }
     }
 
     /// M19 phones at 300 km/h (§15.7 row 3): 13.4 s mean gap, 16.1% failures, capacity ×1.
@@ -246,6 +361,9 @@ impl Preset {
             "m19-phone-300" => Some(Self::m19_phone_300()),
             "m19-phone-350" => Some(Self::m19_phone_350()),
             "static" => Some(Self::static_()),
+            "pc-gateway-300-v1" => Some(Self::pc_gateway_300_v1()),
+            "m19-phone-300-v1" => Some(Self::m19_phone_300_v1()),
+            "m19-phone-350-v1" => Some(Self::m19_phone_350_v1()),
             _ => None,
         }
     }

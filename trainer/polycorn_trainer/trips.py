@@ -1,0 +1,238 @@
+"""The trainer's validation run directly on generated trips (no LinkDB).
+
+``python -m polycorn_trainer.trips DIR...`` reads the ``events.jsonl`` of
+``polycorn-tracegen`` trip directories, groups their handovers into cells
+(⟨carrier, source cell, direction⟩; generated trips all travel one way) and
+runs the same leave-one-trip-out validation and separability fits as a
+trainer run over LinkDB (:mod:`polycorn_trainer.fit`), plus PC Table 1's
+success rates. It prints one JSON object per carrier label. The trace
+generator's validation (``scripts/validate_tracegen.py``) uses it for
+hsr-facts §15.8 items 13–16, so that the generator is judged by exactly the
+code that learns from the fleet.
+
+Positions are the handovers' ``track_m`` (where the blackout starts: the UE
+leaves the source cell), RSRP is the event's ``rsrp_dbm`` (at that moment),
+and the speed is that of the last GPS fix at or before the handover, as the
+trainer takes it from LinkDB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .fit import INCREASING, CellData, Counts, Params, fit_cell, validate_cell
+
+# PC Table 1's thresholds: 200 m past the earliest handover position, −95 dBm.
+EHP_LATE_M = 200.0
+RSRP_LOW_DBM = -95.0
+
+
+@dataclass
+class _Ho:
+    trip: int
+    track_m: float
+    rsrp_dbm: float
+    speed_mps: float
+    failed: bool = False
+    duration_s: float = 0.0
+
+
+@dataclass
+class _Trip:
+    route: int
+    seed: int
+    labels: list[str]
+    handovers: dict[tuple[int, int], _Ho] = field(default_factory=dict)
+
+
+def load_trip(d: Path) -> _Trip:
+    """One trip directory's handovers, keyed by (carrier, source cell)."""
+    info = json.loads((d / "trip.json").read_text())
+    carriers = int(info["carriers"])
+    labels = [info["preset"]["carriers"][i % 2]["label"] for i in range(carriers)]
+    trip = _Trip(route=int(info["route_seed"]), seed=int(info["trip_seed"]), labels=labels)
+    fixes_t: list[int] = []
+    fixes_v: list[float] = []
+    starts: list[dict[str, Any]] = []
+    ends: dict[tuple[int, int], tuple[bool, float]] = {}
+    with (d / "events.jsonl").open() as f:
+        for n, line in enumerate(f, 1):
+            try:
+                e = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{d / 'events.jsonl'}:{n}: {err}") from err
+            kind = e.get("event")
+            if kind == "gps":
+                fixes_t.append(int(e["t_ms"]))
+                fixes_v.append(float(e["speed_mps"]))
+            elif kind == "handover_start":
+                starts.append(e)
+            elif kind == "handover_end":
+                ends[(int(e["carrier"]), int(e["from_cell"]))] = (
+                    e["outcome"] != "success",
+                    float(e["duration_ms"]) / 1000.0,
+                )
+    for e in starts:
+        key = (int(e["carrier"]), int(e["from_cell"]))
+        if key not in ends:  # the trip ended during the blackout
+            continue
+        i = bisect.bisect_right(fixes_t, int(e["t_ms"])) - 1
+        speed = fixes_v[i] if i >= 0 and int(e["t_ms"]) - fixes_t[i] <= 10_000 else float("nan")
+        trip.handovers[key] = _Ho(
+            trip=trip.seed,
+            track_m=float(e["track_m"]),
+            rsrp_dbm=float(e["rsrp_dbm"]),
+            speed_mps=speed,
+            failed=ends[key][0],
+            duration_s=ends[key][1],
+        )
+    return trip
+
+
+def cells_of(trips: list[_Trip], at_reconnect: bool = False) -> dict[str, list[CellData]]:
+    """Per carrier label, one :class:`CellData` per (route, carrier, source
+    cell): the cells of different routes are different cells."""
+    grouped: dict[tuple[int, int, int], list[_Ho]] = defaultdict(list)
+    label_of: dict[int, str] = {}
+    for t in trips:
+        for (carrier, cell), h in t.handovers.items():
+            grouped[(t.route, carrier, cell)].append(h)
+            label_of[carrier] = t.labels[carrier]
+    out: dict[str, list[CellData]] = defaultdict(list)
+    for key, gk in enumerate(sorted(grouped)):
+        _, carrier, cell = gk
+        hs = grouped[gk]
+        out[f"c{carrier}/{label_of[carrier]}"].append(
+            CellData(
+                key=key,
+                carrier=label_of[carrier],
+                cell_id=cell,
+                direction=INCREASING,
+                track_m=np.array([h.track_m for h in hs]),
+                rsrp_dbm=np.array([h.rsrp_dbm for h in hs]),
+                failed=np.array([h.failed for h in hs]),
+                trip=np.array([h.trip for h in hs], dtype=np.int64),
+                speed_mps=np.array([h.speed_mps for h in hs]),
+                delta_offset_s=np.array([h.duration_s for h in hs]) if at_reconnect else None,
+            )
+        )
+    return out
+
+
+def _table1(cells: list[CellData]) -> dict[str, Any]:
+    """PC Table 1: success rates by distance to the cell's EHP (earliest
+    handover position over all trips) and by RSRP at the handover, and the
+    implied failure odds ratios (bin 2 over bin 1)."""
+    n = {k: [0, 0] for k in ("ehp_near", "ehp_far", "rsrp_high", "rsrp_low")}
+    for c in cells:
+        if len(c.track_m) == 0:
+            continue
+        far = (c.x - c.x.min()) >= EHP_LATE_M
+        low = c.rsrp_dbm < RSRP_LOW_DBM
+        for name, mask in (
+            ("ehp_near", ~far),
+            ("ehp_far", far),
+            ("rsrp_high", ~low),
+            ("rsrp_low", low),
+        ):
+            n[name][0] += int(mask.sum())
+            n[name][1] += int((mask & c.failed).sum())
+
+    def success(k: str) -> float | None:
+        return round(1 - n[k][1] / n[k][0], 6) if n[k][0] else None
+
+    def odds_ratio(a: str, b: str) -> float | None:
+        (na, fa), (nb, fb) = n[a], n[b]
+        if min(fa, fb, na - fa, nb - fb) <= 0:
+            return None
+        return round((fb / (nb - fb)) / (fa / (na - fa)), 4)
+
+    return {
+        "handovers": {k: v[0] for k, v in n.items()},
+        "success": {k: success(k) for k in n},
+        "odds_ratio_ehp_far": odds_ratio("ehp_near", "ehp_far"),
+        "odds_ratio_rsrp_low": odds_ratio("rsrp_high", "rsrp_low"),
+    }
+
+
+def _summary(counts: Counts) -> dict[str, Any]:
+    s = counts.summary()
+    with_pred = sum(counts.delta_failures)
+    no_pred = counts.failures - with_pred
+    s["failures_without_prediction"] = no_pred
+    # The Δ classes over the failures that had a prediction (Fig. 6 is a
+    # distribution of Δ, which exists only when the cell failed in another trip).
+    late_pred = counts.failure_late - no_pred
+    s["with_prediction"] = {
+        "failure_correct": round(counts.failure_correct / with_pred, 6) if with_pred else None,
+        "failure_late": round(late_pred / with_pred, 6) if with_pred else None,
+        "failure_early": round(counts.failure_early / with_pred, 6) if with_pred else None,
+    }
+    return s
+
+
+def validate_trips(dirs: list[Path], lead_s: float = 0.44) -> dict[str, Any]:
+    """Items 13–16 per carrier: the trainer's validation without and with
+    the HPR lead (the throttle starts ``lead_s`` before t̂_HOF, i.e. the
+    correct window moves to Δ ∈ [−lead, t2 − lead])."""
+    trips = [load_trip(d) for d in dirs]
+    out: dict[str, Any] = {"trips": len(trips), "lead_s": lead_s}
+    base = Params()
+    lead = Params(t1_s=base.t1_s - lead_s, t2_s=base.t2_s - lead_s)
+    at_end = cells_of(trips, at_reconnect=True)
+    for label, cells in sorted(cells_of(trips).items()):
+        paper, with_lead, reconnect = Counts(), Counts(), Counts()
+        failing = 0
+        for c, ce in zip(cells, at_end[label], strict=True):
+            r = fit_cell(c, base)
+            paper.add(r.counts)
+            with_lead.add(validate_cell(c, lead)[0])
+            reconnect.add(validate_cell(ce, base)[0])
+            failing += int(c.failed.any())
+        fails = sum(int(c.failed.sum()) for c in cells)
+        n = sum(len(c.track_m) for c in cells)
+        out[label] = {
+            "cells": len(cells),
+            "handovers": n,
+            "failure_share": round(fails / n, 6) if n else None,
+            "cells_with_failure": round(failing / len(cells), 6) if cells else None,
+            "passes_per_cell": round(n / len(cells), 2) if cells else None,
+            "loto": _summary(paper),
+            "loto_with_lead": _summary(with_lead),
+            "loto_at_reconnect": _summary(reconnect),
+            "table1": _table1(cells),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m polycorn_trainer.trips",
+        description="The trainer's leave-one-trip-out validation on generated trip directories.",
+    )
+    ap.add_argument("dirs", nargs="+", type=Path, help="polycorn-tracegen trip directories")
+    ap.add_argument(
+        "--lead-s", type=float, default=0.44, help="HPR's lead (s) for the second variant"
+    )
+    a = ap.parse_args(argv)
+    try:
+        r = validate_trips(a.dirs, a.lead_s)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"polycorn_trainer.trips: {e}", file=sys.stderr)
+        return 1
+    json.dump(r, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
