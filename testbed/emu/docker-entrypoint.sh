@@ -22,7 +22,9 @@
 # radio replay, default /run/polycorn-trip: a volume shared with the relay),
 # POLYCORN_EMU_START_DELAY_MS (the trip starts this long after the
 # emulator, default 10000, so the relay is up at time 0), POLYCORN_EMU_ARGS
-# (more polycorn-emu flags, e.g. "--buffer-bytes 3000000").
+# (more polycorn-emu flags, e.g. "--buffer-bytes 3000000", or
+# "--loss-keying packet" for the per-packet loss chain of earlier results;
+# the default keys random loss by time, see testbed/emu/README.md).
 set -euo pipefail
 
 trip=${POLYCORN_EMU_TRIP:-/usr/share/polycorn/trip}

@@ -3,19 +3,26 @@
 //! A [`Link`] emulates one direction of one carrier. It does no I/O, reads no clock and owns no
 //! task: the caller (the TUN shell, or a test in virtual time) passes the current time to every
 //! call, as a [`std::time::Duration`] since the link's epoch, the start of the trip; the same
-//! offsets are used by [`Trace`] and [`Schedule`]. Randomness comes from a SplitMix64 generator
-//! seeded by [`LinkConfig::seed`], so a seed fixes every loss decision.
+//! offsets are used by [`Trace`] and [`Schedule`]. Randomness comes from SplitMix64 keyed by
+//! [`LinkConfig::seed`], so a seed fixes every loss decision.
 //!
 //! # Model
 //!
 //! A packet pushed at time `a` goes through, in order:
 //!
 //! 1. **Blackout check**: during a [`BlackoutKind::Flush`] blackout the arrival is dropped
-//!    ([`Admission::DroppedBlackout`]) and does not step the loss chain.
-//! 2. **Loss**: a Gilbert–Elliott chain with the parameters in force at `a`
-//!    ([`LossSchedule`]), stepped once per packet that reaches it: the packet is lost with the
-//!    current state's loss probability, then the chain moves (the first packet draws its state
-//!    from the stationary distribution).
+//!    ([`Admission::DroppedBlackout`]) and does not reach the loss stage.
+//! 2. **Loss**: a Gilbert–Elliott chain ([`GeParams`], [`LossSchedule`]). By default
+//!    ([`LossKeying::Time`]) the chain steps once per [`LOSS_SLOT`] (1 ms) of link time, its
+//!    transitions drawn from a keyed hash of (seed, slot), and the `k`-th packet reaching this
+//!    stage in a slot is lost with the slot state's loss probability (parameters in force at
+//!    `a`) by a keyed draw of (seed, slot, `k`). A packet's fate is thus a function of the seed,
+//!    its arrival time and `k` only: links with the same seed offered different traffic (two
+//!    schemes on one emulated trip) share one loss realisation, the common random numbers that
+//!    paired comparisons need. [`LossKeying::Packet`] keeps the first versions' chain, stepped
+//!    once per packet on one SplitMix64 stream (the first packet draws its state from the
+//!    stationary distribution; each packet is lost with the current state's loss probability,
+//!    then the chain moves), to reproduce earlier results.
 //! 3. **Droptail buffer**: if the queued bytes plus the packet's size exceed
 //!    [`LinkConfig::buffer_bytes`], the packet is dropped; otherwise it joins the FIFO queue.
 //! 4. **Bottleneck**: the queue is drained by the [`Service`]:
@@ -73,6 +80,7 @@ pub use link::{
 };
 pub use rng::SplitMix64;
 pub use schedule::{
-    Blackout, BlackoutKind, DelaySchedule, GeParams, Interpolation, LossSchedule, Schedule, ScheduleError,
+    Blackout, BlackoutKind, DelaySchedule, GeParams, Interpolation, LossKeying, LossSchedule, Schedule, ScheduleError,
+    LOSS_SLOT,
 };
 pub use trace::{Trace, TraceError};

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::rng::SplitMix64;
-use crate::schedule::{BlackoutKind, GilbertElliott, Schedule, ScheduleError};
+use crate::schedule::{BlackoutKind, LossKeying, LossProcess, Schedule, ScheduleError};
 use crate::trace::Trace;
 
 /// Bytes one trace line lets leave by default: a full-size IP packet (MTU 1500).
@@ -42,15 +41,18 @@ pub struct LinkConfig {
     pub buffer_bytes: Option<usize>,
     /// Delay, loss and blackout schedule.
     pub schedule: Schedule,
-    /// Seed of the loss process's PRNG.
+    /// Seed of the loss process's random draws.
     pub seed: u64,
+    /// What the loss process's draws are keyed by: time (the default; common random numbers
+    /// across links offered different traffic) or packet count (the emulator's first versions).
+    pub loss_keying: LossKeying,
     /// Record a [`LinkEvent`] per packet and blackout edge, drained with [`Link::drain_events`].
     pub event_log: bool,
 }
 
 impl LinkConfig {
     /// A link with the given service, 1500-byte opportunities, an unbounded buffer, no delay,
-    /// no loss, no blackouts, seed 0 and no event log.
+    /// no loss, no blackouts, seed 0, time-keyed loss and no event log.
     pub fn new(service: Service) -> Self {
         Self {
             service,
@@ -58,6 +60,7 @@ impl LinkConfig {
             buffer_bytes: None,
             schedule: Schedule::default(),
             seed: 0,
+            loss_keying: LossKeying::Time,
             event_log: false,
         }
     }
@@ -245,8 +248,7 @@ pub struct Link {
     opportunity_bytes: usize,
     buffer_bytes: Option<usize>,
     schedule: Schedule,
-    rng: SplitMix64,
-    ge: GilbertElliott,
+    loss: LossProcess,
     queue: VecDeque<Queued>,
     queue_bytes: usize,
     delay_line: VecDeque<Packet>,
@@ -276,8 +278,7 @@ impl Link {
             opportunity_bytes: config.opportunity_bytes,
             buffer_bytes: config.buffer_bytes,
             schedule: config.schedule,
-            rng: SplitMix64::new(config.seed),
-            ge: GilbertElliott::new(),
+            loss: LossProcess::new(config.loss_keying, config.seed),
             queue: VecDeque::new(),
             queue_bytes: 0,
             delay_line: VecDeque::new(),
@@ -305,7 +306,7 @@ impl Link {
             return Admission::DroppedBlackout;
         }
         if let Some(p) = self.schedule.loss.at(now) {
-            if self.ge.lose(&p, &mut self.rng) {
+            if self.loss.lose(now, &p, &self.schedule.loss) {
                 self.stats.dropped_loss.add(len);
                 self.event(now, EventKind::DropLoss, Some(id), len);
                 return Admission::DroppedLoss;

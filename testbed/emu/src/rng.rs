@@ -1,5 +1,30 @@
 //! A small seeded PRNG (SplitMix64), so the crate needs no `rand` dependency and every run with
-//! the same seed makes the same random decisions.
+//! the same seed makes the same random decisions; and its counter-based form ([`splitmix_at`]),
+//! a keyed hash that gives the i-th draw of a stream directly, for the time-keyed loss process.
+
+/// SplitMix64's increment (the odd integer closest to 2^64 / φ).
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64's output function (Stafford's "Mix13" variant of the MurmurHash3 finaliser): a
+/// bijection of `u64` in which every input bit affects every output bit.
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Draw `i` (0-based) of the SplitMix64 stream seeded with `key`, in O(1): the value the
+/// `(i + 1)`-th [`SplitMix64::next_u64`] of `SplitMix64::new(key)` returns. SplitMix64 is
+/// counter-based (its state after `n` steps is `key + n · γ`), so this is the same generator,
+/// addressed by index instead of stepped: a keyed hash of `(key, i)`.
+pub fn splitmix_at(key: u64, i: u64) -> u64 {
+    mix64(key.wrapping_add(i.wrapping_add(1).wrapping_mul(GAMMA)))
+}
+
+/// A uniform draw from `[0, 1)` with 53 bits of precision from 64 random bits (the top 53).
+pub fn unit_f64(bits: u64) -> f64 {
+    (bits >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
 
 /// SplitMix64 (Steele, Lea and Flood 2014): 64 bits of state, passes BigCrush, good enough to
 /// drive loss decisions and trivially reproducible.
@@ -16,16 +41,13 @@ impl SplitMix64 {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.state = self.state.wrapping_add(GAMMA);
+        mix64(self.state)
     }
 
     /// A uniform draw from `[0, 1)` with 53 bits of precision.
     pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        unit_f64(self.next_u64())
     }
 
     /// `true` with probability `p` (`p <= 0` never, `p >= 1` always).
@@ -62,5 +84,17 @@ mod tests {
             sum += x;
         }
         assert!((sum / n as f64 - 0.5).abs() < 0.01);
+    }
+
+    #[test]
+    fn splitmix_at_addresses_the_stream_by_index() {
+        for key in [0, 1, 7, u64::MAX, 0x1234_5678_9ABC_DEF0] {
+            let mut g = SplitMix64::new(key);
+            for i in 0..1000 {
+                assert_eq!(splitmix_at(key, i), g.next_u64(), "key {key} draw {i}");
+            }
+        }
+        // The reference output of SplitMix64 (Vigna's splitmix64.c) seeded with 0.
+        assert_eq!(splitmix_at(0, 0), 0xE220_A839_7B1D_CDAF);
     }
 }

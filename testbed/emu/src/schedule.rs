@@ -22,7 +22,9 @@
 //!   applies. No `delay` line: zero delay.
 //! * `loss` points must have strictly increasing `t_ms`; each sets the Gilbert–Elliott
 //!   parameters from that time on (step semantics; before the first point the first applies).
-//!   The chain's state carries over a parameter change. No `loss` line: no random loss.
+//!   The chain's state carries over a parameter change. No `loss` line: no random loss. The
+//!   transition probabilities are per step of the chain: per [`LOSS_SLOT`] of time with
+//!   [`LossKeying::Time`] (the default), per packet with [`LossKeying::Packet`] (see there).
 //! * `blackout` intervals are half-open `[start, end)`, need `start < end`, and must be sorted
 //!   and non-overlapping (`start >= previous end`). See [`BlackoutKind`] for the semantics.
 //!
@@ -30,11 +32,13 @@
 //! [`Schedule`]'s `Display` writes this format, and [`Schedule::parse`] reads it back exactly,
 //! so the trace generator can write schedules through this crate.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::rng::SplitMix64;
+use crate::rng::{mix64, splitmix_at, unit_f64, SplitMix64};
 
 /// Why a schedule (file or value) was rejected.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -106,12 +110,17 @@ impl DelaySchedule {
     }
 }
 
-/// Gilbert–Elliott parameters: a two-state Markov chain stepped once per packet.
+/// Gilbert–Elliott parameters: a two-state (good/bad) Markov chain, each state with its own
+/// loss probability. The chain steps once per [`LOSS_SLOT`] of time ([`LossKeying::Time`], the
+/// default) or once per packet ([`LossKeying::Packet`]); the transition probabilities are per
+/// step. A mean bad run of `1 / p_bad_to_good` steps is as many milliseconds with time keying,
+/// i.e. about as many full-size packets on a link carrying about one per millisecond
+/// (12 Mbit/s of 1500-byte packets).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GeParams {
-    /// P(good → bad) per packet.
+    /// P(good → bad) per step.
     pub p_good_to_bad: f64,
-    /// P(bad → good) per packet.
+    /// P(bad → good) per step.
     pub p_bad_to_good: f64,
     /// Loss probability while in the good state.
     pub loss_good: f64,
@@ -131,7 +140,8 @@ impl GeParams {
     }
 
     /// The Gilbert model (lose everything in the bad state, nothing in the good one) with a
-    /// given long-run loss rate and mean length of a bad run in packets:
+    /// given long-run loss rate and mean length of a bad run in steps (slots or packets, see
+    /// [`LossKeying`]):
     /// `p_bad_to_good = 1 / mean_bad_run`, `p_good_to_bad = rate · p_bad_to_good / (1 − rate)`,
     /// so the stationary bad-state share, which is the loss rate, equals `rate`.
     pub fn from_mean(loss_rate: f64, mean_bad_run: f64) -> Result<Self, ScheduleError> {
@@ -151,11 +161,23 @@ impl GeParams {
         Self::new(p_gb, p_bg, 0.0, 1.0)
     }
 
-    /// Long-run loss rate of the chain: `π_G · loss_good + π_B · loss_bad`.
+    /// Long-run loss rate of the chain: `π_G · loss_good + π_B · loss_bad`. With time keying it
+    /// is the loss rate of any traffic whose arrival times do not depend on the chain's state
+    /// (e.g. a sparse probe); with packet keying, of any traffic.
     pub fn mean_loss(&self) -> f64 {
-        let denom = self.p_good_to_bad + self.p_bad_to_good;
-        let pi_bad = if denom == 0.0 { 0.0 } else { self.p_good_to_bad / denom };
+        let pi_bad = self.stationary_bad();
         (1.0 - pi_bad) * self.loss_good + pi_bad * self.loss_bad
+    }
+
+    /// Stationary probability of the bad state, `p_good_to_bad / (p_good_to_bad + p_bad_to_good)`
+    /// (0 when both are 0: the chain then stays in the good state it starts in).
+    pub fn stationary_bad(&self) -> f64 {
+        let denom = self.p_good_to_bad + self.p_bad_to_good;
+        if denom == 0.0 {
+            0.0
+        } else {
+            self.p_good_to_bad / denom
+        }
     }
 
     fn validate(&self) -> Result<(), ScheduleError> {
@@ -208,7 +230,192 @@ impl LossSchedule {
     }
 }
 
-/// The Gilbert–Elliott chain's running state.
+/// Length of one step of the time-keyed Gilbert–Elliott chain ([`LossKeying::Time`]): 1 ms,
+/// the resolution of Mahimahi traces and of the schedules the trace generator writes, and
+/// about one full-size packet at the generated carriers' capacities (means ≈ 9–14 Mbit/s), so
+/// the schedules' burst lengths, given in packets (hsr-facts §15.6: 3–5), keep their meaning.
+pub const LOSS_SLOT: Duration = Duration::from_nanos(SLOT_NS);
+
+/// [`LOSS_SLOT`] in nanoseconds.
+const SLOT_NS: u64 = 1_000_000;
+
+/// How the Gilbert–Elliott loss process is driven, i.e. what its random draws are keyed by.
+///
+/// With [`LossKeying::Time`] whether a packet is lost is a function of the seed, its arrival
+/// time and its index among the packets reaching the loss stage in the same [`LOSS_SLOT`],
+/// not of the packets before it: two links with the same seed and schedule offered different
+/// traffic (two schemes compared on one emulated trip) lose exactly the same packets wherever
+/// they have an arrival at the same slot and index, and are in the same good or bad state at
+/// every instant — common random numbers for paired comparisons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LossKeying {
+    /// The chain steps once per [`LOSS_SLOT`] of link time, from time 0, whether or not packets
+    /// arrive: the state of slot `s` is drawn from a keyed hash of `(seed, s)` (slot 0 from the
+    /// stationary distribution of the parameters at time 0; slot `s ≥ 1` by a transition with
+    /// the parameters in force at the slot's start), and the `k`-th packet of slot `s` is lost
+    /// with the slot state's loss probability (parameters at its arrival) by a keyed draw of
+    /// `(seed, s, k)`. Computed lazily as time advances (O(1) memory, a few ns per slot, ≈ 20 ms
+    /// of CPU per hour of link time).
+    #[default]
+    Time,
+    /// The chain of the first versions of the emulator, kept to reproduce earlier results: it
+    /// steps once per packet reaching the loss stage, on one SplitMix64 stream seeded with the
+    /// seed (the first packet draws its state from the stationary distribution, then the loss is
+    /// decided in the current state and the chain transitions). A packet's fate depends on how
+    /// many packets came before it.
+    Packet,
+}
+
+impl LossKeying {
+    /// `time` or `packet`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Time => "time",
+            Self::Packet => "packet",
+        }
+    }
+}
+
+impl fmt::Display for LossKeying {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LossKeying {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "time" => Ok(Self::Time),
+            "packet" => Ok(Self::Packet),
+            other => Err(format!("loss keying must be time or packet, not {other:?}")),
+        }
+    }
+}
+
+/// The loss process of a link, in either keying.
+#[derive(Debug, Clone)]
+pub(crate) enum LossProcess {
+    Time(SlotChain),
+    Packet { ge: GilbertElliott, rng: SplitMix64 },
+}
+
+impl LossProcess {
+    pub(crate) fn new(keying: LossKeying, seed: u64) -> Self {
+        match keying {
+            LossKeying::Time => Self::Time(SlotChain::new(seed)),
+            LossKeying::Packet => Self::Packet { ge: GilbertElliott::new(), rng: SplitMix64::new(seed) },
+        }
+    }
+
+    /// Decides the fate (`true` = lost) of a packet reaching the loss stage at `now`, with the
+    /// parameters `p` in force at `now`, of the schedule `loss`. `now` never decreases.
+    pub(crate) fn lose(&mut self, now: Duration, p: &GeParams, loss: &LossSchedule) -> bool {
+        match self {
+            Self::Time(chain) => chain.lose(now, p, &loss.points),
+            Self::Packet { ge, rng } => ge.lose(p, rng),
+        }
+    }
+}
+
+/// Key tags (domain separation of the keyed draws).
+const TAG_STATE: u64 = 0;
+const TAG_LOSS: u64 = 1;
+
+/// The time-keyed Gilbert–Elliott chain ([`LossKeying::Time`]): the state of the current slot
+/// and what is needed to step it forward.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotChain {
+    /// Key of the per-slot state draws.
+    state_key: u64,
+    /// Key of the per-packet loss draws.
+    loss_key: u64,
+    /// Whether the state of slot `slot` has been drawn yet (it is at the first packet).
+    started: bool,
+    /// The slot whose state `bad` is.
+    slot: u64,
+    bad: bool,
+    /// Index of the loss point in force at the start of `slot`.
+    seg: usize,
+    /// Packets that reached the loss stage in `slot` so far.
+    offered: u64,
+}
+
+impl SlotChain {
+    fn new(seed: u64) -> Self {
+        // Keys: draws of a SplitMix64 stream keyed by the hashed seed, so that seeds differing
+        // by a pattern (carrier i uses seed + i, a downlink seed ^ γ) give unrelated keys.
+        let base = mix64(seed ^ 0x706F_6C79_6C6F_7373); // "polyloss"
+        Self {
+            state_key: splitmix_at(base, TAG_STATE),
+            loss_key: splitmix_at(base, TAG_LOSS),
+            started: false,
+            slot: 0,
+            bad: false,
+            seg: 0,
+            offered: 0,
+        }
+    }
+
+    /// The uniform draw of the state of slot `s`.
+    fn state_draw(&self, s: u64) -> f64 {
+        unit_f64(splitmix_at(self.state_key, s))
+    }
+
+    fn lose(&mut self, now: Duration, p: &GeParams, points: &[(Duration, GeParams)]) -> bool {
+        let slot = u64::try_from(now.as_nanos() / u128::from(SLOT_NS)).unwrap_or(u64::MAX);
+        if !self.started {
+            self.started = true;
+            self.bad = points.first().is_some_and(|(_, p0)| self.state_draw(0) < p0.stationary_bad());
+        }
+        if slot != self.slot {
+            debug_assert!(slot > self.slot, "link time went backwards");
+            self.advance_to(slot, points);
+            self.offered = 0;
+        }
+        let k = self.offered;
+        self.offered += 1;
+        let u = unit_f64(splitmix_at(splitmix_at(self.loss_key, slot), k));
+        u < if self.bad { p.loss_bad } else { p.loss_good }
+    }
+
+    /// Steps the chain from `self.slot` to `target`, one transition per slot. Transitions that
+    /// cannot happen (probability 0) are skipped up to the next parameter change: the draws are
+    /// keyed by slot, so skipping them changes nothing else.
+    fn advance_to(&mut self, target: u64, points: &[(Duration, GeParams)]) {
+        while self.slot < target {
+            let next = self.slot + 1;
+            let start = Duration::from_nanos(next.saturating_mul(SLOT_NS));
+            while points.get(self.seg + 1).is_some_and(|(t, _)| *t <= start) {
+                self.seg += 1;
+            }
+            let Some((_, p)) = points.get(self.seg) else {
+                self.slot = target;
+                return;
+            };
+            let p_leave = if self.bad { p.p_bad_to_good } else { p.p_good_to_bad };
+            if p_leave <= 0.0 {
+                // Stuck until the slot that starts at or after the next parameter change.
+                let last_same = match points.get(self.seg + 1) {
+                    Some((t, _)) => {
+                        let first_after = t.as_nanos().div_ceil(u128::from(SLOT_NS));
+                        u64::try_from(first_after).unwrap_or(u64::MAX).saturating_sub(1)
+                    }
+                    None => u64::MAX,
+                };
+                self.slot = target.min(last_same.max(next));
+                continue;
+            }
+            if self.state_draw(next) < p_leave {
+                self.bad = !self.bad;
+            }
+            self.slot = next;
+        }
+    }
+}
+
+/// The per-packet Gilbert–Elliott chain's running state ([`LossKeying::Packet`]).
 #[derive(Debug, Clone)]
 pub(crate) struct GilbertElliott {
     bad: Option<bool>,
@@ -507,6 +714,58 @@ mod tests {
         assert_eq!(d.at(MS(19)), MS(50));
         assert_eq!(d.at(MS(20)), MS(5));
         assert_eq!(DelaySchedule::default().at(MS(3)), Duration::ZERO);
+    }
+
+    /// The state of slot `s` by the definition: every slot stepped from 0, no skipping.
+    fn reference_states(seed: u64, loss: &LossSchedule, slots: u64) -> Vec<bool> {
+        let chain = SlotChain::new(seed);
+        let p0 = loss.at(Duration::ZERO).unwrap();
+        let mut bad = chain.state_draw(0) < p0.stationary_bad();
+        let mut out = vec![bad];
+        for s in 1..slots {
+            let p = loss.at(Duration::from_nanos(s * SLOT_NS)).unwrap();
+            let p_leave = if bad { p.p_bad_to_good } else { p.p_good_to_bad };
+            if chain.state_draw(s) < p_leave {
+                bad = !bad;
+            }
+            out.push(bad);
+        }
+        out
+    }
+
+    #[test]
+    fn slot_chain_state_is_a_function_of_the_slot_whatever_the_arrivals() {
+        let ge = |a, b, lg, lb| GeParams::new(a, b, lg, lb).unwrap();
+        // Segments where the state cannot change (skipped lazily), changes off slot boundaries.
+        let loss = LossSchedule::new(vec![
+            (MS(2), ge(0.0, 0.3, 0.0, 1.0)),
+            (Duration::from_micros(50_500), ge(0.1, 0.2, 0.0, 1.0)),
+            (MS(120), ge(0.3, 0.0, 0.1, 0.9)),
+            (MS(300), ge(0.2, 0.2, 0.0, 1.0)),
+            (Duration::from_micros(420_001), ge(0.0, 0.0, 0.5, 0.5)),
+        ])
+        .unwrap();
+        for seed in 0..20 {
+            let want = reference_states(seed, &loss, 600);
+            assert!(want.contains(&true) && want.contains(&false));
+            for every in [1, 2, 7, 49, 130, 599] {
+                let mut chain = SlotChain::new(seed);
+                for s in (0..600).step_by(every) {
+                    let t = Duration::from_nanos(s * SLOT_NS + 123);
+                    chain.lose(t, &loss.at(t).unwrap(), &loss.points);
+                    assert_eq!(chain.bad, want[s as usize], "seed {seed}, every {every} slots, slot {s}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn loss_keying_parses_and_prints() {
+        for k in [LossKeying::Time, LossKeying::Packet] {
+            assert_eq!(k.to_string().parse::<LossKeying>(), Ok(k));
+        }
+        assert_eq!(LossKeying::default(), LossKeying::Time);
+        assert!("slot".parse::<LossKeying>().is_err());
     }
 
     #[test]

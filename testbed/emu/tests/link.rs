@@ -1,10 +1,11 @@
 //! Behavioural tests of the link emulator, all in virtual time.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use polycorn_emu::{
-    Admission, Blackout, BlackoutKind, DelaySchedule, EventKind, GeParams, Interpolation, Link, LinkConfig,
-    LossSchedule, Packet, Schedule, Service, Trace,
+    Admission, Blackout, BlackoutKind, DelaySchedule, EventKind, GeParams, Interpolation, Link, LinkConfig, LossKeying,
+    LossSchedule, Packet, Schedule, Service, SplitMix64, Trace, LOSS_SLOT,
 };
 use proptest::prelude::*;
 
@@ -244,16 +245,23 @@ fn droptail_drops_exactly_the_overflow_bytes() {
     assert_eq!(link.queue_bytes(), 10_000);
 }
 
-fn lost_pattern(seed: u64, params: GeParams, n: usize) -> Vec<bool> {
+/// A link with one 1500-byte opportunity per ms, an unbounded buffer and constant loss.
+fn lossy_link(seed: u64, params: GeParams, keying: LossKeying) -> Link {
     let mut cfg = trace_link("1\n");
     cfg.seed = seed;
+    cfg.loss_keying = keying;
     cfg.schedule.loss = LossSchedule::constant(params);
-    let mut link = Link::new(cfg).unwrap();
+    Link::new(cfg).unwrap()
+}
+
+/// Per-packet keying, `n` packets pushed at time 0: which were lost.
+fn lost_pattern(seed: u64, params: GeParams, n: usize) -> Vec<bool> {
+    let mut link = lossy_link(seed, params, LossKeying::Packet);
     (0..n).map(|_| link.push(ZERO, Vec::new()) == Admission::DroppedLoss).collect()
 }
 
 #[test]
-fn gilbert_elliott_long_run_mean_and_burst_length_match_and_seed_is_deterministic() {
+fn packet_keyed_gilbert_elliott_long_run_mean_and_burst_length_match_and_seed_is_deterministic() {
     let params = GeParams::from_mean(0.05, 5.0).unwrap();
     let n = 400_000;
     let a = lost_pattern(1, params, n);
@@ -269,6 +277,210 @@ fn gilbert_elliott_long_run_mean_and_burst_length_match_and_seed_is_deterministi
     let b = lost_pattern(3, p, n);
     let rate = b.iter().filter(|&&l| l).count() as f64 / n as f64;
     assert!((rate - p.mean_loss()).abs() < 0.01, "{rate} vs {}", p.mean_loss());
+}
+
+#[test]
+fn packet_keyed_loss_reproduces_the_first_versions_decisions() {
+    // Recorded with the emulator before time keying existed (the per-packet chain was then the
+    // only one): seed 42, 512 packets one per ms, bit i of word i / 64 = packet i lost.
+    const OLD: [u64; 8] = [
+        0x0000_0000_3000_0000,
+        0x2000_1800_002D_010F,
+        0x0040_0000_2088_0001,
+        0x0700_1660_0208_0000,
+        0x0400_0040_0000_0470,
+        0x0020_0E00_8338_0604,
+        0x0000_0000_5F80_0000,
+        0x0000_0040_00C0_8000,
+    ];
+    let mut link = lossy_link(42, GeParams::new(0.05, 0.3, 0.02, 0.6).unwrap(), LossKeying::Packet);
+    let mut words = [0u64; 8];
+    for i in 0..512u64 {
+        if link.push(ms(i), vec![0; 100]) == Admission::DroppedLoss {
+            words[(i / 64) as usize] |= 1 << (i % 64);
+        }
+    }
+    assert_eq!(words, OLD);
+}
+
+/// Nanoseconds of the loss slot.
+fn slot_ns() -> u64 {
+    u64::try_from(LOSS_SLOT.as_nanos()).unwrap()
+}
+
+/// Pushes `arrivals` (non-decreasing times) into `link` and returns each packet's
+/// `(slot, index in its slot)` with whether it was lost.
+fn keyed_decisions(link: &mut Link, arrivals: &[Duration]) -> BTreeMap<(u64, u64), bool> {
+    let mut out = BTreeMap::new();
+    let mut last_slot = None;
+    let mut k = 0;
+    for &t in arrivals {
+        let slot = u64::try_from(t.as_nanos()).unwrap() / slot_ns();
+        k = if last_slot == Some(slot) { k + 1 } else { 0 };
+        last_slot = Some(slot);
+        let lost = match link.push(t, vec![0; 100]) {
+            Admission::DroppedLoss => true,
+            Admission::Queued => false,
+            other => panic!("unexpected {other:?}"),
+        };
+        out.insert((slot, k), lost);
+    }
+    out
+}
+
+/// The decisions of `a` and `b` where both have a packet at the same slot and index:
+/// (number of such packets, number lost in `a`, number on which `a` and `b` disagree).
+fn compare_common(a: &BTreeMap<(u64, u64), bool>, b: &BTreeMap<(u64, u64), bool>) -> (usize, usize, usize) {
+    let (mut common, mut lost, mut differ) = (0, 0, 0);
+    for (key, la) in a {
+        if let Some(lb) = b.get(key) {
+            common += 1;
+            lost += usize::from(*la);
+            differ += usize::from(la != lb);
+        }
+    }
+    (common, lost, differ)
+}
+
+/// Three traffic patterns over `slots` slots: one packet per slot (early in it); the same plus
+/// 1–3 extra packets later in a third of the slots (index ≥ 1), with the first packet at
+/// another offset in the slot; and one packet every 7th slot with 1–2 extra ones (idle gaps).
+fn crn_streams(slots: u64) -> [Vec<Duration>; 3] {
+    let ns = slot_ns();
+    let at = |slot: u64, frac: f64| Duration::from_nanos(slot * ns + (frac * ns as f64) as u64);
+    let mut g = SplitMix64::new(99);
+    let one: Vec<Duration> = (0..slots).map(|s| at(s, 0.1)).collect();
+    let mut busy = Vec::new();
+    let mut sparse = Vec::new();
+    for s in 0..slots {
+        busy.push(at(s, 0.3));
+        if g.below(3) == 0 {
+            for j in 0..1 + g.below(3) {
+                busy.push(at(s, 0.5 + 0.1 * j as f64));
+            }
+        }
+        if s % 7 == 0 {
+            for j in 0..1 + g.below(3) {
+                sparse.push(at(s, 0.2 * j as f64));
+            }
+        }
+    }
+    [one, busy, sparse]
+}
+
+#[test]
+fn time_keyed_loss_is_the_same_for_different_traffic_at_the_same_slot_and_index() {
+    // Loss in both states, so that the per-index draws matter as well as the state.
+    let params = GeParams::new(0.02, 0.25, 0.01, 0.7).unwrap();
+    let run = |keying: LossKeying, seed: u64| -> Vec<BTreeMap<(u64, u64), bool>> {
+        crn_streams(20_000)
+            .iter()
+            .map(|arrivals| keyed_decisions(&mut lossy_link(seed, params, keying), arrivals))
+            .collect()
+    };
+    let time = run(LossKeying::Time, 5);
+    for (a, b) in [(0, 1), (0, 2), (1, 2)] {
+        let (common, lost, differ) = compare_common(&time[a], &time[b]);
+        assert!(common > 2_500, "streams {a} and {b} share only {common} (slot, index) pairs");
+        // Not trivially equal: a good share of the shared instants lose their packet.
+        assert!(lost as f64 > 0.5 * params.mean_loss() * common as f64, "{lost} of {common} lost");
+        assert_eq!(differ, 0, "streams {a} and {b}: {differ} of {common} shared decisions differ");
+    }
+    // Another seed is another realisation.
+    let (common, _, differ) = compare_common(&time[0], &run(LossKeying::Time, 6)[0]);
+    assert!(differ as f64 > 0.02 * common as f64, "seeds 5 and 6 differ on only {differ} of {common}");
+    // The per-packet chain has no such property: the extra packets shift its draws.
+    let packet = run(LossKeying::Packet, 5);
+    let (common, _, differ) = compare_common(&packet[0], &packet[1]);
+    assert!(differ as f64 > 0.02 * common as f64, "packet keying: only {differ} of {common} differ");
+}
+
+/// Loss indicators of one packet every `every` slots, `n` packets, time-keyed.
+fn probe(seed: u64, params: GeParams, every: u64, n: u64) -> Vec<bool> {
+    let mut link = lossy_link(seed, params, LossKeying::Time);
+    (0..n)
+        .map(|i| link.push(LOSS_SLOT * u32::try_from(i * every).unwrap(), vec![0]) == Admission::DroppedLoss)
+        .collect()
+}
+
+/// Standard deviation of the mean of `n` loss indicators of a stationary Gilbert–Elliott chain
+/// sampled once every `every` steps: the indicators' variance `m(1 − m)` plus their
+/// autocovariances `(l_B − l_G)² π_G π_B λ^(j·every)` at lag `j`, `λ = 1 − p_GB − p_BG`.
+fn sd_of_mean_loss(p: &GeParams, every: u64, n: u64) -> f64 {
+    let m = p.mean_loss();
+    let pi_b = p.stationary_bad();
+    let c = (p.loss_bad - p.loss_good).powi(2) * pi_b * (1.0 - pi_b);
+    let lambda = (1.0 - p.p_good_to_bad - p.p_bad_to_good).powi(i32::try_from(every).unwrap());
+    ((m * (1.0 - m) + 2.0 * c * lambda / (1.0 - lambda)) / n as f64).sqrt()
+}
+
+#[test]
+fn time_keyed_long_run_loss_is_the_stationary_mean_for_dense_and_sparse_traffic() {
+    let cases = [
+        // Both states lossy; the tracegen's carrier B (1.35 %, mean bad run 4) and A (0.21 %).
+        (GeParams::new(0.01, 0.1, 0.01, 0.5).unwrap(), 1, 1_000_000),
+        (GeParams::from_mean(0.0135, 4.0).unwrap(), 1, 1_000_000),
+        // The tracegen's validation probe: one packet every 50 ms.
+        (GeParams::from_mean(0.0135, 4.0).unwrap(), 50, 200_000),
+        (GeParams::from_mean(0.0021, 4.0).unwrap(), 50, 200_000),
+    ];
+    for (seed, (p, every, n)) in cases.into_iter().enumerate() {
+        let lost = probe(seed as u64 + 10, p, every, n);
+        let rate = lost.iter().filter(|&&l| l).count() as f64 / n as f64;
+        let tol = 5.0 * sd_of_mean_loss(&p, every, n);
+        assert!(
+            (rate - p.mean_loss()).abs() < tol,
+            "{p:?} every {every}: rate {rate} vs {} (tolerance {tol})",
+            p.mean_loss()
+        );
+    }
+}
+
+#[test]
+fn time_keyed_bad_runs_last_one_over_p_bad_to_good_slots() {
+    // Gilbert model (loss iff bad) probed once per slot: runs of losses are the bad runs.
+    for (seed, p_bg) in [(1, 0.25), (2, 0.5), (3, 0.1)] {
+        let p = GeParams::new(0.01, p_bg, 0.0, 1.0).unwrap();
+        let lost = probe(seed, p, 1, 1_000_000);
+        let runs: Vec<usize> = lost.split(|l| !l).map(<[bool]>::len).filter(|&l| l > 0).collect();
+        let mean = runs.iter().sum::<usize>() as f64 / runs.len() as f64;
+        // Bad runs are geometric: mean 1/p, standard deviation √(1 − p)/p.
+        let tol = 5.0 * (1.0 - p_bg).sqrt() / p_bg / (runs.len() as f64).sqrt();
+        assert!((mean - 1.0 / p_bg).abs() < tol, "p_bg {p_bg}: mean bad run {mean} slots (tolerance {tol})");
+    }
+    // With ten packets per slot a bad run of 4 slots takes ≈ 40 packets in a row.
+    let mut link = lossy_link(4, GeParams::from_mean(0.0135, 4.0).unwrap(), LossKeying::Time);
+    let lost: Vec<bool> = (0..2_000_000u64)
+        .map(|i| link.push(Duration::from_micros(i * 100), vec![0]) == Admission::DroppedLoss)
+        .collect();
+    let runs: Vec<usize> = lost.split(|l| !l).map(<[bool]>::len).filter(|&l| l > 0).collect();
+    let mean = runs.iter().sum::<usize>() as f64 / runs.len() as f64;
+    let tol = 5.0 * 10.0 * 0.75f64.sqrt() / 0.25 / (runs.len() as f64).sqrt();
+    assert!((mean - 40.0).abs() < tol, "mean run at 10 packets per slot: {mean} packets (tolerance {tol})");
+}
+
+#[test]
+fn time_keyed_loss_is_deterministic_and_independent_of_polling() {
+    let params = GeParams::new(0.02, 0.25, 0.01, 0.7).unwrap();
+    let arrivals = &crn_streams(5_000)[1];
+    let decide = |seed: u64, poll: bool| -> Vec<Admission> {
+        let mut link = lossy_link(seed, params, LossKeying::Time);
+        arrivals
+            .iter()
+            .map(|&t| {
+                if poll {
+                    while link.poll_deliver(t).is_some() {}
+                    let _ = link.next_event(t);
+                }
+                link.push(t, vec![0; 100])
+            })
+            .collect()
+    };
+    let a = decide(7, false);
+    assert_eq!(a, decide(7, false));
+    assert_eq!(a, decide(7, true));
+    assert_ne!(a, decide(8, false));
+    assert!(a.contains(&Admission::DroppedLoss) && a.contains(&Admission::Queued));
 }
 
 #[test]

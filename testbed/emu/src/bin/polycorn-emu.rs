@@ -29,7 +29,7 @@ mod shell {
 
     use clap::Parser;
     use polycorn_emu::tun::{ip_version, Tun};
-    use polycorn_emu::{DelaySchedule, Link, LinkConfig, LinkStats, Schedule, Service, Trace};
+    use polycorn_emu::{DelaySchedule, Link, LinkConfig, LinkStats, LossKeying, Schedule, Service, Trace, LOSS_SLOT};
 
     /// Largest packet read from a TUN device (TUN MTU is 1500 unless changed; this leaves room).
     const READ_BUF: usize = 65_536;
@@ -72,6 +72,13 @@ mod shell {
         /// The downlink uses the carrier's seed XOR 0x9E3779B97F4A7C15.
         #[arg(long)]
         seed: Vec<u64>,
+        /// What the Gilbert–Elliott loss draws are keyed by, for every link: `time` (the chain
+        /// steps per 1 ms slot and a packet's fate depends only on the seed, its arrival time and
+        /// its index in the slot, so schemes run side by side with the same seed see the same
+        /// loss) or `packet` (the chain steps per packet, as in the first versions: reproduces
+        /// earlier results).
+        #[arg(long, value_name = "time|packet", default_value_t = LossKeying::Time)]
+        loss_keying: LossKeying,
         /// Bytes per trace delivery opportunity.
         #[arg(long, default_value_t = polycorn_emu::DEFAULT_OPPORTUNITY_BYTES)]
         opportunity_bytes: usize,
@@ -220,7 +227,14 @@ mod shell {
             dirs.push(down);
             tuns.push((car, cpx));
         }
-        println!("polycorn-emu: ready: {} carrier(s) between {} and {}", cli.carriers, cli.train_ns, cli.cloud_ns);
+        let keying = match cli.loss_keying {
+            LossKeying::Time => format!("{} ms slots", LOSS_SLOT.as_secs_f64() * 1e3),
+            LossKeying::Packet => "per packet".to_string(),
+        };
+        println!(
+            "polycorn-emu: ready: {} carrier(s) between {} and {}; loss keying {} ({keying})",
+            cli.carriers, cli.train_ns, cli.cloud_ns, cli.loss_keying
+        );
         let _ = io::stdout().flush();
 
         let interval = cli.stats_interval.filter(|s| *s > 0.0).map(Duration::from_secs_f64);
@@ -310,6 +324,7 @@ mod shell {
                 buffer_bytes: buffer,
                 schedule: schedule.clone(),
                 seed,
+                loss_keying: cli.loss_keying,
                 event_log: cli.event_log.is_some(),
             };
             let up = Link::new(config(up_service, seed)).map_err(|e| format!("carrier {i} up: {e}"))?;
