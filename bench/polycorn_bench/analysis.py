@@ -56,6 +56,7 @@ from polycorn_bench.oracle import PAYLOAD_PER_OPPORTUNITY
 from polycorn_bench.records import LinkSetRun, Run
 from polycorn_bench.stats import (
     bootstrap_geomean_ci,
+    ci_halfwidth,
     finite_or_none,
     geomean,
     im_stats,
@@ -82,6 +83,7 @@ HRSCH_KEYS = (
     "im_hrsch",
     "extra_traffic",
     "reinjection_overhead",
+    "reinjection_overhead_vs_paper",
     "hof_recovery",
 )
 #: Sections of issue 18 (aggregation and memory), per link set and copied to the top level.
@@ -149,6 +151,7 @@ def _paired_summary(pairs: list[tuple[float, float]], is_ref: bool) -> dict[str,
             "n_pairs": len(pairs),
             "ratio_vs_minrtt": 1.0 if has else None,
             "ci95": [1.0, 1.0] if has else None,
+            "ci95_halfwidth": 0.0 if has else None,
             "ratio_of_means": 1.0 if has else None,
         }
     ratios = np.asarray([g / r for g, r in pairs])
@@ -159,6 +162,7 @@ def _paired_summary(pairs: list[tuple[float, float]], is_ref: bool) -> dict[str,
         "n_pairs": len(pairs),
         "ratio_vs_minrtt": finite_or_none(geomean(ratios)),
         "ci95": [finite_or_none(lo), finite_or_none(hi)] if pairs else None,
+        "ci95_halfwidth": ci_halfwidth([lo, hi], len(pairs)),
         "ratio_of_means": safe_ratio(mean_s, mean_r),
     }
 
@@ -181,7 +185,15 @@ def _group_summary(flows: list[Flow], scheme: str, ref: list[Flow] | None) -> di
     if ref is not None:
         out.update(_paired_summary(paired_goodputs(flows, ref), scheme == REFERENCE))
     else:
-        out.update({"n_pairs": 0, "ratio_vs_minrtt": None, "ci95": None, "ratio_of_means": None})
+        out.update(
+            {
+                "n_pairs": 0,
+                "ratio_vs_minrtt": None,
+                "ci95": None,
+                "ci95_halfwidth": None,
+                "ratio_of_means": None,
+            }
+        )
     out["ratio_vs_oracle"] = finite_or_none(geomean(oracle))
     out["n_oracle"] = len(oracle)
     oracle_good = [f.rec.size * 8 / f.oracle_ms / 1000 for f in flows if f.oracle_ms]
@@ -425,9 +437,10 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "im": im,
         "hrsch_vs_baselines": hrsch.vs_baselines(flows, labels),
         "ablation": hrsch.ablation(bulk),
-        "im_hrsch": hrsch.im_changes(im),
+        "im_hrsch": hrsch.im_changes(im, hrsch.im_trip_intervals(ls, run.users)),
         "extra_traffic": extra,
         "reinjection_overhead": hrsch.reinjection_overhead(extra),
+        "reinjection_overhead_vs_paper": hrsch.reinjection_vs_paper(extra),
         "hof_recovery": hof,
         "best_single_carrier": best,
         "capacity_use": capacity_use,

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from polycorn_bench.flows import IM_REFERENCE, OVERALL, REFERENCE, BacklogRun, Flow
+from polycorn_bench.links import FloatArray
 from polycorn_bench.metrics import (
     CAPTURE_DOWN,
     CAPTURE_UP,
@@ -36,10 +37,14 @@ from polycorn_bench.metrics import (
 from polycorn_bench.records import Issues, LinkSetRun
 from polycorn_bench.stats import (
     bootstrap_ratio_of_means_ci,
+    bootstrap_ratio_of_medians_ci,
+    cluster_bootstrap_ci,
     finite_or_none,
+    im_stats,
     paired_ratio_stats,
     safe_ratio,
 )
+from polycorn_bench.verdict import compare, verdict
 
 HRSCH = "hrsch"
 #: Baselines hrsch is compared with, in report order (those that ran).
@@ -113,7 +118,10 @@ METHODS = {
     ),
     "im_hrsch": (
         "relative change (hrsch/reference - 1) of the IM mean, p90 and cov per number of "
-        "users; average = mean over the user counts of the ratios, minus 1"
+        "users; average = mean over the user counts of the ratios, minus 1; average_ci95: "
+        "percentile bootstrap over trips (2000 resamples of the trips on which hrsch ran, "
+        "fixed seed; each resample pools its trips' delays), null with fewer than 2 trips; "
+        "vs_paper: each average against the paper's with its verdict (lower is better)"
     ),
     "extra_traffic": (
         "summed over the link set's trips, from the end-of-trip metrics snapshots: "
@@ -131,7 +139,22 @@ METHODS = {
     ),
     "reinjection_overhead": (
         "k -> reinjected_share of hrsch-k1, hrsch-k2, hrsch (k = 3); keys of schemes that did "
-        "not run are absent"
+        "not run are absent; reinjection_overhead_vs_paper: the same with "
+        "extra_traffic.reinjected_share_ci95 (percentile bootstrap over trips of the ratio "
+        "of the summed bytes, 10000 resamples, fixed seed; null with fewer than 2 trips) and "
+        "the verdict against the paper's (lower is better)"
+    ),
+    "verdict": (
+        "against a paper number, from the 95 % interval: above (better than the paper: for "
+        "higher-is-better metrics the interval's lower bound > paper, for lower-is-better "
+        "ones its upper bound < paper), below (the mirror image: worse than the paper), "
+        "consistent (the paper's number inside the interval, bounds included), no interval "
+        "(fewer than 2 samples, or no interval); never from the point estimate alone"
+    ),
+    "ci95_halfwidth": (
+        "(hi - lo) / 2 of the entry's ci95, in the units of the ratio (the bootstrap interval "
+        "of a ratio is asymmetric, so this is not the distance of either bound from the "
+        "estimate); null with fewer than 2 pairs; 0 for minrtt itself"
     ),
     "hof_recovery": (
         "failure = handover_end with outcome other than success, at the t_ms of its "
@@ -142,7 +165,9 @@ METHODS = {
         "received in "
         "[t_f, min(t_f + 2000 ms, end)] (progress curve, linear between samples) / that "
         "time; pairs with less than 200 ms of activity in either scheme are dropped; "
-        "ratio of the means and ratio of the medians of the paired goodputs"
+        "ratio of the means and ratio of the medians of the paired goodputs, each with a "
+        "percentile bootstrap ci95 of the pairs (10000 resamples, fixed seed); vs_paper: "
+        "hrsch's against the paper's with the verdict"
     ),
 }
 
@@ -191,6 +216,7 @@ def vs_baselines(flows: list[Flow], labels: list[str]) -> dict[str, Any] | None:
                 continue
             entry = _paired(pairs)
             entry["paper"] = PAPER["hrsch_vs_minrtt"].get(label) if base == REFERENCE else None
+            entry["verdict"] = verdict(entry["ci95"], entry["paper"], entry["n_pairs"])
             per[label] = entry
         out[base] = per
     return out
@@ -208,18 +234,21 @@ def ablation(bulk: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
             continue
         o = per.get(OVERALL, {})
         ratio, ci, rom = o.get("ratio_vs_minrtt"), o.get("ci95"), o.get("ratio_of_means")
+        gain_ci = None if not ci or None in ci else [ci[0] - 1, ci[1] - 1]
+        paper_gain = PAPER["ablation_gain"].get(scheme)
         out[scheme] = {
             "mechanism": mechanism,
             "n_pairs": o.get("n_pairs", 0),
             "gain": None if ratio is None else ratio - 1,
-            "ci95": None if not ci or None in ci else [ci[0] - 1, ci[1] - 1],
+            "ci95": gain_ci,
             "gain_ratio_of_means": None if rom is None else rom - 1,
             "gain_by_size": {
                 label: None if s.get("ratio_vs_minrtt") is None else s["ratio_vs_minrtt"] - 1
                 for label, s in per.items()
                 if label != OVERALL
             },
-            "paper_gain": PAPER["ablation_gain"].get(scheme),
+            "paper_gain": paper_gain,
+            "verdict": verdict(gain_ci, paper_gain, o.get("n_pairs", 0)),
         }
     return out
 
@@ -230,9 +259,13 @@ _IM_KEYS = (("mean", "mean_ms"), ("p90", "p90_ms"), ("cov", "cov"))
 _IM_REFS = ((IM_REFERENCE, "vs_single_path"), (REFERENCE, "vs_minrtt"))
 
 
-def im_changes(im: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+def im_changes(
+    im: Mapping[str, Mapping[str, Any]], intervals: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
     """Relative change of hrsch's IM numbers against single-path and minrtt, per number of
-    users and averaged over the user counts (``analysis.im_summary`` as input)."""
+    users and averaged over the user counts (``analysis.im_summary`` as input), and, with the
+    trip-level ``intervals`` of :func:`im_trip_intervals`, the averages' 95 % intervals and
+    their verdicts against the paper (``vs_paper``; lower is better: faster, fairer)."""
     mine = im.get(HRSCH)
     if not mine:
         return None
@@ -256,7 +289,99 @@ def im_changes(im: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
         key: {k: (float(np.mean(v)) - 1 if v else None) for k, v in per.items()}
         for key, per in collected.items()
     }
-    return {"by_users": by_users, "average": average, "paper": PAPER["im_hrsch"]}
+    n_trips = intervals["n_trips"] if intervals else 0
+    ci = intervals["average_ci95"] if intervals else {}
+    paper = PAPER["im_hrsch"]
+    vs_paper = {
+        key: {
+            k: compare(
+                average[key][k],
+                ci.get(key, {}).get(k),
+                n_trips,
+                paper[key][k],
+                lower_is_better=True,
+            )
+            for k, _ in _IM_KEYS
+        }
+        for _, key in _IM_REFS
+    }
+    return {
+        "by_users": by_users,
+        "average": average,
+        "average_ci95": {
+            key: {k: ci.get(key, {}).get(k) for k, _ in _IM_KEYS} for _, key in _IM_REFS
+        },
+        "n_trips": n_trips,
+        "paper": paper,
+        "vs_paper": vs_paper,
+    }
+
+
+def im_trip_intervals(ls: LinkSetRun, users: Sequence[int]) -> dict[str, Any]:
+    """95 % intervals of :func:`im_changes`' averages by a bootstrap over trips (the trips on
+    which hrsch delivered messages): each resample pools the delays of the drawn trips (a trip
+    drawn twice counts twice) as ``analysis.im_summary`` pools all of them, averages the
+    per-trip CoVs, and takes hrsch's ratio to each reference per user count and their mean,
+    minus 1. Messages of one user and trip are not independent, so trips, not messages, are
+    resampled. ``{"n_trips", "average_ci95": {"vs_single_path"|"vs_minrtt": {"mean"|"p90"|
+    "cov": [lo, hi] | None}}}``; None intervals with fewer than two trips."""
+    schemes = (HRSCH, IM_REFERENCE, REFERENCE)
+    trips = [t for t in ls.trips if HRSCH in t.schemes and t.schemes[HRSCH].im]
+    # delays[scheme][users][trip index] = all delivered delays; covs likewise (NaN: none).
+    delays: dict[str, dict[int, dict[int, FloatArray]]] = {s: {} for s in schemes}
+    covs: dict[str, dict[int, dict[int, float]]] = {s: {} for s in schemes}
+    for i, trip in enumerate(trips):
+        for s in schemes:
+            sr = trip.schemes.get(s)
+            if sr is None:
+                continue
+            for u in users:
+                if u not in sr.im:
+                    continue
+                by_user: dict[int, list[float]] = {}
+                for m in sr.im[u]:
+                    if m.ok and m.delay_ms is not None:
+                        by_user.setdefault(m.user, []).append(m.delay_ms)
+                _, _, cov, n = im_stats(by_user)
+                delays[s].setdefault(u, {})[i] = np.asarray(
+                    [d for ds in by_user.values() for d in ds], dtype=np.float64
+                )
+                covs[s].setdefault(u, {})[i] = cov if n and math.isfinite(cov) else math.nan
+    order = [(key, k) for _, key in _IM_REFS for k, _ in _IM_KEYS]
+
+    def stat_of(s: str, u: int, idx: tuple[int, ...]) -> dict[str, float]:
+        arrays = [delays[s].get(u, {}).get(i) for i in idx]
+        pooled = [a for a in arrays if a is not None and len(a)]
+        if not pooled:
+            return {"mean": math.nan, "p90": math.nan, "cov": math.nan}
+        a = np.concatenate(pooled)
+        cs = [c for i in idx if math.isfinite(c := covs[s].get(u, {}).get(i, math.nan))]
+        return {
+            "mean": float(np.mean(a)),
+            "p90": float(np.percentile(a, 90)),
+            "cov": float(np.mean(cs)) if cs else math.nan,
+        }
+
+    def statistic(idx: tuple[int, ...]) -> FloatArray:
+        ratios: dict[tuple[str, str], list[float]] = {key: [] for key in order}
+        for u in users:
+            mine = stat_of(HRSCH, u, idx)
+            for ref, key in _IM_REFS:
+                theirs = stat_of(ref, u, idx)
+                for k, _ in _IM_KEYS:
+                    r = safe_ratio(mine[k], theirs[k])
+                    if r is not None:
+                        ratios[(key, k)].append(r)
+        return np.asarray(
+            [float(np.mean(ratios[key])) - 1 if ratios[key] else math.nan for key in order]
+        )
+
+    bounds = cluster_bootstrap_ci(len(trips), statistic)
+    ci: dict[str, dict[str, list[float] | None]] = {key: {} for _, key in _IM_REFS}
+    for (key, k), (lo, hi) in zip(order, bounds, strict=True):
+        ok = len(trips) >= 2 and math.isfinite(lo) and math.isfinite(hi)
+        ci[key][k] = [float(lo), float(hi)] if ok else None
+    return {"n_trips": len(trips), "average_ci95": ci}
 
 
 # --- extra traffic ------------------------------------------------------------------------
@@ -347,11 +472,19 @@ def extra_traffic(ls: LinkSetRun, schemes: list[str], issues: Issues) -> dict[st
         g_down = sum(t.goodput_down for t in per_trip)
         g_up = sum(t.goodput_up for t in per_trip)
         goodput = g_down + g_up
+        share_ci: list[float | None] | None = None
+        if len(per_trip) >= 2:
+            lo, hi = bootstrap_ratio_of_means_ci(
+                [t.reinjected_down + t.reinjected_up for t in per_trip],
+                [t.goodput_down + t.goodput_up for t in per_trip],
+            )
+            share_ci = [finite_or_none(lo), finite_or_none(hi)]
         out[scheme] = {
             "reinjected_bytes": re_down + re_up,
             "redundant_bytes": redundant,
             "goodput_bytes": goodput,
             "reinjected_share": safe_ratio(re_down + re_up, goodput),
+            "reinjected_share_ci95": share_ci,
             "redundant_share": safe_ratio(redundant, goodput),
             "reinjected_bytes_down": re_down,
             "reinjected_bytes_up": re_up,
@@ -365,6 +498,27 @@ def extra_traffic(ls: LinkSetRun, schemes: list[str], issues: Issues) -> dict[st
             "duplicate_share_of_extra": safe_ratio(duplicate, extra),
             "n_trips": len(per_trip),
             "n_trips_missing": len(runs) - len(per_trip),
+        }
+    return out
+
+
+def reinjection_vs_paper(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Per k of :data:`REINJECTION_K` whose scheme has a share: the reinjected share with its
+    trip-level interval against the paper's (lower is better), ``{"scheme", **compare}``."""
+    out: dict[str, Any] = {}
+    for k, scheme in REINJECTION_K.items():
+        e = extra.get(scheme)
+        if not e or e.get("reinjected_share") is None:
+            continue
+        out[k] = {
+            "scheme": scheme,
+            **compare(
+                e["reinjected_share"],
+                e.get("reinjected_share_ci95"),
+                e.get("n_trips"),
+                PAPER["reinjection_overhead"][k],
+                lower_is_better=True,
+            ),
         }
     return out
 
@@ -540,6 +694,7 @@ def hof_recovery(
                     }
                 )
         lo, hi = bootstrap_ratio_of_means_ci(mine_g, ref_g)
+        lo_m, hi_m = bootstrap_ratio_of_medians_ci(mine_g, ref_g)
         by_scheme[scheme] = {
             "n": len(mine_g),
             "n_bulk": sum(1 for w in windows if w["source"] == SOURCE_BULK),
@@ -554,9 +709,13 @@ def hof_recovery(
             "ratio_of_means": safe_ratio(_mean(mine_g), _mean(ref_g)),
             "ci95": [finite_or_none(lo), finite_or_none(hi)] if mine_g else None,
             "ratio_of_medians": safe_ratio(_median(mine_g), _median(ref_g)),
+            "ratio_of_medians_ci95": [finite_or_none(lo_m), finite_or_none(hi_m)]
+            if mine_g
+            else None,
             "windows": windows,
         }
     h = by_scheme.get(HRSCH)
+    paper = PAPER["hof_recovery"]
     section = {
         "window_ms": HOF_WINDOW_MS,
         "min_active_ms": HOF_MIN_ACTIVE_MS,
@@ -565,6 +724,21 @@ def hof_recovery(
         "hrsch_vs_minrtt_mean": h["ratio_of_means"] if h else None,
         "hrsch_vs_minrtt_median": h["ratio_of_medians"] if h else None,
         "hrsch_vs_minrtt_mean_ci95": h["ci95"] if h else None,
+        "hrsch_vs_minrtt_median_ci95": h["ratio_of_medians_ci95"] if h else None,
+        "vs_paper": {
+            "mean": compare(
+                h["ratio_of_means"] if h else None,
+                h["ci95"] if h else None,
+                h["n"] if h else 0,
+                paper["hrsch_vs_minrtt_mean"],
+            ),
+            "median": compare(
+                h["ratio_of_medians"] if h else None,
+                h["ratio_of_medians_ci95"] if h else None,
+                h["n"] if h else 0,
+                paper["hrsch_vs_minrtt_median"],
+            ),
+        },
         "n": h["n"] if h else 0,
         "n_bulk": h["n_bulk"] if h else 0,
         "n_backlog": h["n_backlog"] if h else 0,

@@ -6,6 +6,7 @@ from typing import Any
 
 from polycorn_bench.analysis import HANDOVER_BINS, METHODS, OVERALL
 from polycorn_bench.hrsch import HOF_MIN_ACTIVE_MS, HOF_WINDOW_MS, PAPER, REINJECTION_K
+from polycorn_bench.verdict import verdict, verdict_text
 
 
 def _f(x: Any, digits: int = 2) -> str:
@@ -51,13 +52,22 @@ def _pct_ci(ci: Any) -> str:
     return f" [{ci[0] * 100:+.1f}, {ci[1] * 100:+.1f}]"
 
 
-def _paper_cmp(ours: Any, paper: Any) -> str:
-    """'' without a paper number; else whether ours (higher is better) reaches it."""
-    if paper is None:
+def _pct_ci_unsigned(ci: Any) -> str:
+    if not ci or ci[0] is None or ci[1] is None:
         return ""
-    if ours is None:
-        return "no data"
-    return "reaches the paper" if ours >= paper else "**short of the paper**"
+    return f" [{ci[0] * 100:.2f}, {ci[1] * 100:.2f}]"
+
+
+def _vs_paper(ci: Any, paper: Any, n: Any, lower_is_better: bool = False) -> str:
+    """'' without a paper number; else the verdict of the interval against it, in words (bold
+    when below the paper)."""
+    v = verdict(ci, paper, n, lower_is_better=lower_is_better)
+    text = verdict_text(v)
+    return f"**{text}**" if v == "below" else text
+
+
+def _plain_vs_paper(ci: Any, paper: Any, n: Any, lower_is_better: bool = False) -> str:
+    return verdict_text(verdict(ci, paper, n, lower_is_better=lower_is_better))
 
 
 def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
@@ -84,7 +94,8 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
         out += [
             "**hrsch against each baseline**: geometric mean of the paired goodput ratios "
             "hrsch/baseline [95 % CI], n pairs; the paper's number (against minrtt only) in "
-            "brackets.",
+            "brackets with the verdict of the interval against it (above / below the paper: "
+            "the whole interval above / below its number; consistent: its number inside).",
             "",
         ]
         rows = []
@@ -97,10 +108,10 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
                     continue
                 cell = f"{_f(s['ratio'])}{_ci(s['ci95'])}, n {s['n_pairs']}"
                 if s.get("paper") is not None:
-                    cell += f" (paper {s['paper']:.2f}"
-                    if s["ratio"] is not None and s["ratio"] < s["paper"]:
-                        cell += ", short"
-                    cell += ")"
+                    cell += (
+                        f" (paper {s['paper']:.2f}: "
+                        f"{_vs_paper(s['ci95'], s['paper'], s['n_pairs'])})"
+                    )
                 row.append(cell)
             rows.append(row)
         out += _table(["hrsch vs", *labels], rows)
@@ -133,11 +144,20 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
                     _pct(a["gain"]) + _pct_ci(a["ci95"]),
                     _pct(a["gain_ratio_of_means"]),
                     _pct(a["paper_gain"]),
-                    _paper_cmp(a["gain"], a["paper_gain"]),
+                    _vs_paper(a["ci95"], a["paper_gain"], a["n_pairs"]),
                 ]
             )
         out += _table(
-            ["mechanism", "scheme", "n", "gain [95 % CI]", "gain (means)", "paper", ""], rows
+            [
+                "mechanism",
+                "scheme",
+                "n",
+                "gain [95 % CI]",
+                "gain (means)",
+                "paper",
+                "vs the paper",
+            ],
+            rows,
         )
         out += [
             "",
@@ -194,27 +214,29 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
     ro = ls.get("reinjection_overhead")
     if ro:
         paper = PAPER["reinjection_overhead"]
+        ro_cmp = ls.get("reinjection_overhead_vs_paper") or {}
         out += [
-            "**Extended reinjection overhead** (reinjected bytes / goodput bytes; lower is "
-            "cheaper):",
+            "**Extended reinjection overhead** (reinjected bytes / goodput bytes, whole trips; "
+            "95 % interval from a bootstrap over trips; lower is cheaper, so 'above the paper' "
+            "means an interval wholly below the paper's number):",
             "",
         ]
-        rows = [
-            [
-                k,
-                f"`{REINJECTION_K[k]}`",
-                _pct(ro.get(k), 2, sign=False),
-                _pct(paper[k], 1, sign=False),
-                "–"
-                if ro.get(k) is None
-                else "**above the paper**"
-                if ro[k] > paper[k]
-                else "at or below the paper",
-            ]
-            for k in REINJECTION_K
-            if k in ro
-        ]
-        out += _table(["k", "scheme", "ours", "paper", ""], rows)
+        rows = []
+        for k in REINJECTION_K:
+            if k not in ro:
+                continue
+            c = ro_cmp.get(k, {})
+            ci, n = c.get("ci95"), c.get("n")
+            rows.append(
+                [
+                    k,
+                    f"`{REINJECTION_K[k]}`",
+                    _pct(ro[k], 2, sign=False) + _pct_ci_unsigned(ci),
+                    _pct(paper[k], 1, sign=False),
+                    _vs_paper(ci, paper[k], n, lower_is_better=True),
+                ]
+            )
+        out += _table(["k", "scheme", "ours [95 % CI]", "paper", "vs the paper"], rows)
         out.append("")
     im = ls.get("im_hrsch")
     if im:
@@ -248,18 +270,35 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
             rows,
         )
         avg = im["average"]
-        short: list[str] = []
-        no_data: list[str] = []
+        avg_ci = im.get("average_ci95") or {}
+        n_trips = im.get("n_trips")
+        out += [
+            "",
+            "The averages against the paper's, with 95 % intervals from a bootstrap over "
+            + ("the trips" if n_trips is None else f"{n_trips} trip{'' if n_trips == 1 else 's'}")
+            + " (lower is better: 'above the paper' means an interval wholly below the "
+            "paper's number):",
+            "",
+        ]
+        rows = []
         for ref in ("vs_single_path", "vs_minrtt"):
             for k in ("mean", "p90", "cov"):
-                what = f"{k} vs {ref.removeprefix('vs_').replace('_', '-')}"
-                if avg[ref][k] is None:
-                    no_data.append(what)
-                elif avg[ref][k] > paper[ref][k]:
-                    short.append(what)
-        line = f"Short of the paper (average): {', '.join(short) or 'none'}"
-        line += f"; no data: {', '.join(no_data)}." if no_data else "."
-        out += ["", line, ""]
+                ci = avg_ci.get(ref, {}).get(k)
+                rows.append(
+                    [
+                        ref.removeprefix("vs_").replace("_", "-"),
+                        {"mean": "mean", "p90": "p90", "cov": "CoV"}[k],
+                        _pct(avg[ref][k]) + _pct_ci(ci),
+                        _pct(paper[ref][k], 0),
+                        _vs_paper(ci, paper[ref][k], n_trips, lower_is_better=True)
+                        if avg[ref][k] is not None
+                        else "no data",
+                    ]
+                )
+        out += _table(
+            ["against", "delay", "hrsch, average [95 % CI]", "paper", "vs the paper"], rows
+        )
+        out.append("")
     hof = ls.get("hof_recovery")
     if hof:
         paper = PAPER["hof_recovery"]
@@ -299,14 +338,16 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
             ],
             rows,
         )
+        mean_ci = hof.get("hrsch_vs_minrtt_mean_ci95")
+        median_ci = hof.get("hrsch_vs_minrtt_median_ci95")
         out += [
             "",
-            f"hrsch vs minrtt: mean {_f(hof['hrsch_vs_minrtt_mean'])} (paper "
-            f"{paper['hrsch_vs_minrtt_mean']:.1f}, "
-            f"{_paper_cmp(hof['hrsch_vs_minrtt_mean'], paper['hrsch_vs_minrtt_mean'])}), "
-            f"median {_f(hof['hrsch_vs_minrtt_median'])} (paper "
-            f"{paper['hrsch_vs_minrtt_median']:.1f}, "
-            f"{_paper_cmp(hof['hrsch_vs_minrtt_median'], paper['hrsch_vs_minrtt_median'])}), "
+            f"hrsch vs minrtt: ratio of means {_f(hof['hrsch_vs_minrtt_mean'])}{_ci(mean_ci)} "
+            f"(paper {paper['hrsch_vs_minrtt_mean']:.1f}: "
+            f"{_vs_paper(mean_ci, paper['hrsch_vs_minrtt_mean'], hof['n'])}), "
+            f"ratio of medians {_f(hof['hrsch_vs_minrtt_median'])}{_ci(median_ci)} "
+            f"(paper {paper['hrsch_vs_minrtt_median']:.1f}: "
+            f"{_vs_paper(median_ci, paper['hrsch_vs_minrtt_median'], hof['n'])}), "
             f"n = {hof['n']} ({hof.get('n_bulk', 0)} bulk, {hof.get('n_backlog', 0)} "
             "backlog).",
             "",
@@ -740,15 +781,23 @@ def text_table(doc: dict[str, Any]) -> str:
     lines += [fmt(header), *[fmt(r) for r in rows]]
     vs = (doc.get("hrsch_vs_baselines") or {}).get("minrtt", {}).get(OVERALL)
     if vs:
+        words = _plain_vs_paper(vs["ci95"], vs.get("paper"), vs["n_pairs"])
         lines.append(
-            f"hrsch/minrtt overall {_f(vs['ratio'])}{_ci(vs['ci95'])} (paper 1.31), "
-            f"n {vs['n_pairs']}"
+            f"hrsch/minrtt overall {_f(vs['ratio'])}{_ci(vs['ci95'])} (paper "
+            f"{_f(vs.get('paper'))}: {words}), n {vs['n_pairs']}"
         )
     hof = doc.get("hof_recovery")
     if hof and hof.get("hrsch_vs_minrtt_mean") is not None:
+        paper = PAPER["hof_recovery"]
+        mean_ci = hof.get("hrsch_vs_minrtt_mean_ci95")
+        median_ci = hof.get("hrsch_vs_minrtt_median_ci95")
         lines.append(
-            f"after failed handovers: hrsch/minrtt mean {_f(hof['hrsch_vs_minrtt_mean'])} "
-            f"(paper 1.2), median {_f(hof['hrsch_vs_minrtt_median'])} (paper 1.5), "
+            f"after failed handovers: hrsch/minrtt mean {_f(hof['hrsch_vs_minrtt_mean'])}"
+            f"{_ci(mean_ci)} (paper {paper['hrsch_vs_minrtt_mean']:.1f}: "
+            f"{_plain_vs_paper(mean_ci, paper['hrsch_vs_minrtt_mean'], hof['n'])}), median "
+            f"{_f(hof['hrsch_vs_minrtt_median'])}{_ci(median_ci)} (paper "
+            f"{paper['hrsch_vs_minrtt_median']:.1f}: "
+            f"{_plain_vs_paper(median_ci, paper['hrsch_vs_minrtt_median'], hof['n'])}), "
             f"n {hof['n']} ({hof.get('n_bulk', 0)} bulk, {hof.get('n_backlog', 0)} backlog)"
         )
     bl = (doc.get("backlog") or {}).get("hrsch")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,9 +16,26 @@ BOOTSTRAP_SEED = 20_240_611
 _CHUNK_ELEMENTS = 4_000_000
 
 
+#: Resamples of the trip-level (cluster) bootstrap; each distinct resample is evaluated once.
+CLUSTER_BOOTSTRAP_RESAMPLES = 2_000
+
+
 def finite_or_none(x: float) -> float | None:
     """JSON has no NaN/inf: they become ``null``."""
     return x if math.isfinite(x) else None
+
+
+def ci_halfwidth(ci: Sequence[float | None] | None, n: int | None = None) -> float | None:
+    """Half the width of an interval, (hi − lo) / 2, in the units of its bounds (for an
+    asymmetric interval, such as a bootstrap interval of a ratio, this is not the distance of
+    either bound from the estimate); None without both bounds, or with ``n`` < 2 samples
+    behind it (a one-sample bootstrap interval has zero width and says nothing)."""
+    if not ci or len(ci) != 2 or (n is not None and n < 2):
+        return None
+    lo, hi = ci
+    if lo is None or hi is None or not math.isfinite(lo) or not math.isfinite(hi):
+        return None
+    return (hi - lo) / 2
 
 
 def geomean(values: Sequence[float] | FloatArray) -> float:
@@ -110,6 +127,70 @@ def bootstrap_ratio_of_means_ci(
     return float(q_lo), float(q_hi)
 
 
+def bootstrap_ratio_of_medians_ci(
+    a: Sequence[float] | FloatArray,
+    b: Sequence[float] | FloatArray,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of median(a) / median(b) for paired samples, as
+    :func:`bootstrap_ratio_of_means_ci`. NaN for no pairs."""
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    n = len(x)
+    if n == 0 or len(y) != n:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    ratios = np.empty(resamples)
+    step = max(1, _CHUNK_ELEMENTS // n)
+    for lo in range(0, resamples, step):
+        hi = min(resamples, lo + step)
+        idx = rng.integers(0, n, size=(hi - lo, n))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios[lo:hi] = np.median(x[idx], axis=1) / np.median(y[idx], axis=1)
+    ratios = ratios[np.isfinite(ratios)]
+    if len(ratios) == 0:
+        return math.nan, math.nan
+    alpha = (1 - level) / 2
+    q_lo, q_hi = np.quantile(ratios, [alpha, 1 - alpha])
+    return float(q_lo), float(q_hi)
+
+
+def cluster_bootstrap_ci(
+    n_clusters: int,
+    statistic: Callable[[tuple[int, ...]], FloatArray],
+    resamples: int = CLUSTER_BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = 0.95,
+) -> FloatArray:
+    """Percentile bootstrap over clusters (trips): ``resamples`` times, draw ``n_clusters``
+    cluster indices with replacement and evaluate ``statistic`` on them (sorted; a cluster
+    drawn twice appears twice). The statistic returns a vector; each distinct resample is
+    evaluated once (with five trips there are only 126). Returns an array of shape (k, 2):
+    per component the (1−level)/2 and (1+level)/2 quantiles over the resamples where it is
+    finite, NaN where there are none or fewer than two clusters."""
+    if n_clusters < 2:
+        return np.full((len(statistic(tuple(range(n_clusters)))), 2), math.nan)
+    rng = np.random.default_rng(seed)
+    cache: dict[tuple[int, ...], FloatArray] = {}
+    rows = []
+    for _ in range(resamples):
+        key = tuple(sorted(int(i) for i in rng.integers(0, n_clusters, size=n_clusters)))
+        if key not in cache:
+            cache[key] = np.asarray(statistic(key), dtype=np.float64)
+        rows.append(cache[key])
+    values = np.vstack(rows)
+    alpha = (1 - level) / 2
+    out = np.full((values.shape[1], 2), math.nan)
+    for j in range(values.shape[1]):
+        col = values[:, j]
+        col = col[np.isfinite(col)]
+        if len(col):
+            out[j] = np.quantile(col, [alpha, 1 - alpha])
+    return out
+
+
 def paired_ratio_stats(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     """Paired comparison of positive values ``a[i]`` against ``b[i]`` (e.g. goodputs of one
     download in two schemes): ``ratio`` = geometric mean of a/b with its percentile bootstrap
@@ -123,6 +204,7 @@ def paired_ratio_stats(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]
             "n_pairs": 0,
             "ratio": None,
             "ci95": None,
+            "ci95_halfwidth": None,
             "ratio_of_means": None,
             "mean_of_ratios": None,
         }
@@ -134,6 +216,7 @@ def paired_ratio_stats(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]
         "n_pairs": n,
         "ratio": finite_or_none(geomean(r)),
         "ci95": [finite_or_none(lo), finite_or_none(hi)],
+        "ci95_halfwidth": ci_halfwidth([lo, hi], n),
         "ratio_of_means": safe_ratio(float(np.mean(x)), float(np.mean(y))),
         "mean_of_ratios": finite_or_none(float(np.mean(finite))) if len(finite) else None,
     }

@@ -18,6 +18,7 @@ from polycorn_bench.metrics import parse_metrics
 from polycorn_bench.records import Download, read_run
 from polycorn_bench.report import markdown
 from polycorn_bench.stats import bootstrap_ratio_of_means_ci, geomean, paired_ratio_stats
+from polycorn_bench.verdict import verdict, verdict_text
 
 MB = 1_048_576
 KB256 = 262_144
@@ -84,6 +85,15 @@ def test_hrsch_vs_baselines_and_ablation(tmp_path: Path) -> None:
     assert "4MB" not in m  # no 4 MB download in this run
     assert vs["blest"]["overall"]["ratio"] == pytest.approx(m["overall"]["ratio"])
     assert vs["blest"]["overall"]["paper"] is None
+    # Verdicts from the interval: 256 KB is 1.6 in both pairs (interval [1.6, 1.6] > 1.45);
+    # 1 MB's pairs are 1.25 and 2.0, an interval around 1.28; blest has no paper number.
+    assert m["256KB"]["verdict"] == "above"
+    assert m["1MB"]["ci95"][0] < 1.28 < m["1MB"]["ci95"][1]
+    assert m["1MB"]["verdict"] == "consistent"
+    assert vs["blest"]["overall"]["verdict"] is None
+    assert m["overall"]["ci95_halfwidth"] == pytest.approx(
+        (m["overall"]["ci95"][1] - m["overall"]["ci95"][0]) / 2
+    )
     # Top level = the primary link set's.
     assert doc["hrsch_vs_baselines"] == doc["link_sets"]["hsr"]["hrsch_vs_baselines"]
 
@@ -99,27 +109,52 @@ def test_hrsch_vs_baselines_and_ablation(tmp_path: Path) -> None:
     assert abl["hrsch"]["mechanism"] == "all (hrsch)"
     assert abl["hrsch"]["gain"] == pytest.approx(m["overall"]["ratio"] - 1)
     assert abl["hrsch"]["n_pairs"] == 4
+    # Zero-width intervals of 4 pairs: +10 % > +7 %, +5 % > +4.2 %, +20 % > +18.8 %, 0 < 2.9 %.
+    assert {s: abl[s]["verdict"] for s in ABLATION} == {
+        "minrtt+hpr": "above",
+        "minrtt+tpr": "above",
+        "minrtt+ori": "above",
+        "minrtt+er": "below",
+    }
     assert doc["paper"]["hrsch_vs_minrtt"]["256KB"] == 1.45
 
     md = markdown(doc)
     assert "HRSCH against the paper" in md
-    assert "paper 1.45" in md  # 256 KB: 1.60 reaches it, the number is still shown
-    assert "(paper 1.28, short)" not in md  # 1 MB: 1.58 > 1.28
+    assert "(paper 1.45: above the paper)" in md
+    assert "(paper 1.28: consistent with the paper)" in md  # 1 MB: 1.58, but [1.25, 2.0]
     assert "| HPR | `minrtt+hpr` | 4 | +10.0 %" in md
-    assert "**short of the paper**" in md  # ORI: +20 % > 18.8 %, but TPR +5 % > 4.2 %, ER short
+    assert "| +2.9 % | **below the paper** |" in md  # ER: 0 % against 2.9 %
+    assert "short of the paper" not in md.lower()
     json.dumps(doc, allow_nan=False)
 
 
-def test_short_of_the_paper_is_flagged(tmp_path: Path) -> None:
+def test_below_the_paper_is_flagged(tmp_path: Path) -> None:
     b = new_builder(tmp_path, ["minrtt", "hrsch"])
     for trip in TRIPS:
         b.bulk(trip, "minrtt", [download(0, 1000, 1000.0)])
         b.bulk(trip, "hrsch", [download(0, 1000, 900.0)])
     doc = analyse(read_run(b.finish()))
-    assert doc["hrsch_vs_baselines"]["minrtt"]["1MB"]["ratio"] == pytest.approx(1 / 0.9)
+    m = doc["hrsch_vs_baselines"]["minrtt"]
+    assert m["1MB"]["ratio"] == pytest.approx(1 / 0.9)
+    assert m["1MB"]["verdict"] == m["overall"]["verdict"] == "below"
     md = markdown(doc)
-    assert "(paper 1.28, short)" in md
-    assert "(paper 1.31, short)" in md
+    assert "(paper 1.28: **below the paper**)" in md
+    assert "(paper 1.31: **below the paper**)" in md
+
+
+def test_one_pair_gives_no_verdict(tmp_path: Path) -> None:
+    """A single pair's bootstrap interval has zero width: no interval, not 'below'."""
+    b = new_builder(tmp_path, ["minrtt", "hrsch"])
+    b.bulk("r1-t1", "minrtt", [download(0, 1000, 1000.0)])
+    b.bulk("r1-t1", "hrsch", [download(0, 1000, 900.0)])
+    doc = analyse(read_run(b.finish()))
+    m = doc["hrsch_vs_baselines"]["minrtt"]["1MB"]
+    assert m["n_pairs"] == 1
+    assert m["verdict"] == "no interval"
+    assert m["ci95_halfwidth"] is None
+    assert doc["bulk"]["hrsch"]["overall"]["ci95_halfwidth"] is None
+    assert doc["bulk"]["minrtt"]["overall"]["ci95_halfwidth"] == 0.0
+    assert "(paper 1.28: no interval (n < 2))" in markdown(doc)
 
 
 def test_paired_ratio_stats_function() -> None:
@@ -222,11 +257,23 @@ def test_extra_traffic_and_reinjection_overhead(tmp_path: Path) -> None:
     assert extra["kernel-mptcp"] is None
     assert doc["reinjection_overhead"] == pytest.approx({"1": 0.5, "2": 0.15, "3": 3 / 1100})
     assert list(doc["reinjection_overhead"]) == ["1", "2", "3"]
+    # Both trips alike: zero-width trip-level intervals. Lower is better: k = 1's 50 % is
+    # worse than the paper's 47 % (below), k = 3's 0.27 % better than its 0.3 % (above).
+    assert k1["reinjected_share_ci95"] == pytest.approx([0.5, 0.5])
+    ro = doc["reinjection_overhead_vs_paper"]
+    assert ro["1"]["scheme"] == "hrsch-k1"
+    assert ro["1"]["lower_is_better"] is True
+    assert ro["1"]["n"] == 2
+    assert {k: e["verdict"] for k, e in ro.items()} == {
+        "1": "below",
+        "2": "consistent",
+        "3": "above",
+    }
     assert doc["issues"]["total"] == 0
     md = markdown(doc)
     assert "Extended reinjection overhead" in md
-    assert "| 1 | `hrsch-k1` | 50.00 % | 47.0 % | **above the paper** |" in md
-    assert "| 3 | `hrsch` | 0.27 % | 0.3 % | at or below the paper |" in md
+    assert "| 1 | `hrsch-k1` | 50.00 % [50.00, 50.00] | 47.0 % | **below the paper** |" in md
+    assert "| 3 | `hrsch` | 0.27 % [0.27, 0.27] | 0.3 % | above the paper |" in md
     json.dumps(doc, allow_nan=False)
 
 
@@ -298,7 +345,43 @@ def test_im_changes(tmp_path: Path) -> None:
     md = markdown(doc)
     assert "| average | -50.0 % |" in md
     assert "| paper | -45.0 % | -34.0 % | -86.0 % | -16.0 % | -14.0 % | -49.0 % |" in md
-    assert "Short of the paper (average): cov vs single-path" in md  # -80 % vs -86 %
+    # One trip: no interval, so no verdict either way (CoV -80 % against the paper's -86 %).
+    assert im["n_trips"] == 1
+    assert im["average_ci95"]["vs_single_path"]["cov"] is None
+    assert im["vs_paper"]["vs_single_path"]["cov"]["verdict"] == "no interval"
+    assert "| single-path | CoV | -80.0 % | -86 % | no interval (n < 2) |" in md
+    assert "| minrtt | CoV | – | -49 % | no data |" in md
+
+
+def test_im_intervals_over_trips(tmp_path: Path) -> None:
+    """The IM averages' intervals resample trips; trips alike give zero-width intervals, and
+    trips that differ an interval around the pooled estimate."""
+    b = new_builder(tmp_path, ["minrtt", "single-path", "hrsch"])
+    for trip in TRIPS:
+        b.im(trip, "single-path", 10, im_rows({0: [100.0], 1: [300.0]}))
+        b.im(trip, "minrtt", 10, im_rows({0: [100.0], 1: [120.0]}))
+    b.im("r1-t1", "hrsch", 10, im_rows({0: [90.0], 1: [110.0]}))
+    b.im("r1-t2", "hrsch", 10, im_rows({0: [45.0], 1: [55.0]}))
+    doc = analyse(read_run(b.finish()))
+    im = doc["im_hrsch"]
+    assert im["n_trips"] == 2
+    # Against single-path: hrsch's mean is 100 / 200 on r1-t1 and 50 / 200 on r1-t2; the
+    # resamples are {t1, t1}, {t1, t2}, {t2, t2}: changes -0.5, -0.625, -0.75.
+    assert im["average"]["vs_single_path"]["mean"] == pytest.approx(-0.625)
+    lo, hi = im["average_ci95"]["vs_single_path"]["mean"]
+    assert lo == pytest.approx(-0.75)
+    assert hi == pytest.approx(-0.5)
+    # The paper's -45 % is above the whole interval: faster than the paper (lower is better).
+    assert im["vs_paper"]["vs_single_path"]["mean"]["verdict"] == "above"
+    # Against minrtt (110 ms): -9 % and -55 %, around the paper's -16 %: consistent.
+    lo, hi = im["average_ci95"]["vs_minrtt"]["mean"]
+    assert lo < -0.16 < hi
+    assert im["vs_paper"]["vs_minrtt"]["mean"]["verdict"] == "consistent"
+    # CoV: hrsch's per-user spread is the same share on both trips, single-path's too.
+    assert im["average_ci95"]["vs_single_path"]["cov"] == pytest.approx([0.2 - 1, 0.2 - 1])
+    md = markdown(doc)
+    assert "| single-path | mean | -62.5 % [-75.0, -50.0] | -45 % | above the paper |" in md
+    json.dumps(doc, allow_nan=False)
 
 
 # --- recovery after handover failures ------------------------------------------------------
@@ -420,9 +503,18 @@ def test_hof_recovery(tmp_path: Path) -> None:
     assert bl["n_no_progress"] == 2
     assert "minrtt" not in hof["by_scheme"]
     assert "hof_recovery" not in doc["notes"]
+    lo, hi = hof["hrsch_vs_minrtt_median_ci95"]
+    assert lo <= hof["hrsch_vs_minrtt_median"] <= hi
+    vp = hof["vs_paper"]
+    assert vp["mean"]["ours"] == hof["hrsch_vs_minrtt_mean"]
+    assert vp["mean"]["paper"] == 1.2
+    assert vp["median"]["paper"] == 1.5
+    assert vp["mean"]["n"] == 3
+    assert vp["mean"]["verdict"] == verdict(hof["hrsch_vs_minrtt_mean_ci95"], 1.2, 3)
+    assert vp["median"]["verdict"] == verdict(hof["hrsch_vs_minrtt_median_ci95"], 1.5, 3)
     md = markdown(doc)
     assert "Recovery after handover failures" in md
-    assert "(paper 1.2, reaches the paper)" in md
+    assert f"(paper 1.2: {verdict_text(vp['mean']['verdict'])})" in md
     json.dumps(doc, allow_nan=False)
 
 
