@@ -621,6 +621,55 @@ def _lost_time_section(ls: dict[str, Any]) -> list[str]:
     return out
 
 
+def _run_to_run_section(rr: dict[str, Any] | None) -> list[str]:
+    """The overall hrsch/minrtt ratio of several runs of one configuration
+    (``python -m polycorn_bench.runs``); empty without it."""
+    if not rr:
+        return []
+    out = [
+        "## Run-to-run variation",
+        "",
+        f"The overall hrsch/minrtt ratio (geometric mean of the paired bulk ratios) in "
+        f"{rr['runs']} runs of the same configuration"
+        + ("" if rr.get("same_trips", True) else " (**not all on the same trips**)")
+        + ", each with its own 95 % bootstrap interval (downloads resampled within the run).",
+        "",
+    ]
+    rows = [
+        [
+            str(i + 1),
+            f"`{src}`",
+            f"`{commit}`" if commit else "–",
+            str(n),
+            _f(r, 3) + f" [{ci[0]:.3f}, {ci[1]:.3f}]",
+        ]
+        for i, (src, commit, n, r, ci) in enumerate(
+            zip(
+                rr["sources"],
+                rr["commits"],
+                rr["n_pairs"],
+                rr["hrsch_vs_minrtt"],
+                rr["ci95"],
+                strict=True,
+            )
+        )
+    ]
+    out += _table(["run", "source", "commit", "pairs", "hrsch / minrtt [95 % CI]"], rows)
+    lo, hi = rr["combined_ci95"]
+    out += [
+        "",
+        f"Geometric mean over the runs {_f(rr['mean'], 3)}; SD between runs "
+        f"{_f(rr['sd_between_runs'], 3)} (of the log ratios, about a relative SD); "
+        f"between-run SD beyond the within-run error (DerSimonian-Laird τ) "
+        f"{_f(rr['tau'], 3)}. Combined, with the between-run variance: "
+        f"**{_f(rr['combined'], 3)} [{lo:.3f}, {hi:.3f}]** (half-width "
+        f"{_f(rr['combined_ci95_halfwidth'], 3)}); one run's interval with it would have a "
+        f"half-width of about {_f(rr['single_run_ci95_halfwidth'], 3)}.",
+        "",
+    ]
+    return out
+
+
 def _bin_title(b: str) -> str:
     return "1 handover" if b == "1" else f"{b} handovers"
 
@@ -732,6 +781,7 @@ def markdown(doc: dict[str, Any]) -> str:
             out += _table(["scheme", "users", "delivered", "mean ms", "p90 ms", "cov"], rows)
             out.append("")
         out += _hrsch_section(doc, ls)
+    out += _run_to_run_section(doc.get("run_to_run"))
     out += ["## Method", ""]
     out += [f"- **{k}**: {v}" for k, v in METHODS.items()]
     issues = doc.get("issues", {})
