@@ -1,0 +1,790 @@
+"""The numbers the docs quote from ``bench/out``, generated instead of copied by hand.
+
+Usage (from the repository root)::
+
+    uv run --project bench --locked python -m polycorn_bench.docnumbers [--check] [--root DIR]
+
+``README.md`` and ``docs/results.md`` mark each generated region::
+
+    <!-- generated:NAME -->...<!-- /generated -->
+
+Without ``--check`` every region is rewritten from ``bench/out/hsr.json`` (and, for the
+budget sweep, ``bench/out/diagnostics/sweep/hsr.json``) by the renderer of that NAME in
+:data:`REGIONS`; the text around the regions is never touched. With ``--check`` nothing is
+written: the exit status is 1 when a region differs from what ``bench/out`` gives (each stale
+region is listed with its file and line), so a test fails when the docs and the results
+disagree. A block region (a table) is written as the marker on its own line, the table, an
+empty line and the closing marker; an inline region (a sentence in a paragraph) stays inline.
+Exit status 2 for a region with an unknown NAME, an unclosed marker or a missing JSON file.
+
+Which rows a table has, their labels and the emphasis of a few cells are editorial and live
+here with the renderer; every number comes from the JSON. Verdicts against the paper are the
+JSON's (``polycorn_bench.verdict``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polycorn_bench.hrsch import KERNEL_SCHEMES
+from polycorn_bench.verdict import verdict_text
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The files whose regions are generated, relative to the repository root.
+FILES = ("README.md", "docs/results.md")
+HSR_JSON = "bench/out/hsr.json"
+SWEEP_JSON = "bench/out/diagnostics/sweep/hsr.json"
+
+_REGION = re.compile(
+    r"<!-- generated:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL
+)
+_OPEN = re.compile(r"<!-- generated:([a-z0-9-]+) -->")
+_CLOSE = "<!-- /generated -->"
+MINUS = "−"
+
+
+class DocError(Exception):
+    """A marker or source problem: exit status 2."""
+
+
+# --- formatting ------------------------------------------------------------------------------
+
+
+def num(x: float | None, digits: int = 2) -> str:
+    """A number with a typographic minus; '–' for none."""
+    if x is None:
+        return "–"
+    s = f"{x:.{digits}f}"
+    return s.replace("-", MINUS) if not _is_zero(s) else s.lstrip("-")
+
+
+def _is_zero(s: str) -> bool:
+    return s.lstrip("-").strip("0.") == ""
+
+
+def signed(x: float, digits: int) -> str:
+    """'+5.6' / '−10.2'; a value that rounds to zero has no sign."""
+    s = f"{x:+.{digits}f}"
+    if _is_zero(s.lstrip("+")):
+        return s[1:]
+    return s.replace("-", MINUS)
+
+
+def ratio_ci(r: float | None, ci: Sequence[float | None] | None, digits: int = 2) -> str:
+    """'0.97 [0.90, 1.02]'; the bare ratio without an interval."""
+    if r is None:
+        return "–"
+    if not ci or ci[0] is None or ci[1] is None:
+        return num(r, digits)
+    return f"{num(r, digits)} [{num(ci[0], digits)}, {num(ci[1], digits)}]"
+
+
+def pct(x: float | None, digits: int = 1, plus: bool = True) -> str:
+    """'+5.6 %' / '−10.2 %' (``plus``: a sign on positive numbers)."""
+    if x is None:
+        return "–"
+    return f"{signed(x * 100, digits) if plus else num(x * 100, digits)} %"
+
+
+def pct_ci(x: float | None, ci: Sequence[float | None] | None, digits: int = 1) -> str:
+    """'−10.2 % [−15.9, −4.5]'."""
+    if x is None:
+        return "–"
+    if not ci or ci[0] is None or ci[1] is None:
+        return pct(x, digits)
+    return f"{pct(x, digits)} [{signed(ci[0] * 100, digits)}, {signed(ci[1] * 100, digits)}]"
+
+
+def sig2(x: float) -> str:
+    """A share in per cent with two significant digits: 5.7, 0.66, 0.31."""
+    v = x * 100
+    if v == 0:
+        return "0"
+    digits = max(0, 1 - math.floor(math.log10(abs(v))))
+    return num(v, digits)
+
+
+def bold(s: str, on: bool = True) -> str:
+    return f"**{s}**" if on else s
+
+
+def resolved(ci: Sequence[float | None] | None, null: float) -> bool:
+    """The interval excludes ``null`` (1 for ratios, 0 for gains)."""
+    if not ci or ci[0] is None or ci[1] is None:
+        return False
+    return ci[0] > null or ci[1] < null
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    def line(cells: Sequence[str]) -> str:
+        return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+
+    lines = [line(header), "|" + "|".join("---" for _ in header) + "|"]
+    lines += [line(r) for r in rows]
+    return "\n".join(lines)
+
+
+def code(scheme: str) -> str:
+    return f"`{scheme}`"
+
+
+def words(v: str | None) -> str:
+    """A verdict in words, bold when below the paper (as in the report)."""
+    text = verdict_text(v)
+    return bold(text, v == "below")
+
+
+def _get(d: Any, *path: str) -> Any:
+    """``d[path[0]][path[1]]...``, None where a level is missing."""
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+# --- sources ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Sources:
+    """The JSON documents the regions are generated from (loaded when first needed)."""
+
+    root: Path
+    _cache: dict[str, Any]
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._cache = {}
+
+    def load(self, rel: str) -> dict[str, Any]:
+        if rel not in self._cache:
+            path = self.root / rel
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise DocError(f"{rel}: {e}") from e
+            if not isinstance(doc, dict):
+                raise DocError(f"{rel}: not a JSON object")
+            self._cache[rel] = doc
+        result: dict[str, Any] = self._cache[rel]
+        return result
+
+    @property
+    def hsr(self) -> dict[str, Any]:
+        return self.load(HSR_JSON)
+
+    def link_set(self, name: str) -> dict[str, Any]:
+        ls = _get(self.hsr, "link_sets", name)
+        if not isinstance(ls, dict):
+            raise DocError(f"{HSR_JSON}: no link set {name!r}")
+        return ls
+
+
+# --- renderers -------------------------------------------------------------------------------
+
+
+#: Issue 18's goal for the backlogged download on the HSR trips: × the best single carrier.
+AGGREGATION_GOAL = 1.6
+
+
+def headline(src: Sources) -> str:
+    """README: the two headline ratios (inline)."""
+    d = src.hsr
+    vs = _get(d, "hrsch_vs_baselines", "minrtt", "overall")
+    best = _get(d, "best_single_carrier", "by_scheme", "minrtt")
+    lo, hi = best["ci95"]
+    goal = (
+        "short of"
+        if hi < AGGREGATION_GOAL
+        else "beyond"
+        if lo > AGGREGATION_GOAL
+        else "consistent with"
+    )
+    return (
+        f"in bulk downloads HRSCH moves {num(vs['ratio'])}× `minrtt` "
+        f"[95 % CI {num(vs['ci95'][0])}, {num(vs['ci95'][1])}] against the paper's "
+        f"{num(vs['paper'])}× ({verdict_text(vs['verdict'])}), and in a long download "
+        f"`minrtt` over both carriers moves {num(best['ratio'])}× the better carrier alone "
+        f"[{num(lo)}, {num(hi)}], {goal} the {num(AGGREGATION_GOAL, 1)}× we aim for"
+    )
+
+
+AGGREGATION_ROWS = (
+    ("minrtt", "`minrtt`"),
+    ("hrsch", "`hrsch`"),
+    ("ecf", "`ecf`"),
+    ("blest", "`blest`"),
+    ("redundant", "`redundant`"),
+    ("roundrobin", "`roundrobin`"),
+    ("single-path", "`single-path` (carriers by passenger)"),
+    ("kernel-mptcp", "`kernel-mptcp` (one MPTCP tunnel)"),
+    ("kernel-mptcp-conn", "`kernel-mptcp-conn` (MPTCP per connection)"),
+)
+
+
+def aggregation(src: Sources) -> str:
+    d = src.hsr
+    n = max(d["backlog"][s]["n_trips"] for s, _ in AGGREGATION_ROWS)
+    rows = []
+    for s, label in AGGREGATION_ROWS:
+        b = d["backlog"][s]
+        best = d["best_single_carrier"]["by_scheme"][s]
+        vs_min = "1.00" if s == "minrtt" else ratio_ci(b["ratio_vs_minrtt"], b["ci95"])
+        rows.append(
+            [
+                label,
+                num(b["goodput_mbps_mean"], 1),
+                bold(ratio_ci(best["ratio"], best["ci95"]), s == "minrtt"),
+                vs_min,
+            ]
+        )
+    return table(["scheme", f"Mbit/s (mean of {n})", "× best single carrier", "× `minrtt`"], rows)
+
+
+def _carrier(scheme: str) -> str:
+    return "carrier " + scheme.removeprefix("single-path-c")
+
+
+def capacity_trips(src: Sources) -> str:
+    d = src.hsr
+    ref = {r["trip"]: r for r in d["best_single_carrier"]["reference"]}
+    rows = []
+    for t in d["capacity_use"]["trips"]:
+        r = ref.get(t["trip"])
+        rows.append(
+            [
+                t["trip"],
+                " / ".join(num(c, 1) for c in t["carriers_mbps"]),
+                num(t["ceiling"]),
+                "–" if r is None else f"{_carrier(r['scheme'])} ({num(r['goodput_mbps'], 1)})",
+            ]
+        )
+    rows.append(["geometric mean", "", bold(num(d["capacity_use"]["ceiling"])), ""])
+    return table(
+        ["trip", "carrier 0 / carrier 1, Mbit/s", "ceiling", "better alone (goodput)"], rows
+    )
+
+
+CAPACITY_SHARE_ROWS = (
+    ("single-path-c0", "`single-path-c0` (carrier 0 alone)"),
+    ("single-path-c1", "`single-path-c1` (carrier 1 alone)"),
+    ("minrtt", "`minrtt`"),
+    ("ecf", "`ecf`"),
+    ("kernel-mptcp-conn", "`kernel-mptcp-conn`"),
+    ("hrsch", "`hrsch`"),
+    ("kernel-mptcp", "`kernel-mptcp`"),
+)
+
+
+def capacity_share(src: Sources) -> str:
+    by = src.hsr["capacity_use"]["by_scheme"]
+    rows = [[label, ratio_ci(by[s]["ratio"], by[s]["ci95"])] for s, label in CAPACITY_SHARE_ROWS]
+    return table(["scheme", "goodput / capacity [95 % CI]"], rows)
+
+
+CONCURRENCY_SCHEMES = ("minrtt", "hrsch", "kernel-mptcp-conn", "single-path-c0", "single-path-c1")
+
+
+def concurrency(src: Sources) -> str:
+    conc = src.hsr["concurrency"]
+    rows = []
+    for n in sorted(conc, key=int):
+        for s in CONCURRENCY_SCHEMES:
+            c = conc[n].get(s)
+            if c is None:
+                continue
+            budget = (
+                "–"
+                if s in KERNEL_SCHEMES
+                else f"{num(c['relay_budget_peak_mb'], 0)} / {num(c['proxy_budget_peak_mb'], 0)}"
+            )
+            rows.append(
+                [
+                    n,
+                    code(s),
+                    num(c["goodput_mbps_total"], 1),
+                    ratio_ci(c["capacity_share"], c["capacity_share_ci95"]),
+                    num(c["jain"]),
+                    f"{num(c['relay_rss_mb'], 0)} / {num(c['proxy_rss_mb'], 0)}",
+                    budget,
+                ]
+            )
+    return table(
+        [
+            "passengers",
+            "scheme",
+            "total Mbit/s",
+            "share of capacity",
+            "Jain",
+            "RSS relay / proxy (MiB)",
+            "budget peak relay / proxy (MiB)",
+        ],
+        rows,
+    )
+
+
+def sweep(src: Sources) -> str:
+    sw = src.load(SWEEP_JSON)["budget_sweep"]
+    budgets = sorted(sw, key=int)
+    largest = budgets[-1]
+    n = max(e["n_trips"] for per in sw.values() for e in per.values())
+    rows = []
+    for mib in budgets:
+        row = [f"{mib} MiB"]
+        for s in ("minrtt", "hrsch"):
+            e = sw[mib][s]
+            row.append(num(e["backlog_goodput_mbps"], 1))
+            ci = e["ci95_vs_largest"]
+            row.append(
+                "1.00"
+                if mib == largest
+                else bold(ratio_ci(e["ratio_vs_largest"], ci), resolved(ci, 1.0))
+            )
+        relay = max(sw[mib][s]["relay_budget_peak_mb"] for s in ("minrtt", "hrsch"))
+        proxy = max(sw[mib][s]["proxy_budget_peak_mb"] for s in ("minrtt", "hrsch"))
+        row.append(f"{num(relay, 1)} / {num(proxy, 1)}")
+        rows.append(row)
+    return table(
+        [
+            "`--mem-budget`",
+            f"`minrtt` Mbit/s (mean of {n})",
+            f"× {largest} MiB [95 % CI]",
+            "`hrsch` Mbit/s",
+            f"× {largest} MiB [95 % CI]",
+            "budget peak, relay / proxy (MiB)",
+        ],
+        rows,
+    )
+
+
+MAHIMAHI_ROWS = (
+    ("minrtt", "`minrtt`"),
+    ("hrsch", "`hrsch`"),
+    ("ecf", "`ecf`"),
+    ("minrtt+hol", "`minrtt+hol`"),
+    ("kernel-mptcp-conn", "`kernel-mptcp-conn`"),
+    ("kernel-mptcp", "`kernel-mptcp`"),
+    ("single-path-c0", "`single-path-c0` (T-Mobile)"),
+    ("single-path-c1", "`single-path-c1` (Verizon)"),
+)
+MAHIMAHI_CARRIERS = {"single-path-c0": "T-Mobile", "single-path-c1": "Verizon"}
+
+
+def mahimahi(src: Sources) -> str:
+    ls = src.link_set("mahimahi")
+    refs = {r["scheme"] for r in ls["best_single_carrier"]["reference"]}
+    ref = MAHIMAHI_CARRIERS[next(iter(refs))] if len(refs) == 1 else "the better carrier"
+    rows = []
+    for s, label in MAHIMAHI_ROWS:
+        o = ls["bulk"][s]["overall"]
+        best = ls["best_single_carrier"]["by_scheme"][s]["ratio"]
+        bulk = (
+            "1.00"
+            if s == "minrtt"
+            else bold(ratio_ci(o["ratio_vs_minrtt"], o["ci95"]), s == "minrtt+hol")
+        )
+        rows.append(
+            [
+                label,
+                num(ls["backlog"][s]["goodput_mbps_mean"], 1),
+                bold(num(best), s == "minrtt"),
+                num(ls["capacity_use"]["by_scheme"][s]["ratio"]),
+                bulk,
+                num(o["ratio_vs_oracle"]),
+            ]
+        )
+    return table(
+        [
+            "scheme",
+            "backlog Mbit/s",
+            f"× {ref} alone",
+            "share of capacity",
+            "bulk × `minrtt` [95 % CI]",
+            "bulk × oracle",
+        ],
+        rows,
+    )
+
+
+LOST_TIME_ROWS = (
+    ("minrtt", "`minrtt`"),
+    ("hrsch", "`hrsch`"),
+    ("minrtt+ori", "`minrtt+ori`"),
+    ("redundant", "`redundant`"),
+    ("blest", "`blest`"),
+    ("minrtt+hol", "`minrtt+hol`"),
+    ("single-path-c1", "best carrier alone (`single-path-c1`)"),
+    ("kernel-mptcp-conn", "`kernel-mptcp-conn`"),
+)
+
+
+def lost_time(src: Sources) -> str:
+    lt = src.hsr["lost_time"]
+    rows = []
+    for s, label in LOST_TIME_ROWS:
+        o = lt[s]["overall"]
+        rows.append(
+            [
+                label,
+                num(o["actual_s"], 0),
+                num(o["oracle_s"], 0),
+                num(o["lost_s"], 0),
+                pct(o["setup_excess_share"], 0, plus=False),
+                pct(o["stall_lit_share"], 0, plus=False),
+                pct(o["slow_share"], 0, plus=False),
+                num(o["stall_dark_s"], 1),
+            ]
+        )
+    return table(
+        [
+            "scheme",
+            "actual s",
+            "oracle s",
+            "lost s",
+            "set-up",
+            "stalled, a carrier lit",
+            "rest",
+            "stalled, all dark (s)",
+        ],
+        rows,
+    )
+
+
+HOL_ROWS = (
+    ("minrtt+stale", "`stale-filter`"),
+    ("minrtt+opp", "`opp-reinject`"),
+    ("minrtt+pen", "`penalise`"),
+    ("minrtt+hol", "all three"),
+    ("hrsch+hol", "all three, on `hrsch`"),
+)
+
+
+def hol(src: Sources) -> str:
+    h = src.hsr["hol_ablation"]
+
+    def cell(g: dict[str, Any]) -> str:
+        return bold(pct_ci(g["gain"], g["ci95"]), bool(g.get("resolved")))
+
+    rows = [[code(s), adds, cell(h[s]["bulk"]), cell(h[s]["backlog"])] for s, adds in HOL_ROWS]
+    return table(["scheme", "adds to its base", "bulk", "backlogged download"], rows)
+
+
+SIZE_LABELS = {"256KB": "256 KB", "1MB": "1 MB", "4MB": "4 MB"}
+
+
+def hrsch_sizes(src: Sources) -> str:
+    vs = src.hsr["hrsch_vs_baselines"]["minrtt"]
+    rows = []
+    for label, e in vs.items():
+        name = (
+            f"overall (n = {e['n_pairs']})" if label == "overall" else SIZE_LABELS.get(label, label)
+        )
+        rows.append([name, ratio_ci(e["ratio"], e["ci95"]), num(e["paper"]), words(e["verdict"])])
+    return table(["size", "hrsch / minrtt [95 % CI]", "paper", "vs the paper"], rows)
+
+
+EVERY_SCHEME = (
+    "minrtt",
+    "hrsch",
+    "blest",
+    "ecf",
+    "roundrobin",
+    "redundant",
+    "single-path",
+    "kernel-mptcp",
+    "kernel-mptcp-conn",
+)
+
+
+def every_scheme(src: Sources) -> str:
+    d = src.hsr
+    vs = d["hrsch_vs_baselines"]
+    n = {d["bulk"][s]["overall"]["n_pairs"] for s in EVERY_SCHEME}
+    rows = []
+    for s in EVERY_SCHEME:
+        o = d["bulk"][s]["overall"]
+        h = _get(vs, s, "overall")
+        rows.append(
+            [
+                code(s),
+                "1.00" if s == "minrtt" else ratio_ci(o["ratio_vs_minrtt"], o["ci95"]),
+                num(o["ratio_vs_oracle"]),
+                str(o["n_timeout"]),
+                "–" if s == "hrsch" or h is None else ratio_ci(h["ratio"], h["ci95"]),
+            ]
+        )
+    n_text = f", n = {n.pop()}" if len(n) == 1 else ""
+    return table(
+        [
+            "scheme",
+            f"bulk × minrtt [95 % CI]{n_text}",
+            "× oracle",
+            "timeouts",
+            "hrsch vs it",
+        ],
+        rows,
+    )
+
+
+ABLATION_ROWS = (
+    ("minrtt+hpr", "handover-failure-aware rejection (HPR)"),
+    ("minrtt+tpr", "tail-aware rejection (TPR)"),
+    ("minrtt+ori", "redundant injection (ORI)"),
+    ("minrtt+er", "extended reinjection (ER)"),
+    ("hrsch", "all four"),
+)
+
+
+def ablation(src: Sources) -> str:
+    abl = src.hsr["ablation"]
+    rows = []
+    for s, mechanism in ABLATION_ROWS:
+        a = abl[s]
+        rows.append(
+            [
+                mechanism,
+                code(s),
+                bold(pct_ci(a["gain"], a["ci95"]), resolved(a["ci95"], 0.0)),
+                pct(a["paper_gain"]),
+                words(a["verdict"]),
+            ]
+        )
+    return table(["mechanism", "scheme", "gain", "paper", "vs the paper"], rows)
+
+
+def _paper_pct(x: float) -> str:
+    """The paper's numbers as it prints them: 47 %, 15 %, 0.3 %."""
+    v = x * 100
+    return f"{num(v, 0 if v >= 1 else 1)} %"
+
+
+def reinjection(src: Sources) -> str:
+    d = src.hsr
+    rows = []
+    for k, c in d["reinjection_overhead_vs_paper"].items():
+        ci = c["ci95"]
+        interval = "" if not ci else f" [{sig2(ci[0])}, {sig2(ci[1])}]"
+        rows.append(
+            [
+                k,
+                code(c["scheme"]),
+                f"{sig2(c['ours'])} %{interval}",
+                _paper_pct(c["paper"]),
+                words(c["verdict"]),
+            ]
+        )
+    m = d["extra_traffic"]["minrtt"]
+    ci = m.get("reinjected_share_ci95")
+    interval = "" if not ci else f" [{sig2(ci[0])}, {sig2(ci[1])}]"
+    rows.append(["–", "`minrtt`", f"{sig2(m['reinjected_share'])} %{interval}", "–", ""])
+    return table(["k", "scheme", "ours [95 % CI]", "paper", "vs the paper"], rows)
+
+
+IM_METRICS = (("mean", "mean"), ("p90", "p90"), ("cov", "CoV of per-user means"))
+
+
+def im(src: Sources) -> str:
+    im = src.hsr["im_hrsch"]
+    rows = []
+    for key, ref in (("vs_single_path", "`single-path`"), ("vs_minrtt", "`minrtt`")):
+        for k, label in IM_METRICS:
+            c = im["vs_paper"][key][k]
+            rows.append(
+                [
+                    ref,
+                    label,
+                    pct_ci(c["ours"], c["ci95"]),
+                    pct(c["paper"], 0),
+                    words(c["verdict"]),
+                ]
+            )
+    return table(["against", "delivery time", "hrsch [95 % CI]", "paper", "vs the paper"], rows)
+
+
+def recovery(src: Sources) -> str:
+    """results.md: the recovery after failed handovers (inline)."""
+    h = src.hsr["hof_recovery"]
+    n_trips = len(src.hsr["seeds"])
+    m, med = h["vs_paper"]["mean"], h["vs_paper"]["median"]
+    return (
+        f"{h['n_failures']} failed handovers on the {n_trips} trips, {h['n']} windows with a "
+        f"download in flight in both ({h['n_bulk']} bulk, {h['n_backlog']} backlog). "
+        f"hrsch/minrtt: ratio of means {ratio_ci(m['ours'], m['ci95'])} (paper "
+        f"{num(m['paper'], 1)}: {verdict_text(m['verdict'])}), ratio of medians "
+        f"{ratio_ci(med['ours'], med['ci95'])} (paper {num(med['paper'], 1)}: "
+        f"{verdict_text(med['verdict'])})"
+    )
+
+
+def _relation(ci: Sequence[float | None] | None, ahead: str, behind: str, level: str) -> str:
+    if ci and ci[0] is not None and ci[0] > 1:
+        return ahead
+    if ci and ci[1] is not None and ci[1] < 1:
+        return behind
+    return level
+
+
+def hrsch_summary(src: Sources) -> str:
+    """results.md, "The answer in short": HRSCH against minrtt and the paper (inline)."""
+    d = src.hsr
+    vs = d["hrsch_vs_baselines"]["minrtt"]["overall"]
+    im = d["im_hrsch"]["vs_paper"]
+    h = d["hof_recovery"]["vs_paper"]["mean"]
+
+    def chat(c: dict[str, Any], ref: str) -> str:
+        x = c["ours"]
+        return f"{abs(x) * 100:.0f} % {'faster' if x < 0 else 'slower'} than {ref}"
+
+    sp, mr = im["vs_single_path"]["mean"], im["vs_minrtt"]["mean"]
+    level = _relation(vs["ci95"], "ahead of", "behind", "level with")
+    recovers = _relation(h["ci95"], "*better*", "*worse*", "no differently")
+    return (
+        f"it is {level} `minrtt` in bulk ({_times_ci(vs['ratio'], vs['ci95'])}; paper "
+        f"{num(vs['paper'])}×: {verdict_text(vs['verdict'])}), delivers chat "
+        f"{chat(mr, '`minrtt`')} and {chat(sp, 'one carrier')} (paper "
+        f"{abs(mr['paper']) * 100:.0f} % and {abs(sp['paper']) * 100:.0f} %: "
+        f"{verdict_text(mr['verdict'])} and {verdict_text(sp['verdict'])}), and recovers "
+        f"{recovers} after failed handovers ({_times_ci(h['ours'], h['ci95'])}, n = {h['n']}; "
+        f"paper {num(h['paper'], 1)}×: {verdict_text(h['verdict'])})"
+    )
+
+
+def _times_ci(r: float, ci: Sequence[float | None] | None) -> str:
+    """'0.97× [0.90, 1.02]'."""
+    s = ratio_ci(r, ci)
+    head, _, rest = s.partition(" ")
+    return f"{head}× {rest}" if rest else f"{head}×"
+
+
+@dataclass(frozen=True)
+class Region:
+    render: Callable[[Sources], str]
+    inline: bool = False
+
+
+#: Every region the docs may hold, by NAME.
+REGIONS: dict[str, Region] = {
+    "hsr-headline": Region(headline, inline=True),
+    "hsr-hrsch-summary": Region(hrsch_summary, inline=True),
+    "hsr-aggregation": Region(aggregation),
+    "hsr-capacity-trips": Region(capacity_trips),
+    "hsr-capacity-share": Region(capacity_share),
+    "hsr-concurrency": Region(concurrency),
+    "sweep-budget": Region(sweep),
+    "hsr-mahimahi": Region(mahimahi),
+    "hsr-lost-time": Region(lost_time),
+    "hsr-hol": Region(hol),
+    "hsr-hrsch-sizes": Region(hrsch_sizes),
+    "hsr-every-scheme": Region(every_scheme),
+    "hsr-ablation": Region(ablation),
+    "hsr-reinjection": Region(reinjection),
+    "hsr-im": Region(im),
+    "hsr-recovery": Region(recovery, inline=True),
+}
+
+
+# --- the files -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stale:
+    file: str
+    line: int
+    name: str
+
+
+def _check_markers(text: str, where: str) -> None:
+    """Every opening marker has its closing one before the next opening marker."""
+    pos = 0
+    while (m := _OPEN.search(text, pos)) is not None:
+        line = text.count("\n", 0, m.start()) + 1
+        if m.group(1) not in REGIONS:
+            raise DocError(f"{where}:{line}: unknown generated region {m.group(1)!r}")
+        end = text.find(_CLOSE, m.end())
+        nxt = _OPEN.search(text, m.end())
+        if end < 0 or (nxt is not None and nxt.start() < end):
+            raise DocError(f"{where}:{line}: region {m.group(1)!r} is not closed")
+        pos = end + len(_CLOSE)
+    stray = text.count(_CLOSE) - len(_OPEN.findall(text))
+    if stray:
+        raise DocError(f"{where}: {stray} closing marker(s) without an opening one")
+
+
+def regenerate(text: str, src: Sources, where: str) -> tuple[str, list[Stale], list[str]]:
+    """(the text with every region rewritten, the regions that changed, the names found)."""
+    _check_markers(text, where)
+    stale: list[Stale] = []
+    names: list[str] = []
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group("name")
+        names.append(name)
+        region = REGIONS[name]
+        body = region.render(src)
+        body = body if region.inline else "\n" + body + "\n\n"
+        if body != m.group("body"):
+            stale.append(Stale(where, text.count("\n", 0, m.start()) + 1, name))
+        return f"<!-- generated:{name} -->{body}{_CLOSE}"
+
+    return _REGION.sub(sub, text), stale, names
+
+
+def run(root: Path, check: bool) -> tuple[list[Stale], list[str]]:
+    """Regenerate (or, with ``check``, only compare) every file's regions: (stale regions,
+    names found)."""
+    src = Sources(root)
+    all_stale: list[Stale] = []
+    all_names: list[str] = []
+    for rel in FILES:
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        try:
+            new, stale, names = regenerate(text, src, rel)
+        except (KeyError, TypeError, IndexError) as e:
+            raise DocError(f"{rel}: {HSR_JSON} lacks what a region needs: {e!r}") from e
+        all_stale += stale
+        all_names += names
+        if not check and new != text:
+            path.write_text(new, encoding="utf-8")
+    return all_stale, all_names
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="polycorn_bench.docnumbers", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--check", action="store_true", help="compare only; exit 1 when stale")
+    p.add_argument("--root", type=Path, default=ROOT, help="repository root")
+    args = p.parse_args(argv)
+    prog = "polycorn_bench.docnumbers"
+    try:
+        stale, names = run(args.root, args.check)
+    except DocError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        for s in stale:
+            print(
+                f"{s.file}:{s.line}: generated region {s.name!r} differs from bench/out "
+                f"(run: uv run --project bench --locked python -m polycorn_bench.docnumbers)",
+                file=sys.stderr,
+            )
+        return 1 if stale else 0
+    print(
+        f"{prog}: {len(names)} regions, {len(stale)} rewritten"
+        + (": " + ", ".join(s.name for s in stale) if stale else "")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
