@@ -111,6 +111,15 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 # ci and demo keep short slots for speed. The budget sweep chooses a
 # default, so it runs on the development route (PHASES=sweep ROUTE_SEED=1,
 # a diagnostic), never on the held-out trips of the full profile.
+# long: full's load on 31 held-out trips (trip seeds 1001-1031) and the
+# Mahimahi pair, without the concurrency windows (with 22 schemes they
+# overload 2 cores: docs/results.md, "Limits"); meant to be left running
+# (overnight): about 10 h 40 min on 2 cores with the 22 default schemes,
+# 19.5-20 min per trip (1095 s of load plus 72-99 s of warm-up and teardown,
+# as the full run of 2026-11-25 spent per trip). 31 trips bring the overall
+# hrsch/minrtt interval to a half-width of about 0.05 even when trips, not
+# downloads, are resampled (docs/benchmarks.md, "Precision"). Like full, it
+# writes bench/out unless BENCH_OUT says otherwise.
 ALL_PHASES="bulk im backlog concurrency sweep"
 case $PROFILE in
     ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" BACKLOG_S=15
@@ -121,7 +130,9 @@ case $PROFILE in
         DEF_CONC_S=30 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=60 DEF_PHASES="bulk im backlog concurrency" ;;
     full) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=5 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog concurrency" ;;
-    *) die "PROFILE must be demo, ci, short or full, got '$PROFILE'" ;;
+    long) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300
+        DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog" ;;
+    *) die "PROFILE must be demo, ci, short, full or long, got '$PROFILE'" ;;
 esac
 HSR_TRIPS=${HSR_TRIPS_ENV:-$HSR_TRIPS}
 read -r -a PHASE_LIST <<<"${PHASES:-$DEF_PHASES}"
