@@ -185,6 +185,9 @@ pub struct Handover {
     /// Failure model v2 only: whether a failure was too late (else random); `None` for
     /// successes and for v1.
     pub too_late: Option<bool>,
+    /// Whether the blackout flushes the carrier's queues (type III; types I and II hold them,
+    /// §15.3 item 5).
+    pub flush: bool,
 }
 
 /// One RSRP report.
@@ -547,6 +550,7 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
                     p_fail,
                     trigger_m: Some(trigger_m),
                     too_late: failed.then_some(too_late),
+                    flush: outcome == Outcome::Nas,
                 });
                 busy_until = t_ms + d_ms;
                 next_trigger += 1;
@@ -578,6 +582,7 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
                 p_fail,
                 trigger_m: None,
                 too_late: None,
+                flush: outcome == Outcome::Nas,
             });
             busy_until = t_ms + d_ms;
             next_trigger += 1;

@@ -234,7 +234,7 @@ pub fn schedule(cfg: &TripConfig, trip: &Trip, i: usize) -> Result<Schedule, Err
         .map(|h| Blackout {
             start: Duration::from_millis(h.start_ms),
             end: Duration::from_millis(h.end_ms),
-            kind: if h.outcome == Outcome::Nas { BlackoutKind::Flush } else { BlackoutKind::Hold },
+            kind: if h.flush { BlackoutKind::Flush } else { BlackoutKind::Hold },
         })
         .collect();
     let s = Schedule { delay, loss, blackouts };
@@ -302,7 +302,7 @@ pub fn events(cfg: &TripConfig, trip: &Trip) -> Vec<Event> {
                 outcome: ho.outcome,
                 ho_type: ho.outcome.ho_type(),
                 duration_ms: ho.end_ms - ho.start_ms,
-                blackout: if ho.outcome == Outcome::Nas { "flush" } else { "hold" }.into(),
+                blackout: if ho.flush { "flush" } else { "hold" }.into(),
                 track_m: ho.x_m,
             });
             ev.push(Event::CellChange { t_ms: ho.end_ms, carrier: i, cell: to_cell });

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use polycorn_telemetry::failure_table::{Direction, FailureTableFile};
 use polycorn_tracegen::failure_table::{build_table, read_events, score, Thresholds};
-use polycorn_tracegen::{events, generate, Preset, Trip, TripConfig};
+use polycorn_tracegen::{events, generate, FailureModel, Preset, Trip, TripConfig};
 
 /// Development route and trips only (route seed 1, trip seeds < 100; hsr bench reports use route 7
 /// and trip seeds ≥ 1000).
@@ -53,13 +53,18 @@ fn tabled_cells_are_where_the_generator_put_failure_propensity() {
     for e in &table.entries {
         let (c, k) = decode(e.cell);
         // The generator has one direction of travel; handovers out of cell k trigger at b_k + δ, δ ≥ 0
-        // (later if the previous blackout lasts): the mean failure position lies just past b_k.
+        // (later if the previous blackout lasts), and too-late failures start at the coverage edge
+        // e_k = b_k + w_k: the mean failure position lies past b_k, within the overlap zone.
         assert_eq!(e.direction, Direction::Increasing);
         let b = layout(c).boundaries[k];
         assert!((b..b + 1000.0).contains(&e.position_m), "cell {c}/{k}: position {} vs boundary {b}", e.position_m);
         let (f, n) = (e.failures.unwrap(), e.handovers.unwrap());
         assert!(f >= 3 && f as f64 >= 0.15 * n as f64);
-        u_tabled.push(layout(c).u_cell[k] / Preset::pc_gateway_300().carrier(c).sigma_cell);
+        let sigma = match Preset::pc_gateway_300().failure_model {
+            FailureModel::V2(f) => f.sigma_cell[c % 2],
+            FailureModel::V1 => Preset::pc_gateway_300().carrier(c).sigma_cell,
+        };
+        u_tabled.push(layout(c).u_cell[k] / sigma);
     }
     // Ground truth: the route-fixed log-odds u_cell ~ N(0, σ²) of tabled cells (in units of σ) are high.
     // Untabled cells average slightly below 0; a random choice would average 0.
