@@ -39,9 +39,10 @@ from polycorn_bench.verdict import verdict_text
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The files whose regions are generated, relative to the repository root.
-FILES = ("README.md", "docs/results.md")
+FILES = ("README.md", "docs/results.md", "docs/trainer.md")
 HSR_JSON = "bench/out/hsr.json"
 SWEEP_JSON = "bench/out/diagnostics/sweep/hsr.json"
+TRAINER_CURVE_JSON = "bench/out/trainer-curve.json"
 
 _REGION = re.compile(
     r"<!-- generated:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL
@@ -672,6 +673,43 @@ class Region:
 
 
 #: Every region the docs may hold, by NAME.
+def trainer_curve(src: Sources) -> str:
+    """docs/trainer.md: the table thresholds' precision against coverage (development routes)."""
+    doc = src.load(TRAINER_CURVE_JSON)
+    chosen = doc.get("chosen") or {}
+    key = (chosen.get("min_failures"), chosen.get("min_failure_rate"))
+    # Threshold pairs that select the same cells give the same point: list it once, under the
+    # chosen pair if it is one of them, else under the first (smallest) pair.
+    by_point: dict[tuple[float | None, float | None], dict[str, Any]] = {}
+    for r in doc["curve"]:
+        point = (r["precision"], r["coverage"])
+        if point not in by_point or (r["min_failures"], r["min_failure_rate"]) == key:
+            by_point[point] = r
+    rows = []
+    for r in sorted(by_point.values(), key=lambda r: -(r["coverage"] or 0.0)):
+        is_chosen = (r["min_failures"], r["min_failure_rate"]) == key
+        p = r["precision"]
+        rows.append(
+            [
+                bold(f"{r['min_failures']} / {r['min_failure_rate']:.2f}", is_chosen),
+                f"{r['tabled_passes']:,}",
+                bold(num(None if p is None else 100 * p, 1), is_chosen),
+                bold(num(None if r["coverage"] is None else 100 * r["coverage"], 1), is_chosen),
+                num(None if not p else 1 / p, 1),
+            ]
+        )
+    return table(
+        [
+            "min failures / min share",
+            "passes through tabled cells",
+            "precision (%)",
+            "coverage (%)",
+            "throttles per failure caught",
+        ],
+        rows,
+    )
+
+
 REGIONS: dict[str, Region] = {
     "hsr-headline": Region(headline, inline=True),
     "hsr-hrsch-summary": Region(hrsch_summary, inline=True),
@@ -689,6 +727,7 @@ REGIONS: dict[str, Region] = {
     "hsr-reinjection": Region(reinjection),
     "hsr-im": Region(im),
     "hsr-recovery": Region(recovery, inline=True),
+    "trainer-curve": Region(trainer_curve),
 }
 
 

@@ -80,7 +80,7 @@ class Params:
 
     # Table thresholds (the stand-in builder of the HRSCH issue used the same).
     min_failures: int = 3
-    min_failure_rate: float = 0.15
+    min_failure_rate: float = 0.2
     # A cell needs this many handovers (with both outcomes) for its SVMs.
     min_handovers: int = 8
     # SVM regularisation (scikit-learn's C) and iteration cap.

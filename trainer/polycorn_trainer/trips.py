@@ -214,6 +214,53 @@ def validate_trips(dirs: list[Path], lead_s: float = 0.44) -> dict[str, Any]:
     return out
 
 
+# The threshold grid of the table curve: (min_failures, min_failure_rate).
+CURVE_MIN_FAILURES: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
+CURVE_MIN_RATES: tuple[float, ...] = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
+
+
+def table_curve(dirs: list[Path]) -> dict[str, Any]:
+    """Precision of "this cell fails here" against coverage, per table
+    threshold, leave one trip out: for every trip, the table is built from
+    the other trips of its route with the thresholds (a cell qualifies with
+    ≥ ``min_failures`` failures and a failure share ≥ ``min_failure_rate``),
+    and scored on the held-out trip's handovers. *Precision*: the share of
+    the held-out trip's passes through tabled cells that failed (each such
+    pass is a throttle HPR makes). *Coverage*: the share of the held-out
+    trip's failures that were in tabled cells (failures HPR could act on).
+    *Throttles per failure caught* = 1 / precision. Both carriers pooled."""
+    trips = [load_trip(d) for d in dirs]
+    # Per (route, carrier, cell): handovers and failures per trip seed.
+    per: dict[tuple[int, int, int], dict[int, tuple[int, int]]] = defaultdict(dict)
+    for t in trips:
+        for (carrier, cell), h in t.handovers.items():
+            per[(t.route, carrier, cell)][t.seed] = (1, int(h.failed))
+    rows = []
+    for mf in CURVE_MIN_FAILURES:
+        for mr in CURVE_MIN_RATES:
+            passes = fails_in = fails_all = 0
+            for by_trip in per.values():
+                n_tot = sum(n for n, _ in by_trip.values())
+                f_tot = sum(f for _, f in by_trip.values())
+                for n, f in by_trip.values():
+                    n_tr, f_tr = n_tot - n, f_tot - f
+                    tabled = f_tr >= mf and n_tr > 0 and f_tr / n_tr >= mr
+                    fails_all += f
+                    if tabled:
+                        passes += n
+                        fails_in += f
+            rows.append(
+                {
+                    "min_failures": mf,
+                    "min_failure_rate": mr,
+                    "tabled_passes": passes,
+                    "precision": round(fails_in / passes, 6) if passes else None,
+                    "coverage": round(fails_in / fails_all, 6) if fails_all else None,
+                }
+            )
+    return {"trips": len(trips), "routes": sorted({t.route for t in trips}), "curve": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m polycorn_trainer.trips",
@@ -223,9 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--lead-s", type=float, default=0.44, help="HPR's lead (s) for the second variant"
     )
+    ap.add_argument(
+        "--curve",
+        action="store_true",
+        help="instead: the table thresholds' precision against coverage (leave one trip out)",
+    )
     a = ap.parse_args(argv)
     try:
-        r = validate_trips(a.dirs, a.lead_s)
+        r = table_curve(a.dirs) if a.curve else validate_trips(a.dirs, a.lead_s)
     except (OSError, ValueError, KeyError) as e:
         print(f"polycorn_trainer.trips: {e}", file=sys.stderr)
         return 1

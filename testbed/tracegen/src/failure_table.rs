@@ -22,7 +22,7 @@ use crate::Error;
 /// Default of `--min-failures`: see the crate README ("Failure-location tables").
 pub const DEFAULT_MIN_FAILURES: u64 = 3;
 /// Default of `--min-failure-rate`: see the crate README ("Failure-location tables").
-pub const DEFAULT_MIN_FAILURE_RATE: f64 = 0.15;
+pub const DEFAULT_MIN_FAILURE_RATE: f64 = 0.2;
 /// Track movement (m) between two GPS fixes that decides the direction of travel; smaller
 /// movements (a stopped train) widen the window. The data plane's `TrainTracker` uses the same.
 pub const MIN_MOVE_M: f64 = 5.0;

@@ -59,7 +59,7 @@ fn tabled_cells_are_where_the_generator_put_failure_propensity() {
         let b = layout(c).boundaries[k];
         assert!((b..b + 1000.0).contains(&e.position_m), "cell {c}/{k}: position {} vs boundary {b}", e.position_m);
         let (f, n) = (e.failures.unwrap(), e.handovers.unwrap());
-        assert!(f >= 3 && f as f64 >= 0.15 * n as f64);
+        assert!(f >= 3 && f as f64 >= 0.2 * n as f64);
         let sigma = match Preset::pc_gateway_300().failure_model {
             FailureModel::V2(f) => f.sigma_cell[c % 2],
             FailureModel::V1 => Preset::pc_gateway_300().carrier(c).sigma_cell,
