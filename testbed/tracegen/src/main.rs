@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use polycorn_telemetry::failure_table::FailureTableFile;
 use polycorn_tracegen::failure_table::{self as ft, Thresholds};
-use polycorn_tracegen::{generate, validate::validate, write, Error, FailureModel, Preset, TripConfig};
+use polycorn_tracegen::validate::{report, report_per_trip, validate};
+use polycorn_tracegen::{generate, write, Error, FailureModel, Preset, TripConfig};
 
 #[derive(Parser)]
 #[command(name = "polycorn-tracegen", version, about = "Synthetic HSR multi-carrier link traces (hsr-facts §15)")]
@@ -44,11 +45,17 @@ enum Cmd {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
     },
-    /// Compare generated trips with published numbers (a subset of hsr-facts §15.8).
+    /// Compare generated trips with published numbers (hsr-facts §15.8 items 1–11).
     Validate {
         /// Trip directories.
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        /// Print the numbers as JSON (fractions, not percentages) instead of the text report.
+        #[arg(long)]
+        json: bool,
+        /// With --json: also each trip alone (`{"pooled": ..., "per_trip": [...]}`).
+        #[arg(long, requires = "json")]
+        per_trip: bool,
     },
     /// Build a failure-location table (mean failure position per cell and direction) from the
     /// event logs of previous trips.
@@ -122,6 +129,16 @@ fn failure_table_score(table: PathBuf, events: Vec<PathBuf>, window_m: f64) -> R
     Ok(())
 }
 
+fn validate_cmd(dirs: &[PathBuf], json: bool, per_trip: bool) -> Result<(), Error> {
+    let out = match (json, per_trip) {
+        (false, _) => validate(dirs)?,
+        (true, false) => serde_json::to_string(&report(dirs)?)? + "\n",
+        (true, true) => serde_json::to_string(&report_per_trip(dirs)?)? + "\n",
+    };
+    print!("{out}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let result = match Cli::parse().cmd {
         Cmd::Generate { preset, route_seed, trip_seed, duration_s, carriers, out, set } => {
@@ -149,7 +166,7 @@ fn main() -> ExitCode {
             let cfg = TripConfig { preset, route_seed, trip_seed, duration_s, carriers };
             write(&cfg, &generate(&cfg), &out)
         }
-        Cmd::Validate { dirs } => validate(&dirs).map(|r| print!("{r}")),
+        Cmd::Validate { dirs, json, per_trip } => validate_cmd(&dirs, json, per_trip),
         Cmd::FailureTable { events, out, version, min_failures, min_failure_rate } => {
             failure_table(events, out, version, Thresholds { min_failures, min_failure_rate })
         }
