@@ -59,7 +59,10 @@
 # measured trip's own events by `polycorn-tracegen failure-table`, every
 # failed cell, for an upper bound on hof-reject; none: no table),
 # PHASES (a subset of: bulk im backlog concurrency sweep; default the
-# profile's), CONC_USERS, CONC_S, SWEEP_MIB, SWEEP_S.
+# profile's), CONC_USERS, CONC_S, SWEEP_MIB, SWEEP_S, TRACEGEN_PRESET
+# (default pc-gateway-300) and PC_EMU_LOSS_KEYING (the emulator's
+# --loss-keying, default time). Results from before 2026-11-26 were
+# measured on TRACEGEN_PRESET=pc-gateway-300-v1 PC_EMU_LOSS_KEYING=packet.
 # Ctrl-C or any failure tears every topology down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,10 +87,11 @@ DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k
 read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0
-for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S; do
+for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S TRACEGEN_PRESET PC_EMU_LOSS_KEYING; do
     [[ -n ${!v:-} ]] && DIAGNOSTIC=1
 done
 ROUTE_SEED=${ROUTE_SEED:-7}
+PRESET=${TRACEGEN_PRESET:-pc-gateway-300}
 TRIP_SEED_BASE=${TRIP_SEED_BASE:-1000}
 TABLE_SEED_BASE=${TABLE_SEED_BASE:-900}
 TABLE=${TABLE:-previous}
@@ -283,7 +287,7 @@ make_trip() {
     case $set in
         hsr)
             local ts=$((TRIP_SEED_BASE + 1 + k))
-            "$BIN/polycorn-tracegen" generate --preset pc-gateway-300 --route-seed "$ROUTE_SEED" \
+            "$BIN/polycorn-tracegen" generate --preset "$PRESET" --route-seed "$ROUTE_SEED" \
                 --trip-seed "$ts" --duration-s "$TRIP_S" --carriers "$CARRIERS" --out "$dir" >/dev/null
             ;;
         mahimahi)
@@ -335,7 +339,7 @@ make_table() {
     uv run --all-packages --locked --quiet polycorn-linkdb --url "$url" upgrade 2>/dev/null
     uv run --all-packages --locked --quiet python scripts/trainer_fleet.py load --route-seed "$ROUTE_SEED" \
         --trip-seeds "$((TABLE_SEED_BASE + 1))-$((TABLE_SEED_BASE + TABLE_TRIPS))" --duration-s "$TRIP_S" \
-        --carriers "$CARRIERS" --tracegen "$BIN/polycorn-tracegen" --database-url "$url" \
+        --carriers "$CARRIERS" --preset "$PRESET" --tracegen "$BIN/polycorn-tracegen" --database-url "$url" \
         --work "$RUN/table-trips" --out "$RUN/table-fleet.json" >"$RUN/table-load.log" 2>&1 \
         || die "loading the previous trips into LinkDB failed: $RUN/table-load.log"
     "$root/.venv/bin/polycorn-trainer" --log-level WARNING run --once --database-url "$url" --bootstrap "" \
@@ -583,8 +587,8 @@ for set in "${LINK_SETS[@]}"; do
     done
     case $set in
         hsr)
-            desc="polycorn-tracegen pc-gateway-300, $CARRIERS carriers, route seed $ROUTE_SEED, held-out trip seeds"
-            ((DIAGNOSTIC)) && desc="DIAGNOSTIC: polycorn-tracegen pc-gateway-300, $CARRIERS carriers, route seed $ROUTE_SEED, trip seeds from $((TRIP_SEED_BASE + 1)), slot ${SLOT_S}s, table $TABLE"
+            desc="polycorn-tracegen $PRESET, $CARRIERS carriers, route seed $ROUTE_SEED, held-out trip seeds"
+            ((DIAGNOSTIC)) && desc="DIAGNOSTIC: polycorn-tracegen $PRESET, $CARRIERS carriers, route seed $ROUTE_SEED, trip seeds from $((TRIP_SEED_BASE + 1)), slot ${SLOT_S}s, table $TABLE"
             ;;
         mahimahi) desc="Mahimahi LTE driving traces (T-Mobile, Verizon), 30 ms one-way delay, no loss" ;;
     esac

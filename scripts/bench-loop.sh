@@ -47,7 +47,9 @@
 # relay and proxy get the LinkDB table as a file, for a proxy without
 # --failure-table-topic), LOOP_INGEST_METRICS (ingest's metrics address,
 # default 127.0.0.1:9482). ROUTE_SEED / TRIP_SEED_BASE make a diagnostic run
-# (results under BENCH_WORK/out only).
+# (results under BENCH_WORK/out only), as do TRACEGEN_PRESET (default
+# pc-gateway-300) and PC_EMU_LOSS_KEYING (the emulator's --loss-keying;
+# results from before 2026-11-26: pc-gateway-300-v1 and packet).
 # Ctrl-C or any failure tears every topology, ingest and the infrastructure
 # down.
 set -euo pipefail
@@ -59,10 +61,11 @@ BIN=${BIN:-$root/target/release}
 export BIN
 WORK=${BENCH_WORK:-/tmp/polycorn-bench-loop}
 DIAGNOSTIC=0
-for v in ROUTE_SEED TRIP_SEED_BASE LOOP_TABLE_SOURCE LOOP_ALLOW_NO_TRAINER LOOP_TRAINER_ARGS; do
+for v in ROUTE_SEED TRIP_SEED_BASE LOOP_TABLE_SOURCE LOOP_ALLOW_NO_TRAINER LOOP_TRAINER_ARGS TRACEGEN_PRESET PC_EMU_LOSS_KEYING; do
     [[ -n ${!v:-} ]] && DIAGNOSTIC=1
 done
 ROUTE_SEED=${ROUTE_SEED:-7}
+PRESET=${TRACEGEN_PRESET:-pc-gateway-300}
 TABLE_SOURCE=${LOOP_TABLE_SOURCE:-topic}
 # The trainer's table thresholds. Its defaults (a cell needs 3 failures, and
 # 15 % of its handovers failed) are for a fleet's months of trips; over a
@@ -273,7 +276,7 @@ run_trip() {
     local tdir=$RUN/hsr/$id
     mkdir -p "$tdir"
     log "trip $k/$TRIPS ($id): generating ${TRIP_S}s"
-    "$BIN/polycorn-tracegen" generate --preset pc-gateway-300 --route-seed "$ROUTE_SEED" --trip-seed "$seed" \
+    "$BIN/polycorn-tracegen" generate --preset "$PRESET" --route-seed "$ROUTE_SEED" --trip-seed "$seed" \
         --duration-s "$TRIP_S" --carriers "$CARRIERS" --out "$tdir/trip" >/dev/null
     "$BIN/polycorn-tracegen" failure-table --events "$tdir/trip/events.jsonl" --min-failures 1 \
         --min-failure-rate 0 --out "$tdir/failure-table-truth.json" >/dev/null 2>&1
@@ -395,7 +398,7 @@ for ((k = 1; k <= TRIPS; k++)); do
     log "trip $k done; $((($(now_ms) - T_START) / 1000))s so far"
 done
 
-desc="polycorn-tracegen pc-gateway-300, $CARRIERS carriers, route seed $ROUTE_SEED, trip seeds $((TRIP_SEED_BASE + 1))..$((TRIP_SEED_BASE + TRIPS)), in order"
+desc="polycorn-tracegen $PRESET, $CARRIERS carriers, route seed $ROUTE_SEED, trip seeds $((TRIP_SEED_BASE + 1))..$((TRIP_SEED_BASE + TRIPS)), in order"
 ((DIAGNOSTIC)) && desc="DIAGNOSTIC: $desc"
 jq -n --arg profile "$PROFILE" --argjson diag "$( ((DIAGNOSTIC)) && echo true || echo false)" \
     --arg commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \

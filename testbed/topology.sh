@@ -37,6 +37,10 @@
 # scheme; --failure-table gives relay and proxy a failure-location table
 # (only HRSCH's hof-reject uses it).
 #
+# PC_EMU_LOSS_KEYING (time or packet) is passed to the emulator as
+# --loss-keying (its default, time, gives every scheme replaying one trip the
+# same loss realisation; packet reproduces results from before 2026-11-26).
+#
 # --relay-arg/--proxy-arg pass one more flag to the relay or the proxy (e.g.
 # `--proxy-arg --kafka-brokers=127.0.0.1:59092`). --forward-port PORT makes
 # 127.0.0.1:PORT inside the cloud namespace reach 127.0.0.1:PORT of the root
@@ -176,6 +180,8 @@ start_emu() {
         args+=(--up-trace "$trip/c$i.up" --down-trace "$trip/c$i.down" --schedule "$trip/c$i.schedule")
     done
     [[ -n $epoch ]] && args+=(--epoch-unix-ms "$epoch")
+    # The loss process's keying (polycorn-emu --loss-keying; default time).
+    [[ -n ${PC_EMU_LOSS_KEYING:-} ]] && args+=(--loss-keying "$PC_EMU_LOSS_KEYING")
     mkdir -p "$run" "$logs"
     : >"$logs/emu.log"
     setsid "$BIN/polycorn-emu" "${args[@]}" </dev/null >>"$logs/emu.log" 2>&1 &
