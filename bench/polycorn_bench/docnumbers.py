@@ -43,6 +43,7 @@ FILES = ("README.md", "docs/results.md", "docs/trainer.md")
 HSR_JSON = "bench/out/hsr.json"
 SWEEP_JSON = "bench/out/diagnostics/sweep/hsr.json"
 TRAINER_CURVE_JSON = "bench/out/trainer-curve.json"
+TRAINER_TRIPS_JSON = "bench/out/trainer-trips.json"
 
 _REGION = re.compile(
     r"<!-- generated:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL
@@ -710,6 +711,141 @@ def trainer_curve(src: Sources) -> str:
     )
 
 
+def _cle(d: dict[str, Any]) -> str:
+    """'54.4 / 36.3 / 9.3': failures correct / late / early in per cent."""
+    return " / ".join(
+        num(None if d.get(k) is None else 100 * d[k], 1)
+        for k in ("failure_correct", "failure_late", "failure_early")
+    )
+
+
+def _pooled(route: dict[str, Any], part: str, path: Sequence[str]) -> float | None:
+    """A fraction pooled over the carriers, weighted by the denominator the
+    fraction was taken over (failures, failures with a prediction, successes)."""
+    num_, den = 0.0, 0.0
+    for label, c in route.items():
+        if not label.startswith("c"):
+            continue
+        v = c[part]
+        for k in path[:-1]:
+            v = v[k]
+        x = v.get(path[-1])
+        if x is None:
+            continue
+        s = c[part]
+        if path[-1] == "success_correct":
+            w = s["successes"]
+        elif path[0] == "with_prediction":
+            w = s["failures"] - s["failures_without_prediction"]
+        else:
+            w = s["failures"]
+        num_ += x * w
+        den += w
+    return num_ / den if den else None
+
+
+def trainer_heldout(src: Sources) -> str:
+    """docs/trainer.md: the validation on the held-out routes, every reading."""
+    doc = src.load(TRAINER_TRIPS_JSON)
+    routes = doc["routes"]
+    names = sorted(routes, key=int)
+    paper = doc["paper"]
+
+    def cle(route: dict[str, Any], part: str, pre: tuple[str, ...] = ()) -> str:
+        d = {
+            k: _pooled(route, part, (*pre, k))
+            for k in ("failure_correct", "failure_late", "failure_early")
+        }
+        return _cle(d)
+
+    def succ(route: dict[str, Any], part: str) -> str:
+        x = _pooled(route, part, ("success_correct",))
+        return num(None if x is None else 100 * x, 1)
+
+    def by_carrier(route: dict[str, Any], f: Callable[[dict[str, Any]], float | None]) -> str:
+        vals = [f(c) for label, c in sorted(route.items()) if label.startswith("c")]
+        return " / ".join(num(None if v is None else (100 * v), 1) for v in vals)
+
+    rows = [
+        [
+            "failures correct / late / early, HPR's lead, with a prediction (%)",
+            _cle(paper),
+            *[bold(cle(routes[r], "loto_with_lead", ("with_prediction",))) for r in names],
+        ],
+        [
+            "successes correct, HPR's lead (%)",
+            num(100 * paper["success_correct"], 1),
+            *[bold(succ(routes[r], "loto_with_lead")) for r in names],
+        ],
+        [
+            "failures correct / late / early, no lead, all failures (%)",
+            _cle(paper),
+            *[cle(routes[r], "loto") for r in names],
+        ],
+        [
+            "successes correct, no lead (%)",
+            num(100 * paper["success_correct"], 1),
+            *[succ(routes[r], "loto") for r in names],
+        ],
+        [
+            "failures correct / late / early, t_HO at reconnection, with a prediction (%)",
+            _cle(paper),
+            *[cle(routes[r], "loto_at_reconnect", ("with_prediction",)) for r in names],
+        ],
+        [
+            "failures without a prediction (% of failures)",
+            "–",
+            *[
+                num(
+                    100
+                    * sum(
+                        c["loto"]["failures_without_prediction"]
+                        for k, c in routes[r].items()
+                        if k.startswith("c")
+                    )
+                    / max(
+                        1,
+                        sum(
+                            c["loto"]["failures"] for k, c in routes[r].items() if k.startswith("c")
+                        ),
+                    ),
+                    1,
+                )
+                for r in names
+            ],
+        ],
+        [
+            "failure share: A / B (%)",
+            "6.2 / 5.5",
+            *[by_carrier(routes[r], lambda c: c["failure_share"]) for r in names],
+        ],
+        [
+            "cells with ≥ 1 failure: A / B (%)",
+            "47.3 / 40.4 (≈ 12 passes)",
+            *[by_carrier(routes[r], lambda c: c["cells_with_failure"]) for r in names],
+        ],
+        [
+            "separability, location: A / B (%)",
+            "72.8 / 71.4",
+            *[
+                by_carrier(routes[r], lambda c: c["loto"]["separability"]["location"])
+                for r in names
+            ],
+        ],
+        [
+            "separability, RSRP: A / B (%)",
+            "73.5 / 67.1",
+            *[by_carrier(routes[r], lambda c: c["loto"]["separability"]["rsrp"]) for r in names],
+        ],
+        [
+            "separability, both: A / B (%)",
+            "92.6 / 89.2",
+            *[by_carrier(routes[r], lambda c: c["loto"]["separability"]["both"]) for r in names],
+        ],
+    ]
+    return table(["", "paper (PC §3)", *[f"route {r}" for r in names]], rows)
+
+
 REGIONS: dict[str, Region] = {
     "hsr-headline": Region(headline, inline=True),
     "hsr-hrsch-summary": Region(hrsch_summary, inline=True),
@@ -728,6 +864,7 @@ REGIONS: dict[str, Region] = {
     "hsr-im": Region(im),
     "hsr-recovery": Region(recovery, inline=True),
     "trainer-curve": Region(trainer_curve),
+    "trainer-heldout": Region(trainer_heldout),
 }
 
 

@@ -15,6 +15,7 @@ from polycorn_bench.docnumbers import (
     ROOT,
     SWEEP_JSON,
     TRAINER_CURVE_JSON,
+    TRAINER_TRIPS_JSON,
     DocError,
     Region,
     Sources,
@@ -96,7 +97,7 @@ def test_bad_markers(fake_regions: dict[str, str], tmp_path: Path, text: str, me
 
 def copy_repo_docs(tmp_path: Path) -> Path:
     """The documented files and their sources, in a scratch root."""
-    for rel in (*FILES, HSR_JSON, SWEEP_JSON, TRAINER_CURVE_JSON):
+    for rel in (*FILES, HSR_JSON, SWEEP_JSON, TRAINER_CURVE_JSON, TRAINER_TRIPS_JSON):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     return tmp_path

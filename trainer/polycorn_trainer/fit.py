@@ -91,6 +91,10 @@ class Params:
     t2_s: float = 2.5
     # Speed used for Δ when LinkDB has no speed near a handover (300 km/h).
     nominal_speed_mps: float = 83.3
+    # HPR's lead (§4.3: RTT + E_GPS / V ≈ 0.2 s + 20 m / 83 m/s): the proxy
+    # throttles this long before t̂_HOF, so the validation's second variant
+    # counts a failure as correct for Δ in [t1 − lead, t2 − lead].
+    lead_s: float = 0.44
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -153,6 +157,13 @@ class Counts:
     sep_total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FEATURES, 0))
     sep_cells: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FEATURES, 0))
     speed_fallbacks: int = 0
+    # The same classes with HPR's lead counted (Params.lead_s).
+    lead_failure_correct: int = 0
+    lead_failure_late: int = 0
+    lead_failure_early: int = 0
+    lead_success_correct: int = 0
+    # Failures of cells that had not failed in any other trip: no prediction.
+    failures_without_prediction: int = 0
     # Δ of the handovers that had a prediction, in DELTA_EDGES_S bins (Fig. 6).
     delta_failures: list[int] = field(default_factory=lambda: [0] * (len(DELTA_EDGES_S) + 1))
     delta_successes: list[int] = field(default_factory=lambda: [0] * (len(DELTA_EDGES_S) + 1))
@@ -164,6 +175,11 @@ class Counts:
         self.success_correct += o.success_correct
         self.success_wasted += o.success_wasted
         self.speed_fallbacks += o.speed_fallbacks
+        self.lead_failure_correct += o.lead_failure_correct
+        self.lead_failure_late += o.lead_failure_late
+        self.lead_failure_early += o.lead_failure_early
+        self.lead_success_correct += o.lead_success_correct
+        self.failures_without_prediction += o.failures_without_prediction
         for i, v in enumerate(o.delta_failures):
             self.delta_failures[i] += v
         for i, v in enumerate(o.delta_successes):
@@ -188,11 +204,32 @@ class Counts:
             return round(a / b, 6) if b else None
 
         f, s = self.failures, self.successes
+        fp = f - self.failures_without_prediction
         return {
             "failure_correct": frac(self.failure_correct, f),
             "failure_late": frac(self.failure_late, f),
             "failure_early": frac(self.failure_early, f),
             "success_correct": frac(self.success_correct, s),
+            # HPR's lead counted (docs/trainer.md, "Validation").
+            "with_lead": {
+                "failure_correct": frac(self.lead_failure_correct, f),
+                "failure_late": frac(self.lead_failure_late, f),
+                "failure_early": frac(self.lead_failure_early, f),
+                "success_correct": frac(self.lead_success_correct, s),
+            },
+            # Over the failures whose cell failed in another trip (Fig. 6 is a
+            # distribution of Δ, which exists only then).
+            "with_prediction": {
+                "failure_correct": frac(self.failure_correct, fp),
+                "failure_late": frac(self.failure_late - self.failures_without_prediction, fp),
+                "failure_early": frac(self.failure_early, fp),
+            },
+            "with_lead_with_prediction": {
+                "failure_correct": frac(self.lead_failure_correct, fp),
+                "failure_late": frac(self.lead_failure_late - self.failures_without_prediction, fp),
+                "failure_early": frac(self.lead_failure_early, fp),
+            },
+            "failures_without_prediction": self.failures_without_prediction,
             "failures": f,
             "successes": s,
             "separability": {k: frac(self.sep_right[k], self.sep_total[k]) for k in FEATURES},
@@ -379,6 +416,12 @@ def _classify(
     succ = ~fail
     out.success_correct = int((succ & (~pred | (delta < p.t1_s))).sum())
     out.success_wasted = int((succ & pred & (delta >= p.t1_s)).sum())
+    lo, hi = p.t1_s - p.lead_s, p.t2_s - p.lead_s
+    out.lead_failure_late = int((fail & (~pred | (delta < lo))).sum())
+    out.lead_failure_early = int((fail & pred & (delta > hi)).sum())
+    out.lead_failure_correct = int((fail & pred & (delta >= lo) & (delta <= hi)).sum())
+    out.lead_success_correct = int((succ & (~pred | (delta < lo))).sum())
+    out.failures_without_prediction = int((fail & ~pred).sum())
     bins = np.searchsorted(np.asarray(DELTA_EDGES_S), delta[pred], side="right")
     nb = len(DELTA_EDGES_S) + 1
     out.delta_failures = np.bincount(bins[fail[pred]], minlength=nb).tolist()

@@ -197,6 +197,9 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
     for k in ("failure_correct", "failure_late", "failure_early", "success_correct"):
         if validation[k] is not None:
             m.validation.labels(k).set(validation[k])
+    for k, v in validation["with_lead"].items():
+        if v is not None:
+            m.validation.labels(f"lead_{k}").set(v)
     for k, v in validation["separability"].items():
         if v is not None:
             m.validation.labels(f"separability_{k}").set(v)

@@ -164,20 +164,16 @@ def _table1(cells: list[CellData]) -> dict[str, Any]:
     }
 
 
-def _summary(counts: Counts) -> dict[str, Any]:
-    s = counts.summary()
-    with_pred = sum(counts.delta_failures)
-    no_pred = counts.failures - with_pred
-    s["failures_without_prediction"] = no_pred
-    # The Δ classes over the failures that had a prediction (Fig. 6 is a
-    # distribution of Δ, which exists only when the cell failed in another trip).
-    late_pred = counts.failure_late - no_pred
-    s["with_prediction"] = {
-        "failure_correct": round(counts.failure_correct / with_pred, 6) if with_pred else None,
-        "failure_late": round(late_pred / with_pred, 6) if with_pred else None,
-        "failure_early": round(counts.failure_early / with_pred, 6) if with_pred else None,
+def _lead_view(s: dict[str, Any]) -> dict[str, Any]:
+    """A validation summary seen with HPR's lead counted: the same keys as the
+    summary's top level, from its ``with_lead`` parts."""
+    return {
+        **s["with_lead"],
+        "with_prediction": s["with_lead_with_prediction"],
+        "failures_without_prediction": s["failures_without_prediction"],
+        "failures": s["failures"],
+        "successes": s["successes"],
     }
-    return s
 
 
 def validate_trips(dirs: list[Path], lead_s: float = 0.44) -> dict[str, Any]:
@@ -186,16 +182,13 @@ def validate_trips(dirs: list[Path], lead_s: float = 0.44) -> dict[str, Any]:
     correct window moves to Δ ∈ [−lead, t2 − lead])."""
     trips = [load_trip(d) for d in dirs]
     out: dict[str, Any] = {"trips": len(trips), "lead_s": lead_s}
-    base = Params()
-    lead = Params(t1_s=base.t1_s - lead_s, t2_s=base.t2_s - lead_s)
+    base = Params(lead_s=lead_s)
     at_end = cells_of(trips, at_reconnect=True)
     for label, cells in sorted(cells_of(trips).items()):
-        paper, with_lead, reconnect = Counts(), Counts(), Counts()
+        paper, reconnect = Counts(), Counts()
         failing = 0
         for c, ce in zip(cells, at_end[label], strict=True):
-            r = fit_cell(c, base)
-            paper.add(r.counts)
-            with_lead.add(validate_cell(c, lead)[0])
+            paper.add(fit_cell(c, base).counts)
             reconnect.add(validate_cell(ce, base)[0])
             failing += int(c.failed.any())
         fails = sum(int(c.failed.sum()) for c in cells)
@@ -206,9 +199,9 @@ def validate_trips(dirs: list[Path], lead_s: float = 0.44) -> dict[str, Any]:
             "failure_share": round(fails / n, 6) if n else None,
             "cells_with_failure": round(failing / len(cells), 6) if cells else None,
             "passes_per_cell": round(n / len(cells), 2) if cells else None,
-            "loto": _summary(paper),
-            "loto_with_lead": _summary(with_lead),
-            "loto_at_reconnect": _summary(reconnect),
+            "loto": paper.summary(),
+            "loto_with_lead": _lead_view(paper.summary()),
+            "loto_at_reconnect": reconnect.summary(),
             "table1": _table1(cells),
         }
     return out
