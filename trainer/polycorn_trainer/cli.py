@@ -106,6 +106,12 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--min-failures", type=_non_negative_int, default=d.min_failures)
         sp.add_argument("--min-failure-rate", type=_fraction, default=d.min_failure_rate)
         sp.add_argument("--min-handovers", type=_non_negative_int, default=d.min_handovers)
+        sp.add_argument(
+            "--lead-s",
+            type=_seconds,
+            default=d.lead_s,
+            help="HPR's lead for the validation's with_lead reading (RTT + E_GPS / V)",
+        )
         sp.add_argument("--summary-json", type=Path, help="write the run's summary here")
 
     r = sub.add_parser("run", help="fit, validate, store and publish")
@@ -133,6 +139,7 @@ def _options(a: argparse.Namespace, store: bool, publish: bool) -> Options:
         min_failures=a.min_failures,
         min_failure_rate=a.min_failure_rate,
         min_handovers=max(2, a.min_handovers),
+        lead_s=a.lead_s,
     )
     return Options(
         shard=a.shard,
