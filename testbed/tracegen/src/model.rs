@@ -496,6 +496,9 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
                 rsrp_dbm: (rsrp_now * 10.0).round() / 10.0,
             });
         }
+        // (failed, v2 only: (too late, trigger position), δ, p_fail) of a handover whose
+        // blackout starts now.
+        let mut start: Option<(bool, Option<(bool, f64)>, f64, f64)> = None;
         if let (Some(f), true) = (v2, next_trigger < triggers.len() && t_ms >= busy_until) {
             // Failure model v2 (§15.3 item 2a).
             let k = next_trigger;
@@ -503,11 +506,9 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
             let deferred = t_ms > 0 && t_ms - STEP_MS < busy_until && pending.is_none();
             let (trigger, delta) = triggers[k];
             let low = rsrp_now < RSRP_LOW_DBM;
-            // (failed, too late, trigger, δ, p_fail) of a handover whose blackout starts now.
-            let mut start: Option<(bool, bool, f64, f64, f64)> = None;
             if let Some((tr, d, pf)) = pending {
                 if x >= death[k] {
-                    start = Some((true, true, tr, d, pf));
+                    start = Some((true, Some((true, tr)), d, pf));
                     pending = None;
                 }
             } else if x >= trigger.min(death[k]) && deferred {
@@ -515,47 +516,23 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
                 // the best cell when it ends, so only a random failure can hit it (a too-late
                 // failure of a handover the UE never had to make would chain blackouts).
                 let (pr, _) = p_fail_v2(beta0, layout.u_cell[k], low, 1.0, c, f);
-                start = Some((outcome_rng.bernoulli(pr), false, x, delta, pr));
+                start = Some((outcome_rng.bernoulli(pr), Some((false, x)), delta, pr));
             } else if x >= death[k] {
                 // Not even triggered before the source link died.
-                start = Some((true, true, trigger, delta, 1.0));
+                start = Some((true, Some((true, trigger)), delta, 1.0));
             } else if x >= trigger {
                 let (pr, pl) = p_fail_v2(beta0, layout.u_cell[k], low, death[k] - x, c, f);
                 let p_fail = pr + (1.0 - pr) * pl;
                 if outcome_rng.bernoulli(pr) {
-                    start = Some((true, false, x, delta, p_fail));
+                    start = Some((true, Some((false, x)), delta, p_fail));
                 } else if outcome_rng.bernoulli(pl) {
                     pending = Some((x, delta, p_fail));
                 } else {
-                    start = Some((false, false, x, delta, p_fail));
+                    start = Some((false, Some((false, x)), delta, p_fail));
                 }
             }
-            if let Some((failed, too_late, trigger_m, delta, p_fail)) = start {
-                let outcome = if !failed {
-                    Outcome::Success
-                } else if outcome_rng.bernoulli(p.type_ii_share) {
-                    Outcome::Rlf
-                } else {
-                    Outcome::Nas
-                };
-                let d_ms = ((duration_s(p, outcome, &mut outcome_rng) * 1000.0).round() as u64).max(1);
-                handovers.push(Handover {
-                    from_cell: k,
-                    start_ms: t_ms,
-                    end_ms: t_ms + d_ms,
-                    outcome,
-                    x_m: x,
-                    delta_m: delta,
-                    rsrp_dbm: rsrp_now,
-                    p_fail,
-                    trigger_m: Some(trigger_m),
-                    too_late: failed.then_some(too_late),
-                    flush: outcome == Outcome::Nas,
-                });
-                busy_until = t_ms + d_ms;
-                next_trigger += 1;
-            }
-        } else if next_trigger < triggers.len() && x >= triggers[next_trigger].0 && t_ms >= busy_until {
+        } else if v2.is_none() && next_trigger < triggers.len() && x >= triggers[next_trigger].0 && t_ms >= busy_until {
+            // Failure model v1 (§15.3 items 2–3).
             let delta = triggers[next_trigger].1;
             let late = delta >= p.late_threshold_m;
             let logit = beta0
@@ -563,7 +540,10 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
                 + if rsrp_now < RSRP_LOW_DBM { c.beta_rsrp } else { 0.0 }
                 + if late { c.beta_late } else { 0.0 };
             let p_fail = sigmoid(logit);
-            let outcome = if !outcome_rng.bernoulli(p_fail) {
+            start = Some((outcome_rng.bernoulli(p_fail), None, delta, p_fail));
+        }
+        if let Some((failed, v2_info, delta, p_fail)) = start {
+            let outcome = if !failed {
                 Outcome::Success
             } else if outcome_rng.bernoulli(p.type_ii_share) {
                 Outcome::Rlf
@@ -580,8 +560,8 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
                 delta_m: delta,
                 rsrp_dbm: rsrp_now,
                 p_fail,
-                trigger_m: None,
-                too_late: None,
+                trigger_m: v2_info.map(|(_, tr)| tr),
+                too_late: v2_info.and_then(|(tl, _)| failed.then_some(tl)),
                 flush: outcome == Outcome::Nas,
             });
             busy_until = t_ms + d_ms;
