@@ -235,6 +235,10 @@ pub struct Trip {
     pub carriers: Vec<CarrierTrip>,
 }
 
+/// A handover whose blackout starts at this step: (failed, v2 only: (too late, trigger
+/// position), δ, p_fail).
+type Decision = (bool, Option<(bool, f64)>, f64, f64);
+
 /// Logistic function.
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -496,9 +500,7 @@ fn carrier(cfg: &TripConfig, i: usize, x_m: &[f64], v_mps: &[f64], route_len: f6
                 rsrp_dbm: (rsrp_now * 10.0).round() / 10.0,
             });
         }
-        // (failed, v2 only: (too late, trigger position), δ, p_fail) of a handover whose
-        // blackout starts now.
-        let mut start: Option<(bool, Option<(bool, f64)>, f64, f64)> = None;
+        let mut start: Option<Decision> = None;
         if let (Some(f), true) = (v2, next_trigger < triggers.len() && t_ms >= busy_until) {
             // Failure model v2 (§15.3 item 2a).
             let k = next_trigger;
