@@ -50,6 +50,10 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from polycorn_ingest.testbed import records
 from polycorn_schema.startup import kafka_create_topics, kafka_retriable, pg_connect, retry
+from polycorn_trainer.fit import Params
+
+# The trainer's table thresholds (bench-trainer runs it with its defaults).
+TABLE = Params()
 
 # The first trip's start; trip j starts j days later (ingest separates trips
 # by GPS gaps, a day is far more than its 600 s trip gap).
@@ -560,8 +564,8 @@ def _markdown(r: dict[str, Any]) -> str:
     )
     lines += [
         "",
-        "With the table thresholds (what the proxies get: ≥ 3 failures and ≥ 15 % in the "
-        "training trips), percent:",
+        f"With the table thresholds (what the proxies get: ≥ {TABLE.min_failures} failures and "
+        f"≥ {100 * TABLE.min_failure_rate:.0f} % in the training trips), percent:",
         "",
         "| | " + " | ".join(f"route {k}" for k in routes) + " |",
         "|---" * (len(routes) + 1) + "|",
