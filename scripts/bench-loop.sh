@@ -38,8 +38,14 @@
 # bench-hsr measures 1001.. and builds its stand-in table from 901..;
 # development uses route 1).
 #
+# Profiles: report, 32 trips of 263 s, meant to be left running: about 2.5 h
+# (the 6-trip run of 2026-11-24 took 28 min, 4.5-4.7 min per trip: the trip,
+# bringing four topologies up and down, ingest and the trainer); ci, 2 short
+# trips, about 4 min. The analysis plots each trip and the curves pooled over
+# trips 1..k and the last 8 trips (docs/benchmarks.md).
+#
 # Environment: PROFILE (report, default, or ci: 2 short trips), LOOP_TRIPS
-# (trips; report 6, ci 2), BIN (binaries, default target/release),
+# (trips; report 32, ci 2), BIN (binaries, default target/release),
 # BENCH_PREFIX (topology prefix, default hl), BENCH_WORK (raw runs, default
 # /tmp/polycorn-bench-loop), BENCH_OUT (default bench/out; ci: under
 # BENCH_WORK), PLOTS (default docs/img/loop; ci: under BENCH_WORK),
@@ -97,7 +103,10 @@ case $PROFILE in
     # ci: trip seeds 2102-2103, whose first 73 s have failed handovers, so
     # that trip 2 runs with a learned table.
     ci) TRIPS=2 PER_SIZE=1 SLOT_S=6 BACKLOG_S=20 SEED_BASE=2101 ;;
-    report) TRIPS=6 PER_SIZE=3 SLOT_S=12 BACKLOG_S=120 SEED_BASE=2000 ;;
+    # report: 32 trips (seeds 2001-2032), about 2.5 h. A trip has a few
+    # failed handovers and fewer recovery windows, so the learning curve is
+    # read from the trips pooled.
+    report) TRIPS=32 PER_SIZE=3 SLOT_S=12 BACKLOG_S=120 SEED_BASE=2000 ;;
     *) die "PROFILE must be report or ci, got '$PROFILE'" ;;
 esac
 TRIPS=${LOOP_TRIPS:-$TRIPS}

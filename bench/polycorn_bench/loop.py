@@ -35,21 +35,35 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from polycorn_bench import hrsch
+from polycorn_bench import hrsch, loop_curve
 from polycorn_bench.analysis import (
     _json_safe,
     backlog_summary,
     bulk_summary,
     size_labels,
 )
-from polycorn_bench.flows import OVERALL, REFERENCE, collect_backlogs, collect_flows
+from polycorn_bench.flows import OVERALL, REFERENCE, Flow, collect_backlogs, collect_flows
+from polycorn_bench.loop_curve import (
+    HOF_FIELD,
+    LEAD_S,
+    NOMINAL_SPEED_MPS,
+    T1_S,
+    T2_S,
+    WINDOW_TRIPS,
+    Fixes,
+    Pairs,
+    TripSample,
+    read_fixes,
+    share,
+)
+from polycorn_bench.loop_plots import GAIN_FILE, LEARNING_FILE, PLOT_FILE, plot_all
 from polycorn_bench.records import HandoverFailure, LinkSetRun, Run, TripRun, read_run
 
 LEARNED = "hrsch-learned"
@@ -64,9 +78,6 @@ VARIANT_TEXT = {
 }
 LINK_SET = "hsr"
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "out" / "loop.json"
-PLOT_FILE = "loop-curve.png"
-#: Plot range of the ratios (log scale); interval ends beyond it are cut at the edge.
-Y_MIN, Y_MAX = 0.25, 4.0
 
 METHODS = {
     "goodput": (
@@ -89,6 +100,32 @@ METHODS = {
         "the same numbers over all trips that ran with a learned table pooled (pairs from "
         "every such trip in one bootstrap)"
     ),
+    "known_failure_share": (
+        "learned_/oracle_known_failure_share: failures of the trip in cells the table has an "
+        "entry for / failures of the trip, Wilson 95 % interval (no table: 0)"
+    ),
+    "correct_share": (
+        "learned_/oracle_correct_share: failures in tabled cells whose start x was in paper "
+        "§3's window with HPR's lead, Δ = sign·(x − L̂)/v in [t1 − lead, t2 − lead] (t1 0 s, "
+        "t2 2.5 s, lead 0.44 s; L̂ the entry's position_m, v the last GPS fix's speed at "
+        "most 10 s before the failure, else 83.3 m/s), / all failures of the trip, Wilson 95 % "
+        "interval; table.failures_correct/early/late and delta_s give the classes (late: Δ "
+        "below the window or no entry; early: above)"
+    ),
+    "hof_recovery_learned/oracle/none": (
+        "per trip, the variants' hof_recovery_vs_minrtt with its interval (as in variants)"
+    ),
+    "gain": (
+        "hof_recovery_gain / goodput_gain: gain of a variant = its ratio to minrtt minus "
+        "hrsch-none's, on the failure windows (downloads) all three hrsch variants have; "
+        "half_oracle_excess = gain_learned − gain_oracle/2 with a 95 % percentile bootstrap "
+        "CI of the windows (downloads), 10000 resamples, fixed seed"
+    ),
+    "running": (
+        "running.cumulative[k]: the per-trip numbers pooled over trips 1..k (shares over all "
+        "their failures, ratios over all their windows); running.window[k]: pooled over the "
+        "last window_trips trips up to k"
+    ),
 }
 
 
@@ -99,10 +136,16 @@ def cell_id(carrier: int, cell: int) -> int:
 
 @dataclass(frozen=True)
 class Table:
-    """The entries of a failure-location table: cell ID -> (position_m, failures)."""
+    """The entries of a failure-location table: cell ID -> (position_m, failures), and the
+    direction of travel of the entries that say "decreasing" (-1; otherwise +1)."""
 
     version: int | None
     entries: dict[int, tuple[float, int | None]]
+    signs: dict[int, int] = field(default_factory=dict)
+
+    def sign(self, cell: int) -> int:
+        """+1 when the entry's direction of travel is increasing track_m, -1 decreasing."""
+        return self.signs.get(cell, 1)
 
 
 def read_table(path: Path) -> Table | None:
@@ -114,14 +157,19 @@ def read_table(path: Path) -> Table | None:
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
         return None
     entries: dict[int, tuple[float, int | None]] = {}
+    signs: dict[int, int] = {}
     for e in doc["entries"]:
         if not isinstance(e, dict):
             continue
         cell, pos, fails = e.get("cell"), e.get("position_m"), e.get("failures")
         if isinstance(cell, int) and isinstance(pos, int | float) and math.isfinite(pos):
             entries[cell] = (float(pos), fails if isinstance(fails, int) else None)
+            if e.get("direction") == "decreasing":
+                signs[cell] = -1
+            else:
+                signs.pop(cell, None)
     version = doc.get("version")
-    return Table(version if isinstance(version, int) else None, entries)
+    return Table(version if isinstance(version, int) else None, entries, signs)
 
 
 def coverage(failures: list[HandoverFailure], table: Table | None) -> dict[str, Any]:
@@ -142,7 +190,80 @@ def coverage(failures: list[HandoverFailure], table: Table | None) -> dict[str, 
     }
 
 
-def _variant_numbers(ls: LinkSetRun, run: Run) -> dict[str, dict[str, Any]]:
+def timing(
+    failures: list[HandoverFailure],
+    table: Table | None,
+    fixes: Fixes | None,
+    lead_s: float = LEAD_S,
+) -> dict[str, Any]:
+    """Paper §3's classes of the trip's failures against the table, with HPR's lead (the
+    trainer's ``validation.with_lead``, docs/trainer.md): for a failure in a tabled cell,
+    Δ = sign · (x − L̂) / v, with x the failure's start (``handover_start`` ``track_m``), L̂
+    the entry's ``position_m``, sign −1 for a "decreasing" entry and v the speed of the
+    trip's last GPS fix at most 10 s before the failure (83.3 m/s without one, counted in
+    ``speed_fallbacks``). Correct for Δ in [t1 − lead, t2 − lead] = [−lead, 2.5 s − lead];
+    early above; late below, or without an entry for the cell. A tabled failure without a
+    position is in none of the three (``failures_without_position``)."""
+    correct = early = late = no_position = fallbacks = 0
+    deltas: list[float] = []
+    lo, hi = T1_S - lead_s, T2_S - lead_s
+    for f in failures:
+        cell = None if f.carrier is None or f.from_cell is None else cell_id(f.carrier, f.from_cell)
+        hit = None if table is None or cell is None else table.entries.get(cell)
+        if hit is None or cell is None or table is None:
+            late += 1
+            continue
+        if f.track_m is None:
+            no_position += 1
+            continue
+        v = fixes.speed_at(f.t_ms) if fixes is not None else None
+        if v is None:
+            fallbacks += 1
+            v = NOMINAL_SPEED_MPS
+        d = table.sign(cell) * (f.track_m - hit[0]) / v
+        deltas.append(d)
+        if d < lo:
+            late += 1
+        elif d > hi:
+            early += 1
+        else:
+            correct += 1
+    return {
+        "failures_correct": correct,
+        "failures_early": early,
+        "failures_late": late,
+        "failures_without_position": no_position,
+        "speed_fallbacks": fallbacks,
+        "delta_s": sorted(round(d, 3) for d in deltas),
+    }
+
+
+@dataclass
+class _Numbers:
+    """The ratios of the variants over some trips, and the paired samples behind them."""
+
+    variants: dict[str, dict[str, Any]]
+    failures: int
+    #: Per variant: failure window -> (goodput, minrtt's goodput) in the 2 s after it.
+    hof: dict[str, Pairs]
+    #: Per variant: bulk download (trip, id) -> (goodput, minrtt's goodput).
+    goodput: dict[str, Pairs]
+
+
+def _goodput_pairs(flows: list[Flow], scheme: str) -> Pairs:
+    """As ``flows.paired_goodputs`` (the pairs of the bulk ratio), keyed by download."""
+    ref = {
+        f.pair_key: g for f in flows if f.scheme == REFERENCE and (g := f.goodput_mbps) is not None
+    }
+    out: Pairs = {}
+    for f in flows:
+        g, r = f.goodput_mbps, ref.get(f.pair_key)
+        if f.scheme == scheme and g is not None and r is not None and r > 0:
+            out.setdefault(f.pair_key, (g, r))
+    return out
+
+
+def _variant_numbers(ls: LinkSetRun, run: Run) -> _Numbers:
     """Goodput, recovery and backlog of each variant against minrtt over ``ls``'s trips."""
     flows = collect_flows(ls, run, with_oracle=False)
     backlogs = collect_backlogs(ls, run.issues)
@@ -152,6 +273,7 @@ def _variant_numbers(ls: LinkSetRun, run: Run) -> dict[str, dict[str, Any]]:
     back = backlog_summary(backlogs, schemes) or {}
     by_scheme = (hof or {}).get("by_scheme", {})
     out: dict[str, dict[str, Any]] = {}
+    windows: dict[str, Pairs] = {}
     for v in VARIANTS:
         g = bulk.get(v, {}).get(OVERALL, {})
         h = by_scheme.get(v, {})
@@ -167,8 +289,19 @@ def _variant_numbers(ls: LinkSetRun, run: Run) -> dict[str, dict[str, Any]]:
             "hof_n": h.get("n", 0),
             "backlog_vs_minrtt": b.get("ratio_vs_minrtt"),
         }
-    out["_failures"] = {"n": (hof or {}).get("n_failures", 0)}
-    return out
+        windows[v] = {
+            (w["trip"], w["t_ms"], w["carrier"], w["source"], w["id"]): (
+                w["goodput_mbps"],
+                w["minrtt_goodput_mbps"],
+            )
+            for w in h.get("windows", [])
+        }
+    return _Numbers(
+        variants=out,
+        failures=(hof or {}).get("n_failures", 0),
+        hof=windows,
+        goodput={v: _goodput_pairs(flows, v) for v in VARIANTS},
+    )
 
 
 HOF_REJECTIONS = (
@@ -231,28 +364,74 @@ def _trainer_brief(summary: object) -> dict[str, Any] | None:
     }
 
 
-def analyse_loop(run: Run) -> dict[str, Any]:
+def _table_counts(
+    failures: list[HandoverFailure] | None,
+    table: Table | None,
+    used: bool,
+    fixes: Fixes | None,
+    lead_s: float,
+) -> tuple[dict[str, Any], int | None, int | None]:
+    """(coverage and timing of the table, failures in its cells, failures it had correct).
+    ``used``: a table was in use on the trip; without its file the counts are unknown (None).
+    Without a table (``used`` false) nothing is known and nothing is correct."""
+    fs = failures or []
+    block = {**coverage(fs, table), **timing(fs, table, fixes, lead_s)}
+    if failures is None or (used and table is None):
+        return block, None, None
+    return block, block["failures_in_table_cells"], block["failures_correct"]
+
+
+def _shares(prefix: str, known: int | None, correct: int | None, n: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for what, k in (("known_failure_share", known), ("correct_share", correct)):
+        x, ci = share(k, n)
+        out[f"{prefix}_{what}"] = x
+        out[f"{prefix}_{what}_ci95"] = ci
+    return out
+
+
+def analyse_loop(run: Run, lead_s: float = LEAD_S, window: int = WINDOW_TRIPS) -> dict[str, Any]:
     """The ``loop.json`` document."""
     ls = next((x for x in run.link_sets if x.name == LINK_SET), None)
     if ls is None and run.link_sets:
         ls = run.link_sets[0]
     trips_out: list[dict[str, Any]] = []
+    samples: list[TripSample] = []
     learned_trips: list[TripRun] = []
     for index, trip in enumerate(ls.trips if ls else [], start=1):
         assert ls is not None
         meta = _trip_meta(trip)
         one = replace(ls, trips=[trip])
         nums = _variant_numbers(one, run)
-        failures = trip.handover_failures or []
+        failures = trip.handover_failures
+        n_fail = None if failures is None else len(failures)
+        fixes = read_fixes(trip.trip_dir / "events.jsonl")
         learned = read_table(trip.trip_dir.parent / "failure-table-learned.json")
         truth = read_table(trip.trip_dir.parent / "failure-table-truth.json")
         lt = meta.get("learned_table")
         if learned is not None:
             learned_trips.append(trip)
-        main = nums[LEARNED]
+        used = isinstance(lt, dict) or learned is not None
+        l_block, l_known, l_correct = _table_counts(failures, learned, used, fixes, lead_s)
+        t_block, t_known, t_correct = _table_counts(failures, truth, True, fixes, lead_s)
+        number = meta.get("trip", index)
+        sample = TripSample(
+            trip=number if isinstance(number, int) else index,
+            failures=n_fail,
+            known={"learned": l_known, "oracle": t_known},
+            correct={"learned": l_correct, "oracle": t_correct},
+            hof=nums.hof,
+            goodput=nums.goodput,
+        )
+        samples.append(sample)
+        main = nums.variants[LEARNED]
+        recovery: dict[str, Any] = {}
+        for v in VARIANTS:
+            recovery[HOF_FIELD[v]] = nums.variants[v]["hof_recovery_vs_minrtt"]
+            recovery[f"{HOF_FIELD[v]}_ci95"] = nums.variants[v]["hof_recovery_ci95"]
         trips_out.append(
             {
-                "trip": meta.get("trip", index),
+                "trip": number,
                 "id": trip.name,
                 "trip_seed": meta.get("trip_seed"),
                 "hrsch_vs_minrtt": main["goodput_vs_minrtt"],
@@ -261,12 +440,17 @@ def analyse_loop(run: Run) -> dict[str, Any]:
                 "hof_recovery_vs_minrtt": main["hof_recovery_vs_minrtt"],
                 "hof_recovery_ci95": main["hof_recovery_ci95"],
                 "hof_n": main["hof_n"],
+                **_shares("learned", l_known, l_correct, n_fail),
+                **_shares("oracle", t_known, t_correct, n_fail),
+                **recovery,
+                "hof_recovery_gain": loop_curve.gain_test(nums.hof, "hof_recovery"),
+                "goodput_gain": loop_curve.gain_test(nums.goodput, "goodput"),
                 "table": {
                     "version": lt.get("version") if isinstance(lt, dict) else None,
-                    **coverage(failures, learned),
+                    **l_block,
                 },
-                "truth_table": coverage(failures, truth),
-                "variants": {v: nums[v] for v in VARIANTS},
+                "truth_table": t_block,
+                "variants": {v: nums.variants[v] for v in VARIANTS},
                 "hof_reject_rejections": _rejections(trip),
                 "handovers": meta.get("handovers"),
                 "table_in_use_at_end": meta.get("in_use_at_end"),
@@ -280,9 +464,10 @@ def analyse_loop(run: Run) -> dict[str, Any]:
         nums = _variant_numbers(replace(ls, trips=learned_trips), run)
         pooled = {
             "trips": [t.name for t in learned_trips],
-            "failures": nums["_failures"]["n"],
-            "variants": {v: nums[v] for v in VARIANTS},
+            "failures": nums.failures,
+            "variants": {v: nums.variants[v] for v in VARIANTS},
         }
+    curves = loop_curve.running(samples, window) if samples else None
     doc: dict[str, Any] = {
         "profile": run.meta.get("profile"),
         "diagnostic": run.meta.get("diagnostic"),
@@ -294,6 +479,15 @@ def analyse_loop(run: Run) -> dict[str, Any]:
         "variants": VARIANT_TEXT,
         "trips": trips_out,
         "pooled_learned_trips": pooled,
+        "running": curves,
+        "half_oracle_gain_trip": loop_curve.half_oracle_gain(curves) if curves else None,
+        "parameters": {
+            "lead_s": lead_s,
+            "t1_s": T1_S,
+            "t2_s": T2_S,
+            "nominal_speed_mps": NOMINAL_SPEED_MPS,
+            "window_trips": window,
+        },
         "methods": METHODS,
         "issues": run.issues.to_json(),
     }
@@ -317,6 +511,108 @@ def _in_use(t: dict[str, Any]) -> str:
     if not isinstance(v, int | float) or v <= 0:
         return "none"
     return f"v{v:.0f}, {n:.0f}" if isinstance(n, int | float) else f"v{v:.0f}"
+
+
+def _pct(x: object, ci: object = None) -> str:
+    if not isinstance(x, int | float):
+        return "–"
+    s = f"{100 * x:.0f} %"
+    if isinstance(ci, list) and len(ci) == 2 and all(isinstance(c, int | float) for c in ci):
+        s += f" [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]"
+    return s
+
+
+def _share(row: dict[str, Any], key: str) -> str:
+    return _pct(row.get(key), row.get(f"{key}_ci95"))
+
+
+def _gain(g: object) -> str:
+    if not isinstance(g, dict) or g.get("half_oracle_excess") is None:
+        return "–"
+    share = g.get("learned_share_of_oracle")
+    return (
+        f"{_fmt(g.get('learned'))} / {_fmt(g.get('oracle'))}"
+        f" ({'–' if share is None else f'{100 * share:.0f} %'});"
+        f" {_fmt(g.get('half_oracle_excess'), g.get('half_oracle_excess_ci95'))}"
+    )
+
+
+def _markdown_curve(doc: dict[str, Any]) -> list[str]:
+    """Table quality per trip, the running curves and half of the oracle's gain."""
+    par = doc.get("parameters") or {}
+    out = [
+        "",
+        f"## Table quality per trip (HPR's lead {par.get('lead_s', LEAD_S):g} s)",
+        "",
+        "Share of the trip's failures [Wilson 95 %]: in a cell of the table (known), and in "
+        "paper §3's window with HPR's lead (correct); the classes of the learned table's "
+        "failures; the oracle's for comparison (no table: 0).",
+        "",
+        "| trip | failures | learned: known | learned: correct | learned: correct / early / "
+        "late | oracle: known | oracle: correct | speed fallbacks |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for t in doc["trips"]:
+        tb = t["table"]
+        out.append(
+            f"| {t['trip']} | {tb['failures']} | {_share(t, 'learned_known_failure_share')} | "
+            f"{_share(t, 'learned_correct_share')} | "
+            f"{tb.get('failures_correct', '–')} / {tb.get('failures_early', '–')} / "
+            f"{tb.get('failures_late', '–')} | {_share(t, 'oracle_known_failure_share')} | "
+            f"{_share(t, 'oracle_correct_share')} | {tb.get('speed_fallbacks', '–')} |"
+        )
+    curves = doc.get("running")
+    if curves:
+        for key, title in (
+            ("cumulative", "trips 1..k"),
+            ("window", f"the last {curves.get('window_trips')} trips up to k"),
+        ):
+            out += [
+                "",
+                f"## Running curve: pooled over {title}",
+                "",
+                "Shares [Wilson 95 %]; recovery after failed handovers × minrtt (ratio of "
+                "means [95 % bootstrap CI]); recovery gain over no table, learned / oracle "
+                "(learned's share of the oracle's), and gain_learned − gain_oracle/2 [CI] "
+                "on the windows all variants have.",
+                "",
+                "| k | failures | learned: known | learned: correct | oracle: correct | "
+                "recovery: learned | none | oracle | n | gain learned / oracle; excess [CI] |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
+            for r in curves.get(key) or []:
+                out.append(
+                    f"| {r['trip']} | {r['failures']} | "
+                    f"{_share(r, 'learned_known_failure_share')} | "
+                    f"{_share(r, 'learned_correct_share')} | {_share(r, 'oracle_correct_share')} | "
+                    + " | ".join(
+                        _fmt(r[HOF_FIELD[v]], r[f"{HOF_FIELD[v]}_ci95"])
+                        for v in (LEARNED, NONE, TRUTH)
+                    )
+                    + f" | {r[HOF_FIELD[LEARNED] + '_n']} | {_gain(r['hof_recovery_gain'])} |"
+                )
+    half = doc.get("half_oracle_gain_trip")
+    if half:
+        out += [
+            "",
+            "## Half of the oracle's gain",
+            "",
+            f"Definition: {half['definition']}",
+            "",
+            "| gain | curve | point | lower bound | first point | at the last trip: learned /"
+            " oracle (share); excess [CI] |",
+            "|---|---|---|---|---|---|",
+        ]
+        for kind in loop_curve.GAIN_KINDS:
+            for curve, per in (half.get(kind) or {}).items():
+                last = per.get("at_last_trip") or {}
+                out.append(
+                    f"| {kind} | {curve} | {per.get('point') or 'not reached'} | "
+                    f"{per.get('lower_bound') or 'not reached'} | "
+                    f"{per.get('first_point') or '–'} | {_gain(last)} |"
+                )
+        out += ["", f"Caveat: {half['caveat']}"]
+    return out
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -391,86 +687,18 @@ def markdown(doc: dict[str, Any]) -> str:
             + " | ".join(_fmt(t["variants"][v]["backlog_vs_minrtt"]) for v in VARIANTS)
             + " |"
         )
+    out += _markdown_curve(doc)
     issues = doc.get("issues", {})
     if issues.get("total"):
         out += ["", f"Input problems skipped: {issues['total']} ({issues.get('by_kind')})."]
     return "\n".join(out) + "\n"
 
 
-def plot(doc: dict[str, Any], directory: Path) -> Path:
-    """The learning curve: goodput and recovery ratios per trip, one line per variant."""
-    import matplotlib as mpl
-
-    mpl.use("Agg")
-    import matplotlib.pyplot as plt
-
-    trips = doc["trips"]
-    x = np.arange(1, len(trips) + 1, dtype=float)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
-    style = {
-        LEARNED: ("tab:blue", "o", "learned table"),
-        NONE: ("tab:gray", "s", "no table"),
-        TRUTH: ("tab:green", "^", "oracle table"),
-    }
-    for ax, key, ci_key, title in (
-        (axes[0], "goodput_vs_minrtt", "goodput_ci95", "bulk goodput × minrtt"),
-        (axes[1], "hof_recovery_vs_minrtt", "hof_recovery_ci95", "recovery after failure × minrtt"),
-    ):
-        for j, v in enumerate(VARIANTS):
-            colour, marker, label = style[v]
-            vals, lo, hi = [], [], []
-            for t in trips:
-                s = t["variants"][v]
-                val, ci = s.get(key), s.get(ci_key)
-                vals.append(np.nan if val is None else val)
-                ok = val is not None and ci and ci[0] is not None and ci[1] is not None
-                lo.append(val - ci[0] if ok else 0.0)
-                hi.append(ci[1] - val if ok else 0.0)
-            ax.errorbar(
-                x + (j - 1) * 0.12,
-                vals,
-                yerr=[lo, hi],
-                color=colour,
-                marker=marker,
-                capsize=3,
-                label=label,
-                linewidth=1.2 if v == LEARNED else 0.8,
-            )
-        ax.axhline(1.0, color="black", linewidth=0.6, linestyle=":")
-        # Ratios: a log scale treats ×2 and ×0.5 alike; intervals of a handful of
-        # pairs can be huge, so the axis is clipped and says so.
-        ax.set_yscale("log")
-        ax.set_ylim(Y_MIN, Y_MAX)
-        ticks = [0.25, 0.5, 1.0, 2.0, 4.0]
-        ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
-        ax.minorticks_off()
-        ax.set_title(title)
-        ax.set_xlabel("trip")
-        ax.set_xticks(x)
-        n_key = "n_pairs" if key == "goodput_vs_minrtt" else "hof_n"
-        ax.set_xticklabels(
-            [
-                f"{t['trip']}\n"
-                + (f"{t['table']['entries']} cells" if t["table"]["version"] else "no table")
-                + f"\nn={t['variants'][LEARNED][n_key]}"
-                for t in trips
-            ],
-            fontsize=8,
-        )
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel(f"ratio to minrtt (95 % CI, cut at {Y_MIN:g}–{Y_MAX:g})")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Closed fleet loop: hrsch with the table learned so far", fontsize=10)
-    fig.tight_layout()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / PLOT_FILE
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def text_table(doc: dict[str, Any]) -> str:
-    lines = [f"{'trip':>4} {'table':>10} {'fail':>4}  " + "  ".join(f"{v:>24}" for v in VARIANTS)]
+    lines = [
+        f"{'trip':>4} {'table':>10} {'fail':>4} {'known':>5} {'corr':>5}  "
+        + "  ".join(f"{v:>24}" for v in VARIANTS)
+    ]
     for t in doc["trips"]:
         tb = t["table"]
         table = f"v{tb['version']}/{tb['entries']}" if tb["version"] is not None else "none"
@@ -480,9 +708,18 @@ def text_table(doc: dict[str, Any]) -> str:
             for v in VARIANTS
         ]
         lines.append(
-            f"{t['trip']:>4} {table:>10} {tb['failures']:>4}  "
-            + "  ".join(f"{c:>24}" for c in cells)
+            f"{t['trip']:>4} {table:>10} {tb['failures']:>4} "
+            f"{_pct(t.get('learned_known_failure_share')):>5} "
+            f"{_pct(t.get('learned_correct_share')):>5}  " + "  ".join(f"{c:>24}" for c in cells)
         )
+    half = doc.get("half_oracle_gain_trip") or {}
+    for kind in loop_curve.GAIN_KINDS:
+        cum = (half.get(kind) or {}).get("cumulative")
+        if cum:
+            lines.append(
+                f"half of the oracle's {kind} gain (pooled 1..k): point from trip "
+                f"{cum.get('point') or '–'}, lower bound from trip {cum.get('lower_bound') or '–'}"
+            )
     return "\n".join(lines)
 
 
@@ -491,22 +728,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path, help="raw run directory of bench-loop (with run.json)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output ({DEFAULT_OUT})")
     p.add_argument("--md", type=Path, help="write the markdown report here")
-    p.add_argument("--plots", type=Path, help=f"write {PLOT_FILE} into this directory")
+    p.add_argument(
+        "--plots",
+        type=Path,
+        help=f"write {PLOT_FILE}, {LEARNING_FILE} and {GAIN_FILE} into this directory",
+    )
+    p.add_argument(
+        "--lead-s",
+        type=float,
+        default=LEAD_S,
+        help=f"HPR's lead for the correct share (s, default {LEAD_S})",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=WINDOW_TRIPS,
+        help=f"trips of the trailing window of the running curve (default {WINDOW_TRIPS})",
+    )
     p.add_argument("--quiet", action="store_true", help="do not print the table")
     args = p.parse_args(argv)
+    if args.window < 1 or not math.isfinite(args.lead_s) or args.lead_s < 0:
+        p.error("--window must be ≥ 1 and --lead-s a non-negative number")
     try:
         run = read_run(args.run_dir)
     except (OSError, ValueError) as e:
         print(f"polycorn_bench.loop: cannot read run {args.run_dir}: {e}", file=sys.stderr)
         return 2
-    doc = analyse_loop(run)
+    doc = analyse_loop(run, lead_s=args.lead_s, window=args.window)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     if args.md:
         args.md.parent.mkdir(parents=True, exist_ok=True)
         args.md.write_text(markdown(doc), encoding="utf-8")
     if args.plots and doc["trips"]:
-        plot(doc, args.plots)
+        plot_all(doc, args.plots)
     if run.issues.total:
         print(
             f"polycorn_bench.loop: {run.issues.total} input problem(s) skipped: "

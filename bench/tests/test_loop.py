@@ -133,7 +133,18 @@ def test_table_used_and_coverage(tmp_path: Path) -> None:
         "failures": 1,
         "failures_in_table_cells": 1,
         "position_error_m_median": pytest.approx(20_100 / 12 - 1500, abs=1e-6),
+        # No GPS fix in the event log: 83.3 m/s, Δ = 175 m / 83.3 m/s = 2.1 s, above the
+        # window's 2.5 s − 0.44 s: early.
+        "failures_correct": 0,
+        "failures_early": 1,
+        "failures_late": 0,
+        "failures_without_position": 0,
+        "speed_fallbacks": 1,
+        "delta_s": [pytest.approx(175 / 83.3, abs=1e-3)],
     }
+    assert second["learned_known_failure_share"] == 1.0
+    assert second["learned_correct_share"] == 0.0
+    assert first["learned_known_failure_share"] is None  # no failure on trip 1
     assert second["truth_table"]["failures_in_table_cells"] == 1
     assert second["handovers"] == {"trip_events": 2, "events_all_trips": 4, "linkdb": 4}
     assert second["trainer_after"]["table"] == {"version": 2, "entries": 1}
