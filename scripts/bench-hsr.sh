@@ -29,8 +29,8 @@
 # Link sets:
 #   hsr       trips from polycorn-tracegen (preset pc-gateway-300, 2 carriers)
 #             on REPORT seeds: route seed 7, trip seeds 1001.. Development and
-#             tuning use route seed 1 / trip seeds 1..99 (scripts/validate-tracegen.sh,
-#             unit tests); results are never reported on those.
+#             tuning use route seeds 1-3 / trip seeds 1..99 (the v2 failure model's
+#             fit, unit tests); results are never reported on those.
 #   mahimahi  the real LTE traces of testbed/traces/mahimahi (T-Mobile and
 #             Verizon, driving; GPL-3.0 data, see its README) as carriers 0
 #             and 1, 30 ms one-way delay, no random loss, no scheduled
