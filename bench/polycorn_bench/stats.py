@@ -95,16 +95,18 @@ def safe_ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def bootstrap_ratio_of_means_ci(
+def _paired_ratio_bootstrap_ci(
     a: Sequence[float] | FloatArray,
     b: Sequence[float] | FloatArray,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-    level: float = 0.95,
+    centre: Callable[[FloatArray], FloatArray],
+    *,
+    resamples: int,
+    seed: int,
+    level: float,
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of mean(a) / mean(b) for paired samples: the pairs
-    ``(a[i], b[i])`` are resampled together. NaN for no pairs (or resamples where mean(b) is
-    0 everywhere)."""
+    """Percentile bootstrap CI of centre(a) / centre(b) for paired samples: the pairs
+    ``(a[i], b[i])`` are resampled together; ``centre`` reduces each resample (rows) to one
+    value. NaN for no pairs (or when every resample's ratio is undefined)."""
     x = np.asarray(a, dtype=np.float64)
     y = np.asarray(b, dtype=np.float64)
     n = len(x)
@@ -116,15 +118,29 @@ def bootstrap_ratio_of_means_ci(
     for lo in range(0, resamples, step):
         hi = min(resamples, lo + step)
         idx = rng.integers(0, n, size=(hi - lo, n))
-        den = y[idx].mean(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratios[lo:hi] = x[idx].mean(axis=1) / den
+            ratios[lo:hi] = centre(x[idx]) / centre(y[idx])
     ratios = ratios[np.isfinite(ratios)]
     if len(ratios) == 0:
         return math.nan, math.nan
     alpha = (1 - level) / 2
     q_lo, q_hi = np.quantile(ratios, [alpha, 1 - alpha])
     return float(q_lo), float(q_hi)
+
+
+def bootstrap_ratio_of_means_ci(
+    a: Sequence[float] | FloatArray,
+    b: Sequence[float] | FloatArray,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of mean(a) / mean(b) for paired samples: the pairs
+    ``(a[i], b[i])`` are resampled together. NaN for no pairs (or resamples where mean(b) is
+    0 everywhere)."""
+    return _paired_ratio_bootstrap_ci(
+        a, b, lambda m: m.mean(axis=1), resamples=resamples, seed=seed, level=level
+    )
 
 
 def bootstrap_ratio_of_medians_ci(
@@ -136,25 +152,9 @@ def bootstrap_ratio_of_medians_ci(
 ) -> tuple[float, float]:
     """Percentile bootstrap CI of median(a) / median(b) for paired samples, as
     :func:`bootstrap_ratio_of_means_ci`. NaN for no pairs."""
-    x = np.asarray(a, dtype=np.float64)
-    y = np.asarray(b, dtype=np.float64)
-    n = len(x)
-    if n == 0 or len(y) != n:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    ratios = np.empty(resamples)
-    step = max(1, _CHUNK_ELEMENTS // n)
-    for lo in range(0, resamples, step):
-        hi = min(resamples, lo + step)
-        idx = rng.integers(0, n, size=(hi - lo, n))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios[lo:hi] = np.median(x[idx], axis=1) / np.median(y[idx], axis=1)
-    ratios = ratios[np.isfinite(ratios)]
-    if len(ratios) == 0:
-        return math.nan, math.nan
-    alpha = (1 - level) / 2
-    q_lo, q_hi = np.quantile(ratios, [alpha, 1 - alpha])
-    return float(q_lo), float(q_hi)
+    return _paired_ratio_bootstrap_ci(
+        a, b, lambda m: np.median(m, axis=1), resamples=resamples, seed=seed, level=level
+    )
 
 
 def cluster_bootstrap_ci(
