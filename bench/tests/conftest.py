@@ -177,3 +177,26 @@ def proxy_metrics(reinjected: float, redundant: float, duplicate: float | None =
         "polycorn_sched_decisions_total{} 2776.0\n"
         + ("" if duplicate is None else f"polycorn_recv_duplicate_bytes_total{{}} {duplicate}\n")
     )
+
+
+def failure_table_doc(entries: list[tuple[int, float]], version: int = 1) -> dict[str, Any]:
+    """A polycorn-failure-table/1 document with one entry per (cell, position_m)."""
+    return {
+        "format": "polycorn-failure-table/1",
+        "version": version,
+        "source": "test",
+        "entries": [
+            {"cell": c, "direction": "increasing", "position_m": p, "failures": 1, "handovers": 2}
+            for c, p in entries
+        ],
+    }
+
+
+def progress(start: float, end: float, rate_per_ms: float) -> list[list[float]]:
+    """A download's progress points every 100 ms at a constant rate (bytes per ms)."""
+    pts, t = [], start
+    while t < end:
+        pts.append([t, (t - start) * rate_per_ms])
+        t += 100
+    pts.append([end, (end - start) * rate_per_ms])
+    return pts

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunBuilder, download, handover, write_jsonl
+from conftest import RunBuilder, download, failure_table_doc, handover, progress, write_jsonl
 
 from polycorn_bench.loop import (
     LEARNED,
@@ -25,27 +25,6 @@ from polycorn_bench.records import HandoverFailure, read_run
 
 SCHEMES = [LEARNED, "minrtt", NONE, TRUTH]
 TRIPS = ["r7-t2001", "r7-t2002"]
-
-
-def table(entries: list[tuple[int, float]], version: int = 1) -> dict[str, Any]:
-    return {
-        "format": "polycorn-failure-table/1",
-        "version": version,
-        "source": "test",
-        "entries": [
-            {"cell": c, "direction": "increasing", "position_m": p, "failures": 1, "handovers": 2}
-            for c, p in entries
-        ],
-    }
-
-
-def progress(start: float, end: float, rate_per_ms: float) -> list[list[float]]:
-    pts, t = [], start
-    while t < end:
-        pts.append([t, (t - start) * rate_per_ms])
-        t += 100
-    pts.append([end, (end - start) * rate_per_ms])
-    return pts
 
 
 def build(tmp_path: Path, speed: dict[str, float]) -> Path:
@@ -72,7 +51,8 @@ def build(tmp_path: Path, speed: dict[str, float]) -> Path:
             events += handover(20_100, 800, outcome="rlf")
         b.event_rows(trip, events)
         (tdir / "failure-table-truth.json").write_text(
-            json.dumps(table([(cell_id(0, 3), 1600.0)] if k == 2 else [])), encoding="utf-8"
+            json.dumps(failure_table_doc([(cell_id(0, 3), 1600.0)] if k == 2 else [])),
+            encoding="utf-8",
         )
         meta: dict[str, Any] = {
             "trip": k,
@@ -91,7 +71,7 @@ def build(tmp_path: Path, speed: dict[str, float]) -> Path:
         if k == 2:
             meta["learned_table"] = {"version": 1, "entries": 1}
             (tdir / "failure-table-learned.json").write_text(
-                json.dumps(table([(cell_id(0, 3), 1500.0)])), encoding="utf-8"
+                json.dumps(failure_table_doc([(cell_id(0, 3), 1500.0)])), encoding="utf-8"
             )
         (tdir / "loop-trip.json").write_text(json.dumps(meta), encoding="utf-8")
     return b.finish()
@@ -178,7 +158,7 @@ def test_read_table_rejects_garbage(tmp_path: Path) -> None:
     assert read_table(p) is None
     p.write_text("not json", encoding="utf-8")
     assert read_table(p) is None
-    p.write_text(json.dumps(table([(5, 10.0)], version=4)), encoding="utf-8")
+    p.write_text(json.dumps(failure_table_doc([(5, 10.0)], version=4)), encoding="utf-8")
     t = read_table(p)
     assert t is not None
     assert t.version == 4

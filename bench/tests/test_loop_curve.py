@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunBuilder, download
+from conftest import RunBuilder, download, failure_table_doc, progress
 
 from polycorn_bench import loop
 from polycorn_bench.loop import LEARNED, NONE, TRUTH, Table, analyse_loop, cell_id, main, timing
@@ -211,26 +211,6 @@ def test_running_curves_cumulative_and_window() -> None:
 # ------------------------------------------------------------------ synthetic loop runs
 
 
-def table_doc(entries: list[tuple[int, float]], version: int = 1) -> dict[str, Any]:
-    return {
-        "format": "polycorn-failure-table/1",
-        "version": version,
-        "entries": [
-            {"cell": c, "direction": "increasing", "position_m": p, "failures": 1, "handovers": 2}
-            for c, p in entries
-        ],
-    }
-
-
-def progress(start: float, end: float, rate_per_ms: float) -> list[list[float]]:
-    pts, t = [], start
-    while t < end:
-        pts.append([t, (t - start) * rate_per_ms])
-        t += 100
-    pts.append([end, (end - start) * rate_per_ms])
-    return pts
-
-
 def build_loop(
     tmp_path: Path,
     n: int,
@@ -275,7 +255,7 @@ def build_loop(
         b.event_rows(trip, events)
         tdir = b.trip_dir(trip).parent
         (tdir / "failure-table-truth.json").write_text(
-            json.dumps(table_doc([(CELL, FAIL_X_M)])), encoding="utf-8"
+            json.dumps(failure_table_doc([(CELL, FAIL_X_M)])), encoding="utf-8"
         )
         meta: dict[str, Any] = {"trip": k, "trip_seed": 2000 + k, "learned_table": None}
         if k >= 2:
@@ -283,7 +263,7 @@ def build_loop(
             entries = [(CELL, pos)] if pos is not None else [(cell_id(1, 9), 0.0)]
             meta["learned_table"] = {"version": k - 1, "entries": 1}
             (tdir / "failure-table-learned.json").write_text(
-                json.dumps(table_doc(entries, k - 1)), encoding="utf-8"
+                json.dumps(failure_table_doc(entries, k - 1)), encoding="utf-8"
             )
         (tdir / "loop-trip.json").write_text(json.dumps(meta), encoding="utf-8")
     return b.finish()
