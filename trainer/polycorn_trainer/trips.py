@@ -176,7 +176,7 @@ def _lead_view(s: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def validate_trips(dirs: list[Path], lead_s: float = 0.44) -> dict[str, Any]:
+def validate_trips(dirs: list[Path], lead_s: float = Params.lead_s) -> dict[str, Any]:
     """Items 13–16 per carrier: the trainer's validation without and with
     the HPR lead (the throttle starts ``lead_s`` before t̂_HOF, i.e. the
     correct window moves to Δ ∈ [−lead, t2 − lead])."""
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("dirs", nargs="+", type=Path, help="polycorn-tracegen trip directories")
     ap.add_argument(
-        "--lead-s", type=float, default=0.44, help="HPR's lead (s) for the second variant"
+        "--lead-s", type=float, default=Params.lead_s, help="HPR's lead (s) for the second variant"
     )
     ap.add_argument(
         "--curve",
