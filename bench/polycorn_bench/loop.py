@@ -496,12 +496,19 @@ def analyse_loop(run: Run, lead_s: float = LEAD_S, window: int = WINDOW_TRIPS) -
     return result
 
 
+def _bounds(ci: object) -> tuple[float, float] | None:
+    """An interval ``[lo, hi]`` read from the JSON, or None."""
+    if isinstance(ci, list) and len(ci) == 2 and all(isinstance(c, int | float) for c in ci):
+        return float(ci[0]), float(ci[1])
+    return None
+
+
 def _fmt(x: object, ci: object = None) -> str:
     if not isinstance(x, int | float):
         return "–"
     s = f"{x:.2f}"
-    if isinstance(ci, list) and len(ci) == 2 and all(isinstance(c, int | float) for c in ci):
-        s += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+    if (b := _bounds(ci)) is not None:
+        s += f" [{b[0]:.2f}, {b[1]:.2f}]"
     return s
 
 
@@ -517,8 +524,8 @@ def _pct(x: object, ci: object = None) -> str:
     if not isinstance(x, int | float):
         return "–"
     s = f"{100 * x:.0f} %"
-    if isinstance(ci, list) and len(ci) == 2 and all(isinstance(c, int | float) for c in ci):
-        s += f" [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]"
+    if (b := _bounds(ci)) is not None:
+        s += f" [{100 * b[0]:.0f}, {100 * b[1]:.0f}]"
     return s
 
 
