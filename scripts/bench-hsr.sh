@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench-hsr: every scheme side by side on the same emulated HSR trips.
 #
-#   PROFILE=demo|ci|short|full scripts/bench-hsr.sh
+#   PROFILE=demo|ci|short|full|long|precision scripts/bench-hsr.sh
 #
 # For each link set and trip, one copy of the topology per scheme
 # (testbed/topology.sh, prefixes hb0, hb1, ...) is built; all their emulators
@@ -43,11 +43,13 @@
 # scheme gets the table and the radio replay; only hof-reject uses it. The
 # closed loop, trip after trip, is scripts/bench-loop.sh.
 #
-# Environment: PROFILE (default short), SCHEMES (space-separated, default all
-# below), BENCH_PREFIX (topology prefix, default hb), LINK_SETS (default: the profile's), BENCH_WORK (raw runs, default
-# /tmp/polycorn-bench-hsr), BENCH_OUT (default bench/out; the demo and ci
-# profiles write only under BENCH_WORK), PLOTS (directory for PNGs),
-# SWEEP_SCHEMES (schemes of the budget sweep).
+# Environment: PROFILE (default short), SCHEMES (space-separated, must
+# include minrtt; default all below, precision: minrtt hrsch), BENCH_PREFIX
+# (topology prefix, default hb), LINK_SETS (default: the profile's),
+# BENCH_WORK (raw runs, default /tmp/polycorn-bench-hsr), BENCH_OUT (default
+# bench/out; the demo and ci profiles write only under BENCH_WORK), PLOTS
+# (directory for PNGs), SWEEP_SCHEMES (schemes of the budget sweep),
+# TRIP_PARALLEL (trips at once, default 1, precision 11).
 #
 # Diagnostics (development only; any of these makes the run a diagnostic
 # one: its results go under BENCH_WORK/out, never bench/out, and run.json
@@ -84,7 +86,6 @@ MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/testbed/traces/mahimahi}
 # schedulerlets (crates/core/src/sched/hol.rs), each alone and all three,
 # for their ablation.
 DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol"
-read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0
 for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S TRACEGEN_PRESET PC_EMU_LOSS_KEYING; do
@@ -124,6 +125,14 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 # hrsch/minrtt interval to a half-width of about 0.05 even when trips, not
 # downloads, are resampled (docs/benchmarks.md, "Precision"). Like full, it
 # writes bench/out unless BENCH_OUT says otherwise.
+# precision: the headline ratio alone, hrsch against minrtt (SCHEMES may
+# add others), in full's bulk phase on the same 31 held-out trips, run
+# TRIP_PARALLEL (default 11) trips at once: the bulk phase keeps two cores
+# far from busy (load average 0.75 with 22 topologies), so 22 topologies of
+# 11 trips cost the wall time of one. About 35 min on 2 cores (3 waves of
+# ~10 min and the failure table); it writes hsr-precision.json and
+# hsr-precision.md, never hsr.json, so it can run three times for the
+# run-to-run variation (polycorn_bench.runs) in one sitting.
 ALL_PHASES="bulk im backlog concurrency sweep"
 case $PROFILE in
     ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" BACKLOG_S=15
@@ -136,8 +145,20 @@ case $PROFILE in
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog concurrency" ;;
     long) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog" ;;
-    *) die "PROFILE must be demo, ci, short, full or long, got '$PROFILE'" ;;
+    precision) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300
+        DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk"
+        DEFAULT_SCHEMES="minrtt hrsch" DEF_PARALLEL=11 RESULT=hsr-precision ;;
+    *) die "PROFILE must be demo, ci, short, full, long or precision, got '$PROFILE'" ;;
 esac
+read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
+[[ " ${SCHEMES[*]} " == *" minrtt "* ]] || die "SCHEMES must include minrtt (the reference of every ratio)"
+# Trips of a link set run in waves of TRIP_PARALLEL, each trip its own block
+# of topologies (prefixes BENCH_PREFIX<slot x topologies + i>) and its own
+# epoch; results do not depend on it, the machine's load does (see
+# docs/benchmarks.md, "Trips in parallel").
+TRIP_PARALLEL=${TRIP_PARALLEL:-${DEF_PARALLEL:-1}}
+[[ $TRIP_PARALLEL =~ ^[1-9][0-9]*$ ]] || die "TRIP_PARALLEL must be a positive integer, got '$TRIP_PARALLEL'"
+RESULT=${RESULT:-hsr}
 HSR_TRIPS=${HSR_TRIPS_ENV:-$HSR_TRIPS}
 read -r -a PHASE_LIST <<<"${PHASES:-$DEF_PHASES}"
 ((${#PHASE_LIST[@]})) || die "PHASES is empty (a subset of: $ALL_PHASES)"
@@ -204,9 +225,11 @@ fi
 MAX_WARMUP_S=180
 TRIP_S=$((MAX_WARMUP_S + BULK_S + IM_S + BACKLOG_S + CONC_TOTAL_S + 15))
 ((TRIP_S >= MAX_WARMUP_S + SWEEP_S + 15)) || TRIP_S=$((MAX_WARMUP_S + SWEEP_S + 15))
-# Topologies at once: the schemes of the main pass, or the sweep's units.
+# Topologies per trip: the schemes of the main pass, or the sweep's units;
+# TRIP_PARALLEL trips at once.
 N_TOPO=${#SCHEMES[@]}
 ((${#SWEEP_UNITS[@]} > N_TOPO)) && N_TOPO=${#SWEEP_UNITS[@]}
+N_TOPO_ALL=$((N_TOPO * TRIP_PARALLEL))
 # The backlogged download fetches this origin file (testbed/origin/make-files.sh) again and again.
 BACKLOG_PATH=/files/100MiB.bin
 BACKLOG_SIZE=104857600
@@ -234,11 +257,13 @@ BENCH_PREFIX=${BENCH_PREFIX:-hb}
 prefix_of() { echo "$BENCH_PREFIX$1"; }
 
 ALL_DOWN_DONE=0
+# all_down [FIRST COUNT]: tear down topologies FIRST..FIRST+COUNT-1 (default:
+# every one any trip slot may use).
 all_down() {
-    local i pids=()
+    local i pids=() first=${1:-0} count=${2:-$N_TOPO_ALL}
     # In parallel: each takes a few seconds (processes get SIGTERM and time
     # to exit before SIGKILL).
-    for ((i = 0; i < N_TOPO; i++)); do
+    for ((i = first; i < first + count; i++)); do
         PC_PREFIX=$(prefix_of "$i") testbed/topology.sh down >/dev/null 2>&1 &
         pids+=($!)
     done
@@ -471,8 +496,10 @@ warm_up() {
     echo "$warm"
 }
 
+# run_trip LINK_SET K TRIP SLOT: one trip on the SLOT-th block of topologies.
 run_trip() {
     local set=$1 k=$2 id=$3
+    BASE=$(($4 * N_TOPO))
     local tdir=$RUN/$set/$id
     mkdir -p "$tdir"
     make_trip "$set" "$k" "$tdir/trip"
@@ -496,15 +523,15 @@ run_trip() {
 }
 
 # run_main LINK_SET K TRIP: every scheme side by side, the selected phases
-# one after the other.
+# one after the other, on topologies BASE.. (run_trip).
 run_main() {
     local set=$1 k=$2 id=$3
     local tdir=$RUN/$set/$id epoch i
     epoch=$(now_ms)
     log "$set/$id: building ${#SCHEMES[@]} topologies (epoch $epoch)"
     for i in "${!SCHEMES[@]}"; do
-        up_topology "$i" "${SCHEMES[$i]}" "$epoch" "$k" "$tdir" "$set/$id"
-        has_phase concurrency && extra_passengers "$(prefix_of "$i")"
+        up_topology "$((BASE + i))" "${SCHEMES[$i]}" "$epoch" "$k" "$tdir" "$set/$id"
+        has_phase concurrency && extra_passengers "$(prefix_of "$((BASE + i))")"
     done
     local warm
     warm=$(warm_up "$epoch")
@@ -517,16 +544,16 @@ run_main() {
     local pids=()
     for i in "${!SCHEMES[@]}"; do
         mkdir -p "$tdir/${SCHEMES[$i]}"
-        run_load "$tdir/${SCHEMES[$i]}" "$i" "$epoch" "$warm" "$set" &
+        run_load "$tdir/${SCHEMES[$i]}" "$((BASE + i))" "$epoch" "$warm" "$set" &
         pids+=($!)
     done
     for i in "${pids[@]}"; do wait "$i"; done
-    for i in "${!SCHEMES[@]}"; do collect "$tdir/${SCHEMES[$i]}" "$i"; done
+    for i in "${!SCHEMES[@]}"; do collect "$tdir/${SCHEMES[$i]}" "$((BASE + i))"; done
     printf '{"link_set": "%s", "trip": "%s", "epoch_unix_ms": %s, "load_start_s": %s}\n' \
         "$set" "$id" "$epoch" "$warm" >"$tdir/timing.json"
-    all_down
+    all_down "$BASE" "$N_TOPO"
     for i in "${!SCHEMES[@]}"; do
-        cp "/tmp/polycorn-state-$(prefix_of "$i")/logs/emu.log" "$tdir/${SCHEMES[$i]}/logs/" 2>/dev/null || true
+        cp "/tmp/polycorn-state-$(prefix_of "$((BASE + i))")/logs/emu.log" "$tdir/${SCHEMES[$i]}/logs/" 2>/dev/null || true
     done
 }
 
@@ -542,7 +569,7 @@ run_sweep() {
     for i in "${!SWEEP_UNITS[@]}"; do
         m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
         bytes=$((m * 1048576))
-        up_topology "$i" "$s" "$epoch" "$k" "$tdir" "$set/$id sweep ${m} MiB" \
+        up_topology "$((BASE + i))" "$s" "$epoch" "$k" "$tdir" "$set/$id sweep ${m} MiB" \
             --relay-arg "--mem-budget=$bytes" --proxy-arg "--mem-budget=$bytes"
     done
     warm=$(warm_up "$epoch")
@@ -552,7 +579,7 @@ run_sweep() {
         m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
         dir=$tdir/sweep/$m/$s
         mkdir -p "$dir"
-        ip netns exec "$(prefix_of "$i")-pax" "$BIN/polycorn-loadgen" backlog --origin "$ORIGIN:80" \
+        ip netns exec "$(prefix_of "$((BASE + i))")-pax" "$BIN/polycorn-loadgen" backlog --origin "$ORIGIN:80" \
             --epoch-unix-ms "$epoch" --window-s "$warm:$((warm + SWEEP_S))" --path "$BACKLOG_PATH" \
             --size "$BACKLOG_SIZE" --out "$dir/backlog.jsonl" >>"$dir/loadgen.log" 2>&1 \
             || log "$dir: backlog exited with $?" &
@@ -561,14 +588,14 @@ run_sweep() {
     for i in "${pids[@]}"; do wait "$i"; done
     for i in "${!SWEEP_UNITS[@]}"; do
         m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
-        collect "$tdir/sweep/$m/$s" "$i"
+        collect "$tdir/sweep/$m/$s" "$((BASE + i))"
     done
     printf '{"link_set": "%s", "trip": "%s", "epoch_unix_ms": %s, "load_start_s": %s}\n' \
         "$set" "$id" "$epoch" "$warm" >"$tdir/sweep/timing.json"
-    all_down
+    all_down "$BASE" "$N_TOPO"
     for i in "${!SWEEP_UNITS[@]}"; do
         m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
-        cp "/tmp/polycorn-state-$(prefix_of "$i")/logs/emu.log" "$tdir/sweep/$m/$s/logs/" 2>/dev/null || true
+        cp "/tmp/polycorn-state-$(prefix_of "$((BASE + i))")/logs/emu.log" "$tdir/sweep/$m/$s/logs/" 2>/dev/null || true
     done
 }
 
@@ -582,9 +609,24 @@ for set in "${LINK_SETS[@]}"; do
     [[ $set == hsr || $set == mahimahi ]] || die "unknown link set '$set' (hsr, mahimahi)"
     [[ $set == hsr && $TABLE == previous && ! -f $RUN/failure-table.json ]] && make_table
     mapfile -t ids < <(trip_ids "$set")
-    for k in "${!ids[@]}"; do
-        run_trip "$set" "$k" "${ids[$k]}"
-    done
+    if ((TRIP_PARALLEL == 1)); then
+        for k in "${!ids[@]}"; do run_trip "$set" "$k" "${ids[$k]}" 0; done
+    else
+        # Waves of TRIP_PARALLEL trips, each in the background on its own
+        # block of topologies; a failed trip fails the run (on_exit tears
+        # every block down).
+        for ((w = 0; w < ${#ids[@]}; w += TRIP_PARALLEL)); do
+            log "$set: trips $((w + 1))-$((w + TRIP_PARALLEL < ${#ids[@]} ? w + TRIP_PARALLEL : ${#ids[@]})) of ${#ids[@]} at once"
+            wave=()
+            for ((k = w; k < w + TRIP_PARALLEL && k < ${#ids[@]}; k++)); do
+                run_trip "$set" "$k" "${ids[$k]}" "$((k - w))" &
+                wave+=("$!:${ids[$k]}")
+            done
+            for j in "${wave[@]}"; do
+                wait "${j%%:*}" || die "$set/${j#*:} failed (its log lines above)"
+            done
+        done
+    fi
     case $set in
         hsr)
             desc="polycorn-tracegen $PRESET, $CARRIERS carriers, route seed $ROUTE_SEED, held-out trip seeds"
@@ -616,7 +658,7 @@ cat >"$RUN/run.json" <<EOF
     "$conc_json" "$CONC_S" "$CONC_SOURCE_BASE" "$BACKLOG_PATH" "$sets_list_json"; else echo null; fi),
  "sweep": $(if ((${#SWEEP_UNITS[@]})); then printf '{"mib": %s, "schemes": %s, "seconds": %s, "path": "%s", "link_sets": ["hsr"], "flags": "relay and proxy --mem-budget"}' \
     "$sweep_mib_json" "$sweep_schemes_json" "$SWEEP_S" "$BACKLOG_PATH"; else echo null; fi),
- "buffer_bytes": 3000000, "load_seed": $LOAD_SEED,
+ "buffer_bytes": 3000000, "load_seed": $LOAD_SEED, "trip_parallel": $TRIP_PARALLEL,
  "failure_table": $(if [[ -f $RUN/failure-table.json ]]; then jq -c --arg r "$ROUTE_SEED" --arg n "$TABLE_TRIPS" \
     --arg b "$TABLE_SEED_BASE" '{learned_by: "polycorn-trainer (defaults), previous trips through Kafka and ingest into LinkDB", route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "\(($b|tonumber) + 1)..\(($b|tonumber) + ($n|tonumber))", entries: (.entries|length)}' \
     "$RUN/failure-table.json"; else echo null; fi),
@@ -626,5 +668,5 @@ EOF
 log "analysing $RUN"
 mkdir -p "$PLOTS"
 uv run --project bench --locked --quiet python -m polycorn_bench.hsr "$RUN" \
-    --out "$OUT/hsr.json" --md "$OUT/hsr.md" --plots "$PLOTS"
-log "results: $OUT/hsr.json, $OUT/hsr.md, plots in $PLOTS; raw records in $RUN"
+    --out "$OUT/$RESULT.json" --md "$OUT/$RESULT.md" --plots "$PLOTS"
+log "results: $OUT/$RESULT.json, $OUT/$RESULT.md, plots in $PLOTS; raw records in $RUN"
