@@ -51,6 +51,7 @@ from polycorn_bench.flows import (
     collect_backlogs,
     collect_flows,
     paired_goodputs,
+    paired_ratios_by_trip,
 )
 from polycorn_bench.oracle import PAYLOAD_PER_OPPORTUNITY
 from polycorn_bench.records import LinkSetRun, Run
@@ -61,6 +62,7 @@ from polycorn_bench.stats import (
     geomean,
     im_stats,
     safe_ratio,
+    trip_geomean_ci,
 )
 
 __all__ = [
@@ -108,7 +110,10 @@ METHODS = {
         "geometric mean over paired downloads (same trip and id, both with a goodput) of "
         "goodput_scheme/goodput_minrtt; ci95: percentile bootstrap, 10000 resamples of the "
         "pairs, fixed seed; ratio_of_means: mean over the pairs of the scheme's goodput / "
-        "mean of minrtt's"
+        "mean of minrtt's; ci95_trips: percentile bootstrap that resamples trips instead of "
+        "pairs (2000 resamples, fixed seed; each resample pools the drawn trips' ratios), "
+        "which carries the between-trip variation (pairs of one trip share its links); null "
+        "with fewer than 2 trips"
     ),
     "oracle": (
         "request leaves at start_ms on the carrier that gets it to the cloud first (first "
@@ -143,8 +148,12 @@ METHODS = {
 }
 
 
-def _paired_summary(pairs: list[tuple[float, float]], is_ref: bool) -> dict[str, Any]:
-    """``pairs``: (goodput, minrtt's goodput), from :func:`paired_goodputs`."""
+def _paired_summary(
+    pairs: list[tuple[float, float]], by_trip: list[list[float]], is_ref: bool
+) -> dict[str, Any]:
+    """``pairs``: (goodput, minrtt's goodput), from :func:`paired_goodputs`; ``by_trip``: the
+    same pairs' ratios per trip, from :func:`paired_ratios_by_trip`."""
+    n_trips = len(by_trip)
     if is_ref:
         has = bool(pairs)
         return {
@@ -153,9 +162,13 @@ def _paired_summary(pairs: list[tuple[float, float]], is_ref: bool) -> dict[str,
             "ci95": [1.0, 1.0] if has else None,
             "ci95_halfwidth": 0.0 if has else None,
             "ratio_of_means": 1.0 if has else None,
+            "n_trips": n_trips,
+            "ci95_trips": [1.0, 1.0] if has else None,
+            "ci95_trips_halfwidth": 0.0 if has else None,
         }
     ratios = np.asarray([g / r for g, r in pairs])
     lo, hi = bootstrap_geomean_ci(ratios)
+    t_lo, t_hi = trip_geomean_ci(by_trip)
     mean_s = float(np.mean([g for g, _ in pairs])) if pairs else math.nan
     mean_r = float(np.mean([r for _, r in pairs])) if pairs else math.nan
     return {
@@ -164,6 +177,11 @@ def _paired_summary(pairs: list[tuple[float, float]], is_ref: bool) -> dict[str,
         "ci95": [finite_or_none(lo), finite_or_none(hi)] if pairs else None,
         "ci95_halfwidth": ci_halfwidth([lo, hi], len(pairs)),
         "ratio_of_means": safe_ratio(mean_s, mean_r),
+        "n_trips": n_trips,
+        "ci95_trips": (
+            [finite_or_none(t_lo), finite_or_none(t_hi)] if math.isfinite(t_lo) else None
+        ),
+        "ci95_trips_halfwidth": ci_halfwidth([t_lo, t_hi], n_trips),
     }
 
 
@@ -183,7 +201,13 @@ def _group_summary(flows: list[Flow], scheme: str, ref: list[Flow] | None) -> di
         "goodput_mbps_mean": float(np.mean(good)) if good else None,
     }
     if ref is not None:
-        out.update(_paired_summary(paired_goodputs(flows, ref), scheme == REFERENCE))
+        out.update(
+            _paired_summary(
+                paired_goodputs(flows, ref),
+                paired_ratios_by_trip(flows, ref),
+                scheme == REFERENCE,
+            )
+        )
     else:
         out.update(
             {
@@ -192,6 +216,9 @@ def _group_summary(flows: list[Flow], scheme: str, ref: list[Flow] | None) -> di
                 "ci95": None,
                 "ci95_halfwidth": None,
                 "ratio_of_means": None,
+                "n_trips": 0,
+                "ci95_trips": None,
+                "ci95_trips_halfwidth": None,
             }
         )
     out["ratio_vs_oracle"] = finite_or_none(geomean(oracle))
@@ -256,7 +283,11 @@ def bulk_by_handovers(
                 "n": len(pairs),
                 "goodput_mbps_median": float(np.median(good)) if good else None,
             }
-            entry.update(_paired_summary(pairs, scheme == REFERENCE))
+            entry.update(
+                _paired_summary(
+                    pairs, paired_ratios_by_trip(mine, ref_by_bin[b]), scheme == REFERENCE
+                )
+            )
             del entry["n_pairs"]
             per[b] = entry
         out[scheme] = per

@@ -194,3 +194,18 @@ def paired_goodputs(
         if g is not None and r is not None and r > 0:
             out.append((g, r))
     return out
+
+
+def paired_ratios_by_trip(
+    records: Iterable[Paired], reference: Iterable[Paired]
+) -> list[list[float]]:
+    """The ratios goodput / reference goodput of :func:`paired_goodputs`, grouped by trip (the
+    first element of ``pair_key``), trips in order of first appearance: the clusters of
+    :func:`polycorn_bench.stats.trip_geomean_ci`."""
+    ref = {r.pair_key: g for r in reference if (g := r.goodput_mbps) is not None}
+    groups: dict[str, list[float]] = {}
+    for rec in records:
+        g, r = rec.goodput_mbps, ref.get(rec.pair_key)
+        if g is not None and r is not None and r > 0:
+            groups.setdefault(rec.pair_key[0], []).append(g / r)
+    return list(groups.values())

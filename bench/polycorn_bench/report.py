@@ -93,9 +93,11 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
         labels = _ordered_labels(doc, vs)
         out += [
             "**hrsch against each baseline**: geometric mean of the paired goodput ratios "
-            "hrsch/baseline [95 % CI], n pairs; the paper's number (against minrtt only) in "
-            "brackets with the verdict of the interval against it (above / below the paper: "
-            "the whole interval above / below its number; consistent: its number inside).",
+            "hrsch/baseline [95 % CI of the pairs], n pairs; with two trips or more, the "
+            "interval that resamples trips after 'trips'; the paper's number (against minrtt "
+            "only) in brackets with the verdict of an interval against it (above / below the "
+            "paper: the whole interval above / below its number; consistent: its number "
+            "inside), from 10 trips on the trips' interval, else the pairs'.",
             "",
         ]
         rows = []
@@ -107,10 +109,12 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
                     row.append("–")
                     continue
                 cell = f"{_f(s['ratio'])}{_ci(s['ci95'])}, n {s['n_pairs']}"
+                if s.get("ci95_trips"):
+                    cell += f", trips{_ci(s['ci95_trips'])}"
                 if s.get("paper") is not None:
                     cell += (
                         f" (paper {s['paper']:.2f}: "
-                        f"{_vs_paper(s['ci95'], s['paper'], s['n_pairs'])})"
+                        f"{_vs_paper(_verdict_ci(s), s['paper'], s['n_pairs'])})"
                     )
                 row.append(cell)
             rows.append(row)
@@ -667,7 +671,22 @@ def _run_to_run_section(rr: dict[str, Any] | None) -> list[str]:
         f"half-width of about {_f(rr['single_run_ci95_halfwidth'], 3)}.",
         "",
     ]
+    trips_ci = rr.get("single_run_trips_ci95")
+    if trips_ci:
+        out += [
+            "With the intervals that resample trips instead (the between-trip variation in "
+            "them) and the same τ added, one run's interval is "
+            f"[{trips_ci[0]:.3f}, {trips_ci[1]:.3f}] around the combined ratio, a half-width "
+            f"of **{_f(rr.get('single_run_trips_ci95_halfwidth'), 3)}**: trips, downloads "
+            "and run-to-run variation together.",
+            "",
+        ]
     return out
+
+
+def _verdict_ci(entry: dict[str, Any]) -> Any:
+    """The interval a verdict of ``hrsch_vs_baselines`` reads (its ``verdict_interval``)."""
+    return entry.get(entry.get("verdict_interval") or "ci95") or entry.get("ci95")
 
 
 def _bin_title(b: str) -> str:
@@ -831,9 +850,15 @@ def text_table(doc: dict[str, Any]) -> str:
     lines += [fmt(header), *[fmt(r) for r in rows]]
     vs = (doc.get("hrsch_vs_baselines") or {}).get("minrtt", {}).get(OVERALL)
     if vs:
-        words = _plain_vs_paper(vs["ci95"], vs.get("paper"), vs["n_pairs"])
+        words = _plain_vs_paper(_verdict_ci(vs), vs.get("paper"), vs["n_pairs"])
+        trips = (
+            f", trips{_ci(vs['ci95_trips'])} (half-width {_f(vs.get('ci95_trips_halfwidth'), 3)}"
+            f", {vs.get('n_trips')} trips)"
+            if vs.get("ci95_trips")
+            else ""
+        )
         lines.append(
-            f"hrsch/minrtt overall {_f(vs['ratio'])}{_ci(vs['ci95'])} (paper "
+            f"hrsch/minrtt overall {_f(vs['ratio'])}{_ci(vs['ci95'])}{trips} (paper "
             f"{_f(vs.get('paper'))}: {words}), n {vs['n_pairs']}"
         )
     hof = doc.get("hof_recovery")

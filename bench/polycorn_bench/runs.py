@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from polycorn_bench.analysis import OVERALL, PRIMARY_LINK_SET
-from polycorn_bench.flows import REFERENCE, collect_flows, paired_goodputs
+from polycorn_bench.flows import REFERENCE, collect_flows, paired_goodputs, paired_ratios_by_trip
 from polycorn_bench.hrsch import HRSCH
 from polycorn_bench.records import read_run
 from polycorn_bench.report import markdown
-from polycorn_bench.stats import bootstrap_geomean_ci, ci_halfwidth, geomean
+from polycorn_bench.stats import bootstrap_geomean_ci, ci_halfwidth, geomean, trip_geomean_ci
 
 #: Two-sided 95 % normal quantile; the within-run bootstrap interval is read as ±Z · SE on
 #: the log scale.
@@ -58,7 +58,12 @@ METHOD = (
     "tau^2), combined_ci95 = exp(mu +- t_(0.975, k-1) / sqrt(sum w*_i)); "
     "single_run_ci95_halfwidth: the half-width (hi - lo)/2 one run's interval would have "
     "with the between-run variance added to its own, exp(y +- 1.96 sqrt(s^2 + tau^2)) around "
-    "the combined ratio, s^2 the mean of s_i^2"
+    "the combined ratio, s^2 the mean of s_i^2; where every run has an interval that "
+    "resamples trips (ci95_trips), single_run_trips_ci95 = exp(mu +- 1.96 sqrt(s_t^2 + "
+    "tau^2)), s_t^2 the mean of the squared log standard errors of those intervals: one "
+    "run's uncertainty with trips, downloads and run-to-run variation in it (tau comes from "
+    "the pairs' intervals: repeated runs of the same trips share the trips, so only the "
+    "downloads and the machine vary between them)"
 )
 
 
@@ -84,12 +89,23 @@ class RunRatio:
     commit: str | None
     profile: str | None
     trips: tuple[str, ...]
+    #: The interval that resamples trips, when the source has one.
+    ci95_trips: tuple[float, float] | None = None
 
     @property
     def log_se(self) -> float:
-        """Within-run standard error of ln(ratio), from the 95 % interval."""
-        lo, hi = self.ci95
-        return (math.log(hi) - math.log(lo)) / (2 * Z95)
+        """Within-run standard error of ln(ratio), from the pairs' 95 % interval."""
+        return _log_se(self.ci95)
+
+    @property
+    def trips_log_se(self) -> float | None:
+        """Standard error of ln(ratio) from the interval that resamples trips, if any."""
+        return None if self.ci95_trips is None else _log_se(self.ci95_trips)
+
+
+def _log_se(ci: tuple[float, float]) -> float:
+    lo, hi = ci
+    return (math.log(hi) - math.log(lo)) / (2 * Z95)
 
 
 class SourceError(Exception):
@@ -111,6 +127,7 @@ def _from_json(path: Path, link_set: str) -> RunRatio:
         str(path),
         ratio=ratio,
         ci=ci,
+        ci_trips=o.get("ci95_trips"),
         n=n,
         commit=doc.get("commit"),
         profile=doc.get("profile"),
@@ -129,11 +146,17 @@ def _from_run_dir(path: Path, link_set: str) -> RunRatio:
     )
     ratios = np.asarray([g / r for g, r in pairs])
     lo, hi = bootstrap_geomean_ci(ratios)
+    t_lo, t_hi = trip_geomean_ci(
+        paired_ratios_by_trip(
+            [f for f in flows if f.scheme == HRSCH], [f for f in flows if f.scheme == REFERENCE]
+        )
+    )
     meta = run.meta
     return _checked(
         str(path),
         ratio=geomean(ratios) if len(ratios) else None,
         ci=[lo, hi],
+        ci_trips=[t_lo, t_hi],
         n=len(pairs),
         commit=meta.get("commit"),
         profile=meta.get("profile"),
@@ -147,18 +170,12 @@ def _checked(
     ratio: Any,
     ci: Any,
     n: int,
+    ci_trips: Any = None,
     commit: Any,
     profile: Any,
     trips: tuple[str, ...],
 ) -> RunRatio:
-    ok = (
-        isinstance(ratio, int | float)
-        and math.isfinite(ratio)
-        and ratio > 0
-        and isinstance(ci, list | tuple)
-        and len(ci) == 2
-        and all(isinstance(x, int | float) and math.isfinite(x) and x > 0 for x in ci)
-    )
+    ok = isinstance(ratio, int | float) and math.isfinite(ratio) and ratio > 0 and _interval(ci)
     if not ok or n < 2:
         raise SourceError(
             f"{source}: no overall hrsch/minrtt ratio with an interval (hrsch and minrtt need "
@@ -167,6 +184,9 @@ def _checked(
     lo, hi = float(ci[0]), float(ci[1])
     if lo > hi:
         raise SourceError(f"{source}: interval bounds out of order: [{lo}, {hi}]")
+    trips_ci = None
+    if _interval(ci_trips) and float(ci_trips[0]) <= float(ci_trips[1]):
+        trips_ci = (float(ci_trips[0]), float(ci_trips[1]))
     return RunRatio(
         source,
         float(ratio),
@@ -175,6 +195,16 @@ def _checked(
         commit if isinstance(commit, str) else None,
         profile if isinstance(profile, str) else None,
         tuple(str(t) for t in trips),
+        trips_ci,
+    )
+
+
+def _interval(ci: Any) -> bool:
+    """Two finite positive bounds."""
+    return (
+        isinstance(ci, list | tuple)
+        and len(ci) == 2
+        and all(isinstance(x, int | float) and math.isfinite(x) and x > 0 for x in ci)
     )
 
 
@@ -211,6 +241,11 @@ def summarise(runs: Sequence[RunRatio]) -> dict[str, Any]:
     single = math.sqrt(float(np.mean(s2)) + tau2)
     single_ci = [math.exp(mu - Z95 * single), math.exp(mu + Z95 * single)]
     trip_sets = {r.trips for r in runs}
+    trips_se = [r.trips_log_se for r in runs]
+    trips_ci: list[float] | None = None
+    if all(x is not None for x in trips_se):
+        st = math.sqrt(float(np.mean([x**2 for x in trips_se if x is not None])) + tau2)
+        trips_ci = [math.exp(mu - Z95 * st), math.exp(mu + Z95 * st)]
     return {
         "runs": k,
         "sources": [r.source for r in runs],
@@ -230,6 +265,9 @@ def summarise(runs: Sequence[RunRatio]) -> dict[str, Any]:
         "combined_ci95": combined_ci,
         "combined_ci95_halfwidth": ci_halfwidth(combined_ci),
         "single_run_ci95_halfwidth": ci_halfwidth(single_ci),
+        "ci95_trips": [list(r.ci95_trips) if r.ci95_trips else None for r in runs],
+        "single_run_trips_ci95": trips_ci,
+        "single_run_trips_ci95_halfwidth": ci_halfwidth(trips_ci),
         "method": METHOD,
     }
 

@@ -157,6 +157,40 @@ def bootstrap_ratio_of_medians_ci(
     )
 
 
+def trip_geomean_ci(
+    groups: Sequence[Sequence[float]],
+    resamples: int = CLUSTER_BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of the geometric mean of paired ratios that resamples *trips*
+    instead of pairs: ``groups[t]`` holds trip t's ratios; each of ``resamples`` resamples
+    draws as many trips as have ratios, with replacement, and takes the geometric mean of all
+    their ratios pooled (a trip drawn twice counts twice). The pairs of one trip share its
+    links, so they are not independent: this interval carries the between-trip variation that
+    :func:`bootstrap_geomean_ci` (pairs independent) leaves out. NaN with fewer than two trips
+    with ratios."""
+    sums: list[float] = []
+    counts: list[int] = []
+    for g in groups:
+        logs = np.log(np.asarray(g, dtype=np.float64))
+        logs = logs[np.isfinite(logs)]
+        if len(logs):
+            sums.append(float(logs.sum()))
+            counts.append(len(logs))
+    n = len(sums)
+    if n < 2:
+        return math.nan, math.nan
+    s = np.asarray(sums)
+    c = np.asarray(counts, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(resamples, n))
+    means = s[idx].sum(axis=1) / c[idx].sum(axis=1)
+    alpha = (1 - level) / 2
+    q_lo, q_hi = np.quantile(means, [alpha, 1 - alpha])
+    return float(np.exp(q_lo)), float(np.exp(q_hi))
+
+
 def cluster_bootstrap_ci(
     n_clusters: int,
     statistic: Callable[[tuple[int, ...]], FloatArray],

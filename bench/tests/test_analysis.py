@@ -12,7 +12,7 @@ from conftest import RunBuilder, download
 
 from polycorn_bench.analysis import analyse
 from polycorn_bench.records import read_run
-from polycorn_bench.stats import bootstrap_geomean_ci, geomean, im_stats
+from polycorn_bench.stats import bootstrap_geomean_ci, geomean, im_stats, trip_geomean_ci
 
 MB = 1_048_576
 
@@ -74,6 +74,40 @@ def test_bootstrap_ci_contains_point_and_is_deterministic() -> None:
     assert (lo, hi) == bootstrap_geomean_ci(r)
     assert bootstrap_geomean_ci([2.0]) == pytest.approx((2.0, 2.0))
     assert all(math.isnan(x) for x in bootstrap_geomean_ci([]))
+
+
+def test_trip_interval_carries_the_between_trip_variation() -> None:
+    # Ten trips of 30 pairs each: tight within a trip, but the trips' levels differ. Resampling
+    # pairs sees 300 independent-looking ratios; resampling trips sees 10 levels.
+    rng = np.random.default_rng(7)
+    levels = rng.normal(0.0, 0.15, size=10)
+    groups = [list(np.exp(lv + rng.normal(0.0, 0.02, size=30))) for lv in levels]
+    pooled = [x for g in groups for x in g]
+    p_lo, p_hi = bootstrap_geomean_ci(pooled)
+    t_lo, t_hi = trip_geomean_ci(groups)
+    assert t_lo < geomean(pooled) < t_hi
+    assert (t_hi - t_lo) > 3 * (p_hi - p_lo)
+    # Same levels, no between-trip spread: both intervals are of one size.
+    flat = [list(np.exp(rng.normal(0.0, 0.15, size=30))) for _ in range(10)]
+    f_pooled = [x for g in flat for x in g]
+    fp_lo, fp_hi = bootstrap_geomean_ci(f_pooled)
+    ft_lo, ft_hi = trip_geomean_ci(flat)
+    assert 0.5 < (ft_hi - ft_lo) / (fp_hi - fp_lo) < 2.0
+    assert trip_geomean_ci(groups) == (t_lo, t_hi)  # deterministic
+    # Fewer than two trips with ratios: no interval.
+    assert all(math.isnan(x) for x in trip_geomean_ci([[1.0, 2.0]]))
+    assert all(math.isnan(x) for x in trip_geomean_ci([[1.0], []]))
+
+
+def test_summary_has_the_trip_interval(builder: RunBuilder) -> None:
+    doc = analyse(read_run(paired_run(builder)))
+    red = doc["bulk"]["redundant"]["overall"]
+    assert red["n_trips"] == 2
+    lo, hi = red["ci95_trips"]
+    assert lo <= red["ratio_vs_minrtt"] <= hi
+    assert red["ci95_trips_halfwidth"] == pytest.approx((hi - lo) / 2)
+    mr = doc["bulk"]["minrtt"]["overall"]
+    assert (mr["n_trips"], mr["ci95_trips"], mr["ci95_trips_halfwidth"]) == (2, [1.0, 1.0], 0.0)
 
 
 def test_timeouts_are_censored_and_failures_counted(builder: RunBuilder) -> None:

@@ -12,7 +12,7 @@ from conftest import RunBuilder, download, handover, proxy_metrics, relay_metric
 
 from polycorn_bench.analysis import analyse
 from polycorn_bench.flows import Flow
-from polycorn_bench.hrsch import PAPER, window_goodput
+from polycorn_bench.hrsch import MIN_TRIPS_FOR_TRIP_INTERVAL, PAPER, window_goodput
 from polycorn_bench.hsr import main
 from polycorn_bench.metrics import parse_metrics
 from polycorn_bench.records import Download, read_run
@@ -140,6 +140,32 @@ def test_below_the_paper_is_flagged(tmp_path: Path) -> None:
     md = markdown(doc)
     assert "(paper 1.28: **below the paper**)" in md
     assert "(paper 1.31: **below the paper**)" in md
+
+
+def test_verdict_reads_the_trip_interval_from_ten_trips(tmp_path: Path) -> None:
+    """Twelve trips whose levels differ (hrsch 1.15x or 1.5x minrtt) with identical pairs within
+    each: the pairs' interval is narrow and excludes the paper's 1.31; the trips' interval is
+    wide and includes it, and from 10 trips on the verdict reads it."""
+    trips = [f"r1-t{i}" for i in range(1, 13)]
+    b = RunBuilder(tmp_path / "run", ["minrtt", "hrsch"], trips)
+    for i, trip in enumerate(trips):
+        f = 1.5 if i % 3 == 0 else 1.15
+        b.bulk(trip, "minrtt", [download(k, 1000 + 4000 * k, 1000.0) for k in range(6)])
+        b.bulk(trip, "hrsch", [download(k, 1000 + 4000 * k, 1000.0 / f) for k in range(6)])
+    doc = analyse(read_run(b.finish()))
+    o = doc["hrsch_vs_baselines"]["minrtt"]["overall"]
+    assert o["n_trips"] == 12 >= MIN_TRIPS_FOR_TRIP_INTERVAL
+    assert o["ci95_trips_halfwidth"] > 2 * o["ci95_halfwidth"]
+    assert not o["ci95"][0] <= 1.31 <= o["ci95"][1]
+    assert o["ci95_trips"][0] <= 1.31 <= o["ci95_trips"][1]
+    assert o["verdict_interval"] == "ci95_trips"
+    assert o["verdict"] == "consistent"
+    md = markdown(doc)
+    assert "(paper 1.31: consistent with the paper)" in md
+    assert "trips [" in md
+    # With two trips the pairs' interval decides.
+    two = analyse(read_run(bulk_run(tmp_path / "two").finish()))
+    assert two["hrsch_vs_baselines"]["minrtt"]["overall"]["verdict_interval"] == "ci95"
 
 
 def test_one_pair_gives_no_verdict(tmp_path: Path) -> None:

@@ -165,3 +165,45 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "out of order" in capsys.readouterr().err
     assert main([str(a), str(tmp_path / "missing.json"), "--into", str(into)]) == 2
     assert json.loads(into.read_text()) == {}  # nothing written on error
+
+
+def test_trip_intervals_widen_one_runs_interval() -> None:
+    # Each run carries the interval that resamples trips; one run's total interval uses it
+    # with the between-run tau (from the pairs' intervals) added.
+    def with_trips(r: RunRatio, half_log: float) -> RunRatio:
+        ci = (r.ratio * math.exp(-half_log), r.ratio * math.exp(half_log))
+        return RunRatio(r.source, r.ratio, r.ci95, r.n_pairs, r.commit, r.profile, r.trips, ci)
+
+    runs = [with_trips(run_ratio(x, 0.03), 0.06) for x in (0.95, 1.0, 1.05)]
+    s = summarise(runs)
+    st = 0.06 / Z95
+    lo, hi = s["single_run_trips_ci95"]
+    single = math.sqrt(st**2 + s["tau"] ** 2)
+    assert lo == pytest.approx(s["combined"] * math.exp(-Z95 * single))
+    assert hi == pytest.approx(s["combined"] * math.exp(Z95 * single))
+    assert s["single_run_trips_ci95_halfwidth"] > s["single_run_ci95_halfwidth"]
+    assert s["ci95_trips"][0] == pytest.approx(list(runs[0].ci95_trips or ()))
+    # One run without a trip interval: no combined trip interval.
+    s = summarise([*runs[:2], run_ratio(1.0, 0.03)])
+    assert s["single_run_trips_ci95"] is None
+    assert s["single_run_trips_ci95_halfwidth"] is None
+
+
+def test_load_reads_the_trip_interval(tmp_path: Path) -> None:
+    j = hsr_json(tmp_path / "a.json", 0.96, [0.90, 1.02])
+    doc = json.loads(j.read_text())
+    doc["link_sets"]["hsr"]["bulk"]["hrsch"]["overall"]["ci95_trips"] = [0.85, 1.08]
+    j.write_text(json.dumps(doc))
+    assert load(j).ci95_trips == (0.85, 1.08)
+    # Malformed or reversed bounds are ignored, not trusted.
+    doc["link_sets"]["hsr"]["bulk"]["hrsch"]["overall"]["ci95_trips"] = [1.08, 0.85]
+    j.write_text(json.dumps(doc))
+    assert load(j).ci95_trips is None
+
+    b = RunBuilder(tmp_path / "run", ["minrtt", "hrsch"], ["r1-t1", "r1-t2", "r1-t3"])
+    for trip, f in (("r1-t1", 1.25), ("r1-t2", 0.8), ("r1-t3", 1.0)):
+        b.bulk(trip, "minrtt", [download(0, 1000, 1000.0), download(1, 5000, 1000.0)])
+        b.bulk(trip, "hrsch", [download(0, 1000, 1000.0 / f), download(1, 5000, 1000.0 / f)])
+    r = load(b.finish())
+    assert r.ci95_trips is not None
+    assert r.ci95_trips[0] <= r.ratio <= r.ci95_trips[1]
