@@ -42,6 +42,7 @@ from polycorn_bench.stats import (
     cluster_bootstrap_ci,
     finite_or_none,
     im_stats,
+    log_variance_components,
     paired_ratio_stats,
     safe_ratio,
     trip_geomean_ci,
@@ -113,7 +114,10 @@ METHODS = {
         "percentile bootstrap ci95 (10000 resamples, fixed seed), ratio_of_means, "
         "mean_of_ratios (arithmetic, the paper's 'average goodput ratio'); ci95_trips: "
         "percentile bootstrap over trips (2000 resamples, fixed seed; each resample pools the "
-        "drawn trips' pairs), null with fewer than 2 trips; verdict_interval: the interval the "
+        "drawn trips' pairs), null with fewer than 2 trips; log_variance: one-way analysis of "
+        "variance of the log ratios by trip (between-trip and within-trip variance, method of "
+        "moments) and the trips an interval that resamples trips would need for a half-width "
+        "of 0.05 at this many pairs per trip; verdict_interval: the interval the "
         "verdict reads, ci95_trips from 10 trips on, else ci95"
     ),
     "ablation": (
@@ -211,6 +215,7 @@ def _paired(pairs: list[tuple[Flow, Flow]]) -> dict[str, Any]:
     out["n_trips"] = len(by_trip)
     out["ci95_trips"] = [lo, hi] if math.isfinite(lo) and math.isfinite(hi) else None
     out["ci95_trips_halfwidth"] = ci_halfwidth([lo, hi], len(by_trip))
+    out["log_variance"] = log_variance_components(list(by_trip.values()), out["ratio"])
     return out
 
 

@@ -191,6 +191,46 @@ def trip_geomean_ci(
     return float(np.exp(q_lo)), float(np.exp(q_hi))
 
 
+def log_variance_components(
+    groups: Sequence[Sequence[float]], ratio: float | None = None, halfwidth: float = 0.05
+) -> dict[str, Any] | None:
+    """One-way analysis of variance of the log ratios grouped by trip (``groups[t]``: trip t's
+    ratios): the between-trip variance ``between`` (σ_b², method of moments, unequal group
+    sizes: (MSB − MSW) / m₀ with m₀ = (N − Σ nᵢ²/N) / (k − 1), floored at 0) and the
+    within-trip variance ``within`` (σ_w² = MSW), ``trips``, ``pairs``, ``pairs_per_trip``
+    (N / k), and ``trips_for_halfwidth``: the trips an interval that resamples trips needs for
+    a half-width of ``halfwidth`` (in ratio units, around ``ratio``, default the geometric
+    mean) with this many pairs per trip, ⌈(1.96 · ratio / halfwidth)² · (σ_b² + σ_w² / m)⌉.
+    None with fewer than 2 trips with ratios or no within-trip replication."""
+    logs = []
+    for g in groups:
+        x = np.log(np.asarray(g, dtype=np.float64))
+        x = x[np.isfinite(x)]
+        if len(x):
+            logs.append(x)
+    k = len(logs)
+    n_tot = sum(len(x) for x in logs)
+    if k < 2 or n_tot <= k:
+        return None
+    grand = float(np.concatenate(logs).mean())
+    msb = sum(len(x) * (float(x.mean()) - grand) ** 2 for x in logs) / (k - 1)
+    msw = sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / (n_tot - k)
+    m0 = (n_tot - sum(len(x) ** 2 for x in logs) / n_tot) / (k - 1)
+    between = max(0.0, (msb - msw) / m0)
+    m = n_tot / k
+    r = math.exp(grand) if ratio is None else ratio
+    need = (1.959963984540054 * r / halfwidth) ** 2 * (between + msw / m)
+    return {
+        "between": between,
+        "within": msw,
+        "trips": k,
+        "pairs": n_tot,
+        "pairs_per_trip": m,
+        "halfwidth": halfwidth,
+        "trips_for_halfwidth": math.ceil(need),
+    }
+
+
 def cluster_bootstrap_ci(
     n_clusters: int,
     statistic: Callable[[tuple[int, ...]], FloatArray],

@@ -12,7 +12,13 @@ from conftest import RunBuilder, download
 
 from polycorn_bench.analysis import analyse
 from polycorn_bench.records import read_run
-from polycorn_bench.stats import bootstrap_geomean_ci, geomean, im_stats, trip_geomean_ci
+from polycorn_bench.stats import (
+    bootstrap_geomean_ci,
+    geomean,
+    im_stats,
+    log_variance_components,
+    trip_geomean_ci,
+)
 
 MB = 1_048_576
 
@@ -97,6 +103,39 @@ def test_trip_interval_carries_the_between_trip_variation() -> None:
     # Fewer than two trips with ratios: no interval.
     assert all(math.isnan(x) for x in trip_geomean_ci([[1.0, 2.0]]))
     assert all(math.isnan(x) for x in trip_geomean_ci([[1.0], []]))
+
+
+def test_log_variance_components_by_hand() -> None:
+    e = math.e
+    # logs [0, 0] and [1, 1]: grand mean 0.5, MSB = 1, MSW = 0, m0 = 2: between 0.5.
+    v = log_variance_components([[1.0, 1.0], [e, e]], ratio=1.0)
+    assert v is not None
+    assert v["between"] == pytest.approx(0.5)
+    assert v["within"] == pytest.approx(0.0)
+    assert (v["trips"], v["pairs"], v["pairs_per_trip"]) == (2, 4, 2.0)
+    assert v["trips_for_halfwidth"] == math.ceil((1.959963984540054 / 0.05) ** 2 * 0.5)
+    # logs [0, 2] and [1, 1]: equal means (between 0), MSW = (1 + 1 + 0 + 0) / 2 = 1.
+    v = log_variance_components([[1.0, e * e], [e, e]], ratio=1.0, halfwidth=0.1)
+    assert v is not None
+    assert v["between"] == 0.0
+    assert v["within"] == pytest.approx(1.0)
+    assert v["trips_for_halfwidth"] == math.ceil((1.959963984540054 / 0.1) ** 2 * 0.5)
+    # Unequal sizes: between from the method of moments, checked against a direct formula.
+    rng = np.random.default_rng(3)
+    groups = [list(np.exp(rng.normal(mu, 0.2, size=n))) for mu, n in ((0, 5), (0.3, 9), (-0.2, 3))]
+    v = log_variance_components(groups)
+    assert v is not None
+    logs = [np.log(g) for g in groups]
+    n = np.array([len(x) for x in logs])
+    grand = np.concatenate(logs).mean()
+    msb = sum(len(x) * (x.mean() - grand) ** 2 for x in logs) / 2
+    msw = sum(((x - x.mean()) ** 2).sum() for x in logs) / (n.sum() - 3)
+    m0 = (n.sum() - (n**2).sum() / n.sum()) / 2
+    assert v["between"] == pytest.approx((msb - msw) / m0)
+    assert v["within"] == pytest.approx(msw)
+    # One trip, or one pair per trip: nothing to split.
+    assert log_variance_components([[1.0, 2.0]]) is None
+    assert log_variance_components([[1.0], [2.0]]) is None
 
 
 def test_summary_has_the_trip_interval(builder: RunBuilder) -> None:

@@ -159,6 +159,10 @@ def test_verdict_reads_the_trip_interval_from_ten_trips(tmp_path: Path) -> None:
     assert not o["ci95"][0] <= 1.31 <= o["ci95"][1]
     assert o["ci95_trips"][0] <= 1.31 <= o["ci95_trips"][1]
     assert o["verdict_interval"] == "ci95_trips"
+    # All the spread is between trips: identical pairs within each.
+    assert o["log_variance"]["within"] == pytest.approx(0.0, abs=1e-12)
+    assert o["log_variance"]["between"] > 0.01
+    assert o["log_variance"]["trips"] == 12
     assert o["verdict"] == "consistent"
     md = markdown(doc)
     assert "(paper 1.31: consistent with the paper)" in md
