@@ -62,8 +62,10 @@
 # failed cell, for an upper bound on hof-reject; none: no table),
 # PHASES (a subset of: bulk im backlog concurrency sweep; default the
 # profile's), CONC_USERS, CONC_S, SWEEP_MIB, SWEEP_S, TRACEGEN_PRESET
-# (default pc-gateway-300) and PC_EMU_LOSS_KEYING (the emulator's
-# --loss-keying, default time). Results from before 2026-11-26 were
+# (default pc-gateway-300), PC_EMU_LOSS_KEYING (the emulator's
+# --loss-keying, default time) and LOAD_START_S (trip time of the load's
+# start in seconds, or auto: as soon as every topology is up; default 45 in
+# precision, 120 in short, full and long, auto in ci and demo). Results from before 2026-11-26 were
 # measured on TRACEGEN_PRESET=pc-gateway-300-v1 PC_EMU_LOSS_KEYING=packet.
 # Ctrl-C or any failure tears every topology down.
 set -euo pipefail
@@ -88,7 +90,7 @@ MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/testbed/traces/mahimahi}
 DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0
-for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S TRACEGEN_PRESET PC_EMU_LOSS_KEYING; do
+for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S TRACEGEN_PRESET PC_EMU_LOSS_KEYING LOAD_START_S; do
     [[ -n ${!v:-} ]] && DIAGNOSTIC=1
 done
 ROUTE_SEED=${ROUTE_SEED:-7}
@@ -135,17 +137,17 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 # run-to-run variation (polycorn_bench.runs) in one sitting.
 ALL_PHASES="bulk im backlog concurrency sweep"
 case $PROFILE in
-    ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" BACKLOG_S=15
+    ci) PER_SIZE=2 MESSAGES=5 GAP_MS=300 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=6 IM_WIN_S=12 USERS="10" BACKLOG_S=15 DEF_LOAD_START=auto
         DEF_CONC_S=8 DEF_SWEEP_MIB="8 64" DEF_SWEEP_S=10 DEF_PHASES=$ALL_PHASES ;;
-    demo) PER_SIZE=5 MESSAGES=15 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=7 IM_WIN_S=20 USERS="10 20 30" BACKLOG_S=30
+    demo) PER_SIZE=5 MESSAGES=15 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=7 IM_WIN_S=20 USERS="10 20 30" BACKLOG_S=30 DEF_LOAD_START=auto
         DEF_CONC_S=20 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=30 DEF_PHASES="bulk im backlog" ;;
-    short) PER_SIZE=6 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=25 USERS="10 20 30" BACKLOG_S=120
+    short) PER_SIZE=6 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=25 USERS="10 20 30" BACKLOG_S=120 DEF_LOAD_START=120
         DEF_CONC_S=30 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=60 DEF_PHASES="bulk im backlog concurrency" ;;
-    full) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=5 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300
+    full) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=5 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=120
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog concurrency" ;;
-    long) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300
+    long) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=120
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog" ;;
-    precision) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300
+    precision) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=45
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk"
         DEFAULT_SCHEMES="minrtt hrsch" DEF_PARALLEL=11 RESULT=hsr-precision ;;
     *) die "PROFILE must be demo, ci, short, full, long or precision, got '$PROFILE'" ;;
@@ -159,6 +161,13 @@ read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 TRIP_PARALLEL=${TRIP_PARALLEL:-${DEF_PARALLEL:-1}}
 [[ $TRIP_PARALLEL =~ ^[1-9][0-9]*$ ]] || die "TRIP_PARALLEL must be a positive integer, got '$TRIP_PARALLEL'"
 RESULT=${RESULT:-hsr}
+# The trip time (s) at which the load starts: fixed in the reported
+# profiles, so that two runs put every download at the same place of the
+# trip and differ only by the machine (before 2026-11-26 it was "as soon as
+# every topology is up", 16-24 s with 22 topologies, which moved every
+# download by up to 8 s between runs); auto in ci and demo.
+LOAD_START_S=${LOAD_START_S:-$DEF_LOAD_START}
+[[ $LOAD_START_S == auto || $LOAD_START_S =~ ^[1-9][0-9]*$ ]] || die "LOAD_START_S must be a number of seconds or auto, got '$LOAD_START_S'"
 HSR_TRIPS=${HSR_TRIPS_ENV:-$HSR_TRIPS}
 read -r -a PHASE_LIST <<<"${PHASES:-$DEF_PHASES}"
 ((${#PHASE_LIST[@]})) || die "PHASES is empty (a subset of: $ALL_PHASES)"
@@ -223,6 +232,7 @@ fi
 # topologies took 99 s on two busy cores; a longer allowance costs only
 # generated trip length, not run time.
 MAX_WARMUP_S=180
+[[ $LOAD_START_S == auto ]] || ((LOAD_START_S <= MAX_WARMUP_S)) || die "LOAD_START_S must be at most $MAX_WARMUP_S s (the trip is generated for that warm-up), got $LOAD_START_S"
 TRIP_S=$((MAX_WARMUP_S + BULK_S + IM_S + BACKLOG_S + CONC_TOTAL_S + 15))
 ((TRIP_S >= MAX_WARMUP_S + SWEEP_S + 15)) || TRIP_S=$((MAX_WARMUP_S + SWEEP_S + 15))
 # Topologies per trip: the schemes of the main pass, or the sweep's units;
@@ -487,12 +497,21 @@ up_topology() {
         || die "$what: topology for $scheme failed (logs: /tmp/polycorn-state-$(prefix_of "$i")/logs)"
 }
 
-# warm_up EPOCH: trip time (s) at which the load starts, once every topology is up.
+# warm_up EPOCH: trip time (s) at which the load starts, once every topology
+# is up: LOAD_START_S when set (a fixed trip time, so that a rerun puts
+# every download at the same place of the trip), else as soon as they are.
 warm_up() {
     local warm
     warm=$((($(now_ms) - $1) / 1000 + 5))
     ((warm < 15)) && warm=15
     ((warm <= MAX_WARMUP_S)) || die "topologies took ${warm}s to come up (more than $MAX_WARMUP_S s)"
+    if [[ $LOAD_START_S != auto ]]; then
+        if ((warm > LOAD_START_S)); then
+            log "WARNING: topologies took ${warm}s to come up, later than LOAD_START_S=$LOAD_START_S: the load starts at ${warm}s, so this trip's downloads sit elsewhere than in other runs"
+        else
+            warm=$LOAD_START_S
+        fi
+    fi
     echo "$warm"
 }
 
@@ -658,7 +677,7 @@ cat >"$RUN/run.json" <<EOF
     "$conc_json" "$CONC_S" "$CONC_SOURCE_BASE" "$BACKLOG_PATH" "$sets_list_json"; else echo null; fi),
  "sweep": $(if ((${#SWEEP_UNITS[@]})); then printf '{"mib": %s, "schemes": %s, "seconds": %s, "path": "%s", "link_sets": ["hsr"], "flags": "relay and proxy --mem-budget"}' \
     "$sweep_mib_json" "$sweep_schemes_json" "$SWEEP_S" "$BACKLOG_PATH"; else echo null; fi),
- "buffer_bytes": 3000000, "load_seed": $LOAD_SEED, "trip_parallel": $TRIP_PARALLEL,
+ "buffer_bytes": 3000000, "load_seed": $LOAD_SEED, "trip_parallel": $TRIP_PARALLEL, "load_start_s": $([[ $LOAD_START_S == auto ]] && echo '"auto"' || echo "$LOAD_START_S"),
  "failure_table": $(if [[ -f $RUN/failure-table.json ]]; then jq -c --arg r "$ROUTE_SEED" --arg n "$TABLE_TRIPS" \
     --arg b "$TABLE_SEED_BASE" '{learned_by: "polycorn-trainer (defaults), previous trips through Kafka and ingest into LinkDB", route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "\(($b|tonumber) + 1)..\(($b|tonumber) + ($n|tonumber))", entries: (.entries|length)}' \
     "$RUN/failure-table.json"; else echo null; fi),
