@@ -44,6 +44,7 @@ HSR_JSON = "bench/out/hsr.json"
 SWEEP_JSON = "bench/out/diagnostics/sweep/hsr.json"
 TRAINER_CURVE_JSON = "bench/out/trainer-curve.json"
 TRAINER_TRIPS_JSON = "bench/out/trainer-trips.json"
+PRECISION_JSON = "bench/out/hsr-precision.json"
 
 _REGION = re.compile(
     r"<!-- generated:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL
@@ -87,6 +88,13 @@ def ratio_ci(r: float | None, ci: Sequence[float | None] | None, digits: int = 2
     if not ci or ci[0] is None or ci[1] is None:
         return num(r, digits)
     return f"{num(r, digits)} [{num(ci[0], digits)}, {num(ci[1], digits)}]"
+
+
+def interval(ci: Sequence[float | None] | None, digits: int = 2) -> str:
+    """'[0.90, 1.02]'; '–' without both bounds."""
+    if not ci or ci[0] is None or ci[1] is None:
+        return "–"
+    return f"[{num(ci[0], digits)}, {num(ci[1], digits)}]"
 
 
 def pct(x: float | None, digits: int = 1, plus: bool = True) -> str:
@@ -494,6 +502,104 @@ def hrsch_sizes(src: Sources) -> str:
     return table(["size", "hrsch / minrtt [95 % CI]", "paper", "vs the paper"], rows)
 
 
+def precision_headline(src: Sources) -> str:
+    """README: the precision profile's overall ratio on the current railway (inline)."""
+    d = src.load(PRECISION_JSON)
+    o = d["hrsch_vs_baselines"]["minrtt"]["overall"]
+    ci = o.get(o.get("verdict_interval") or "ci95")
+    which = "trips' " if o.get("verdict_interval") == "ci95_trips" else ""
+    text = (
+        f"HRSCH moves {num(o['ratio'])}× `minrtt` [{which}95 % CI {num(ci[0])}, {num(ci[1])}] "
+        f"over {o.get('n_trips')} held-out trips ({o['n_pairs']} paired downloads), against "
+        f"the paper's {num(o['paper'])}× ({verdict_text(o['verdict'])})"
+    )
+    rr = d.get("run_to_run")
+    if rr and rr.get("single_run_trips_ci95_halfwidth") is not None:
+        text += (
+            f"; {rr['runs']} runs of it differ by an SD of {pct(rr['sd_between_runs'], 1, False)}"
+            f", and one run's interval with trips, downloads and run-to-run variation in it is "
+            f"±{num(rr['single_run_trips_ci95_halfwidth'], 3)}"
+        )
+    return text
+
+
+def precision(src: Sources) -> str:
+    """results.md: the precision profile's hrsch/minrtt per size with both intervals, and
+    its run-to-run variation when the document has it."""
+    d = src.load(PRECISION_JSON)
+    vs = d["hrsch_vs_baselines"]["minrtt"]
+    rows = []
+    for label, e in vs.items():
+        name = "overall" if label == "overall" else SIZE_LABELS.get(label, label)
+        rows.append(
+            [
+                name,
+                f"{num(e['ratio'])}",
+                interval(e["ci95"]),
+                interval(e.get("ci95_trips")),
+                num(e.get("ci95_trips_halfwidth"), 3),
+                num(e["paper"]),
+                words(e["verdict"]),
+            ]
+        )
+    o = vs["overall"]
+    lv = o.get("log_variance") or {}
+    out = table(
+        [
+            "size",
+            "hrsch / minrtt",
+            "95 % CI, pairs",
+            "95 % CI, trips",
+            "half-width (trips)",
+            "paper",
+            "vs the paper",
+        ],
+        rows,
+    )
+    out += (
+        f"\n\n{o['n_pairs']} pairs on {o.get('n_trips')} trips "
+        f"({', '.join(d.get('seeds', [])[:1])} to {', '.join(d.get('seeds', [])[-1:])}); "
+        f"commit `{d.get('commit')}`. Variance of the log ratios between trips "
+        f"{num(lv.get('between'), 4)}, within a trip {num(lv.get('within'), 4)} "
+        f"({num(lv.get('pairs_per_trip'), 1)} pairs per trip): a half-width of 0.05 from the "
+        f"trips' interval needs about {lv.get('trips_for_halfwidth', '–')} trips."
+    )
+    rr = d.get("run_to_run")
+    if rr:
+        runs = [
+            [
+                str(i + 1),
+                f"`{c}`" if c else "–",
+                num(r, 3),
+                interval(ci, 3),
+                interval(ct, 3),
+            ]
+            for i, (c, r, ci, ct) in enumerate(
+                zip(
+                    rr["commits"],
+                    rr["hrsch_vs_minrtt"],
+                    rr["ci95"],
+                    rr.get("ci95_trips") or [None] * rr["runs"],
+                    strict=True,
+                )
+            )
+        ]
+        out += "\n\n" + table(
+            ["run", "commit", "hrsch / minrtt", "95 % CI, pairs", "95 % CI, trips"], runs
+        )
+        lo, hi = rr["combined_ci95"]
+        out += (
+            f"\n\n{rr['runs']} runs of the same configuration: SD between runs "
+            f"{num(rr['sd_between_runs'], 3)} (log scale), between-run SD beyond the "
+            f"downloads' own error (DerSimonian–Laird τ) {num(rr['tau'], 3)}; combined "
+            f"{num(rr['combined'], 3)} [{num(lo, 3)}, {num(hi, 3)}]. One run's interval with "
+            f"trips, downloads and run-to-run variation in it: half-width "
+            f"**{num(rr.get('single_run_trips_ci95_halfwidth'), 3)}** "
+            f"(pairs and run-to-run only: {num(rr['single_run_ci95_halfwidth'], 3)})."
+        )
+    return out
+
+
 EVERY_SCHEME = (
     "minrtt",
     "hrsch",
@@ -862,6 +968,8 @@ REGIONS: dict[str, Region] = {
     "hsr-ablation": Region(ablation),
     "hsr-reinjection": Region(reinjection),
     "hsr-im": Region(im),
+    "hsr-precision": Region(precision),
+    "hsr-precision-headline": Region(precision_headline, inline=True),
     "hsr-recovery": Region(recovery, inline=True),
     "trainer-curve": Region(trainer_curve),
     "trainer-heldout": Region(trainer_heldout),
