@@ -62,7 +62,7 @@ from polycorn_bench.stats import (
     geomean,
     im_stats,
     safe_ratio,
-    trip_geomean_ci,
+    trip_interval,
 )
 
 __all__ = [
@@ -153,7 +153,6 @@ def _paired_summary(
 ) -> dict[str, Any]:
     """``pairs``: (goodput, minrtt's goodput), from :func:`paired_goodputs`; ``by_trip``: the
     same pairs' ratios per trip, from :func:`paired_ratios_by_trip`."""
-    n_trips = len(by_trip)
     if is_ref:
         has = bool(pairs)
         return {
@@ -162,13 +161,12 @@ def _paired_summary(
             "ci95": [1.0, 1.0] if has else None,
             "ci95_halfwidth": 0.0 if has else None,
             "ratio_of_means": 1.0 if has else None,
-            "n_trips": n_trips,
+            "n_trips": len(by_trip),
             "ci95_trips": [1.0, 1.0] if has else None,
             "ci95_trips_halfwidth": 0.0 if has else None,
         }
     ratios = np.asarray([g / r for g, r in pairs])
     lo, hi = bootstrap_geomean_ci(ratios)
-    t_lo, t_hi = trip_geomean_ci(by_trip)
     mean_s = float(np.mean([g for g, _ in pairs])) if pairs else math.nan
     mean_r = float(np.mean([r for _, r in pairs])) if pairs else math.nan
     return {
@@ -177,11 +175,7 @@ def _paired_summary(
         "ci95": [finite_or_none(lo), finite_or_none(hi)] if pairs else None,
         "ci95_halfwidth": ci_halfwidth([lo, hi], len(pairs)),
         "ratio_of_means": safe_ratio(mean_s, mean_r),
-        "n_trips": n_trips,
-        "ci95_trips": (
-            [finite_or_none(t_lo), finite_or_none(t_hi)] if math.isfinite(t_lo) else None
-        ),
-        "ci95_trips_halfwidth": ci_halfwidth([t_lo, t_hi], n_trips),
+        **trip_interval(by_trip),
     }
 
 

@@ -24,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench.flows import IM_REFERENCE, OVERALL, REFERENCE, BacklogRun, Flow
+from polycorn_bench.flows import (
+    IM_REFERENCE,
+    OVERALL,
+    REFERENCE,
+    BacklogRun,
+    Flow,
+    paired_ratios_by_trip,
+)
 from polycorn_bench.links import FloatArray
 from polycorn_bench.metrics import (
     CAPTURE_DOWN,
@@ -38,14 +45,13 @@ from polycorn_bench.records import Issues, LinkSetRun
 from polycorn_bench.stats import (
     bootstrap_ratio_of_means_ci,
     bootstrap_ratio_of_medians_ci,
-    ci_halfwidth,
     cluster_bootstrap_ci,
     finite_or_none,
     im_stats,
     log_variance_components,
     paired_ratio_stats,
     safe_ratio,
-    trip_geomean_ci,
+    trip_interval,
 )
 from polycorn_bench.verdict import compare, verdict
 
@@ -202,20 +208,15 @@ def pairs_between(
 
 
 def _paired(pairs: list[tuple[Flow, Flow]]) -> dict[str, Any]:
-    """The paired ratio stats, plus ``n_trips`` and ``ci95_trips`` (the interval that
-    resamples trips, :func:`trip_geomean_ci`) with its half-width."""
+    """The paired ratio stats, plus the interval that resamples trips
+    (:func:`trip_interval`) and the variance split of the log ratios by trip."""
     out = paired_ratio_stats(
         [a.goodput_mbps for a, _ in pairs],  # type: ignore[misc]
         [b.goodput_mbps for _, b in pairs],  # type: ignore[misc]
     )
-    by_trip: dict[str, list[float]] = {}
-    for a, b in pairs:
-        by_trip.setdefault(a.trip, []).append(a.goodput_mbps / b.goodput_mbps)  # type: ignore[operator]
-    lo, hi = trip_geomean_ci(list(by_trip.values()))
-    out["n_trips"] = len(by_trip)
-    out["ci95_trips"] = [lo, hi] if math.isfinite(lo) and math.isfinite(hi) else None
-    out["ci95_trips_halfwidth"] = ci_halfwidth([lo, hi], len(by_trip))
-    out["log_variance"] = log_variance_components(list(by_trip.values()), out["ratio"])
+    by_trip = paired_ratios_by_trip([a for a, _ in pairs], [b for _, b in pairs])
+    out.update(trip_interval(by_trip))
+    out["log_variance"] = log_variance_components(by_trip, out["ratio"])
     return out
 
 

@@ -36,12 +36,16 @@ from polycorn_bench.flows import REFERENCE, collect_flows, paired_goodputs, pair
 from polycorn_bench.hrsch import HRSCH
 from polycorn_bench.records import read_run
 from polycorn_bench.report import markdown
-from polycorn_bench.stats import bootstrap_geomean_ci, ci_halfwidth, geomean, trip_geomean_ci
+from polycorn_bench.stats import (
+    Z95,
+    bootstrap_geomean_ci,
+    ci_halfwidth,
+    geomean,
+    trip_geomean_ci,
+)
 
-#: Two-sided 95 % normal quantile; the within-run bootstrap interval is read as ±Z · SE on
-#: the log scale.
-Z95 = 1.959963984540054
-#: t quantiles (0.975) for 1..30 degrees of freedom.
+#: t quantiles (0.975) for 1..30 degrees of freedom. (A within-run bootstrap interval is read
+#: as ±Z95 · SE on the log scale.)
 _T975 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
     2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
@@ -141,16 +145,12 @@ def _from_run_dir(path: Path, link_set: str) -> RunRatio:
     if ls is None:
         raise SourceError(f"{path}: no link set {link_set!r} in run.json")
     flows = collect_flows(ls, run, with_oracle=False)
-    pairs = paired_goodputs(
-        [f for f in flows if f.scheme == HRSCH], [f for f in flows if f.scheme == REFERENCE]
-    )
+    mine = [f for f in flows if f.scheme == HRSCH]
+    ref = [f for f in flows if f.scheme == REFERENCE]
+    pairs = paired_goodputs(mine, ref)
     ratios = np.asarray([g / r for g, r in pairs])
     lo, hi = bootstrap_geomean_ci(ratios)
-    t_lo, t_hi = trip_geomean_ci(
-        paired_ratios_by_trip(
-            [f for f in flows if f.scheme == HRSCH], [f for f in flows if f.scheme == REFERENCE]
-        )
-    )
+    t_lo, t_hi = trip_geomean_ci(paired_ratios_by_trip(mine, ref))
     meta = run.meta
     return _checked(
         str(path),

@@ -19,6 +19,9 @@ _CHUNK_ELEMENTS = 4_000_000
 #: Resamples of the trip-level (cluster) bootstrap; each distinct resample is evaluated once.
 CLUSTER_BOOTSTRAP_RESAMPLES = 2_000
 
+#: Two-sided 95 % normal quantile.
+Z95 = 1.959963984540054
+
 
 def finite_or_none(x: float) -> float | None:
     """JSON has no NaN/inf: they become ``null``."""
@@ -157,6 +160,29 @@ def bootstrap_ratio_of_medians_ci(
     )
 
 
+def _log_groups(groups: Sequence[Sequence[float]]) -> list[FloatArray]:
+    """The finite logarithms of each group's ratios, groups without any left out."""
+    out = []
+    for g in groups:
+        x = np.log(np.asarray(g, dtype=np.float64))
+        x = x[np.isfinite(x)]
+        if len(x):
+            out.append(x)
+    return out
+
+
+def trip_interval(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """``n_trips`` (groups), ``ci95_trips`` (:func:`trip_geomean_ci`, None without an
+    interval) and ``ci95_trips_halfwidth`` of ratios grouped by trip: the fields every paired
+    ratio in ``hsr.json`` carries beside its pairs' interval."""
+    lo, hi = trip_geomean_ci(groups)
+    return {
+        "n_trips": len(groups),
+        "ci95_trips": [lo, hi] if math.isfinite(lo) and math.isfinite(hi) else None,
+        "ci95_trips_halfwidth": ci_halfwidth([lo, hi], len(groups)),
+    }
+
+
 def trip_geomean_ci(
     groups: Sequence[Sequence[float]],
     resamples: int = CLUSTER_BOOTSTRAP_RESAMPLES,
@@ -170,19 +196,12 @@ def trip_geomean_ci(
     links, so they are not independent: this interval carries the between-trip variation that
     :func:`bootstrap_geomean_ci` (pairs independent) leaves out. NaN with fewer than two trips
     with ratios."""
-    sums: list[float] = []
-    counts: list[int] = []
-    for g in groups:
-        logs = np.log(np.asarray(g, dtype=np.float64))
-        logs = logs[np.isfinite(logs)]
-        if len(logs):
-            sums.append(float(logs.sum()))
-            counts.append(len(logs))
-    n = len(sums)
+    logs = _log_groups(groups)
+    n = len(logs)
     if n < 2:
         return math.nan, math.nan
-    s = np.asarray(sums)
-    c = np.asarray(counts, dtype=np.float64)
+    s = np.asarray([x.sum() for x in logs])
+    c = np.asarray([len(x) for x in logs], dtype=np.float64)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(resamples, n))
     means = s[idx].sum(axis=1) / c[idx].sum(axis=1)
@@ -202,12 +221,7 @@ def log_variance_components(
     a half-width of ``halfwidth`` (in ratio units, around ``ratio``, default the geometric
     mean) with this many pairs per trip, ⌈(1.96 · ratio / halfwidth)² · (σ_b² + σ_w² / m)⌉.
     None with fewer than 2 trips with ratios or no within-trip replication."""
-    logs = []
-    for g in groups:
-        x = np.log(np.asarray(g, dtype=np.float64))
-        x = x[np.isfinite(x)]
-        if len(x):
-            logs.append(x)
+    logs = _log_groups(groups)
     k = len(logs)
     n_tot = sum(len(x) for x in logs)
     if k < 2 or n_tot <= k:
@@ -219,7 +233,7 @@ def log_variance_components(
     between = max(0.0, (msb - msw) / m0)
     m = n_tot / k
     r = math.exp(grand) if ratio is None else ratio
-    need = (1.959963984540054 * r / halfwidth) ** 2 * (between + msw / m)
+    need = (Z95 * r / halfwidth) ** 2 * (between + msw / m)
     return {
         "between": between,
         "within": msw,

@@ -12,8 +12,8 @@ import pytest
 from conftest import RunBuilder, download
 
 from polycorn_bench.report import markdown
-from polycorn_bench.runs import Z95, RunRatio, load, main, summarise, t975
-from polycorn_bench.stats import geomean
+from polycorn_bench.runs import RunRatio, load, main, summarise, t975
+from polycorn_bench.stats import Z95, geomean
 
 
 def hsr_json(path: Path, ratio: float, ci: list[float], n: int = 150, **kw: Any) -> Path:
