@@ -130,9 +130,9 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 # precision: the headline ratio alone, hrsch against minrtt (SCHEMES may
 # add others), in full's bulk phase on the same 31 held-out trips, run
 # TRIP_PARALLEL (default 11) trips at once: the bulk phase keeps two cores
-# far from busy (load average 0.75 with 22 topologies), so 22 topologies of
-# 11 trips cost the wall time of one. About 35 min on 2 cores (3 waves of
-# ~10 min and the failure table); it writes hsr-precision.json and
+# far from busy (about 80 % idle with 22 topologies), so 22 topologies of
+# 11 trips cost the wall time of one. About 27.5 min on 2 cores (3 waves of
+# about 8 min and the failure table); it writes hsr-precision.json and
 # hsr-precision.md, never hsr.json, so it can run three times for the
 # run-to-run variation (polycorn_bench.runs) in one sitting.
 ALL_PHASES="bulk im backlog concurrency sweep"
@@ -264,16 +264,19 @@ mkdir -p "$RUN" "$OUT"
 # integration tests, uses another BENCH_PREFIX).
 BENCH_PREFIX=${BENCH_PREFIX:-hb}
 [[ $BENCH_PREFIX =~ ^[a-z][a-z0-9]{0,7}$ ]] || die "BENCH_PREFIX must be 1-8 lower-case letters/digits, got '$BENCH_PREFIX'"
-prefix_of() { echo "$BENCH_PREFIX$1"; }
+# With TRIP_PARALLEL, trip slot k uses the block BASE = k x N_TOPO: topology
+# i of the running trip is BENCH_PREFIX<BASE + i> (run_trip sets BASE).
+BASE=0
+prefix_of() { echo "$BENCH_PREFIX$((BASE + $1))"; }
 
 ALL_DOWN_DONE=0
-# all_down [FIRST COUNT]: tear down topologies FIRST..FIRST+COUNT-1 (default:
-# every one any trip slot may use).
+# all_down [COUNT]: tear down topologies 0..COUNT-1 of the block at BASE
+# (default: the trip's N_TOPO).
 all_down() {
-    local i pids=() first=${1:-0} count=${2:-$N_TOPO_ALL}
+    local i pids=() count=${1:-$N_TOPO}
     # In parallel: each takes a few seconds (processes get SIGTERM and time
     # to exit before SIGKILL).
-    for ((i = first; i < first + count; i++)); do
+    for ((i = 0; i < count; i++)); do
         PC_PREFIX=$(prefix_of "$i") testbed/topology.sh down >/dev/null 2>&1 &
         pids+=($!)
     done
@@ -306,7 +309,8 @@ on_exit() {
     # The per-scheme load sequences first, so none starts a new step in a
     # namespace being deleted.
     for j in $(jobs -p); do kill "$j" 2>/dev/null || true; done
-    ((ALL_DOWN_DONE)) || { log "tearing down"; all_down; }
+    # Every block any trip slot may have used.
+    ((ALL_DOWN_DONE)) || { log "tearing down"; BASE=0 all_down "$N_TOPO_ALL"; }
     drop_table_db
     exit "$rc"
 }
@@ -542,15 +546,15 @@ run_trip() {
 }
 
 # run_main LINK_SET K TRIP: every scheme side by side, the selected phases
-# one after the other, on topologies BASE.. (run_trip).
+# one after the other, on the block at BASE (run_trip).
 run_main() {
     local set=$1 k=$2 id=$3
     local tdir=$RUN/$set/$id epoch i
     epoch=$(now_ms)
     log "$set/$id: building ${#SCHEMES[@]} topologies (epoch $epoch)"
     for i in "${!SCHEMES[@]}"; do
-        up_topology "$((BASE + i))" "${SCHEMES[$i]}" "$epoch" "$k" "$tdir" "$set/$id"
-        has_phase concurrency && extra_passengers "$(prefix_of "$((BASE + i))")"
+        up_topology "$i" "${SCHEMES[$i]}" "$epoch" "$k" "$tdir" "$set/$id"
+        has_phase concurrency && extra_passengers "$(prefix_of "$i")"
     done
     local warm
     warm=$(warm_up "$epoch")
@@ -563,16 +567,16 @@ run_main() {
     local pids=()
     for i in "${!SCHEMES[@]}"; do
         mkdir -p "$tdir/${SCHEMES[$i]}"
-        run_load "$tdir/${SCHEMES[$i]}" "$((BASE + i))" "$epoch" "$warm" "$set" &
+        run_load "$tdir/${SCHEMES[$i]}" "$i" "$epoch" "$warm" "$set" &
         pids+=($!)
     done
     for i in "${pids[@]}"; do wait "$i"; done
-    for i in "${!SCHEMES[@]}"; do collect "$tdir/${SCHEMES[$i]}" "$((BASE + i))"; done
+    for i in "${!SCHEMES[@]}"; do collect "$tdir/${SCHEMES[$i]}" "$i"; done
     printf '{"link_set": "%s", "trip": "%s", "epoch_unix_ms": %s, "load_start_s": %s}\n' \
         "$set" "$id" "$epoch" "$warm" >"$tdir/timing.json"
-    all_down "$BASE" "$N_TOPO"
+    all_down
     for i in "${!SCHEMES[@]}"; do
-        cp "/tmp/polycorn-state-$(prefix_of "$((BASE + i))")/logs/emu.log" "$tdir/${SCHEMES[$i]}/logs/" 2>/dev/null || true
+        cp "/tmp/polycorn-state-$(prefix_of "$i")/logs/emu.log" "$tdir/${SCHEMES[$i]}/logs/" 2>/dev/null || true
     done
 }
 
@@ -588,7 +592,7 @@ run_sweep() {
     for i in "${!SWEEP_UNITS[@]}"; do
         m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
         bytes=$((m * 1048576))
-        up_topology "$((BASE + i))" "$s" "$epoch" "$k" "$tdir" "$set/$id sweep ${m} MiB" \
+        up_topology "$i" "$s" "$epoch" "$k" "$tdir" "$set/$id sweep ${m} MiB" \
             --relay-arg "--mem-budget=$bytes" --proxy-arg "--mem-budget=$bytes"
     done
     warm=$(warm_up "$epoch")
@@ -598,7 +602,7 @@ run_sweep() {
         m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
         dir=$tdir/sweep/$m/$s
         mkdir -p "$dir"
-        ip netns exec "$(prefix_of "$((BASE + i))")-pax" "$BIN/polycorn-loadgen" backlog --origin "$ORIGIN:80" \
+        ip netns exec "$(prefix_of "$i")-pax" "$BIN/polycorn-loadgen" backlog --origin "$ORIGIN:80" \
             --epoch-unix-ms "$epoch" --window-s "$warm:$((warm + SWEEP_S))" --path "$BACKLOG_PATH" \
             --size "$BACKLOG_SIZE" --out "$dir/backlog.jsonl" >>"$dir/loadgen.log" 2>&1 \
             || log "$dir: backlog exited with $?" &
@@ -607,14 +611,14 @@ run_sweep() {
     for i in "${pids[@]}"; do wait "$i"; done
     for i in "${!SWEEP_UNITS[@]}"; do
         m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
-        collect "$tdir/sweep/$m/$s" "$((BASE + i))"
+        collect "$tdir/sweep/$m/$s" "$i"
     done
     printf '{"link_set": "%s", "trip": "%s", "epoch_unix_ms": %s, "load_start_s": %s}\n' \
         "$set" "$id" "$epoch" "$warm" >"$tdir/sweep/timing.json"
-    all_down "$BASE" "$N_TOPO"
+    all_down
     for i in "${!SWEEP_UNITS[@]}"; do
         m=${SWEEP_UNITS[$i]%%:*} s=${SWEEP_UNITS[$i]#*:}
-        cp "/tmp/polycorn-state-$(prefix_of "$((BASE + i))")/logs/emu.log" "$tdir/sweep/$m/$s/logs/" 2>/dev/null || true
+        cp "/tmp/polycorn-state-$(prefix_of "$i")/logs/emu.log" "$tdir/sweep/$m/$s/logs/" 2>/dev/null || true
     done
 }
 
