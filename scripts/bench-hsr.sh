@@ -49,7 +49,9 @@
 # BENCH_WORK (raw runs, default /tmp/polycorn-bench-hsr), BENCH_OUT (default
 # bench/out; the demo and ci profiles write only under BENCH_WORK), PLOTS
 # (directory for PNGs), SWEEP_SCHEMES (schemes of the budget sweep),
-# TRIP_PARALLEL (trips at once, default 1, precision 11).
+# TRIP_PARALLEL (trips at once, default 1, precision 11), SEGMENT_TRACE (1:
+# relay and proxy of the main pass write a segment trace, --trace-dir, into
+# each scheme's run directory; bench/polycorn_bench/stalls.py reads it).
 #
 # Diagnostics (development only; any of these makes the run a diagnostic
 # one: its results go under BENCH_WORK/out, never bench/out, and run.json
@@ -159,6 +161,8 @@ read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 # epoch; results do not depend on it, the machine's load does (see
 # docs/benchmarks.md, "Trips in parallel").
 TRIP_PARALLEL=${TRIP_PARALLEL:-${DEF_PARALLEL:-1}}
+SEGMENT_TRACE=${SEGMENT_TRACE:-0}
+[[ $SEGMENT_TRACE == [01] ]] || die "SEGMENT_TRACE must be 0 or 1, got '$SEGMENT_TRACE'"
 [[ $TRIP_PARALLEL =~ ^[1-9][0-9]*$ ]] || die "TRIP_PARALLEL must be a positive integer, got '$TRIP_PARALLEL'"
 RESULT=${RESULT:-hsr}
 # The trip time (s) at which the load starts: fixed in the reported
@@ -553,7 +557,11 @@ run_main() {
     epoch=$(now_ms)
     log "$set/$id: building ${#SCHEMES[@]} topologies (epoch $epoch)"
     for i in "${!SCHEMES[@]}"; do
-        up_topology "$i" "${SCHEMES[$i]}" "$epoch" "$k" "$tdir" "$set/$id"
+        local trace_args=()
+        if ((SEGMENT_TRACE)); then
+            trace_args=(--relay-arg "--trace-dir=$tdir/${SCHEMES[$i]}/trace" --proxy-arg "--trace-dir=$tdir/${SCHEMES[$i]}/trace")
+        fi
+        up_topology "$i" "${SCHEMES[$i]}" "$epoch" "$k" "$tdir" "$set/$id" "${trace_args[@]}"
         has_phase concurrency && extra_passengers "$(prefix_of "$i")"
     done
     local warm
@@ -681,7 +689,7 @@ cat >"$RUN/run.json" <<EOF
     "$conc_json" "$CONC_S" "$CONC_SOURCE_BASE" "$BACKLOG_PATH" "$sets_list_json"; else echo null; fi),
  "sweep": $(if ((${#SWEEP_UNITS[@]})); then printf '{"mib": %s, "schemes": %s, "seconds": %s, "path": "%s", "link_sets": ["hsr"], "flags": "relay and proxy --mem-budget"}' \
     "$sweep_mib_json" "$sweep_schemes_json" "$SWEEP_S" "$BACKLOG_PATH"; else echo null; fi),
- "buffer_bytes": 3000000, "load_seed": $LOAD_SEED, "trip_parallel": $TRIP_PARALLEL, "load_start_s": $([[ $LOAD_START_S == auto ]] && echo '"auto"' || echo "$LOAD_START_S"),
+ "buffer_bytes": 3000000, "load_seed": $LOAD_SEED, "trip_parallel": $TRIP_PARALLEL, "segment_trace": $([[ $SEGMENT_TRACE == 1 ]] && echo true || echo false), "load_start_s": $([[ $LOAD_START_S == auto ]] && echo '"auto"' || echo "$LOAD_START_S"),
  "failure_table": $(if [[ -f $RUN/failure-table.json ]]; then jq -c --arg r "$ROUTE_SEED" --arg n "$TABLE_TRIPS" \
     --arg b "$TABLE_SEED_BASE" '{learned_by: "polycorn-trainer (defaults), previous trips through Kafka and ingest into LinkDB", route_seed: ($r|tonumber), previous_trips: ($n|tonumber), trip_seeds: "\(($b|tonumber) + 1)..\(($b|tonumber) + ($n|tonumber))", entries: (.entries|length)}' \
     "$RUN/failure-table.json"; else echo null; fi),

@@ -154,6 +154,15 @@ struct Opts {
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_PROXY_LOG_JSON")]
     log_json: Option<bool>,
+    /// Write a segment trace to DIR: every DATA frame sent and received
+    /// with its path, acknowledgements, timeouts, stale paths and
+    /// reinjections, and each path's state every 100 ms, as JSON lines
+    /// (docs/benchmarks.md, "Where stalls come from"). Off by default.
+    #[arg(long, env = "POLYCORN_PROXY_TRACE_DIR")]
+    trace_dir: Option<PathBuf>,
+    /// Stop the segment trace after this many bytes [default: 1 GiB].
+    #[arg(long, env = "POLYCORN_PROXY_TRACE_MAX_BYTES")]
+    trace_max_bytes: Option<u64>,
     /// Custom pipelines (config file only).
     #[arg(skip)]
     #[serde(default)]
@@ -185,6 +194,8 @@ struct Settings {
     table_topic: Option<(String, String)>,
     /// (brokers, topic, dead-letter topic), when telemetry goes to Kafka.
     kafka: Option<(String, String, String)>,
+    /// `--trace-dir` and `--trace-max-bytes`.
+    trace: Option<polycorn_net::segtrace::TraceOptions>,
 }
 
 fn parse_transport(s: &str) -> anyhow::Result<Transport> {
@@ -196,7 +207,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, subflow_cc, max_conns, metrics_listen, deny, allow,
         connect_timeout_s, conn_window, conn_window_initial, conn_send_buffer, mem_budget, log_json, failure_table, kafka_brokers, kafka_topic,
-        kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file);
+        kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file, trace_dir, trace_max_bytes);
     let pipelines = std::mem::take(&mut f.pipelines);
     let table_topic = match (o.failure_table_topic.take(), &o.kafka_brokers) {
         (Some(topic), Some(b)) => Some((b.clone(), topic)),
@@ -235,12 +246,15 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     if !(timeout > 0.0 && timeout < 3600.0) {
         bail!("--connect-timeout-s must be between 0 and 3600 seconds, got {timeout}");
     }
+    let trace =
+        polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir, o.trace_max_bytes).map_err(anyhow::Error::msg)?;
     let max_conns = o.max_conns.unwrap_or(16384);
     if max_conns == 0 {
         bail!("--max-conns must be at least 1");
     }
     Ok((
         Settings {
+            trace,
             train_id,
             listen: o.listen.unwrap_or_else(|| "0.0.0.0:4433".parse().expect("valid")),
             tls,
@@ -320,6 +334,15 @@ impl Proxy {
             ep.set_failure_table(t);
         }
         let (session, events) = Session::new(ep);
+        if let Some(t) = &self.s.trace {
+            // One file per relay session: a restarted relay gets a new one.
+            match polycorn_net::segtrace::start(&session, t, &format!("proxy-{:016x}", hello.session)) {
+                Ok(file) => info!(file = %file.display(), "segment trace on"),
+                Err(e) => {
+                    warn!(dir = %t.dir.display(), error = %e, "segment trace: cannot create the file; not tracing")
+                }
+            }
+        }
         tokio::spawn(self.clone().events(session.clone(), events));
         cur.session = Some((hello.session, session.clone()));
         cur.path_names = vec![(hello.path, hello.path_name.clone())];

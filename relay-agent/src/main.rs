@@ -198,6 +198,15 @@ struct Opts {
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_LOG_JSON")]
     log_json: Option<bool>,
+    /// Write a segment trace to DIR: every DATA frame sent and received
+    /// with its path, acknowledgements, timeouts, stale paths and
+    /// reinjections, and each path's state every 100 ms, as JSON lines
+    /// (docs/benchmarks.md, "Where stalls come from"). Off by default.
+    #[arg(long, env = "POLYCORN_RELAY_TRACE_DIR")]
+    trace_dir: Option<PathBuf>,
+    /// Stop the segment trace after this many bytes [default: 1 GiB].
+    #[arg(long, env = "POLYCORN_RELAY_TRACE_MAX_BYTES")]
+    trace_max_bytes: Option<u64>,
     /// Custom pipelines (config file only).
     #[arg(skip)]
     #[serde(default)]
@@ -244,6 +253,8 @@ struct Settings {
     detector: polycorn_telemetry::handover::DetectorConfig,
     /// `--failure-table-url` and its options.
     table_url: Option<HttpOpts>,
+    /// `--trace-dir` and `--trace-max-bytes`.
+    trace: Option<polycorn_net::segtrace::TraceOptions>,
 }
 
 fn settings() -> anyhow::Result<Settings> {
@@ -252,7 +263,7 @@ fn settings() -> anyhow::Result<Settings> {
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, subflow_cc, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, log_json,
         failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, replay_events, replay_epoch_unix_ms, replay_detect, gpsd, modems, mmcli, mmcli_interval_ms,
-        handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume);
+        handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume, trace_dir, trace_max_bytes);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
     let specs = o.paths.clone().unwrap_or_default();
@@ -313,7 +324,10 @@ fn settings() -> anyhow::Result<Settings> {
         o.failure_table_api_key_file.as_deref(),
     )
     .map_err(anyhow::Error::msg)?;
+    let trace = polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir.clone(), o.trace_max_bytes)
+        .map_err(anyhow::Error::msg)?;
     Ok(Settings {
+        trace,
         train_id,
         paths,
         proxy_name,
@@ -502,6 +516,11 @@ async fn main() -> anyhow::Result<()> {
     let pipeline = build_pipeline(&s.scheduler, &s.pipelines).map_err(anyhow::Error::msg)?;
     let ep = Endpoint::new(cfg, pipeline, Instant::now());
     let (session, mut events) = Session::new(ep);
+    if let Some(t) = &s.trace {
+        let file = polycorn_net::segtrace::start(&session, t, &format!("relay-{session_id:016x}"))
+            .with_context(|| format!("--trace-dir {}", t.dir.display()))?;
+        info!(file = %file.display(), "segment trace on");
+    }
     // The failure-location table's sources, before any path is up.
     let tables = (s.opts.failure_table.is_some() || s.table_url.is_some()).then(|| {
         let ts = session.clone();

@@ -24,6 +24,7 @@ use crate::ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 use crate::path::{Availability, FailureForecast, Path, PathConfig, PathStats, PathView, SegmentRef, SentRecord};
 use crate::sched::users::UserScheduler;
 use crate::sched::{Context, FailureTable, HeadContext, PacketInfo, Pipeline, Reinject, TrainState};
+use crate::trace::{self, CopyKind, RequeueCause, TraceEvent, TraceRecord, Tracer};
 use crate::wire::{self, Frame, FrameDecoder, LinkState, WireError};
 
 /// Which end of the session this is.
@@ -319,6 +320,8 @@ pub struct Endpoint {
     path_status_last: [Option<u32>; MAX_PATHS],
     /// Last time windows were shrunk under memory pressure.
     last_reclaim: Option<Instant>,
+    /// The opt-in segment trace ([`Self::enable_trace`]).
+    trace: Option<Tracer>,
 }
 
 impl Drop for Endpoint {
@@ -369,6 +372,7 @@ impl Endpoint {
             path_status_seq: 0,
             path_status_last: [None; MAX_PATHS],
             last_reclaim: None,
+            trace: None,
         }
     }
 
@@ -382,6 +386,29 @@ impl Endpoint {
 
     pub fn pipeline(&self) -> &Pipeline {
         &self.pipeline
+    }
+
+    /// Start recording a segment trace ([`crate::trace`]): at most
+    /// `capacity` records wait for [`Self::poll_trace`], later ones are
+    /// dropped and counted.
+    pub fn enable_trace(&mut self, capacity: usize) {
+        self.trace = Some(Tracer::new(capacity));
+    }
+
+    /// Stop recording; records not yet taken are dropped.
+    pub fn disable_trace(&mut self) {
+        self.trace = None;
+    }
+
+    /// The oldest trace record not yet taken; `None` when tracing is off or
+    /// nothing is waiting.
+    pub fn poll_trace(&mut self) -> Option<TraceRecord> {
+        self.trace.as_mut().and_then(Tracer::pop)
+    }
+
+    /// Trace records dropped because the shell did not drain them in time.
+    pub fn trace_dropped(&self) -> u64 {
+        self.trace.as_ref().map_or(0, Tracer::dropped)
     }
 
     // ----- paths -------------------------------------------------------
@@ -402,6 +429,7 @@ impl Endpoint {
         slot.path.up = true;
         slot.path.stats.state_changes += 1;
         self.stats.paths_up += 1;
+        trace::record(&mut self.trace, now, TraceEvent::PathUp { path });
         // Connections whose OPEN no copy has confirmed yet are announced on
         // the new path too, before any of their data can be placed on it.
         let mut unconfirmed: Vec<&Conn> = self.conns.values().filter(|c| c.open_unconfirmed).collect();
@@ -421,6 +449,7 @@ impl Endpoint {
         }
         slot.path.up = false;
         slot.path.stats.state_changes += 1;
+        trace::record(&mut self.trace, now, TraceEvent::PathDown { path });
         let lost_frames = !slot.path.sent.is_empty();
         let segs: Vec<SegmentRef> = slot.path.unacked_segments().collect();
         slot.ctrl.clear();
@@ -436,6 +465,9 @@ impl Endpoint {
                 c.send.forget_paths(s.offset, mask);
                 if c.send.requeue(s.offset).is_some() {
                     self.users.activate(c.user, c.id, now);
+                    let ev =
+                        TraceEvent::Requeued { path, conn: s.conn, offset: s.offset, cause: RequeueCause::PathDown };
+                    trace::record(&mut self.trace, now, ev);
                 }
             }
         }
@@ -945,9 +977,13 @@ impl Endpoint {
                 let mut acked = std::mem::take(&mut self.acked_scratch);
                 acked.clear();
                 let sent = slot.path.tx_counter;
+                let was_stale = slot.path.stale;
                 if !slot.path.on_path_ack(received, Duration::from_micros(u64::from(delay_us)), now, &mut acked) {
                     self.acked_scratch = acked;
                     return Err(InputError::BadPathAck(path, received, sent));
+                }
+                if was_stale && !slot.path.stale {
+                    trace::record(&mut self.trace, now, TraceEvent::Fresh { path });
                 }
                 let rtt_max = self.rtt_max();
                 for r in &acked {
@@ -983,7 +1019,11 @@ impl Endpoint {
                 c.open_unconfirmed = false;
                 let new = c.recv.insert(offset, &payload, fin).map_err(|e| InputError::Stream(path, conn, e))?;
                 self.stats.duplicate_bytes_received += payload.len() as u64 - new;
+                let len = payload.len() as u32;
+                trace::record(&mut self.trace, now, TraceEvent::Received { path, conn, offset, len, new: new as u32 });
                 if let Some(stall) = c.recv.note_hol(now) {
+                    let stall_us = stall.as_micros() as u64;
+                    trace::record(&mut self.trace, now, TraceEvent::HolStall { conn, stall_us });
                     self.stats.hol_stalls += 1;
                     self.stats.hol_stalls_long += u64::from(stall >= HOL_STALL_LONG);
                     self.stats.hol_stalls_very_long += u64::from(stall >= HOL_STALL_VERY_LONG);
@@ -1065,6 +1105,7 @@ impl Endpoint {
         c.send.update_rate(now, rtt_max);
         if freed > 0 {
             Self::settle(&self.cfg.budget, c);
+            trace::record(&mut self.trace, now, TraceEvent::Acked { conn, cumulative: c.send.acked_base() });
         }
         if c.send.writer_wake_due() {
             c.send.unblock_writer(now);
@@ -1152,6 +1193,13 @@ impl Endpoint {
             debug_assert_eq!(payload.len(), q.len as usize);
             wire::encode_data_frame(out, q.seg.conn, q.seg.offset, q.fin, payload);
             slot.path.on_frame_sent(n as usize, Some(q.seg), now);
+            let copy = match q.copy {
+                Copy::First => CopyKind::First,
+                Copy::Redundant => CopyKind::Redundant,
+                Copy::Reinjection => CopyKind::Reinjection,
+            };
+            let ev = TraceEvent::Sent { path, conn: q.seg.conn, offset: q.seg.offset, len: q.len, copy };
+            trace::record(&mut self.trace, now, ev);
             slot.path.stats.data_bytes_sent += u64::from(q.len);
             match q.copy {
                 Copy::First => {}
@@ -1253,6 +1301,15 @@ impl Endpoint {
                             head_reinjected: done,
                         };
                         let act = self.pipeline.on_head_blocked(&ctx);
+                        if act.reinject || !act.penalise.is_empty() {
+                            let ev = TraceEvent::HeadBlocked {
+                                conn: cid,
+                                offset: off,
+                                reinject: act.reinject && !done,
+                                penalised: act.penalise,
+                            };
+                            trace::record(&mut self.trace, now, ev);
+                        }
                         for p in act.penalise.iter() {
                             if let Some(s) = self.slots[p.index()].as_mut() {
                                 if s.path.penalise(now) {
@@ -1379,7 +1436,7 @@ impl Endpoint {
 
     /// Return segments in flight on path slot `i` to their connections for
     /// reinjection, as `action` says.
-    fn reinject_from(&mut self, i: usize, action: Reinject, now: Instant) {
+    fn reinject_from(&mut self, i: usize, action: Reinject, cause: RequeueCause, now: Instant) {
         let Some(slot) = self.slots[i].as_ref() else { return };
         let segs: Vec<SegmentRef> = match action {
             Reinject::Nothing => Vec::new(),
@@ -1393,10 +1450,13 @@ impl Endpoint {
             }
             Reinject::AllUnacked => slot.path.unacked_segments().collect(),
         };
+        let path = slot.path.id;
         for s in segs {
             if let Some(c) = self.conns.get_mut(&s.conn) {
                 if c.send.requeue(s.offset).is_some() {
                     self.users.activate(c.user, c.id, now);
+                    let ev = TraceEvent::Requeued { path, conn: s.conn, offset: s.offset, cause };
+                    trace::record(&mut self.trace, now, ev);
                 }
             }
         }
@@ -1418,17 +1478,23 @@ impl Endpoint {
                 slot.path.on_rto(now);
                 let view = slot.path.view(now);
                 let action = self.pipeline.on_rto(now, &view);
-                self.reinject_from(i, action, now);
+                let ev =
+                    TraceEvent::Rto { path: view.id, count: view.rto_count, in_flight: view.in_flight_bytes, action };
+                trace::record(&mut self.trace, now, ev);
+                self.reinject_from(i, action, RequeueCause::Rto, now);
             }
             let slot = self.slots[i].as_mut().expect("checked");
             if slot.path.stale_deadline().is_some_and(|d| d <= now) && slot.path.mark_stale() {
                 self.stats.stale_transitions += 1;
                 let view = slot.path.view(now);
                 let action = self.pipeline.on_stale(now, &view);
+                let no_service = view.link_state == LinkState::NoService;
+                let ev = TraceEvent::Stale { path: view.id, in_flight: view.in_flight_bytes, no_service, action };
+                trace::record(&mut self.trace, now, ev);
                 if action == Reinject::AllUnacked {
                     self.drain_queue(i, now);
                 }
-                self.reinject_from(i, action, now);
+                self.reinject_from(i, action, RequeueCause::Stale, now);
                 // ACKs and WINDOWs it carried may be stuck with it: the peer
                 // could wait for credit this side believes it gave.
                 self.reannounce_flow_state();
@@ -1446,6 +1512,7 @@ impl Endpoint {
                 if !slot.path.dead_reported && now >= r.sent_at.max(slot.path.rx_last_arrival) + self.cfg.dead_after {
                     slot.path.dead_reported = true;
                     self.events.push_back(Event::PathDead(slot.path.id));
+                    trace::record(&mut self.trace, now, TraceEvent::PathDead { path: slot.path.id });
                 }
             }
         }
@@ -1806,5 +1873,76 @@ mod tests {
         let statuses =
             std::iter::from_fn(|| proxy.poll_event()).filter(|e| matches!(e, Event::PathStatus { .. })).count();
         assert_eq!(statuses, 2, "one event per report, not per copy");
+    }
+
+    #[test]
+    fn the_trace_shows_where_each_segment_went_and_what_came_back() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("roundrobin", now);
+        proxy.enable_trace(10_000);
+        relay.enable_trace(10_000);
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        relay.send(c, b"GET /", now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        let data = vec![7u8; 100_000];
+        proxy.send(c, &data, now).unwrap();
+        // Path 0's copies are written, then its subflow dies before they arrive.
+        let mut lost = Vec::new();
+        proxy.poll_transmit(PathId(0), now, &mut lost, 1 << 20);
+        proxy.path_down(PathId(0), now);
+        relay.path_down(PathId(0), now);
+        pump(&mut relay, &mut proxy, now);
+        let mut buf = vec![0u8; 200_000];
+        let mut got = 0;
+        while let Ok(Recv::Data(n)) = relay.recv(c, &mut buf[got..], now) {
+            got += n;
+        }
+        assert_eq!(got, data.len());
+
+        let sent: Vec<TraceEvent> = std::iter::from_fn(|| proxy.poll_trace()).map(|r| r.event).collect();
+        let on0: Vec<u64> = sent
+            .iter()
+            .filter_map(|e| match *e {
+                TraceEvent::Sent { path: PathId(0), conn, offset, .. } if conn == c => Some(offset),
+                _ => None,
+            })
+            .collect();
+        assert!(!on0.is_empty(), "round robin wrote segments to path 0: {sent:?}");
+        for off in &on0 {
+            assert!(
+                sent.contains(&TraceEvent::Requeued {
+                    path: PathId(0),
+                    conn: c,
+                    offset: *off,
+                    cause: RequeueCause::PathDown
+                }),
+                "segment {off} lost with path 0 was given back"
+            );
+            assert!(
+                sent.iter().any(|e| matches!(*e, TraceEvent::Sent { path: PathId(1), offset, copy: CopyKind::Reinjection, .. } if offset == *off)),
+                "and sent again on path 1"
+            );
+        }
+        assert!(sent.contains(&TraceEvent::PathDown { path: PathId(0) }));
+        assert!(sent.iter().any(
+            |e| matches!(*e, TraceEvent::Acked { conn, cumulative } if conn == c && cumulative == data.len() as u64)
+        ));
+
+        let recv: Vec<TraceEvent> = std::iter::from_fn(|| relay.poll_trace()).map(|r| r.event).collect();
+        let new_bytes: u64 = recv
+            .iter()
+            .filter_map(|e| match *e {
+                TraceEvent::Received { conn, new, .. } if conn == c => Some(u64::from(new)),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(new_bytes, data.len() as u64, "every byte arrived once as new");
+        assert!(recv.iter().all(|e| !matches!(e, TraceEvent::Received { path: PathId(0), .. })));
+        assert_eq!(proxy.trace_dropped(), 0);
+        assert_eq!(proxy.poll_trace(), None);
     }
 }

@@ -10,6 +10,8 @@
 //! - [`path`]: per-subflow state measured end to end; path availability.
 //! - [`sched`]: the schedulerlet framework, built-in schedulerlets, the
 //!   registry of compositions, and multi-user scheduling.
+//! - [`trace`]: the opt-in segment trace (what was sent where, what
+//!   arrived, which timers fired), for diagnosing stalls.
 //!
 //! Nothing here performs I/O or reads a clock: every call takes `now`.
 
@@ -21,6 +23,7 @@ pub mod path;
 pub mod sched;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod trace;
 pub mod wire;
 
 pub use budget::{BudgetLevels, BudgetStats, MemoryBudget, Pressure};
@@ -31,3 +34,4 @@ pub use endpoint::{
 pub use ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 pub use path::{Availability, PathConfig, PathStats, PathView};
 pub use sched::{FailureTable, Pipeline, Registry, TrackDirection, TrainState, TrainTracker};
+pub use trace::{CopyKind, RequeueCause, TraceEvent, TraceRecord};

@@ -11,12 +11,14 @@
 //! - [`table`]: the failure-location table from its sources (file, LinkDB
 //!   API; the proxy adds Kafka), hot-reloaded under one version rule.
 //! - [`hof`]: train positions from telemetry, for handover-failure prediction.
+//! - [`segtrace`]: the opt-in segment trace written to a file (`--trace-dir`).
 //! - [`telemetry`]: logging set-up shared by both binaries.
 
 pub mod config;
 pub mod hof;
 pub mod metrics;
 pub mod mptcp_conn;
+pub mod segtrace;
 pub mod session;
 pub mod subflow;
 pub mod table;

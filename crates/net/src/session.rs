@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -75,6 +75,17 @@ pub struct Session {
     inner: Arc<Inner>,
 }
 
+/// A session reference that does not keep it alive (for background tasks
+/// that end with it).
+#[derive(Clone)]
+pub struct WeakSession(Weak<Inner>);
+
+impl WeakSession {
+    pub fn upgrade(&self) -> Option<Session> {
+        self.0.upgrade().map(|inner| Session { inner })
+    }
+}
+
 impl Session {
     /// Wrap `ep`; returns the session and the shell's event stream. Spawns
     /// the timer task on the current runtime.
@@ -105,6 +116,18 @@ impl Session {
         // state; continuing with it is still better than taking the whole
         // train offline, and tests catch such panics.
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn downgrade(&self) -> WeakSession {
+        WeakSession(Arc::downgrade(&self.inner))
+    }
+
+    /// Run `f` on the endpoint for reading (statistics, the trace) without
+    /// dispatching events or scheduling afterwards: `f` must not change
+    /// what the endpoint would send.
+    pub fn peek<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
+        let mut st = self.lock();
+        f(&mut st, Instant::now())
     }
 
     /// Run `f` on the endpoint, then dispatch what it caused.

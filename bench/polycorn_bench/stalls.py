@@ -1,0 +1,383 @@
+"""Where stalls of bulk downloads come from, from the endpoints' segment traces.
+
+With ``SEGMENT_TRACE=1`` (scripts/bench-hsr.sh) the relay and the proxy of every scheme write
+a segment trace (``--trace-dir``, crates/core/src/trace.rs): every DATA frame the proxy wrote
+to a path (``sent``: first copy, redundant copy or reinjection), every DATA frame the relay
+received (``recv``: path, offset, new bytes), timeouts, stale paths, segments given back for
+reinjection (``requeue``, with its cause) and head-of-line recovery (``head``).
+
+For each stall of a download (a run of at least :data:`losttime.STALL_MIN_MS` without a new
+byte at the passenger, as in :mod:`polycorn_bench.losttime`), this module finds the segment
+the passenger waited for (the relay's in-order point at the stall's start) and follows it:
+
+* **stranded**: its first copy went to a path that did not deliver it in time, and a copy sent
+  again (on another path, or the same one after its subflow came back) ended the stall. The
+  stall splits into the wait until the sender sent it again (``wait_resend``: noticing the
+  path was stale, an RTO, a lost subflow, head-of-line recovery; by ``cause``) and the new
+  copy's trip (``resend_transit``);
+* **slow**: the first copy arrived on its own path, late (a blackout or a deep queue on that
+  path, with nothing sent again, or sent again too late to matter);
+* **not sent**: the segment left the proxy only after the stall began: the sender had no
+  room (every path's window full, the peer's window) or nothing to send (the origin);
+* **unmatched**: no trace record explains it (trace missing, dropped records, a stall
+  before the first byte).
+
+The result is per scheme: stalled time by kind, the split of ``stranded`` time, and the
+stalls themselves for inspection. Times in the output are milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from polycorn_bench.losttime import STALL_MIN_MS
+from polycorn_bench.records import Download, Issues, read_downloads, read_jsonl
+
+KINDS = ("stranded", "slow", "not_sent", "unmatched")
+
+
+@dataclass
+class Sent:
+    t: float
+    path: int
+    copy: str
+
+
+@dataclass
+class ConnRecv:
+    """The relay's view of one connection: arrivals and the in-order point over time."""
+
+    # (t, path, off, len, new) in time order
+    events: list[tuple[float, int, int, int, int]] = field(default_factory=list)
+    # in-order point after each change: parallel lists of times and offsets
+    t_contig: list[float] = field(default_factory=list)
+    contig: list[int] = field(default_factory=list)
+
+    def build(self) -> None:
+        self.events.sort()
+        have: list[tuple[int, int]] = []  # disjoint received ranges, sorted
+        end = 0
+        for t, _, off, ln, _new in self.events:
+            bisect.insort(have, (off, off + ln))
+            merged: list[tuple[int, int]] = []
+            for a, b in have:
+                if merged and a <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+                else:
+                    merged.append((a, b))
+            have = merged
+            new_end = have[0][1] if have and have[0][0] <= 0 else 0
+            if new_end > end:
+                end = new_end
+                self.t_contig.append(t)
+                self.contig.append(end)
+
+    def contig_at(self, t: float) -> int:
+        i = bisect.bisect_right(self.t_contig, t)
+        return self.contig[i - 1] if i else 0
+
+    def passes(self, off: int) -> tuple[float, int] | None:
+        """(time, path) at which the in-order point first went beyond ``off``."""
+        i = bisect.bisect_right(self.contig, off)
+        if i >= len(self.contig):
+            return None
+        t = self.t_contig[i]
+        path = next((p for tt, p, o, ln, new in self.events if tt == t and o <= off < o + ln), None)
+        if path is None:
+            path = next((p for tt, p, o, ln, _ in self.events if tt <= t and o <= off < o + ln), -1)
+        return t, path
+
+    def bytes_between(self, t0: float, t1: float) -> int:
+        return sum(new for t, _, _, _, new in self.events if t0 <= t < t1)
+
+
+@dataclass
+class Trace:
+    """Both ends' traces of one scheme on one trip, times in trip milliseconds."""
+
+    recv: dict[int, ConnRecv]
+    # (conn, segment offset) -> sends in time order
+    sends: dict[tuple[int, int], list[Sent]]
+    # conn -> sorted segment offsets, to find the segment holding a byte
+    seg_offsets: dict[int, list[int]]
+    seg_len: dict[tuple[int, int], int]
+    # (conn, segment offset) -> (t, cause, path) of requeues and head reinjections
+    requeues: dict[tuple[int, int], list[tuple[float, str, int]]]
+    dropped: int
+
+    def segment_of(self, conn: int, off: int) -> int | None:
+        offs = self.seg_offsets.get(conn)
+        if not offs:
+            return None
+        i = bisect.bisect_right(offs, off) - 1
+        if i < 0:
+            return None
+        s = offs[i]
+        return s if off < s + self.seg_len[(conn, s)] else None
+
+
+def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None:
+    """The relay's and the proxy's trace files of one scheme (every session's file), or None
+    when the directory has no trace."""
+    files = sorted(trace_dir.glob("*.jsonl")) if trace_dir.is_dir() else []
+    if not files:
+        return None
+    recv: dict[int, ConnRecv] = defaultdict(ConnRecv)
+    sends: dict[tuple[int, int], list[Sent]] = defaultdict(list)
+    seg_len: dict[tuple[int, int], int] = {}
+    requeues: dict[tuple[int, int], list[tuple[float, str, int]]] = defaultdict(list)
+    dropped = 0
+    for f in files:
+        relay = f.name.startswith("relay-")
+        for obj in read_jsonl(f, issues):
+            ev = obj.get("ev")
+            if ev == "end":
+                d = obj.get("dropped")
+                dropped += d if isinstance(d, int) else 0
+                continue
+            t = obj.get("t_ms")
+            if not isinstance(t, int | float):
+                issues.add("bad trace record", f"{f}: no t_ms")
+                continue
+            t = float(t) - epoch_ms
+            try:
+                if ev == "recv" and relay:
+                    recv[int(obj["conn"])].events.append(
+                        (t, int(obj["path"]), int(obj["off"]), int(obj["len"]), int(obj["new"]))
+                    )
+                elif ev == "sent" and not relay:
+                    key = (int(obj["conn"]), int(obj["off"]))
+                    sends[key].append(Sent(t, int(obj["path"]), str(obj["copy"])))
+                    seg_len[key] = int(obj["len"])
+                elif ev == "requeue" and not relay:
+                    key = (int(obj["conn"]), int(obj["off"]))
+                    requeues[key].append((t, str(obj["cause"]), int(obj["path"])))
+                elif ev == "head" and not relay and obj.get("reinject"):
+                    key = (int(obj["conn"]), int(obj["off"]))
+                    requeues[key].append((t, "head", -1))
+            except (KeyError, TypeError, ValueError):
+                issues.add("bad trace record", f"{f}: {ev} with missing fields")
+    for r in recv.values():
+        r.build()
+    seg_offsets: dict[int, list[int]] = defaultdict(list)
+    for conn, off in sorted(seg_len):
+        seg_offsets[conn].append(off)
+    for sv in sends.values():
+        sv.sort(key=lambda s: s.t)
+    for rv in requeues.values():
+        rv.sort()
+    return Trace(dict(recv), dict(sends), dict(seg_offsets), seg_len, dict(requeues), dropped)
+
+
+def stall_runs(d: Download) -> list[tuple[float, float]]:
+    """(start, end) trip ms of the download's stalls: runs of progress samples with no new
+    byte lasting at least STALL_MIN_MS, after the first byte (as losttime)."""
+    prog, end = d.progress, d.end_ms
+    if not prog or d.progress_bad or end is None:
+        return []
+    first = next((t for t, b in prog if b > 0), None)
+    if first is None:
+        return []
+    pts = [(t, b) for t, b in prog if first <= t <= end]
+    out: list[tuple[float, float]] = []
+    run: tuple[float, float] | None = None
+    for (t0, b0), (t1, b1) in pairwise(pts):
+        if b1 == b0 and t1 > t0:
+            run = (run[0], t1) if run else (t0, t1)
+        else:
+            if run and run[1] - run[0] >= STALL_MIN_MS:
+                out.append(run)
+            run = None
+    if run and run[1] - run[0] >= STALL_MIN_MS:
+        out.append(run)
+    return out
+
+
+def conn_of(d: Download, tr: Trace) -> int | None:
+    """The connection that carried download ``d``: the one with the most new bytes received
+    during it (downloads of one scheme do not overlap in the bulk phase)."""
+    if d.end_ms is None:
+        return None
+    best, best_n = None, 0
+    for conn, r in tr.recv.items():
+        n = r.bytes_between(d.start_ms - 50, d.end_ms + 50)
+        if n > best_n:
+            best, best_n = conn, n
+    return best
+
+
+def explain(stall: tuple[float, float], conn: int, tr: Trace) -> dict[str, Any]:
+    """What the passenger waited for during ``stall``, and why (see the module doc)."""
+    s, e = stall
+    out: dict[str, Any] = {"start_ms": s, "end_ms": e, "stall_ms": e - s, "conn": conn}
+    r = tr.recv.get(conn)
+    if r is None:
+        return out | {"kind": "unmatched", "why": "no arrivals traced"}
+    head = r.contig_at(s)
+    out["head_off"] = head
+    seg = tr.segment_of(conn, head)
+    passed = r.passes(head)
+    if seg is None or passed is None:
+        return out | {"kind": "unmatched", "why": "head segment not in the sender's trace"}
+    t_arrive, p_arrive = passed
+    sends = tr.sends[(conn, seg)]
+    first = sends[0]
+    out.update(
+        {
+            "first_sent_ms": first.t,
+            "first_path": first.path,
+            "arrived_ms": t_arrive,
+            "arrived_path": p_arrive,
+            "copies": [[x.t, x.path, x.copy] for x in sends],
+        }
+    )
+    if first.t >= s:
+        return out | {"kind": "not_sent", "wait_send_ms": first.t - s}
+    # The copy that ended the stall: the last one sent before the arrival on the arriving path.
+    arriving = [x for x in sends if x.t <= t_arrive and x.path == p_arrive]
+    copy = arriving[-1] if arriving else first
+    if copy is first:
+        return out | {"kind": "slow", "transit_ms": t_arrive - first.t}
+    causes = [c for c in tr.requeues.get((conn, seg), []) if c[0] <= copy.t]
+    cause = causes[-1] if causes else (copy.t, "unknown", -1)
+    return out | {
+        "kind": "stranded",
+        "cause": cause[1],
+        "wait_resend_ms": max(0.0, copy.t - s),
+        "resend_transit_ms": t_arrive - copy.t,
+        "resend_path": copy.path,
+        "since_first_sent_ms": copy.t - first.t,
+    }
+
+
+def _summary(stalls: list[dict[str, Any]], n_downloads: int) -> dict[str, Any]:
+    total = sum(x["stall_ms"] for x in stalls)
+    by_kind = {k: sum(x["stall_ms"] for x in stalls if x["kind"] == k) for k in KINDS}
+    stranded = [x for x in stalls if x["kind"] == "stranded"]
+    by_cause: dict[str, float] = defaultdict(float)
+    for x in stranded:
+        by_cause[x["cause"]] += x["stall_ms"]
+    return {
+        "downloads": n_downloads,
+        "stalls": len(stalls),
+        "stall_ms": total,
+        "by_kind_ms": by_kind,
+        "by_kind_share": {k: (v / total if total else None) for k, v in by_kind.items()},
+        "stranded": {
+            "n": len(stranded),
+            "wait_resend_ms": sum(x["wait_resend_ms"] for x in stranded),
+            "resend_transit_ms": sum(x["resend_transit_ms"] for x in stranded),
+            "by_cause_ms": dict(by_cause),
+        },
+    }
+
+
+def analyse_scheme(sdir: Path, epoch_ms: float, issues: Issues) -> dict[str, Any] | None:
+    """The stalls of one scheme's bulk downloads on one trip; None without a trace."""
+    tr = read_trace(sdir / "trace", epoch_ms, issues)
+    if tr is None:
+        return None
+    downloads = (
+        read_downloads(sdir / "bulk.jsonl", issues) if (sdir / "bulk.jsonl").exists() else []
+    )
+    stalls: list[dict[str, Any]] = []
+    for d in downloads:
+        runs = stall_runs(d)
+        if not runs:
+            continue
+        conn = conn_of(d, tr)
+        for st in runs:
+            if conn is None:
+                x: dict[str, Any] = {"start_ms": st[0], "end_ms": st[1], "stall_ms": st[1] - st[0]}
+                stalls.append(x | {"kind": "unmatched", "why": "no connection", "download": d.id})
+            else:
+                stalls.append(explain(st, conn, tr) | {"download": d.id, "label": d.label})
+    return {
+        "dropped_records": tr.dropped,
+        "summary": _summary(stalls, len(downloads)),
+        "stalls": stalls,
+    }
+
+
+def analyse_run(root: Path, schemes: Iterable[str] | None = None) -> dict[str, Any]:
+    """Every traced scheme of every trip under ``root`` (a bench-hsr run directory)."""
+    issues = Issues()
+    per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    trips: dict[str, Any] = {}
+    for timing in sorted(root.glob("*/*/timing.json")):
+        tdir = timing.parent
+        meta = json.loads(timing.read_text())
+        epoch = float(meta["epoch_unix_ms"])
+        for sdir in sorted(p for p in tdir.iterdir() if (p / "trace").is_dir()):
+            if schemes is not None and sdir.name not in schemes:
+                continue
+            res = analyse_scheme(sdir, epoch, issues)
+            if res is None:
+                continue
+            trips.setdefault(f"{tdir.parent.name}/{tdir.name}", {})[sdir.name] = res
+            per[sdir.name].extend(res["stalls"])
+    n_dl: dict[str, int] = defaultdict(int)
+    for t in trips.values():
+        for s, res in t.items():
+            n_dl[s] += res["summary"]["downloads"]
+    return {
+        "method": __doc__,
+        "schemes": {s: _summary(v, n_dl[s]) for s, v in per.items()},
+        "trips": trips,
+        "issues": issues.to_json(),
+    }
+
+
+def _table(doc: dict[str, Any]) -> str:
+    rows = [
+        "| scheme | downloads | stalls | stalled s | stranded | slow | not sent | unmatched "
+        "| stranded: wait to resend s | resend transit s | causes (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s, x in doc["schemes"].items():
+        sh = x["by_kind_share"]
+        st = x["stranded"]
+
+        def pct(v: float | None) -> str:
+            return "–" if v is None else f"{100 * v:.0f} %"
+
+        causes = ", ".join(f"{c} {v / 1000:.1f}" for c, v in sorted(st["by_cause_ms"].items()))
+        rows.append(
+            f"| `{s}` | {x['downloads']} | {x['stalls']} | {x['stall_ms'] / 1000:.1f} | "
+            f"{pct(sh['stranded'])} | {pct(sh['slow'])} | {pct(sh['not_sent'])} | "
+            f"{pct(sh['unmatched'])} | {st['wait_resend_ms'] / 1000:.1f} | "
+            f"{st['resend_transit_ms'] / 1000:.1f} | {causes or '–'} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path, help="bench-hsr run directory (SEGMENT_TRACE=1)")
+    p.add_argument("--out", type=Path, help="write the JSON here")
+    p.add_argument("--schemes", nargs="*", help="only these schemes")
+    a = p.parse_args(argv)
+    doc = analyse_run(a.run, a.schemes)
+    if not doc["schemes"]:
+        print(
+            f"stalls: no segment trace under {a.run} (run bench-hsr with SEGMENT_TRACE=1)",
+            file=sys.stderr,
+        )
+        return 1
+    if a.out:
+        a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(_table(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

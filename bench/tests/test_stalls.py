@@ -1,0 +1,170 @@
+"""Stalls of bulk downloads explained from the endpoints' segment traces: the segment the
+passenger waited for, and whether it was stranded on a path and sent again, slow on its own
+path, or not sent yet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from polycorn_bench import stalls
+
+EPOCH = 1_700_000_000_000.0
+SEG = 16_000
+
+
+def _write(path: Path, lines: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+
+
+def _progress(points: list[tuple[float, float]]) -> list[list[float]]:
+    return [[t, b] for t, b in points]
+
+
+def scheme_dir(tmp_path: Path) -> Path:
+    """One 4-segment download (conn 3) from trip time 1,000 ms:
+
+    - segments 0 and 1 go on path 0 at 1,000 and arrive at 1,100;
+    - segment 2 goes on path 1 at 1,000, whose link goes dark; path 1's RTO at 1,900 gives
+      it back and it is sent again on path 0 at 1,900, arriving at 2,000 (stall 1,100-2,000:
+      stranded, 800 ms waiting for the resend, 100 ms its trip);
+    - segment 3 goes on path 0 at 1,950 and arrives at 2,600 (a slow path; the passenger's
+      curve shows the stall from its next sample, 2,100-2,600);
+    and a second download (conn 4) from 5,000 whose only segment leaves the proxy at 5,600
+    (stall 5,100-5,700: not sent).
+    """
+    sdir = tmp_path / "run" / "hsr" / "r1-t1" / "minrtt"
+    size = 4 * SEG
+    prog1 = [(1000.0, 0.0), (1100.0, 2 * SEG)]
+    prog1 += [(1100.0 + 100 * i, 2 * SEG) for i in range(1, 10)]  # until 2,000
+    prog1 += [(2000.0 + 100 * i, 3 * SEG) for i in range(1, 7)]  # until 2,600
+    prog1 += [(2700.0, float(size))]
+    prog2 = [(5000.0, 0.0), (5100.0, 10.0)]
+    prog2 += [(5100.0 + 100 * i, 10.0) for i in range(1, 7)]
+    prog2 += [(5800.0, float(SEG + 10))]
+    bulk = [
+        {
+            "id": 0,
+            "label": "64KB",
+            "size": size,
+            "start_ms": 1000.0,
+            "end_ms": 2700.0,
+            "bytes": size,
+            "ok": True,
+            "timeout": False,
+            "error": None,
+            "progress": _progress(prog1),
+        },
+        {
+            "id": 1,
+            "label": "16KB",
+            "size": SEG + 10,
+            "start_ms": 5000.0,
+            "end_ms": 5800.0,
+            "bytes": SEG + 10,
+            "ok": True,
+            "timeout": False,
+            "error": None,
+            "progress": _progress(prog2),
+        },
+    ]
+    _write(sdir / "bulk.jsonl", bulk)
+
+    def t(ms: float) -> float:
+        return EPOCH + ms
+
+    def sent(
+        ms: float, path: int, conn: int, off: int, copy: str, *, ln: int = SEG
+    ) -> dict[str, Any]:
+        return {
+            "t_ms": t(ms),
+            "ev": "sent",
+            "path": path,
+            "conn": conn,
+            "off": off,
+            "len": ln,
+            "copy": copy,
+        }
+
+    def recv(
+        ms: float, path: int, conn: int, off: int, new: int, *, ln: int = SEG
+    ) -> dict[str, Any]:
+        return {
+            "t_ms": t(ms),
+            "ev": "recv",
+            "path": path,
+            "conn": conn,
+            "off": off,
+            "len": ln,
+            "new": new,
+        }
+
+    proxy = [
+        sent(1000, 0, 3, 0, "first"),
+        sent(1000, 0, 3, SEG, "first"),
+        sent(1000, 1, 3, 2 * SEG, "first"),
+        {"t_ms": t(1900), "ev": "rto", "path": 1, "count": 1, "in_flight": SEG, "action": "oldest"},
+        {"t_ms": t(1900), "ev": "requeue", "path": 1, "conn": 3, "off": 2 * SEG, "cause": "rto"},
+        sent(1900, 0, 3, 2 * SEG, "reinjection"),
+        sent(1950, 0, 3, 3 * SEG, "first"),
+        sent(5000, 0, 4, 0, "first", ln=10),
+        sent(5600, 0, 4, 10, "first"),
+        {"ev": "end", "dropped": 0, "bytes": 1},
+    ]
+    relay = [
+        recv(1100, 0, 3, 0, SEG),
+        recv(1100, 0, 3, SEG, SEG),
+        recv(2000, 0, 3, 2 * SEG, SEG),
+        recv(2600, 0, 3, 3 * SEG, SEG),
+        recv(3000, 1, 3, 2 * SEG, 0),  # the stranded first copy, too late
+        recv(5100, 0, 4, 0, 10, ln=10),
+        recv(5700, 0, 4, 10, SEG),
+        {"ev": "end", "dropped": 0, "bytes": 1},
+    ]
+    _write(sdir / "trace" / "proxy-00000000000000aa.jsonl", proxy)
+    _write(sdir / "trace" / "relay-00000000000000aa.jsonl", relay)
+    (sdir.parent / "timing.json").write_text(json.dumps({"epoch_unix_ms": EPOCH}), encoding="utf-8")
+    return sdir
+
+
+def test_each_stall_is_traced_to_the_segment_the_passenger_waited_for(tmp_path: Path) -> None:
+    sdir = scheme_dir(tmp_path)
+    doc = stalls.analyse_run(sdir.parent.parent.parent)
+    got = doc["trips"]["hsr/r1-t1"]["minrtt"]["stalls"]
+    assert [(x["start_ms"], x["end_ms"], x["kind"]) for x in got] == [
+        (1100.0, 2000.0, "stranded"),
+        (2100.0, 2600.0, "slow"),
+        (5100.0, 5700.0, "not_sent"),
+    ]
+    stranded, slow, not_sent = got
+    assert stranded["head_off"] == 2 * SEG
+    assert stranded["first_path"] == 1 and stranded["arrived_path"] == 0
+    assert stranded["cause"] == "rto"
+    assert stranded["wait_resend_ms"] == 800.0
+    assert stranded["resend_transit_ms"] == 100.0
+    assert slow["transit_ms"] == 650.0
+    assert not_sent["wait_send_ms"] == 500.0
+    s = doc["schemes"]["minrtt"]
+    assert s["stall_ms"] == 900.0 + 500.0 + 600.0
+    assert s["by_kind_ms"] == {"stranded": 900.0, "slow": 500.0, "not_sent": 600.0, "unmatched": 0}
+    assert s["stranded"]["by_cause_ms"] == {"rto": 900.0}
+
+
+def test_a_run_without_traces_is_an_error_not_an_empty_table(tmp_path: Path, capsys: Any) -> None:
+    sdir = scheme_dir(tmp_path)
+    for f in (sdir / "trace").iterdir():
+        f.unlink()
+    (sdir / "trace").rmdir()
+    assert stalls.main([str(sdir.parent.parent.parent)]) == 1
+    assert "SEGMENT_TRACE=1" in capsys.readouterr().err
+
+
+def test_malformed_trace_lines_are_counted_not_fatal(tmp_path: Path) -> None:
+    sdir = scheme_dir(tmp_path)
+    f = next((sdir / "trace").glob("proxy-*"))
+    f.write_text(f.read_text() + "not json\n" + json.dumps({"ev": "sent", "t_ms": 1}) + "\n")
+    doc = stalls.analyse_run(sdir.parent.parent.parent)
+    assert doc["issues"]["total"] == 2
+    assert len(doc["trips"]["hsr/r1-t1"]["minrtt"]["stalls"]) == 3
