@@ -26,7 +26,8 @@ Conventions (repeated in ``METHODS`` in the output and in ``README.md``):
 * Best single carrier, concurrency (1, 10, 100 passengers), memory-budget sweep and the budget
   check: :mod:`polycorn_bench.capacity`.
 * Head-of-line schedulerlets against their base pipeline: :mod:`polycorn_bench.hol`.
-* Where bulk downloads lose time against the oracle: :mod:`polycorn_bench.losttime`.
+* Where bulk downloads lose time against the oracle: :mod:`polycorn_bench.losttime`; what
+  each stall waited for, from the endpoints' segment traces: :mod:`polycorn_bench.stalls`.
 * HRSCH (hrsch against each baseline, ablation, IM changes, extra traffic, reinjection
   overhead, recovery after failed handovers): :mod:`polycorn_bench.hrsch`.
 """
@@ -41,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench import capacity, hol, hrsch, losttime
+from polycorn_bench import capacity, hol, hrsch, losttime, stalls
 from polycorn_bench.flows import (
     IM_REFERENCE,
     OVERALL,
@@ -97,6 +98,7 @@ CAPACITY_KEYS = (
     "budget_check",
     "hol_ablation",
     "lost_time",
+    "stall_causes",
 )
 
 METHODS = {
@@ -145,6 +147,7 @@ METHODS = {
     **hrsch.METHODS,
     **hol.METHODS,
     **losttime.METHODS,
+    **stalls.METHODS,
 }
 
 
@@ -474,6 +477,9 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "budget_check": check,
         "hol_ablation": hol.hol_ablation(flows, backlogs, schemes),
         "lost_time": losttime.lost_time(flows, ls, schemes, run.issues),
+        "stall_causes": stalls.link_set_stalls(
+            run.root / ls.name, [t.name for t in ls.trips], schemes, run.issues
+        ),
         "notes": notes,
         "goodput_mbps": {
             scheme: {

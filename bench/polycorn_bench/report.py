@@ -625,6 +625,63 @@ def _lost_time_section(ls: dict[str, Any]) -> list[str]:
     return out
 
 
+def _stall_section(ls: dict[str, Any]) -> list[str]:
+    """What bulk downloads' stalls waited for, from the segment traces (SEGMENT_TRACE=1)."""
+    sc = ls.get("stall_causes")
+    if not sc:
+        return []
+    out = [
+        "### Where stalls come from",
+        "",
+        "Bulk downloads of the traced schemes: every stall (≥ 300 ms without a new byte) "
+        "traced to the segment the passenger waited for. Stranded: its first copy's path did "
+        "not deliver it and a copy sent again ended the stall, split into the wait until it "
+        "was sent again and that copy's trip (seconds, by the cause of the resend); slow: "
+        "the first copy arrived late on its own path; not sent: the proxy wrote it only "
+        "after the stall began (method: `stall_causes`).",
+        "",
+    ]
+    rows = []
+    for scheme, x in sc["schemes"].items():
+        sh, st = x["by_kind_share"], x["stranded"]
+        causes = ", ".join(f"{c} {_f(v / 1000, 1)}" for c, v in sorted(st["by_cause_ms"].items()))
+        rows.append(
+            [
+                f"`{scheme}`",
+                str(x["downloads"]),
+                str(x["stalls"]),
+                _f(x["stall_ms"] / 1000, 1),
+                _pct(sh["stranded"], 0, sign=False),
+                _pct(sh["slow"], 0, sign=False),
+                _pct(sh["not_sent"], 0, sign=False),
+                _pct(sh["unmatched"], 0, sign=False),
+                _f(st["wait_resend_ms"] / 1000, 1),
+                _f(st["resend_transit_ms"] / 1000, 1),
+                causes or "–",
+                str(x.get("dropped_records", 0)),
+            ]
+        )
+    out += _table(
+        [
+            "scheme",
+            "downloads",
+            "stalls",
+            "stalled s",
+            "stranded",
+            "slow",
+            "not sent",
+            "unmatched",
+            "wait to resend s",
+            "resend trip s",
+            "resend causes (s)",
+            "trace records dropped",
+        ],
+        rows,
+    )
+    out.append("")
+    return out
+
+
 def _run_to_run_section(rr: dict[str, Any] | None) -> list[str]:
     """The overall hrsch/minrtt ratio of several runs of one configuration
     (``python -m polycorn_bench.runs``); empty without it."""
@@ -774,6 +831,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out += _capacity_section(ls)
         out += _hol_section(ls)
         out += _lost_time_section(ls)
+        out += _stall_section(ls)
         im = ls.get("im", {})
         if im:
             out += [

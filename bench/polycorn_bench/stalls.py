@@ -13,7 +13,8 @@ the passenger waited for (the relay's in-order point at the stall's start) and f
 * **stranded**: its first copy went to a path that did not deliver it in time, and a copy sent
   again (on another path, or the same one after its subflow came back) ended the stall. The
   stall splits into the wait until the sender sent it again (``wait_resend``: noticing the
-  path was stale, an RTO, a lost subflow, head-of-line recovery; by ``cause``) and the new
+  path was stale, an RTO, a lost subflow, head-of-line recovery, or a redundant copy placed
+  beside the first; by ``cause``) and the new
   copy's trip (``resend_transit``);
 * **slow**: the first copy arrived on its own path, late (a blackout or a deep queue on that
   path, with nothing sent again, or sent again too late to matter);
@@ -248,7 +249,11 @@ def explain(stall: tuple[float, float], conn: int, tr: Trace) -> dict[str, Any]:
     if copy is first:
         return out | {"kind": "slow", "transit_ms": t_arrive - first.t}
     causes = [c for c in tr.requeues.get((conn, seg), []) if c[0] <= copy.t]
-    cause = causes[-1] if causes else (copy.t, "unknown", -1)
+    if copy.copy == "redundant":
+        # A copy placed next to the first one (idle-inject, redundant schedulers).
+        cause: tuple[float, str, int] = (copy.t, "redundant", -1)
+    else:
+        cause = causes[-1] if causes else (copy.t, "unknown", -1)
     return out | {
         "kind": "stranded",
         "cause": cause[1],
@@ -305,6 +310,54 @@ def analyse_scheme(sdir: Path, epoch_ms: float, issues: Issues) -> dict[str, Any
         "dropped_records": tr.dropped,
         "summary": _summary(stalls, len(downloads)),
         "stalls": stalls,
+    }
+
+
+METHODS = {
+    "stall_causes": (
+        "bulk downloads of schemes run with SEGMENT_TRACE=1: each stall (>= 300 ms without a "
+        "new byte at the passenger) is traced to the segment at the relay's in-order point "
+        "when it began; stranded: its first copy's path did not deliver it in time and a copy "
+        "sent again ended the stall (wait_resend = resend time - stall start, by the cause "
+        "of the resend: rto, stale, down, head; resend_transit = arrival - resend); slow: "
+        "the first copy arrived on its own path; not_sent: the proxy wrote it only after the "
+        "stall began; unmatched: no trace record explains it. Milliseconds, summed over "
+        "downloads and trips"
+    ),
+}
+
+
+def link_set_stalls(
+    set_dir: Path, trips: Iterable[str], schemes: Iterable[str], issues: Issues
+) -> dict[str, Any] | None:
+    """``stall_causes`` of one link set of a bench-hsr run (``set_dir`` = RUN/<link_set>):
+    per scheme the summary over its trips, and per trip each scheme's summary. None when no
+    scheme of any trip has a segment trace."""
+    per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    n_dl: dict[str, int] = defaultdict(int)
+    dropped: dict[str, int] = defaultdict(int)
+    by_trip: dict[str, dict[str, Any]] = {}
+    for trip in trips:
+        tdir = set_dir / trip
+        try:
+            epoch = float(json.loads((tdir / "timing.json").read_text())["epoch_unix_ms"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for scheme in schemes:
+            res = analyse_scheme(tdir / scheme, epoch, issues)
+            if res is None:
+                continue
+            per[scheme].extend(res["stalls"])
+            n_dl[scheme] += res["summary"]["downloads"]
+            dropped[scheme] += res["dropped_records"]
+            by_trip.setdefault(trip, {})[scheme] = res["summary"]
+    if not per:
+        return None
+    return {
+        "schemes": {
+            s: _summary(v, n_dl[s]) | {"dropped_records": dropped[s]} for s, v in per.items()
+        },
+        "trips": by_trip,
     }
 
 

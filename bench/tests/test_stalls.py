@@ -168,3 +168,18 @@ def test_malformed_trace_lines_are_counted_not_fatal(tmp_path: Path) -> None:
     doc = stalls.analyse_run(sdir.parent.parent.parent)
     assert doc["issues"]["total"] == 2
     assert len(doc["trips"]["hsr/r1-t1"]["minrtt"]["stalls"]) == 3
+
+
+def test_the_link_set_summary_reaches_the_report(tmp_path: Path) -> None:
+    from polycorn_bench.records import Issues
+    from polycorn_bench.report import _stall_section
+
+    sdir = scheme_dir(tmp_path)
+    sc = stalls.link_set_stalls(sdir.parent.parent, ["r1-t1"], ["minrtt", "hrsch"], Issues())
+    assert sc is not None
+    assert list(sc["schemes"]) == ["minrtt"], "a scheme without a trace is left out"
+    assert sc["schemes"]["minrtt"]["stalls"] == 3
+    assert sc["trips"]["r1-t1"]["minrtt"]["stall_ms"] == 2000.0
+    text = "\n".join(_stall_section({"stall_causes": sc}))
+    assert "| `minrtt` | 2 | 3 | 2.0 | 45 % | 25 % | 30 % | 0 % | 0.8 | 0.1 | rto 0.9 | 0 |" in text
+    assert stalls.link_set_stalls(tmp_path / "nothing", ["r1-t1"], ["minrtt"], Issues()) is None
