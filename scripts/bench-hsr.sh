@@ -35,6 +35,13 @@
 #             Verizon, driving; GPL-3.0 data, see its README) as carriers 0
 #             and 1, 30 ms one-way delay, no random loss, no scheduled
 #             blackouts (set MAHIMAHI_DIR to use another copy).
+#   driving   two longer real driving traces of the same collection, AT&T LTE
+#             (786 s) and T-Mobile UMTS (928 s), as carriers 0 and 1, 30 ms
+#             one-way delay, no random loss: real outages (21 and 32 gaps of
+#             1 s or more in their downlinks) on two unequal carriers. Trip k
+#             starts both traces DRIVING_STEP_S x k seconds in (rotated, so
+#             each trip sees another stretch of road); 1 trip in short and
+#             full, 3 in long.
 #
 # Failure-location table (HRSCH's handover-failure-aware path rejection): the
 # trainer learns it from TABLE_TRIPS (default 20) PREVIOUS trips of the same
@@ -82,6 +89,8 @@ BIN=${BIN:-$root/target/release}
 export BIN
 WORK=${BENCH_WORK:-/tmp/polycorn-bench-hsr}
 MAHIMAHI_DIR=${MAHIMAHI_DIR:-$root/testbed/traces/mahimahi}
+DRIVING_TRACES=(ATT-LTE-driving TMobile-UMTS-driving)
+DRIVING_STEP_S=240
 # hrsch and its ablations (one HRSCH mechanism added to minrtt each), hrsch
 # with extended reinjection at k = 1 and 2 (testbed/pipelines.toml), the
 # baselines.
@@ -143,11 +152,11 @@ case $PROFILE in
         DEF_CONC_S=8 DEF_SWEEP_MIB="8 64" DEF_SWEEP_S=10 DEF_PHASES=$ALL_PHASES ;;
     demo) PER_SIZE=5 MESSAGES=15 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr" SLOT_S=7 IM_WIN_S=20 USERS="10 20 30" BACKLOG_S=30 DEF_LOAD_START=auto
         DEF_CONC_S=20 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=30 DEF_PHASES="bulk im backlog" ;;
-    short) PER_SIZE=6 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=25 USERS="10 20 30" BACKLOG_S=120 DEF_LOAD_START=120
+    short) PER_SIZE=6 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DRIVING_TRIPS=1 DEF_SETS="hsr mahimahi driving" SLOT_S=15 IM_WIN_S=25 USERS="10 20 30" BACKLOG_S=120 DEF_LOAD_START=120
         DEF_CONC_S=30 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=60 DEF_PHASES="bulk im backlog concurrency" ;;
-    full) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=5 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=120
+    full) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=5 DRIVING_TRIPS=1 DEF_SETS="hsr mahimahi driving" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=120
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog concurrency" ;;
-    long) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr mahimahi" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=120
+    long) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DRIVING_TRIPS=3 DEF_SETS="hsr mahimahi driving" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=120
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog" ;;
     precision) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=45
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk"
@@ -324,6 +333,14 @@ trap 'log "interrupted"; exit 130' INT TERM
 
 now_ms() { date +%s%3N; }
 
+# rotate_trace FILE OFFSET_MS OUT: a Mahimahi trace started OFFSET_MS in, as
+# its player would reach it, every opportunity and the period kept
+# (polycorn_bench.links, Trace.rotated).
+rotate_trace() {
+    uv run --project bench --locked --quiet python -m polycorn_bench.links rotate "$1" "$2" "$3" \
+        || die "cannot cut $1 at $2 ms"
+}
+
 # make_trip LINK_SET INDEX DIR: the link files of one trip; prints its id.
 make_trip() {
     local set=$1 k=$2 dir=$3
@@ -345,6 +362,17 @@ make_trip() {
                     "$name" >"$dir/c$i.schedule"
             done
             ;;
+        driving)
+            mkdir -p "$dir"
+            local i name off=$((DRIVING_STEP_S * k * 1000))
+            for i in 0 1; do
+                name=${DRIVING_TRACES[$i]}
+                rotate_trace "$MAHIMAHI_DIR/$name.up" "$off" "$dir/c$i.up"
+                rotate_trace "$MAHIMAHI_DIR/$name.down" "$off" "$dir/c$i.down"
+                printf '# %s from %d ms, Mahimahi driving trace: constant delay, no loss, no scheduled blackouts\ndelay 0 30\n' \
+                    "$name" "$off" >"$dir/c$i.schedule"
+            done
+            ;;
     esac
 }
 
@@ -353,11 +381,13 @@ trip_ids() {
     case $set in
         hsr) n=$HSR_TRIPS ;;
         mahimahi) n=1 ;;
+        driving) n=${DRIVING_TRIPS:-1} ;;
     esac
     for ((k = 0; k < n; k++)); do
         case $set in
             hsr) echo "r$ROUTE_SEED-t$((TRIP_SEED_BASE + 1 + k))" ;;
             mahimahi) echo "tmobile-verizon" ;;
+            driving) echo "att-umts-$((DRIVING_STEP_S * k))s" ;;
         esac
     done
 }
@@ -637,7 +667,12 @@ for set in "${LINK_SETS[@]}"; do
             [[ -f $MAHIMAHI_DIR/$f ]] || die "Mahimahi trace $MAHIMAHI_DIR/$f is missing"
         done
     fi
-    [[ $set == hsr || $set == mahimahi ]] || die "unknown link set '$set' (hsr, mahimahi)"
+    if [[ $set == driving ]]; then
+        for f in "${DRIVING_TRACES[@]}"; do
+            [[ -f $MAHIMAHI_DIR/$f.up && -f $MAHIMAHI_DIR/$f.down ]] || die "Mahimahi trace $MAHIMAHI_DIR/$f.{up,down} is missing"
+        done
+    fi
+    [[ $set == hsr || $set == mahimahi || $set == driving ]] || die "unknown link set '$set' (hsr, mahimahi, driving)"
     [[ $set == hsr && $TABLE == previous && ! -f $RUN/failure-table.json ]] && make_table
     mapfile -t ids < <(trip_ids "$set")
     if ((TRIP_PARALLEL == 1)); then
@@ -664,6 +699,7 @@ for set in "${LINK_SETS[@]}"; do
             ((DIAGNOSTIC)) && desc="DIAGNOSTIC: polycorn-tracegen $PRESET, $CARRIERS carriers, route seed $ROUTE_SEED, trip seeds from $((TRIP_SEED_BASE + 1)), slot ${SLOT_S}s, table $TABLE"
             ;;
         mahimahi) desc="Mahimahi LTE driving traces (T-Mobile, Verizon), 30 ms one-way delay, no loss" ;;
+        driving) desc="Mahimahi driving traces (AT&T LTE, T-Mobile UMTS), started ${DRIVING_STEP_S} s apart per trip, 30 ms one-way delay, no loss" ;;
     esac
     sets_json+="${sets_json:+, }\"$set\": {\"trips\": $(printf '%s\n' "${ids[@]}" | jq -R . | jq -s -c .), \"description\": \"$desc\"}"
 done

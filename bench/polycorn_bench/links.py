@@ -18,6 +18,7 @@ Both are read with the semantics of ``testbed/emu`` (``trace.rs``, ``schedule.rs
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,27 @@ class Trace:
         base = self.ms.astype(np.float64)
         t = np.concatenate([base + r * self.period_ms for r in range(reps)])
         return t[: int(np.searchsorted(t, until_ms, side="right"))]
+
+    def rotated(self, start_ms: int) -> Trace:
+        """The trace as its player meets it from ``start_ms`` on: with ``o`` the first
+        timestamp at or after ``start_ms`` (mod the period) and ``p`` the period, each line
+        ``t`` becomes ``(t - o) mod p``, 0 written as ``p``. Every opportunity and the period
+        are kept (the line at ``o`` becomes the new last line); a trip cut from a long trace
+        this way starts at another stretch of road. A start at a whole number of periods
+        returns the trace unchanged."""
+        p = self.period_ms
+        want = start_ms % p
+        if want == 0:
+            return self
+        idx = int(np.searchsorted(self.ms, want, side="left"))
+        o = int(self.ms[idx]) if idx < len(self.ms) else p
+        t = (self.ms - o) % p
+        t[t == 0] = p
+        return Trace(np.sort(t))
+
+    def text(self) -> str:
+        """The trace in Mahimahi's format, one timestamp per line."""
+        return "".join(f"{int(v)}\n" for v in self.ms)
 
     def first_after(self, t: float) -> float:
         """Time of the first opportunity strictly after ``t`` (the one that can serve a packet
@@ -221,3 +243,30 @@ class Schedule:
         if i >= 0 and t < self.blackout_end[i]:
             return float(self.blackout_end[i])
         return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m polycorn_bench.links rotate IN START_MS OUT``: write IN started START_MS
+    in (:meth:`Trace.rotated`; scripts/bench-hsr.sh cuts the ``driving`` trips this way)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="polycorn_bench.links", description=main.__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("rotate", help="start a Mahimahi trace START_MS in")
+    r.add_argument("src", type=Path)
+    r.add_argument("start_ms", type=int)
+    r.add_argument("out", type=Path)
+    a = ap.parse_args(argv)
+    if a.start_ms < 0:
+        ap.error("START_MS must be >= 0")
+    try:
+        trace = Trace.load(a.src)
+    except (OSError, LinkFileError) as e:
+        print(f"polycorn_bench.links: {e}", file=sys.stderr)
+        return 1
+    a.out.write_text(trace.rotated(a.start_ms).text(), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
