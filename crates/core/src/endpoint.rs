@@ -1481,6 +1481,11 @@ impl Endpoint {
                 let ev =
                     TraceEvent::Rto { path: view.id, count: view.rto_count, in_flight: view.in_flight_bytes, action };
                 trace::record(&mut self.trace, now, ev);
+                // What is queued here and not yet written never left: with
+                // the path in timeout (its window down to a probe) it goes
+                // back to its connections, for any path with room, whatever
+                // the reinjection handler does with what is in flight.
+                self.drain_queue(i, now);
                 self.reinject_from(i, action, RequeueCause::Rto, now);
             }
             let slot = self.slots[i].as_mut().expect("checked");

@@ -376,7 +376,15 @@ impl Path {
             }
             _ => self.cfg.initial_cwnd_bytes,
         };
-        if self.penalised_until.is_some() {
+        if self.rto_count > 0 {
+            // The retransmission timer fired and nothing has been
+            // acknowledged since: like TCP's loss window after an RTO, the
+            // path takes no more than a probe until an acknowledgement
+            // shows it delivers again. Without this a path that went dark
+            // keeps its window and goes on absorbing new data that only
+            // the blackout's end (or a reinjection) will deliver.
+            self.cfg.min_cwnd_bytes.min(cwnd)
+        } else if self.penalised_until.is_some() {
             (cwnd / 2).max(self.cfg.min_cwnd_bytes)
         } else {
             cwnd

@@ -658,6 +658,16 @@ impl Harness {
         &self.proxy
     }
 
+    /// The endpoints for calls a test makes itself (e.g.
+    /// [`Endpoint::enable_trace`] and [`Endpoint::poll_trace`]).
+    pub fn relay_mut(&mut self) -> &mut Endpoint {
+        &mut self.relay
+    }
+
+    pub fn proxy_mut(&mut self) -> &mut Endpoint {
+        &mut self.proxy
+    }
+
     pub fn endpoint(&self, side: Side) -> &Endpoint {
         match side {
             Side::Relay => &self.relay,

@@ -59,6 +59,8 @@ pub use trace::{MahimahiTrace, TraceCursor, TraceError};
 #[cfg(test)]
 mod aggregation;
 #[cfg(test)]
+mod blackouts;
+#[cfg(test)]
 mod hrsch_scenarios;
 #[cfg(test)]
 mod properties;
