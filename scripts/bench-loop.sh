@@ -400,6 +400,9 @@ run_trip() {
 }
 
 TRIP_IDS=()
+# The commit the run starts from: a report run takes hours, and others may
+# commit in this tree meanwhile (the binaries are the ones built now).
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 log "profile $PROFILE: $TRIPS trips of ${TRIP_S}s, route $ROUTE_SEED, trip seeds $((TRIP_SEED_BASE + 1))..$((TRIP_SEED_BASE + TRIPS)), table source $TABLE_SOURCE"
 T_START=$(now_ms)
 for ((k = 1; k <= TRIPS; k++)); do
@@ -410,7 +413,7 @@ done
 desc="polycorn-tracegen $PRESET, $CARRIERS carriers, route seed $ROUTE_SEED, trip seeds $((TRIP_SEED_BASE + 1))..$((TRIP_SEED_BASE + TRIPS)), in order"
 ((DIAGNOSTIC)) && desc="DIAGNOSTIC: $desc"
 jq -n --arg profile "$PROFILE" --argjson diag "$( ((DIAGNOSTIC)) && echo true || echo false)" \
-    --arg commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+    --arg commit "$COMMIT" \
     --argjson per_size "$PER_SIZE" --argjson slot "$SLOT_S" --argjson backlog "$BACKLOG_S" \
     --argjson trip_s "$TRIP_S" --arg desc "$desc" --arg source "$TABLE_SOURCE" --arg train "$TRAIN" \
     --argjson route "$ROUTE_SEED" --arg trainer_args "$TRAINER_ARGS" \
