@@ -678,6 +678,45 @@ def _stall_section(ls: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
+    out += [
+        "",
+        "Each carrier's use during the same downloads (request to last byte): the bytes it "
+        "delivered (every copy) over its downlink capacity, and how the proxy's samples of the "
+        "path (every 100 ms) found it: room in its window (available: the connection's "
+        "window or the origin held data back), window or queue full, stale, in timeout.",
+        "",
+    ]
+    rows = []
+    for scheme, x in sc["schemes"].items():
+        for path, u in (x.get("path_use") or {}).items():
+            st = u["state_share"]
+            rows.append(
+                [
+                    f"`{scheme}`",
+                    str(path),
+                    _f(u["capacity_bytes"] / 1e6, 1),
+                    _f(u["delivered_bytes"] / 1e6, 1),
+                    _pct(u["used_share"], 0, sign=False),
+                    *(
+                        _pct(st[k], 0, sign=False)
+                        for k in ("available", "full", "stale", "timeout")
+                    ),
+                ]
+            )
+    out += _table(
+        [
+            "scheme",
+            "carrier",
+            "capacity MB",
+            "delivered MB",
+            "used",
+            "available",
+            "full",
+            "stale",
+            "timeout",
+        ],
+        rows,
+    )
     out.append("")
     return out
 

@@ -25,6 +25,13 @@ the passenger waited for (the relay's in-order point at the stall's start) and f
 
 The result is per scheme: stalled time by kind, the split of ``stranded`` time, and the
 stalls themselves for inspection. Times in the output are milliseconds.
+
+Beside the stalls, each carrier's **use** during the downloads (:func:`path_use`): the bytes it
+delivered over its downlink capacity (the oracle's opportunities), and the share of the
+proxy's 100 ms samples of the path in each state (room in the window, full, stale, timeout):
+a carrier that delivers a fraction of its capacity while its window has room was held back
+upstream of the scheduler (the connection's window, the origin), one that is full is held by
+its own window or queue.
 """
 
 from __future__ import annotations
@@ -40,7 +47,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from polycorn_bench.losttime import STALL_MIN_MS
+from polycorn_bench.oracle import Carrier, load_carriers
 from polycorn_bench.records import Download, Issues, read_downloads, read_jsonl
 
 KINDS = ("stranded", "slow", "not_sent", "unmatched")
@@ -102,6 +112,18 @@ class ConnRecv:
 
 
 @dataclass
+class PathSample:
+    """The proxy's view of one path at one instant (``path`` lines of the trace)."""
+
+    t: float
+    avail: str
+    stale: bool
+    rto_count: int
+    in_flight: int
+    cwnd: int
+
+
+@dataclass
 class Trace:
     """Both ends' traces of one scheme on one trip, times in trip milliseconds."""
 
@@ -114,6 +136,8 @@ class Trace:
     # (conn, segment offset) -> (t, cause, path) of requeues and head reinjections
     requeues: dict[tuple[int, int], list[tuple[float, str, int]]]
     dropped: int
+    # path -> the proxy's samples of it, in time order
+    samples: dict[int, list[PathSample]] = field(default_factory=dict)
 
     def segment_of(self, conn: int, off: int) -> int | None:
         offs = self.seg_offsets.get(conn)
@@ -136,6 +160,7 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
     sends: dict[tuple[int, int], list[Sent]] = defaultdict(list)
     seg_len: dict[tuple[int, int], int] = {}
     requeues: dict[tuple[int, int], list[tuple[float, str, int]]] = defaultdict(list)
+    samples: dict[int, list[PathSample]] = defaultdict(list)
     dropped = 0
     for f in files:
         relay = f.name.startswith("relay-")
@@ -162,6 +187,17 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
                 elif ev == "requeue" and not relay:
                     key = (int(obj["conn"]), int(obj["off"]))
                     requeues[key].append((t, str(obj["cause"]), int(obj["path"])))
+                elif ev == "path" and not relay:
+                    samples[int(obj["path"])].append(
+                        PathSample(
+                            t,
+                            str(obj["avail"]),
+                            bool(obj["stale"]),
+                            int(obj["rto_count"]),
+                            int(obj["in_flight"]),
+                            int(obj["cwnd"]),
+                        )
+                    )
                 elif ev == "head" and not relay and obj.get("reinject"):
                     key = (int(obj["conn"]), int(obj["off"]))
                     requeues[key].append((t, "head", -1))
@@ -176,7 +212,11 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
         sv.sort(key=lambda s: s.t)
     for rv in requeues.values():
         rv.sort()
-    return Trace(dict(recv), dict(sends), dict(seg_offsets), seg_len, dict(requeues), dropped)
+    for pv in samples.values():
+        pv.sort(key=lambda x: x.t)
+    return Trace(
+        dict(recv), dict(sends), dict(seg_offsets), seg_len, dict(requeues), dropped, dict(samples)
+    )
 
 
 def stall_runs(d: Download) -> list[tuple[float, float]]:
@@ -264,6 +304,77 @@ def explain(stall: tuple[float, float], conn: int, tr: Trace) -> dict[str, Any]:
     }
 
 
+#: Payload bytes per downlink opportunity, as the oracle counts them.
+PAYLOAD = 1448
+PATH_STATES = ("available", "full", "stale", "timeout")
+
+
+def _state(x: PathSample) -> str:
+    if x.rto_count > 0:
+        return "timeout"
+    if x.stale:
+        return "stale"
+    return "full" if x.avail == "full" else "available"
+
+
+def path_use(
+    d: Download, conn: int, tr: Trace, carriers: list[Carrier]
+) -> dict[int, dict[str, Any]] | None:
+    """Per path, over the download (request to last byte): the carrier's downlink capacity
+    (opportunities outside blackouts x 1448 bytes), the bytes of the download it delivered
+    (every copy that reached the relay), and the share of the proxy's path samples in each
+    state: ``available`` (room in the window: nothing more to send, the connection's window
+    or the origin held it back), ``full`` (window or queue full), ``stale``, ``timeout``
+    (retransmission timeout, no acknowledgement since)."""
+    if d.end_ms is None or not carriers:
+        return None
+    s, e = d.start_ms, d.end_ms
+    r = tr.recv.get(conn)
+    out: dict[int, dict[str, Any]] = {}
+    for i, c in enumerate(carriers):
+        times, _ = c.downlink(e)
+        cap = int(np.searchsorted(times, e) - np.searchsorted(times, s)) * PAYLOAD
+        got = sum(ln for t, p, _, ln, _ in (r.events if r else []) if p == i and s <= t <= e)
+        states = [_state(x) for x in tr.samples.get(i, []) if s <= x.t <= e]
+        n = len(states)
+        out[i] = {
+            "capacity_bytes": cap,
+            "delivered_bytes": got,
+            "samples": n,
+            "state_share": {k: (states.count(k) / n if n else None) for k in PATH_STATES},
+        }
+    return out
+
+
+def _path_use_summary(per: list[dict[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Sums over downloads: per path, capacity and delivered bytes, their ratio, and the
+    state shares weighted by samples."""
+    paths: dict[int, dict[str, Any]] = {}
+    for u in per:
+        for p, x in u.items():
+            acc = paths.setdefault(
+                p, {"capacity_bytes": 0, "delivered_bytes": 0, "samples": 0, "state_n": {}}
+            )
+            acc["capacity_bytes"] += x["capacity_bytes"]
+            acc["delivered_bytes"] += x["delivered_bytes"]
+            acc["samples"] += x["samples"]
+            for k, v in x["state_share"].items():
+                if v is not None:
+                    acc["state_n"][k] = acc["state_n"].get(k, 0) + v * x["samples"]
+    out: dict[str, Any] = {}
+    for p, acc in sorted(paths.items()):
+        n = acc["samples"]
+        out[str(p)] = {
+            "capacity_bytes": acc["capacity_bytes"],
+            "delivered_bytes": acc["delivered_bytes"],
+            "used_share": (
+                acc["delivered_bytes"] / acc["capacity_bytes"] if acc["capacity_bytes"] else None
+            ),
+            "state_share": {k: (acc["state_n"].get(k, 0) / n if n else None) for k in PATH_STATES},
+        }
+    return out
+
+
 def _summary(stalls: list[dict[str, Any]], n_downloads: int) -> dict[str, Any]:
     total = sum(x["stall_ms"] for x in stalls)
     by_kind = {k: sum(x["stall_ms"] for x in stalls if x["kind"] == k) for k in KINDS}
@@ -286,8 +397,21 @@ def _summary(stalls: list[dict[str, Any]], n_downloads: int) -> dict[str, Any]:
     }
 
 
-def analyse_scheme(sdir: Path, epoch_ms: float, issues: Issues) -> dict[str, Any] | None:
-    """The stalls of one scheme's bulk downloads on one trip; None without a trace."""
+def trip_carriers(tdir: Path, issues: Issues) -> list[Carrier]:
+    """The trip's carriers (``TRIP/trip/c<i>.*``); none, with the reason in ``issues``, when
+    its link files cannot be read."""
+    try:
+        return load_carriers(tdir / "trip")
+    except (OSError, ValueError) as e:
+        issues.add("unreadable link files", f"{tdir}: {e}")
+        return []
+
+
+def analyse_scheme(
+    sdir: Path, epoch_ms: float, issues: Issues, carriers: list[Carrier] | None = None
+) -> dict[str, Any] | None:
+    """The stalls (and, with the trip's carriers, the paths' use) of one scheme's bulk
+    downloads on one trip; None without a trace."""
     tr = read_trace(sdir / "trace", epoch_ms, issues)
     if tr is None:
         return None
@@ -295,12 +419,14 @@ def analyse_scheme(sdir: Path, epoch_ms: float, issues: Issues) -> dict[str, Any
         read_downloads(sdir / "bulk.jsonl", issues) if (sdir / "bulk.jsonl").exists() else []
     )
     stalls: list[dict[str, Any]] = []
+    use: list[dict[int, dict[str, Any]]] = []
     for d in downloads:
-        runs = stall_runs(d)
-        if not runs:
-            continue
         conn = conn_of(d, tr)
-        for st in runs:
+        if conn is not None and carriers:
+            u = path_use(d, conn, tr, carriers)
+            if u is not None:
+                use.append(u)
+        for st in stall_runs(d):
             if conn is None:
                 x: dict[str, Any] = {"start_ms": st[0], "end_ms": st[1], "stall_ms": st[1] - st[0]}
                 stalls.append(x | {"kind": "unmatched", "why": "no connection", "download": d.id})
@@ -310,6 +436,7 @@ def analyse_scheme(sdir: Path, epoch_ms: float, issues: Issues) -> dict[str, Any
         "dropped_records": tr.dropped,
         "summary": _summary(stalls, len(downloads)),
         "stalls": stalls,
+        "path_use": use,
     }
 
 
@@ -322,7 +449,11 @@ METHODS = {
         "of the resend: rto, stale, down, head; resend_transit = arrival - resend); slow: "
         "the first copy arrived on its own path; not_sent: the proxy wrote it only after the "
         "stall began; unmatched: no trace record explains it. Milliseconds, summed over "
-        "downloads and trips"
+        "downloads and trips; path_use per carrier: capacity_bytes (downlink opportunities "
+        "outside blackouts between a download's request and last byte, x 1448), "
+        "delivered_bytes (every DATA frame of the download the relay received on it), "
+        "used_share, and state_share of the proxy's 100 ms path samples in the window: "
+        "available, full, stale, timeout"
     ),
 }
 
@@ -334,6 +465,7 @@ def link_set_stalls(
     per scheme the summary over its trips, and per trip each scheme's summary. None when no
     scheme of any trip has a segment trace."""
     per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    use: dict[str, list[dict[int, dict[str, Any]]]] = defaultdict(list)
     n_dl: dict[str, int] = defaultdict(int)
     dropped: dict[str, int] = defaultdict(int)
     by_trip: dict[str, dict[str, Any]] = {}
@@ -343,11 +475,17 @@ def link_set_stalls(
             epoch = float(json.loads((tdir / "timing.json").read_text())["epoch_unix_ms"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
+        carriers: list[Carrier] | None = None
         for scheme in schemes:
-            res = analyse_scheme(tdir / scheme, epoch, issues)
+            if not (tdir / scheme / "trace").is_dir():
+                continue
+            if carriers is None:
+                carriers = trip_carriers(tdir, issues)
+            res = analyse_scheme(tdir / scheme, epoch, issues, carriers)
             if res is None:
                 continue
             per[scheme].extend(res["stalls"])
+            use[scheme].extend(res["path_use"])
             n_dl[scheme] += res["summary"]["downloads"]
             dropped[scheme] += res["dropped_records"]
             by_trip.setdefault(trip, {})[scheme] = res["summary"]
@@ -355,7 +493,9 @@ def link_set_stalls(
         return None
     return {
         "schemes": {
-            s: _summary(v, n_dl[s]) | {"dropped_records": dropped[s]} for s, v in per.items()
+            s: _summary(v, n_dl[s])
+            | {"dropped_records": dropped[s], "path_use": _path_use_summary(use[s])}
+            for s, v in per.items()
         },
         "trips": by_trip,
     }
@@ -365,26 +505,33 @@ def analyse_run(root: Path, schemes: Iterable[str] | None = None) -> dict[str, A
     """Every traced scheme of every trip under ``root`` (a bench-hsr run directory)."""
     issues = Issues()
     per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    use: dict[str, list[dict[int, dict[str, Any]]]] = defaultdict(list)
     trips: dict[str, Any] = {}
     for timing in sorted(root.glob("*/*/timing.json")):
         tdir = timing.parent
         meta = json.loads(timing.read_text())
         epoch = float(meta["epoch_unix_ms"])
-        for sdir in sorted(p for p in tdir.iterdir() if (p / "trace").is_dir()):
+        traced = sorted(p for p in tdir.iterdir() if (p / "trace").is_dir())
+        carriers = trip_carriers(tdir, issues) if traced else []
+        for sdir in traced:
             if schemes is not None and sdir.name not in schemes:
                 continue
-            res = analyse_scheme(sdir, epoch, issues)
+            res = analyse_scheme(sdir, epoch, issues, carriers)
             if res is None:
                 continue
             trips.setdefault(f"{tdir.parent.name}/{tdir.name}", {})[sdir.name] = res
             per[sdir.name].extend(res["stalls"])
+            use[sdir.name].extend(res["path_use"])
     n_dl: dict[str, int] = defaultdict(int)
     for t in trips.values():
         for s, res in t.items():
             n_dl[s] += res["summary"]["downloads"]
     return {
         "method": __doc__,
-        "schemes": {s: _summary(v, n_dl[s]) for s, v in per.items()},
+        "schemes": {
+            s: _summary(v, n_dl[s]) | {"path_use": _path_use_summary(use[s])}
+            for s, v in per.items()
+        },
         "trips": trips,
         "issues": issues.to_json(),
     }

@@ -123,7 +123,33 @@ def scheme_dir(tmp_path: Path) -> Path:
         recv(5700, 0, 4, 10, SEG),
         {"ev": "end", "dropped": 0, "bytes": 1},
     ]
+
+    def sample(at: float, path: int, avail: str, rto: int) -> dict[str, Any]:
+        return {
+            "t_ms": t(at),
+            "ev": "path",
+            "path": path,
+            "srtt_us": 100_000,
+            "cwnd": 65_536,
+            "in_flight": 0,
+            "queued": 0,
+            "rate_bps": 0,
+            "stale": False,
+            "avail": avail,
+            "rto_count": rto,
+        }
+
+    proxy += [
+        sample(1500, 0, "full", 0),
+        sample(1600, 0, "available", 0),
+        sample(1500, 1, "full", 1),
+    ]
     _write(sdir / "trace" / "proxy-00000000000000aa.jsonl", proxy)
+    # Carrier 0: one opportunity every ms; carrier 1: every 2 ms.
+    trip = sdir.parent / "trip"
+    trip.mkdir(parents=True, exist_ok=True)
+    (trip / "c0.down").write_text("1\n", encoding="utf-8")
+    (trip / "c1.down").write_text("2\n", encoding="utf-8")
     _write(sdir / "trace" / "relay-00000000000000aa.jsonl", relay)
     (sdir.parent / "timing.json").write_text(json.dumps({"epoch_unix_ms": EPOCH}), encoding="utf-8")
     return sdir
@@ -183,3 +209,19 @@ def test_the_link_set_summary_reaches_the_report(tmp_path: Path) -> None:
     text = "\n".join(_stall_section({"stall_causes": sc}))
     assert "| `minrtt` | 2 | 3 | 2.0 | 45 % | 25 % | 30 % | 0 % | 0.8 | 0.1 | rto 0.9 | 0 |" in text
     assert stalls.link_set_stalls(tmp_path / "nothing", ["r1-t1"], ["minrtt"], Issues()) is None
+
+
+def test_each_paths_use_during_a_download_is_measured_against_its_capacity(tmp_path: Path) -> None:
+    sdir = scheme_dir(tmp_path)
+    doc = stalls.analyse_run(sdir.parent.parent.parent)
+    first = doc["trips"]["hsr/r1-t1"]["minrtt"]["path_use"][0]  # the download of 1,000-2,700 ms
+    assert first[0]["capacity_bytes"] == 1700 * stalls.PAYLOAD
+    assert first[1]["capacity_bytes"] == 850 * stalls.PAYLOAD
+    assert first[0]["delivered_bytes"] == 4 * SEG
+    assert first[1]["delivered_bytes"] == 0, "the late copy on path 1 arrived after the download"
+    assert first[0]["state_share"]["full"] == 0.5
+    assert first[0]["state_share"]["available"] == 0.5
+    assert first[1]["state_share"]["timeout"] == 1.0
+    use = doc["schemes"]["minrtt"]["path_use"]
+    assert use["0"]["capacity_bytes"] == (1700 + 800) * stalls.PAYLOAD
+    assert use["0"]["used_share"] == (4 * SEG + 10 + SEG) / ((1700 + 800) * stalls.PAYLOAD)
