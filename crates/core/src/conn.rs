@@ -592,6 +592,15 @@ pub enum RecvError {
 /// a limit neither has announced.
 pub const INITIAL_MAX_DATA: u64 = 64 * 1024;
 
+/// A receiver advertises more window once reading has freed this fraction
+/// of it (1/8). With 1/2, a sender held by the window gets its credit in
+/// half-window steps, one way-trip late each, so it has between half and
+/// all of the window to use: in virtual time, 8 MB over two carriers (8 and
+/// 24 Mbit/s, 240 and 200 ms round trips) took 3.78 s with a fixed 1 MiB
+/// window and 3.21 s with 1/8 (6.88 and 4.59 s at 512 KiB). WINDOW frames
+/// are a few bytes, and go out at most once per acknowledgement.
+pub const WINDOW_UPDATE_DIVISOR: u64 = 8;
+
 impl RecvStream {
     pub fn new(limits: WindowLimits) -> Self {
         let max = limits.max.max(1);
@@ -753,11 +762,12 @@ impl RecvStream {
         (self.contiguous_end(), ranges)
     }
 
-    /// A new window limit to advertise, when reading freed at least half a
-    /// window since the last advertisement, or the window grew.
+    /// A new window limit to advertise, when reading freed at least
+    /// 1/[`WINDOW_UPDATE_DIVISOR`] of the window since the last
+    /// advertisement, or the window grew.
     pub fn window_update(&mut self) -> Option<u64> {
         let limit = self.read_off + self.window;
-        if limit >= self.advertised + self.window / 2 {
+        if limit >= self.advertised + self.window / WINDOW_UPDATE_DIVISOR {
             self.advertised = limit;
             Some(limit)
         } else {
@@ -1056,16 +1066,18 @@ mod tests {
     }
 
     #[test]
-    fn window_reopens_after_reading_half_of_it() {
+    fn window_reopens_after_reading_an_eighth_of_it() {
         let w = INITIAL_MAX_DATA;
         let mut r = RecvStream::new(win(w));
         r.insert(0, &vec![7u8; w as usize], false).unwrap();
         assert_eq!(r.window_update(), None);
-        let mut out = vec![0u8; (w / 4) as usize];
+        let mut out = vec![0u8; (w / 16) as usize];
         r.read(&mut out);
-        assert_eq!(r.window_update(), None);
+        assert_eq!(r.window_update(), None, "a sixteenth read: not yet");
         r.read(&mut out);
-        assert_eq!(r.window_update(), Some(w + w / 2));
+        assert_eq!(r.window_update(), Some(w + w / 8));
+        r.read(&mut out);
+        assert_eq!(r.window_update(), None, "the next sixteenth waits for another eighth");
     }
 
     #[test]

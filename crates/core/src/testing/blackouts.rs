@@ -106,3 +106,20 @@ fn print_blackout_study() {
         }
     }
 }
+
+#[test]
+#[ignore = "exploration: prints"]
+fn print_window_update_study() {
+    let r = Registry::with_builtins();
+    for fixed in [512 * 1024u64, 1 << 20, 2 << 20] {
+        let mut cfg = SimConfig::default();
+        for ep in [&mut cfg.relay, &mut cfg.proxy] {
+            ep.set_fixed_window(fixed);
+        }
+        let paths = vec![PathSpec::mbit(8.0, ms(120)), PathSpec::mbit(24.0, ms(100))];
+        let mut h = Harness::with_config(cfg, r.build("minrtt").unwrap(), r.build("minrtt").unwrap(), paths, 7);
+        h.open(ConnSpec::new(1).upload(300).download(8_000_000).at(Duration::ZERO));
+        let rep = h.run_until(Duration::from_secs(120));
+        eprintln!("window {fixed}: 8 MB in {:?}", rep.conns[0].completion);
+    }
+}
