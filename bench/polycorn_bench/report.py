@@ -703,6 +703,22 @@ def _stall_section(ls: dict[str, Any]) -> list[str]:
                     ),
                 ]
             )
+    setup_rows = []
+    for scheme, x in sc["schemes"].items():
+        su = x.get("setup") or {}
+        if not su.get("n"):
+            continue
+        setup_rows.append(
+            [
+                f"`{scheme}`",
+                str(su["n"]),
+                *(
+                    f"{_f(su[f'{k}_median_ms'], 0)} / {_f(su[f'{k}_p90_ms'], 0)}"
+                    for k in ("request", "server", "response")
+                ),
+                str(su["request_rerouted"]),
+            ]
+        )
     out += _table(
         [
             "scheme",
@@ -717,6 +733,19 @@ def _stall_section(ls: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
+    if setup_rows:
+        out += [
+            "",
+            "Set-up of the same downloads (ms, median / p90): the request's first byte from "
+            "the relay to the proxy, the proxy's upstream connect and the origin's answer, "
+            "the response's first segment back; and how many requests arrived on another "
+            "path than the one they were first sent on.",
+            "",
+        ]
+        out += _table(
+            ["scheme", "downloads", "request", "server", "response", "request rerouted"],
+            setup_rows,
+        )
     out.append("")
     return out
 

@@ -138,6 +138,10 @@ class Trace:
     dropped: int
     # path -> the proxy's samples of it, in time order
     samples: dict[int, list[PathSample]] = field(default_factory=dict)
+    # conn -> (time, path) the relay first wrote the request's first byte (offset 0)
+    request_sent: dict[int, tuple[float, int]] = field(default_factory=dict)
+    # conn -> (time, path) the proxy first received it
+    request_arrived: dict[int, tuple[float, int]] = field(default_factory=dict)
 
     def segment_of(self, conn: int, off: int) -> int | None:
         offs = self.seg_offsets.get(conn)
@@ -161,6 +165,8 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
     seg_len: dict[tuple[int, int], int] = {}
     requeues: dict[tuple[int, int], list[tuple[float, str, int]]] = defaultdict(list)
     samples: dict[int, list[PathSample]] = defaultdict(list)
+    request_sent: dict[int, tuple[float, int]] = {}
+    request_arrived: dict[int, tuple[float, int]] = {}
     dropped = 0
     for f in files:
         relay = f.name.startswith("relay-")
@@ -180,6 +186,16 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
                     recv[int(obj["conn"])].events.append(
                         (t, int(obj["path"]), int(obj["off"]), int(obj["len"]), int(obj["new"]))
                     )
+                elif ev in ("sent", "recv") and int(obj["off"]) == 0:
+                    # The request's first byte: sent by the relay, received by the proxy.
+                    side = request_sent if relay else request_arrived
+                    conn_id = int(obj["conn"])
+                    if (ev == "sent") == relay and (conn_id not in side or t < side[conn_id][0]):
+                        side[conn_id] = (t, int(obj["path"]))
+                    if ev == "sent" and not relay:
+                        key = (conn_id, 0)
+                        sends[key].append(Sent(t, int(obj["path"]), str(obj["copy"])))
+                        seg_len[key] = int(obj["len"])
                 elif ev == "sent" and not relay:
                     key = (int(obj["conn"]), int(obj["off"]))
                     sends[key].append(Sent(t, int(obj["path"]), str(obj["copy"])))
@@ -215,7 +231,15 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
     for pv in samples.values():
         pv.sort(key=lambda x: x.t)
     return Trace(
-        dict(recv), dict(sends), dict(seg_offsets), seg_len, dict(requeues), dropped, dict(samples)
+        dict(recv),
+        dict(sends),
+        dict(seg_offsets),
+        seg_len,
+        dict(requeues),
+        dropped,
+        dict(samples),
+        request_sent,
+        request_arrived,
     )
 
 
@@ -346,6 +370,42 @@ def path_use(
     return out
 
 
+SETUP_PARTS = ("to_relay", "request", "server", "response")
+
+
+def setup(d: Download, conn: int, tr: Trace) -> dict[str, Any] | None:
+    """Where a download's set-up time goes, from the traces (trip ms): ``to_relay`` (the
+    passenger's request reaching the relay and leaving it: connection interception, OPEN),
+    ``request`` (its first byte's trip to the proxy, on ``request_path`` and arriving on
+    ``request_arrival_path``), ``server`` (the proxy's upstream connect and the origin's
+    answer, up to the response's first segment leaving the proxy) and ``response`` (that
+    segment's trip to the relay). None when a step is missing from the traces."""
+    sent, arrived = tr.request_sent.get(conn), tr.request_arrived.get(conn)
+    first = tr.sends.get((conn, 0))
+    r = tr.recv.get(conn)
+    got = min((t for t, _, o, _, _ in r.events if o == 0), default=None) if r else None
+    if sent is None or arrived is None or not first or got is None:
+        return None
+    return {
+        "to_relay": sent[0] - d.start_ms,
+        "request": arrived[0] - sent[0],
+        "server": first[0].t - arrived[0],
+        "response": got - first[0].t,
+        "request_path": sent[1],
+        "request_arrival_path": arrived[1],
+    }
+
+
+def _setup_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"n": len(rows)}
+    for k in SETUP_PARTS:
+        v = sorted(x[k] for x in rows)
+        out[f"{k}_median_ms"] = float(np.median(v)) if v else None
+        out[f"{k}_p90_ms"] = float(np.percentile(v, 90)) if v else None
+    out["request_rerouted"] = sum(x["request_path"] != x["request_arrival_path"] for x in rows)
+    return out
+
+
 def _path_use_summary(per: list[dict[int, dict[str, Any]]]) -> dict[str, Any]:
     """Sums over downloads: per path, capacity and delivered bytes, their ratio, and the
     state shares weighted by samples."""
@@ -420,12 +480,17 @@ def analyse_scheme(
     )
     stalls: list[dict[str, Any]] = []
     use: list[dict[int, dict[str, Any]]] = []
+    setups: list[dict[str, Any]] = []
     for d in downloads:
         conn = conn_of(d, tr)
         if conn is not None and carriers:
             u = path_use(d, conn, tr, carriers)
             if u is not None:
                 use.append(u)
+        if conn is not None:
+            su = setup(d, conn, tr)
+            if su is not None:
+                setups.append(su | {"download": d.id, "label": d.label})
         for st in stall_runs(d):
             if conn is None:
                 x: dict[str, Any] = {"start_ms": st[0], "end_ms": st[1], "stall_ms": st[1] - st[0]}
@@ -437,6 +502,7 @@ def analyse_scheme(
         "summary": _summary(stalls, len(downloads)),
         "stalls": stalls,
         "path_use": use,
+        "setup": setups,
     }
 
 
@@ -466,6 +532,7 @@ def link_set_stalls(
     scheme of any trip has a segment trace."""
     per: dict[str, list[dict[str, Any]]] = defaultdict(list)
     use: dict[str, list[dict[int, dict[str, Any]]]] = defaultdict(list)
+    setups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     n_dl: dict[str, int] = defaultdict(int)
     dropped: dict[str, int] = defaultdict(int)
     by_trip: dict[str, dict[str, Any]] = {}
@@ -486,6 +553,7 @@ def link_set_stalls(
                 continue
             per[scheme].extend(res["stalls"])
             use[scheme].extend(res["path_use"])
+            setups[scheme].extend(res["setup"])
             n_dl[scheme] += res["summary"]["downloads"]
             dropped[scheme] += res["dropped_records"]
             by_trip.setdefault(trip, {})[scheme] = res["summary"]
@@ -494,7 +562,11 @@ def link_set_stalls(
     return {
         "schemes": {
             s: _summary(v, n_dl[s])
-            | {"dropped_records": dropped[s], "path_use": _path_use_summary(use[s])}
+            | {
+                "dropped_records": dropped[s],
+                "path_use": _path_use_summary(use[s]),
+                "setup": _setup_summary(setups[s]),
+            }
             for s, v in per.items()
         },
         "trips": by_trip,
@@ -506,6 +578,7 @@ def analyse_run(root: Path, schemes: Iterable[str] | None = None) -> dict[str, A
     issues = Issues()
     per: dict[str, list[dict[str, Any]]] = defaultdict(list)
     use: dict[str, list[dict[int, dict[str, Any]]]] = defaultdict(list)
+    setups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     trips: dict[str, Any] = {}
     for timing in sorted(root.glob("*/*/timing.json")):
         tdir = timing.parent
@@ -522,6 +595,7 @@ def analyse_run(root: Path, schemes: Iterable[str] | None = None) -> dict[str, A
             trips.setdefault(f"{tdir.parent.name}/{tdir.name}", {})[sdir.name] = res
             per[sdir.name].extend(res["stalls"])
             use[sdir.name].extend(res["path_use"])
+            setups[sdir.name].extend(res["setup"])
     n_dl: dict[str, int] = defaultdict(int)
     for t in trips.values():
         for s, res in t.items():
@@ -529,7 +603,8 @@ def analyse_run(root: Path, schemes: Iterable[str] | None = None) -> dict[str, A
     return {
         "method": __doc__,
         "schemes": {
-            s: _summary(v, n_dl[s]) | {"path_use": _path_use_summary(use[s])}
+            s: _summary(v, n_dl[s])
+            | {"path_use": _path_use_summary(use[s]), "setup": _setup_summary(setups[s])}
             for s, v in per.items()
         },
         "trips": trips,

@@ -225,3 +225,33 @@ def test_each_paths_use_during_a_download_is_measured_against_its_capacity(tmp_p
     use = doc["schemes"]["minrtt"]["path_use"]
     assert use["0"]["capacity_bytes"] == (1700 + 800) * stalls.PAYLOAD
     assert use["0"]["used_share"] == (4 * SEG + 10 + SEG) / ((1700 + 800) * stalls.PAYLOAD)
+
+
+def test_set_up_time_splits_into_the_requests_trip_the_server_and_the_responses_trip() -> None:
+    from polycorn_bench.records import Download
+
+    r = stalls.ConnRecv(events=[(1300.0, 1, 0, SEG, SEG)])
+    tr = stalls.Trace(
+        recv={5: r},
+        sends={(5, 0): [stalls.Sent(1180.0, 1, "first")]},
+        seg_offsets={5: [0]},
+        seg_len={(5, 0): SEG},
+        requeues={},
+        dropped=0,
+        request_sent={5: (1001.0, 0)},
+        request_arrived={5: (1170.0, 1)},
+    )
+    d = Download(7, "1MB", 2**20, None, 1000.0, 3000.0, 2**20, True, False, None)
+    got = stalls.setup(d, 5, tr)
+    assert got == {
+        "to_relay": 1.0,
+        "request": 169.0,
+        "server": 10.0,
+        "response": 120.0,
+        "request_path": 0,
+        "request_arrival_path": 1,
+    }
+    summary = stalls._setup_summary([got])
+    assert summary["request_rerouted"] == 1 and summary["server_median_ms"] == 10.0
+    tr.request_arrived.clear()
+    assert stalls.setup(d, 5, tr) is None, "a step missing from the trace: no breakdown"
