@@ -733,6 +733,23 @@ def _stall_section(ls: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
+    win_rows = []
+    for scheme, x in sc["schemes"].items():
+        w = x.get("window_frames") or {}
+        if not w.get("n"):
+            continue
+        per_path = "; ".join(
+            f"path {p}: {_f(v['median_ms'], 0)} / {_f(v['p90_ms'], 0)} (n {v['n']})"
+            for p, v in (w.get("by_path") or {}).items()
+        )
+        win_rows.append(
+            [
+                f"`{scheme}`",
+                str(w["n"]),
+                f"{_f(w['median_ms'], 0)} / {_f(w['p90_ms'], 0)}",
+                per_path,
+            ]
+        )
     if setup_rows:
         out += [
             "",
@@ -746,6 +763,14 @@ def _stall_section(ls: dict[str, Any]) -> list[str]:
             ["scheme", "downloads", "request", "server", "response", "request rerouted"],
             setup_rows,
         )
+    if win_rows:
+        out += [
+            "",
+            "The relay's WINDOW frames (new flow-control credit) from the relay to the proxy "
+            "(ms, median / p90), by the path they went out on.",
+            "",
+        ]
+        out += _table(["scheme", "frames", "all", "by path"], win_rows)
     out.append("")
     return out
 

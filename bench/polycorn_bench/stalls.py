@@ -142,6 +142,9 @@ class Trace:
     request_sent: dict[int, tuple[float, int]] = field(default_factory=dict)
     # conn -> (time, path) the proxy first received it
     request_arrived: dict[int, tuple[float, int]] = field(default_factory=dict)
+    # (conn, max_data) -> (time, path) of the relay's WINDOW frame, and of its first arrival
+    window_sent: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)
+    window_arrived: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)
 
     def segment_of(self, conn: int, off: int) -> int | None:
         offs = self.seg_offsets.get(conn)
@@ -167,6 +170,8 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
     samples: dict[int, list[PathSample]] = defaultdict(list)
     request_sent: dict[int, tuple[float, int]] = {}
     request_arrived: dict[int, tuple[float, int]] = {}
+    window_sent: dict[tuple[int, int], tuple[float, int]] = {}
+    window_arrived: dict[tuple[int, int], tuple[float, int]] = {}
     dropped = 0
     for f in files:
         relay = f.name.startswith("relay-")
@@ -200,6 +205,11 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
                     key = (int(obj["conn"]), int(obj["off"]))
                     sends[key].append(Sent(t, int(obj["path"]), str(obj["copy"])))
                     seg_len[key] = int(obj["len"])
+                elif ev in ("window_sent", "window_recv"):
+                    key = (int(obj["conn"]), int(obj["max_data"]))
+                    w = window_sent if ev == "window_sent" else window_arrived
+                    if (ev == "window_sent") == relay and key not in w:
+                        w[key] = (t, int(obj["path"]))
                 elif ev == "requeue" and not relay:
                     key = (int(obj["conn"]), int(obj["off"]))
                     requeues[key].append((t, str(obj["cause"]), int(obj["path"])))
@@ -240,6 +250,8 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
         dict(samples),
         request_sent,
         request_arrived,
+        window_sent,
+        window_arrived,
     )
 
 
@@ -396,6 +408,29 @@ def setup(d: Download, conn: int, tr: Trace) -> dict[str, Any] | None:
     }
 
 
+def window_transits(tr: Trace) -> list[tuple[int, float]]:
+    """(path it was sent on, ms to its first arrival) of every WINDOW frame the relay sent
+    and the proxy received: how long the sender's new credit took to arrive."""
+    out = []
+    for key, (t, p) in tr.window_sent.items():
+        got = tr.window_arrived.get(key)
+        if got is not None:
+            out.append((p, got[0] - t))
+    return out
+
+
+def _window_summary(rows: list[tuple[int, float]]) -> dict[str, Any]:
+    def stats(v: list[float]) -> dict[str, Any]:
+        return {
+            "n": len(v),
+            "median_ms": float(np.median(v)) if v else None,
+            "p90_ms": float(np.percentile(v, 90)) if v else None,
+        }
+
+    by_path = {str(p): stats([x for q, x in rows if q == p]) for p in sorted({q for q, _ in rows})}
+    return stats([x for _, x in rows]) | {"by_path": by_path}
+
+
 def _setup_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"n": len(rows)}
     for k in SETUP_PARTS:
@@ -503,6 +538,7 @@ def analyse_scheme(
         "stalls": stalls,
         "path_use": use,
         "setup": setups,
+        "window_transits": window_transits(tr),
     }
 
 
@@ -533,6 +569,7 @@ def link_set_stalls(
     per: dict[str, list[dict[str, Any]]] = defaultdict(list)
     use: dict[str, list[dict[int, dict[str, Any]]]] = defaultdict(list)
     setups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    windows: dict[str, list[tuple[int, float]]] = defaultdict(list)
     n_dl: dict[str, int] = defaultdict(int)
     dropped: dict[str, int] = defaultdict(int)
     by_trip: dict[str, dict[str, Any]] = {}
@@ -554,6 +591,7 @@ def link_set_stalls(
             per[scheme].extend(res["stalls"])
             use[scheme].extend(res["path_use"])
             setups[scheme].extend(res["setup"])
+            windows[scheme].extend(res["window_transits"])
             n_dl[scheme] += res["summary"]["downloads"]
             dropped[scheme] += res["dropped_records"]
             by_trip.setdefault(trip, {})[scheme] = res["summary"]
@@ -566,6 +604,7 @@ def link_set_stalls(
                 "dropped_records": dropped[s],
                 "path_use": _path_use_summary(use[s]),
                 "setup": _setup_summary(setups[s]),
+                "window_frames": _window_summary(windows[s]),
             }
             for s, v in per.items()
         },

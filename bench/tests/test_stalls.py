@@ -255,3 +255,20 @@ def test_set_up_time_splits_into_the_requests_trip_the_server_and_the_responses_
     assert summary["request_rerouted"] == 1 and summary["server_median_ms"] == 10.0
     tr.request_arrived.clear()
     assert stalls.setup(d, 5, tr) is None, "a step missing from the trace: no breakdown"
+
+
+def test_window_frames_are_matched_from_the_relay_to_the_proxy() -> None:
+    tr = stalls.Trace(
+        recv={},
+        sends={},
+        seg_offsets={},
+        seg_len={},
+        requeues={},
+        dropped=0,
+        window_sent={(5, 100): (1000.0, 0), (5, 200): (1100.0, 1)},
+        window_arrived={(5, 100): (1090.0, 1)},
+    )
+    got = stalls.window_transits(tr)
+    assert got == [(0, 90.0)], "the frame that never arrived is left out"
+    s = stalls._window_summary(got)
+    assert s["n"] == 1 and s["median_ms"] == 90.0 and s["by_path"]["0"]["n"] == 1

@@ -1046,6 +1046,7 @@ impl Endpoint {
             }
             Frame::Window { conn, max_data } => {
                 let Some(c) = self.conns.get_mut(&conn) else { return Ok(()) };
+                trace::record(&mut self.trace, now, TraceEvent::WindowReceived { path, conn, max_data });
                 c.open_unconfirmed = false;
                 c.send.set_max_data(max_data);
                 c.send.note_window_limit(now);
@@ -1163,6 +1164,9 @@ impl Endpoint {
                 let n: usize = frames.iter().map(Frame::encoded_len).sum();
                 if !room(out, n) {
                     return out.len() - start;
+                }
+                if let Some(max_data) = c.window_pending {
+                    trace::record(&mut self.trace, now, TraceEvent::WindowSent { path, conn: cid, max_data });
                 }
                 c.ack_pending = false;
                 c.window_pending = None;
@@ -1947,6 +1951,15 @@ mod tests {
             .sum();
         assert_eq!(new_bytes, data.len() as u64, "every byte arrived once as new");
         assert!(recv.iter().all(|e| !matches!(e, TraceEvent::Received { path: PathId(0), .. })));
+        let window_sent = recv.iter().find_map(|e| match *e {
+            TraceEvent::WindowSent { conn, max_data, .. } if conn == c => Some(max_data),
+            _ => None,
+        });
+        let window_got = sent.iter().find_map(|e| match *e {
+            TraceEvent::WindowReceived { conn, max_data, .. } if conn == c => Some(max_data),
+            _ => None,
+        });
+        assert!(window_sent.is_some() && window_sent == window_got, "the relay's WINDOW, as sent and as received");
         assert_eq!(proxy.trace_dropped(), 0);
         assert_eq!(proxy.poll_trace(), None);
     }

@@ -147,6 +147,20 @@ pub enum TraceEvent {
         conn: ConnId,
         stall_us: u64,
     },
+    /// A WINDOW frame raising `conn`'s flow-control limit to `max_data`
+    /// went out on `path` (the receiver's side).
+    WindowSent {
+        path: PathId,
+        conn: ConnId,
+        max_data: u64,
+    },
+    /// A WINDOW frame arrived on `path` (the sender's side; copies and
+    /// older limits included).
+    WindowReceived {
+        path: PathId,
+        conn: ConnId,
+        max_data: u64,
+    },
 }
 
 impl TraceEvent {
@@ -165,6 +179,8 @@ impl TraceEvent {
             TraceEvent::PathDown { .. } => "down",
             TraceEvent::PathDead { .. } => "dead",
             TraceEvent::HolStall { .. } => "hol",
+            TraceEvent::WindowSent { .. } => "window_sent",
+            TraceEvent::WindowReceived { .. } => "window_recv",
         }
     }
 
@@ -217,6 +233,9 @@ impl TraceEvent {
                 cause.as_str()
             ),
             TraceEvent::HolStall { conn, stall_us } => write!(out, ",\"conn\":{},\"stall_us\":{stall_us}", conn.0),
+            TraceEvent::WindowSent { path, conn, max_data } | TraceEvent::WindowReceived { path, conn, max_data } => {
+                write!(out, ",\"path\":{},\"conn\":{},\"max_data\":{max_data}", path.0, conn.0)
+            }
         };
         out.push('}');
     }
