@@ -717,6 +717,7 @@ def _stall_section(ls: dict[str, Any]) -> list[str]:
                     for k in ("request", "server", "response")
                 ),
                 str(su["request_rerouted"]),
+                _pct(su.get("window_limited_share"), 0, sign=False),
             ]
         )
     out += _table(
@@ -755,12 +756,21 @@ def _stall_section(ls: dict[str, Any]) -> list[str]:
             "",
             "Set-up of the same downloads (ms, median / p90): the request's first byte from "
             "the relay to the proxy, the proxy's upstream connect and the origin's answer, "
-            "the response's first segment back; and how many requests arrived on another "
-            "path than the one they were first sent on.",
+            "the response's first segment back; how many requests arrived on another "
+            "path than the one they were first sent on; and the share of the downloads' time "
+            "their new data waited only for the relay's flow-control window.",
             "",
         ]
         out += _table(
-            ["scheme", "downloads", "request", "server", "response", "request rerouted"],
+            [
+                "scheme",
+                "downloads",
+                "request",
+                "server",
+                "response",
+                "request rerouted",
+                "window-limited share of download time",
+            ],
             setup_rows,
         )
     if win_rows:

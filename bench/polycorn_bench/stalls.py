@@ -145,6 +145,21 @@ class Trace:
     # (conn, max_data) -> (time, path) of the relay's WINDOW frame, and of its first arrival
     window_sent: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)
     window_arrived: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)
+    # conn -> (time, limited) transitions of "new data waits only for the peer's window"
+    window_limited: dict[int, list[tuple[float, bool]]] = field(default_factory=dict)
+
+    def window_limited_ms(self, conn: int, t0: float, t1: float) -> float:
+        """Time within [t0, t1] that ``conn``'s new data waited only for the peer's window."""
+        total, since = 0.0, None
+        for t, on in self.window_limited.get(conn, []):
+            if on and since is None:
+                since = t
+            elif not on and since is not None:
+                total += max(0.0, min(t, t1) - max(since, t0))
+                since = None
+        if since is not None:
+            total += max(0.0, t1 - max(since, t0))
+        return total
 
     def segment_of(self, conn: int, off: int) -> int | None:
         offs = self.seg_offsets.get(conn)
@@ -172,6 +187,7 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
     request_arrived: dict[int, tuple[float, int]] = {}
     window_sent: dict[tuple[int, int], tuple[float, int]] = {}
     window_arrived: dict[tuple[int, int], tuple[float, int]] = {}
+    window_limited: dict[int, list[tuple[float, bool]]] = defaultdict(list)
     dropped = 0
     for f in files:
         relay = f.name.startswith("relay-")
@@ -210,6 +226,8 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
                     w = window_sent if ev == "window_sent" else window_arrived
                     if (ev == "window_sent") == relay and key not in w:
                         w[key] = (t, int(obj["path"]))
+                elif ev == "window_limited" and not relay:
+                    window_limited[int(obj["conn"])].append((t, bool(obj["limited"])))
                 elif ev == "requeue" and not relay:
                     key = (int(obj["conn"]), int(obj["off"]))
                     requeues[key].append((t, str(obj["cause"]), int(obj["path"])))
@@ -252,6 +270,7 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
         request_arrived,
         window_sent,
         window_arrived,
+        {k: sorted(v) for k, v in window_limited.items()},
     )
 
 
@@ -438,6 +457,10 @@ def _setup_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"{k}_median_ms"] = float(np.median(v)) if v else None
         out[f"{k}_p90_ms"] = float(np.percentile(v, 90)) if v else None
     out["request_rerouted"] = sum(x["request_path"] != x["request_arrival_path"] for x in rows)
+    dur = sum(x.get("duration_ms", 0.0) for x in rows)
+    out["window_limited_share"] = (
+        sum(x.get("window_limited_ms", 0.0) for x in rows) / dur if dur > 0 else None
+    )
     return out
 
 
@@ -524,8 +547,17 @@ def analyse_scheme(
                 use.append(u)
         if conn is not None:
             su = setup(d, conn, tr)
-            if su is not None:
-                setups.append(su | {"download": d.id, "label": d.label})
+            if su is not None and d.end_ms is not None:
+                wl = tr.window_limited_ms(conn, d.start_ms, d.end_ms)
+                setups.append(
+                    su
+                    | {
+                        "download": d.id,
+                        "label": d.label,
+                        "duration_ms": d.end_ms - d.start_ms,
+                        "window_limited_ms": wl,
+                    }
+                )
         for st in stall_runs(d):
             if conn is None:
                 x: dict[str, Any] = {"start_ms": st[0], "end_ms": st[1], "stall_ms": st[1] - st[0]}

@@ -272,3 +272,20 @@ def test_window_frames_are_matched_from_the_relay_to_the_proxy() -> None:
     assert got == [(0, 90.0)], "the frame that never arrived is left out"
     s = stalls._window_summary(got)
     assert s["n"] == 1 and s["median_ms"] == 90.0 and s["by_path"]["0"]["n"] == 1
+
+
+def test_window_limited_time_is_clipped_to_the_download() -> None:
+    tr = stalls.Trace(
+        recv={},
+        sends={},
+        seg_offsets={},
+        seg_len={},
+        requeues={},
+        dropped=0,
+        window_limited={5: [(100.0, True), (300.0, False), (500.0, True)]},
+    )
+    assert tr.window_limited_ms(5, 200.0, 600.0) == 200.0, (
+        "100 ms of the first spell, 100 of the open one"
+    )
+    assert tr.window_limited_ms(5, 310.0, 490.0) == 0.0
+    assert tr.window_limited_ms(6, 0.0, 1000.0) == 0.0

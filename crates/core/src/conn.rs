@@ -98,14 +98,19 @@ struct Waits {
 }
 
 impl Waits {
-    fn set(&mut self, waiting: bool, now: Instant) {
+    /// Enter or leave the state; returns whether that changed it.
+    fn set(&mut self, waiting: bool, now: Instant) -> bool {
         match (waiting, self.since) {
-            (true, None) => self.since = Some(now),
+            (true, None) => {
+                self.since = Some(now);
+                true
+            }
             (false, Some(t)) => {
                 self.total += now.saturating_duration_since(t);
                 self.since = None;
+                true
             }
-            _ => {}
+            _ => false,
         }
     }
 }
@@ -177,12 +182,12 @@ impl SendStream {
 
     /// A write at `now` took less than offered (`blocked`) or all of it.
     pub(crate) fn note_write(&mut self, blocked: bool, now: Instant) {
-        self.write_blocked.set(blocked, now);
+        let _ = self.write_blocked.set(blocked, now);
     }
 
     /// The writer is being woken: its wait ends.
     pub(crate) fn unblock_writer(&mut self, now: Instant) {
-        self.write_blocked.set(false, now);
+        let _ = self.write_blocked.set(false, now);
     }
 
     pub fn is_write_blocked(&self) -> bool {
@@ -456,10 +461,11 @@ impl SendStream {
     }
 
     /// Note whether new data waits only for the peer's window (for the
-    /// "window-limited time" metric).
-    pub fn note_window_limit(&mut self, now: Instant) {
+    /// "window-limited time" metric); returns the new state when it
+    /// changed.
+    pub fn note_window_limit(&mut self, now: Instant) -> Option<bool> {
         let limited = self.is_window_limited();
-        self.window_limited.set(limited, now);
+        self.window_limited.set(limited, now).then_some(limited)
     }
 
     /// Time new data waited only for the peer's window, up to the last

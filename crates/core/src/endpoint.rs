@@ -1049,7 +1049,9 @@ impl Endpoint {
                 trace::record(&mut self.trace, now, TraceEvent::WindowReceived { path, conn, max_data });
                 c.open_unconfirmed = false;
                 c.send.set_max_data(max_data);
-                c.send.note_window_limit(now);
+                if let Some(limited) = c.send.note_window_limit(now) {
+                    trace::record(&mut self.trace, now, TraceEvent::WindowLimited { conn, limited });
+                }
                 let user = c.user;
                 self.users.activate(user, conn, now);
             }
@@ -1292,7 +1294,9 @@ impl Endpoint {
                 continue;
             };
             let Some(pkt) = c.send.next_packet(self.cfg.segment_bytes) else {
-                c.send.note_window_limit(now);
+                if let Some(limited) = c.send.note_window_limit(now) {
+                    trace::record(&mut self.trace, now, TraceEvent::WindowLimited { conn: cid, limited });
+                }
                 if c.send.is_window_limited() {
                     if let Some((off, len, head_paths, done)) = c.send.head_in_flight() {
                         let ctx = HeadContext {
@@ -1962,5 +1966,36 @@ mod tests {
         assert!(window_sent.is_some() && window_sent == window_got, "the relay's WINDOW, as sent and as received");
         assert_eq!(proxy.trace_dropped(), 0);
         assert_eq!(proxy.poll_trace(), None);
+    }
+
+    #[test]
+    fn the_trace_shows_when_the_peers_window_holds_a_connection_back() {
+        let now = Instant::now();
+        let r = Registry::with_builtins();
+        let mut cfg = EndpointConfig::new(Role::Relay);
+        cfg.set_fixed_window(INITIAL_MAX_DATA);
+        let mut relay = Endpoint::new(cfg, r.build("minrtt").unwrap(), now);
+        let mut proxy = Endpoint::new(EndpointConfig::new(Role::Proxy), r.build("minrtt").unwrap(), now);
+        proxy.enable_trace(10_000);
+        relay.path_up(PathId(0), now);
+        proxy.path_up(PathId(0), now);
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        relay.send(c, b"GET /", now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        proxy.send(c, &vec![1u8; 3 * INITIAL_MAX_DATA as usize], now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        let limited = |ep: &mut Endpoint| -> Vec<bool> {
+            std::iter::from_fn(|| ep.poll_trace())
+                .filter_map(|r| match r.event {
+                    TraceEvent::WindowLimited { conn, limited } if conn == c => Some(limited),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(limited(&mut proxy), vec![true], "the relay read nothing: the proxy waits for its window");
+        let mut buf = vec![0u8; 4 * INITIAL_MAX_DATA as usize];
+        while let Ok(Recv::Data(_)) = relay.recv(c, &mut buf, now) {}
+        pump(&mut relay, &mut proxy, now);
+        assert_eq!(limited(&mut proxy).first(), Some(&false), "the relay's WINDOW released it");
     }
 }

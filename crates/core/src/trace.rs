@@ -161,6 +161,12 @@ pub enum TraceEvent {
         conn: ConnId,
         max_data: u64,
     },
+    /// `conn`'s new data started (`limited`) or stopped waiting only for
+    /// the peer's flow-control window (the sender's side).
+    WindowLimited {
+        conn: ConnId,
+        limited: bool,
+    },
 }
 
 impl TraceEvent {
@@ -181,6 +187,7 @@ impl TraceEvent {
             TraceEvent::HolStall { .. } => "hol",
             TraceEvent::WindowSent { .. } => "window_sent",
             TraceEvent::WindowReceived { .. } => "window_recv",
+            TraceEvent::WindowLimited { .. } => "window_limited",
         }
     }
 
@@ -235,6 +242,9 @@ impl TraceEvent {
             TraceEvent::HolStall { conn, stall_us } => write!(out, ",\"conn\":{},\"stall_us\":{stall_us}", conn.0),
             TraceEvent::WindowSent { path, conn, max_data } | TraceEvent::WindowReceived { path, conn, max_data } => {
                 write!(out, ",\"path\":{},\"conn\":{},\"max_data\":{max_data}", path.0, conn.0)
+            }
+            TraceEvent::WindowLimited { conn, limited } => {
+                write!(out, ",\"conn\":{},\"limited\":{limited}", conn.0)
             }
         };
         out.push('}');
