@@ -123,3 +123,28 @@ fn print_window_update_study() {
         eprintln!("window {fixed}: 8 MB in {:?}", rep.conns[0].completion);
     }
 }
+
+/// Exploration, printing only: completion of 1 and 4 MB downloads with the
+/// default autotuning from different initial windows, over 8 + 24 Mbit/s
+/// carriers at 120 and 100 ms one way.
+#[test]
+#[ignore = "exploration: prints"]
+fn print_initial_window_study() {
+    let r = Registry::with_builtins();
+    for initial in [512 * 1024u64, 1 << 20, 2 << 20, 4 << 20] {
+        let mut line = format!("initial {initial}:");
+        for size in [1_000_000u64, 4_000_000] {
+            let mut cfg = SimConfig::default();
+            for ep in [&mut cfg.relay, &mut cfg.proxy] {
+                ep.conn_window_initial_bytes = initial;
+            }
+            let paths = vec![PathSpec::mbit(8.0, ms(120)), PathSpec::mbit(24.0, ms(100))];
+            let mut h = Harness::with_config(cfg, r.build("minrtt").unwrap(), r.build("minrtt").unwrap(), paths, 7);
+            h.open(ConnSpec::new(1).upload(300).download(4_000_000).at(Duration::ZERO));
+            h.open(ConnSpec::new(1).upload(300).download(size).at(Duration::from_secs(10)));
+            let rep = h.run_until(Duration::from_secs(120));
+            line += &format!(" {size} B in {:?};", rep.conns[1].completion);
+        }
+        eprintln!("{line}");
+    }
+}
