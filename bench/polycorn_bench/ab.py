@@ -59,6 +59,10 @@ def compare(a: list[Flow], b: list[Flow], schemes: list[str], labels: list[str])
             keys = {f.pair_key for f in fb if f.goodput_mbps is not None} & ga
             per[label] = {
                 "n_pairs": len(ratios),
+                # Downloads without a goodput (failed) on each side are not in the pairs: a
+                # build that fails more downloads must not look better for it.
+                "n_failed_a": sum(f.goodput_mbps is None for f in fa),
+                "n_failed_b": sum(f.goodput_mbps is None for f in fb),
                 "b_over_a": geomean(ratios),
                 "ci95": [lo, hi],
                 **trip_interval(groups),
@@ -72,9 +76,16 @@ def compare(a: list[Flow], b: list[Flow], schemes: list[str], labels: list[str])
 
 def run_ab(root_a: Path, root_b: Path) -> dict[str, Any]:
     ra, rb = read_run(root_a), read_run(root_b)
+    same = ("profile", "load_seed", "load_start_s", "bulk")
+    differ = [k for k in same if ra.meta.get(k) != rb.meta.get(k)]
+    auto = [k for k in ("load_start_s",) if ra.meta.get(k) in (None, "auto")]
     doc: dict[str, Any] = {
         "a": {"run_dir": str(root_a), "commit": ra.meta.get("commit")},
         "b": {"run_dir": str(root_b), "commit": rb.meta.get("commit")},
+        # Pairs are only the same moments of the same links when the load plan and its start
+        # are the same and fixed.
+        "comparable": not differ and not auto,
+        "differ": differ + [f"{k} auto" for k in auto],
         "link_sets": {},
         "method": __doc__,
     }
@@ -97,6 +108,11 @@ def run_ab(root_a: Path, root_b: Path) -> dict[str, Any]:
 
 def _table(doc: dict[str, Any]) -> str:
     lines = []
+    if not doc["comparable"]:
+        lines.append(
+            f"WARNING: the runs differ in {', '.join(doc['differ'])}: "
+            "pairs are not the same moments"
+        )
     for name, ls in doc["link_sets"].items():
         lines += [
             f"link set {name}, {len(ls['trips'])} trips: goodput B / A overall "
@@ -112,7 +128,7 @@ def _table(doc: dict[str, Any]) -> str:
             )
             lines.append(
                 f"  {s:18s} {o['b_over_a']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] n {o['n_pairs']}"
-                f"  ({ora:.2f} → {orb:.2f})"
+                f"  ({ora:.2f} → {orb:.2f}; failed {o['n_failed_a']} → {o['n_failed_b']})"
             )
     return "\n".join(lines)
 

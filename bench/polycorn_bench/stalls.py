@@ -189,13 +189,24 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
     window_arrived: dict[tuple[int, int], tuple[float, int]] = {}
     window_limited: dict[int, list[tuple[float, bool]]] = defaultdict(list)
     dropped = 0
+    sessions: dict[str, int] = {}
     for f in files:
         relay = f.name.startswith("relay-")
+        # relay-<session>-<start>.jsonl / proxy-<session>-<start>.jsonl: connection ids
+        # restart at 1 in every session, so they are told apart by session.
+        parts = f.stem.split("-")
+        sid = sessions.setdefault(parts[1] if len(parts) > 1 else f.stem, len(sessions))
+
+        def cid(obj: dict[str, Any], sid: int = sid) -> int:
+            return (sid << 32) | int(obj["conn"])
+
+        file_dropped, ended = 0, False
         for obj in read_jsonl(f, issues):
             ev = obj.get("ev")
-            if ev == "end":
-                d = obj.get("dropped")
-                dropped += d if isinstance(d, int) else 0
+            if ev in ("end", "dropped"):
+                d = obj.get("dropped" if ev == "end" else "total")
+                file_dropped = max(file_dropped, d if isinstance(d, int) else 0)
+                ended = ended or ev == "end"
                 continue
             t = obj.get("t_ms")
             if not isinstance(t, int | float):
@@ -204,13 +215,13 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
             t = float(t) - epoch_ms
             try:
                 if ev == "recv" and relay:
-                    recv[int(obj["conn"])].events.append(
+                    recv[cid(obj)].events.append(
                         (t, int(obj["path"]), int(obj["off"]), int(obj["len"]), int(obj["new"]))
                     )
                 elif ev in ("sent", "recv") and int(obj["off"]) == 0:
                     # The request's first byte: sent by the relay, received by the proxy.
                     side = request_sent if relay else request_arrived
-                    conn_id = int(obj["conn"])
+                    conn_id = cid(obj)
                     if (ev == "sent") == relay and (conn_id not in side or t < side[conn_id][0]):
                         side[conn_id] = (t, int(obj["path"]))
                     if ev == "sent" and not relay:
@@ -218,18 +229,18 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
                         sends[key].append(Sent(t, int(obj["path"]), str(obj["copy"])))
                         seg_len[key] = int(obj["len"])
                 elif ev == "sent" and not relay:
-                    key = (int(obj["conn"]), int(obj["off"]))
+                    key = (cid(obj), int(obj["off"]))
                     sends[key].append(Sent(t, int(obj["path"]), str(obj["copy"])))
                     seg_len[key] = int(obj["len"])
                 elif ev in ("window_sent", "window_recv"):
-                    key = (int(obj["conn"]), int(obj["max_data"]))
+                    key = (cid(obj), int(obj["max_data"]))
                     w = window_sent if ev == "window_sent" else window_arrived
                     if (ev == "window_sent") == relay and key not in w:
                         w[key] = (t, int(obj["path"]))
                 elif ev == "window_limited" and not relay:
-                    window_limited[int(obj["conn"])].append((t, bool(obj["limited"])))
+                    window_limited[cid(obj)].append((t, bool(obj["limited"])))
                 elif ev == "requeue" and not relay:
-                    key = (int(obj["conn"]), int(obj["off"]))
+                    key = (cid(obj), int(obj["off"]))
                     requeues[key].append((t, str(obj["cause"]), int(obj["path"])))
                 elif ev == "path" and not relay:
                     samples[int(obj["path"])].append(
@@ -243,10 +254,13 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
                         )
                     )
                 elif ev == "head" and not relay and obj.get("reinject"):
-                    key = (int(obj["conn"]), int(obj["off"]))
+                    key = (cid(obj), int(obj["off"]))
                     requeues[key].append((t, "head", -1))
             except (KeyError, TypeError, ValueError):
                 issues.add("bad trace record", f"{f}: {ev} with missing fields")
+        dropped += file_dropped
+        if not ended:
+            issues.add("trace without its end line (process killed?)", str(f))
     for r in recv.values():
         r.build()
     seg_offsets: dict[int, list[int]] = defaultdict(list)
@@ -270,7 +284,7 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
         request_arrived,
         window_sent,
         window_arrived,
-        {k: sorted(v) for k, v in window_limited.items()},
+        {k: sorted(v, key=lambda x: x[0]) for k, v in window_limited.items()},
     )
 
 

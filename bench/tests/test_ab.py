@@ -46,3 +46,11 @@ def test_runs_without_common_downloads_are_an_error(
     b.bulk("r9-t9", "minrtt", [download(0, 1000, 1000.0)])
     assert ab.main([str(a), str(b.finish())]) == 2
     assert "no downloads paired" in capsys.readouterr().err
+
+
+def test_runs_with_a_different_load_plan_are_flagged(tmp_path: Path) -> None:
+    a = run(tmp_path / "a", {})
+    b = run(tmp_path / "b", {})
+    doc = ab.run_ab(a, b)
+    assert not doc["comparable"], "the synthetic runs have no fixed load start"
+    assert "load_start_s auto" in doc["differ"]

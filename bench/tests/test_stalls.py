@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from polycorn_bench import stalls
+from polycorn_bench.records import Issues
 
 EPOCH = 1_700_000_000_000.0
 SEG = 16_000
@@ -289,3 +290,28 @@ def test_window_limited_time_is_clipped_to_the_download() -> None:
     )
     assert tr.window_limited_ms(5, 310.0, 490.0) == 0.0
     assert tr.window_limited_ms(6, 0.0, 1000.0) == 0.0
+
+
+def test_sessions_are_kept_apart_and_a_cut_trace_is_reported(tmp_path: Path) -> None:
+    d = tmp_path / "trace"
+    # Two relay sessions (a restart) that both numbered their connection 1.
+    _write(
+        d / "relay-aa-1.jsonl",
+        [
+            {"t_ms": 10.0, "ev": "recv", "path": 0, "conn": 1, "off": 0, "len": 5, "new": 5},
+            {"ev": "end", "dropped": 0, "bytes": 1},
+        ],
+    )
+    _write(
+        d / "relay-bb-2.jsonl",
+        [
+            {"t_ms": 20.0, "ev": "recv", "path": 1, "conn": 1, "off": 0, "len": 7, "new": 7},
+            {"t_ms": 21.0, "ev": "dropped", "total": 4},
+        ],
+    )
+    issues = Issues()
+    tr = stalls.read_trace(d, 0.0, issues)
+    assert tr is not None
+    assert sorted(r.events[0][3] for r in tr.recv.values()) == [5, 7], "two connections, not one"
+    assert tr.dropped == 4, "the running count of a trace cut short"
+    assert issues.counts["trace without its end line (process killed?)"] == 1

@@ -125,6 +125,10 @@ struct Seg {
     payload: Option<Bytes>,
     /// Already sent again for head-of-line recovery (at most once).
     head_reinjected: bool,
+    /// Given back before any copy of it left the endpoint (its only path
+    /// timed out while it waited in that path's queue): its next placement
+    /// is its first copy, not a reinjection.
+    unwritten: bool,
 }
 
 /// The next packet of a flow, as the scheduler sees it.
@@ -135,6 +139,9 @@ pub struct NextPacket {
     pub fin: bool,
     pub reinjection: bool,
     pub paths_used: PathMask,
+    /// A segment given back before any copy of it was written
+    /// ([`SendStream::requeue_unwritten`]): placing it sends its first copy.
+    pub unwritten: bool,
 }
 
 impl SendStream {
@@ -241,6 +248,7 @@ impl SendStream {
                 fin: s.fin,
                 reinjection: true,
                 paths_used: s.paths_used,
+                unwritten: s.unwritten,
             });
         }
         let end = self.write_end();
@@ -252,7 +260,14 @@ impl SendStream {
         }
         let len = avail.min(u64::from(segment_bytes)) as u32;
         let fin = fin_unsent && self.next_new + u64::from(len) == end;
-        Some(NextPacket { offset: self.next_new, len, fin, reinjection: false, paths_used: PathMask::EMPTY })
+        Some(NextPacket {
+            offset: self.next_new,
+            len,
+            fin,
+            reinjection: false,
+            paths_used: PathMask::EMPTY,
+            unwritten: false,
+        })
     }
 
     /// Mark `pkt` (from [`Self::next_packet`]) as placed on `paths`.
@@ -261,6 +276,7 @@ impl SendStream {
             self.reinject.remove(&pkt.offset);
             if let Some(s) = self.segs.get_mut(&pkt.offset) {
                 s.paths_used = s.paths_used.union(paths);
+                s.unwritten = false;
             }
             return;
         }
@@ -289,6 +305,7 @@ impl SendStream {
                 paths_used: paths,
                 payload: Some(Bytes::from(payload)),
                 head_reinjected: false,
+                unwritten: false,
             },
         );
         self.next_new += u64::from(pkt.len);
@@ -311,6 +328,18 @@ impl SendStream {
             }
             _ => None,
         }
+    }
+
+    /// Give back a segment that was placed but whose copies never left the
+    /// endpoint (`paths` held it queued): it is sent again as a first copy,
+    /// not counted as a reinjection, unless another path has a copy.
+    pub fn requeue_unwritten(&mut self, offset: u64, paths: PathMask) -> Option<u32> {
+        self.forget_paths(offset, paths);
+        let len = self.requeue(offset)?;
+        if let Some(s) = self.segs.get_mut(&offset) {
+            s.unwritten = s.paths_used.is_empty();
+        }
+        Some(len)
     }
 
     /// Forget that a segment used `paths` (its copies there are lost).

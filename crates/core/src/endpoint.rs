@@ -1351,7 +1351,7 @@ impl Endpoint {
                 offset: pkt.offset,
                 len: pkt.len,
                 is_tail: c.send.fin_requested(),
-                is_reinjection: pkt.reinjection,
+                is_reinjection: pkt.reinjection && !pkt.unwritten,
                 paths_used: pkt.paths_used,
                 remaining_bytes: c.send.remaining_bytes(),
                 send_window_bytes: c.send.window_room(),
@@ -1374,7 +1374,7 @@ impl Endpoint {
             // add (idle-inject's copies are redundant wherever they go).
             let first = placed.minus(self.pipeline.last_copies()).iter().next();
             for p in placed.iter() {
-                let copy = match pkt.reinjection {
+                let copy = match pkt.reinjection && !pkt.unwritten {
                     true => Copy::Reinjection,
                     false if Some(p) == first => Copy::First,
                     false => Copy::Redundant,
@@ -1434,8 +1434,7 @@ impl Endpoint {
         }
         for q in queued {
             if let Some(c) = self.conns.get_mut(&q.seg.conn) {
-                c.send.forget_paths(q.seg.offset, mask);
-                if c.send.requeue(q.seg.offset).is_some() {
+                if c.send.requeue_unwritten(q.seg.offset, mask).is_some() {
                     self.users.activate(c.user, c.id, now);
                 }
             }
@@ -1997,5 +1996,45 @@ mod tests {
         while let Ok(Recv::Data(_)) = relay.recv(c, &mut buf, now) {}
         pump(&mut relay, &mut proxy, now);
         assert_eq!(limited(&mut proxy).first(), Some(&false), "the relay's WINDOW released it");
+    }
+
+    #[test]
+    fn data_queued_for_a_path_that_times_out_is_sent_elsewhere_as_a_first_copy() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        relay.send(c, b"GET /", now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        // Path 1 looks much slower, so minRTT fills path 0 first.
+        proxy.slots[1].as_mut().unwrap().path.on_rtt_sample_for_test(Duration::from_millis(500), now);
+        proxy.send(c, &vec![3u8; 200_000], now).unwrap();
+        proxy.schedule(now);
+        // One frame of path 0 is written (and lost in its blackout); the
+        // rest waits in the endpoint's queue for path 0.
+        let mut lost = Vec::new();
+        proxy.poll_transmit(PathId(0), now, &mut lost, 1);
+        let queued = proxy.slots[0].as_ref().unwrap().data.len();
+        assert!(queued >= 2, "segments wait in path 0's queue: {queued}");
+        let before = proxy.stats().reinjected_bytes;
+        // Path 0's timer fires: the written frame is reinjected (rto-oldest),
+        // the queued ones go back as never sent.
+        let later = now + Duration::from_secs(5);
+        proxy.handle_timeout(later);
+        // Path 1 first writes what was already queued for it, then what
+        // came back from path 0.
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            proxy.poll_transmit(PathId(1), later, &mut out, 1 << 22);
+        }
+        let reinjected = proxy.stats().reinjected_bytes - before;
+        let seg = u64::from(proxy.cfg.segment_bytes);
+        assert!(out.len() as u64 > 7 * seg, "path 1 sent its own and path 0's segments: {}", out.len());
+        assert!(reinjected <= seg, "only the written segment counts as reinjected: {reinjected}");
+        let left = proxy.slots[0].as_ref().unwrap().data.len();
+        assert!(left <= 1, "the path in timeout holds at most a probe: {left} segments queued");
     }
 }

@@ -501,6 +501,12 @@ impl Path {
         true
     }
 
+    /// An RTT sample, as a path acknowledgement would give (tests only).
+    #[cfg(test)]
+    pub(crate) fn on_rtt_sample_for_test(&mut self, rtt: Duration, now: Instant) {
+        self.on_rtt_sample(rtt, now);
+    }
+
     fn on_rtt_sample(&mut self, rtt: Duration, now: Instant) {
         match self.srtt {
             None => {

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use polycorn_core::{Availability, TraceRecord};
+use polycorn_core::{Availability, PathView, TraceRecord};
 use tracing::{info, warn};
 
 use crate::session::Session;
@@ -87,62 +87,81 @@ fn avail_str(a: Availability) -> &'static str {
 }
 
 /// Turn tracing on for `session` and write its records to
-/// `<dir>/<name>.jsonl` until the session closes or `max_bytes` is reached.
+/// `<dir>/<name>-<start, Unix ms>.jsonl` until the session closes or
+/// `max_bytes` is reached. Every drain is flushed, and a `dropped` line
+/// follows any new drops, so a trace cut short by a kill still says how
+/// complete it is; the `end` line comes when the session ends.
 /// The file is created (and the directory with it) before this returns, so
 /// a bad `--trace-dir` fails at start-up.
 pub fn start(session: &Session, opts: &TraceOptions, name: &str) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&opts.dir)?;
-    let path = opts.dir.join(format!("{name}.jsonl"));
-    let file = std::fs::File::create(&path)?;
+    // The start time in the name: a proxy restarted while its relay keeps
+    // its session id must not overwrite the earlier file.
+    let started = Clock::now();
+    let path = opts.dir.join(format!("{name}-{:.0}.jsonl", started.base_unix_ms));
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
     session.with(|st, _| st.ep.enable_trace(CAPACITY));
     let weak = session.downgrade();
     let max_bytes = opts.max_bytes;
     let shown = path.clone();
     tokio::spawn(async move {
-        let clock = Clock::now();
+        let clock = started;
         let mut out = std::io::BufWriter::new(file);
         let mut written: u64 = 0;
-        let mut line = String::with_capacity(256);
         let mut batch = String::with_capacity(64 * 1024);
+        let mut records: Vec<TraceRecord> = Vec::with_capacity(1024);
+        let mut views: Vec<PathView> = Vec::new();
         let mut next_sample = Instant::now();
         let mut tick = tokio::time::interval(DRAIN_EVERY);
-        let mut dropped = 0;
+        let (mut dropped, mut dropped_written) = (0, 0);
         loop {
             tick.tick().await;
             let Some(session) = weak.upgrade() else { break };
-            batch.clear();
-            dropped = session.peek(|st, now| {
-                while let Some(TraceRecord { at, event }) = st.ep.poll_trace() {
-                    line.clear();
-                    event.write_json(clock.unix_ms(at), &mut line);
-                    batch.push_str(&line);
-                    batch.push('\n');
+            records.clear();
+            views.clear();
+            // Only copies under the lock; formatting and writing after it.
+            let now = session.peek(|st, now| {
+                while let Some(r) = st.ep.poll_trace() {
+                    records.push(r);
                 }
                 if now >= next_sample {
                     next_sample = now + SAMPLE_EVERY;
-                    for p in st.ep.up_paths() {
-                        if let Some(v) = st.ep.path_view(p, now) {
-                            use std::fmt::Write as _;
-                            let _ = writeln!(
-                                batch,
-                                "{{\"t_ms\":{:.3},\"ev\":\"path\",\"path\":{},\"srtt_us\":{},\"cwnd\":{},\"in_flight\":{},\"queued\":{},\"rate_bps\":{},\"stale\":{},\"avail\":\"{}\",\"rto_count\":{}}}",
-                                clock.unix_ms(now),
-                                v.id.0,
-                                v.srtt_us,
-                                v.cwnd_bytes,
-                                v.in_flight_bytes,
-                                v.queued_bytes,
-                                v.delivery_rate_bps,
-                                v.stale,
-                                avail_str(v.availability),
-                                v.rto_count
-                            );
-                        }
-                    }
+                    views.extend(st.ep.up_paths().into_iter().filter_map(|p| st.ep.path_view(p, now)));
                 }
-                st.ep.trace_dropped()
+                dropped = st.ep.trace_dropped();
+                now
             });
             drop(session);
+            batch.clear();
+            for TraceRecord { at, event } in &records {
+                event.write_json(clock.unix_ms(*at), &mut batch);
+                batch.push('\n');
+            }
+            for v in &views {
+                use std::fmt::Write as _;
+                let _ = writeln!(
+                    batch,
+                    "{{\"t_ms\":{:.3},\"ev\":\"path\",\"path\":{},\"srtt_us\":{},\"cwnd\":{},\"in_flight\":{},\"queued\":{},\"rate_bps\":{},\"stale\":{},\"avail\":\"{}\",\"rto_count\":{}}}",
+                    clock.unix_ms(now),
+                    v.id.0,
+                    v.srtt_us,
+                    v.cwnd_bytes,
+                    v.in_flight_bytes,
+                    v.queued_bytes,
+                    v.delivery_rate_bps,
+                    v.stale,
+                    avail_str(v.availability),
+                    v.rto_count
+                );
+            }
+            if dropped != dropped_written {
+                // The count so far, so a trace cut short still says how
+                // complete it is.
+                use std::fmt::Write as _;
+                let _ =
+                    writeln!(batch, "{{\"t_ms\":{:.3},\"ev\":\"dropped\",\"total\":{dropped}}}", clock.unix_ms(now));
+                dropped_written = dropped;
+            }
             if written + batch.len() as u64 > max_bytes {
                 warn!(file = %shown.display(), max_bytes, "segment trace reached --trace-max-bytes: tracing stopped");
                 if let Some(s) = weak.upgrade() {
@@ -150,7 +169,9 @@ pub fn start(session: &Session, opts: &TraceOptions, name: &str) -> std::io::Res
                 }
                 break;
             }
-            if let Err(e) = out.write_all(batch.as_bytes()) {
+            // Flushed every drain: a process that is killed loses at most
+            // one drain interval of records.
+            if let Err(e) = out.write_all(batch.as_bytes()).and_then(|()| out.flush()) {
                 warn!(file = %shown.display(), error = %e, "segment trace: write failed, tracing stopped");
                 if let Some(s) = weak.upgrade() {
                     s.peek(|st, _| st.ep.disable_trace());
