@@ -45,6 +45,7 @@ SWEEP_JSON = "bench/out/diagnostics/sweep/hsr.json"
 TRAINER_CURVE_JSON = "bench/out/trainer-curve.json"
 TRAINER_TRIPS_JSON = "bench/out/trainer-trips.json"
 PRECISION_JSON = "bench/out/hsr-precision.json"
+LOOP_JSON = "bench/out/loop.json"
 
 _REGION = re.compile(
     r"<!-- generated:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL
@@ -952,6 +953,99 @@ def trainer_heldout(src: Sources) -> str:
     return table(["", "paper (PC §3)", *[f"route {r}" for r in names]], rows)
 
 
+def _share_ci(x: float | None, ci: Sequence[float | None] | None) -> str:
+    """'24 % [13, 40]' for a share with its Wilson interval."""
+    if x is None:
+        return "–"
+    if not ci or ci[0] is None or ci[1] is None:
+        return f"{num(100 * x, 0)} %"
+    return f"{num(100 * x, 0)} % [{num(100 * ci[0], 0)}, {num(100 * ci[1], 0)}]"
+
+
+#: Trips of the loop's running curve shown in results.md (and the last one).
+LOOP_CURVE_TRIPS = (1, 2, 4, 8, 12, 16, 24)
+
+
+def loop_curve(src: Sources) -> str:
+    """results.md: the closed loop's running curve pooled over trips 1..k, at a few k and the
+    last trip, and the trip from which the learned table has half of the oracle's recovery
+    gain."""
+    d = src.load(LOOP_JSON)
+    rows_in = d["running"]["cumulative"]
+    last = rows_in[-1]["trip"]
+    rows = []
+    for r in rows_in:
+        if r["trip"] not in LOOP_CURVE_TRIPS and r["trip"] != last:
+            continue
+        g = r.get("hof_recovery_gain") or {}
+        rows.append(
+            [
+                str(r["trip"]),
+                str(r["failures"]),
+                _share_ci(r["learned_known_failure_share"], r["learned_known_failure_share_ci95"]),
+                _share_ci(r["learned_correct_share"], r["learned_correct_share_ci95"]),
+                ratio_ci(r["hof_recovery_learned"], r["hof_recovery_learned_ci95"]),
+                ratio_ci(r["hof_recovery_none"], r["hof_recovery_none_ci95"]),
+                ratio_ci(r["hof_recovery_oracle"], r["hof_recovery_oracle_ci95"]),
+                str(r.get("hof_recovery_learned_n", "–")),
+                f"{num(g.get('learned'))} / {num(g.get('oracle'))}",
+                ratio_ci(g.get("half_oracle_excess"), g.get("half_oracle_excess_ci95")),
+            ]
+        )
+    out = table(
+        [
+            "trips 1..k",
+            "failures",
+            "learned table: known",
+            "learned table: correct",
+            "recovery × minrtt: learned",
+            "no table",
+            "oracle table",
+            "windows",
+            "gain over no table: learned / oracle",
+            "learned − oracle/2",
+        ],
+        rows,
+    )
+    half = _get(d, "half_oracle_gain_trip", "hof_recovery", "cumulative") or {}
+    point, lower = half.get("point"), half.get("lower_bound")
+    out += (
+        f"\n\n{len(d['trips'])} trips ({d.get('description')}; commit `{d.get('commit')}`). "
+        f"Half of the oracle's recovery gain, "
+        f"pooled over trips 1..k: point estimates from trip "
+        f"{point if point is not None else 'never'} on; the interval's lower bound "
+        f"{'from trip ' + str(lower) + ' on' if lower is not None else 'on no trip'}."
+    )
+    return out
+
+
+def loop_headline(src: Sources) -> str:
+    """README: the closed loop in one sentence, pooled over all its trips."""
+    d = src.load(LOOP_JSON)
+    w = d["running"]["cumulative"][-1]
+    half = _get(d, "half_oracle_gain_trip", "hof_recovery", "cumulative") or {}
+    point, lower = half.get("point"), half.get("lower_bound")
+    if point:
+        by_ci = f"by its interval from trip {lower}" if lower else "not yet by its interval"
+        when = f"from trip {point} on (point estimates; {by_ci})"
+    else:
+        when = "on no trip"
+
+    def rec(k: str) -> str:
+        return f"{num(w[k])}× {interval(w[k + '_ci95'])}"
+
+    return (
+        f"over {len(d['trips'])} trips of one route, the table the trainer learned from the "
+        f"trips before knew the cells of "
+        f"{_share_ci(w['learned_known_failure_share'], w['learned_known_failure_share_ci95'])} "
+        f"of their {w['failures']} failures, and in the 2 s after a failed "
+        f"handover HRSCH with it moved {rec('hof_recovery_learned')} `minrtt`'s goodput, "
+        f"against {rec('hof_recovery_oracle')} with the oracle table and "
+        f"{rec('hof_recovery_none')} with none; pooled over trips 1..k, its gain over no "
+        f"table is half the oracle's {when}"
+    )
+
+
 REGIONS: dict[str, Region] = {
     "hsr-headline": Region(headline, inline=True),
     "hsr-hrsch-summary": Region(hrsch_summary, inline=True),
@@ -973,6 +1067,8 @@ REGIONS: dict[str, Region] = {
     "hsr-recovery": Region(recovery, inline=True),
     "trainer-curve": Region(trainer_curve),
     "trainer-heldout": Region(trainer_heldout),
+    "loop-curve": Region(loop_curve),
+    "loop-headline": Region(loop_headline, inline=True),
 }
 
 

@@ -11,6 +11,7 @@ from polycorn_bench import docnumbers
 from polycorn_bench.docnumbers import (
     FILES,
     HSR_JSON,
+    LOOP_JSON,
     PRECISION_JSON,
     REGIONS,
     ROOT,
@@ -98,7 +99,14 @@ def test_bad_markers(fake_regions: dict[str, str], tmp_path: Path, text: str, me
 
 def copy_repo_docs(tmp_path: Path) -> Path:
     """The documented files and their sources, in a scratch root."""
-    sources = (HSR_JSON, SWEEP_JSON, TRAINER_CURVE_JSON, TRAINER_TRIPS_JSON, PRECISION_JSON)
+    sources = (
+        HSR_JSON,
+        SWEEP_JSON,
+        TRAINER_CURVE_JSON,
+        TRAINER_TRIPS_JSON,
+        PRECISION_JSON,
+        LOOP_JSON,
+    )
     for rel in (*FILES, *sources):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
