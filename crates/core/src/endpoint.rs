@@ -1543,6 +1543,25 @@ mod tests {
         (relay, proxy)
     }
 
+    /// A pair running `name` with paths 0 and 1 up, and one passenger
+    /// connection whose request reached the proxy; `trace`: both ends
+    /// record a segment trace from the start.
+    fn requested(name: &str, now: Instant, trace: bool) -> (Endpoint, Endpoint, ConnId) {
+        let (mut relay, mut proxy) = pair(name, now);
+        if trace {
+            relay.enable_trace(10_000);
+            proxy.enable_trace(10_000);
+        }
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        relay.send(c, b"GET /", now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        (relay, proxy, c)
+    }
+
     /// Move everything both sides want to send on every path, instantly.
     fn pump(a: &mut Endpoint, b: &mut Endpoint, now: Instant) {
         for _ in 0..1000 {
@@ -1890,16 +1909,7 @@ mod tests {
     #[test]
     fn the_trace_shows_where_each_segment_went_and_what_came_back() {
         let now = Instant::now();
-        let (mut relay, mut proxy) = pair("roundrobin", now);
-        proxy.enable_trace(10_000);
-        relay.enable_trace(10_000);
-        for p in [PathId(0), PathId(1)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
-        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
-        relay.send(c, b"GET /", now).unwrap();
-        pump(&mut relay, &mut proxy, now);
+        let (mut relay, mut proxy, c) = requested("roundrobin", now, true);
         let data = vec![7u8; 100_000];
         proxy.send(c, &data, now).unwrap();
         // Path 0's copies are written, then its subflow dies before they arrive.
@@ -2001,14 +2011,7 @@ mod tests {
     #[test]
     fn data_queued_for_a_path_that_times_out_is_sent_elsewhere_as_a_first_copy() {
         let now = Instant::now();
-        let (mut relay, mut proxy) = pair("minrtt", now);
-        for p in [PathId(0), PathId(1)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
-        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
-        relay.send(c, b"GET /", now).unwrap();
-        pump(&mut relay, &mut proxy, now);
+        let (_relay, mut proxy, c) = requested("minrtt", now, false);
         // Path 1 looks much slower, so minRTT fills path 0 first.
         proxy.slots[1].as_mut().unwrap().path.on_rtt_sample_for_test(Duration::from_millis(500), now);
         proxy.send(c, &vec![3u8; 200_000], now).unwrap();
