@@ -606,6 +606,17 @@ METHODS = {
 }
 
 
+def _scheme_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One scheme's summary over its trips' :func:`analyse_scheme` results."""
+    stalls = [x for r in results for x in r["stalls"]]
+    return _summary(stalls, sum(r["summary"]["downloads"] for r in results)) | {
+        "dropped_records": sum(r["dropped_records"] for r in results),
+        "path_use": _path_use_summary([u for r in results for u in r["path_use"]]),
+        "setup": _setup_summary([x for r in results for x in r["setup"]]),
+        "window_frames": _window_summary([w for r in results for w in r["window_transits"]]),
+    }
+
+
 def link_set_stalls(
     set_dir: Path, trips: Iterable[str], schemes: Iterable[str], issues: Issues
 ) -> dict[str, Any] | None:
@@ -613,11 +624,6 @@ def link_set_stalls(
     per scheme the summary over its trips, and per trip each scheme's summary. None when no
     scheme of any trip has a segment trace."""
     per: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    use: dict[str, list[dict[int, dict[str, Any]]]] = defaultdict(list)
-    setups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    windows: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    n_dl: dict[str, int] = defaultdict(int)
-    dropped: dict[str, int] = defaultdict(int)
     by_trip: dict[str, dict[str, Any]] = {}
     for trip in trips:
         tdir = set_dir / trip
@@ -634,36 +640,17 @@ def link_set_stalls(
             res = analyse_scheme(tdir / scheme, epoch, issues, carriers)
             if res is None:
                 continue
-            per[scheme].extend(res["stalls"])
-            use[scheme].extend(res["path_use"])
-            setups[scheme].extend(res["setup"])
-            windows[scheme].extend(res["window_transits"])
-            n_dl[scheme] += res["summary"]["downloads"]
-            dropped[scheme] += res["dropped_records"]
+            per[scheme].append(res)
             by_trip.setdefault(trip, {})[scheme] = res["summary"]
     if not per:
         return None
-    return {
-        "schemes": {
-            s: _summary(v, n_dl[s])
-            | {
-                "dropped_records": dropped[s],
-                "path_use": _path_use_summary(use[s]),
-                "setup": _setup_summary(setups[s]),
-                "window_frames": _window_summary(windows[s]),
-            }
-            for s, v in per.items()
-        },
-        "trips": by_trip,
-    }
+    return {"schemes": {s: _scheme_summary(v) for s, v in per.items()}, "trips": by_trip}
 
 
 def analyse_run(root: Path, schemes: Iterable[str] | None = None) -> dict[str, Any]:
     """Every traced scheme of every trip under ``root`` (a bench-hsr run directory)."""
     issues = Issues()
     per: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    use: dict[str, list[dict[int, dict[str, Any]]]] = defaultdict(list)
-    setups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     trips: dict[str, Any] = {}
     for timing in sorted(root.glob("*/*/timing.json")):
         tdir = timing.parent
@@ -678,20 +665,10 @@ def analyse_run(root: Path, schemes: Iterable[str] | None = None) -> dict[str, A
             if res is None:
                 continue
             trips.setdefault(f"{tdir.parent.name}/{tdir.name}", {})[sdir.name] = res
-            per[sdir.name].extend(res["stalls"])
-            use[sdir.name].extend(res["path_use"])
-            setups[sdir.name].extend(res["setup"])
-    n_dl: dict[str, int] = defaultdict(int)
-    for t in trips.values():
-        for s, res in t.items():
-            n_dl[s] += res["summary"]["downloads"]
+            per[sdir.name].append(res)
     return {
         "method": __doc__,
-        "schemes": {
-            s: _summary(v, n_dl[s])
-            | {"path_use": _path_use_summary(use[s]), "setup": _setup_summary(setups[s])}
-            for s, v in per.items()
-        },
+        "schemes": {s: _scheme_summary(v) for s, v in per.items()},
         "trips": trips,
         "issues": issues.to_json(),
     }
