@@ -68,7 +68,8 @@ kafka_topics() { bash scripts/infra.sh topics "$@"; }
 
 # ------------------------------------------------------------------ Rust tests that need Kafka
 
-# Every #[ignore] test of the workspace needs Kafka and runs here; the list
+# Every #[ignore] test of the workspace runs here (the broker tests need
+# Kafka; the rest are exploration studies); the list
 # is exact: a missing one, a failed one, or one not listed (a new #[ignore]
 # test must be added here) fails the check (scripts/cargo_ignored_tests.py).
 IGNORED_TESTS=(
@@ -76,6 +77,11 @@ IGNORED_TESTS=(
     polycorn_proxy::kafka::tests::broker::nothing_is_acked_while_kafka_is_down_and_everything_arrives_after
     polycorn_proxy::table_topic::tests::broker::the_highest_version_wins_and_a_new_proxy_reads_it_from_the_beginning
     polycorn_proxy::table_topic::tests::broker::the_table_stays_while_kafka_is_down_and_new_ones_follow_after
+    # exploration studies in virtual time (print tables, about 5 s together):
+    # run so that they keep working, not as checks
+    polycorn_core::testing::blackouts::print_blackout_study
+    polycorn_core::testing::blackouts::print_window_update_study
+    polycorn_core::testing::blackouts::print_initial_window_study
 )
 rust_kafka_tests() {
     local rc=0
