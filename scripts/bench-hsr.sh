@@ -95,10 +95,10 @@ DRIVING_STEP_S=240
 # with extended reinjection at k = 1 and 2 (testbed/pipelines.toml), the
 # baselines.
 # single-path-c0/-c1: each carrier alone (pin-path), for the best single
-# carrier per trip. minrtt+opp/pen/stale/hol and hrsch+hol: the head-of-line
+# carrier per trip. minrtt+opp/pen/stale/hol, hrsch+hol and hrsch+stale: the head-of-line
 # schedulerlets (crates/core/src/sched/hol.rs), each alone and all three,
 # for their ablation.
-DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol"
+DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol hrsch+stale"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0
 for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S TRACEGEN_PRESET PC_EMU_LOSS_KEYING LOAD_START_S; do

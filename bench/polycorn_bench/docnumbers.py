@@ -476,6 +476,7 @@ HOL_ROWS = (
     ("minrtt+pen", "`penalise`"),
     ("minrtt+hol", "all three"),
     ("hrsch+hol", "all three, on `hrsch`"),
+    ("hrsch+stale", "`stale-filter`, on `hrsch`"),
 )
 
 
@@ -485,7 +486,11 @@ def hol(src: Sources) -> str:
     def cell(g: dict[str, Any]) -> str:
         return bold(pct_ci(g["gain"], g["ci95"]), bool(g.get("resolved")))
 
-    rows = [[code(s), adds, cell(h[s]["bulk"]), cell(h[s]["backlog"])] for s, adds in HOL_ROWS]
+    rows = [
+        [code(s), adds, cell(h[s]["bulk"]), cell(h[s]["backlog"])]
+        for s, adds in HOL_ROWS
+        if s in h  # a scheme added after the run quoted has no row yet
+    ]
     return table(["scheme", "adds to its base", "bulk", "backlogged download"], rows)
 
 

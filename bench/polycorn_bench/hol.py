@@ -29,6 +29,7 @@ HOL: Mapping[str, tuple[str, str]] = {
     "minrtt+pen": ("minrtt", "penalise"),
     "minrtt+hol": ("minrtt", "stale-filter + opp-reinject + penalise"),
     "hrsch+hol": ("hrsch", "stale-filter + opp-reinject + penalise"),
+    "hrsch+stale": ("hrsch", "stale-filter"),
 }
 
 METHODS = {

@@ -21,6 +21,7 @@
 //! | `minrtt+stale`| `stale-filter`, `minrtt`  | `rto-oldest` |
 //! | `minrtt+hol`  | `stale-filter`, `minrtt`, `opp-reinject`, `penalise` | `rto-oldest` |
 //! | `hrsch+hol`   | `hof-reject`, `stale-filter`, `minrtt`, `tail-reject`, `idle-inject`, `opp-reinject`, `penalise` | `extended` (k = 3) |
+//! | `hrsch+stale` | `hof-reject`, `stale-filter`, `minrtt`, `tail-reject`, `idle-inject` | `extended` (k = 3) |
 //!
 //! The last five are HRSCH (POLYCORN §4) and its ablations, one HRSCH
 //! mechanism added to MPTCP's minRTT each ([`super::hrsch`]).
@@ -218,6 +219,10 @@ impl Registry {
         r.register_pipeline("minrtt+pen", comp(&["minrtt", "penalise"]));
         r.register_pipeline("minrtt+stale", comp(&["stale-filter", "minrtt"]));
         r.register_pipeline("minrtt+hol", comp(&["stale-filter", "minrtt", "opp-reinject", "penalise"]));
+        r.register_pipeline(
+            "hrsch+stale",
+            extended(&["hof-reject", "stale-filter", "minrtt", "tail-reject", "idle-inject"]),
+        );
         r.register_pipeline(
             "hrsch+hol",
             extended(&[

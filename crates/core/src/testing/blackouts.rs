@@ -86,12 +86,32 @@ fn extended_reinjection_rescues_a_download_from_an_unpredicted_blackout() {
     assert!(hrsch < ms(2000), "HRSCH finishes on the other path well before the blackout ends: {hrsch:?}");
 }
 
+#[test]
+fn the_stale_filter_moves_a_download_off_a_dark_path_before_its_third_timeout() {
+    // The faster path goes dark 200 ms into a 1 MB download, for 3 s, with
+    // nothing in the table to warn of it. HRSCH alone waits for extended
+    // reinjection's third timeout; with the stale filter (`hrsch+stale`)
+    // the path is stale after max(2 x SRTT, 300 ms) without progress and
+    // everything on it goes back to the other path at once.
+    let blackout = Some((START + ms(200), START + ms(3200)));
+    let (_, hrsch) = run("hrsch", 1_000_000, blackout);
+    let (h, stale) = run("hrsch+stale", 1_000_000, blackout);
+    let (hrsch, stale) = (hrsch.unwrap(), stale.unwrap());
+    eprintln!("1 MB through a blackout from 200 ms: hrsch {hrsch:?}, hrsch+stale {stale:?}");
+    let stale_events =
+        h.proxy().pipeline().counters().iter().find(|c| c.0 == "stale-filter" && c.1 == "stale_paths").map(|c| c.2);
+    assert!(stale_events.unwrap_or(0) > 0, "the dark path was marked stale: {stale_events:?}");
+    assert!(stale < ms(1200), "hrsch+stale finishes on the other path within the blackout: {stale:?}");
+    assert!(hrsch > stale + ms(500), "HRSCH alone waits for its third timeout: {hrsch:?} vs {stale:?}");
+}
+
 /// Exploration, printing only: completion times (s) without / with a 3 s
 /// blackout of the faster path, by download size and onset.
 #[test]
 #[ignore = "exploration: prints a table"]
 fn print_blackout_study() {
-    let schemes = ["minrtt", "minrtt+stale", "minrtt+opp", "minrtt+er", "hrsch", "hrsch+hol", "minrtt+hol"];
+    let schemes =
+        ["minrtt", "minrtt+stale", "minrtt+opp", "minrtt+er", "hrsch", "hrsch+stale", "hrsch+hol", "minrtt+hol"];
     for size in [1_000_000u64, 4_000_000] {
         for onset in [0u64, 200, 500, 1000] {
             let b = (START + ms(onset), START + ms(onset + 3000));

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-const SCHEDULERS: [&str; 16] = [
+const SCHEDULERS: [&str; 17] = [
     "minrtt",
     "roundrobin",
     "redundant",
@@ -27,6 +27,7 @@ const SCHEDULERS: [&str; 16] = [
     "minrtt+stale",
     "minrtt+hol",
     "hrsch+hol",
+    "hrsch+stale",
 ];
 
 /// The list above must name every built-in composition (it stays a literal
