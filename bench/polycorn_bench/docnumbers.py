@@ -484,7 +484,9 @@ def hol(src: Sources) -> str:
     h = src.hsr["hol_ablation"]
 
     def cell(g: dict[str, Any]) -> str:
-        return bold(pct_ci(g["gain"], g["ci95"]), bool(g.get("resolved")))
+        return bold(
+            pct_ci(g["gain"], g[g.get("verdict_interval", "ci95")]), bool(g.get("resolved"))
+        )
 
     rows = [
         [code(s), adds, cell(h[s]["bulk"]), cell(h[s]["backlog"])]

@@ -19,8 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench.flows import BacklogRun, Flow, Paired, paired_goodputs
-from polycorn_bench.stats import bootstrap_geomean_ci, finite_or_none, geomean
+from polycorn_bench.flows import (
+    BacklogRun,
+    Flow,
+    Paired,
+    paired_goodputs,
+    paired_ratios_by_trip,
+)
+from polycorn_bench.stats import bootstrap_geomean_ci, finite_or_none, geomean, trip_interval
+
+#: From this many trips on, "resolved" reads the trips' interval (as hrsch's verdicts do:
+#: :data:`polycorn_bench.hrsch.MIN_TRIPS_FOR_TRIP_INTERVAL`); before, the pairs' interval.
+MIN_TRIPS_FOR_TRIP_INTERVAL = 10
 
 #: composition -> (base pipeline, schedulerlets it adds).
 HOL: Mapping[str, tuple[str, str]] = {
@@ -36,27 +46,44 @@ METHODS = {
     "hol_ablation": (
         "Per head-of-line composition (crates/core/src/sched/hol.rs) against its base pipeline: "
         "gain = geometric mean of paired goodput ratios scheme/base - 1 with a 95 % bootstrap "
-        "CI, for bulk downloads (all sizes, paired by trip and id) and for the backlogged "
-        "download (paired by trip); 'resolved' when the interval excludes 0."
+        "CI of the pairs (ci95) and, for bulk, of the trips (ci95_trips: trips resampled, "
+        "the between-trip variation included), for bulk downloads (all sizes, paired by trip "
+        "and id) and for the backlogged download (paired by trip); 'resolved' when the "
+        "interval named by verdict_interval excludes 0 (the trips' from 10 trips on)."
     ),
 }
 
 
-def _gain(ratios: list[float]) -> dict[str, Any]:
+def _minus_one(ci: Sequence[float | None] | None) -> list[float] | None:
+    if ci is None or None in ci:
+        return None
+    return [float(ci[0]) - 1, float(ci[1]) - 1]  # type: ignore[arg-type]
+
+
+def _gain(ratios: list[float], by_trip: list[list[float]] | None = None) -> dict[str, Any]:
+    """Gain with the pairs' interval, and the trips' when ``by_trip`` groups the same ratios."""
     if not ratios:
         return {"n_pairs": 0, "gain": None, "ci95": None, "resolved": None}
     arr = np.asarray(ratios)
     lo, hi = bootstrap_geomean_ci(arr)
     g = finite_or_none(geomean(arr))
-    ci = [finite_or_none(lo), finite_or_none(hi)]
-    ci_gain = None if None in ci else [ci[0] - 1, ci[1] - 1]  # type: ignore[operator]
-    resolved = None if ci_gain is None or len(ratios) < 2 else (ci_gain[0] > 0 or ci_gain[1] < 0)
-    return {
+    out: dict[str, Any] = {
         "n_pairs": len(ratios),
         "gain": None if g is None else g - 1,
-        "ci95": ci_gain,
-        "resolved": resolved,
+        "ci95": _minus_one([finite_or_none(lo), finite_or_none(hi)]),
+        "verdict_interval": "ci95",
     }
+    if by_trip is not None:
+        t = trip_interval(by_trip)
+        out["n_trips"] = t["n_trips"]
+        out["ci95_trips"] = _minus_one(t["ci95_trips"])
+        if out["ci95_trips"] is not None and t["n_trips"] >= MIN_TRIPS_FOR_TRIP_INTERVAL:
+            out["verdict_interval"] = "ci95_trips"
+    ci_gain = out[out["verdict_interval"]]
+    out["resolved"] = (
+        None if ci_gain is None or len(ratios) < 2 else (ci_gain[0] > 0 or ci_gain[1] < 0)
+    )
+    return out
 
 
 def _ratios(records: Sequence[Paired], scheme: str, base: str) -> list[float]:
@@ -78,7 +105,12 @@ def hol_ablation(
         out[scheme] = {
             "base": base,
             "adds": adds,
-            "bulk": _gain(_ratios(flows, scheme, base)),
+            "bulk": _gain(
+                _ratios(flows, scheme, base),
+                paired_ratios_by_trip(
+                    (f for f in flows if f.scheme == scheme), (f for f in flows if f.scheme == base)
+                ),
+            ),
             "backlog": _gain(_ratios(backlogs, scheme, base)),
         }
     return out or None

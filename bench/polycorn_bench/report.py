@@ -553,9 +553,10 @@ def _hol_section(ls: dict[str, Any]) -> list[str]:
     out = [
         "### Head-of-line schedulerlets",
         "",
-        "Gain over the base pipeline (geometric mean of paired goodput ratios − 1 [95 % CI], "
-        "n pairs) in bulk downloads (all sizes) and in the backlogged download; 'resolved' "
-        "when the interval excludes 0.",
+        "Gain over the base pipeline (geometric mean of paired goodput ratios − 1 [95 % CI "
+        "of the pairs], n pairs, and in bulk the trips' interval (n trips)) in bulk downloads "
+        "(all sizes) and in the backlogged download; 'resolved' when the interval excludes 0 "
+        "(the trips' interval from 10 trips on).",
         "",
     ]
 
@@ -563,7 +564,10 @@ def _hol_section(ls: dict[str, Any]) -> list[str]:
         if not g.get("n_pairs"):
             return "–"
         verdict = {True: "resolved", False: "not resolved", None: "n < 2"}[g.get("resolved")]
-        return f"{_pct(g['gain'])}{_pct_ci(g['ci95'])}, n {g['n_pairs']}, {verdict}"
+        cell = f"{_pct(g['gain'])}{_pct_ci(g['ci95'])}, n {g['n_pairs']}"
+        if g.get("ci95_trips"):
+            cell += f", trips{_pct_ci(g['ci95_trips'])} ({g['n_trips']})"
+        return f"{cell}, {verdict}"
 
     rows = [
         [f"`{s}`", f"`{e['base']}`", e["adds"], cell(e["bulk"]), cell(e["backlog"])]

@@ -44,6 +44,9 @@ def test_each_composition_is_measured_against_its_own_base(tmp_path: Path) -> No
     assert opp["bulk"]["n_pairs"] == 12
     assert opp["bulk"]["gain"] == pytest.approx(1.0)
     assert opp["bulk"]["resolved"] is True
+    # 3 trips: the trips' interval is there, the verdict reads the pairs'.
+    assert opp["bulk"]["n_trips"] == 3 and opp["bulk"]["ci95_trips"] is not None
+    assert opp["bulk"]["verdict_interval"] == "ci95"
     assert opp["backlog"]["gain"] == pytest.approx(0.5)
     # Against hrsch, not minrtt: no bulk gain at all.
     assert hh["bulk"]["gain"] == pytest.approx(0.0)
@@ -64,3 +67,22 @@ def test_no_section_without_a_composition_or_its_base(tmp_path: Path) -> None:
     doc = analyse(read_run(b.finish()))
     assert doc["hol_ablation"] is None
     assert "Head-of-line" not in markdown(doc)
+
+
+def test_from_ten_trips_the_verdict_reads_the_trips_interval(tmp_path: Path) -> None:
+    """minrtt+opp is 1.5x minrtt on five trips and 0.8x on five, the same on every download of
+    a trip: the pairs' interval excludes 0 (80 pairs look independent), the trips' does not
+    (10 trips that disagree), and from 10 trips on the verdict reads the trips'."""
+    trips = [f"r1-t{k}" for k in range(10)]
+    b = RunBuilder(tmp_path / "run", ["minrtt", "minrtt+opp"], trips)
+    for k, trip in enumerate(trips):
+        opp = 1000.0 / (1.5 if k < 5 else 0.8)
+        b.bulk(trip, "minrtt", [download(i, 1000.0 + 2000 * i, 1000.0) for i in range(8)])
+        b.bulk(trip, "minrtt+opp", [download(i, 1000.0 + 2000 * i, opp) for i in range(8)])
+    g = analyse(read_run(b.finish()))["hol_ablation"]["minrtt+opp"]["bulk"]
+    assert g["n_pairs"] == 80 and g["n_trips"] == 10
+    assert g["gain"] == pytest.approx(geomean([1.5] * 5 + [0.8] * 5) - 1)
+    assert g["ci95"][0] > 0, "the pairs' interval alone would call it resolved"
+    lo, hi = g["ci95_trips"]
+    assert lo < 0 < hi
+    assert g["verdict_interval"] == "ci95_trips" and g["resolved"] is False
