@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench import capacity, hol, hrsch, losttime, stalls
+from polycorn_bench import capacity, hol, hrsch, losttime, schedevents, stalls
 from polycorn_bench.flows import (
     IM_REFERENCE,
     OVERALL,
@@ -88,6 +88,7 @@ HRSCH_KEYS = (
     "reinjection_overhead",
     "reinjection_overhead_vs_paper",
     "hof_recovery",
+    "scheduler_events",
 )
 #: Sections of issue 18 (aggregation and memory), per link set and copied to the top level.
 CAPACITY_KEYS = (
@@ -148,6 +149,7 @@ METHODS = {
     **hol.METHODS,
     **losttime.METHODS,
     **stalls.METHODS,
+    **schedevents.METHODS,
 }
 
 
@@ -470,6 +472,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "reinjection_overhead": hrsch.reinjection_overhead(extra),
         "reinjection_overhead_vs_paper": hrsch.reinjection_vs_paper(extra),
         "hof_recovery": hof,
+        "scheduler_events": schedevents.scheduler_events(ls, schemes),
         "best_single_carrier": best,
         "capacity_use": capacity_use,
         "concurrency": concurrency,

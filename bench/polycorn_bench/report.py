@@ -578,6 +578,31 @@ def _hol_section(ls: dict[str, Any]) -> list[str]:
     return out
 
 
+def _sched_events_section(ls: dict[str, Any]) -> list[str]:
+    """What each schedulerlet did (downlink, per trip); empty when no counters."""
+    ev = ls.get("scheduler_events")
+    if not ev:
+        return []
+    keys = sorted({k for e in ev.values() for k in e["per_trip_mean"]})
+    if not keys:
+        return []
+    out = [
+        "### What the schedulerlets did",
+        "",
+        "Events per trip at the proxy (downlink), mean over the trips "
+        "(polycorn_sched_schedulerlet_events_total).",
+        "",
+    ]
+    rows = [
+        [f"`{s}`", str(e["n_trips"])]
+        + [f"{e['per_trip_mean'][k]:.1f}" if k in e["per_trip_mean"] else "–" for k in keys]
+        for s, e in ev.items()
+    ]
+    out += _table(["scheme", "trips", *[f"`{k}`" for k in keys]], rows)
+    out.append("")
+    return out
+
+
 def _lost_time_section(ls: dict[str, Any]) -> list[str]:
     """Where bulk downloads lose time against the oracle (all sizes pooled)."""
     lt = ls.get("lost_time")
@@ -937,6 +962,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out += _backlog_section(ls)
         out += _capacity_section(ls)
         out += _hol_section(ls)
+        out += _sched_events_section(ls)
         out += _lost_time_section(ls)
         out += _stall_section(ls)
         im = ls.get("im", {})
