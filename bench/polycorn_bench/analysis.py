@@ -525,6 +525,7 @@ def analyse(run: Run) -> dict[str, Any]:
                 for d in sets.values()
             )
         ],
+        "default_scheme": hrsch.DEFAULT_SCHEME,
         "sizes": {k: run.sizes[k] for k in size_labels(run)},
         "users": run.users,
         "bulk": p.get("bulk", {}),

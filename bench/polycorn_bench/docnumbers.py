@@ -46,6 +46,10 @@ TRAINER_CURVE_JSON = "bench/out/trainer-curve.json"
 TRAINER_TRIPS_JSON = "bench/out/trainer-trips.json"
 PRECISION_JSON = "bench/out/hsr-precision.json"
 LOOP_JSON = "bench/out/loop.json"
+#: Issue 20's precision-profile runs of more schemes: the stale filter and HPR
+#: (hsr-mechanisms.json), and minrtt plus each HRSCH mechanism (hsr-ablation.json).
+MECHANISMS_JSON = "bench/out/hsr-mechanisms.json"
+ABLATION_JSON = "bench/out/hsr-ablation.json"
 
 _REGION = re.compile(
     r"<!-- generated:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL
@@ -1053,6 +1057,79 @@ def loop_headline(src: Sources) -> str:
     )
 
 
+#: Events of ``scheduler_events`` the mechanisms table shows, per trip: (key, column).
+MECHANISM_EVENTS = (
+    ("hof-reject/rejections", "HPR rejections"),
+    ("stale-filter/stale_paths", "stale paths"),
+    ("tail-reject/deselected", "TPR deselections"),
+    ("idle-inject/bursts", "ORI bursts"),
+)
+
+
+def mechanisms(src: Sources, rel: str = MECHANISMS_JSON) -> str:
+    """results.md: every scheme of a precision-profile run of several schemes against minrtt
+    (trips' interval), each composition against its own base, and what the schedulerlets did
+    per trip."""
+    d = src.load(rel)
+    bulk = d["bulk"]
+    labels = [k for k in next(iter(bulk.values())) if k != "overall"]
+    ev = d.get("scheduler_events") or {}
+    rows = []
+    for scheme, per in bulk.items():
+        o = per["overall"]
+        ci = o.get("ci95_trips") or o.get("ci95")
+        row = [code(scheme), bold(ratio_ci(o["ratio_vs_minrtt"], ci), resolved(ci, 1.0))]
+        row += [num(per[lb]["ratio_vs_minrtt"]) for lb in labels]
+        row.append(num(o.get("ratio_vs_oracle")))
+        pt = (ev.get(scheme) or {}).get("per_trip_mean", {})
+        row += [num(pt[k], 1) if k in pt else "–" for k, _ in MECHANISM_EVENTS]
+        rows.append(row)
+    out = table(
+        [
+            "scheme",
+            "× minrtt [trips' 95 % CI]",
+            *[f"× minrtt, {SIZE_LABELS.get(lb, lb)}" for lb in labels],
+            "× oracle",
+            *[f"{c} per trip" for _, c in MECHANISM_EVENTS],
+        ],
+        rows,
+    )
+    pairs = []
+    for scheme, e in (d.get("hol_ablation") or {}).items():
+        g = e["bulk"]
+        ci = g[g.get("verdict_interval", "ci95")]
+        pairs.append(
+            [code(scheme), code(e["base"]), e["adds"], bold(pct_ci(g["gain"], ci), resolved(ci, 0))]
+        )
+    for scheme, e in (d.get("ablation") or {}).items():
+        if scheme == "hrsch":
+            continue
+        o = bulk[scheme]["overall"]
+        ci = o.get("ci95_trips") or o.get("ci95")
+        gain_ci = None if not ci else [ci[0] - 1, ci[1] - 1]
+        gain = None if o["ratio_vs_minrtt"] is None else o["ratio_vs_minrtt"] - 1
+        pairs.append(
+            [
+                code(scheme),
+                code("minrtt"),
+                e["mechanism"],
+                bold(pct_ci(gain, gain_ci), resolved(gain_ci, 0)),
+            ]
+        )
+    if pairs:
+        out += "\n\n" + table(
+            ["scheme", "base", "adds", "bulk gain over its base [95 % CI]"], pairs
+        )
+    o = bulk["minrtt"]["overall"]
+    out += (
+        f"\n\n{o['n_pairs']} downloads per scheme on {o.get('n_trips')} trips "
+        f"({', '.join(d.get('seeds', [])[:1])} to {', '.join(d.get('seeds', [])[-1:])}); "
+        f"commit `{d.get('commit')}`. Bold: the interval excludes no change; every interval "
+        "resamples trips."
+    )
+    return out
+
+
 REGIONS: dict[str, Region] = {
     "hsr-headline": Region(headline, inline=True),
     "hsr-hrsch-summary": Region(hrsch_summary, inline=True),
@@ -1076,6 +1153,7 @@ REGIONS: dict[str, Region] = {
     "trainer-heldout": Region(trainer_heldout),
     "loop-curve": Region(loop_curve),
     "loop-headline": Region(loop_headline, inline=True),
+    "hsr-mechanisms": Region(mechanisms),
 }
 
 

@@ -12,6 +12,7 @@ from polycorn_bench.docnumbers import (
     FILES,
     HSR_JSON,
     LOOP_JSON,
+    MECHANISMS_JSON,
     PRECISION_JSON,
     REGIONS,
     ROOT,
@@ -106,6 +107,7 @@ def copy_repo_docs(tmp_path: Path) -> Path:
         TRAINER_TRIPS_JSON,
         PRECISION_JSON,
         LOOP_JSON,
+        MECHANISMS_JSON,
     )
     for rel in (*FILES, *sources):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -57,10 +57,11 @@ struct Opts {
     /// This proxy's private key (PEM).
     #[arg(long, env = "POLYCORN_PROXY_KEY")]
     key: Option<PathBuf>,
-    /// Downlink scheduler: a built-in composition (hrsch, minrtt,
-    /// roundrobin, redundant, blest, ecf, single-path, and the HRSCH
-    /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er) or one
-    /// defined under [pipelines] in the config file [default: hrsch].
+    /// Downlink scheduler: a built-in composition (hrsch+stale, hrsch,
+    /// minrtt, roundrobin, redundant, blest, ecf, single-path, the HRSCH
+    /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er, and the
+    /// head-of-line ones) or one defined under [pipelines] in the config
+    /// file [default: hrsch+stale, HRSCH with the stale filter].
     #[arg(long, env = "POLYCORN_PROXY_SCHEDULER")]
     scheduler: Option<String>,
     /// `tls` (one TLS subflow per train interface); `kernel-mptcp` (one
@@ -225,7 +226,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let (ca, cert, key) = (need(o.ca, "ca")?, need(o.cert, "cert")?, need(o.key, "key")?);
     let tls = polycorn_pki::server_config(&ca, &cert, &key, std::slice::from_ref(&train_id))
         .context("loading the proxy's TLS material")?;
-    let scheduler = o.scheduler.unwrap_or_else(|| "hrsch".into());
+    let scheduler = o.scheduler.unwrap_or_else(|| polycorn_core::sched::DEFAULT_PIPELINE.into());
     build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
     let deny = o.deny.unwrap_or_else(|| {
         ["127.0.0.0/8", "::1/128", "0.0.0.0/8", "169.254.0.0/16", "fe80::/10", "224.0.0.0/4"]

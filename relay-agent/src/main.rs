@@ -81,10 +81,11 @@ struct Opts {
     /// fall back to TCP, drop the rest), `drop-all` or `allow` [default: reject-quic].
     #[arg(long, env = "POLYCORN_RELAY_UDP_POLICY")]
     udp_policy: Option<String>,
-    /// Uplink scheduler: a built-in composition (hrsch, minrtt, roundrobin,
-    /// redundant, blest, ecf, single-path, and the HRSCH ablations
-    /// minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er) or one under
-    /// [pipelines] in the config file [default: hrsch].
+    /// Uplink scheduler: a built-in composition (hrsch+stale, hrsch,
+    /// minrtt, roundrobin, redundant, blest, ecf, single-path, the HRSCH
+    /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er, and the
+    /// head-of-line ones) or one under [pipelines] in the config file
+    /// [default: hrsch+stale, HRSCH with the stale filter].
     #[arg(long, env = "POLYCORN_RELAY_SCHEDULER")]
     scheduler: Option<String>,
     /// `tls` (one TLS subflow per interface); `kernel-mptcp` (one MPTCP
@@ -280,7 +281,7 @@ fn settings() -> anyhow::Result<Settings> {
     let name = o.proxy_name.clone().unwrap_or_else(|| "proxy.polycorn".into());
     let proxy_name = rustls::pki_types::ServerName::try_from(name.clone())
         .with_context(|| format!("--proxy-name {name:?} is not a valid DNS name or IP address"))?;
-    let scheduler = o.scheduler.clone().unwrap_or_else(|| "hrsch".into());
+    let scheduler = o.scheduler.clone().unwrap_or_else(|| polycorn_core::sched::DEFAULT_PIPELINE.into());
     build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
     let transport: Transport = o.transport.as_deref().unwrap_or("tls").parse().map_err(anyhow::Error::msg)?;
     let congestion: Congestion =

@@ -38,7 +38,7 @@ use crate::ids::{ConnId, PathId, PathMask, UserId};
 use crate::path::{Availability, PathView};
 
 pub use hrsch::{FailureTable, TrackDirection, TrainState, TrainTracker};
-pub use registry::{ConfigError, Params, PipelineSpec, Registry, SchedulerletSpec};
+pub use registry::{ConfigError, Params, PipelineSpec, Registry, SchedulerletSpec, DEFAULT_PIPELINE};
 
 /// Which set moves a schedulerlet may make.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
