@@ -25,6 +25,7 @@ JSON's (``polycorn_bench.verdict``).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
@@ -1171,6 +1172,7 @@ REGIONS: dict[str, Region] = {
     "loop-headline": Region(loop_headline, inline=True),
     "hsr-mechanisms": Region(mechanisms),
     "hsr-mechanisms-headline": Region(mechanisms_headline, inline=True),
+    "hsr-mechanisms-ablation": Region(functools.partial(mechanisms, rel=ABLATION_JSON)),
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from polycorn_bench import docnumbers
 from polycorn_bench.docnumbers import (
+    ABLATION_JSON,
     FILES,
     HSR_JSON,
     LOOP_JSON,
@@ -108,6 +109,7 @@ def copy_repo_docs(tmp_path: Path) -> Path:
         PRECISION_JSON,
         LOOP_JSON,
         MECHANISMS_JSON,
+        ABLATION_JSON,
     )
     for rel in (*FILES, *sources):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
