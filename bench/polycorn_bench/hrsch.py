@@ -302,13 +302,16 @@ _IM_REFS = ((IM_REFERENCE, "vs_single_path"), (REFERENCE, "vs_minrtt"))
 
 
 def im_changes(
-    im: Mapping[str, Mapping[str, Any]], intervals: Mapping[str, Any] | None = None
+    im: Mapping[str, Mapping[str, Any]],
+    intervals: Mapping[str, Any] | None = None,
+    scheme: str = HRSCH,
 ) -> dict[str, Any] | None:
-    """Relative change of hrsch's IM numbers against single-path and minrtt, per number of
-    users and averaged over the user counts (``analysis.im_summary`` as input), and, with the
-    trip-level ``intervals`` of :func:`im_trip_intervals`, the averages' 95 % intervals and
-    their verdicts against the paper (``vs_paper``; lower is better: faster, fairer)."""
-    mine = im.get(HRSCH)
+    """Relative change of ``scheme``'s (default hrsch's) IM numbers against single-path and
+    minrtt, per number of users and averaged over the user counts (``analysis.im_summary``
+    as input), and, with the trip-level ``intervals`` of :func:`im_trip_intervals`, the
+    averages' 95 % intervals and their verdicts against the paper (``vs_paper``; lower is
+    better: faster, fairer)."""
+    mine = im.get(scheme)
     if not mine:
         return None
     by_users: dict[str, Any] = {}
@@ -359,16 +362,17 @@ def im_changes(
     }
 
 
-def im_trip_intervals(ls: LinkSetRun, users: Sequence[int]) -> dict[str, Any]:
-    """95 % intervals of :func:`im_changes`' averages by a bootstrap over trips (the trips on
-    which hrsch delivered messages): each resample pools the delays of the drawn trips (a trip
-    drawn twice counts twice) as ``analysis.im_summary`` pools all of them, averages the
-    per-trip CoVs, and takes hrsch's ratio to each reference per user count and their mean,
-    minus 1. Messages of one user and trip are not independent, so trips, not messages, are
-    resampled. ``{"n_trips", "average_ci95": {"vs_single_path"|"vs_minrtt": {"mean"|"p90"|
-    "cov": [lo, hi] | None}}}``; None intervals with fewer than two trips."""
-    schemes = (HRSCH, IM_REFERENCE, REFERENCE)
-    trips = [t for t in ls.trips if HRSCH in t.schemes and t.schemes[HRSCH].im]
+def im_trip_intervals(ls: LinkSetRun, users: Sequence[int], scheme: str = HRSCH) -> dict[str, Any]:
+    """95 % intervals of :func:`im_changes`' averages by a bootstrap over trips (the trips
+    on which ``scheme``, default hrsch, delivered messages): each resample pools the delays
+    of the drawn trips (a trip drawn twice counts twice) as ``analysis.im_summary`` pools
+    all of them, averages the per-trip CoVs, and takes the scheme's ratio to each reference
+    per user count and their mean, minus 1. Messages of one user and trip are not
+    independent, so trips, not messages, are resampled. ``{"n_trips", "average_ci95":
+    {"vs_single_path"|"vs_minrtt": {"mean"|"p90"|"cov": [lo, hi] | None}}}``; None
+    intervals with fewer than two trips."""
+    schemes = (scheme, IM_REFERENCE, REFERENCE)
+    trips = [t for t in ls.trips if scheme in t.schemes and t.schemes[scheme].im]
     # delays[scheme][users][trip index] = all delivered delays; covs likewise (NaN: none).
     delays: dict[str, dict[int, dict[int, FloatArray]]] = {s: {} for s in schemes}
     covs: dict[str, dict[int, dict[int, float]]] = {s: {} for s in schemes}
@@ -407,7 +411,7 @@ def im_trip_intervals(ls: LinkSetRun, users: Sequence[int]) -> dict[str, Any]:
     def statistic(idx: tuple[int, ...]) -> FloatArray:
         ratios: dict[tuple[str, str], list[float]] = {key: [] for key in order}
         for u in users:
-            mine = stat_of(HRSCH, u, idx)
+            mine = stat_of(scheme, u, idx)
             for ref, key in _IM_REFS:
                 theirs = stat_of(ref, u, idx)
                 for k, _ in _IM_KEYS:

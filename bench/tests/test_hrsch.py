@@ -12,7 +12,12 @@ from conftest import RunBuilder, download, handover, proxy_metrics, relay_metric
 
 from polycorn_bench.analysis import analyse
 from polycorn_bench.flows import Flow
-from polycorn_bench.hrsch import MIN_TRIPS_FOR_TRIP_INTERVAL, PAPER, window_goodput
+from polycorn_bench.hrsch import (
+    DEFAULT_SCHEME,
+    MIN_TRIPS_FOR_TRIP_INTERVAL,
+    PAPER,
+    window_goodput,
+)
 from polycorn_bench.hsr import main
 from polycorn_bench.metrics import parse_metrics
 from polycorn_bench.records import Download, read_run
@@ -657,3 +662,21 @@ def test_duplicates_come_from_the_receiving_end_of_each_direction(tmp_path: Path
     assert extra["minrtt"]["duplicate_bytes"] is None
     assert extra["minrtt"]["duplicate_share_of_extra"] is None
     assert extra["minrtt"]["reinjected_bytes"] == 2 * 12
+
+
+def test_im_of_the_default_pipeline(tmp_path: Path) -> None:
+    """im_default is im_hrsch's computation for the binaries' default pipeline: the default's
+    own delays against the same references, hrsch's left alone."""
+    b = new_builder(tmp_path, ["minrtt", "single-path", "hrsch", DEFAULT_SCHEME])
+    for trip in TRIPS:
+        b.im(trip, "single-path", 10, im_rows({0: [200.0], 1: [200.0]}))
+        b.im(trip, "minrtt", 10, im_rows({0: [100.0], 1: [100.0]}))
+        b.im(trip, "hrsch", 10, im_rows({0: [100.0], 1: [100.0]}))
+        b.im(trip, DEFAULT_SCHEME, 10, im_rows({0: [80.0], 1: [80.0]}))
+    doc = analyse(read_run(b.finish()))
+    d, h = doc["im_default"], doc["im_hrsch"]
+    assert d["n_trips"] == 2
+    assert d["average"]["vs_minrtt"]["mean"] == pytest.approx(-0.2)
+    assert d["average"]["vs_single_path"]["mean"] == pytest.approx(-0.6)
+    assert d["average_ci95"]["vs_minrtt"]["mean"] == pytest.approx([-0.2, -0.2])
+    assert h["average"]["vs_minrtt"]["mean"] == pytest.approx(0.0)
