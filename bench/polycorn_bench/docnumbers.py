@@ -51,6 +51,7 @@ LOOP_JSON = "bench/out/loop.json"
 #: (hsr-mechanisms.json), and minrtt plus each HRSCH mechanism (hsr-ablation.json).
 MECHANISMS_JSON = "bench/out/hsr-mechanisms.json"
 ABLATION_JSON = "bench/out/hsr-ablation.json"
+IM_JSON = "bench/out/hsr-im.json"
 
 _REGION = re.compile(
     r"<!-- generated:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL
@@ -731,6 +732,39 @@ def im(src: Sources) -> str:
     return table(["against", "delivery time", "hrsch [95 % CI]", "paper", "vs the paper"], rows)
 
 
+def im_new_railway(src: Sources) -> str:
+    """results.md: the IM changes of hrsch and of the default pipeline on the new railway (the
+    precision profile's trips, IM phase only), with the paper's numbers and verdicts."""
+    d = src.load(IM_JSON)
+    default = d.get("default_scheme") or "hrsch+stale"
+    cols = [("hrsch", d.get("im_hrsch")), (default, d.get("im_default"))]
+    rows = []
+    for key, ref in (("vs_single_path", "`single-path`"), ("vs_minrtt", "`minrtt`")):
+        for k, label in IM_METRICS:
+            row = [ref, label]
+            paper = None
+            for _, im in cols:
+                c = im["vs_paper"][key][k] if im else None
+                row += [pct_ci(c["ours"], c["ci95"]), words(c["verdict"])] if c else ["–", "–"]
+                paper = paper if c is None else c["paper"]
+            row.insert(2, pct(paper, 0))
+            rows.append(row)
+    n = max((im or {}).get("n_trips", 0) for _, im in cols)
+    out = table(
+        [
+            "against",
+            "delivery time",
+            "paper",
+            *[h for name, _ in cols for h in (f"`{name}` [95 % CI]", "vs the paper")],
+        ],
+        rows,
+    )
+    return out + (
+        f"\n\n{n} trips (intervals resample trips); commit `{d.get('commit')}`. Lower is "
+        "better: a negative change is faster delivery or a fairer spread."
+    )
+
+
 def recovery(src: Sources) -> str:
     """results.md: the recovery after failed handovers (inline)."""
     h = src.hsr["hof_recovery"]
@@ -1173,6 +1207,7 @@ REGIONS: dict[str, Region] = {
     "hsr-mechanisms": Region(mechanisms),
     "hsr-mechanisms-headline": Region(mechanisms_headline, inline=True),
     "hsr-mechanisms-ablation": Region(functools.partial(mechanisms, rel=ABLATION_JSON)),
+    "hsr-im-new-railway": Region(im_new_railway),
 }
 
 

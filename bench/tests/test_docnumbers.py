@@ -12,6 +12,7 @@ from polycorn_bench.docnumbers import (
     ABLATION_JSON,
     FILES,
     HSR_JSON,
+    IM_JSON,
     LOOP_JSON,
     MECHANISMS_JSON,
     PRECISION_JSON,
@@ -110,6 +111,7 @@ def copy_repo_docs(tmp_path: Path) -> Path:
         LOOP_JSON,
         MECHANISMS_JSON,
         ABLATION_JSON,
+        IM_JSON,
     )
     for rel in (*FILES, *sources):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
