@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polycorn_bench.hrsch import KERNEL_SCHEMES
+from polycorn_bench.hrsch import DEFAULT_SCHEME, KERNEL_SCHEMES
 from polycorn_bench.verdict import verdict_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -486,13 +486,16 @@ HOL_ROWS = (
 )
 
 
+def verdict_ci(g: dict[str, Any]) -> Any:
+    """The interval a gain's ``resolved`` reads (``verdict_interval``; the pairs' before)."""
+    return g[g.get("verdict_interval", "ci95")]
+
+
 def hol(src: Sources) -> str:
     h = src.hsr["hol_ablation"]
 
     def cell(g: dict[str, Any]) -> str:
-        return bold(
-            pct_ci(g["gain"], g[g.get("verdict_interval", "ci95")]), bool(g.get("resolved"))
-        )
+        return bold(pct_ci(g["gain"], verdict_ci(g)), bool(g.get("resolved")))
 
     rows = [
         [code(s), adds, cell(h[s]["bulk"]), cell(h[s]["backlog"])]
@@ -736,7 +739,7 @@ def im_new_railway(src: Sources) -> str:
     """results.md: the IM changes of hrsch and of the default pipeline on the new railway (the
     precision profile's trips, IM phase only), with the paper's numbers and verdicts."""
     d = src.load(IM_JSON)
-    default = d.get("default_scheme") or "hrsch+stale"
+    default = d.get("default_scheme") or DEFAULT_SCHEME
     cols = [("hrsch", d.get("im_hrsch")), (default, d.get("im_default"))]
     rows = []
     for key, ref in (("vs_single_path", "`single-path`"), ("vs_minrtt", "`minrtt`")):
@@ -1132,7 +1135,7 @@ def mechanisms(src: Sources, rel: str = MECHANISMS_JSON) -> str:
     pairs = []
     for scheme, e in (d.get("hol_ablation") or {}).items():
         g = e["bulk"]
-        ci = g[g.get("verdict_interval", "ci95")]
+        ci = verdict_ci(g)
         pairs.append(
             [code(scheme), code(e["base"]), e["adds"], bold(pct_ci(g["gain"], ci), resolved(ci, 0))]
         )
@@ -1168,11 +1171,11 @@ def mechanisms(src: Sources, rel: str = MECHANISMS_JSON) -> str:
 def mechanisms_headline(src: Sources) -> str:
     """README: the default pipeline against minrtt and hrsch in the mechanisms run (inline)."""
     d = src.load(MECHANISMS_JSON)
-    default = d.get("default_scheme") or "hrsch+stale"
+    default = d.get("default_scheme") or DEFAULT_SCHEME
     o = d["bulk"][default]["overall"]
     ci = o.get("ci95_trips") or o["ci95"]
     g = d["hol_ablation"][default]["bulk"]
-    gci = g[g.get("verdict_interval", "ci95")]
+    gci = verdict_ci(g)
     return (
         f"the default pipeline, HRSCH with the stale filter (`{default}`), moves "
         f"{num(o['ratio_vs_minrtt'])}× `minrtt` [trips' 95 % CI {num(ci[0])}, {num(ci[1])}] "

@@ -26,11 +26,8 @@ from polycorn_bench.flows import (
     paired_goodputs,
     paired_ratios_by_trip,
 )
+from polycorn_bench.hrsch import verdict_interval
 from polycorn_bench.stats import bootstrap_geomean_ci, finite_or_none, geomean, trip_interval
-
-#: From this many trips on, "resolved" reads the trips' interval (as hrsch's verdicts do:
-#: :data:`polycorn_bench.hrsch.MIN_TRIPS_FOR_TRIP_INTERVAL`); before, the pairs' interval.
-MIN_TRIPS_FOR_TRIP_INTERVAL = 10
 
 #: composition -> (base pipeline, schedulerlets it adds).
 HOL: Mapping[str, tuple[str, str]] = {
@@ -71,14 +68,13 @@ def _gain(ratios: list[float], by_trip: list[list[float]] | None = None) -> dict
         "n_pairs": len(ratios),
         "gain": None if g is None else g - 1,
         "ci95": _minus_one([finite_or_none(lo), finite_or_none(hi)]),
-        "verdict_interval": "ci95",
     }
     if by_trip is not None:
         t = trip_interval(by_trip)
         out["n_trips"] = t["n_trips"]
         out["ci95_trips"] = _minus_one(t["ci95_trips"])
-        if out["ci95_trips"] is not None and t["n_trips"] >= MIN_TRIPS_FOR_TRIP_INTERVAL:
-            out["verdict_interval"] = "ci95_trips"
+    # From 10 trips on the trips' interval, as hrsch's verdicts.
+    out["verdict_interval"] = verdict_interval(out)
     ci_gain = out[out["verdict_interval"]]
     out["resolved"] = (
         None if ci_gain is None or len(ratios) < 2 else (ci_gain[0] > 0 or ci_gain[1] < 0)
