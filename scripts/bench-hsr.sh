@@ -129,6 +129,9 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 # ci and demo keep short slots for speed. The budget sweep chooses a
 # default, so it runs on the development route (PHASES=sweep ROUTE_SEED=1,
 # a diagnostic), never on the held-out trips of the full profile.
+# full and long leave out the concurrency windows: with 23 schemes they
+# overload 2 cores (docs/results.md, "Limits"); PHASES=concurrency (a
+# diagnostic, fewer SCHEMES) runs them on their own.
 # long: full's load on 31 held-out trips (trip seeds 1001-1031) and the
 # Mahimahi pair, without the concurrency windows (with 22 schemes they
 # overload 2 cores: docs/results.md, "Limits"); meant to be left running
@@ -155,7 +158,7 @@ case $PROFILE in
     short) PER_SIZE=6 MESSAGES=30 GAP_MS=500 HSR_TRIPS=1 DRIVING_TRIPS=1 DEF_SETS="hsr mahimahi driving" SLOT_S=15 IM_WIN_S=25 USERS="10 20 30" BACKLOG_S=120 DEF_LOAD_START=120
         DEF_CONC_S=30 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=60 DEF_PHASES="bulk im backlog concurrency" ;;
     full) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=5 DRIVING_TRIPS=1 DEF_SETS="hsr mahimahi driving" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=120
-        DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog concurrency" ;;
+        DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog" ;;
     long) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DRIVING_TRIPS=3 DEF_SETS="hsr mahimahi driving" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=120
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="bulk im backlog" ;;
     precision) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=31 DEF_SETS="hsr" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=300 DEF_LOAD_START=45
