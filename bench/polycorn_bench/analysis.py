@@ -82,6 +82,7 @@ PRIMARY_LINK_SET = "hsr"
 #: Sections of the HRSCH issue, per link set and copied to the top level from the primary one.
 HRSCH_KEYS = (
     "hrsch_vs_baselines",
+    "default_vs_baselines",
     "ablation",
     "im_hrsch",
     "im_default",
@@ -467,6 +468,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "backlog": backlog,
         "im": im,
         "hrsch_vs_baselines": hrsch.vs_baselines(flows, labels),
+        "default_vs_baselines": hrsch.vs_baselines(flows, labels, hrsch.DEFAULT_SCHEME),
         "ablation": hrsch.ablation(bulk),
         "im_hrsch": hrsch.im_changes(im, hrsch.im_trip_intervals(ls, run.users)),
         "im_default": hrsch.im_changes(

@@ -8,8 +8,9 @@ Usage (from the repository root)::
 
     <!-- generated:NAME -->...<!-- /generated -->
 
-Without ``--check`` every region is rewritten from ``bench/out/hsr.json`` (and, for the
-budget sweep, ``bench/out/diagnostics/sweep/hsr.json``) by the renderer of that NAME in
+Without ``--check`` every region is rewritten from ``bench/out`` (the latest full run
+``hsr.json``; the first railway's ``hsr-v1.json``; the precision, trainer and loop results;
+for the budget sweep ``bench/out/diagnostics/sweep/hsr.json``) by the renderer of that NAME in
 :data:`REGIONS`; the text around the regions is never touched. With ``--check`` nothing is
 written: the exit status is 1 when a region differs from what ``bench/out`` gives (each stale
 region is listed with its file and line), so a test fails when the docs and the results
@@ -42,6 +43,10 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The files whose regions are generated, relative to the repository root.
 FILES = ("README.md", "docs/results.md", "docs/trainer.md")
 HSR_JSON = "bench/out/hsr.json"
+#: The full profile on the first railway (preset pc-gateway-300-v1, per-packet loss; the run of
+#: 2026-11-25/26): the sections of results.md that describe it read this frozen copy, while
+#: ``hsr.json`` holds the latest full run (issue 20's, on the new railway).
+HSR_V1_JSON = "bench/out/hsr-v1.json"
 SWEEP_JSON = "bench/out/diagnostics/sweep/hsr.json"
 TRAINER_CURVE_JSON = "bench/out/trainer-curve.json"
 TRAINER_TRIPS_JSON = "bench/out/trainer-trips.json"
@@ -177,10 +182,19 @@ class Sources:
 
     root: Path
     _cache: dict[str, Any]
+    #: The full run that :attr:`hsr` and :meth:`link_set` read.
+    hsr_rel: str
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, hsr_rel: str = HSR_JSON, cache: dict[str, Any] | None = None
+    ) -> None:
         self.root = root
-        self._cache = {}
+        self._cache = {} if cache is None else cache
+        self.hsr_rel = hsr_rel
+
+    def on(self, rel: str) -> Sources:
+        """The same sources (and cache) with :attr:`hsr` reading the full run ``rel``."""
+        return Sources(self.root, rel, self._cache)
 
     def load(self, rel: str) -> dict[str, Any]:
         if rel not in self._cache:
@@ -197,13 +211,22 @@ class Sources:
 
     @property
     def hsr(self) -> dict[str, Any]:
-        return self.load(HSR_JSON)
+        return self.load(self.hsr_rel)
 
     def link_set(self, name: str) -> dict[str, Any]:
         ls = _get(self.hsr, "link_sets", name)
         if not isinstance(ls, dict):
-            raise DocError(f"{HSR_JSON}: no link set {name!r}")
+            raise DocError(f"{self.hsr_rel}: no link set {name!r}")
         return ls
+
+
+def on(rel: str, render: Callable[[Sources], str]) -> Callable[[Sources], str]:
+    """``render`` reading the full run ``rel`` as :attr:`Sources.hsr`."""
+
+    def on_rel(src: Sources) -> str:
+        return render(src.on(rel))
+
+    return on_rel
 
 
 # --- renderers -------------------------------------------------------------------------------
@@ -444,10 +467,12 @@ LOST_TIME_ROWS = (
 )
 
 
-def lost_time(src: Sources) -> str:
+def lost_time(src: Sources, rows_of: Sequence[tuple[str, str]] = LOST_TIME_ROWS) -> str:
     lt = src.hsr["lost_time"]
     rows = []
-    for s, label in LOST_TIME_ROWS:
+    for s, label in rows_of:
+        if s not in lt:  # a scheme that did not run in this full run
+            continue
         o = lt[s]["overall"]
         rows.append(
             [
@@ -735,10 +760,11 @@ def im(src: Sources) -> str:
     return table(["against", "delivery time", "hrsch [95 % CI]", "paper", "vs the paper"], rows)
 
 
-def im_new_railway(src: Sources) -> str:
+def im_new_railway(src: Sources, rel: str = IM_JSON) -> str:
     """results.md: the IM changes of hrsch and of the default pipeline on the new railway (the
-    precision profile's trips, IM phase only), with the paper's numbers and verdicts."""
-    d = src.load(IM_JSON)
+    precision profile's trips, IM phase only, or a full run's), with the paper's numbers and
+    verdicts."""
+    d = src.load(rel)
     default = d.get("default_scheme") or DEFAULT_SCHEME
     cols = [("hrsch", d.get("im_hrsch")), (default, d.get("im_default"))]
     rows = []
@@ -821,6 +847,204 @@ def _times_ci(r: float, ci: Sequence[float | None] | None) -> str:
     s = ratio_ci(r, ci)
     head, _, rest = s.partition(" ")
     return f"{head}× {rest}" if rest else f"{head}×"
+
+
+# --- the full profile on the new railway (issue 20) -------------------------------------------
+
+#: Issue 20's goal for the ratio of every scheme's bulk downloads to the trace-optimal oracle.
+ORACLE_GOAL = 0.67
+
+
+def _default(d: dict[str, Any]) -> str:
+    return str(d.get("default_scheme") or DEFAULT_SCHEME)
+
+
+def _n_trips(d: dict[str, Any]) -> int:
+    return len(d.get("seeds") or [])
+
+
+def full_headline(src: Sources) -> str:
+    """README: the latest full run's headline, the default pipeline and hrsch against minrtt,
+    the paper and our goal, and the best ratio to the oracle (inline)."""
+    d = src.hsr
+    default = _default(d)
+    dv = _get(d, "default_vs_baselines", "minrtt", "overall")
+    hv = _get(d, "hrsch_vs_baselines", "minrtt", "overall")
+    best = max(
+        (o["ratio_vs_oracle"], s)
+        for s, per in d["bulk"].items()
+        for o in [per.get("overall") or {}]
+        if o.get("ratio_vs_oracle") is not None
+    )
+    return (
+        f"on {_n_trips(d)} held-out trips of the current railway (`make bench-hsr "
+        f"PROFILE=full`), bulk downloads with the default pipeline `{default}` move "
+        f"{_times_ci(dv['ratio'], dv['ci95'])} `minrtt` and with the paper's `hrsch` "
+        f"{_times_ci(hv['ratio'], hv['ci95'])}: against the paper's {num(hv['paper'])}× "
+        f"`{default}` is {verdict_text(dv['verdict'])} and `hrsch` "
+        f"{verdict_text(hv['verdict'])}, and our goal is {num(hv['goal'])}×. The best scheme, "
+        f"`{best[1]}`, reaches {num(best[0])} of the trace-optimal oracle (goal "
+        f"{num(ORACLE_GOAL)})"
+    )
+
+
+def full_sizes(src: Sources) -> str:
+    """results.md: hrsch and the default pipeline against minrtt per size, with the paper's
+    number and our goal, each with a verdict from the interval."""
+    d = src.hsr
+    default = _default(d)
+    hv = d["hrsch_vs_baselines"]["minrtt"]
+    dv = _get(d, "default_vs_baselines", "minrtt") or {}
+    rows = []
+    for label, h in hv.items():
+        name = (
+            f"overall (n = {h['n_pairs']})" if label == "overall" else SIZE_LABELS.get(label, label)
+        )
+        e = dv.get(label)
+        rows.append(
+            [
+                name,
+                num(h["paper"]),
+                num(h.get("goal")),
+                ratio_ci(h["ratio"], h["ci95"]),
+                words(h["verdict"]),
+                words(h.get("goal_verdict")),
+                "–" if e is None else bold(ratio_ci(e["ratio"], e["ci95"])),
+                "–" if e is None else words(e["verdict"]),
+                "–" if e is None else words(e.get("goal_verdict")),
+            ]
+        )
+    return table(
+        [
+            "size",
+            "paper",
+            "goal",
+            "`hrsch` / `minrtt` [95 % CI]",
+            "vs the paper",
+            "vs the goal",
+            f"`{default}` / `minrtt` [95 % CI]",
+            "vs the paper",
+            "vs the goal",
+        ],
+        rows,
+    )
+
+
+def full_every_scheme(src: Sources) -> str:
+    """results.md: every scheme of the latest full run against minrtt, its ratio to the oracle
+    per size, and hrsch and the default pipeline against it."""
+    d = src.hsr
+    default = _default(d)
+    hv, dv = d["hrsch_vs_baselines"], d.get("default_vs_baselines") or {}
+    labels = list(d["sizes"])
+    schemes = sorted(
+        (s for s in d["schemes"] if s in d["bulk"]),
+        key=lambda s: -(d["bulk"][s]["overall"].get("ratio_vs_minrtt") or 0.0),
+    )
+    n = {d["bulk"][s]["overall"]["n_pairs"] for s in schemes}
+    rows = []
+    for s in schemes:
+        o = d["bulk"][s]["overall"]
+        h, dd = _get(hv, s, "overall"), _get(dv, s, "overall")
+        rows.append(
+            [
+                bold(code(s), s == default),
+                "1.00" if s == "minrtt" else ratio_ci(o["ratio_vs_minrtt"], o["ci95"]),
+                *[num(_get(d["bulk"][s], lb, "ratio_vs_oracle")) for lb in labels],
+                num(o["ratio_vs_oracle"]),
+                str(o["n_timeout"]),
+                "–" if h is None else ratio_ci(h["ratio"], h["ci95"]),
+                "–" if dd is None else ratio_ci(dd["ratio"], dd["ci95"]),
+            ]
+        )
+    n_text = f", n = {n.pop()}" if len(n) == 1 else ""
+    return table(
+        [
+            "scheme",
+            f"bulk × `minrtt` [95 % CI]{n_text}",
+            *[f"× oracle, {SIZE_LABELS.get(lb, lb)}" for lb in labels],
+            "× oracle",
+            "timeouts",
+            "`hrsch` vs it",
+            f"`{default}` vs it",
+        ],
+        rows,
+    )
+
+
+def full_recovery(src: Sources) -> str:
+    """results.md: goodput in the 2 s after each failed handover against minrtt, per scheme
+    with an HRSCH mechanism (or the default pipeline), with n and the intervals."""
+    d = src.hsr
+    h = d["hof_recovery"]
+    by = h["by_scheme"]
+    rows = []
+    for s, e in sorted(by.items(), key=lambda kv: -(kv[1]["ratio_of_means"] or 0.0)):
+        if e["n"] == 0:
+            continue
+        rows.append(
+            [
+                bold(code(s), s == _default(d)),
+                str(e["n"]),
+                ratio_ci(e["ratio_of_means"], e["ci95"]),
+                ratio_ci(e["ratio_of_medians"], e["ratio_of_medians_ci95"]),
+            ]
+        )
+    m, med = h["vs_paper"]["mean"], h["vs_paper"]["median"]
+    return (
+        table(
+            ["scheme", "windows", "× `minrtt`, mean [95 % CI]", "× `minrtt`, median [95 % CI]"],
+            rows,
+        )
+        + f"\n\n{h['n_failures']} failed handovers on {_n_trips(d)} trips. The paper: "
+        f"{num(m['paper'], 1)}× (mean) and {num(med['paper'], 1)}× (median); `hrsch` is "
+        f"{verdict_text(m['verdict'])} and {verdict_text(med['verdict'])}."
+    )
+
+
+def full_link_sets(src: Sources) -> str:
+    """results.md: the bulk ranking of every scheme on each link set of the latest full run."""
+    d = src.hsr
+    sets = list(d["link_sets"])
+    schemes = [s for s in d["schemes"] if s in d["bulk"]]
+    ranks: dict[str, dict[str, int]] = {}
+    for name in sets:
+        bulk = d["link_sets"][name]["bulk"]
+        order = sorted(
+            (s for s in schemes if s in bulk),
+            key=lambda s: -(bulk[s]["overall"].get("ratio_vs_minrtt") or 0.0),
+        )
+        ranks[name] = {s: i + 1 for i, s in enumerate(order)}
+    rows = []
+    for s in sorted(schemes, key=lambda s: ranks[sets[0]].get(s, len(schemes))):
+        row = [bold(code(s), s == _default(d))]
+        for name in sets:
+            o = _get(d["link_sets"][name], "bulk", s, "overall")
+            if o is None:
+                row.append("–")
+                continue
+            r = "1.00" if s == "minrtt" else ratio_ci(o["ratio_vs_minrtt"], o["ci95"])
+            row.append(f"{r} ({ranks[name][s]})")
+        rows.append(row)
+    trips = ", ".join(f"{name}: {len(d['link_sets'][name]['seeds'])}" for name in sets)
+    return (
+        table(["scheme", *[f"{name}: × `minrtt` (rank)" for name in sets]], rows)
+        + f"\n\nTrips per link set: {trips}."
+    )
+
+
+FULL_LOST_TIME_ROWS = (
+    ("minrtt", "`minrtt`"),
+    ("hrsch", "`hrsch`"),
+    ("hrsch+stale", "`hrsch+stale`"),
+    ("minrtt+ori", "`minrtt+ori`"),
+    ("blest", "`blest`"),
+    ("redundant", "`redundant`"),
+    ("single-path-c0", "carrier 0 alone"),
+    ("single-path-c1", "carrier 1 alone"),
+    ("kernel-mptcp", "`kernel-mptcp`"),
+    ("kernel-mptcp-conn", "`kernel-mptcp-conn`"),
+)
 
 
 @dataclass(frozen=True)
@@ -1185,24 +1409,24 @@ def mechanisms_headline(src: Sources) -> str:
 
 
 REGIONS: dict[str, Region] = {
-    "hsr-headline": Region(headline, inline=True),
-    "hsr-hrsch-summary": Region(hrsch_summary, inline=True),
-    "hsr-aggregation": Region(aggregation),
-    "hsr-capacity-trips": Region(capacity_trips),
-    "hsr-capacity-share": Region(capacity_share),
-    "hsr-concurrency": Region(concurrency),
+    "hsr-headline": Region(on(HSR_V1_JSON, headline), inline=True),
+    "hsr-hrsch-summary": Region(on(HSR_V1_JSON, hrsch_summary), inline=True),
+    "hsr-aggregation": Region(on(HSR_V1_JSON, aggregation)),
+    "hsr-capacity-trips": Region(on(HSR_V1_JSON, capacity_trips)),
+    "hsr-capacity-share": Region(on(HSR_V1_JSON, capacity_share)),
+    "hsr-concurrency": Region(on(HSR_V1_JSON, concurrency)),
     "sweep-budget": Region(sweep),
-    "hsr-mahimahi": Region(mahimahi),
-    "hsr-lost-time": Region(lost_time),
-    "hsr-hol": Region(hol),
-    "hsr-hrsch-sizes": Region(hrsch_sizes),
-    "hsr-every-scheme": Region(every_scheme),
-    "hsr-ablation": Region(ablation),
-    "hsr-reinjection": Region(reinjection),
-    "hsr-im": Region(im),
+    "hsr-mahimahi": Region(on(HSR_V1_JSON, mahimahi)),
+    "hsr-lost-time": Region(on(HSR_V1_JSON, lost_time)),
+    "hsr-hol": Region(on(HSR_V1_JSON, hol)),
+    "hsr-hrsch-sizes": Region(on(HSR_V1_JSON, hrsch_sizes)),
+    "hsr-every-scheme": Region(on(HSR_V1_JSON, every_scheme)),
+    "hsr-ablation": Region(on(HSR_V1_JSON, ablation)),
+    "hsr-reinjection": Region(on(HSR_V1_JSON, reinjection)),
+    "hsr-im": Region(on(HSR_V1_JSON, im)),
     "hsr-precision": Region(precision),
     "hsr-precision-headline": Region(precision_headline, inline=True),
-    "hsr-recovery": Region(recovery, inline=True),
+    "hsr-recovery": Region(on(HSR_V1_JSON, recovery), inline=True),
     "trainer-curve": Region(trainer_curve),
     "trainer-heldout": Region(trainer_heldout),
     "loop-curve": Region(loop_curve),
@@ -1211,6 +1435,17 @@ REGIONS: dict[str, Region] = {
     "hsr-mechanisms-headline": Region(mechanisms_headline, inline=True),
     "hsr-mechanisms-ablation": Region(functools.partial(mechanisms, rel=ABLATION_JSON)),
     "hsr-im-new-railway": Region(im_new_railway),
+    # The latest full run (hsr.json), on the current railway.
+    "full-headline": Region(full_headline, inline=True),
+    "full-sizes": Region(full_sizes),
+    "full-every-scheme": Region(full_every_scheme),
+    "full-ablation": Region(ablation),
+    "full-hol": Region(hol),
+    "full-reinjection": Region(reinjection),
+    "full-im": Region(functools.partial(im_new_railway, rel=HSR_JSON)),
+    "full-recovery": Region(full_recovery),
+    "full-link-sets": Region(full_link_sets),
+    "full-lost-time": Region(functools.partial(lost_time, rows_of=FULL_LOST_TIME_ROWS)),
 }
 
 

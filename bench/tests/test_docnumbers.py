@@ -12,6 +12,7 @@ from polycorn_bench.docnumbers import (
     ABLATION_JSON,
     FILES,
     HSR_JSON,
+    HSR_V1_JSON,
     IM_JSON,
     LOOP_JSON,
     MECHANISMS_JSON,
@@ -104,6 +105,7 @@ def copy_repo_docs(tmp_path: Path) -> Path:
     """The documented files and their sources, in a scratch root."""
     sources = (
         HSR_JSON,
+        HSR_V1_JSON,
         SWEEP_JSON,
         TRAINER_CURVE_JSON,
         TRAINER_TRIPS_JSON,
@@ -147,6 +149,20 @@ def test_missing_source_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     (root / HSR_JSON).unlink()
     assert main(["--check", "--root", str(root)]) == 2
     assert "bench/out/hsr.json" in capsys.readouterr().err
+
+
+def test_a_region_reads_the_full_run_it_is_bound_to(tmp_path: Path) -> None:
+    """The first railway's regions read hsr-v1.json, the latest full run's hsr.json, through
+    one cache."""
+    (tmp_path / "bench/out").mkdir(parents=True)
+    (tmp_path / HSR_JSON).write_text('{"seeds": ["new"]}', encoding="utf-8")
+    (tmp_path / HSR_V1_JSON).write_text('{"seeds": ["v1"]}', encoding="utf-8")
+    src = Sources(tmp_path)
+    assert src.hsr["seeds"] == ["new"]
+    assert src.on(HSR_V1_JSON).hsr["seeds"] == ["v1"]
+    assert src.hsr["seeds"] == ["new"]  # the original is unchanged
+    with pytest.raises(DocError, match="hsr-v1.json: no link set 'x'"):
+        src.on(HSR_V1_JSON).link_set("x")
 
 
 def test_formatting() -> None:

@@ -66,6 +66,38 @@ def bulk_run(tmp_path: Path) -> RunBuilder:
     return b
 
 
+def test_the_default_pipeline_against_hrsch_and_the_baselines(tmp_path: Path) -> None:
+    """default_vs_baselines pairs the default pipeline with minrtt and hrsch like hrsch's own
+    section; against minrtt it carries the paper's and our goal's numbers with verdicts."""
+    b = new_builder(tmp_path, ["minrtt", "hrsch", DEFAULT_SCHEME])
+    for trip in TRIPS:
+        b.bulk(trip, "minrtt", [download(0, 1000, 1000.0), download(1, 5000, 500.0, size=KB256)])
+        b.bulk(trip, "hrsch", [download(0, 1000, 800.0), download(1, 5000, 400.0, size=KB256)])
+        b.bulk(
+            trip, DEFAULT_SCHEME, [download(0, 1000, 500.0), download(1, 5000, 250.0, size=KB256)]
+        )
+    doc = analyse(read_run(b.finish()))
+    d = doc["default_vs_baselines"]
+    assert list(d) == ["minrtt", "hrsch"]
+    assert d["minrtt"]["overall"]["ratio"] == pytest.approx(2.0)
+    assert d["hrsch"]["overall"]["ratio"] == pytest.approx(1.6)
+    assert d["minrtt"]["1MB"]["paper"] == 1.28
+    assert d["minrtt"]["overall"]["goal"] == 1.45
+    assert d["minrtt"]["overall"]["goal_verdict"] == "above"
+    assert d["hrsch"]["overall"]["paper"] is None and d["hrsch"]["overall"]["goal"] is None
+    # hrsch at 1.25x: below our 1.45 goal, consistent with nothing (its interval is a point).
+    h = doc["hrsch_vs_baselines"]["minrtt"]["overall"]
+    assert h["ratio"] == pytest.approx(1.25)
+    assert h["goal_verdict"] == "below"
+    assert DEFAULT_SCHEME not in doc["hrsch_vs_baselines"]
+    assert doc["link_sets"]["hsr"]["default_vs_baselines"] == d
+
+
+def test_without_the_default_pipeline_its_section_is_null(tmp_path: Path) -> None:
+    doc = analyse(read_run(bulk_run(tmp_path).finish()))
+    assert doc["default_vs_baselines"] is None
+
+
 def test_hrsch_vs_baselines_and_ablation(tmp_path: Path) -> None:
     doc = analyse(read_run(bulk_run(tmp_path).finish()))
     # '+' in scheme names is an ordinary scheme everywhere.
