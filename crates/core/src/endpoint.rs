@@ -347,7 +347,12 @@ fn data_frame_len(len: u32) -> u64 {
 }
 
 impl Endpoint {
-    pub fn new(cfg: EndpointConfig, pipeline: Pipeline, now: Instant) -> Self {
+    /// An endpoint scheduling with `pipeline`; a stale threshold the
+    /// pipeline sets (the `stale-filter`'s parameters) replaces `cfg.path`'s.
+    pub fn new(mut cfg: EndpointConfig, pipeline: Pipeline, now: Instant) -> Self {
+        if let Some(t) = pipeline.stale_threshold() {
+            cfg.path.set_stale_threshold(t);
+        }
         Endpoint {
             users: UserScheduler::new(cfg.user_fairness_tau),
             cfg,

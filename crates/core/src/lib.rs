@@ -32,6 +32,6 @@ pub use endpoint::{
     DEFAULT_RELAY_BUDGET, HOL_STALL_LONG, HOL_STALL_VERY_LONG,
 };
 pub use ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
-pub use path::{Availability, PathConfig, PathStats, PathView};
+pub use path::{Availability, PathConfig, PathStats, PathView, StaleThreshold};
 pub use sched::{FailureTable, Pipeline, Registry, TrackDirection, TrainState, TrainTracker};
 pub use trace::{CopyKind, RequeueCause, TraceEvent, TraceRecord};

@@ -60,6 +60,28 @@ pub struct PathConfig {
     pub stale_srtt_factor: u32,
 }
 
+/// When a path with data outstanding and no acknowledgement progress becomes
+/// stale: after max(`srtt_factor` × SRTT, `min`). A pipeline may set it
+/// ([`crate::sched::Schedulerlet::stale_threshold`], the `stale-filter`'s
+/// `srtt_factor` and `min_ms`); otherwise [`PathConfig`]'s fields apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaleThreshold {
+    pub srtt_factor: u32,
+    pub min: Duration,
+}
+
+impl PathConfig {
+    /// Set the stale threshold.
+    pub fn set_stale_threshold(&mut self, t: StaleThreshold) {
+        self.stale_srtt_factor = t.srtt_factor;
+        self.stale_after_min = t.min;
+    }
+
+    pub fn stale_threshold(&self) -> StaleThreshold {
+        StaleThreshold { srtt_factor: self.stale_srtt_factor, min: self.stale_after_min }
+    }
+}
+
 impl Default for PathConfig {
     fn default() -> Self {
         PathConfig {

@@ -121,6 +121,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_pipeline_of_the_testbed_builds() {
+        #[derive(serde::Deserialize)]
+        struct File {
+            pipelines: std::collections::BTreeMap<String, PipelineToml>,
+        }
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbed/pipelines.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file: File = toml::from_str(&text).unwrap();
+        assert!(file.pipelines.len() >= 10, "{:?}", file.pipelines.keys());
+        for name in file.pipelines.keys() {
+            let p = build_pipeline(name, &file.pipelines).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(p.name(), name);
+        }
+        let stale = build_pipeline("hrsch+stale-150", &file.pipelines).unwrap();
+        assert_eq!(stale.stale_threshold().map(|t| t.min), Some(std::time::Duration::from_millis(150)));
+    }
+
+    #[test]
     fn buffer_options_are_checked_and_applied() {
         use polycorn_core::{EndpointConfig, Role};
         let min = polycorn_core::conn::INITIAL_MAX_DATA;

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use super::{Context, HeadAction, HeadContext, Kind, PathSets, Reinject, Schedulerlet};
 use crate::ids::PathMask;
-use crate::path::{Availability, PathView};
+use crate::path::{Availability, PathView, StaleThreshold};
 
 /// The smoothed RTT a head copy on `p` is expected to take, or `None` when
 /// the path cannot be counted on (stale, in RTO).
@@ -97,11 +97,14 @@ impl Schedulerlet for Penalise {
     }
 }
 
-/// Stale paths get nothing new and give back what they hold.
+/// Stale paths get nothing new and give back what they hold. With a
+/// `threshold` (parameters `srtt_factor`, `min_ms`) it also says when a path
+/// is stale; without, the endpoint's path configuration does.
 #[derive(Debug, Default)]
 pub struct StaleFilter {
     pub rejected: u64,
     pub stale_events: u64,
+    pub threshold: Option<StaleThreshold>,
 }
 
 impl Schedulerlet for StaleFilter {
@@ -128,6 +131,9 @@ impl Schedulerlet for StaleFilter {
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![("rejected", self.rejected), ("stale_paths", self.stale_events)]
+    }
+    fn stale_threshold(&self) -> Option<StaleThreshold> {
+        self.threshold
     }
 }
 

@@ -35,7 +35,7 @@ pub mod users;
 use std::time::Instant;
 
 use crate::ids::{ConnId, PathId, PathMask, UserId};
-use crate::path::{Availability, PathView};
+use crate::path::{Availability, PathView, StaleThreshold};
 
 pub use hrsch::{FailureTable, TrackDirection, TrainState, TrainTracker};
 pub use registry::{ConfigError, Params, PipelineSpec, Registry, SchedulerletSpec, DEFAULT_PIPELINE};
@@ -154,6 +154,12 @@ pub trait Schedulerlet: Send {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// The stale threshold this schedulerlet needs the endpoint's paths to
+    /// use ([`Self::on_stale`]); `None` leaves the endpoint's
+    /// [`crate::path::PathConfig`] as it is.
+    fn stale_threshold(&self) -> Option<StaleThreshold> {
+        None
+    }
 }
 
 /// A connection blocked by the peer's window, as head-of-line recovery
@@ -242,6 +248,12 @@ impl Pipeline {
 
     pub fn schedulerlet_names(&self) -> Vec<&'static str> {
         self.lets.iter().map(|l| l.name()).collect()
+    }
+
+    /// The stale threshold the first schedulerlet that sets one asks for
+    /// ([`Schedulerlet::stale_threshold`]).
+    pub fn stale_threshold(&self) -> Option<StaleThreshold> {
+        self.lets.iter().find_map(|l| l.stale_threshold())
     }
 
     /// Run the pipeline for one packet; returns the paths to place it on

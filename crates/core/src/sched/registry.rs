@@ -32,6 +32,7 @@ use super::hol::{OppReinject, Penalise, StaleFilter};
 use super::hrsch::{HofReject, IdleInject, TailReject};
 use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinPath, PinUser, RoundRobin, RtoOldest};
 use super::{Pipeline, ReinjectionHandler, Schedulerlet};
+use crate::path::StaleThreshold;
 
 /// The composition the relay and the proxy use without `--scheduler`: HRSCH
 /// with the stale filter, which moved bulk downloads 5 % [3, 7] faster than
@@ -192,7 +193,30 @@ impl Registry {
         });
         r.register_schedulerlet("penalise", |p| no_params("penalise", p).map(|_| Box::new(Penalise::default()) as _));
         r.register_schedulerlet("stale-filter", |p| {
-            no_params("stale-filter", p).map(|_| Box::new(StaleFilter::default()) as _)
+            // Without parameters the endpoint's path configuration decides
+            // when a path is stale (2 x SRTT, at least 300 ms); with either,
+            // the other takes that default.
+            let r = ParamReader::new("stale-filter", p, &["srtt_factor", "min_ms"])?;
+            let threshold = if p.is_empty() {
+                None
+            } else {
+                let d = crate::path::PathConfig::default().stale_threshold();
+                let factor = r.get("srtt_factor", f64::from(d.srtt_factor), 1.0..=16.0, "an integer from 1 to 16")?;
+                if factor.fract() != 0.0 {
+                    return Err(ConfigError::BadParam(
+                        "stale-filter".into(),
+                        "srtt_factor".into(),
+                        factor,
+                        "an integer from 1 to 16",
+                    ));
+                }
+                let min_ms = r.get("min_ms", d.min.as_secs_f64() * 1e3, 10.0..=60_000.0, "10 to 60000 ms")?;
+                Some(StaleThreshold {
+                    srtt_factor: factor as u32,
+                    min: std::time::Duration::from_secs_f64(min_ms / 1e3),
+                })
+            };
+            Ok(Box::new(StaleFilter { threshold, ..StaleFilter::default() }) as _)
         });
         r.register_reinjection("none", |p| no_params("none", p).map(|_| Box::new(NoReinjection) as _));
         r.register_reinjection("rto-oldest", |p| no_params("rto-oldest", p).map(|_| Box::new(RtoOldest) as _));
@@ -345,6 +369,35 @@ mod tests {
             assert_eq!(p.name(), name);
         }
         assert_eq!(r.build("blest").unwrap().schedulerlet_names(), vec!["minrtt", "blest"]);
+    }
+
+    #[test]
+    fn the_stale_filter_takes_its_threshold_as_parameters() {
+        let r = Registry::with_builtins();
+        let with = |params: &[(&str, f64)]| {
+            let spec = PipelineSpec {
+                schedulerlets: vec![
+                    SchedulerletSpec {
+                        name: "stale-filter".into(),
+                        params: params.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                    },
+                    SchedulerletSpec::named("minrtt"),
+                ],
+                reinjection: SchedulerletSpec::named("rto-oldest"),
+            };
+            r.build_spec("t", &spec).map(|p| p.stale_threshold())
+        };
+        assert_eq!(with(&[]).unwrap(), None, "no parameters: the endpoint's path configuration decides");
+        let t = with(&[("min_ms", 150.0)]).unwrap().unwrap();
+        assert_eq!((t.srtt_factor, t.min), (2, std::time::Duration::from_millis(150)));
+        let t = with(&[("srtt_factor", 3.0), ("min_ms", 600.0)]).unwrap().unwrap();
+        assert_eq!((t.srtt_factor, t.min), (3, std::time::Duration::from_millis(600)));
+        for bad in [("srtt_factor", 1.5), ("srtt_factor", 0.0), ("min_ms", 5.0), ("min_ms", f64::NAN)] {
+            let e = with(&[bad]).unwrap_err().to_string();
+            assert!(e.contains("stale-filter") && e.contains(bad.0), "{bad:?}: {e}");
+        }
+        assert!(with(&[("after_ms", 1.0)]).unwrap_err().to_string().contains("accepted: srtt_factor, min_ms"));
+        assert_eq!(r.build("minrtt").unwrap().stale_threshold(), None);
     }
 
     #[test]

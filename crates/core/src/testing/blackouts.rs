@@ -20,12 +20,21 @@ fn ms(v: u64) -> Duration {
 /// completion time.
 fn run(name: &str, size: u64, blackout: Option<(Duration, Duration)>) -> (Harness, Option<Duration>) {
     let r = Registry::with_builtins();
+    run_with(|| r.build(name).unwrap(), size, blackout)
+}
+
+/// [`run`] with both endpoints' pipelines from `pipeline`.
+fn run_with(
+    pipeline: impl Fn() -> crate::Pipeline,
+    size: u64,
+    blackout: Option<(Duration, Duration)>,
+) -> (Harness, Option<Duration>) {
     let mut p1 = PathSpec::mbit(24.0, ms(50));
     if let Some((a, b)) = blackout {
         p1 = p1.with_blackout(a, b);
     }
     let paths = vec![PathSpec::mbit(8.0, ms(60)), p1];
-    let mut h = Harness::with_config(SimConfig::default(), r.build(name).unwrap(), r.build(name).unwrap(), paths, 7);
+    let mut h = Harness::with_config(SimConfig::default(), pipeline(), pipeline(), paths, 7);
     h.proxy_mut().enable_trace(1 << 20);
     h.open(ConnSpec::new(1).upload(300).download(4_000_000).at(Duration::ZERO));
     h.open(ConnSpec::new(1).upload(300).download(size).at(Duration::from_secs(10)));
@@ -103,6 +112,25 @@ fn the_stale_filter_moves_a_download_off_a_dark_path_before_its_third_timeout() 
     assert!(stale_events.unwrap_or(0) > 0, "the dark path was marked stale: {stale_events:?}");
     assert!(stale < ms(1200), "hrsch+stale finishes on the other path within the blackout: {stale:?}");
     assert!(hrsch > stale + ms(500), "HRSCH alone waits for its third timeout: {hrsch:?} vs {stale:?}");
+}
+
+#[test]
+fn the_stale_threshold_is_the_stale_filters_parameter() {
+    // The blackout above. With `min_ms` = 2500 the dark path turns stale
+    // only 2.5 s after its last progress, and the download waits for it
+    // about as long as HRSCH alone; the default (300 ms) moves it at once.
+    let blackout = Some((START + ms(200), START + ms(3200)));
+    let r = Registry::with_builtins();
+    let mut spec = r.pipeline_spec("hrsch+stale").unwrap().clone();
+    let filter = spec.schedulerlets.iter_mut().find(|s| s.name == "stale-filter").unwrap();
+    filter.params.insert("min_ms".into(), 2500.0);
+    let (h, late) = run_with(|| r.build_spec("hrsch+stale-2500", &spec).unwrap(), 1_000_000, blackout);
+    let (d, quick) = run("hrsch+stale", 1_000_000, blackout);
+    let (late, quick) = (late.unwrap(), quick.unwrap());
+    eprintln!("1 MB through a blackout: stale after 300 ms {quick:?}, after 2500 ms {late:?}");
+    assert_eq!(h.proxy().config().path.stale_after_min, ms(2500), "the pipeline's threshold reaches the paths");
+    assert_eq!(d.proxy().config().path.stale_after_min, ms(300), "without parameters the path default holds");
+    assert!(late > quick + ms(1000), "a later threshold keeps the download waiting: {late:?} vs {quick:?}");
 }
 
 /// Exploration, printing only: completion times (s) without / with a 3 s
