@@ -600,9 +600,10 @@ fn stream_reset(stream: polycorn_net::ConnStream, code: u32) {
     stream.reset(code);
 }
 
-/// Copy both ways until both directions finished.
+/// Copy both ways until both directions finished, telling the endpoint
+/// where the server's bursts end (`polycorn_net::relay`).
 async fn relay(mut a: polycorn_net::ConnStream, mut b: TcpStream) {
-    if let Err(e) = tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, 64 * 1024, 64 * 1024).await {
+    if let Err(e) = polycorn_net::relay::relay_bursts(&mut a, &mut b, 64 * 1024).await {
         tracing::debug!(conn = %a.id(), error = %e, "connection ended with an error");
     }
 }

@@ -61,6 +61,7 @@ fn select(c: &mut Criterion) {
         offset: 0,
         len: 16_366,
         is_tail: false,
+        is_burst_tail: false,
         is_reinjection: false,
         paths_used: PathMask::EMPTY,
         remaining_bytes: 1_000_000,

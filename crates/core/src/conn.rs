@@ -73,6 +73,8 @@ pub struct SendStream {
     reinject: BTreeSet<u64>,
     /// Peer's flow-control limit.
     max_data: u64,
+    /// The last write ended a burst ([`crate::Endpoint::send_burst`]).
+    burst_end: bool,
     fin_requested: bool,
     fin_acked: bool,
     limits: SendLimits,
@@ -156,6 +158,7 @@ impl SendStream {
             reinject: BTreeSet::new(),
             max_data: initial_max_data,
             fin_requested: false,
+            burst_end: false,
             fin_acked: false,
             unsent_limit: limits.min_unsent,
             limits,
@@ -188,6 +191,15 @@ impl SendStream {
     }
 
     /// A write at `now` took less than offered (`blocked`) or all of it.
+    pub(crate) fn set_burst_end(&mut self, end: bool) {
+        self.burst_end = end;
+    }
+
+    /// The last write ended a burst and nothing was written since.
+    pub fn burst_end(&self) -> bool {
+        self.burst_end
+    }
+
     pub(crate) fn note_write(&mut self, blocked: bool, now: Instant) {
         let _ = self.write_blocked.set(blocked, now);
     }

@@ -824,6 +824,15 @@ impl Endpoint {
     /// (a connection may always hold `conn_unsent_min_bytes`). When it is
     /// less than offered, wait for [`Event::Writable`].
     pub fn send(&mut self, conn: ConnId, data: &[u8], now: Instant) -> Result<usize, StreamError> {
+        self.send_burst(conn, data, false, now)
+    }
+
+    /// [`Self::send`], saying whether `data` ends a burst: the shell read it
+    /// with a read shorter than its buffer, so the passenger (or server) has
+    /// nothing more for now. When all of it is accepted, the connection's
+    /// unsent bytes are a burst's tail ([`crate::sched::PacketInfo::is_burst_tail`])
+    /// until the next write; a partial accept or a plain `send` clears it.
+    pub fn send_burst(&mut self, conn: ConnId, data: &[u8], end: bool, now: Instant) -> Result<usize, StreamError> {
         let floor = self.cfg.conn_unsent_min_bytes;
         let budget = self.cfg.budget.clone();
         let c = self.conn_mut(conn)?;
@@ -840,6 +849,10 @@ impl Endpoint {
         let written = c.send.write(&data[..n]);
         debug_assert_eq!(written, n);
         c.send.note_write(n < data.len(), now);
+        // A write refused in part (or whole) leaves bytes with the writer:
+        // what is unsent here is no burst's tail then. An empty write with
+        // `end` marks what is unsent now (an explicit flush).
+        c.send.set_burst_end(end && n == data.len());
         let user = c.user;
         if n > 0 {
             self.users.activate(user, conn, now);
@@ -903,6 +916,12 @@ impl Endpoint {
 
     pub fn conn_count(&self) -> usize {
         self.conns.len()
+    }
+
+    /// A connection's bytes written and not yet acknowledged by the peer,
+    /// and whether its last write ended a burst ([`Self::send_burst`]).
+    pub fn send_state(&self, conn: ConnId) -> Option<(u64, bool)> {
+        self.conns.get(&conn).map(|c| (c.send.buffered(), c.send.burst_end()))
     }
 
     pub fn has_conn(&self, conn: ConnId) -> bool {
@@ -1356,6 +1375,7 @@ impl Endpoint {
                 offset: pkt.offset,
                 len: pkt.len,
                 is_tail: c.send.fin_requested(),
+                is_burst_tail: !c.send.fin_requested() && c.send.burst_end(),
                 is_reinjection: pkt.reinjection && !pkt.unwritten,
                 paths_used: pkt.paths_used,
                 remaining_bytes: c.send.remaining_bytes(),
@@ -1590,6 +1610,57 @@ mod tests {
             }
         }
         panic!("endpoints never went quiet");
+    }
+
+    /// Records, per scheduling decision, whether the packet was a burst's tail.
+    struct BurstRecorder(std::sync::Arc<std::sync::Mutex<Vec<bool>>>);
+
+    impl crate::sched::Schedulerlet for BurstRecorder {
+        fn name(&self) -> &'static str {
+            "burst-recorder"
+        }
+        fn kind(&self) -> crate::sched::Kind {
+            crate::sched::Kind::SelectionFilter
+        }
+        fn apply(&mut self, ctx: &crate::sched::Context<'_>, _sets: &mut crate::sched::PathSets) {
+            self.0.lock().unwrap().push(ctx.packet.is_burst_tail);
+        }
+    }
+
+    #[test]
+    fn a_write_that_ends_a_burst_marks_what_is_unsent_until_the_next_write() {
+        let now = Instant::now();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lets: Vec<Box<dyn crate::sched::Schedulerlet>> =
+            vec![Box::new(crate::sched::lets::MinRtt), Box::new(BurstRecorder(seen.clone()))];
+        let pipeline = Pipeline::new("rec", lets, Box::new(crate::sched::lets::RtoOldest));
+        let mut proxy = Endpoint::new(EndpointConfig::new(Role::Proxy), pipeline, now);
+        let mut relay = pair("minrtt", now).0;
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        relay.send(c, b"GET /", now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        let take = |proxy: &mut Endpoint| {
+            proxy.schedule(now);
+            let v = std::mem::take(&mut *seen.lock().unwrap());
+            assert!(!v.is_empty(), "a decision was made");
+            v
+        };
+        proxy.send_burst(c, &[1; 3000], false, now).unwrap();
+        assert!(take(&mut proxy).iter().all(|b| !b), "mid-burst");
+        proxy.send_burst(c, &[2; 100], true, now).unwrap();
+        assert!(take(&mut proxy).iter().all(|b| *b), "the burst's last bytes");
+        proxy.send(c, &[3; 100], now).unwrap();
+        assert!(take(&mut proxy).iter().all(|b| !b), "a plain write clears it");
+        // A write accepted only in part leaves bytes with the writer.
+        let room = proxy.send_room(c);
+        let big = vec![4; room + 10_000];
+        assert_eq!(proxy.send_burst(c, &big, true, now).unwrap(), room);
+        assert!(take(&mut proxy).iter().all(|b| !b), "partial accept");
+        assert!(!proxy.conns[&c].send.burst_end());
     }
 
     #[test]

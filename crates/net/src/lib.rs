@@ -18,6 +18,7 @@ pub mod config;
 pub mod hof;
 pub mod metrics;
 pub mod mptcp_conn;
+pub mod relay;
 pub mod segtrace;
 pub mod session;
 pub mod subflow;

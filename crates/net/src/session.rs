@@ -394,6 +394,27 @@ impl AsyncRead for ConnStream {
     }
 }
 
+impl ConnStream {
+    /// [`AsyncWrite::poll_write`], saying whether `buf` ends a burst (it came
+    /// from a read shorter than the reader's buffer: the source has nothing
+    /// more for now); see [`polycorn_core::Endpoint::send_burst`].
+    pub fn poll_write_burst(&self, cx: &mut Context<'_>, buf: &[u8], end: bool) -> Poll<io::Result<usize>> {
+        let conn = self.conn;
+        let r = self.session.with(|st, now| {
+            let r = st.ep.send_burst(conn, buf, end, now);
+            if r == Ok(0) && !buf.is_empty() {
+                st.write_wakers.insert(conn, cx.waker().clone());
+            }
+            r
+        });
+        match r {
+            Ok(0) if !buf.is_empty() => Poll::Pending,
+            Ok(n) => Poll::Ready(Ok(n)),
+            Err(e) => Poll::Ready(Err(stream_err(e))),
+        }
+    }
+}
+
 impl AsyncWrite for ConnStream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let conn = self.conn;

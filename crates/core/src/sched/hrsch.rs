@@ -329,6 +329,12 @@ impl Schedulerlet for HofReject {
 pub struct TailReject {
     /// Paths taken out of `S` for a tail packet.
     pub deselected: u64,
+    /// Also act on packets that end a burst without FIN
+    /// ([`PacketInfo::is_burst_tail`]; parameter `bursts`, default 0: the
+    /// paper's rule, FIN only).
+    pub bursts: bool,
+    /// Of `deselected`, those for burst-tail packets.
+    pub deselected_burst: u64,
 }
 
 fn seconds(us: u64) -> f64 {
@@ -364,10 +370,11 @@ impl Schedulerlet for TailReject {
         Kind::SelectionFilter
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("deselected", self.deselected)]
+        vec![("deselected", self.deselected), ("deselected_burst", self.deselected_burst)]
     }
     fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
-        if !ctx.packet.is_tail {
+        let burst = !ctx.packet.is_tail && self.bursts && ctx.packet.is_burst_tail;
+        if !ctx.packet.is_tail && !burst {
             return;
         }
         let usable = sets.selected.union(sets.candidates);
@@ -381,6 +388,7 @@ impl Schedulerlet for TailReject {
                 .fold(f64::INFINITY, f64::min);
             if Self::t_minus(i) > t_plus {
                 self.deselected += 1;
+                self.deselected_burst += u64::from(burst);
                 sets.deselect(i.id);
             }
         }
@@ -652,6 +660,36 @@ mod tests {
         // A long remainder would take longer on A alone: B is used.
         pkt.remaining_bytes = 2_000_000;
         assert_eq!(decide(&mut tpr_minrtt(), Instant::now(), &paths, &pkt), vec![1]);
+    }
+
+    /// Appendix A's paths, for a packet that ends a burst without FIN: the
+    /// paper's rule (`bursts = 0`) leaves it to minRTT, `bursts = 1` waits
+    /// for the busy fast path as for a tail packet.
+    #[test]
+    fn with_bursts_a_burst_tail_waits_like_a_tail_packet() {
+        let mut a = view(0, 60);
+        a.availability = Availability::Full;
+        a.delivery_rate_bps = 2_500_000;
+        a.in_flight_bytes = 150_000;
+        a.queued_bytes = 60_000;
+        a.rttvar_us = 10_000;
+        let mut b = view(1, 400);
+        b.delivery_rate_bps = 250_000;
+        b.in_flight_bytes = 90_000;
+        b.queued_bytes = 10_000;
+        b.rttvar_us = 150_000;
+        let paths = [a, b];
+        let mut pkt = packet();
+        pkt.remaining_bytes = 20_000;
+        pkt.is_burst_tail = true;
+        assert_eq!(decide(&mut tpr_minrtt(), Instant::now(), &paths, &pkt), vec![1], "the paper's rule: FIN only");
+        let tpr = TailReject { bursts: true, ..TailReject::default() };
+        let mut p = Pipeline::new("t", vec![Box::new(MinRtt), Box::new(tpr)], Box::new(NoReinjection));
+        assert!(decide(&mut p, Instant::now(), &paths, &pkt).is_empty(), "wait for A");
+        let counters = p.counters();
+        assert!(counters.contains(&("tail-reject", "deselected_burst", 1)), "{counters:?}");
+        pkt.is_burst_tail = false;
+        assert_eq!(decide(&mut p, Instant::now(), &paths, &pkt), vec![1], "mid-burst: minRTT");
     }
 
     #[test]

@@ -90,6 +90,13 @@ pub struct PacketInfo {
     pub len: u32,
     /// The flow's sender has sent FIN or RST: this is a tail packet.
     pub is_tail: bool,
+    /// The flow's sender has nothing more *for now*: its shell's last write
+    /// emptied the source (a read shorter than its buffer) and no byte came
+    /// since, so every unsent byte ends a burst (a response on a kept-alive
+    /// connection, a chat message). Only shells that know it say so
+    /// ([`crate::Endpoint::send_burst`]); `tail-reject` with `bursts = 1`
+    /// treats such packets as tail packets.
+    pub is_burst_tail: bool,
     /// This packet has been sent before and is being reinjected.
     pub is_reinjection: bool,
     /// Paths this packet has already been placed on.
@@ -393,6 +400,7 @@ pub(crate) mod test_support {
             offset: 0,
             len: 1400,
             is_tail: false,
+            is_burst_tail: false,
             is_reinjection: false,
             paths_used: PathMask::EMPTY,
             remaining_bytes: 1400,

@@ -170,7 +170,12 @@ impl Registry {
             Ok(Box::new(HofReject::new(e, std::time::Duration::from_secs_f64(hold))) as _)
         });
         r.register_schedulerlet("tail-reject", |p| {
-            no_params("tail-reject", p).map(|_| Box::new(TailReject::default()) as _)
+            let r = ParamReader::new("tail-reject", p, &["bursts"])?;
+            let bursts = r.get("bursts", 0.0, 0.0..=1.0, "0 (FIN only, the paper's) or 1 (also burst ends)")?;
+            if bursts != 0.0 && bursts != 1.0 {
+                return Err(ConfigError::BadParam("tail-reject".into(), "bursts".into(), bursts, "0 or 1"));
+            }
+            Ok(Box::new(TailReject { bursts: bursts == 1.0, ..TailReject::default() }) as _)
         });
         r.register_schedulerlet("idle-inject", |p| {
             let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;

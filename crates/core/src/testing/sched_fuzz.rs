@@ -111,7 +111,7 @@ fn live_paths() -> impl Strategy<Value = Vec<PathView>> {
 fn packet() -> impl Strategy<Value = PacketInfo> {
     (
         (1u32..50, 0u8..6, any::<u64>(), 0u32..16_384),
-        (any::<bool>(), any::<bool>(), any::<u32>()),
+        (any::<bool>(), any::<bool>(), any::<u32>(), any::<bool>()),
         (0u64..1 << 30, 0u64..1 << 24),
     )
         .prop_map(|(a, b, c)| PacketInfo {
@@ -120,6 +120,7 @@ fn packet() -> impl Strategy<Value = PacketInfo> {
             offset: a.2 >> 8,
             len: a.3,
             is_tail: b.0,
+            is_burst_tail: b.3 && !b.0,
             is_reinjection: b.1,
             // Only reinjections have been placed before.
             paths_used: if b.1 { PathMask(b.2) } else { PathMask::EMPTY },
