@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench import capacity, hol, hrsch, losttime, schedevents, stalls
+from polycorn_bench import capacity, hol, hrsch, losttime, schedevents, stalls, variants
 from polycorn_bench.flows import (
     IM_REFERENCE,
     OVERALL,
@@ -91,6 +91,7 @@ HRSCH_KEYS = (
     "reinjection_overhead_vs_paper",
     "hof_recovery",
     "scheduler_events",
+    "variants",
 )
 #: Sections of issue 18 (aggregation and memory), per link set and copied to the top level.
 CAPACITY_KEYS = (
@@ -152,6 +153,7 @@ METHODS = {
     **losttime.METHODS,
     **stalls.METHODS,
     **schedevents.METHODS,
+    **variants.METHODS,
 }
 
 
@@ -487,6 +489,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "budget_sweep": sweep,
         "budget_check": check,
         "hol_ablation": hol.hol_ablation(flows, backlogs, schemes),
+        "variants": variants.variants(flows, backlogs, schemes, ls, im=im, users=run.users),
         "lost_time": losttime.lost_time(flows, ls, schemes, run.issues),
         "stall_causes": stalls.link_set_stalls(
             run.root / ls.name, [t.name for t in ls.trips], schemes, run.issues

@@ -322,22 +322,24 @@ def im_changes(
     im: Mapping[str, Mapping[str, Any]],
     intervals: Mapping[str, Any] | None = None,
     scheme: str = HRSCH,
+    refs: Sequence[tuple[str, str]] = _IM_REFS,
 ) -> dict[str, Any] | None:
     """Relative change of ``scheme``'s (default hrsch's) IM numbers against single-path and
     minrtt, per number of users and averaged over the user counts (``analysis.im_summary``
     as input), and, with the trip-level ``intervals`` of :func:`im_trip_intervals`, the
     averages' 95 % intervals and their verdicts against the paper (``vs_paper``; lower is
-    better: faster, fairer)."""
+    better: faster, fairer). ``refs``: (reference scheme, key) pairs, single-path and minrtt by
+    default; a key without a paper number gets a comparison without a verdict."""
     mine = im.get(scheme)
     if not mine:
         return None
     by_users: dict[str, Any] = {}
     collected: dict[str, dict[str, list[float]]] = {
-        key: {k: [] for k, _ in _IM_KEYS} for _, key in _IM_REFS
+        key: {k: [] for k, _ in _IM_KEYS} for _, key in refs
     }
     for users, st in mine.items():
         entry: dict[str, Any] = {}
-        for ref, key in _IM_REFS:
+        for ref, key in refs:
             ref_st = im.get(ref, {}).get(users)
             changes: dict[str, float | None] = {}
             for k, field in _IM_KEYS:
@@ -360,26 +362,29 @@ def im_changes(
                 average[key][k],
                 ci.get(key, {}).get(k),
                 n_trips,
-                paper[key][k],
+                paper.get(key, {}).get(k),
                 lower_is_better=True,
             )
             for k, _ in _IM_KEYS
         }
-        for _, key in _IM_REFS
+        for _, key in refs
     }
     return {
         "by_users": by_users,
         "average": average,
-        "average_ci95": {
-            key: {k: ci.get(key, {}).get(k) for k, _ in _IM_KEYS} for _, key in _IM_REFS
-        },
+        "average_ci95": {key: {k: ci.get(key, {}).get(k) for k, _ in _IM_KEYS} for _, key in refs},
         "n_trips": n_trips,
         "paper": paper,
         "vs_paper": vs_paper,
     }
 
 
-def im_trip_intervals(ls: LinkSetRun, users: Sequence[int], scheme: str = HRSCH) -> dict[str, Any]:
+def im_trip_intervals(
+    ls: LinkSetRun,
+    users: Sequence[int],
+    scheme: str = HRSCH,
+    refs: Sequence[tuple[str, str]] = _IM_REFS,
+) -> dict[str, Any]:
     """95 % intervals of :func:`im_changes`' averages by a bootstrap over trips (the trips
     on which ``scheme``, default hrsch, delivered messages): each resample pools the delays
     of the drawn trips (a trip drawn twice counts twice) as ``analysis.im_summary`` pools
@@ -388,7 +393,7 @@ def im_trip_intervals(ls: LinkSetRun, users: Sequence[int], scheme: str = HRSCH)
     independent, so trips, not messages, are resampled. ``{"n_trips", "average_ci95":
     {"vs_single_path"|"vs_minrtt": {"mean"|"p90"|"cov": [lo, hi] | None}}}``; None
     intervals with fewer than two trips."""
-    schemes = (scheme, IM_REFERENCE, REFERENCE)
+    schemes = (scheme, *(ref for ref, _ in refs))
     trips = [t for t in ls.trips if scheme in t.schemes and t.schemes[scheme].im]
     # delays[scheme][users][trip index] = all delivered delays; covs likewise (NaN: none).
     delays: dict[str, dict[int, dict[int, FloatArray]]] = {s: {} for s in schemes}
@@ -410,7 +415,7 @@ def im_trip_intervals(ls: LinkSetRun, users: Sequence[int], scheme: str = HRSCH)
                     [d for ds in by_user.values() for d in ds], dtype=np.float64
                 )
                 covs[s].setdefault(u, {})[i] = cov if n and math.isfinite(cov) else math.nan
-    order = [(key, k) for _, key in _IM_REFS for k, _ in _IM_KEYS]
+    order = [(key, k) for _, key in refs for k, _ in _IM_KEYS]
 
     def stat_of(s: str, u: int, idx: tuple[int, ...]) -> dict[str, float]:
         arrays = [delays[s].get(u, {}).get(i) for i in idx]
@@ -429,7 +434,7 @@ def im_trip_intervals(ls: LinkSetRun, users: Sequence[int], scheme: str = HRSCH)
         ratios: dict[tuple[str, str], list[float]] = {key: [] for key in order}
         for u in users:
             mine = stat_of(scheme, u, idx)
-            for ref, key in _IM_REFS:
+            for ref, key in refs:
                 theirs = stat_of(ref, u, idx)
                 for k, _ in _IM_KEYS:
                     r = safe_ratio(mine[k], theirs[k])
@@ -440,7 +445,7 @@ def im_trip_intervals(ls: LinkSetRun, users: Sequence[int], scheme: str = HRSCH)
         )
 
     bounds = cluster_bootstrap_ci(len(trips), statistic)
-    ci: dict[str, dict[str, list[float] | None]] = {key: {} for _, key in _IM_REFS}
+    ci: dict[str, dict[str, list[float] | None]] = {key: {} for _, key in refs}
     for (key, k), (lo, hi) in zip(order, bounds, strict=True):
         ok = len(trips) >= 2 and math.isfinite(lo) and math.isfinite(hi)
         ci[key][k] = [float(lo), float(hi)] if ok else None

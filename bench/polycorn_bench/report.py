@@ -560,20 +560,61 @@ def _hol_section(ls: dict[str, Any]) -> list[str]:
         "",
     ]
 
-    def cell(g: dict[str, Any]) -> str:
-        if not g.get("n_pairs"):
-            return "–"
-        verdict = {True: "resolved", False: "not resolved", None: "n < 2"}[g.get("resolved")]
-        cell = f"{_pct(g['gain'])}{_pct_ci(g['ci95'])}, n {g['n_pairs']}"
-        if g.get("ci95_trips"):
-            cell += f", trips{_pct_ci(g['ci95_trips'])} ({g['n_trips']})"
-        return f"{cell}, {verdict}"
-
     rows = [
-        [f"`{s}`", f"`{e['base']}`", e["adds"], cell(e["bulk"]), cell(e["backlog"])]
+        [f"`{s}`", f"`{e['base']}`", e["adds"], _gain_cell(e["bulk"]), _gain_cell(e["backlog"])]
         for s, e in hol.items()
     ]
     out += _table(["scheme", "base", "adds", "bulk gain", "backlog gain"], rows)
+    out.append("")
+    return out
+
+
+def _gain_cell(g: dict[str, Any]) -> str:
+    """'+5.0 % [+3.1, +6.9], n 930, trips [..] (31), resolved'; '–' without pairs."""
+    if not g.get("n_pairs"):
+        return "–"
+    verdict = {True: "resolved", False: "not resolved", None: "n < 2"}[g.get("resolved")]
+    cell = f"{_pct(g['gain'])}{_pct_ci(g['ci95'])}, n {g['n_pairs']}"
+    if g.get("ci95_trips"):
+        cell += f", trips{_pct_ci(g['ci95_trips'])} ({g['n_trips']})"
+    return f"{cell}, {verdict}"
+
+
+def _variants_section(ls: dict[str, Any]) -> list[str]:
+    """Variants of hrsch and of the default pipeline against their base; empty when none ran."""
+    var = ls.get("variants")
+    if not var:
+        return []
+    out = [
+        "### Variants of hrsch and of the default pipeline",
+        "",
+        "Gain of `scheme` over `base` (method: `variants`): bulk and backlogged downloads as "
+        "for the head-of-line schedulerlets; chat: change of the mean and p90 delivery time "
+        "against the base, averaged over the user counts, [95 % CI over trips] (negative = "
+        "faster). For `hrsch-no-<m>` the scheme is `hrsch`: mechanism m's share inside it.",
+        "",
+    ]
+
+    def chat(im: dict[str, Any] | None, k: str) -> str:
+        if not im or im["change"].get(k) is None:
+            return "–"
+        return f"{_pct(im['change'][k])}{_pct_ci(im['ci95'].get(k))}"
+
+    rows = [
+        [
+            f"`{name}`",
+            f"`{e['scheme']}` over `{e['base']}`",
+            e["measures"],
+            _gain_cell(e["bulk"]),
+            _gain_cell(e["backlog"]),
+            chat(e["im"], "mean"),
+            chat(e["im"], "p90"),
+        ]
+        for name, e in var.items()
+    ]
+    out += _table(
+        ["variant", "gain of", "measures", "bulk", "backlog", "chat mean", "chat p90"], rows
+    )
     out.append("")
     return out
 
@@ -962,6 +1003,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out += _backlog_section(ls)
         out += _capacity_section(ls)
         out += _hol_section(ls)
+        out += _variants_section(ls)
         out += _sched_events_section(ls)
         out += _lost_time_section(ls)
         out += _stall_section(ls)

@@ -161,7 +161,7 @@ def test_a_region_reads_the_full_run_it_is_bound_to(tmp_path: Path) -> None:
     assert src.hsr["seeds"] == ["new"]
     assert src.on(HSR_V1_JSON).hsr["seeds"] == ["v1"]
     assert src.hsr["seeds"] == ["new"]  # the original is unchanged
-    with pytest.raises(DocError, match="hsr-v1.json: no link set 'x'"):
+    with pytest.raises(DocError, match=r"hsr-v1\.json: no link set 'x'"):
         src.on(HSR_V1_JSON).link_set("x")
 
 

@@ -1,0 +1,96 @@
+"""Variants of HRSCH and of the default pipeline, each measured against the composition it
+differs from (issue 20).
+
+Two kinds, both in ``testbed/pipelines.toml``:
+
+* **Leave one out**: ``hrsch-no-<mechanism>`` is hrsch without one of its four mechanisms;
+  the mechanism's contribution *inside* hrsch is hrsch's gain over it (the ablation of
+  ``hrsch.ABLATION`` adds each mechanism to minrtt alone instead).
+* **Default-pipeline variants**: ``hrsch+stale-<...>`` changes one parameter of the default
+  pipeline (the stale threshold, or tail-aware rejection for burst ends); its gain is over
+  the default pipeline.
+
+Each gain is paired like the head-of-line ablation (``hol``): bulk downloads by trip and id
+(pairs' and trips' intervals, "resolved" from the interval ``verdict_interval`` names), the
+backlogged download by trip; and for chat, the relative change of the mean and p90 delivery
+time and of the CoV against the base, averaged over the user counts, with an interval that
+resamples trips (``hrsch.im_trip_intervals``; lower is better there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from polycorn_bench import hrsch
+from polycorn_bench.flows import BacklogRun, Flow, paired_ratios_by_trip
+from polycorn_bench.hol import _gain, _ratios
+from polycorn_bench.records import LinkSetRun
+
+#: variant -> (scheme, base, what the gain measures): gain = scheme / base.
+VARIANTS: Mapping[str, tuple[str, str, str]] = {
+    "hrsch-no-hpr": (hrsch.HRSCH, "hrsch-no-hpr", "HPR inside hrsch"),
+    "hrsch-no-tpr": (hrsch.HRSCH, "hrsch-no-tpr", "TPR inside hrsch"),
+    "hrsch-no-ori": (hrsch.HRSCH, "hrsch-no-ori", "ORI inside hrsch"),
+    "hrsch-no-er": (hrsch.HRSCH, "hrsch-no-er", "ER inside hrsch"),
+    "hrsch+stale-150": ("hrsch+stale-150", hrsch.DEFAULT_SCHEME, "stale after 150 ms (not 300)"),
+    "hrsch+stale-600": ("hrsch+stale-600", hrsch.DEFAULT_SCHEME, "stale after 600 ms (not 300)"),
+    "hrsch+stale-f4": ("hrsch+stale-f4", hrsch.DEFAULT_SCHEME, "stale after 4 SRTT (not 2)"),
+    "hrsch+stale-bursts": (
+        "hrsch+stale-bursts",
+        hrsch.DEFAULT_SCHEME,
+        "tail-aware rejection for burst ends",
+    ),
+}
+
+METHODS = {
+    "variants": (
+        "Per variant of testbed/pipelines.toml (variants.VARIANTS): scheme, base and the gain "
+        "scheme/base - 1 for bulk downloads (paired by trip and id; ci95 of the pairs, "
+        "ci95_trips of the trips, resolved from verdict_interval as hol_ablation) and the "
+        "backlogged download (paired by trip); im: the relative change of scheme's chat "
+        "delivery time (mean, p90) and CoV against base, averaged over the user counts, with "
+        "an interval resampling trips (negative = faster or fairer). For hrsch-no-<m> the "
+        "scheme is hrsch: the gain is mechanism m's contribution inside hrsch."
+    ),
+}
+
+
+def variants(
+    flows: list[Flow],
+    backlogs: list[BacklogRun],
+    schemes: Sequence[str],
+    ls: LinkSetRun,
+    *,
+    im: Mapping[str, Mapping[str, Any]],
+    users: Sequence[int],
+) -> dict[str, Any] | None:
+    """Each variant whose scheme and base both ran; None when none did."""
+    out: dict[str, Any] = {}
+    for name, (scheme, base, what) in VARIANTS.items():
+        if scheme not in schemes or base not in schemes:
+            continue
+        refs = ((base, "vs_base"),)
+        chat = hrsch.im_changes(
+            im, hrsch.im_trip_intervals(ls, users, scheme, refs=refs), scheme, refs=refs
+        )
+        out[name] = {
+            "scheme": scheme,
+            "base": base,
+            "measures": what,
+            "bulk": _gain(
+                _ratios(flows, scheme, base),
+                paired_ratios_by_trip(
+                    (f for f in flows if f.scheme == scheme), (f for f in flows if f.scheme == base)
+                ),
+            ),
+            "backlog": _gain(_ratios(backlogs, scheme, base)),
+            "im": None
+            if chat is None
+            else {
+                "change": chat["average"]["vs_base"],
+                "ci95": chat["average_ci95"]["vs_base"],
+                "n_trips": chat["n_trips"],
+            },
+        }
+    return out or None
