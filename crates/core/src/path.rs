@@ -241,6 +241,13 @@ pub struct Path {
     pub(crate) queued_bytes: u64,
     pub(crate) kernel_unsent_bytes: u64,
     pub(crate) rto_count: u32,
+    /// Exponent of the timer's backoff: raised by each timeout, cleared
+    /// only by a valid RTT sample (Karn's algorithm: the backed-off timer
+    /// is kept for new data until an acknowledgement of a frame sent after
+    /// the last timeout gives a sample). Clearing it on any acknowledgement
+    /// lets a path whose RTT exceeds the un-backed-off timer time out on
+    /// every flight, and fence every sample away, for ever.
+    rto_backoff: u32,
     pub(crate) rto_deadline: Option<Instant>,
     /// Byte counter when the retransmission timer last fired. Frames at or
     /// below it were outstanding across a timeout, during which the TCP
@@ -287,6 +294,7 @@ impl Path {
             queued_bytes: 0,
             kernel_unsent_bytes: 0,
             rto_count: 0,
+            rto_backoff: 0,
             rto_deadline: None,
             rto_fence: 0,
             last_used: now,
@@ -314,6 +322,7 @@ impl Path {
         self.queued_bytes = 0;
         self.kernel_unsent_bytes = 0;
         self.rto_count = 0;
+        self.rto_backoff = 0;
         self.rto_deadline = None;
         self.rto_fence = 0;
         self.rx_counter = 0;
@@ -337,7 +346,13 @@ impl Path {
             // The modem's handover signal: stale now.
             return Some(oldest);
         }
-        let wait = (self.srtt() * self.cfg.stale_srtt_factor).max(self.cfg.stale_after_min);
+        // Before the first RTT sample the armed timer stands in for the
+        // unknown RTT: a path is not stale before it could have answered.
+        let rtt_bound = match self.srtt {
+            Some(s) => s * self.cfg.stale_srtt_factor,
+            None => self.backed_off_rto(),
+        };
+        let wait = rtt_bound.max(self.cfg.stale_after_min);
         Some(self.last_ack_progress.max(oldest) + wait)
     }
 
@@ -371,13 +386,21 @@ impl Path {
         self.srtt.unwrap_or(self.cfg.initial_rtt)
     }
 
-    /// Retransmission timeout, RFC 6298 style, before backoff.
+    /// Retransmission timeout, RFC 6298 style, before backoff: before the
+    /// first RTT sample 1 s (§2.1; 3 × `initial_rtt` if that is longer), so
+    /// a path whose RTT is several hundred milliseconds (a loaded cellular
+    /// carrier) does not time out on its first flight.
     pub fn rto(&self) -> Duration {
         let base = match self.srtt {
             Some(s) => s + 4 * self.rttvar,
-            None => 3 * self.cfg.initial_rtt,
+            None => (3 * self.cfg.initial_rtt).max(Duration::from_secs(1)),
         };
         base.clamp(self.cfg.min_rto, self.cfg.max_rto)
+    }
+
+    /// The timer as armed: [`Self::rto`] with the current backoff.
+    fn backed_off_rto(&self) -> Duration {
+        self.rto().saturating_mul(1u32 << self.rto_backoff.min(16)).min(self.cfg.max_rto)
     }
 
     pub fn in_flight_bytes(&self) -> u64 {
@@ -457,7 +480,7 @@ impl Path {
     /// Record a counted frame of `len` bytes handed to the socket.
     pub(crate) fn on_frame_sent(&mut self, len: usize, segment: Option<SegmentRef>, now: Instant) {
         if self.sent.is_empty() {
-            self.rto_deadline = Some(now + self.rto());
+            self.rto_deadline = Some(now + self.backed_off_rto());
             // A rate sample must not span a period with nothing in flight.
             self.delivered_time = now;
         }
@@ -509,6 +532,7 @@ impl Path {
                 let rtt = now.saturating_duration_since(r.sent_at);
                 let rtt = rtt.checked_sub(delay).filter(|d| !d.is_zero()).unwrap_or(rtt);
                 self.on_rtt_sample(rtt, now);
+                self.rto_backoff = 0;
             }
             let interval = now.saturating_duration_since(r.delivered_time_at_send);
             if interval >= Duration::from_micros(100) {
@@ -519,7 +543,7 @@ impl Path {
             acked.push(r);
         }
         self.rto_count = 0;
-        self.rto_deadline = if self.sent.is_empty() { None } else { Some(now + self.rto()) };
+        self.rto_deadline = if self.sent.is_empty() { None } else { Some(now + self.backed_off_rto()) };
         true
     }
 
@@ -578,10 +602,10 @@ impl Path {
     /// Called when the retransmission timer fires. Returns the new RTO count.
     pub(crate) fn on_rto(&mut self, now: Instant) -> u32 {
         self.rto_count += 1;
+        self.rto_backoff = (self.rto_backoff + 1).min(16);
         self.stats.rto_events += 1;
         self.rto_fence = self.tx_counter;
-        let backoff = self.rto().saturating_mul(1u32 << self.rto_count.min(16));
-        self.rto_deadline = Some(now + backoff.min(self.cfg.max_rto));
+        self.rto_deadline = Some(now + self.backed_off_rto());
         self.rto_count
     }
 
@@ -642,6 +666,52 @@ mod tests {
         p.on_frame_sent(1000, None, t0 + ms(1000));
         p.link_state = LinkState::NoService;
         assert_eq!(p.stale_deadline(), Some(t0 + ms(1000)));
+    }
+
+    #[test]
+    fn the_timer_stays_backed_off_until_a_valid_sample_so_a_delay_spike_is_learned() {
+        // 50 ms for a while, then the path's RTT jumps to 700 ms (a loaded
+        // cell): more than the timer armed from the old estimate. The first
+        // flight times out and its samples are fenced off (Karn). If the
+        // first acknowledgement cleared the backoff, every later flight
+        // would time out too and the path would never learn the new RTT.
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = path(t0);
+        let mut acked = Vec::new();
+        let mut t = t0;
+        for _ in 0..10 {
+            p.on_frame_sent(1000, None, t);
+            t += ms(50);
+            assert!(p.on_path_ack(p.tx_counter, Duration::ZERO, t, &mut acked));
+        }
+        assert_eq!(p.srtt(), ms(50));
+        let mut timeouts = Vec::new();
+        for _ in 0..10 {
+            p.on_frame_sent(1000, None, t);
+            let ack_at = t + ms(700);
+            let mut n = 0;
+            while let Some(d) = p.rto_deadline.filter(|&d| d < ack_at) {
+                p.on_rto(d);
+                n += 1;
+            }
+            timeouts.push(n);
+            assert!(p.on_path_ack(p.tx_counter, Duration::ZERO, ack_at, &mut acked));
+            t = ack_at;
+        }
+        assert!(p.srtt() > ms(400), "the new RTT is learned: {:?}, timeouts per flight {timeouts:?}", p.srtt());
+        assert_eq!(timeouts[5..], [0; 5], "and the timer stops firing: {timeouts:?}");
+    }
+
+    #[test]
+    fn before_any_sample_the_timer_is_one_second() {
+        let t0 = Instant::now();
+        let mut p = path(t0);
+        assert_eq!(p.rto(), Duration::from_secs(1));
+        p.on_frame_sent(1000, None, t0);
+        assert_eq!(p.rto_deadline, Some(t0 + Duration::from_secs(1)));
+        // Nor is a path stale before its timer could have fired.
+        assert_eq!(p.stale_deadline(), Some(t0 + Duration::from_secs(1)));
     }
 
     #[test]

@@ -61,6 +61,8 @@ mod aggregation;
 #[cfg(test)]
 mod blackouts;
 #[cfg(test)]
+mod hetero;
+#[cfg(test)]
 mod hrsch_scenarios;
 #[cfg(test)]
 mod properties;
