@@ -441,6 +441,7 @@ impl Endpoint {
         unconfirmed.sort_by_key(|c| c.id);
         for c in unconfirmed {
             slot.ctrl.push_back(Frame::Open { conn: c.id, user: c.user, dst: c.dst });
+            slot.ctrl.push_back(Frame::Window { conn: c.id, max_data: c.recv.advertised() });
         }
         slot.ctrl.extend(self.orphan_resets.drain(..));
     }
@@ -619,7 +620,13 @@ impl Endpoint {
         let mut c = self.new_conn(id, user, dst);
         c.open_unconfirmed = true;
         self.broadcast(Frame::Open { conn: id, user, dst });
-        self.announce_window(&mut c);
+        // The receive window rides with every copy of the OPEN: the proxy
+        // may send past the protocol's initial 64 KiB as soon as the first
+        // OPEN arrives, not only when the path that happens to carry the
+        // ack queue (perhaps the slowest) delivers the update.
+        if let Some(limit) = c.recv.initial_window_update() {
+            self.broadcast(Frame::Window { conn: id, max_data: limit });
+        }
         self.conns.insert(id, c);
         self.stats.conns_opened += 1;
         Ok(id)
@@ -1661,6 +1668,28 @@ mod tests {
         assert_eq!(proxy.send_burst(c, &big, true, now).unwrap(), room);
         assert!(take(&mut proxy).iter().all(|b| !b), "partial accept");
         assert!(!proxy.conns[&c].send.burst_end());
+    }
+
+    #[test]
+    fn the_receive_window_rides_with_every_copy_of_the_open() {
+        // Whichever path delivers the OPEN first, the proxy learns the
+        // relay's window with it and may send past the initial 64 KiB.
+        let now = Instant::now();
+        let mut relay = pair("minrtt", now).0;
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+        }
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        for p in [PathId(1), PathId(0)] {
+            let mut out = Vec::new();
+            relay.poll_transmit(p, now, &mut out, 1 << 20);
+            let mut other = pair("minrtt", now).1;
+            other.path_up(p, now);
+            other.handle_input(p, &out, now).unwrap();
+            assert_eq!(other.poll_event().map(|e| matches!(e, Event::ConnOpened { .. })), Some(true));
+            let room = other.conns[&c].send.window_room();
+            assert!(room > crate::conn::INITIAL_MAX_DATA, "path {p:?} alone carried the window: room {room}");
+        }
     }
 
     #[test]
