@@ -611,7 +611,7 @@ impl Endpoint {
     // ----- connections -------------------------------------------------
 
     /// Relay side: a passenger `user` connects to `dst`.
-    pub fn open(&mut self, user: UserId, dst: SocketAddr, _now: Instant) -> Result<ConnId, StreamError> {
+    pub fn open(&mut self, user: UserId, dst: SocketAddr, now: Instant) -> Result<ConnId, StreamError> {
         if self.cfg.role != Role::Relay {
             return Err(StreamError::WrongRole);
         }
@@ -626,6 +626,9 @@ impl Endpoint {
         // ack queue (perhaps the slowest) delivers the update.
         if let Some(limit) = c.recv.initial_window_update() {
             self.broadcast(Frame::Window { conn: id, max_data: limit });
+            for path in self.up_paths() {
+                trace::record(&mut self.trace, now, TraceEvent::WindowSent { path, conn: id, max_data: limit });
+            }
         }
         self.conns.insert(id, c);
         self.stats.conns_opened += 1;
