@@ -91,6 +91,7 @@ HRSCH_KEYS = (
     "reinjection_overhead_vs_paper",
     "hof_recovery",
     "scheduler_events",
+    "path_events",
     "variants",
 )
 #: Sections of issue 18 (aggregation and memory), per link set and copied to the top level.
@@ -483,6 +484,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "reinjection_overhead_vs_paper": hrsch.reinjection_vs_paper(extra),
         "hof_recovery": hof,
         "scheduler_events": schedevents.scheduler_events(ls, schemes),
+        "path_events": schedevents.path_events(ls, schemes),
         "best_single_carrier": best,
         "capacity_use": capacity_use,
         "concurrency": concurrency,

@@ -57,6 +57,9 @@ LOOP_JSON = "bench/out/loop.json"
 MECHANISMS_JSON = "bench/out/hsr-mechanisms.json"
 ABLATION_JSON = "bench/out/hsr-ablation.json"
 IM_JSON = "bench/out/hsr-im.json"
+#: The mechanisms run's five schemes again after the retransmission timer's fix (Karn's
+#: backoff kept until a valid sample, 1 s before any): same trips, load and parallelism.
+KARN_JSON = "bench/out/hsr-karn.json"
 
 _REGION = re.compile(
     r"<!-- generated:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL
@@ -1392,6 +1395,55 @@ def mechanisms(src: Sources, rel: str = MECHANISMS_JSON) -> str:
     return out
 
 
+def karn_before_after(src: Sources) -> str:
+    """results.md: the mechanisms run before and after the retransmission timer's fix, scheme
+    by scheme: ratio to the oracle and to minrtt, and stale paths per trip."""
+    before, after = src.load(MECHANISMS_JSON), src.load(KARN_JSON)
+    ev_b = before.get("scheduler_events") or {}
+    ev_a = after.get("scheduler_events") or {}
+
+    def stale(ev: dict[str, Any], s: str) -> str:
+        v = (ev.get(s) or {}).get("per_trip_mean", {}).get("stale-filter/stale_paths")
+        return "–" if v is None else num(v, 1)
+
+    def times_minrtt(d: dict[str, Any], s: str) -> str:
+        if s == "minrtt":
+            return "1.00"
+        o = d["bulk"][s]["overall"]
+        return ratio_ci(o["ratio_vs_minrtt"], o.get("ci95_trips") or o.get("ci95"))
+
+    rows = []
+    for s in after["bulk"]:
+        if s not in before["bulk"]:
+            continue
+        rows.append(
+            [
+                code(s),
+                num(before["bulk"][s]["overall"]["ratio_vs_oracle"]),
+                bold(num(after["bulk"][s]["overall"]["ratio_vs_oracle"])),
+                times_minrtt(before, s),
+                times_minrtt(after, s),
+                stale(ev_b, s),
+                stale(ev_a, s),
+            ]
+        )
+    return table(
+        [
+            "scheme",
+            "× oracle, before",
+            "× oracle, after",
+            "× minrtt, before [trips' 95 % CI]",
+            "× minrtt, after",
+            "stale paths per trip, before",
+            "after",
+        ],
+        rows,
+    ) + (
+        f"\n\nBefore: commit `{before.get('commit')}`; after: commit `{after.get('commit')}`; "
+        f"{len(after.get('seeds', []))} trips each, the same load and trips at once."
+    )
+
+
 def mechanisms_headline(src: Sources) -> str:
     """README: the default pipeline against minrtt and hrsch in the mechanisms run (inline)."""
     d = src.load(MECHANISMS_JSON)
@@ -1435,6 +1487,8 @@ REGIONS: dict[str, Region] = {
     "hsr-mechanisms-headline": Region(mechanisms_headline, inline=True),
     "hsr-mechanisms-ablation": Region(functools.partial(mechanisms, rel=ABLATION_JSON)),
     "hsr-im-new-railway": Region(im_new_railway),
+    "hsr-karn": Region(functools.partial(mechanisms, rel=KARN_JSON)),
+    "hsr-karn-before-after": Region(karn_before_after),
     # The latest full run (hsr.json), on the current railway.
     "full-headline": Region(full_headline, inline=True),
     "full-sizes": Region(full_sizes),

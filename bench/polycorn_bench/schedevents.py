@@ -14,7 +14,19 @@ from polycorn_bench.records import LinkSetRun
 
 EVENTS = "polycorn_sched_schedulerlet_events_total"
 
+#: Path counters summed over a snapshot's paths: name in hsr.json -> metric.
+PATH_COUNTERS = {
+    "rto": "polycorn_path_rto_total",
+    "stale_transitions": "polycorn_path_stale_transitions_total",
+}
+
 METHODS = {
+    "path_events": (
+        "per scheme: the paths' retransmission timeouts (polycorn_path_rto_total) and "
+        "transitions to stale (polycorn_path_stale_transitions_total) summed over paths and "
+        "trips, downlink from proxy.metrics and uplink from relay.metrics; per_trip_mean = "
+        "downlink total / n_trips; every phase of the trip counted"
+    ),
     "scheduler_events": (
         "per scheme: polycorn_sched_schedulerlet_events_total summed over the trips whose "
         "end-of-trip snapshots have it, keyed 'schedulerlet/event', downlink from proxy.metrics "
@@ -65,4 +77,45 @@ def scheduler_events(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | Non
             "per_trip_mean": {k: v / n for k, v in sorted(down.items())},
         }
     # No counters is no problem: minrtt, roundrobin and the kernel's schemes have none.
+    return out or None
+
+
+def _path_counters(m: Metrics | None) -> dict[str, float] | None:
+    if m is None:
+        return None
+    out: dict[str, float] = {}
+    for key, metric in PATH_COUNTERS.items():
+        series = m.series.get(metric) or m.series.get(metric.removesuffix("_total"))
+        if series is not None:
+            out[key] = sum(v for _, v in series)
+    return out or None
+
+
+def path_events(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | None:
+    """Per scheme that ran: the paths' timeouts and stale transitions summed over trips, or
+    None when no snapshot had them (the kernel's schemes have one path of their own)."""
+    out: dict[str, Any] = {}
+    for scheme in schemes:
+        down: dict[str, float] = {}
+        up: dict[str, float] = {}
+        n = 0
+        for t in ls.trips:
+            sr = t.schemes.get(scheme)
+            if sr is None:
+                continue
+            d, u = _path_counters(sr.proxy_metrics), _path_counters(sr.relay_metrics)
+            if d is None or u is None:
+                continue
+            n += 1
+            for k, v in d.items():
+                down[k] = down.get(k, 0.0) + v
+            for k, v in u.items():
+                up[k] = up.get(k, 0.0) + v
+        if n:
+            out[scheme] = {
+                "n_trips": n,
+                "downlink": down,
+                "uplink": up,
+                "per_trip_mean": {k: v / n for k, v in down.items()},
+            }
     return out or None

@@ -14,6 +14,7 @@ from polycorn_bench.docnumbers import (
     HSR_JSON,
     HSR_V1_JSON,
     IM_JSON,
+    KARN_JSON,
     LOOP_JSON,
     MECHANISMS_JSON,
     PRECISION_JSON,
@@ -114,6 +115,7 @@ def copy_repo_docs(tmp_path: Path) -> Path:
         MECHANISMS_JSON,
         ABLATION_JSON,
         IM_JSON,
+        KARN_JSON,
     )
     for rel in (*FILES, *sources):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

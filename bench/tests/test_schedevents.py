@@ -53,3 +53,28 @@ def test_no_section_without_counters(tmp_path: Path) -> None:
     doc = analyse(read_run(b.finish()))
     assert doc["scheduler_events"] is None
     assert "What the schedulerlets did" not in markdown(doc)
+
+
+def path_counters(rto: float, stale: float) -> str:
+    return (
+        "# TYPE polycorn_path_rto counter\n"
+        f'polycorn_path_rto_total{{path="0"}} {rto}\n'
+        f'polycorn_path_rto_total{{path="1"}} 1\n'
+        "# TYPE polycorn_path_stale_transitions counter\n"
+        f'polycorn_path_stale_transitions_total{{path="0"}} {stale}\n'
+    )
+
+
+def test_path_timeouts_and_stale_transitions_are_summed_over_paths_and_trips(
+    tmp_path: Path,
+) -> None:
+    b = RunBuilder(tmp_path / "run", ["minrtt"], TRIPS)
+    for k, trip in enumerate(TRIPS):
+        b.bulk(trip, "minrtt", [download(0, 1000.0, 500.0)])
+        b.metrics(trip, "minrtt", relay=path_counters(0, 0), proxy=path_counters(4 + k, 2))
+    doc = analyse(read_run(b.finish()))
+    ev = doc["path_events"]["minrtt"]
+    assert ev["n_trips"] == 2
+    assert ev["downlink"] == {"rto": 11.0, "stale_transitions": 4.0}
+    assert ev["uplink"] == {"rto": 2.0, "stale_transitions": 0.0}
+    assert ev["per_trip_mean"] == {"rto": 5.5, "stale_transitions": 2.0}
