@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from polycorn_bench import docnumbers
 from polycorn_bench.docnumbers import (
     ABLATION_JSON,
     FILES,
+    FULL_REGIONS,
     HSR_JSON,
     HSR_V1_JSON,
     IM_JSON,
@@ -165,6 +167,29 @@ def test_a_region_reads_the_full_run_it_is_bound_to(tmp_path: Path) -> None:
     assert src.hsr["seeds"] == ["new"]  # the original is unchanged
     with pytest.raises(DocError, match=r"hsr-v1\.json: no link set 'x'"):
         src.on(HSR_V1_JSON).link_set("x")
+
+
+def test_the_next_full_runs_regions_render_from_a_full_run(tmp_path: Path) -> None:
+    """The full-* regions, read from the first railway's full run with the default pipeline's
+    section filled in as hrsch's (the next full run has its own)."""
+    doc = json.loads((ROOT / HSR_V1_JSON).read_text(encoding="utf-8"))
+    doc["default_scheme"] = "hrsch"
+    doc["default_vs_baselines"] = doc["hrsch_vs_baselines"]
+    for per in doc["hrsch_vs_baselines"].values():
+        for e in per.values():
+            e.setdefault("goal", 1.45)
+            e.setdefault("goal_verdict", "below")
+    doc["im_default"] = doc["im_hrsch"]
+    (tmp_path / "bench/out").mkdir(parents=True)
+    (tmp_path / HSR_JSON).write_text(json.dumps(doc), encoding="utf-8")
+    src = Sources(tmp_path)
+    out = {name: r.render(src) for name, r in FULL_REGIONS.items()}
+    assert "0.97 [0.90, 1.02]" in out["full-sizes"]
+    assert "| `kernel-mptcp` |" in out["full-every-scheme"]
+    assert "mahimahi: × `minrtt` (rank)" in out["full-link-sets"]
+    assert "94 failed handovers on 5 trips" in out["full-recovery"]
+    assert out["full-headline"].startswith("on 5 held-out trips")
+    assert not set(FULL_REGIONS) & set(REGIONS)
 
 
 def test_formatting() -> None:
