@@ -60,6 +60,8 @@ IM_JSON = "bench/out/hsr-im.json"
 #: The mechanisms run's five schemes again after the retransmission timer's fix (Karn's
 #: backoff kept until a valid sample, 1 s before any): same trips, load and parallelism.
 KARN_JSON = "bench/out/hsr-karn.json"
+#: hrsch with one mechanism left out each, beside hrsch and minrtt (precision profile).
+LEAVE_ONE_OUT_JSON = "bench/out/hsr-leave-one-out.json"
 
 _REGION = re.compile(
     r"<!-- generated:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL
@@ -1444,6 +1446,29 @@ def karn_before_after(src: Sources) -> str:
     )
 
 
+def variants_table(src: Sources, rel: str = LEAVE_ONE_OUT_JSON) -> str:
+    """results.md: each variant's gain over the composition it differs from (``variants``),
+    bulk with the interval its verdict reads."""
+    d = src.load(rel)
+    rows = []
+    for name, e in (d.get("variants") or {}).items():
+        g = e["bulk"]
+        ci = verdict_ci(g)
+        rows.append(
+            [
+                code(name),
+                f"{code(e['scheme'])} over {code(e['base'])}",
+                e["measures"],
+                bold(pct_ci(g["gain"], ci), bool(g.get("resolved"))),
+                str(g.get("n_trips") or "–"),
+            ]
+        )
+    return table(["variant", "gain of", "measures", "bulk gain [95 % CI]", "trips"], rows) + (
+        f"\n\nCommit `{d.get('commit')}`; bold: the interval excludes no change (trips' "
+        "interval from 10 trips on)."
+    )
+
+
 def mechanisms_headline(src: Sources) -> str:
     """README: the default pipeline against minrtt and hrsch in the mechanisms run (inline)."""
     d = src.load(MECHANISMS_JSON)
@@ -1489,6 +1514,8 @@ REGIONS: dict[str, Region] = {
     "hsr-im-new-railway": Region(im_new_railway),
     "hsr-karn": Region(functools.partial(mechanisms, rel=KARN_JSON)),
     "hsr-karn-before-after": Region(karn_before_after),
+    "hsr-leave-one-out": Region(functools.partial(mechanisms, rel=LEAVE_ONE_OUT_JSON)),
+    "hsr-leave-one-out-gains": Region(variants_table),
 }
 
 #: Regions of the next full run on the current railway (hsr.json once it replaces the first

@@ -17,6 +17,7 @@ from polycorn_bench.docnumbers import (
     HSR_V1_JSON,
     IM_JSON,
     KARN_JSON,
+    LEAVE_ONE_OUT_JSON,
     LOOP_JSON,
     MECHANISMS_JSON,
     PRECISION_JSON,
@@ -118,6 +119,7 @@ def copy_repo_docs(tmp_path: Path) -> Path:
         ABLATION_JSON,
         IM_JSON,
         KARN_JSON,
+        LEAVE_ONE_OUT_JSON,
     )
     for rel in (*FILES, *sources):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
