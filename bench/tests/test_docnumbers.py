@@ -152,9 +152,9 @@ def test_check_fails_on_a_stale_number_and_the_generator_fixes_it(
 
 def test_missing_source_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy_repo_docs(tmp_path)
-    (root / HSR_JSON).unlink()
+    (root / HSR_V1_JSON).unlink()
     assert main(["--check", "--root", str(root)]) == 2
-    assert "bench/out/hsr.json" in capsys.readouterr().err
+    assert "bench/out/hsr-v1.json" in capsys.readouterr().err
 
 
 def test_a_region_reads_the_full_run_it_is_bound_to(tmp_path: Path) -> None:
