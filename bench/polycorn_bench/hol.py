@@ -90,6 +90,22 @@ def _ratios(records: Sequence[Paired], scheme: str, base: str) -> list[float]:
     return [g / ref for g, ref in pairs]
 
 
+def gains_over(
+    flows: list[Flow], backlogs: list[BacklogRun], scheme: str, base: str
+) -> dict[str, Any]:
+    """``scheme``'s gain over ``base``: ``bulk`` (downloads paired by trip and id, with the
+    trips' interval) and ``backlog`` (records paired by trip and id)."""
+    return {
+        "bulk": _gain(
+            _ratios(flows, scheme, base),
+            paired_ratios_by_trip(
+                (f for f in flows if f.scheme == scheme), (f for f in flows if f.scheme == base)
+            ),
+        ),
+        "backlog": _gain(_ratios(backlogs, scheme, base)),
+    }
+
+
 def hol_ablation(
     flows: list[Flow], backlogs: list[BacklogRun], schemes: list[str]
 ) -> dict[str, Any] | None:
@@ -98,15 +114,5 @@ def hol_ablation(
     for scheme, (base, adds) in HOL.items():
         if scheme not in schemes or base not in schemes:
             continue
-        out[scheme] = {
-            "base": base,
-            "adds": adds,
-            "bulk": _gain(
-                _ratios(flows, scheme, base),
-                paired_ratios_by_trip(
-                    (f for f in flows if f.scheme == scheme), (f for f in flows if f.scheme == base)
-                ),
-            ),
-            "backlog": _gain(_ratios(backlogs, scheme, base)),
-        }
+        out[scheme] = {"base": base, "adds": adds, **gains_over(flows, backlogs, scheme, base)}
     return out or None

@@ -7,6 +7,7 @@ mechanism had anything to do on these trips before its ablation is read."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from polycorn_bench.metrics import Metrics
@@ -49,8 +50,12 @@ def _events(m: Metrics | None) -> dict[str, float] | None:
     return out
 
 
-def scheduler_events(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | None:
-    """Per scheme that ran: the summed counters, or None when no snapshot had them."""
+def _summed(
+    ls: LinkSetRun, schemes: list[str], read: Callable[[Metrics | None], dict[str, float] | None]
+) -> dict[str, Any] | None:
+    """Per scheme that ran: ``read``'s counters of the proxy's (downlink) and the relay's
+    (uplink) end-of-trip snapshots summed over the trips where both have them, and the
+    downlink's mean per trip; None when no trip had them."""
     out: dict[str, Any] = {}
     for scheme in schemes:
         down: dict[str, float] = {}
@@ -60,7 +65,7 @@ def scheduler_events(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | Non
             sr = t.schemes.get(scheme)
             if sr is None:
                 continue
-            d, u = _events(sr.proxy_metrics), _events(sr.relay_metrics)
+            d, u = read(sr.proxy_metrics), read(sr.relay_metrics)
             if d is None or u is None:
                 continue
             n += 1
@@ -68,16 +73,20 @@ def scheduler_events(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | Non
                 down[k] = down.get(k, 0.0) + v
             for k, v in u.items():
                 up[k] = up.get(k, 0.0) + v
-        if n == 0:
-            continue
-        out[scheme] = {
-            "n_trips": n,
-            "downlink": dict(sorted(down.items())),
-            "uplink": dict(sorted(up.items())),
-            "per_trip_mean": {k: v / n for k, v in sorted(down.items())},
-        }
-    # No counters is no problem: minrtt, roundrobin and the kernel's schemes have none.
+        if n:
+            out[scheme] = {
+                "n_trips": n,
+                "downlink": dict(sorted(down.items())),
+                "uplink": dict(sorted(up.items())),
+                "per_trip_mean": {k: v / n for k, v in sorted(down.items())},
+            }
     return out or None
+
+
+def scheduler_events(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | None:
+    """Per scheme that ran: the summed counters, or None when no snapshot had them (no
+    problem: minrtt, roundrobin and the kernel's schemes have none)."""
+    return _summed(ls, schemes, _events)
 
 
 def _path_counters(m: Metrics | None) -> dict[str, float] | None:
@@ -94,28 +103,4 @@ def _path_counters(m: Metrics | None) -> dict[str, float] | None:
 def path_events(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | None:
     """Per scheme that ran: the paths' timeouts and stale transitions summed over trips, or
     None when no snapshot had them (the kernel's schemes have one path of their own)."""
-    out: dict[str, Any] = {}
-    for scheme in schemes:
-        down: dict[str, float] = {}
-        up: dict[str, float] = {}
-        n = 0
-        for t in ls.trips:
-            sr = t.schemes.get(scheme)
-            if sr is None:
-                continue
-            d, u = _path_counters(sr.proxy_metrics), _path_counters(sr.relay_metrics)
-            if d is None or u is None:
-                continue
-            n += 1
-            for k, v in d.items():
-                down[k] = down.get(k, 0.0) + v
-            for k, v in u.items():
-                up[k] = up.get(k, 0.0) + v
-        if n:
-            out[scheme] = {
-                "n_trips": n,
-                "downlink": down,
-                "uplink": up,
-                "per_trip_mean": {k: v / n for k, v in down.items()},
-            }
-    return out or None
+    return _summed(ls, schemes, _path_counters)

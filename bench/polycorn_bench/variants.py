@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from polycorn_bench import hrsch
-from polycorn_bench.flows import BacklogRun, Flow, paired_ratios_by_trip
-from polycorn_bench.hol import _gain, _ratios
+from polycorn_bench.flows import BacklogRun, Flow
+from polycorn_bench.hol import gains_over
 from polycorn_bench.records import LinkSetRun
 
 #: variant -> (scheme, base, what the gain measures): gain = scheme / base.
@@ -78,13 +78,7 @@ def variants(
             "scheme": scheme,
             "base": base,
             "measures": what,
-            "bulk": _gain(
-                _ratios(flows, scheme, base),
-                paired_ratios_by_trip(
-                    (f for f in flows if f.scheme == scheme), (f for f in flows if f.scheme == base)
-                ),
-            ),
-            "backlog": _gain(_ratios(backlogs, scheme, base)),
+            **gains_over(flows, backlogs, scheme, base),
             "im": None
             if chat is None
             else {
