@@ -58,43 +58,25 @@ impl Half {
     }
 }
 
-/// Socket → tunnel: each chunk written says whether it ends a burst.
-fn poll_down<S: AsyncRead + Unpin + ?Sized>(
+/// Copy `reader` to `writer` through `h` until EOF, then shut `writer`
+/// down; `write` writes one chunk, told whether it came from a short read.
+fn poll_copy<R, W>(
     h: &mut Half,
     cx: &mut Context<'_>,
-    socket: &mut S,
-    conn: &mut ConnStream,
-) -> Poll<io::Result<()>> {
+    reader: &mut R,
+    writer: &mut W,
+    write: impl Fn(&mut W, &mut Context<'_>, &[u8], bool) -> Poll<io::Result<usize>>,
+) -> Poll<io::Result<()>>
+where
+    R: AsyncRead + Unpin + ?Sized,
+    W: AsyncWrite + Unpin + ?Sized,
+{
     while !h.done {
         if h.pos == h.cap && !h.read_done {
-            ready!(h.poll_fill(cx, socket))?;
+            ready!(h.poll_fill(cx, reader))?;
         }
         while h.pos < h.cap {
-            let n = ready!(conn.poll_write_burst(cx, &h.buf[h.pos..h.cap], h.short))?;
-            h.pos += n;
-            h.moved += n as u64;
-        }
-        if h.read_done {
-            ready!(Pin::new(&mut *conn).poll_shutdown(cx))?;
-            h.done = true;
-        }
-    }
-    Poll::Ready(Ok(()))
-}
-
-/// Tunnel → socket, a plain copy.
-fn poll_up<S: AsyncWrite + Unpin + ?Sized>(
-    h: &mut Half,
-    cx: &mut Context<'_>,
-    conn: &mut ConnStream,
-    socket: &mut S,
-) -> Poll<io::Result<()>> {
-    while !h.done {
-        if h.pos == h.cap && !h.read_done {
-            ready!(h.poll_fill(cx, conn))?;
-        }
-        while h.pos < h.cap {
-            let n = ready!(Pin::new(&mut *socket).poll_write(cx, &h.buf[h.pos..h.cap]))?;
+            let n = ready!(write(writer, cx, &h.buf[h.pos..h.cap], h.short))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -102,7 +84,7 @@ fn poll_up<S: AsyncWrite + Unpin + ?Sized>(
             h.moved += n as u64;
         }
         if h.read_done {
-            ready!(Pin::new(&mut *socket).poll_shutdown(cx))?;
+            ready!(Pin::new(&mut *writer).poll_shutdown(cx))?;
             h.done = true;
         }
     }
@@ -121,8 +103,10 @@ where
     let size = buf_size.max(1024);
     let (mut up, mut down) = (Half::new(size), Half::new(size));
     poll_fn(|cx| {
-        let a = poll_up(&mut up, cx, conn, socket)?;
-        let b = poll_down(&mut down, cx, socket, conn)?;
+        // Tunnel → socket, a plain copy; socket → tunnel, each chunk saying
+        // whether it ends a burst.
+        let a = poll_copy(&mut up, cx, conn, socket, |s, cx, buf, _| Pin::new(s).poll_write(cx, buf))?;
+        let b = poll_copy(&mut down, cx, socket, conn, |c, cx, buf, short| c.poll_write_burst(cx, buf, short))?;
         if a.is_ready() && b.is_ready() {
             Poll::Ready(Ok((up.moved, down.moved)))
         } else {

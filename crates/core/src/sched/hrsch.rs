@@ -630,11 +630,9 @@ mod tests {
         Pipeline::new("t", vec![Box::new(MinRtt), Box::new(TailReject::default())], Box::new(NoReinjection))
     }
 
-    /// The paper's Appendix A: path A has a low RTT and a nearly full send
-    /// buffer, path B a high RTT and little queued. minRTT sends the tail
-    /// to B whenever A's window is full; tail-aware rejection waits for A.
-    #[test]
-    fn appendix_a_a_tail_packet_waits_for_the_busy_fast_path() {
+    /// Appendix A's paths: A (20 Mbit/s, 60 ms, window full, 210 kB
+    /// buffered) and B (2 Mbit/s, 400 ms, 100 kB buffered).
+    fn appendix_a_paths() -> [PathView; 2] {
         let mut a = view(0, 60);
         a.availability = Availability::Full;
         a.delivery_rate_bps = 2_500_000; // 20 Mbit/s
@@ -646,7 +644,15 @@ mod tests {
         b.in_flight_bytes = 90_000;
         b.queued_bytes = 10_000;
         b.rttvar_us = 150_000;
-        let paths = [a, b];
+        [a, b]
+    }
+
+    /// The paper's Appendix A: path A has a low RTT and a nearly full send
+    /// buffer, path B a high RTT and little queued. minRTT sends the tail
+    /// to B whenever A's window is full; tail-aware rejection waits for A.
+    #[test]
+    fn appendix_a_a_tail_packet_waits_for_the_busy_fast_path() {
+        let paths = appendix_a_paths();
         let mut pkt = packet();
         pkt.remaining_bytes = 20_000;
         // Not a tail packet: minRTT uses B.
@@ -654,8 +660,8 @@ mod tests {
         // T⁻_B = 0.2 + 100 000 / 250 000 = 0.6 s;
         // T⁺_B = (0.03 + 230 000 / 2 500 000)(1 + 1/6) ≈ 0.142 s: B rejected.
         pkt.is_tail = true;
-        assert!((TailReject::t_minus(&b) - 0.6).abs() < 1e-9);
-        assert!((TailReject::t_plus_term(&a, 20_000) - 0.122 * 7.0 / 6.0).abs() < 1e-9);
+        assert!((TailReject::t_minus(&paths[1]) - 0.6).abs() < 1e-9);
+        assert!((TailReject::t_plus_term(&paths[0], 20_000) - 0.122 * 7.0 / 6.0).abs() < 1e-9);
         assert!(decide(&mut tpr_minrtt(), Instant::now(), &paths, &pkt).is_empty(), "wait for A");
         // A long remainder would take longer on A alone: B is used.
         pkt.remaining_bytes = 2_000_000;
@@ -667,18 +673,7 @@ mod tests {
     /// for the busy fast path as for a tail packet.
     #[test]
     fn with_bursts_a_burst_tail_waits_like_a_tail_packet() {
-        let mut a = view(0, 60);
-        a.availability = Availability::Full;
-        a.delivery_rate_bps = 2_500_000;
-        a.in_flight_bytes = 150_000;
-        a.queued_bytes = 60_000;
-        a.rttvar_us = 10_000;
-        let mut b = view(1, 400);
-        b.delivery_rate_bps = 250_000;
-        b.in_flight_bytes = 90_000;
-        b.queued_bytes = 10_000;
-        b.rttvar_us = 150_000;
-        let paths = [a, b];
+        let paths = appendix_a_paths();
         let mut pkt = packet();
         pkt.remaining_bytes = 20_000;
         pkt.is_burst_tail = true;
