@@ -51,6 +51,11 @@ pub struct SendLimits {
     /// Floor of the not-sent low-water mark: unsent bytes accepted even
     /// before any rate is measured.
     pub min_unsent: u64,
+    /// The low-water mark before the first rate estimate (at least
+    /// `min_unsent`): a connection may take this much of a response at
+    /// once, so a short one is wholly in the buffer with its end known to
+    /// the scheduler (tail packets, [`crate::sched::PacketInfo::is_tail`]).
+    pub initial_unsent: u64,
 }
 
 /// Sending half: bytes the local application wrote, kept until the peer
@@ -148,7 +153,9 @@ pub struct NextPacket {
 
 impl SendStream {
     pub fn new(limits: SendLimits, initial_max_data: u64) -> Self {
-        let limits = SendLimits { cap: limits.cap.max(1), min_unsent: limits.min_unsent.clamp(1, limits.cap.max(1)) };
+        let cap = limits.cap.max(1);
+        let min_unsent = limits.min_unsent.clamp(1, cap);
+        let limits = SendLimits { cap, min_unsent, initial_unsent: limits.initial_unsent.clamp(min_unsent, cap) };
         SendStream {
             unsent: VecDeque::new(),
             next_new: 0,
@@ -160,7 +167,7 @@ impl SendStream {
             fin_requested: false,
             burst_end: false,
             fin_acked: false,
-            unsent_limit: limits.min_unsent,
+            unsent_limit: limits.initial_unsent,
             limits,
             rate_epoch: None,
             freed_total: 0,
@@ -945,7 +952,7 @@ mod tests {
     }
 
     fn lim(cap: u64) -> SendLimits {
-        SendLimits { cap, min_unsent: cap }
+        SendLimits { cap, min_unsent: cap, initial_unsent: cap }
     }
 
     /// A stream with `n` bytes placed in segments of `seg` on path 0.
@@ -1004,11 +1011,21 @@ mod tests {
     }
 
     #[test]
+    fn the_initial_mark_lies_between_the_floor_and_the_cap() {
+        let s =
+            SendStream::new(SendLimits { cap: 256 * 1024, min_unsent: 64 * 1024, initial_unsent: 1 << 20 }, 1 << 30);
+        assert_eq!(s.unsent_limit(), 256 * 1024);
+        let s = SendStream::new(SendLimits { cap: 8 << 20, min_unsent: 64 * 1024, initial_unsent: 1024 }, 1 << 30);
+        assert_eq!(s.unsent_limit(), 64 * 1024);
+    }
+
+    #[test]
     fn unsent_bytes_are_kept_to_about_two_round_trips_of_the_delivery_rate() {
         let t0 = Instant::now();
         let rtt = Duration::from_millis(100);
-        let mut s = SendStream::new(SendLimits { cap: 8 << 20, min_unsent: 64 * 1024 }, u64::MAX / 2);
-        assert_eq!(s.room(), 64 * 1024, "before any rate is known: the floor");
+        let mut s =
+            SendStream::new(SendLimits { cap: 8 << 20, min_unsent: 64 * 1024, initial_unsent: 1 << 20 }, u64::MAX / 2);
+        assert_eq!(s.room(), 1 << 20, "before any rate is known: the initial mark");
         // The peer acknowledges 1 MB per 100 ms.
         let mut t = t0;
         s.update_rate(t, rtt);
@@ -1230,7 +1247,8 @@ mod tests {
     #[test]
     fn a_blocked_writer_is_woken_once_half_the_low_water_mark_is_free_not_per_segment() {
         // Low-water mark 64 KiB (the floor), cap 1 MiB.
-        let mut s = SendStream::new(SendLimits { cap: 1 << 20, min_unsent: 64 * 1024 }, 1 << 20);
+        let mut s =
+            SendStream::new(SendLimits { cap: 1 << 20, min_unsent: 64 * 1024, initial_unsent: 64 * 1024 }, 1 << 20);
         assert_eq!(s.write(&[1u8; 100 * 1024]), 64 * 1024);
         let t0 = Instant::now();
         s.note_write(true, t0);

@@ -51,6 +51,12 @@ pub struct EndpointConfig {
     /// always hold, whatever the budget; above it, about two round trips
     /// of the connection's delivery rate.
     pub conn_unsent_min_bytes: u64,
+    /// The not-sent low-water mark of a new connection, before its rate is
+    /// measured (bytes above the floor are charged to the budget). Large
+    /// enough for a short response to be in the buffer whole, so the
+    /// scheduler knows where it ends and keeps its tail off a path whose
+    /// packets would arrive after the faster one had delivered it all.
+    pub conn_unsent_initial_bytes: u64,
     /// Receive window per connection (the most bytes a peer may send beyond
     /// what the passenger has read): where autotuning starts, its cap, and
     /// the least memory pressure shrinks it to. Equal initial and max fix
@@ -87,7 +93,11 @@ const RECLAIM_INTERVAL: Duration = Duration::from_millis(100);
 
 impl EndpointConfig {
     pub fn send_limits(&self) -> SendLimits {
-        SendLimits { cap: self.conn_send_buffer_bytes, min_unsent: self.conn_unsent_min_bytes }
+        SendLimits {
+            cap: self.conn_send_buffer_bytes,
+            min_unsent: self.conn_unsent_min_bytes,
+            initial_unsent: self.conn_unsent_initial_bytes,
+        }
     }
 
     pub fn window_limits(&self) -> WindowLimits {
@@ -111,6 +121,9 @@ impl EndpointConfig {
             segment_bytes: 16 * 1024 - wire::DATA_OVERHEAD as u32,
             conn_send_buffer_bytes: DEFAULT_CONN_BUFFER_MAX,
             conn_unsent_min_bytes: 128 * 1024,
+            // The peer's initial receive window: no more could be sent
+            // before a window update anyway.
+            conn_unsent_initial_bytes: 1024 * 1024,
             // A short download finishes within the first few round trips,
             // before autotuning could double a smaller window (measured:
             // docs/results.md, "diagnostic E"); the budget grants it only

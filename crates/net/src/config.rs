@@ -55,6 +55,7 @@ impl BufferOptions {
         cfg.conn_window_initial_bytes = initial;
         cfg.conn_send_buffer_bytes = send;
         cfg.conn_unsent_min_bytes = cfg.conn_unsent_min_bytes.min(send);
+        cfg.conn_unsent_initial_bytes = cfg.conn_unsent_initial_bytes.min(send);
         cfg.budget = polycorn_core::MemoryBudget::with_high(budget);
         Ok(())
     }

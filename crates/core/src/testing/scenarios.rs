@@ -384,7 +384,7 @@ fn a_fin_delivered_before_the_gap_below_it_still_completes_the_stream() {
     // The same at the send stream, without the network.
     use crate::conn::SendStream;
     use crate::ids::PathMask;
-    let mut s = SendStream::new(crate::conn::SendLimits { cap: 100, min_unsent: 100 }, 1000);
+    let mut s = SendStream::new(crate::conn::SendLimits { cap: 100, min_unsent: 100, initial_unsent: 100 }, 1000);
     s.write(&[0; 20]);
     s.finish();
     let a = s.next_packet(10).unwrap();
