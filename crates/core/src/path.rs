@@ -403,6 +403,21 @@ impl Path {
         self.rto().saturating_mul(1u32 << self.rto_backoff.min(16)).min(self.cfg.max_rto)
     }
 
+    /// When a small frame written now would reach the peer, relative to
+    /// now: half the smoothed RTT plus the time the bytes queued ahead of
+    /// it (in the endpoint and unsent in the kernel) take at the path's
+    /// delivery rate (window per RTT before a rate sample).
+    pub(crate) fn small_frame_delay(&self) -> Duration {
+        let srtt = self.srtt();
+        let rate = if self.max_rate_bps > 0 {
+            self.max_rate_bps as f64
+        } else {
+            self.cwnd_bytes() as f64 / srtt.as_secs_f64().max(1e-6)
+        };
+        let queued = (self.queued_bytes + self.kernel_unsent_bytes) as f64;
+        srtt / 2 + Duration::from_secs_f64((queued / rate.max(1.0)).min(3600.0))
+    }
+
     pub fn in_flight_bytes(&self) -> u64 {
         self.tx_counter - self.acked_counter
     }
