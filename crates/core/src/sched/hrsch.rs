@@ -325,6 +325,13 @@ impl Schedulerlet for HofReject {
 /// full or not: waiting for a busy fast path is the point), except those
 /// whose retransmission timer has fired (`rto_count > 0`): a stalled path
 /// is no alternative (not in the paper).
+///
+/// With `strict = 1` (not in the paper) T⁺ drops the (1 + η_j) factor. The
+/// factor lengthens the alternative's time by its RTT variation, which on
+/// a cellular carrier is often half its RTT, so the rule lets a tail go to
+/// a path whose packets arrive after the alternative would have delivered
+/// the whole remainder; and a late tail costs the flow the slow path's
+/// delay, while waiting needlessly costs it a little of the fast path's.
 #[derive(Debug, Default)]
 pub struct TailReject {
     /// Paths taken out of `S` for a tail packet.
@@ -335,6 +342,9 @@ pub struct TailReject {
     pub bursts: bool,
     /// Of `deselected`, those for burst-tail packets.
     pub deselected_burst: u64,
+    /// T⁺ without the (1 + η) relaxation (parameter `strict`, default 0:
+    /// the paper's).
+    pub strict: bool,
 }
 
 fn seconds(us: u64) -> f64 {
@@ -358,7 +368,12 @@ impl TailReject {
     /// One term of T⁺ (s): all `remain` bytes over path `j` alone, relaxed.
     pub fn t_plus_term(j: &PathView, remain: u64) -> f64 {
         let eta = if j.srtt_us > 0 { j.rttvar_us as f64 / j.srtt_us as f64 } else { 0.0 };
-        (seconds(j.owd_us()) + (buf_bytes(j) + remain as f64) / bw(j)) * (1.0 + eta)
+        Self::t_plus_strict(j, remain) * (1.0 + eta)
+    }
+
+    /// One term of T⁺ (s) without the relaxation (`strict`).
+    pub fn t_plus_strict(j: &PathView, remain: u64) -> f64 {
+        seconds(j.owd_us()) + (buf_bytes(j) + remain as f64) / bw(j)
     }
 }
 
@@ -384,7 +399,7 @@ impl Schedulerlet for TailReject {
             let t_plus = ctx
                 .in_set(usable)
                 .filter(|j| j.id != i.id && j.rto_count == 0)
-                .map(|j| Self::t_plus_term(j, remain))
+                .map(|j| if self.strict { Self::t_plus_strict(j, remain) } else { Self::t_plus_term(j, remain) })
                 .fold(f64::INFINITY, f64::min);
             if Self::t_minus(i) > t_plus {
                 self.deselected += 1;
@@ -685,6 +700,24 @@ mod tests {
         assert!(counters.contains(&("tail-reject", "deselected_burst", 1)), "{counters:?}");
         pkt.is_burst_tail = false;
         assert_eq!(decide(&mut p, Instant::now(), &paths, &pkt), vec![1], "mid-burst: minRTT");
+    }
+
+    /// A remainder that the fast path delivers a little before the slow
+    /// path's packet would arrive, but not once its time is relaxed by its
+    /// RTT variation: the paper's rule uses the slow path, `strict` waits.
+    #[test]
+    fn strict_tail_rejection_waits_where_the_relaxed_rule_does_not() {
+        let mut paths = appendix_a_paths();
+        paths[0].rttvar_us = 30_000; // η_A = 0.5
+        let mut pkt = packet();
+        pkt.is_tail = true;
+        // T⁻_B = 0.6 s; T⁺ strict = 0.03 + (210 000 + r) / 2 500 000.
+        pkt.remaining_bytes = 1_200_000; // strict 0.594 s, relaxed 0.891 s
+        assert!(TailReject::t_plus_strict(&paths[0], pkt.remaining_bytes) < TailReject::t_minus(&paths[1]));
+        assert_eq!(decide(&mut tpr_minrtt(), Instant::now(), &paths, &pkt), vec![1], "the paper's rule");
+        let tpr = TailReject { strict: true, ..TailReject::default() };
+        let mut p = Pipeline::new("t", vec![Box::new(MinRtt), Box::new(tpr)], Box::new(NoReinjection));
+        assert!(decide(&mut p, Instant::now(), &paths, &pkt).is_empty(), "strict: wait for A");
     }
 
     #[test]

@@ -170,12 +170,17 @@ impl Registry {
             Ok(Box::new(HofReject::new(e, std::time::Duration::from_secs_f64(hold))) as _)
         });
         r.register_schedulerlet("tail-reject", |p| {
-            let r = ParamReader::new("tail-reject", p, &["bursts"])?;
-            let bursts = r.get("bursts", 0.0, 0.0..=1.0, "0 (FIN only, the paper's) or 1 (also burst ends)")?;
-            if bursts != 0.0 && bursts != 1.0 {
-                return Err(ConfigError::BadParam("tail-reject".into(), "bursts".into(), bursts, "0 or 1"));
-            }
-            Ok(Box::new(TailReject { bursts: bursts == 1.0, ..TailReject::default() }) as _)
+            let r = ParamReader::new("tail-reject", p, &["bursts", "strict"])?;
+            let flag = |name: &str, what: &'static str| -> Result<bool, ConfigError> {
+                let v = r.get(name, 0.0, 0.0..=1.0, what)?;
+                if v != 0.0 && v != 1.0 {
+                    return Err(ConfigError::BadParam("tail-reject".into(), name.into(), v, "0 or 1"));
+                }
+                Ok(v == 1.0)
+            };
+            let bursts = flag("bursts", "0 (FIN only, the paper's) or 1 (also burst ends)")?;
+            let strict = flag("strict", "0 (T+ relaxed by 1 + rttvar/srtt, the paper's) or 1 (not relaxed)")?;
+            Ok(Box::new(TailReject { bursts, strict, ..TailReject::default() }) as _)
         });
         r.register_schedulerlet("idle-inject", |p| {
             let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;

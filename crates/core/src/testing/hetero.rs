@@ -31,6 +31,13 @@ fn completion_over(name: &str, size: u64, paths: Vec<PathSpec>) -> Option<Durati
                 reinjection: SchedulerletSpec::named("rto-oldest"),
             };
             r.build_spec(name, &spec).unwrap()
+        } else if let Some(base) = name.strip_suffix("-strict") {
+            // A built-in composition with `tail-reject`'s `strict = 1`.
+            let mut spec = r.pipeline_spec(base).unwrap().clone();
+            for l in spec.schedulerlets.iter_mut().filter(|l| l.name == "tail-reject") {
+                l.params.insert("strict".into(), 1.0);
+            }
+            r.build_spec(name, &spec).unwrap()
         } else {
             r.build(name).unwrap()
         }
@@ -118,7 +125,7 @@ fn acknowledgements_take_the_quicker_carrier_whichever_path_it_is() {
 #[test]
 #[ignore = "exploration: prints a table"]
 fn print_unequal_delay_study() {
-    let schemes = ["minrtt", "blest", "ecf", "minrtt+tpr", "hrsch", "hrsch+stale", "redundant"];
+    let schemes = ["minrtt", "blest", "ecf", "minrtt+tpr", "hrsch", "hrsch+stale", "hrsch+stale-strict", "redundant"];
     for (fast, slow) in [(30u64, 30u64), (30, 60), (30, 150), (30, 300)] {
         for size in [262_144u64, 1_048_576, 4_194_304] {
             let one = completion("fast-alone", size, 12.0, fast, slow).map_or(f64::NAN, |d| d.as_secs_f64());
