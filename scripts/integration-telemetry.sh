@@ -83,6 +83,7 @@ IGNORED_TESTS=(
     polycorn_core::testing::blackouts::print_window_update_study
     polycorn_core::testing::blackouts::print_initial_window_study
     polycorn_core::testing::hetero::print_unequal_delay_study
+    polycorn_core::testing::railway::print_railway_replay
 )
 rust_kafka_tests() {
     local rc=0

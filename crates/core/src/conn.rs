@@ -574,6 +574,32 @@ impl SendStream {
         ))
     }
 
+    /// Everything written is placed, the writer has said where the data
+    /// ends (FIN, or a burst's end), and some of it is unacknowledged: what
+    /// is in flight is the flow's tail.
+    pub fn tail_in_flight(&self) -> bool {
+        self.unsent.is_empty() && self.reinject.is_empty() && self.held > 0 && (self.fin_requested || self.burst_end)
+    }
+
+    /// Queue for reinjection every unacknowledged segment placed only on
+    /// paths of `slow`, once per segment (the same once as
+    /// [`Self::reinject_head`]); returns how many were queued.
+    pub fn reinject_from(&mut self, slow: PathMask) -> usize {
+        let mut n = 0;
+        for (&off, s) in self.segs.iter_mut() {
+            if s.payload.is_some()
+                && !s.head_reinjected
+                && !s.paths_used.is_empty()
+                && s.paths_used.minus(slow).is_empty()
+                && self.reinject.insert(off)
+            {
+                s.head_reinjected = true;
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Queue the head segment at `offset` for reinjection, once per
     /// segment; returns whether it was queued.
     pub fn reinject_head(&mut self, offset: u64) -> bool {
@@ -963,6 +989,30 @@ mod tests {
             s.on_scheduled(&p, PathMask::single(PathId(0)));
         }
         s
+    }
+
+    #[test]
+    fn a_tail_in_flight_is_reinjected_from_slow_paths_once() {
+        let mut s = SendStream::new(lim(1 << 20), 1 << 20);
+        s.write(&[1u8; 48_000]);
+        let mut k = 0;
+        while let Some(p) = s.next_packet(16_000) {
+            s.on_scheduled(&p, PathMask::single(PathId(k % 2)));
+            k += 1;
+        }
+        assert!(!s.tail_in_flight(), "the writer has not said where the data ends");
+        s.finish();
+        assert!(s.tail_in_flight());
+        let slow = PathMask::single(PathId(1));
+        assert_eq!(s.reinject_from(slow), 1, "the segment at 16 000 is on path 1 only");
+        assert!(!s.tail_in_flight(), "a reinjection waits to be placed");
+        let p = s.next_packet(16_000).unwrap();
+        assert_eq!((p.offset, p.reinjection), (16_000, true));
+        s.on_scheduled(&p, PathMask::single(PathId(0)));
+        assert!(s.tail_in_flight());
+        assert_eq!(s.reinject_from(slow), 0, "once per segment");
+        s.on_ack(48_000, true, &[]).unwrap();
+        assert!(!s.tail_in_flight(), "nothing unacknowledged");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::conn::{AckError, Conn, ConnState, RecvError, SendLimits, WindowLimits
 use crate::ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 use crate::path::{Availability, FailureForecast, Path, PathConfig, PathStats, PathView, SegmentRef, SentRecord};
 use crate::sched::users::UserScheduler;
-use crate::sched::{Context, FailureTable, HeadContext, PacketInfo, Pipeline, Reinject, TrainState};
+use crate::sched::{Context, FailureTable, HeadContext, PacketInfo, Pipeline, Reinject, TailContext, TrainState};
 use crate::trace::{self, CopyKind, RequeueCause, TraceEvent, TraceRecord, Tracer};
 use crate::wire::{self, Frame, FrameDecoder, LinkState, WireError};
 
@@ -239,6 +239,8 @@ pub struct EndpointStats {
     pub send_limited_us: u64,
     /// Window heads sent again for head-of-line recovery (`opp-reinject`).
     pub head_reinjections: u64,
+    /// Segments of a flow's tail sent again from a slow path (`tail-reinject`).
+    pub tail_reinjections: u64,
     /// Paths that became stale (no acknowledgement progress, or no service).
     pub stale_transitions: u64,
     /// Head-of-line stalls that ended ([`crate::conn::RecvStream::note_hol`]):
@@ -1354,6 +1356,19 @@ impl Endpoint {
                 continue;
             };
             let Some(pkt) = c.send.next_packet(self.cfg.segment_bytes) else {
+                if c.send.tail_in_flight() {
+                    let slow = self.pipeline.on_tail_in_flight(&TailContext { now, paths: &self.views, conn: cid });
+                    let n = if slow.is_empty() { 0 } else { c.send.reinject_from(slow) };
+                    if n > 0 {
+                        self.stats.tail_reinjections += n as u64;
+                        trace::record(
+                            &mut self.trace,
+                            now,
+                            TraceEvent::TailReinjected { conn: cid, from: slow, segments: n as u32 },
+                        );
+                        continue; // the next round picks the reinjections up
+                    }
+                }
                 if let Some(limited) = c.send.note_window_limit(now) {
                     trace::record(&mut self.trace, now, TraceEvent::WindowLimited { conn: cid, limited });
                 }

@@ -125,6 +125,14 @@ pub enum TraceEvent {
         reinject: bool,
         penalised: PathMask,
     },
+    /// `conn`'s tail was in flight and `segments` of its segments, placed
+    /// only on paths of `from`, were queued to be sent again elsewhere
+    /// ([`crate::sched::Schedulerlet::on_tail_in_flight`]).
+    TailReinjected {
+        conn: ConnId,
+        from: PathMask,
+        segments: u32,
+    },
     /// A segment placed on `path` went back to `conn`'s send buffer.
     Requeued {
         path: PathId,
@@ -180,6 +188,7 @@ impl TraceEvent {
             TraceEvent::Stale { .. } => "stale",
             TraceEvent::Fresh { .. } => "fresh",
             TraceEvent::HeadBlocked { .. } => "head",
+            TraceEvent::TailReinjected { .. } => "tail_reinject",
             TraceEvent::Requeued { .. } => "requeue",
             TraceEvent::PathUp { .. } => "up",
             TraceEvent::PathDown { .. } => "down",
@@ -228,6 +237,13 @@ impl TraceEvent {
             TraceEvent::HeadBlocked { conn, offset, reinject, penalised } => {
                 let _ = write!(out, ",\"conn\":{},\"off\":{offset},\"reinject\":{reinject},\"penalised\":[", conn.0);
                 for (i, p) in penalised.iter().enumerate() {
+                    let _ = write!(out, "{}{}", if i > 0 { "," } else { "" }, p.0);
+                }
+                write!(out, "]")
+            }
+            TraceEvent::TailReinjected { conn, from, segments } => {
+                let _ = write!(out, ",\"conn\":{},\"segments\":{segments},\"from\":[", conn.0);
+                for (i, p) in from.iter().enumerate() {
                     let _ = write!(out, "{}{}", if i > 0 { "," } else { "" }, p.0);
                 }
                 write!(out, "]")

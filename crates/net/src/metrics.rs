@@ -122,6 +122,12 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         s.reinjected_bytes as f64,
     );
     w.counter(
+        "polycorn_sched_tail_reinjections",
+        "Segments of a flow's tail sent again from a slower path (tail-reinject).",
+        n(),
+        s.tail_reinjections as f64,
+    );
+    w.counter(
         "polycorn_sched_head_reinjections",
         "Window heads sent again for head-of-line recovery (opp-reinject).",
         n(),

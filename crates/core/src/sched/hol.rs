@@ -16,12 +16,19 @@
 //!   it holds is reinjected at once; its first acknowledgement makes it
 //!   active again (upstream Linux MPTCP waits for 4 RTOs).
 //!
-//! All three leave path selection alone (their `apply` moves nothing), so
+//! - `tail-reinject` (not in the paper; XLINK, SIGCOMM 2021, reinjects a
+//!   stream's unacknowledged tail on other paths): when a flow's last
+//!   packet is placed, its segments still in flight on a path whose queue
+//!   would deliver them later than copies on the quickest path with room
+//!   are sent again there, once each.
+//!
+//! All four leave path selection alone (their `apply` moves nothing), so
 //! they compose with any pipeline and an ablation removes each by name.
 
 use std::time::Instant;
 
-use super::{Context, HeadAction, HeadContext, Kind, PathSets, Reinject, Schedulerlet};
+use super::hrsch::TailReject;
+use super::{Context, HeadAction, HeadContext, Kind, PathSets, Reinject, Schedulerlet, TailContext};
 use crate::ids::PathMask;
 use crate::path::{Availability, PathView, StaleThreshold};
 
@@ -155,6 +162,41 @@ mod tests {
         }
     }
 
+    fn ids(m: PathMask) -> Vec<u8> {
+        m.iter().map(|p| p.0).collect()
+    }
+
+    fn tail(paths: &[PathView]) -> TailContext<'_> {
+        TailContext { now: Instant::now(), paths, conn: ConnId(1) }
+    }
+
+    #[test]
+    fn a_tail_is_copied_only_from_a_path_that_would_deliver_it_later() {
+        // Path 0: 40 ms, 5 MB/s, room. Path 1: 20 ms but 0.125 MB/s with
+        // 64 KB queued: its last byte arrives after 10 + 512 ms; copies of
+        // all 64 KB on path 0 after 20 + 13 ms.
+        let mut fast = view(0, 40);
+        fast.delivery_rate_bps = 5_000_000;
+        let mut slow = view(1, 20);
+        slow.delivery_rate_bps = 125_000;
+        slow.in_flight_bytes = 48_000;
+        slow.queued_bytes = 16_000;
+        let mut t = TailReinject::default();
+        assert_eq!(ids(t.on_tail_in_flight(&tail(&[fast, slow]))), vec![1]);
+        assert_eq!(t.counters(), vec![("tail_copies", 1)]);
+        // Equal carriers, one of them with the tail in flight: nothing.
+        let mut other = view(1, 40);
+        other.delivery_rate_bps = 5_000_000;
+        other.in_flight_bytes = 64_000;
+        assert!(t.on_tail_in_flight(&tail(&[fast, other])).is_empty());
+        // A stale path's share is copied whatever its estimates say.
+        other.stale = true;
+        assert_eq!(ids(t.on_tail_in_flight(&tail(&[fast, other]))), vec![1]);
+        // No path with room: nothing (the copies would only wait).
+        fast.availability = Availability::Full;
+        assert!(t.on_tail_in_flight(&tail(&[fast, slow])).is_empty());
+    }
+
     #[test]
     fn the_head_is_reinjected_once_and_only_from_a_slower_path() {
         let paths = [view(0, 20), view(1, 80)];
@@ -197,5 +239,50 @@ mod tests {
         f.apply(&ctx, &mut sets);
         assert_eq!(sets.candidates, PathMask(0b11));
         assert_eq!(f.on_stale(Instant::now(), &paths[0]), Reinject::AllUnacked);
+    }
+}
+
+/// Tail reinjection: when a flow's tail is in flight, copy what is queued
+/// on a slow path onto the quickest path with room. A path is slow for the
+/// tail when the last of its queued bytes would arrive later (T⁻, as in
+/// `tail-reject`: owd + buf / bw) than copies of all of them sent now on
+/// the quickest path (T⁻ there plus their bytes at its rate), or when it is
+/// stale or in timeout. On paths of equal speed nothing is copied.
+#[derive(Debug, Default)]
+pub struct TailReinject {
+    /// Flows whose tail was copied from at least one path.
+    pub requests: u64,
+}
+
+impl Schedulerlet for TailReinject {
+    fn name(&self) -> &'static str {
+        "tail-reinject"
+    }
+    fn kind(&self) -> Kind {
+        Kind::CandidateFilter
+    }
+    fn on_tail_in_flight(&mut self, ctx: &TailContext<'_>) -> PathMask {
+        let quickest = ctx
+            .paths
+            .iter()
+            .filter(|p| p.availability == Availability::Available && usable_srtt(p).is_some())
+            .min_by(|a, b| TailReject::t_minus(a).total_cmp(&TailReject::t_minus(b)).then(a.id.cmp(&b.id)));
+        let Some(best) = quickest else { return PathMask::EMPTY };
+        let t_best = TailReject::t_minus(best);
+        let rate = best.bandwidth_bps().max(1) as f64;
+        let mut slow = PathMask::EMPTY;
+        for p in ctx.paths.iter().filter(|p| p.id != best.id && p.in_flight_bytes + p.queued_bytes > 0) {
+            let copies = t_best + (p.in_flight_bytes + p.queued_bytes) as f64 / rate;
+            if usable_srtt(p).is_none() || TailReject::t_minus(p) > copies {
+                slow.insert(p.id);
+            }
+        }
+        if !slow.is_empty() {
+            self.requests += 1;
+        }
+        slow
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("tail_copies", self.requests)]
     }
 }

@@ -151,6 +151,14 @@ pub trait Schedulerlet: Send {
     fn on_head_blocked(&mut self, _ctx: &HeadContext<'_>) -> HeadAction {
         HeadAction::default()
     }
+    /// Tail recovery: a connection's sender is done for now (FIN, or a
+    /// burst's end), everything it wrote is placed, and some of it is
+    /// unacknowledged. Returns the paths whose share of it should be sent
+    /// again on other paths (each segment at most once). Called when the
+    /// connection's last packet has been placed.
+    fn on_tail_in_flight(&mut self, _ctx: &TailContext<'_>) -> PathMask {
+        PathMask::EMPTY
+    }
     /// `path` just became stale ([`PathView::stale`]): what to do with its
     /// unacknowledged packets.
     fn on_stale(&mut self, _now: Instant, _path: &PathView) -> Reinject {
@@ -184,6 +192,16 @@ pub struct HeadContext<'a> {
     pub head_paths: PathMask,
     /// The head was already reinjected once for head-of-line recovery.
     pub head_reinjected: bool,
+}
+
+/// A connection whose tail is in flight, as tail-recovery schedulerlets
+/// see it ([`Schedulerlet::on_tail_in_flight`]).
+#[derive(Clone, Copy, Debug)]
+pub struct TailContext<'a> {
+    pub now: Instant,
+    /// Every live path, in id order.
+    pub paths: &'a [PathView],
+    pub conn: ConnId,
 }
 
 /// What head-of-line recovery asks of the endpoint.
@@ -311,6 +329,11 @@ impl Pipeline {
             let a = l.on_head_blocked(ctx);
             HeadAction { reinject: acc.reinject || a.reinject, penalise: acc.penalise.union(a.penalise) }
         })
+    }
+
+    /// Every schedulerlet's tail-recovery paths, combined.
+    pub fn on_tail_in_flight(&mut self, ctx: &TailContext<'_>) -> PathMask {
+        self.lets.iter_mut().fold(PathMask::EMPTY, |acc, l| acc.union(l.on_tail_in_flight(ctx)))
     }
 
     /// The strongest reinjection any schedulerlet asks for a path that just

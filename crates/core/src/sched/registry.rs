@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::hol::{OppReinject, Penalise, StaleFilter};
+use super::hol::{OppReinject, Penalise, StaleFilter, TailReinject};
 use super::hrsch::{HofReject, IdleInject, TailReject};
 use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinPath, PinUser, RoundRobin, RtoOldest};
 use super::{Pipeline, ReinjectionHandler, Schedulerlet};
@@ -170,7 +170,7 @@ impl Registry {
             Ok(Box::new(HofReject::new(e, std::time::Duration::from_secs_f64(hold))) as _)
         });
         r.register_schedulerlet("tail-reject", |p| {
-            let r = ParamReader::new("tail-reject", p, &["bursts", "strict"])?;
+            let r = ParamReader::new("tail-reject", p, &["bursts", "strict", "all"])?;
             let flag = |name: &str, what: &'static str| -> Result<bool, ConfigError> {
                 let v = r.get(name, 0.0, 0.0..=1.0, what)?;
                 if v != 0.0 && v != 1.0 {
@@ -180,7 +180,8 @@ impl Registry {
             };
             let bursts = flag("bursts", "0 (FIN only, the paper's) or 1 (also burst ends)")?;
             let strict = flag("strict", "0 (T+ relaxed by 1 + rttvar/srtt, the paper's) or 1 (not relaxed)")?;
-            Ok(Box::new(TailReject { bursts, strict, ..TailReject::default() }) as _)
+            let all = flag("all", "0 (tail packets only, the paper's) or 1 (every packet, remain = unsent bytes)")?;
+            Ok(Box::new(TailReject { bursts, strict, all, ..TailReject::default() }) as _)
         });
         r.register_schedulerlet("idle-inject", |p| {
             let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;
@@ -202,6 +203,9 @@ impl Registry {
             no_params("opp-reinject", p).map(|_| Box::new(OppReinject::default()) as _)
         });
         r.register_schedulerlet("penalise", |p| no_params("penalise", p).map(|_| Box::new(Penalise::default()) as _));
+        r.register_schedulerlet("tail-reinject", |p| {
+            no_params("tail-reinject", p).map(|_| Box::new(TailReinject::default()) as _)
+        });
         r.register_schedulerlet("stale-filter", |p| {
             // Without parameters the endpoint's path configuration decides
             // when a path is stale (2 x SRTT, at least 300 ms); with either,

@@ -540,6 +540,20 @@ impl Harness {
         paths: Vec<PathSpec>,
         seed: u64,
     ) -> Self {
+        Self::with_config_at(cfg, relay_pipeline, proxy_pipeline, paths, seed, Duration::ZERO)
+    }
+
+    /// [`Self::with_config`] with the paths coming up at virtual time
+    /// `start` instead of 0 (a trip replayed from the middle: trace
+    /// opportunities, delay schedules and blackouts keep their times).
+    pub fn with_config_at(
+        cfg: SimConfig,
+        relay_pipeline: Pipeline,
+        proxy_pipeline: Pipeline,
+        paths: Vec<PathSpec>,
+        seed: u64,
+        start: Duration,
+    ) -> Self {
         assert!(!paths.is_empty() && paths.len() <= MAX_PATHS, "1..={MAX_PATHS} paths");
         assert_eq!(cfg.relay.role, Role::Relay, "SimConfig::relay must have Role::Relay");
         assert_eq!(cfg.proxy.role, Role::Proxy, "SimConfig::proxy must have Role::Proxy");
@@ -555,7 +569,7 @@ impl Harness {
             proxy: Endpoint::new(cfg.proxy.clone(), proxy_pipeline, base),
             cfg,
             base,
-            now: 0,
+            now: ns(start),
             seed,
             paths: Vec::new(),
             conns: Vec::new(),

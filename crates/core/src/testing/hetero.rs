@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::sched::{PipelineSpec, Registry, SchedulerletSpec};
+use crate::sched::Registry;
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
@@ -22,26 +22,7 @@ fn completion(name: &str, size: u64, mbit: f64, fast_ms: u64, slow_ms: u64) -> O
 
 fn completion_over(name: &str, size: u64, paths: Vec<PathSpec>) -> Option<Duration> {
     let r = Registry::with_builtins();
-    let build = || {
-        if name == "fast-alone" {
-            let mut pin = SchedulerletSpec::named("pin-path");
-            pin.params.insert("path".into(), 0.0);
-            let spec = PipelineSpec {
-                schedulerlets: vec![pin, SchedulerletSpec::named("minrtt")],
-                reinjection: SchedulerletSpec::named("rto-oldest"),
-            };
-            r.build_spec(name, &spec).unwrap()
-        } else if let Some(base) = name.strip_suffix("-strict") {
-            // A built-in composition with `tail-reject`'s `strict = 1`.
-            let mut spec = r.pipeline_spec(base).unwrap().clone();
-            for l in spec.schedulerlets.iter_mut().filter(|l| l.name == "tail-reject") {
-                l.params.insert("strict".into(), 1.0);
-            }
-            r.build_spec(name, &spec).unwrap()
-        } else {
-            r.build(name).unwrap()
-        }
-    };
+    let build = || super::railway::build(&r, name);
     let mut h = Harness::with_config(SimConfig::default(), build(), build(), paths, 7);
     h.open(ConnSpec::new(1).upload(300).download(4_000_000).at(Duration::ZERO));
     h.open(ConnSpec::new(1).upload(300).download(size).at(Duration::from_secs(10)));
@@ -74,7 +55,7 @@ fn a_path_slower_than_the_first_timer_learns_its_rtt_and_is_used() {
     );
     assert_eq!(stale, 0, "a healthy slow path never goes stale");
     let both = rep.conns[1].completion.unwrap();
-    let alone = completion("fast-alone", 4_194_304, 12.0, 30, 300).unwrap();
+    let alone = completion("single-path-c0", 4_194_304, 12.0, 30, 300).unwrap();
     eprintln!("4 MB over 30/300 ms: both paths {both:?}, the fast one alone {alone:?}");
     assert!(both.as_secs_f64() < 0.75 * alone.as_secs_f64(), "both carriers carry it: {both:?} vs {alone:?}");
 }
@@ -90,7 +71,7 @@ fn a_short_download_stays_off_a_carrier_whose_packets_would_arrive_last() {
     // two of their packets went to the slow carrier (374 ms). With the
     // initial low-water mark at the peer's initial window the whole
     // response and its FIN are in the buffer at once.
-    let alone = completion("fast-alone", 262_144, 12.0, 30, 300).unwrap();
+    let alone = completion("single-path-c0", 262_144, 12.0, 30, 300).unwrap();
     let hrsch = completion("hrsch", 262_144, 12.0, 30, 300).unwrap();
     let minrtt = completion("minrtt", 262_144, 12.0, 30, 300).unwrap();
     eprintln!("256 KB over 30/300 ms: fast alone {alone:?}, hrsch {hrsch:?}, minrtt {minrtt:?}");
@@ -99,7 +80,7 @@ fn a_short_download_stays_off_a_carrier_whose_packets_would_arrive_last() {
     // slow carrier and finishes later.
     assert!(minrtt.as_secs_f64() > 1.2 * alone.as_secs_f64(), "minrtt {minrtt:?} vs {alone:?}");
     // And a 1 MB one, which the slow carrier does help, still uses it.
-    let alone = completion("fast-alone", 1_048_576, 12.0, 30, 300).unwrap();
+    let alone = completion("single-path-c0", 1_048_576, 12.0, 30, 300).unwrap();
     let hrsch = completion("hrsch", 1_048_576, 12.0, 30, 300).unwrap();
     assert!(
         hrsch.as_secs_f64() < 0.85 * alone.as_secs_f64(),
@@ -121,14 +102,45 @@ fn acknowledgements_take_the_quicker_carrier_whichever_path_it_is() {
     assert!(slow_first < 1.05 * fast_first, "slow carrier first {slow_first:.3} s vs fast first {fast_first:.3} s");
 }
 
+#[test]
+fn a_short_download_does_not_wait_for_a_slow_carriers_share() {
+    // Carriers of 40 and 1 Mbit/s, the slow one with the lower RTT (25 vs
+    // 35 ms one way), so minrtt fills it first. A 256 KB download then
+    // waits for the 16 KB frames queued on the slow carrier (0.31 s against
+    // 0.11 s on the fast one alone). Tail reinjection copies them onto the
+    // fast carrier once the last packet is placed.
+    let paths = || vec![PathSpec::mbit(40.0, ms(35)), PathSpec::mbit(1.0, ms(25))];
+    let alone = completion_over("single-path-c0", 262_144, paths()).unwrap().as_secs_f64();
+    let minrtt = completion_over("minrtt", 262_144, paths()).unwrap().as_secs_f64();
+    let tail = completion_over("minrtt:+tail-reinject", 262_144, paths()).unwrap().as_secs_f64();
+    eprintln!("256 KB over 40/1 Mbit/s: fast alone {alone:.3} s, minrtt {minrtt:.3} s, with tail-reinject {tail:.3} s");
+    assert!(minrtt > 1.5 * alone, "the case needs the slow carrier to hurt: {minrtt:.3} vs {alone:.3}");
+    assert!(tail <= 1.05 * alone, "with tail-reinject {tail:.3} s vs the fast carrier alone {alone:.3} s");
+    // A 4 MB download over 40 and 10 Mbit/s still uses both.
+    let paths = || vec![PathSpec::mbit(40.0, ms(35)), PathSpec::mbit(10.0, ms(25))];
+    let alone = completion_over("single-path-c0", 4_194_304, paths()).unwrap().as_secs_f64();
+    let tail = completion_over("minrtt:+tail-reinject", 4_194_304, paths()).unwrap().as_secs_f64();
+    assert!(tail < 0.9 * alone, "4 MB: with tail-reinject {tail:.3} s vs the fast carrier alone {alone:.3} s");
+}
+
 /// Exploration, printing only.
 #[test]
 #[ignore = "exploration: prints a table"]
 fn print_unequal_delay_study() {
-    let schemes = ["minrtt", "blest", "ecf", "minrtt+tpr", "hrsch", "hrsch+stale", "hrsch+stale-strict", "redundant"];
+    let schemes = [
+        "minrtt",
+        "blest",
+        "ecf",
+        "minrtt+tpr",
+        "hrsch",
+        "hrsch+stale",
+        "hrsch+stale:strict=1",
+        "minrtt:+tail-reinject",
+        "redundant",
+    ];
     for (fast, slow) in [(30u64, 30u64), (30, 60), (30, 150), (30, 300)] {
         for size in [262_144u64, 1_048_576, 4_194_304] {
-            let one = completion("fast-alone", size, 12.0, fast, slow).map_or(f64::NAN, |d| d.as_secs_f64());
+            let one = completion("single-path-c0", size, 12.0, fast, slow).map_or(f64::NAN, |d| d.as_secs_f64());
             let mut line = format!("owd {fast}/{slow} ms, {size} B: fast path alone {one:.3}");
             for s in schemes {
                 let t = completion(s, size, 12.0, fast, slow).map_or(f64::NAN, |d| d.as_secs_f64());

@@ -67,6 +67,8 @@ mod hrsch_scenarios;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]
+mod railway;
+#[cfg(test)]
 mod scenarios;
 #[cfg(test)]
 mod sched_fuzz;

@@ -26,11 +26,38 @@ pub enum Link {
     Trace(Arc<MahimahiTrace>),
 }
 
+/// A one-way delay that changes over time: a step function of the time a
+/// segment leaves the bottleneck, `(from_ns, delay_ns)` sorted by time (the
+/// emulator's delay schedule). Before the first step, the first delay.
+#[derive(Clone, Debug, Default)]
+pub struct DelaySchedule(Vec<(u64, u64)>);
+
+impl DelaySchedule {
+    /// Steps `(from, delay)`; they are sorted here.
+    pub fn new(mut steps: Vec<(Duration, Duration)>) -> Self {
+        steps.sort_by_key(|s| s.0);
+        DelaySchedule(steps.into_iter().map(|(t, d)| (t.as_nanos() as u64, d.as_nanos() as u64)).collect())
+    }
+
+    /// The delay (ns) of a segment leaving at `t` (ns); `None` with no steps.
+    pub fn at(&self, t: u64) -> Option<u64> {
+        let i = self.0.partition_point(|s| s.0 <= t);
+        self.0.get(i.saturating_sub(1)).map(|s| s.1)
+    }
+}
+
 /// One direction of a path.
 #[derive(Clone, Debug)]
 pub struct DirSpec {
     pub link: Link,
     pub one_way_delay: Duration,
+    /// Replaces `one_way_delay` when set: the delay by the time a segment
+    /// leaves (FIFO: a falling delay never reorders segments).
+    pub delay_schedule: Option<Arc<DelaySchedule>>,
+    /// Trace links: the virtual time at which the trace starts playing
+    /// (a carrier's trace runs on whatever subflow uses it); `None`: when
+    /// the pipe is created.
+    pub trace_origin: Option<Duration>,
     /// Probability that a segment is lost (and so retransmitted).
     pub loss: f64,
     /// Extra delay of a lost segment; `None` means max(200 ms, 2 × delay),
@@ -41,11 +68,25 @@ pub struct DirSpec {
 impl DirSpec {
     pub fn rate(bytes_per_sec: u64, one_way_delay: Duration) -> Self {
         assert!(bytes_per_sec > 0, "a rate link needs a positive rate");
-        DirSpec { link: Link::Rate { bytes_per_sec }, one_way_delay, loss: 0.0, retx_delay: None }
+        DirSpec {
+            link: Link::Rate { bytes_per_sec },
+            one_way_delay,
+            delay_schedule: None,
+            trace_origin: None,
+            loss: 0.0,
+            retx_delay: None,
+        }
     }
 
     pub fn trace(trace: Arc<MahimahiTrace>, one_way_delay: Duration) -> Self {
-        DirSpec { link: Link::Trace(trace), one_way_delay, loss: 0.0, retx_delay: None }
+        DirSpec {
+            link: Link::Trace(trace),
+            one_way_delay,
+            delay_schedule: None,
+            trace_origin: None,
+            loss: 0.0,
+            retx_delay: None,
+        }
     }
 
     fn retx_ns(&self) -> u64 {
@@ -129,7 +170,12 @@ pub struct Pipe {
 impl Pipe {
     pub fn new(spec: DirSpec, blackouts: Arc<Blackouts>, seed: u64, now: u64) -> Self {
         let cursor = match &spec.link {
-            Link::Trace(t) => Some(TraceCursor::new(t.clone(), now)),
+            Link::Trace(t) => {
+                let origin = spec.trace_origin.map_or(now, |o| o.as_nanos() as u64);
+                let mut c = TraceCursor::new(t.clone(), origin);
+                c.seek(now);
+                Some(c)
+            }
             Link::Rate { bytes_per_sec } => {
                 assert!(*bytes_per_sec > 0, "a rate link needs a positive rate");
                 None
@@ -228,7 +274,8 @@ impl Pipe {
             }
             (Link::Trace(_), None) => unreachable!("trace links have a cursor"),
         };
-        let mut arrival = left + self.spec.one_way_delay.as_nanos() as u64;
+        let delay = self.spec.delay_schedule.as_ref().and_then(|d| d.at(left));
+        let mut arrival = left + delay.unwrap_or(self.spec.one_way_delay.as_nanos() as u64);
         if self.rng.chance(self.spec.loss) {
             arrival += self.spec.retx_ns();
             self.stats.lost_segments += 1;
