@@ -345,13 +345,6 @@ pub struct TailReject {
     /// T⁺ without the (1 + η) relaxation (parameter `strict`, default 0:
     /// the paper's).
     pub strict: bool,
-    /// Apply the rule to every packet, with the flow's unsent bytes as
-    /// remain_f (parameter `all`, default 0: tail packets only, the
-    /// paper's). For a packet before the tail, the unsent bytes are a lower
-    /// bound of what remains, so T⁺ is too: the rule errs toward waiting
-    /// for the faster path, never toward a path whose packet would arrive
-    /// after the faster one had delivered everything known.
-    pub all: bool,
 }
 
 fn seconds(us: u64) -> f64 {
@@ -396,7 +389,7 @@ impl Schedulerlet for TailReject {
     }
     fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
         let burst = !ctx.packet.is_tail && self.bursts && ctx.packet.is_burst_tail;
-        if !ctx.packet.is_tail && !burst && !self.all {
+        if !ctx.packet.is_tail && !burst {
             return;
         }
         let usable = sets.selected.union(sets.candidates);

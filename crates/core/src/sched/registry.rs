@@ -170,7 +170,7 @@ impl Registry {
             Ok(Box::new(HofReject::new(e, std::time::Duration::from_secs_f64(hold))) as _)
         });
         r.register_schedulerlet("tail-reject", |p| {
-            let r = ParamReader::new("tail-reject", p, &["bursts", "strict", "all"])?;
+            let r = ParamReader::new("tail-reject", p, &["bursts", "strict"])?;
             let flag = |name: &str, what: &'static str| -> Result<bool, ConfigError> {
                 let v = r.get(name, 0.0, 0.0..=1.0, what)?;
                 if v != 0.0 && v != 1.0 {
@@ -180,8 +180,7 @@ impl Registry {
             };
             let bursts = flag("bursts", "0 (FIN only, the paper's) or 1 (also burst ends)")?;
             let strict = flag("strict", "0 (T+ relaxed by 1 + rttvar/srtt, the paper's) or 1 (not relaxed)")?;
-            let all = flag("all", "0 (tail packets only, the paper's) or 1 (every packet, remain = unsent bytes)")?;
-            Ok(Box::new(TailReject { bursts, strict, all, ..TailReject::default() }) as _)
+            Ok(Box::new(TailReject { bursts, strict, ..TailReject::default() }) as _)
         });
         r.register_schedulerlet("idle-inject", |p| {
             let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;
