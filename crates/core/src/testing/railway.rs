@@ -86,8 +86,8 @@ fn downloads(path: &Path) -> Result<Vec<(u64, Duration, u64)>, String> {
 }
 
 /// A built-in pipeline, `single-path-cN` (carrier N alone) or
-/// `name:param=v,…` (a built-in composition with those parameters of its
-/// `tail-reject`).
+/// `name:param=v,…,+let,-let` (a built-in composition with those parameters
+/// of its `tail-reject`, and schedulerlets added or taken out).
 pub(super) fn build(r: &Registry, name: &str) -> Pipeline {
     if let Some(n) = name.strip_prefix("single-path-c") {
         let mut pin = SchedulerletSpec::named("pin-path");
@@ -98,13 +98,17 @@ pub(super) fn build(r: &Registry, name: &str) -> Pipeline {
         };
         return r.build_spec(name, &spec).unwrap();
     }
-    // `base:param=v,…,+let`: tail-reject's parameters on a built-in
-    // composition, and schedulerlets appended to it.
+    // `base:param=v,…,+let,-let`: tail-reject's parameters on a built-in
+    // composition, schedulerlets appended to it and taken out of it.
     if let Some((base, params)) = name.split_once(':') {
         let mut spec = r.pipeline_spec(base).unwrap().clone();
         for kv in params.split(',') {
             if let Some(extra) = kv.strip_prefix('+') {
                 spec.schedulerlets.push(SchedulerletSpec::named(extra));
+                continue;
+            }
+            if let Some(gone) = kv.strip_prefix('-') {
+                spec.schedulerlets.retain(|l| l.name != gone);
                 continue;
             }
             let (k, v) = kv.split_once('=').unwrap();
