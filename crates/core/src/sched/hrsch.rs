@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{Context, Kind, PathSets, Schedulerlet};
-use crate::ids::{PathMask, MAX_PATHS};
+use crate::ids::{PathId, PathMask, MAX_PATHS};
 use crate::path::{Availability, PathView};
 use crate::wire::LinkState;
 
@@ -388,24 +388,75 @@ impl Schedulerlet for TailReject {
         vec![("deselected", self.deselected), ("deselected_burst", self.deselected_burst)]
     }
     fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
+        let Some(burst) = self.applies(ctx) else { return };
+        for i in self.late(ctx, sets.selected, sets.selected.union(sets.candidates)) {
+            self.deselected += 1;
+            self.deselected_burst += u64::from(burst);
+            sets.deselect(i);
+        }
+    }
+}
+
+impl TailReject {
+    /// Whether the rule applies to this packet: `Some(burst)` (a tail
+    /// packet, or a burst's tail with `bursts`), `None` otherwise.
+    fn applies(&self, ctx: &Context<'_>) -> Option<bool> {
         let burst = !ctx.packet.is_tail && self.bursts && ctx.packet.is_burst_tail;
-        if !ctx.packet.is_tail && !burst {
+        (ctx.packet.is_tail || burst).then_some(burst)
+    }
+
+    /// The paths of `of` whose T⁻ exceeds T⁺ over the other paths of
+    /// `usable` (not in timeout).
+    fn late(&self, ctx: &Context<'_>, of: PathMask, usable: PathMask) -> Vec<PathId> {
+        let remain = ctx.packet.remaining_bytes;
+        ctx.in_set(of)
+            .filter(|i| {
+                let t_plus = ctx
+                    .in_set(usable)
+                    .filter(|j| j.id != i.id && j.rto_count == 0)
+                    .map(|j| if self.strict { Self::t_plus_strict(j, remain) } else { Self::t_plus_term(j, remain) })
+                    .fold(f64::INFINITY, f64::min);
+                Self::t_minus(i) > t_plus
+            })
+            .map(|i| i.id)
+            .collect()
+    }
+}
+
+/// Candidate filter, tail-aware path rejection *before* path selection
+/// (not in the paper; the paper's rule, `tail-reject`, as a candidate
+/// filter placed before the soft selector). As a selection filter after
+/// `minrtt`, the paper's rule can only take the chosen path away: when
+/// `minrtt` chose a lower-RTT but slower path while a faster one had room,
+/// the tail packet waits instead of taking the faster path, and `minrtt`
+/// chooses the same path again at the next round. Rejected before
+/// selection, the path leaves the candidates and `minrtt` takes the next
+/// one with room; with none, the packet waits for the busy fast path as
+/// in the paper's Appendix A. Same parameters as `tail-reject`.
+#[derive(Debug, Default)]
+pub struct TailFilter {
+    pub rule: TailReject,
+    /// Candidates rejected for a tail packet.
+    pub rejected: u64,
+}
+
+impl Schedulerlet for TailFilter {
+    fn name(&self) -> &'static str {
+        "tail-filter"
+    }
+    fn kind(&self) -> Kind {
+        Kind::CandidateFilter
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("rejected", self.rejected)]
+    }
+    fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
+        if self.rule.applies(ctx).is_none() {
             return;
         }
-        let usable = sets.selected.union(sets.candidates);
-        let remain = ctx.packet.remaining_bytes;
-        let selected: Vec<&PathView> = ctx.in_set(sets.selected).collect();
-        for i in selected {
-            let t_plus = ctx
-                .in_set(usable)
-                .filter(|j| j.id != i.id && j.rto_count == 0)
-                .map(|j| if self.strict { Self::t_plus_strict(j, remain) } else { Self::t_plus_term(j, remain) })
-                .fold(f64::INFINITY, f64::min);
-            if Self::t_minus(i) > t_plus {
-                self.deselected += 1;
-                self.deselected_burst += u64::from(burst);
-                sets.deselect(i.id);
-            }
+        for i in self.rule.late(ctx, sets.candidates, sets.selected.union(sets.candidates)) {
+            self.rejected += 1;
+            sets.reject(i);
         }
     }
 }
@@ -718,6 +769,37 @@ mod tests {
         let tpr = TailReject { strict: true, ..TailReject::default() };
         let mut p = Pipeline::new("t", vec![Box::new(MinRtt), Box::new(tpr)], Box::new(NoReinjection));
         assert!(decide(&mut p, Instant::now(), &paths, &pkt).is_empty(), "strict: wait for A");
+    }
+
+    /// minRTT picks a lower-RTT but slow path while the fast one has room.
+    /// For a tail packet the paper's selection filter can only take that
+    /// choice away, so the packet waits (and minRTT picks the same path at
+    /// the next round); the candidate filter before minRTT leaves it the
+    /// fast path.
+    #[test]
+    fn the_tail_filter_leaves_the_fast_path_where_tail_reject_would_wait() {
+        let mut fast = view(0, 70);
+        fast.delivery_rate_bps = 5_000_000;
+        let mut slow = view(1, 50);
+        slow.delivery_rate_bps = 125_000;
+        slow.in_flight_bytes = 32_000;
+        let paths = [fast, slow];
+        let mut pkt = packet();
+        pkt.is_tail = true;
+        pkt.remaining_bytes = 64_000;
+        assert!(decide(&mut tpr_minrtt(), Instant::now(), &paths, &pkt).is_empty(), "tail-reject: wait");
+        let filter = TailFilter::default();
+        let mut p = Pipeline::new("t", vec![Box::new(filter), Box::new(MinRtt)], Box::new(NoReinjection));
+        assert_eq!(decide(&mut p, Instant::now(), &paths, &pkt), vec![0], "tail-filter: the fast path");
+        assert!(p.counters().contains(&("tail-filter", "rejected", 1)), "{:?}", p.counters());
+        // Not a tail packet: the filter leaves minRTT's choice alone.
+        pkt.is_tail = false;
+        assert_eq!(decide(&mut p, Instant::now(), &paths, &pkt), vec![1]);
+        // Appendix A (the fast path full): both rules wait.
+        let mut pkt = packet();
+        pkt.is_tail = true;
+        pkt.remaining_bytes = 20_000;
+        assert!(decide(&mut p, Instant::now(), &appendix_a_paths(), &pkt).is_empty());
     }
 
     #[test]

@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::hol::{OppReinject, Penalise, StaleFilter, TailReinject};
-use super::hrsch::{HofReject, IdleInject, TailReject};
+use super::hrsch::{HofReject, IdleInject, TailFilter, TailReject};
 use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinPath, PinUser, RoundRobin, RtoOldest};
 use super::{Pipeline, ReinjectionHandler, Schedulerlet};
 use crate::path::StaleThreshold;
@@ -181,6 +181,18 @@ impl Registry {
             let bursts = flag("bursts", "0 (FIN only, the paper's) or 1 (also burst ends)")?;
             let strict = flag("strict", "0 (T+ relaxed by 1 + rttvar/srtt, the paper's) or 1 (not relaxed)")?;
             Ok(Box::new(TailReject { bursts, strict, ..TailReject::default() }) as _)
+        });
+        r.register_schedulerlet("tail-filter", |p| {
+            let r = ParamReader::new("tail-filter", p, &["bursts", "strict"])?;
+            let flag = |name: &str| -> Result<bool, ConfigError> {
+                let v = r.get(name, 0.0, 0.0..=1.0, "0 or 1")?;
+                if v != 0.0 && v != 1.0 {
+                    return Err(ConfigError::BadParam("tail-filter".into(), name.into(), v, "0 or 1"));
+                }
+                Ok(v == 1.0)
+            };
+            let rule = TailReject { bursts: flag("bursts")?, strict: flag("strict")?, ..TailReject::default() };
+            Ok(Box::new(TailFilter { rule, ..TailFilter::default() }) as _)
         });
         r.register_schedulerlet("idle-inject", |p| {
             let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;
