@@ -169,6 +169,11 @@ def words(v: str | None) -> str:
     return bold(text, v == "below")
 
 
+def goal_words(v: str | None) -> str:
+    """A verdict against our goal in words, bold when below it."""
+    return bold(verdict_text(v).replace("the paper", "the goal"), v == "below")
+
+
 def _get(d: Any, *path: str) -> Any:
     """``d[path[0]][path[1]]...``, None where a level is missing."""
     for p in path:
@@ -913,10 +918,10 @@ def full_sizes(src: Sources) -> str:
                 num(h.get("goal")),
                 ratio_ci(h["ratio"], h["ci95"]),
                 words(h["verdict"]),
-                words(h.get("goal_verdict")),
+                goal_words(h.get("goal_verdict")),
                 "–" if e is None else bold(ratio_ci(e["ratio"], e["ci95"])),
                 "–" if e is None else words(e["verdict"]),
-                "–" if e is None else words(e.get("goal_verdict")),
+                "–" if e is None else goal_words(e.get("goal_verdict")),
             ]
         )
     return table(

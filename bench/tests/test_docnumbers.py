@@ -187,6 +187,7 @@ def test_the_next_full_runs_regions_render_from_a_full_run(tmp_path: Path) -> No
     src = Sources(tmp_path)
     out = {name: r.render(src) for name, r in FULL_REGIONS.items()}
     assert "0.97 [0.90, 1.02]" in out["full-sizes"]
+    assert "| **below the paper** | **below the goal** |" in out["full-sizes"]
     assert "| `kernel-mptcp` |" in out["full-every-scheme"]
     assert "mahimahi: × `minrtt` (rank)" in out["full-link-sets"]
     assert "94 failed handovers on 5 trips" in out["full-recovery"]
