@@ -1523,8 +1523,8 @@ REGIONS: dict[str, Region] = {
     "hsr-leave-one-out-gains": Region(variants_table),
 }
 
-#: Regions of the next full run on the current railway (hsr.json once it replaces the first
-#: railway's; results.md uses them from then on, and they join :data:`REGIONS`).
+#: Regions of the full run on the current railway (``hsr.json``; the first railway's full
+#: run is ``hsr-v1.json``, read by the ``hsr-*`` regions above).
 FULL_REGIONS: dict[str, Region] = {
     "full-headline": Region(full_headline, inline=True),
     "full-sizes": Region(full_sizes),
@@ -1537,6 +1537,8 @@ FULL_REGIONS: dict[str, Region] = {
     "full-link-sets": Region(full_link_sets),
     "full-lost-time": Region(functools.partial(lost_time, rows_of=FULL_LOST_TIME_ROWS)),
 }
+
+REGIONS.update(FULL_REGIONS)
 
 
 # --- the files -------------------------------------------------------------------------------
