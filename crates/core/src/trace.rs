@@ -177,6 +177,16 @@ pub enum TraceEvent {
     },
 }
 
+/// A path set as a JSON array of path ids.
+fn write_paths(out: &mut String, paths: PathMask) -> std::fmt::Result {
+    out.push('[');
+    for (i, p) in paths.iter().enumerate() {
+        write!(out, "{}{}", if i > 0 { "," } else { "" }, p.0)?;
+    }
+    out.push(']');
+    Ok(())
+}
+
 impl TraceEvent {
     /// The event's name in the JSON form.
     pub fn kind(&self) -> &'static str {
@@ -235,18 +245,12 @@ impl TraceEvent {
             }
             TraceEvent::PathDead { path } => write!(out, ",\"path\":{}", path.0),
             TraceEvent::HeadBlocked { conn, offset, reinject, penalised } => {
-                let _ = write!(out, ",\"conn\":{},\"off\":{offset},\"reinject\":{reinject},\"penalised\":[", conn.0);
-                for (i, p) in penalised.iter().enumerate() {
-                    let _ = write!(out, "{}{}", if i > 0 { "," } else { "" }, p.0);
-                }
-                write!(out, "]")
+                let _ = write!(out, ",\"conn\":{},\"off\":{offset},\"reinject\":{reinject},\"penalised\":", conn.0);
+                write_paths(out, penalised)
             }
             TraceEvent::TailReinjected { conn, from, segments } => {
-                let _ = write!(out, ",\"conn\":{},\"segments\":{segments},\"from\":[", conn.0);
-                for (i, p) in from.iter().enumerate() {
-                    let _ = write!(out, "{}{}", if i > 0 { "," } else { "" }, p.0);
-                }
-                write!(out, "]")
+                let _ = write!(out, ",\"conn\":{},\"segments\":{segments},\"from\":", conn.0);
+                write_paths(out, from)
             }
             TraceEvent::Requeued { path, conn, offset, cause } => write!(
                 out,

@@ -27,7 +27,7 @@
 
 use std::time::Instant;
 
-use super::hrsch::TailReject;
+use super::hrsch::{buf_bytes, TailReject};
 use super::{Context, HeadAction, HeadContext, Kind, PathSets, Reinject, Schedulerlet, TailContext};
 use crate::ids::PathMask;
 use crate::path::{Availability, PathView, StaleThreshold};
@@ -271,8 +271,8 @@ impl Schedulerlet for TailReinject {
         let t_best = TailReject::t_minus(best);
         let rate = best.bandwidth_bps().max(1) as f64;
         let mut slow = PathMask::EMPTY;
-        for p in ctx.paths.iter().filter(|p| p.id != best.id && p.in_flight_bytes + p.queued_bytes > 0) {
-            let copies = t_best + (p.in_flight_bytes + p.queued_bytes) as f64 / rate;
+        for p in ctx.paths.iter().filter(|p| p.id != best.id && buf_bytes(p) > 0.0) {
+            let copies = t_best + buf_bytes(p) / rate;
             if usable_srtt(p).is_none() || TailReject::t_minus(p) > copies {
                 slow.insert(p.id);
             }

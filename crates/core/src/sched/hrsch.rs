@@ -351,7 +351,8 @@ fn seconds(us: u64) -> f64 {
     us as f64 / 1e6
 }
 
-fn buf_bytes(p: &PathView) -> f64 {
+/// Bytes ahead of a new packet on `p`: in flight plus queued.
+pub(super) fn buf_bytes(p: &PathView) -> f64 {
     p.in_flight_bytes as f64 + p.queued_bytes as f64
 }
 

@@ -135,6 +135,22 @@ fn no_params(name: &str, p: &Params) -> Result<(), ConfigError> {
     ParamReader::new(name, p, &[]).map(|_| ())
 }
 
+/// The tail rule's parameters, shared by `tail-reject` and `tail-filter`
+/// (`owner`): `bursts` and `strict`, each 0 or 1.
+fn tail_rule(owner: &'static str, p: &Params) -> Result<TailReject, ConfigError> {
+    let r = ParamReader::new(owner, p, &["bursts", "strict"])?;
+    let flag = |name: &str, what: &'static str| -> Result<bool, ConfigError> {
+        let v = r.get(name, 0.0, 0.0..=1.0, what)?;
+        if v != 0.0 && v != 1.0 {
+            return Err(ConfigError::BadParam(owner.into(), name.into(), v, "0 or 1"));
+        }
+        Ok(v == 1.0)
+    };
+    let bursts = flag("bursts", "0 (FIN only, the paper's) or 1 (also burst ends)")?;
+    let strict = flag("strict", "0 (T+ relaxed by 1 + rttvar/srtt, the paper's) or 1 (not relaxed)")?;
+    Ok(TailReject { bursts, strict, ..TailReject::default() })
+}
+
 impl Registry {
     /// An empty registry.
     pub fn empty() -> Self {
@@ -169,30 +185,9 @@ impl Registry {
             let hold = r.get("max_hold_s", 10.0, 0.1..=3600.0, "0.1..=3600")?;
             Ok(Box::new(HofReject::new(e, std::time::Duration::from_secs_f64(hold))) as _)
         });
-        r.register_schedulerlet("tail-reject", |p| {
-            let r = ParamReader::new("tail-reject", p, &["bursts", "strict"])?;
-            let flag = |name: &str, what: &'static str| -> Result<bool, ConfigError> {
-                let v = r.get(name, 0.0, 0.0..=1.0, what)?;
-                if v != 0.0 && v != 1.0 {
-                    return Err(ConfigError::BadParam("tail-reject".into(), name.into(), v, "0 or 1"));
-                }
-                Ok(v == 1.0)
-            };
-            let bursts = flag("bursts", "0 (FIN only, the paper's) or 1 (also burst ends)")?;
-            let strict = flag("strict", "0 (T+ relaxed by 1 + rttvar/srtt, the paper's) or 1 (not relaxed)")?;
-            Ok(Box::new(TailReject { bursts, strict, ..TailReject::default() }) as _)
-        });
+        r.register_schedulerlet("tail-reject", |p| tail_rule("tail-reject", p).map(|t| Box::new(t) as _));
         r.register_schedulerlet("tail-filter", |p| {
-            let r = ParamReader::new("tail-filter", p, &["bursts", "strict"])?;
-            let flag = |name: &str| -> Result<bool, ConfigError> {
-                let v = r.get(name, 0.0, 0.0..=1.0, "0 or 1")?;
-                if v != 0.0 && v != 1.0 {
-                    return Err(ConfigError::BadParam("tail-filter".into(), name.into(), v, "0 or 1"));
-                }
-                Ok(v == 1.0)
-            };
-            let rule = TailReject { bursts: flag("bursts")?, strict: flag("strict")?, ..TailReject::default() };
-            Ok(Box::new(TailFilter { rule, ..TailFilter::default() }) as _)
+            tail_rule("tail-filter", p).map(|rule| Box::new(TailFilter { rule, ..TailFilter::default() }) as _)
         });
         r.register_schedulerlet("idle-inject", |p| {
             let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;
