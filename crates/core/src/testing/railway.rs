@@ -70,17 +70,16 @@ pub fn trip_paths(dir: &Path) -> Result<Vec<PathSpec>, String> {
 /// The bulk downloads of a benchmark run's `bulk.jsonl`: (id, start, size).
 fn downloads(path: &Path) -> Result<Vec<(u64, Duration, u64)>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let field = |line: &str, key: &str| -> Option<f64> {
-        let at = line.find(&format!("\"{key}\":"))? + key.len() + 3;
-        let rest = &line[at..];
-        let end = rest.find([',', '}']).unwrap_or(rest.len());
-        rest[..end].trim().parse().ok()
-    };
     text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| match (field(l, "id"), field(l, "planned_ms"), field(l, "size")) {
-            (Some(id), Some(t), Some(size)) => Ok((id as u64, Duration::from_secs_f64(t / 1000.0), size as u64)),
-            _ => Err(format!("{}: a line without id, planned_ms and size: {l:.80}", path.display())),
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
+            match (v["id"].as_u64(), v["planned_ms"].as_f64(), v["size"].as_u64()) {
+                (Some(id), Some(t), Some(size)) => Ok((id, Duration::from_secs_f64(t / 1000.0), size)),
+                _ => Err(format!("{}:{}: no id, planned_ms and size", path.display(), n + 1)),
+            }
         })
         .collect()
 }
