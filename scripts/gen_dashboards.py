@@ -787,8 +787,9 @@ def flow_control(b: Board, tj: str) -> None:
                 prom(f"polycorn_conn_out_of_order_bytes{tj}", "held out of order", ref="C"),
             ],
             "bytes",
-            "Windows start at --conn-window-initial and double while the passenger reads "
-            "more than half a window per RTT_max, up to --conn-window. Out of order: "
+            "Windows start at --conn-window-initial and double while more than half a "
+            "window moves (read, or arrived while the passenger keeps up) per RTT_max, "
+            "up to --conn-window. Out of order: "
             "bytes held above a gap, waiting for a slower path.",
         ),
         12,

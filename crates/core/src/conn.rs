@@ -651,8 +651,8 @@ pub struct RecvStream {
     limits: WindowLimits,
     /// Limit last advertised to the peer.
     advertised: u64,
-    /// Autotuning epoch: when it started and `read_off` then.
-    epoch: Option<(Instant, u64)>,
+    /// Autotuning epoch: when it started, `read_off` and the bytes received then.
+    epoch: Option<(Instant, u64, u64)>,
     /// A head-of-line stall in progress: since when bytes wait above a gap,
     /// and the in-order end then.
     hol: Option<(Instant, u64)>,
@@ -855,22 +855,36 @@ impl RecvStream {
         }
     }
 
-    /// Autotuning (Linux MPTCP `mptcp_rcv_space_adjust`): once per
-    /// `rtt_max` (the largest smoothed RTT of the live paths), the window
-    /// this connection would like: twice the bytes the application read per
-    /// `rtt_max`, plus the out-of-order span, capped. `Some` only when that
-    /// exceeds the current window, i.e. when the window is what limits the
-    /// connection: a sender held back by its paths or its application
-    /// delivers less than half a window per round trip and never asks.
-    pub fn wanted_window(&mut self, now: Instant, rtt_max: Duration) -> Option<u64> {
+    /// Autotuning (after Linux MPTCP `mptcp_rcv_space_adjust`): once per
+    /// `rtt_min` (the smallest smoothed RTT of the live paths), the window
+    /// this connection would like: twice the bytes that moved per `rtt_max`
+    /// (the largest), plus the out-of-order span, capped. The bytes that
+    /// moved are those the application read or, while it keeps up (at most
+    /// 1/[`WINDOW_UPDATE_DIVISOR`] of the window waits in order), those that
+    /// arrived: a head held on a slow path starves the reader, and counting
+    /// reads alone, the window that the gap fills up would never grow.
+    /// Linux measures once per `rtt_max`; at a train's RTTs (a weak carrier
+    /// at seconds) that held a 4 MB download at its initial window for most
+    /// of its life. `Some` only when the wish exceeds the current window,
+    /// i.e. when the window is what limits the connection: a sender held
+    /// back by its paths delivers less than half a window per round trip,
+    /// and a reader that does not keep up is counted by what it reads.
+    pub fn wanted_window(&mut self, now: Instant, rtt_min: Duration, rtt_max: Duration) -> Option<u64> {
+        let epoch = rtt_min.clamp(MIN_TUNING_RTT, rtt_max.max(MIN_TUNING_RTT));
         let rtt = rtt_max.max(MIN_TUNING_RTT);
-        let (t0, r0) = *self.epoch.get_or_insert((now, self.read_off));
+        let received = self.contiguous_end() + self.ooo_bytes;
+        let (t0, r0, a0) = *self.epoch.get_or_insert((now, self.read_off, received));
         let elapsed = now.saturating_duration_since(t0);
-        if elapsed < rtt {
+        if elapsed < epoch {
             return None;
         }
-        self.epoch = Some((now, self.read_off));
-        let read_per_rtt = ((self.read_off - r0) as u128 * rtt.as_nanos() / elapsed.as_nanos().max(1)) as u64;
+        self.epoch = Some((now, self.read_off, received));
+        // Bytes that arrived count as well as bytes read while the reader
+        // keeps up: data held above a gap (the head on a slow path) is what
+        // the network could deliver, and the reader would take it.
+        let keeps_up = self.ready.len() as u64 <= self.window / WINDOW_UPDATE_DIVISOR;
+        let moved = if keeps_up { (self.read_off - r0).max(received - a0) } else { self.read_off - r0 };
+        let read_per_rtt = (moved as u128 * rtt.as_nanos() / elapsed.as_nanos().max(1)) as u64;
         let ooo_span = self.high_end() - self.contiguous_end();
         let want = read_per_rtt.saturating_mul(2).saturating_add(ooo_span).min(self.limits.max);
         (want > self.window).then_some(want)
@@ -1117,20 +1131,20 @@ mod tests {
             off += 16 * 1024;
             r.read(&mut buf);
             r.window_update();
-            assert_eq!(r.wanted_window(t0 + rtt * i, rtt), None, "round {i}");
+            assert_eq!(r.wanted_window(t0 + rtt * i, rtt, rtt), None, "round {i}");
         }
         // A sender that fills the window every RTT: it doubles each time.
         let mut r = RecvStream::new(lim);
         r.initial_window_update();
         let mut off = 0u64;
         let mut windows = vec![r.window()];
-        r.wanted_window(t0, rtt);
+        r.wanted_window(t0, rtt, rtt);
         for i in 1..=8u32 {
             let w = r.advertised() - off;
             r.insert(off, &vec![1u8; w as usize], false).unwrap();
             off += w;
             r.read(&mut buf);
-            if let Some(want) = r.wanted_window(t0 + rtt * i, rtt) {
+            if let Some(want) = r.wanted_window(t0 + rtt * i, rtt, rtt) {
                 r.set_window(want);
             }
             r.window_update();
@@ -1140,6 +1154,29 @@ mod tests {
         assert_eq!(*windows.last().unwrap(), 4 << 20, "capped: {windows:?}");
         assert_eq!(r.set_window(1), 64 * 1024, "never below the minimum");
         assert_eq!(r.commitment(), r.advertised() - off, "the outstanding advertisement still counts");
+    }
+
+    #[test]
+    fn the_window_grows_for_data_held_above_a_gap_and_for_the_slowest_path() {
+        let t0 = Instant::now();
+        let (fast, slow) = (Duration::from_millis(40), Duration::from_millis(400));
+        let lim = WindowLimits { initial: 1 << 20, max: 8 << 20, min: 64 * 1024 };
+        // The head (64 KiB) is on the slow path; the fast one fills the rest
+        // of the window within its round trip. The reader keeps up (nothing
+        // in order to read yet), so the window must grow although nothing
+        // was read: to what the fast path delivered per slow round trip.
+        let mut r = RecvStream::new(lim);
+        r.initial_window_update();
+        assert_eq!(r.wanted_window(t0, fast, slow), None);
+        r.insert(64 * 1024, &vec![1u8; (1 << 20) - 64 * 1024], false).unwrap();
+        let want = r.wanted_window(t0 + fast, fast, slow).expect("window-limited above the gap");
+        assert_eq!(want, 8 << 20, "960 KiB per 40 ms is 9.4 MiB per 400 ms: capped");
+        // A reader that does not keep up: arrivals do not count, only reads.
+        let mut r = RecvStream::new(lim);
+        r.initial_window_update();
+        assert_eq!(r.wanted_window(t0, fast, slow), None);
+        r.insert(0, &vec![1u8; 1 << 20], false).unwrap();
+        assert_eq!(r.wanted_window(t0 + fast, fast, slow), None, "a full buffer is the reader's limit");
     }
 
     #[test]

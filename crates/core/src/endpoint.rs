@@ -126,9 +126,12 @@ impl EndpointConfig {
             conn_unsent_initial_bytes: 1024 * 1024,
             // A short download finishes within the first few round trips,
             // before autotuning could double a smaller window (measured:
-            // docs/results.md, "diagnostic E"); the budget grants it only
-            // below its pressure level, so many connections start small.
-            conn_window_initial_bytes: 1024 * 1024,
+            // docs/results.md, "diagnostic E"); 2 MiB, not 1, because a
+            // 4 MB download over a strong and a weak carrier spent its
+            // first round trips at the window (issue 20: railway replay,
+            // crates/core/src/testing/railway.rs). The budget grants it
+            // only below its pressure level, so many connections start small.
+            conn_window_initial_bytes: 2 * 1024 * 1024,
             conn_window_max_bytes: DEFAULT_CONN_BUFFER_MAX,
             conn_window_min_bytes: INITIAL_MAX_DATA,
             budget: MemoryBudget::with_high(DEFAULT_RELAY_BUDGET),
@@ -702,6 +705,18 @@ impl Endpoint {
             .unwrap_or(self.cfg.path.initial_rtt)
     }
 
+    /// The smallest smoothed RTT of the live paths: how often autotuning
+    /// measures the read rate.
+    pub fn rtt_min(&self) -> Duration {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| s.path.up)
+            .map(|s| s.path.srtt())
+            .min()
+            .unwrap_or(self.cfg.path.initial_rtt)
+    }
+
     /// What this endpoint's connections have charged to the budget (equal
     /// to the budget's `used` when no other endpoint shares it).
     pub fn charged_total(&self) -> u64 {
@@ -739,9 +754,10 @@ impl Endpoint {
     /// shrink windows instead.
     fn tune_window(&mut self, conn: ConnId, now: Instant) {
         let rtt_max = self.rtt_max();
+        let rtt_min = self.rtt_min();
         let n = self.conns.len() as u64;
         let Some(c) = self.conns.get_mut(&conn) else { return };
-        let Some(want) = c.recv.wanted_window(now, rtt_max) else { return };
+        let Some(want) = c.recv.wanted_window(now, rtt_min, rtt_max) else { return };
         let budget = &self.cfg.budget;
         let levels = budget.levels();
         let cur = c.recv.window();

@@ -414,6 +414,7 @@ pub(crate) mod tests {
         let now = std::time::Instant::now();
         let mut cfg = EndpointConfig::new(Role::Relay);
         cfg.budget = MemoryBudget::with_high(4 << 20);
+        cfg.conn_window_initial_bytes = 1 << 20;
         let pipeline = crate::config::build_pipeline("minrtt", &BTreeMap::new()).expect("built-in");
         let mut ep = Endpoint::new(cfg, pipeline, now);
         let conn = ep.open(UserId([7; 16]), "192.0.2.1:443".parse().expect("address"), now).expect("relay opens");

@@ -123,13 +123,44 @@ pub(super) fn build(r: &Registry, name: &str) -> Pipeline {
 /// Completion time of one download of `size` bytes at `start` on `paths`,
 /// after a 4 MB warm-up from `start - 8 s` (the benchmark's proxy and relay
 /// have carried traffic before each download).
-fn replay_one(cfg: &SimConfig, name: &str, paths: &[PathSpec], start: Duration, size: u64) -> Option<Duration> {
+fn replay_one(
+    cfg: &SimConfig,
+    name: &str,
+    paths: &[PathSpec],
+    start: Duration,
+    size: u64,
+    detail: bool,
+) -> Option<Duration> {
     let r = Registry::with_builtins();
     let warm = start.saturating_sub(Duration::from_secs(8));
     let mut h = Harness::with_config_at(cfg.clone(), build(&r, name), build(&r, name), paths.to_vec(), 7, warm);
     h.open(ConnSpec::new(1).upload(300).download(4_000_000).at(warm));
     h.open(ConnSpec::new(1).upload(300).download(size).at(start));
     let rep = h.run_until(start + Duration::from_secs(60));
+    if detail {
+        // What the proxy (the downlink's sender) did on each path, and what
+        // held the download back, over the warm-up and the download.
+        let (p, q) = (&rep.proxy, &rep.relay);
+        eprintln!(
+            "    {name}: warm-up done {:?}, proxy window-limited {} ms, send-limited {} ms, head reinjections {}, tail reinjections {}, relay hol stalls {} ({} ms), relay window growths {}",
+            rep.conns[0].completion,
+            p.window_limited_us / 1000,
+            p.send_limited_us / 1000,
+            p.head_reinjections,
+            p.tail_reinjections,
+            q.hol_stalls,
+            q.hol_stall_us / 1000,
+            q.window_growths,
+        );
+        for path in &rep.paths {
+            if let Some(s) = &path.proxy {
+                eprintln!(
+                    "      path {:?}: data {} B, reinjected {} B, rto {}, stale {}, penalised {}",
+                    path.id, s.data_bytes_sent, s.reinjected_bytes, s.rto_events, s.stale_transitions, s.penalisations
+                );
+            }
+        }
+    }
     rep.conns[1].completion
 }
 
@@ -161,12 +192,19 @@ fn print_railway_replay() {
         cfg.relay.conn_unsent_initial_bytes = v;
         cfg.proxy.conn_unsent_initial_bytes = v;
     }
+    // POLYCORN_DETAIL: download ids whose counters to print, per scheme.
+    let detail: Vec<u64> = std::env::var("POLYCORN_DETAIL")
+        .map(|v| v.split(',').map(|x| x.trim().parse().unwrap()).collect())
+        .unwrap_or_default();
     let mut logs: Vec<Vec<(u64, f64)>> = vec![Vec::new(); schemes.len()];
     for &(id, start, size) in &loads {
+        if !detail.is_empty() && !detail.contains(&id) {
+            continue;
+        }
         let mut line = format!("{id:>3} {size:>8} {:>6.1}s", start.as_secs_f64());
         let mut base = f64::NAN;
         for (k, s) in schemes.iter().enumerate() {
-            let t = replay_one(&cfg, s, &paths, start, size).map_or(f64::NAN, |d| d.as_secs_f64());
+            let t = replay_one(&cfg, s, &paths, start, size, !detail.is_empty()).map_or(f64::NAN, |d| d.as_secs_f64());
             if k == 0 {
                 base = t;
             }
