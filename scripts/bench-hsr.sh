@@ -97,8 +97,9 @@ DRIVING_STEP_S=240
 # single-path-c0/-c1: each carrier alone (pin-path), for the best single
 # carrier per trip. minrtt+opp/pen/stale/hol, hrsch+hol and hrsch+stale: the head-of-line
 # schedulerlets (crates/core/src/sched/hol.rs), each alone and all three,
-# for their ablation.
-DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol hrsch+stale"
+# for their ablation. hrsch+: the default pipeline (hrsch+stale with the
+# tail rules, issue 20).
+DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol hrsch+stale hrsch+"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0
 for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S TRACEGEN_PRESET PC_EMU_LOSS_KEYING LOAD_START_S; do
@@ -172,7 +173,7 @@ case $PROFILE in
         DEFAULT_SCHEMES="minrtt hrsch" DEF_PARALLEL=11 RESULT=hsr-precision ;;
     recovery) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=12 DEF_SETS="hsr" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=1200 DEF_LOAD_START=45
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="backlog"
-        DEFAULT_SCHEMES="minrtt hrsch hrsch+stale" DEF_PARALLEL=4 RESULT=hsr-recovery ;;
+        DEFAULT_SCHEMES="minrtt hrsch hrsch+" DEF_PARALLEL=4 RESULT=hsr-recovery ;;
     *) die "PROFILE must be demo, ci, short, full, long, precision or recovery, got '$PROFILE'" ;;
 esac
 read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"

@@ -10,7 +10,7 @@
 #
 # It is `make bench-hsr PROFILE=demo`: results go under
 # /tmp/polycorn-bench-hsr/out (never over the committed bench/out).
-# By default it runs the default pipeline hrsch+stale and HRSCH (the paper's
+# By default it runs the default pipeline hrsch+ and HRSCH (the paper's
 # scheduler), with a failure-location table built from previous trips,
 # against the main baselines; SCHEMES="minrtt
 # blest" picks others (bench-hsr's list has them all). Its topologies are hd0, hd1, ...
@@ -19,11 +19,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cat <<'TXT'
-== Polycorn demo: an emulated HSR trip, the default pipeline (HRSCH + stale filter), HRSCH and the baselines side by side
+== Polycorn demo: an emulated HSR trip, the default pipeline (hrsch+: HRSCH, stale filter, tail rules), HRSCH and the baselines side by side
    passengers -> relay-agent -> 2 emulated carriers (trace replay, handovers) -> proxy -> origin
    about 4 minutes: a few downloads of 256 KB, 1 MB and 4 MB, then 10/20/30 chat users
 TXT
-SCHEMES=${SCHEMES:-minrtt hrsch+stale hrsch blest redundant single-path kernel-mptcp} \
+SCHEMES=${SCHEMES:-minrtt hrsch+ hrsch blest redundant single-path kernel-mptcp} \
     BENCH_PREFIX=${BENCH_PREFIX:-hd} PROFILE=demo bash scripts/bench-hsr.sh
 cat <<'TXT'
 

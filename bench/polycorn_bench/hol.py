@@ -37,6 +37,7 @@ HOL: Mapping[str, tuple[str, str]] = {
     "minrtt+hol": ("minrtt", "stale-filter + opp-reinject + penalise"),
     "hrsch+hol": ("hrsch", "stale-filter + opp-reinject + penalise"),
     "hrsch+stale": ("hrsch", "stale-filter"),
+    "hrsch+": ("hrsch+stale", "tail-filter (for tail-reject) + tail-reinject"),
 }
 
 METHODS = {

@@ -59,7 +59,7 @@ HRSCH = "hrsch"
 #: The relay's and proxy's pipeline without --scheduler (crates/core's
 #: ``sched::DEFAULT_PIPELINE``; a test keeps the two equal): hsr.json lists it as
 #: ``default_scheme`` since it differs from the paper's ``hrsch``.
-DEFAULT_SCHEME = "hrsch+stale"
+DEFAULT_SCHEME = "hrsch+"
 #: Baselines hrsch is compared with, in report order (those that ran).
 BASELINES = (
     REFERENCE,

@@ -6,9 +6,12 @@ Two kinds, both in ``testbed/pipelines.toml``:
 * **Leave one out**: ``hrsch-no-<mechanism>`` is hrsch without one of its four mechanisms;
   the mechanism's contribution *inside* hrsch is hrsch's gain over it (the ablation of
   ``hrsch.ABLATION`` adds each mechanism to minrtt alone instead).
-* **Default-pipeline variants**: ``hrsch+stale-<...>`` changes one parameter of the default
-  pipeline (the stale threshold, or tail-aware rejection for burst ends); its gain is over
-  the default pipeline.
+* **Stale-pipeline variants**: ``hrsch+stale-<...>`` changes one parameter of ``hrsch+stale``
+  (the default pipeline until ``hrsch+``: the stale threshold, or tail-aware rejection for
+  burst ends); its gain is over ``hrsch+stale``.
+* **Tail rules** (issue 20, not in the paper): ``tail-filter`` in place of ``tail-reject``,
+  with or without ``tail-reinject``, on ``hrsch+stale``, ``hrsch+hol`` or ``minrtt``; the
+  gain is over the pipeline without them.
 
 Each gain is paired like the head-of-line ablation (``hol``): bulk downloads by trip and id
 (pairs' and trips' intervals, "resolved" from the interval ``verdict_interval`` names), the
@@ -27,20 +30,27 @@ from polycorn_bench.flows import BacklogRun, Flow
 from polycorn_bench.hol import gains_over
 from polycorn_bench.records import LinkSetRun
 
+#: The default pipeline before ``hrsch+`` (issue 20): the base of its parameter variants.
+STALE = "hrsch+stale"
 #: variant -> (scheme, base, what the gain measures): gain = scheme / base.
 VARIANTS: Mapping[str, tuple[str, str, str]] = {
     "hrsch-no-hpr": (hrsch.HRSCH, "hrsch-no-hpr", "HPR inside hrsch"),
     "hrsch-no-tpr": (hrsch.HRSCH, "hrsch-no-tpr", "TPR inside hrsch"),
     "hrsch-no-ori": (hrsch.HRSCH, "hrsch-no-ori", "ORI inside hrsch"),
     "hrsch-no-er": (hrsch.HRSCH, "hrsch-no-er", "ER inside hrsch"),
-    "hrsch+stale-150": ("hrsch+stale-150", hrsch.DEFAULT_SCHEME, "stale after 150 ms (not 300)"),
-    "hrsch+stale-600": ("hrsch+stale-600", hrsch.DEFAULT_SCHEME, "stale after 600 ms (not 300)"),
-    "hrsch+stale-f4": ("hrsch+stale-f4", hrsch.DEFAULT_SCHEME, "stale after 4 SRTT (not 2)"),
+    "hrsch+stale-150": ("hrsch+stale-150", STALE, "stale after 150 ms (not 300)"),
+    "hrsch+stale-600": ("hrsch+stale-600", STALE, "stale after 600 ms (not 300)"),
+    "hrsch+stale-f4": ("hrsch+stale-f4", STALE, "stale after 4 SRTT (not 2)"),
     "hrsch+stale-bursts": (
         "hrsch+stale-bursts",
-        hrsch.DEFAULT_SCHEME,
+        STALE,
         "tail-aware rejection for burst ends",
     ),
+    "hrsch+stale-strict": ("hrsch+stale-strict", STALE, "tail-reject without 1 + rttvar/srtt"),
+    "hrsch+stale+tf": ("hrsch+stale+tf", STALE, "the tail rule before minrtt (tail-filter)"),
+    "hrsch+stale+tail": ("hrsch+stale+tail", STALE, "tail-filter and tail-reinject"),
+    "hrsch+hol+tail": ("hrsch+hol+tail", "hrsch+hol", "tail-filter and tail-reinject"),
+    "minrtt+tail": ("minrtt+tail", "minrtt", "tail-reinject"),
 }
 
 METHODS = {

@@ -9,17 +9,16 @@ from conftest import RunBuilder, download
 from test_hrsch import im_rows
 
 from polycorn_bench.analysis import analyse
-from polycorn_bench.hrsch import DEFAULT_SCHEME
 from polycorn_bench.records import read_run
 from polycorn_bench.report import markdown
-from polycorn_bench.variants import VARIANTS
+from polycorn_bench.variants import STALE, VARIANTS
 
 TRIPS = ["r1-t1", "r1-t2"]
 KB256 = 262_144
 
 
 def test_leave_one_out_and_default_variants(tmp_path: Path) -> None:
-    schemes = ["minrtt", "hrsch", "hrsch-no-tpr", DEFAULT_SCHEME, "hrsch+stale-bursts"]
+    schemes = ["minrtt", "hrsch", "hrsch-no-tpr", STALE, "hrsch+stale-bursts"]
     b = RunBuilder(tmp_path / "run", schemes, TRIPS)
     # 1 MB and 256 KB downloads: hrsch 1.25x as fast as hrsch without TPR; the bursts
     # variant level with the default in bulk, and its chat 20 % faster.
@@ -27,13 +26,13 @@ def test_leave_one_out_and_default_variants(tmp_path: Path) -> None:
         "minrtt": 1000.0,
         "hrsch-no-tpr": 1000.0,
         "hrsch": 800.0,
-        DEFAULT_SCHEME: 800.0,
+        STALE: 800.0,
         "hrsch+stale-bursts": 800.0,
     }
     for trip in TRIPS:
         for s, dur in durations.items():
             b.bulk(trip, s, [download(0, 1000, dur), download(1, 5000, dur / 2, size=KB256)])
-        b.im(trip, DEFAULT_SCHEME, 10, im_rows({0: [100.0, 120.0], 1: [100.0, 120.0]}))
+        b.im(trip, STALE, 10, im_rows({0: [100.0, 120.0], 1: [100.0, 120.0]}))
         b.im(trip, "hrsch+stale-bursts", 10, im_rows({0: [80.0, 96.0], 1: [80.0, 96.0]}))
     doc = analyse(read_run(b.finish()))
     v = doc["variants"]
@@ -45,7 +44,7 @@ def test_leave_one_out_and_default_variants(tmp_path: Path) -> None:
     assert tpr["bulk"]["resolved"] is True
     assert tpr["im"] is None, "no chat records for hrsch"
     bursts = v["hrsch+stale-bursts"]
-    assert bursts["base"] == DEFAULT_SCHEME
+    assert bursts["base"] == STALE
     assert bursts["bulk"]["gain"] == pytest.approx(0.0)
     assert bursts["bulk"]["resolved"] is False
     assert bursts["im"]["change"]["mean"] == pytest.approx(-0.2)
@@ -70,7 +69,7 @@ def test_without_variants_the_section_is_null(tmp_path: Path) -> None:
 def test_every_variant_is_a_testbed_pipeline() -> None:
     """The variants' schemes and bases exist: built in, or in testbed/pipelines.toml."""
     toml = (Path(__file__).resolve().parents[2] / "testbed/pipelines.toml").read_text("utf-8")
-    built_in = {"hrsch", DEFAULT_SCHEME}
+    built_in = {"hrsch", "minrtt", "hrsch+hol", STALE}
     for scheme, base, _ in VARIANTS.values():
         for s in (scheme, base):
             assert s in built_in or f'[pipelines."{s}"]' in toml or f"[pipelines.{s}]" in toml, s

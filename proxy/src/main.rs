@@ -57,11 +57,11 @@ struct Opts {
     /// This proxy's private key (PEM).
     #[arg(long, env = "POLYCORN_PROXY_KEY")]
     key: Option<PathBuf>,
-    /// Downlink scheduler: a built-in composition (hrsch+stale, hrsch,
+    /// Downlink scheduler: a built-in composition (hrsch+, hrsch+stale, hrsch,
     /// minrtt, roundrobin, redundant, blest, ecf, single-path, the HRSCH
     /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er, and the
     /// head-of-line ones) or one defined under [pipelines] in the config
-    /// file [default: hrsch+stale, HRSCH with the stale filter].
+    /// file [default: hrsch+, HRSCH with the stale filter and the tail rules].
     #[arg(long, env = "POLYCORN_PROXY_SCHEDULER")]
     scheduler: Option<String>,
     /// `tls` (one TLS subflow per train interface); `kernel-mptcp` (one

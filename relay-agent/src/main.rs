@@ -81,11 +81,11 @@ struct Opts {
     /// fall back to TCP, drop the rest), `drop-all` or `allow` [default: reject-quic].
     #[arg(long, env = "POLYCORN_RELAY_UDP_POLICY")]
     udp_policy: Option<String>,
-    /// Uplink scheduler: a built-in composition (hrsch+stale, hrsch,
+    /// Uplink scheduler: a built-in composition (hrsch+, hrsch+stale, hrsch,
     /// minrtt, roundrobin, redundant, blest, ecf, single-path, the HRSCH
     /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er, and the
     /// head-of-line ones) or one under [pipelines] in the config file
-    /// [default: hrsch+stale, HRSCH with the stale filter].
+    /// [default: hrsch+, HRSCH with the stale filter and the tail rules].
     #[arg(long, env = "POLYCORN_RELAY_SCHEDULER")]
     scheduler: Option<String>,
     /// `tls` (one TLS subflow per interface); `kernel-mptcp` (one MPTCP

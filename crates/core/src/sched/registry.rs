@@ -22,6 +22,7 @@
 //! | `minrtt+hol`  | `stale-filter`, `minrtt`, `opp-reinject`, `penalise` | `rto-oldest` |
 //! | `hrsch+hol`   | `hof-reject`, `stale-filter`, `minrtt`, `tail-reject`, `idle-inject`, `opp-reinject`, `penalise` | `extended` (k = 3) |
 //! | `hrsch+stale` | `hof-reject`, `stale-filter`, `minrtt`, `tail-reject`, `idle-inject` | `extended` (k = 3) |
+//! | `hrsch+`      | `hof-reject`, `stale-filter`, `tail-filter`, `minrtt`, `idle-inject`, `tail-reinject` | `extended` (k = 3) |
 //!
 //! The last five are HRSCH (POLYCORN §4) and its ablations, one HRSCH
 //! mechanism added to MPTCP's minRTT each ([`super::hrsch`]).
@@ -34,11 +35,13 @@ use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinPath
 use super::{Pipeline, ReinjectionHandler, Schedulerlet};
 use crate::path::StaleThreshold;
 
-/// The composition the relay and the proxy use without `--scheduler`: HRSCH
-/// with the stale filter, which moved bulk downloads 5 % [3, 7] faster than
-/// `hrsch` on 31 held-out trips (docs/results.md, "HRSCH's mechanisms on
-/// the new railway"). `hrsch` stays the paper's composition, by name.
-pub const DEFAULT_PIPELINE: &str = "hrsch+stale";
+/// The composition the relay and the proxy use without `--scheduler`:
+/// HRSCH with the stale filter, its tail rule as a candidate filter before
+/// `minrtt` and tail reinjection (docs/schedulerlets.md, "`hrsch+`";
+/// measured against `hrsch+stale` on 31 held-out trips in docs/results.md,
+/// "Tail rules on the railway"). `hrsch` stays the paper's composition, by
+/// name, and `hrsch+stale` the previous default.
+pub const DEFAULT_PIPELINE: &str = "hrsch+";
 
 /// Numeric parameters of one schedulerlet, by name.
 pub type Params = BTreeMap<String, f64>;
@@ -273,6 +276,14 @@ impl Registry {
             "hrsch+stale",
             extended(&["hof-reject", "stale-filter", "minrtt", "tail-reject", "idle-inject"]),
         );
+        // Not in the paper (issue 20): the tail rule before minrtt, so that a
+        // tail packet takes the faster carrier when minrtt would pick a
+        // lower-RTT but slower one, and the tail's copies on the quickest
+        // carrier once the last packet is placed.
+        r.register_pipeline(
+            "hrsch+",
+            extended(&["hof-reject", "stale-filter", "tail-filter", "minrtt", "idle-inject", "tail-reinject"]),
+        );
         r.register_pipeline(
             "hrsch+hol",
             extended(&[
@@ -356,13 +367,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_pipeline_is_hrsch_with_the_stale_filter() {
+    fn the_default_pipeline_is_hrsch_with_the_stale_filter_and_the_tail_rules() {
         let r = Registry::with_builtins();
         let default = r.build(DEFAULT_PIPELINE).unwrap().schedulerlet_names();
-        let mut hrsch = r.build("hrsch").unwrap().schedulerlet_names();
-        assert!(!hrsch.contains(&"stale-filter"), "hrsch stays the paper's composition: {hrsch:?}");
-        hrsch.insert(1, "stale-filter");
-        assert_eq!(default, hrsch);
+        let hrsch = r.build("hrsch").unwrap().schedulerlet_names();
+        assert_eq!(hrsch, ["hof-reject", "minrtt", "tail-reject", "idle-inject"], "the paper's composition");
+        // The stale filter first, the tail rule moved before minrtt, and tail
+        // reinjection after the selection.
+        let expected = ["hof-reject", "stale-filter", "tail-filter", "minrtt", "idle-inject", "tail-reinject"];
+        assert_eq!(default, expected);
         assert_eq!(
             r.pipeline_spec(DEFAULT_PIPELINE).unwrap().reinjection,
             r.pipeline_spec("hrsch").unwrap().reinjection
@@ -384,6 +397,9 @@ mod tests {
             "minrtt+tpr",
             "minrtt+ori",
             "minrtt+er",
+            "hrsch+stale",
+            "hrsch+hol",
+            "hrsch+",
         ] {
             let p = r.build(name).unwrap();
             assert_eq!(p.name(), name);

@@ -28,6 +28,7 @@ const SCHEDULERS: [&str; 17] = [
     "minrtt+hol",
     "hrsch+hol",
     "hrsch+stale",
+    "hrsch+",
 ];
 
 /// The list above must name every built-in composition (it stays a literal
