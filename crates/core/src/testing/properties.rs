@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-const SCHEDULERS: [&str; 17] = [
+const SCHEDULERS: [&str; 18] = [
     "minrtt",
     "roundrobin",
     "redundant",
