@@ -883,7 +883,8 @@ impl RecvStream {
         // keeps up: data held above a gap (the head on a slow path) is what
         // the network could deliver, and the reader would take it.
         let keeps_up = self.ready.len() as u64 <= self.window / WINDOW_UPDATE_DIVISOR;
-        let moved = if keeps_up { (self.read_off - r0).max(received - a0) } else { self.read_off - r0 };
+        let (read, arrived) = (self.read_off.saturating_sub(r0), received.saturating_sub(a0));
+        let moved = if keeps_up { read.max(arrived) } else { read };
         let read_per_rtt = (moved as u128 * rtt.as_nanos() / elapsed.as_nanos().max(1)) as u64;
         let ooo_span = self.high_end() - self.contiguous_end();
         let want = read_per_rtt.saturating_mul(2).saturating_add(ooo_span).min(self.limits.max);
