@@ -113,7 +113,7 @@ struct Opts {
     #[arg(long, env = "POLYCORN_RELAY_CONN_WINDOW")]
     conn_window: Option<u64>,
     /// Receive window a passenger connection starts with; equal to
-    /// --conn-window, windows are fixed [default: 2097152].
+    /// --conn-window, windows are fixed [default: 1048576].
     #[arg(long, env = "POLYCORN_RELAY_CONN_WINDOW_INITIAL")]
     conn_window_initial: Option<u64>,
     /// Most bytes a passenger connection holds on its send side: read from

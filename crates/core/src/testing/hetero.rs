@@ -170,24 +170,25 @@ fn print_unequal_delay_study() {
 }
 
 #[test]
-fn a_weak_carrier_holding_the_head_does_not_make_a_long_download_slower_than_the_strong_one_alone() {
+fn a_weak_carrier_holding_the_head_does_not_starve_the_window_s_growth() {
     // 4 MB over a strong carrier (40 Mbit/s, 20 ms one way) and a weak one
     // (3 Mbit/s, 250 ms). Every packet placed on the weak carrier holds the
     // window's head for half a second while the strong one fills the rest
     // of the window and waits. Autotuning that counted only bytes read saw
     // nothing to grow for (the reader was starved by the gap) and measured
-    // once per slowest round trip; with the window grown for what arrives
-    // above the gap, measured per quickest round trip, and a 2 MiB start,
-    // HRSCH (whose tail rule keeps the last packets off the weak carrier)
-    // is no slower than the strong carrier alone: 0.88 s, where it took
-    // 1.46 s before. (`minrtt`, with no tail rule: 2.06 s before, 1.06 s now.)
+    // once per slowest round trip: `hrsch+stale` took 1.46 s, 1.66x the
+    // strong carrier alone (0.88 s). Counting what arrives above the gap,
+    // measured per quickest round trip: 1.07 s (1.21x); a 2 MiB start as
+    // well: 0.88 s, but on the emulated railway that start gained nothing
+    // (docs/results.md, "The receive window's start and growth on the
+    // railway"), so windows still start at 1 MiB.
     let paths = || vec![PathSpec::mbit(40.0, ms(20)), PathSpec::mbit(3.0, ms(250))];
     let alone = completion_over("single-path-c0", 4_194_304, paths()).unwrap();
-    for name in ["hrsch+stale", "hrsch+hol"] {
+    for name in ["hrsch+stale", "hrsch+"] {
         let both = completion_over(name, 4_194_304, paths()).unwrap();
         eprintln!("4 MB over 40/3 Mbit/s: {name} {both:?}, the strong carrier alone {alone:?}");
         assert!(
-            both.as_secs_f64() <= alone.as_secs_f64() * 1.02,
+            both.as_secs_f64() <= alone.as_secs_f64() * 1.3,
             "{name} {both:?} vs the strong carrier alone {alone:?}"
         );
     }
