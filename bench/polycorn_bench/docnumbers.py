@@ -62,6 +62,13 @@ IM_JSON = "bench/out/hsr-im.json"
 KARN_JSON = "bench/out/hsr-karn.json"
 #: hrsch with one mechanism left out each, beside hrsch and minrtt (precision profile).
 LEAVE_ONE_OUT_JSON = "bench/out/hsr-leave-one-out.json"
+#: Issue 20's tail rules beside hrsch+stale, hrsch+hol and minrtt (precision profile, 7 schemes).
+TAIL_JSON = "bench/out/hsr-tail.json"
+#: The same schemes on 12 of those trips with the next build (receive window start and growth),
+#: each scheme against itself (``polycorn_bench.ab``).
+WINDOW_AB_JSON = "bench/out/hsr-window-ab.json"
+#: Recovery after failed handovers alone (``PROFILE=recovery``).
+RECOVERY_JSON = "bench/out/hsr-recovery.json"
 
 #: The default pipeline of the runs whose JSON does not name it (written before
 #: ``default_scheme`` was recorded, when it was ``hrsch+stale``); newer files name theirs.
@@ -892,7 +899,7 @@ def full_headline(src: Sources) -> str:
     )
     return (
         f"on {_n_trips(d)} held-out trips of the current railway (`make bench-hsr "
-        f"PROFILE=full`), bulk downloads with the default pipeline `{default}` move "
+        f"PROFILE=full`), bulk downloads with `{default}` (that run's default pipeline) move "
         f"{_times_ci(dv['ratio'], dv['ci95'])} `minrtt` and with the paper's `hrsch` "
         f"{_times_ci(hv['ratio'], hv['ci95'])}: against the paper's {num(hv['paper'])}× "
         f"`{default}` is {verdict_text(dv['verdict'])} and `hrsch` "
@@ -1478,19 +1485,73 @@ def variants_table(src: Sources, rel: str = LEAVE_ONE_OUT_JSON) -> str:
     )
 
 
+def _gain_headline(d: dict[str, Any], scheme: str, gains: str, what: str, base: str) -> str:
+    """``scheme`` against minrtt (trips' interval) and its gain over ``base`` (from the
+    ``gains`` section: ``hol_ablation`` or ``variants``), as one inline sentence."""
+    o = d["bulk"][scheme]["overall"]
+    ci = o.get("ci95_trips") or o["ci95"]
+    g = d[gains][scheme]["bulk"]
+    return (
+        f"{what} moves {num(o['ratio_vs_minrtt'])}× `minrtt` [trips' 95 % CI {num(ci[0])}, "
+        f"{num(ci[1])}] on {o.get('n_trips')} held-out trips, {pct_ci(g['gain'], verdict_ci(g))} "
+        f"over {base}"
+    )
+
+
 def mechanisms_headline(src: Sources) -> str:
     """README: the default pipeline against minrtt and hrsch in the mechanisms run (inline)."""
     d = src.load(MECHANISMS_JSON)
     default = d.get("default_scheme") or UNRECORDED_DEFAULT
-    o = d["bulk"][default]["overall"]
-    ci = o.get("ci95_trips") or o["ci95"]
-    g = d["hol_ablation"][default]["bulk"]
-    gci = verdict_ci(g)
-    return (
-        f"the default pipeline, HRSCH with the stale filter (`{default}`), moves "
-        f"{num(o['ratio_vs_minrtt'])}× `minrtt` [trips' 95 % CI {num(ci[0])}, {num(ci[1])}] "
-        f"on {o.get('n_trips')} held-out trips, {pct_ci(g['gain'], gci)} over `hrsch` as "
-        "published"
+    what = f"HRSCH with the stale filter (`{default}`, the default pipeline before `hrsch+`)"
+    return _gain_headline(d, default, "hol_ablation", what, "`hrsch` as published")
+
+
+def tail_headline(src: Sources) -> str:
+    """README: the default pipeline hrsch+ against minrtt and over hrsch+stale in the tail
+    rules' run (inline)."""
+    scheme = "hrsch+stale+tail"
+    what = (
+        "the default pipeline `hrsch+` (`hrsch+stale` with the tail rule before `minrtt` and "
+        f"tail reinjection; `{scheme}` in that run)"
+    )
+    return _gain_headline(src.load(TAIL_JSON), scheme, "variants", what, "`hrsch+stale`")
+
+
+def ab_table(src: Sources, rel: str = WINDOW_AB_JSON) -> str:
+    """results.md: two builds on the same trips, each scheme's bulk goodput in build B over
+    build A (``polycorn_bench.ab``), overall with the trips' interval and per size, and each
+    build's ratio to the oracle."""
+    d = src.load(rel)
+    if not d.get("comparable"):
+        raise DocError(f"{rel}: the two runs are not comparable ({d.get('differ')})")
+    (name, ls), *_ = d["link_sets"].items()
+    rows = []
+    labels: list[str] = []
+    for scheme, per in ls["bulk"].items():
+        o = per["overall"]
+        labels = [k for k in per if k != "overall"]
+        ci = o.get("ci95_trips") or o.get("ci95")
+        rows.append(
+            [
+                code(scheme),
+                bold(ratio_ci(o["b_over_a"], ci), resolved(ci, 1.0)),
+                *[num(per[lb]["b_over_a"]) for lb in labels],
+                f"{num(o['a_vs_oracle'])} → {num(o['b_vs_oracle'])}",
+                str(o["n_pairs"]),
+            ]
+        )
+    return table(
+        [
+            "scheme",
+            "goodput B / A [trips' 95 % CI]",
+            *[SIZE_LABELS.get(lb, lb) for lb in labels],
+            "× oracle, A → B",
+            "pairs",
+        ],
+        rows,
+    ) + (
+        f"\n\nLink set {name}, {len(ls['trips'])} trips; A is commit `{d['a']['commit']}`, "
+        f"B commit `{d['b']['commit']}`; bold: the interval excludes no change."
     )
 
 
@@ -1525,6 +1586,11 @@ REGIONS: dict[str, Region] = {
     "hsr-karn-before-after": Region(karn_before_after),
     "hsr-leave-one-out": Region(functools.partial(mechanisms, rel=LEAVE_ONE_OUT_JSON)),
     "hsr-leave-one-out-gains": Region(variants_table),
+    "hsr-tail": Region(functools.partial(mechanisms, rel=TAIL_JSON)),
+    "hsr-tail-headline": Region(tail_headline, inline=True),
+    "hsr-tail-gains": Region(functools.partial(variants_table, rel=TAIL_JSON)),
+    "hsr-window-ab": Region(ab_table),
+    "hsr-recovery-run": Region(on(RECOVERY_JSON, full_recovery)),
 }
 
 #: Regions of the full run on the current railway (``hsr.json``; the first railway's full

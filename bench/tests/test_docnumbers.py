@@ -21,11 +21,14 @@ from polycorn_bench.docnumbers import (
     LOOP_JSON,
     MECHANISMS_JSON,
     PRECISION_JSON,
+    RECOVERY_JSON,
     REGIONS,
     ROOT,
     SWEEP_JSON,
+    TAIL_JSON,
     TRAINER_CURVE_JSON,
     TRAINER_TRIPS_JSON,
+    WINDOW_AB_JSON,
     DocError,
     Region,
     Sources,
@@ -120,6 +123,9 @@ def copy_repo_docs(tmp_path: Path) -> Path:
         IM_JSON,
         KARN_JSON,
         LEAVE_ONE_OUT_JSON,
+        TAIL_JSON,
+        WINDOW_AB_JSON,
+        RECOVERY_JSON,
     )
     for rel in (*FILES, *sources):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
