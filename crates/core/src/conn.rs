@@ -870,9 +870,10 @@ impl RecvStream {
     /// back by its paths delivers less than half a window per round trip,
     /// and a reader that does not keep up is counted by what it reads.
     pub fn wanted_window(&mut self, now: Instant, rtt_min: Duration, rtt_max: Duration) -> Option<u64> {
-        let epoch = rtt_min.clamp(MIN_TUNING_RTT, rtt_max.max(MIN_TUNING_RTT));
         let rtt = rtt_max.max(MIN_TUNING_RTT);
-        let received = self.contiguous_end() + self.ooo_bytes;
+        let epoch = rtt_min.clamp(MIN_TUNING_RTT, rtt);
+        // Every byte received so far, read, in order or above a gap.
+        let received = self.read_off + self.buffered();
         let (t0, r0, a0) = *self.epoch.get_or_insert((now, self.read_off, received));
         let elapsed = now.saturating_duration_since(t0);
         if elapsed < epoch {
@@ -885,9 +886,9 @@ impl RecvStream {
         let keeps_up = self.ready.len() as u64 <= self.window / WINDOW_UPDATE_DIVISOR;
         let (read, arrived) = (self.read_off.saturating_sub(r0), received.saturating_sub(a0));
         let moved = if keeps_up { read.max(arrived) } else { read };
-        let read_per_rtt = (moved as u128 * rtt.as_nanos() / elapsed.as_nanos().max(1)) as u64;
+        let moved_per_rtt = (moved as u128 * rtt.as_nanos() / elapsed.as_nanos().max(1)) as u64;
         let ooo_span = self.high_end() - self.contiguous_end();
-        let want = read_per_rtt.saturating_mul(2).saturating_add(ooo_span).min(self.limits.max);
+        let want = moved_per_rtt.saturating_mul(2).saturating_add(ooo_span).min(self.limits.max);
         (want > self.window).then_some(want)
     }
 

@@ -703,25 +703,18 @@ impl Endpoint {
     /// The largest smoothed RTT of the live paths: the round trip that
     /// autotuning measures over (MPTCP's RTT_max).
     pub fn rtt_max(&self) -> Duration {
-        self.slots
-            .iter()
-            .flatten()
-            .filter(|s| s.path.up)
-            .map(|s| s.path.srtt())
-            .max()
-            .unwrap_or(self.cfg.path.initial_rtt)
+        self.live_srtts().max().unwrap_or(self.cfg.path.initial_rtt)
     }
 
     /// The smallest smoothed RTT of the live paths: how often autotuning
     /// measures the read rate.
     pub fn rtt_min(&self) -> Duration {
-        self.slots
-            .iter()
-            .flatten()
-            .filter(|s| s.path.up)
-            .map(|s| s.path.srtt())
-            .min()
-            .unwrap_or(self.cfg.path.initial_rtt)
+        self.live_srtts().min().unwrap_or(self.cfg.path.initial_rtt)
+    }
+
+    /// The smoothed RTTs of the live paths.
+    fn live_srtts(&self) -> impl Iterator<Item = Duration> + '_ {
+        self.slots.iter().flatten().filter(|s| s.path.up).map(|s| s.path.srtt())
     }
 
     /// What this endpoint's connections have charged to the budget (equal
