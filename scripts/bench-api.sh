@@ -20,7 +20,7 @@
 # each query is recorded in api.json).
 #
 # Env: BENCH_API_RATE (200), BENCH_API_SECONDS (30), BENCH_API_WARMUP (5),
-# BENCH_API_WORKERS (2), BENCH_API_PORT (58080), BENCH_API_QUERIES (all four),
+# BENCH_API_WORKERS (2), BENCH_API_PORT (28080), BENCH_API_QUERIES (all four),
 # BENCH_API_REUSE=1 (keep an already seeded database), BENCH_OUT (bench/out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ RATE=${BENCH_API_RATE:-200}
 SECS=${BENCH_API_SECONDS:-30}
 WARMUP=${BENCH_API_WARMUP:-5}
 WORKERS=${BENCH_API_WORKERS:-2}
-PORT=${BENCH_API_PORT:-58080}
+PORT=${BENCH_API_PORT:-28080}
 QUERIES=${BENCH_API_QUERIES:-handovers_bbox_page cell_stats failure_table failure_table_304}
 OUT=${BENCH_OUT:-bench/out}
 DB=linkdb_bench_api

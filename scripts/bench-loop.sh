@@ -30,9 +30,9 @@
 # model and publishes the next table (failure_tables + Kafka).
 #
 # Its own infrastructure (scripts/infra.sh with POLYCORN_INFRA_DIR
-# /tmp/polycorn-infra-loop, PostgreSQL 55452, Kafka 59112, Prometheus port
-# 59120), wiped at the start and at the end: a fresh LinkDB and fresh topics
-# every run. The default instance (55432/59092) is never touched.
+# /tmp/polycorn-infra-loop, PostgreSQL 25452, Kafka 29112, Prometheus port
+# 29120), wiped at the start and at the end: a fresh LinkDB and fresh topics
+# every run. The default instance (25432/29092) is never touched.
 #
 # Seeds: route 7 (the reported route), trip seeds 2001.. (ci: 2102..;
 # bench-hsr measures 1001.. and builds its stand-in table from 901..;
@@ -149,7 +149,7 @@ mkdir -p "$RUN" "$OUT"
 
 # The loop's own infrastructure.
 export POLYCORN_INFRA_DIR=/tmp/polycorn-infra-loop
-export POLYCORN_PG_PORT=55452 POLYCORN_KAFKA_PORT=59112 POLYCORN_PROM_PORT=59120
+export POLYCORN_PG_PORT=25452 POLYCORN_KAFKA_PORT=29112 POLYCORN_PROM_PORT=29120
 KAFKA_PORT=$POLYCORN_KAFKA_PORT
 INGEST_PID=""
 INFRA_UP=0

@@ -13,20 +13,35 @@
 #                                               --partitions 4 --replication-factor 1)
 #
 # State lives in $POLYCORN_INFRA_DIR (default /tmp/polycorn-infra). Ports:
-# POLYCORN_PG_PORT (55432), POLYCORN_KAFKA_PORT (59092; controller +1),
-# POLYCORN_PROM_PORT (59090). Exports for clients:
-#   POLYCORN_DATABASE_URL=postgresql://postgres@127.0.0.1:55432/linkdb
-#   POLYCORN_KAFKA_BOOTSTRAP=127.0.0.1:59092
-#   POLYCORN_PROMETHEUS_URL=http://127.0.0.1:59090
+# POLYCORN_PG_PORT (25432), POLYCORN_KAFKA_PORT (29092; controller +1),
+# POLYCORN_PROM_PORT (29090). Exports for clients:
+#   POLYCORN_DATABASE_URL=postgresql://postgres@127.0.0.1:25432/linkdb
+#   POLYCORN_KAFKA_BOOTSTRAP=127.0.0.1:29092
+#   POLYCORN_PROMETHEUS_URL=http://127.0.0.1:29090
 #   POLYCORN_PROM_TARGETS_DIR=<state>/prom/targets
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=${POLYCORN_INFRA_DIR:-/tmp/polycorn-infra}
-PG_PORT=${POLYCORN_PG_PORT:-55432}
-KAFKA_PORT=${POLYCORN_KAFKA_PORT:-59092}
+PG_PORT=${POLYCORN_PG_PORT:-25432}
+KAFKA_PORT=${POLYCORN_KAFKA_PORT:-29092}
 KAFKA_CTRL_PORT=$((KAFKA_PORT + 1))
-PROM_PORT=${POLYCORN_PROM_PORT:-59090}
+PROM_PORT=${POLYCORN_PROM_PORT:-29090}
+# The defaults (and every script's private instance) sit below Linux's
+# ephemeral range (ip_local_port_range, 32768-60999 by default): a server
+# port inside it can be taken by any outgoing connection's source port
+# (including a client's self-connect while it waits for the broker), and the
+# server then fails to bind at random. One CI run met exactly that (Kafka on
+# 59122, "Address already in use").
+ephemeral_warn() {
+    local lo hi p
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
+    for p in "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CTRL_PORT" "$PROM_PORT"; do
+        if ((p >= lo && p <= hi)); then
+            echo "infra: WARNING: port $p is in the ephemeral range $lo-$hi; a server may fail to bind at random" >&2
+        fi
+    done
+}
 KAFKA_VERSION=$(sed -n 's/^KAFKA_VERSION=//p' "$ROOT/scripts/setup.sh")
 KAFKA_LIBS="${POLYCORN_CACHE:-/var/cache/polycorn}/kafka-$KAFKA_VERSION/libs"
 PGBIN=/usr/lib/postgresql/15/bin
@@ -179,7 +194,10 @@ services() { # the named services, or all
 cmd=${1:-}
 shift || true
 case $cmd in
-    up | start) for s in $(services "$@"); do "${s}_up"; done ;;
+    up | start)
+        ephemeral_warn
+        for s in $(services "$@"); do "${s}_up"; done
+        ;;
     down | stop) for s in $(services "$@"); do "${s}_down"; done ;;
     restart) for s in $(services "$@"); do "${s}_down"; "${s}_up"; done ;;
     status)

@@ -34,8 +34,8 @@ log() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
 # tests and benchmarks share), since this test restarts them; stopped at
 # the end.
 export POLYCORN_INFRA_DIR=${E2E_INFRA_DIR:-/tmp/polycorn-infra-e2e}
-export POLYCORN_PG_PORT=${E2E_PG_PORT:-55442} POLYCORN_KAFKA_PORT=${E2E_KAFKA_PORT:-59102}
-export POLYCORN_PROM_PORT=${E2E_PROM_PORT:-59110}
+export POLYCORN_PG_PORT=${E2E_PG_PORT:-25442} POLYCORN_KAFKA_PORT=${E2E_KAFKA_PORT:-29102}
+export POLYCORN_PROM_PORT=${E2E_PROM_PORT:-29110}
 bash scripts/infra.sh up pg kafka prom
 eval "$(bash scripts/infra.sh env)"
 KAFKA_PORT=${POLYCORN_KAFKA_BOOTSTRAP##*:}

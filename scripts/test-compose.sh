@@ -77,9 +77,9 @@ export POLYCORN_KAFKA_IMAGE=localhost/polycorn-standin/kafka:compose-test
 export POLYCORN_POSTGIS_IMAGE=localhost/polycorn-standin/postgis:compose-test
 export POLYCORN_PROMETHEUS_IMAGE=localhost/polycorn-standin/prometheus:compose-test
 export POLYCORN_NGINX_IMAGE=localhost/polycorn-standin/nginx:compose-test
-# Host ports apart from scripts/infra.sh's (55432, 59092, 59090) and the
+# Host ports apart from scripts/infra.sh's (25432, 29092, 29090) and the
 # compose defaults a developer may be using.
-export POLYCORN_API_PORT=${TEST_COMPOSE_API_PORT:-58180} POLYCORN_PROMETHEUS_PORT=${TEST_COMPOSE_PROM_PORT:-58190}
+export POLYCORN_API_PORT=${TEST_COMPOSE_API_PORT:-28180} POLYCORN_PROMETHEUS_PORT=${TEST_COMPOSE_PROM_PORT:-28190}
 API_KEY=polycorn-compose-dev-read-key
 SERVICE_IMAGES=(relay-agent proxy emu ingest trainer linkdb-api)
 STANDINS=(kafka postgis prometheus nginx)

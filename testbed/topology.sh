@@ -42,7 +42,7 @@
 # same loss realisation; packet reproduces results from before 2026-11-26).
 #
 # --relay-arg/--proxy-arg pass one more flag to the relay or the proxy (e.g.
-# `--proxy-arg --kafka-brokers=127.0.0.1:59092`). --forward-port PORT makes
+# `--proxy-arg --kafka-brokers=127.0.0.1:29092`). --forward-port PORT makes
 # 127.0.0.1:PORT inside the cloud namespace reach 127.0.0.1:PORT of the root
 # namespace (testbed/netns/portfwd.py), so the proxy can use the Kafka broker
 # that scripts/infra.sh runs there.

@@ -1,7 +1,7 @@
 """Vegeta target files for ``make bench-api``: one per hot query, prepared in
 advance from a fixed seed, so every run offers the same requests.
 
-    python -m loadtest.targets --url http://127.0.0.1:58080 --key KEY \\
+    python -m loadtest.targets --url http://127.0.0.1:28080 --key KEY \\
         --cells cells.txt --etag '"abc…"' --out DIR [--count 20000] [--seed 1]
 
 writes ``DIR/<query>.jsonl`` (vegeta ``-format=json`` targets; vegeta cycles
