@@ -46,6 +46,7 @@ VARIANTS: Mapping[str, tuple[str, str, str]] = {
         STALE,
         "tail-aware rejection for burst ends",
     ),
+    "hrsch+bursts": ("hrsch+bursts", "hrsch+", "tail-filter for burst ends"),
     "hrsch+stale-strict": ("hrsch+stale-strict", STALE, "tail-reject without 1 + rttvar/srtt"),
     "hrsch+stale+tf": ("hrsch+stale+tf", STALE, "the tail rule before minrtt (tail-filter)"),
     "hrsch+stale+tail": ("hrsch+stale+tail", STALE, "tail-filter and tail-reinject"),

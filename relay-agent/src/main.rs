@@ -365,6 +365,18 @@ impl Dialer for TunnelDialer {
         let r = self.0.open(UserId::from(user), dst).map_err(|e| std::io::Error::other(e.to_string()));
         std::future::ready(r)
     }
+
+    /// Passenger bytes enter the endpoint with their burst-end mark, so
+    /// `tail-reject` with `bursts = 1` sees requests and chat messages that
+    /// end without a FIN on the uplink too.
+    fn poll_write_burst(
+        stream: &mut ConnStream,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+        end: bool,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        stream.poll_write_burst(cx, buf, end)
+    }
 }
 
 /// `kernel-mptcp-conn`: each passenger connection its own MPTCP connection.
@@ -729,6 +741,43 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Passenger bytes relayed through the tunnel dialer reach the endpoint
+    /// with their burst-end mark (a short read ends a burst, full reads do
+    /// not), so `tail-reject` with `bursts = 1` works on the uplink.
+    #[tokio::test]
+    async fn the_tunnel_dialer_marks_the_passengers_bursts() {
+        use tokio::io::AsyncWriteExt;
+        // No path is up: what the relay writes stays in the endpoint.
+        let pipeline = polycorn_core::sched::Registry::with_builtins().build("minrtt").unwrap();
+        let (session, _events) =
+            Session::new(Endpoint::new(EndpointConfig::new(Role::Relay), pipeline, Instant::now()));
+        let dialer = TunnelDialer(session.clone());
+        let mut conn = dialer.dial("10.66.0.2".parse().unwrap(), "10.99.0.10:80".parse().unwrap()).await.unwrap();
+        let id = conn.id();
+        let (mut passenger, mut socket) = tokio::io::duplex(1 << 16);
+        let opts = RelayOpts { buf_size: 1024, ..Default::default() };
+        let task = tokio::spawn(async move {
+            polycorn_capture::relay_marking(&mut socket, &mut conn, &opts, TunnelDialer::poll_write_burst).await
+        });
+        let held = |bytes: u64| {
+            let session = session.clone();
+            async move {
+                for _ in 0..500 {
+                    match session.peek(|st, _| st.ep.send_state(id)) {
+                        Some((b, end)) if b >= bytes => return end,
+                        _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                }
+                panic!("the endpoint never held {bytes} bytes");
+            }
+        };
+        passenger.write_all(&[1; 2048]).await.unwrap();
+        assert!(!held(2048).await, "full reads mark nothing");
+        passenger.write_all(b"GET / HTTP/1.1").await.unwrap();
+        assert!(held(2062).await, "a short read ends the passenger's burst");
+        task.abort();
+    }
 
     #[test]
     fn a_path_spec_names_interface_and_proxy() {

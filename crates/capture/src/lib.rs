@@ -31,14 +31,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod copy;
 pub mod dns;
 mod relay;
 pub mod rules;
 pub mod socks5;
 pub mod transparent;
 
+pub use copy::copy_bidirectional_bursts;
 pub use dns::serve_dns;
-pub use relay::relay;
+pub use relay::{relay, relay_marking};
 pub use rules::{InterceptRules, UdpPolicy};
 pub use socks5::{handle_socks5, serve_socks5, serve_socks5_with_resolver, Resolver, Socks5Error, SystemResolver};
 pub use transparent::{original_dst, serve_transparent, tproxy_dst};
@@ -55,6 +57,21 @@ pub trait Dialer: Clone + Send + Sync + 'static {
 
     /// Opens the stream. Called once per passenger connection or DNS query.
     fn dial(&self, user: IpAddr, dst: SocketAddr) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
+
+    /// Writes passenger bytes to the tunnel stream, saying whether `buf` ends
+    /// one of the passenger's bursts (it came from a read shorter than the
+    /// relay's buffer: the passenger has nothing more for now; see
+    /// [`copy`]). A tunnel that can use the mark (the multipath session's
+    /// scheduler) overrides this; the default is a plain write.
+    fn poll_write_burst(
+        stream: &mut Self::Stream,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+        end: bool,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let _ = end;
+        tokio::io::AsyncWrite::poll_write(std::pin::Pin::new(stream), cx, buf)
+    }
 }
 
 /// Knobs shared by all the passenger-facing servers.

@@ -34,10 +34,29 @@ where
     P: AsyncRead + AsyncWrite + Unpin + ?Sized,
     T: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
+    relay_marking(passenger, tunnel, opts, |t: &mut T, cx: &mut Context<'_>, buf: &[u8], _| {
+        Pin::new(t).poll_write(cx, buf)
+    })
+    .await
+}
+
+/// [`relay`], writing passenger bytes to the tunnel with `write`, which is
+/// told whether each chunk ends one of the passenger's bursts
+/// ([`crate::copy`]); the servers pass [`crate::Dialer::poll_write_burst`].
+pub async fn relay_marking<P, T, F>(
+    passenger: &mut P,
+    tunnel: &mut T,
+    opts: &RelayOpts,
+    write: F,
+) -> io::Result<(u64, u64)>
+where
+    P: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    T: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    F: Fn(&mut T, &mut Context<'_>, &[u8], bool) -> Poll<io::Result<usize>>,
+{
     let stats = &opts.stats;
     let mut counted = Counted { inner: passenger, up: &stats.bytes_up, down: &stats.bytes_down };
-    let buf = opts.buf_size.max(1024);
-    let res = tokio::io::copy_bidirectional_with_sizes(&mut counted, tunnel, buf, buf).await;
+    let res = crate::copy::copy_bidirectional_bursts(&mut counted, tunnel, opts.buf_size, write).await;
     if res.is_err() {
         CaptureStats::inc(&stats.relay_errors);
     }

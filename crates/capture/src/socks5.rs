@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
-use crate::relay::{accept_loop, prepare_passenger, relay, reset_on_close, with_timeout};
+use crate::relay::{accept_loop, prepare_passenger, relay_marking, reset_on_close, with_timeout};
 use crate::{CaptureStats, Dialer, RelayOpts};
 
 const VERSION: u8 = 0x05;
@@ -219,7 +219,7 @@ where
     };
     send_reply(stream, reply::SUCCEEDED).await.map_err(Socks5Error::Relay)?;
     debug!(%user, %target, "socks5 connected");
-    relay(stream, &mut tunnel, opts).await.map_err(Socks5Error::Relay)?;
+    relay_marking(stream, &mut tunnel, opts, D::poll_write_burst).await.map_err(Socks5Error::Relay)?;
     Ok(())
 }
 
@@ -367,6 +367,23 @@ mod tests {
                 _ => TcpStream::connect(self.echo).await,
             }
         }
+
+        fn poll_write_burst(
+            stream: &mut TcpStream,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+            end: bool,
+        ) -> std::task::Poll<io::Result<usize>> {
+            let n = std::task::ready!(std::pin::Pin::new(stream).poll_write(cx, buf))?;
+            MARKS.with(|m| m.borrow_mut().push((n, end)));
+            std::task::Poll::Ready(Ok(n))
+        }
+    }
+
+    thread_local! {
+        /// What [`EchoDialer::poll_write_burst`] wrote, with its burst marks
+        /// (each `#[tokio::test]` runs on its own thread).
+        static MARKS: std::cell::RefCell<Vec<(usize, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
     }
 
     async fn echo_server() -> SocketAddr {
@@ -440,6 +457,8 @@ mod tests {
         let mut h = harness().await;
         assert_eq!(connect_request(&mut h, &[ATYP_V4, 192, 0, 2, 7, 0x1F, 0x90]).await, reply::SUCCEEDED);
         assert_echoes(&mut h).await;
+        // The passenger's message went to the tunnel marked as a burst's end.
+        assert_eq!(MARKS.with(|m| m.borrow().clone()), [(4, true)]);
         let (r, dialed, s) = finish(h).await;
         r.unwrap();
         assert_eq!(dialed, [(USER, "192.0.2.7:8080".parse().unwrap())]);
