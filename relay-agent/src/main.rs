@@ -758,7 +758,7 @@ mod tests {
         let (mut passenger, mut socket) = tokio::io::duplex(1 << 16);
         let opts = RelayOpts { buf_size: 1024, ..Default::default() };
         let task = tokio::spawn(async move {
-            polycorn_capture::relay_marking(&mut socket, &mut conn, &opts, TunnelDialer::poll_write_burst).await
+            polycorn_capture::relay(&mut socket, &mut conn, &opts, TunnelDialer::poll_write_burst).await
         });
         let held = |bytes: u64| {
             let session = session.clone();

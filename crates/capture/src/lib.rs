@@ -40,7 +40,7 @@ pub mod transparent;
 
 pub use copy::copy_bidirectional_bursts;
 pub use dns::serve_dns;
-pub use relay::{relay, relay_marking};
+pub use relay::relay;
 pub use rules::{InterceptRules, UdpPolicy};
 pub use socks5::{handle_socks5, serve_socks5, serve_socks5_with_resolver, Resolver, Socks5Error, SystemResolver};
 pub use transparent::{original_dst, serve_transparent, tproxy_dst};
@@ -67,9 +67,8 @@ pub trait Dialer: Clone + Send + Sync + 'static {
         stream: &mut Self::Stream,
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
-        end: bool,
+        _end: bool,
     ) -> std::task::Poll<std::io::Result<usize>> {
-        let _ = end;
         tokio::io::AsyncWrite::poll_write(std::pin::Pin::new(stream), cx, buf)
     }
 }

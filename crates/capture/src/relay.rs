@@ -21,6 +21,9 @@ use crate::{CaptureStats, RelayOpts};
 
 /// Copies bytes both ways between a passenger and its tunnel stream until
 /// both directions have seen EOF, and returns `(up, down)` byte counts.
+/// Passenger bytes go to the tunnel through `write`, which is told whether
+/// each chunk ends one of the passenger's bursts ([`crate::copy`]); the
+/// servers pass [`crate::Dialer::poll_write_burst`].
 ///
 /// Half-close is preserved: EOF from one side becomes a `shutdown()` (FIN)
 /// towards the other while the opposite direction keeps flowing, so
@@ -29,26 +32,7 @@ use crate::{CaptureStats, RelayOpts};
 /// [`CaptureStats::bytes_down`] as they move, not at the end, so long-lived
 /// connections show up in the counters. An I/O error on either side ends both
 /// directions and counts in [`CaptureStats::relay_errors`].
-pub async fn relay<P, T>(passenger: &mut P, tunnel: &mut T, opts: &RelayOpts) -> io::Result<(u64, u64)>
-where
-    P: AsyncRead + AsyncWrite + Unpin + ?Sized,
-    T: AsyncRead + AsyncWrite + Unpin + ?Sized,
-{
-    relay_marking(passenger, tunnel, opts, |t: &mut T, cx: &mut Context<'_>, buf: &[u8], _| {
-        Pin::new(t).poll_write(cx, buf)
-    })
-    .await
-}
-
-/// [`relay`], writing passenger bytes to the tunnel with `write`, which is
-/// told whether each chunk ends one of the passenger's bursts
-/// ([`crate::copy`]); the servers pass [`crate::Dialer::poll_write_burst`].
-pub async fn relay_marking<P, T, F>(
-    passenger: &mut P,
-    tunnel: &mut T,
-    opts: &RelayOpts,
-    write: F,
-) -> io::Result<(u64, u64)>
+pub async fn relay<P, T, F>(passenger: &mut P, tunnel: &mut T, opts: &RelayOpts, write: F) -> io::Result<(u64, u64)>
 where
     P: AsyncRead + AsyncWrite + Unpin + ?Sized,
     T: AsyncRead + AsyncWrite + Unpin + ?Sized,
@@ -266,7 +250,8 @@ mod tests {
         let relayer = tokio::spawn(async move {
             let (mut p, _) = front.accept().await.unwrap();
             let mut t = TcpStream::connect(server_addr).await.unwrap();
-            relay(&mut p, &mut t, &opts).await.unwrap()
+            let plain = |t: &mut TcpStream, cx: &mut Context<'_>, buf: &[u8], _| Pin::new(t).poll_write(cx, buf);
+            relay(&mut p, &mut t, &opts, plain).await.unwrap()
         });
 
         let mut c = TcpStream::connect(front_addr).await.unwrap();

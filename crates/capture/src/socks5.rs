@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
-use crate::relay::{accept_loop, prepare_passenger, relay_marking, reset_on_close, with_timeout};
+use crate::relay::{accept_loop, prepare_passenger, relay, reset_on_close, with_timeout};
 use crate::{CaptureStats, Dialer, RelayOpts};
 
 const VERSION: u8 = 0x05;
@@ -219,7 +219,7 @@ where
     };
     send_reply(stream, reply::SUCCEEDED).await.map_err(Socks5Error::Relay)?;
     debug!(%user, %target, "socks5 connected");
-    relay_marking(stream, &mut tunnel, opts, D::poll_write_burst).await.map_err(Socks5Error::Relay)?;
+    relay(stream, &mut tunnel, opts, D::poll_write_burst).await.map_err(Socks5Error::Relay)?;
     Ok(())
 }
 

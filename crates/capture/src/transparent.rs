@@ -21,7 +21,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::debug;
 
-use crate::relay::{accept_loop, prepare_passenger, relay_marking, reset_on_close, with_timeout};
+use crate::relay::{accept_loop, prepare_passenger, relay, reset_on_close, with_timeout};
 use crate::{canonical, CaptureStats, Dialer, RelayOpts};
 
 /// The destination a REDIRECTed (or DNATed) connection was originally sent
@@ -136,7 +136,7 @@ async fn handle<D: Dialer>(
             return;
         }
     };
-    match relay_marking(&mut stream, &mut tunnel, &opts, D::poll_write_burst).await {
+    match relay(&mut stream, &mut tunnel, &opts, D::poll_write_burst).await {
         Ok((up, down)) => debug!(%peer, %dst, up, down, "relay done"),
         Err(e) => {
             debug!(%peer, %dst, error = %e, "relay ended with error");
