@@ -9,6 +9,10 @@ Two kinds, both in ``testbed/pipelines.toml``:
 * **Stale-pipeline variants**: ``hrsch+stale-<...>`` changes one parameter of ``hrsch+stale``
   (the default pipeline until ``hrsch+``: the stale threshold, or tail-aware rejection for
   burst ends); its gain is over ``hrsch+stale``.
+* **Failure table and HPR lead**: ``hrsch@oracle`` is hrsch with the measured trip's own
+  failures as its table (scripts/bench-hsr.sh: a scheme ``NAME@oracle``), against the
+  learned table; ``hrsch+lead100`` the default pipeline with ``hof-reject``'s E_GPS at
+  100 m.
 * **Tail rules** (issue 20, not in the paper): ``tail-filter`` in place of ``tail-reject``,
   with or without ``tail-reinject``, on ``hrsch+stale``, ``hrsch+hol`` or ``minrtt``; the
   gain is over the pipeline without them.
@@ -52,6 +56,8 @@ VARIANTS: Mapping[str, tuple[str, str, str]] = {
     "hrsch+stale+tail": ("hrsch+stale+tail", STALE, "tail-filter and tail-reinject"),
     "hrsch+hol+tail": ("hrsch+hol+tail", "hrsch+hol", "tail-filter and tail-reinject"),
     "minrtt+tail": ("minrtt+tail", "minrtt", "tail-reinject"),
+    "hrsch+lead100": ("hrsch+lead100", "hrsch+", "HPR's lead from E_GPS 100 m (not 20 m)"),
+    "hrsch@oracle": ("hrsch@oracle", hrsch.HRSCH, "the trip's oracle failure table (not learned)"),
 }
 
 METHODS = {
