@@ -10,9 +10,9 @@ Two kinds, both in ``testbed/pipelines.toml``:
   (the default pipeline until ``hrsch+``: the stale threshold, or tail-aware rejection for
   burst ends); its gain is over ``hrsch+stale``.
 * **Failure table and HPR lead**: ``hrsch@oracle`` is hrsch with the measured trip's own
-  failures as its table (scripts/bench-hsr.sh: a scheme ``NAME@oracle``), against the
-  learned table; ``hrsch+lead100`` the default pipeline with ``hof-reject``'s E_GPS at
-  100 m.
+  failures as its table (scripts/bench-hsr.sh: a scheme ``NAME@oracle``), ``hrsch@broad``
+  with the trainer's table at lower thresholds, each against the learned table;
+  ``hrsch+lead100`` the default pipeline with ``hof-reject``'s E_GPS at 100 m.
 * **Tail rules** (issue 20, not in the paper): ``tail-filter`` in place of ``tail-reject``,
   with or without ``tail-reinject``, on ``hrsch+stale``, ``hrsch+hol`` or ``minrtt``; the
   gain is over the pipeline without them.
@@ -58,6 +58,7 @@ VARIANTS: Mapping[str, tuple[str, str, str]] = {
     "minrtt+tail": ("minrtt+tail", "minrtt", "tail-reinject"),
     "hrsch+lead100": ("hrsch+lead100", "hrsch+", "HPR's lead from E_GPS 100 m (not 20 m)"),
     "hrsch@oracle": ("hrsch@oracle", hrsch.HRSCH, "the trip's oracle failure table (not learned)"),
+    "hrsch@broad": ("hrsch@broad", hrsch.HRSCH, "the table at 2 failures and 10 % (not 3, 20 %)"),
 }
 
 METHODS = {

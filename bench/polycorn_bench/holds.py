@@ -1,0 +1,369 @@
+"""HPR's holds replayed offline: when ``hof-reject`` would hold each carrier on a trip, for how
+long, and what followed (issue 20: "does it release the path when the failure did not come?").
+
+Usage (from the repository root)::
+
+    uv run --project bench --locked python -m polycorn_bench.holds RUN_DIR \\
+        [--table FILE | --oracle] [--gps-error-m 20 50 100 200] [--rtt-ms 100] [--out F.json]
+
+``RUN_DIR`` is a bench-hsr run (``RUN/failure-table.json``, the learned table, and
+``RUN/hsr/<trip>/trip/events.jsonl``); ``--oracle`` uses each trip's own
+``failure-table-truth.json`` instead (left by a scheme ``NAME@oracle`` or ``TABLE=truth``).
+
+The replay follows ``crates/core/src/sched/hrsch.rs`` (``HofReject``) on a grid of
+:data:`STEP_MS`: a carrier on a cell (non-zero) is rejected when the table's distance from the
+train's position (the last GPS fix's ``track_m`` moved on at its speed, as the endpoint's
+``position_at``) to the cell's failure location ahead, or passed by at most
+:data:`PASSED_HORIZON_M`, is below V × RTT + E_GPS; the hold lasts until the carrier reports
+another cell (``cell_change``, which the trip emits at ``handover_end``) or ``max_hold``
+(after which the cell is left alone). RTT is one fixed value (``--rtt-ms``), where the
+endpoint uses each path's smoothed RTT: the replay is a design aid for the lead, not a
+measurement of the data plane (the data plane's counters, ``hof-reject`` ``rejections`` and
+``rejections_expired``, are in each scheme's metrics snapshot).
+
+Each hold is classified by the handover that ended it (the carrier's last ``handover_start``
+from the held cell before the hold's end): **before a failure** (outcome not ``success``) or
+**before a success** (a false alarm: the carrier was healthy while held), and **in time**
+when the hold began at or before that handover's start (the data plane stops sending on the
+carrier before its blackout), else **late**. Per E_GPS: holds, their seconds per trip by
+class, and the trip's failed handovers protected in time (of all failed handovers, tabled or
+not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from polycorn_bench.records import Issues, read_jsonl
+
+#: The replay's time step (ms).
+STEP_MS = 10
+#: ``FailureTable::DEFAULT_PASSED_HORIZON_M``.
+PASSED_HORIZON_M = 500.0
+#: ``hof-reject``'s defaults: E_GPS (m) and max_hold (s).
+GPS_ERROR_M = 20.0
+MAX_HOLD_S = 10.0
+DEFAULT_RTT_MS = 100.0
+
+INCREASING, DECREASING = "increasing", "decreasing"
+
+
+def cell_id(carrier: int, cell: int) -> int:
+    """The data plane's ID of a testbed cell (``polycorn_telemetry::testbed_cell_id``)."""
+    return (carrier + 1) << 32 | cell
+
+
+@dataclass(frozen=True)
+class Table:
+    """Failure locations per (cell ID, direction), as ``FailureTable``: several per key."""
+
+    entries: dict[tuple[int, str], list[float]]
+
+    def distance(self, cell: int, direction: str, position_m: float) -> float | None:
+        """``FailureTable::distance_to_failure``: to the nearest location ahead, else the
+        nearest passed within the horizon (negative), else None."""
+        locs = self.entries.get((cell, direction))
+        if not locs:
+            return None
+        sign = 1.0 if direction == INCREASING else -1.0
+        ds = [sign * (f - position_m) for f in locs]
+        ahead = [d for d in ds if d >= 0.0]
+        if ahead:
+            return min(ahead)
+        passed = [d for d in ds if d >= -PASSED_HORIZON_M]
+        return max(passed) if passed else None
+
+
+def read_table(path: Path) -> Table | None:
+    """A ``polycorn-failure-table/1`` file; None when absent or unusable."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+        return None
+    entries: dict[tuple[int, str], list[float]] = {}
+    for e in doc["entries"]:
+        if not isinstance(e, dict):
+            continue
+        cell, pos, d = e.get("cell"), e.get("position_m"), e.get("direction", INCREASING)
+        if not isinstance(cell, int) or not isinstance(pos, int | float) or not math.isfinite(pos):
+            continue
+        if d in (INCREASING, DECREASING):
+            entries.setdefault((cell, d), []).append(float(pos))
+    return Table(entries)
+
+
+@dataclass(frozen=True)
+class Handover:
+    carrier: int
+    from_cell: int
+    start_ms: float
+    end_ms: float
+    outcome: str
+
+
+@dataclass
+class Trip:
+    """What the replay needs of ``events.jsonl``."""
+
+    name: str
+    #: GPS fixes: time (ms), track_m, speed (m/s), sorted by time.
+    fixes: list[tuple[float, float, float]] = field(default_factory=list)
+    #: cell_change events: (time ms, carrier, cell), sorted.
+    changes: list[tuple[float, int, int]] = field(default_factory=list)
+    handovers: list[Handover] = field(default_factory=list)
+    end_ms: float = 0.0
+
+    @property
+    def direction(self) -> str:
+        if len(self.fixes) >= 2 and self.fixes[-1][1] < self.fixes[0][1]:
+            return DECREASING
+        return INCREASING
+
+    def position(self, t_ms: float) -> float | None:
+        """The last fix's track_m moved on at its speed (``TrainState::position_at``)."""
+        i = bisect.bisect_right(self.fixes, (t_ms, math.inf, math.inf)) - 1
+        if i < 0:
+            return None
+        t, x, v = self.fixes[i]
+        sign = 1.0 if self.direction == INCREASING else -1.0
+        return x + sign * v * (t_ms - t) / 1000.0
+
+    def speed(self, t_ms: float) -> float:
+        i = bisect.bisect_right(self.fixes, (t_ms, math.inf, math.inf)) - 1
+        return max(self.fixes[i][2], 0.0) if i >= 0 else 0.0
+
+
+def _num(obj: dict[str, Any], key: str) -> float | None:
+    v = obj.get(key)
+    return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+
+def read_trip(name: str, events: Iterable[dict[str, Any]]) -> Trip:
+    """The fixes, cell changes and handovers (start paired with its end) of a trip."""
+    trip = Trip(name)
+    starts: dict[tuple[int, int], float] = {}
+    for e in events:
+        t = _num(e, "t_ms")
+        if t is None:
+            continue
+        trip.end_ms = max(trip.end_ms, t)
+        kind, carrier = e.get("event"), e.get("carrier")
+        if kind == "gps":
+            x, v = _num(e, "track_m"), _num(e, "speed_mps")
+            if x is not None and v is not None:
+                trip.fixes.append((t, x, v))
+        elif not isinstance(carrier, int):
+            continue
+        elif kind == "cell_change" and isinstance(e.get("cell"), int):
+            trip.changes.append((t, carrier, e["cell"]))
+        elif kind == "handover_start" and isinstance(e.get("from_cell"), int):
+            starts[(carrier, e["from_cell"])] = t
+        elif kind == "handover_end" and isinstance(e.get("from_cell"), int):
+            start = starts.pop((carrier, e["from_cell"]), None)
+            dur = _num(e, "duration_ms")
+            if start is None:
+                start = t - dur if dur is not None else t
+            out = e.get("outcome")
+            out = out if isinstance(out, str) else "?"
+            trip.handovers.append(Handover(carrier, e["from_cell"], start, t, out))
+    trip.fixes.sort()
+    trip.changes.sort()
+    return trip
+
+
+@dataclass(frozen=True)
+class Hold:
+    carrier: int
+    cell: int
+    start_ms: float
+    end_ms: float
+    expired: bool
+    #: The handover that ended the hold (None: expired, or the trip ended).
+    handover: Handover | None
+
+    @property
+    def before_failure(self) -> bool:
+        return self.handover is not None and self.handover.outcome != "success"
+
+    @property
+    def in_time(self) -> bool:
+        return self.handover is not None and self.start_ms <= self.handover.start_ms
+
+
+def replay(
+    trip: Trip,
+    table: Table,
+    gps_error_m: float = GPS_ERROR_M,
+    rtt_ms: float = DEFAULT_RTT_MS,
+    max_hold_s: float = MAX_HOLD_S,
+) -> list[Hold]:
+    """The holds ``hof-reject`` would make on ``trip`` with ``table``."""
+    carriers = sorted({c for _, c, _ in trip.changes} | {h.carrier for h in trip.handovers})
+    cell = dict.fromkeys(carriers, 0)
+    held: dict[int, tuple[int, float]] = {}  # carrier -> (cell, since)
+    spent: set[tuple[int, int]] = set()  # (carrier, cell) whose hold expired: left alone
+    released: dict[int, tuple[int, float]] = {}  # carrier -> (cell left while held, when)
+    holds: list[Hold] = []
+    max_hold_ms = max_hold_s * 1000.0
+
+    def end_hold(c: int, t: float, expired: bool) -> None:
+        h_cell, since = held.pop(c)
+        ho = None
+        if not expired:
+            cands = [
+                h
+                for h in trip.handovers
+                if h.carrier == c and h.from_cell == h_cell and h.start_ms <= t
+            ]
+            ho = max(cands, key=lambda h: h.start_ms) if cands else None
+        holds.append(Hold(c, h_cell, since, t, expired, ho))
+
+    ci = 0
+    t = 0.0
+    while t <= trip.end_ms:
+        while ci < len(trip.changes) and trip.changes[ci][0] <= t:
+            _, c, new = trip.changes[ci]
+            ci += 1
+            cell[c] = new
+            if c in held and new != 0 and new != held[c][0]:
+                released[c] = (held[c][0], t)
+                end_hold(c, t, expired=False)
+        pos = trip.position(t)
+        if pos is not None:
+            v = trip.speed(t)
+            for c in carriers:
+                if c in held:
+                    if t - held[c][1] >= max_hold_ms:
+                        spent.add((c, held[c][0]))
+                        end_hold(c, t, expired=True)
+                    continue
+                cur = cell[c]
+                if cur == 0 or (c, cur) in spent:
+                    continue
+                rel = released.get(c)
+                if rel is not None and rel[0] == cur and t - rel[1] < max_hold_ms:
+                    continue
+                d = table.distance(cell_id(c, cur), trip.direction, pos)
+                if d is not None and d < v * rtt_ms / 1000.0 + gps_error_m:
+                    held[c] = (cur, t)
+        t += STEP_MS
+    for c in list(held):
+        end_hold(c, trip.end_ms, expired=True)
+    return holds
+
+
+def summarise(trips: Sequence[Trip], holds: Sequence[Sequence[Hold]]) -> dict[str, Any]:
+    """Counts and seconds over the trips (``holds[i]`` are trip i's)."""
+    all_holds = [h for hs in holds for h in hs]
+    failures = [
+        (i, ho) for i, t in enumerate(trips) for ho in t.handovers if ho.outcome != "success"
+    ]
+    protected = {
+        (i, h.handover) for i, hs in enumerate(holds) for h in hs if h.before_failure and h.in_time
+    }
+
+    def secs(hs: Iterable[Hold]) -> float:
+        return sum(h.end_ms - h.start_ms for h in hs) / 1000.0
+
+    n = max(len(trips), 1)
+    fail_holds = [h for h in all_holds if h.before_failure]
+    ok_holds = [h for h in all_holds if h.handover is not None and not h.before_failure]
+    return {
+        "trips": len(trips),
+        "holds": len(all_holds),
+        "holds_before_failure": len(fail_holds),
+        "holds_before_failure_in_time": sum(h.in_time for h in fail_holds),
+        "holds_before_success": len(ok_holds),
+        "holds_expired": sum(h.expired for h in all_holds),
+        "hold_s_per_trip_before_failure": secs(fail_holds) / n,
+        "hold_s_per_trip_before_success": secs(ok_holds) / n,
+        "hold_s_per_trip_expired": secs(h for h in all_holds if h.expired) / n,
+        "failed_handovers": len(failures),
+        "failed_handovers_protected_in_time": sum((i, f) in protected for i, f in failures),
+    }
+
+
+def analyse(
+    run: Path,
+    errors_m: Sequence[float],
+    rtt_ms: float = DEFAULT_RTT_MS,
+    table_path: Path | None = None,
+    oracle: bool = False,
+) -> dict[str, Any]:
+    """Per E_GPS, :func:`summarise` over the run's hsr trips."""
+    trip_dirs = sorted(p.parent for p in (run / "hsr").glob("*/trip/events.jsonl"))
+    shared = None if oracle else read_table(table_path or run / "failure-table.json")
+    trips: list[Trip] = []
+    tables: list[Table] = []
+    issues = Issues()
+    for d in trip_dirs:
+        table = read_table(d.parent / "failure-table-truth.json") if oracle else shared
+        if table is None:
+            continue
+        trips.append(read_trip(d.parent.name, read_jsonl(d / "events.jsonl", issues)))
+        tables.append(table)
+    by_error = {}
+    for e in errors_m:
+        holds = [replay(t, tb, e, rtt_ms) for t, tb in zip(trips, tables, strict=True)]
+        by_error[f"{e:g}"] = summarise(trips, holds)
+    return {
+        "run": str(run),
+        "table": "oracle (each trip's failure-table-truth.json)" if oracle else "learned",
+        "rtt_ms": rtt_ms,
+        "max_hold_s": MAX_HOLD_S,
+        "trips": [t.name for t in trips],
+        "by_gps_error_m": by_error,
+    }
+
+
+def table_md(doc: dict[str, Any]) -> str:
+    rows = [
+        "| E_GPS (m) | holds | before a failure (in time) | before a success | expired "
+        "| s/trip held before failures | s/trip held before successes | failed handovers "
+        "protected in time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for e, s in doc["by_gps_error_m"].items():
+        rows.append(
+            f"| {e} | {s['holds']} | {s['holds_before_failure']} "
+            f"({s['holds_before_failure_in_time']}) | {s['holds_before_success']} | "
+            f"{s['holds_expired']} | {s['hold_s_per_trip_before_failure']:.1f} | "
+            f"{s['hold_s_per_trip_before_success']:.1f} | "
+            f"{s['failed_handovers_protected_in_time']} of {s['failed_handovers']} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path, help="bench-hsr run directory")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--table", type=Path, help="failure table (default RUN/failure-table.json)")
+    g.add_argument("--oracle", action="store_true", help="each trip's failure-table-truth.json")
+    p.add_argument("--gps-error-m", type=float, nargs="+", default=[20.0, 50.0, 100.0, 200.0])
+    p.add_argument("--rtt-ms", type=float, default=DEFAULT_RTT_MS)
+    p.add_argument("--out", type=Path, help="write the JSON here")
+    a = p.parse_args(argv)
+    doc = analyse(a.run, a.gps_error_m, a.rtt_ms, a.table, a.oracle)
+    if not doc["trips"]:
+        print(f"holds: no hsr trip with a failure table under {a.run}", file=sys.stderr)
+        return 1
+    if a.out:
+        a.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(doc['trips'])} trips, table {doc['table']}, RTT {a.rtt_ms:g} ms")
+    print(table_md(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
