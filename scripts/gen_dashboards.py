@@ -437,7 +437,7 @@ def fleet() -> Json:
             [
                 prom(
                     "sum by (job, event) (rate(polycorn_sched_schedulerlet_events_total"
-                    '{schedulerlet="hof-reject"}[$__rate_interval]))',
+                    '{schedulerlet="hof-reject", event!="held_ms"}[$__rate_interval]))',
                     "{{job}} {{event}}",
                 ),
                 prom(
@@ -622,13 +622,15 @@ def train() -> Json:
             [
                 prom(
                     "sum by (schedulerlet, event) "
-                    f"(rate(polycorn_sched_schedulerlet_events_total{tj}[$__rate_interval]))",
+                    "(rate(polycorn_sched_schedulerlet_events_total"
+                    f'{tj[:-1]}, event!="held_ms"}}[$__rate_interval]))',
                     "{{schedulerlet}} {{event}}",
                 )
             ],
             "ops",
             "hof-reject rejections (paths held out ahead of a predicted handover failure), "
-            "tail-reject deselections, idle-inject bursts.",
+            "tail-reject deselections, idle-inject bursts (hof-reject's held_ms, a duration, "
+            "is not an event and not drawn).",
         ),
         12,
         8,

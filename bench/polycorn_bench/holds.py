@@ -18,8 +18,9 @@ train's position (the last GPS fix's ``track_m`` moved on at its speed, as the e
 another cell (``cell_change``, which the trip emits at ``handover_end``) or ``max_hold``
 (after which the cell is left alone). RTT is one fixed value (``--rtt-ms``), where the
 endpoint uses each path's smoothed RTT: the replay is a design aid for the lead, not a
-measurement of the data plane (the data plane's counters, ``hof-reject`` ``rejections`` and
-``rejections_expired``, are in each scheme's metrics snapshot).
+measurement of the data plane (the data plane's counters, ``hof-reject`` ``rejections``,
+``rejections_expired`` and ``held_ms``, are in each scheme's metrics snapshot: the live mean
+hold is ``held_ms / rejections``, to set beside the replay's).
 
 Each hold is classified by the handover that ended it (the carrier's last ``handover_start``
 from the held cell before the hold's end): **before a failure** (outcome not ``success``) or

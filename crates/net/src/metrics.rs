@@ -110,7 +110,7 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
     for (schedulerlet, event, v) in ep.pipeline().counters() {
         w.counter(
             "polycorn_sched_schedulerlet_events",
-            "Schedulerlet events: hof-reject rejections (and those released by max_hold), tail-reject deselections, idle-inject bursts.",
+            "Schedulerlet events: hof-reject rejections (and those released by max_hold, and the milliseconds paths were held: held_ms), tail-reject deselections, idle-inject bursts.",
             vec![("schedulerlet".into(), schedulerlet.into()), ("event".into(), event.into())],
             v as f64,
         );

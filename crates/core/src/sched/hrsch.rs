@@ -238,6 +238,10 @@ pub struct HofReject {
     pub rejections: u64,
     /// Rejections released by `max_hold` rather than by a new cell.
     pub expired: u64,
+    /// Milliseconds paths were held, summed over the rejections that
+    /// ended (by a new cell or by `max_hold`): with `rejections`, the
+    /// mean hold, which an offline replay of the trip predicts.
+    pub held_ms: u64,
 }
 
 impl HofReject {
@@ -249,6 +253,7 @@ impl HofReject {
             released: [None; MAX_PATHS],
             rejections: 0,
             expired: 0,
+            held_ms: 0,
         }
     }
 
@@ -274,7 +279,7 @@ impl Schedulerlet for HofReject {
         Kind::CandidateFilter
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("rejections", self.rejections), ("rejections_expired", self.expired)]
+        vec![("rejections", self.rejections), ("rejections_expired", self.expired), ("held_ms", self.held_ms)]
     }
     fn apply(&mut self, ctx: &Context<'_>, sets: &mut PathSets) {
         for p in ctx.paths {
@@ -282,10 +287,13 @@ impl Schedulerlet for HofReject {
             let max_hold = self.max_hold;
             let slot = &mut self.holds[p.id.index()];
             let released = &mut self.released[p.id.index()];
-            let (rejections, expired) = (&mut self.rejections, &mut self.expired);
+            let (rejections, expired, held_ms) = (&mut self.rejections, &mut self.expired, &mut self.held_ms);
             if let Some(h) = slot {
                 if p.cell != 0 && p.cell != h.cell && p.link_state == LinkState::Connected {
                     // Connected to a new cell: re-enabled.
+                    if !h.spent {
+                        *held_ms += duration_ms(ctx.now.saturating_duration_since(h.since));
+                    }
                     *released = Some((h.cell, ctx.now));
                     *slot = None;
                 }
@@ -297,6 +305,7 @@ impl Schedulerlet for HofReject {
                     if ctx.now.saturating_duration_since(h.since) >= max_hold {
                         h.spent = true;
                         *expired += 1;
+                        *held_ms += duration_ms(max_hold);
                     } else {
                         sets.reject(p.id);
                     }
@@ -312,6 +321,10 @@ impl Schedulerlet for HofReject {
             }
         }
     }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Selection filter, tail-aware path rejection (§4.4). For a tail packet
@@ -663,6 +676,19 @@ mod tests {
         let c = p.counters();
         assert!(c.contains(&("hof-reject", "rejections", 2)), "{c:?}");
         assert!(c.contains(&("hof-reject", "rejections_expired", 1)), "{c:?}");
+        assert!(c.contains(&("hof-reject", "held_ms", 10_000)), "the spent hold counts max_hold once: {c:?}");
+        // Path 0 (held on cell 12 since 12 s) leaves it at 13 s; path 1 is
+        // held from 13 s until its new cell at 14.5 s.
+        paths[0].cell = 13;
+        paths[0].failure = None;
+        paths[1].cell = 21;
+        paths[1].failure = forecast(0.0, 0.0);
+        assert_eq!(decide(&mut p, t0 + Duration::from_secs(13), &paths, &pkt), vec![0]);
+        paths[1].cell = 22;
+        paths[1].failure = None;
+        assert_eq!(decide(&mut p, t0 + Duration::from_millis(14_500), &paths, &pkt), vec![0], "both usable");
+        let c = p.counters();
+        assert!(c.contains(&("hof-reject", "held_ms", 10_000 + 1_000 + 1_500)), "released by new cells: {c:?}");
     }
 
     #[test]
