@@ -319,7 +319,11 @@ def analyse(
         by_error[f"{e:g}"] = summarise(trips, holds)
     return {
         "run": str(run),
-        "table": "oracle (each trip's failure-table-truth.json)" if oracle else "learned",
+        "table": (
+            "oracle (each trip's failure-table-truth.json)"
+            if oracle
+            else str(table_path or run / "failure-table.json")
+        ),
         "rtt_ms": rtt_ms,
         "max_hold_s": MAX_HOLD_S,
         "trips": [t.name for t in trips],
