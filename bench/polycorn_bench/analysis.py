@@ -491,7 +491,9 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "budget_sweep": sweep,
         "budget_check": check,
         "hol_ablation": hol.hol_ablation(flows, backlogs, schemes),
-        "variants": variants.variants(flows, backlogs, schemes, ls, im=im, users=run.users),
+        "variants": variants.variants(
+            flows, backlogs, schemes, ls, im=im, users=run.users, hof=hof
+        ),
         "lost_time": losttime.lost_time(flows, ls, schemes, run.issues),
         "stall_causes": stalls.link_set_stalls(
             run.root / ls.name, [t.name for t in ls.trips], schemes, run.issues

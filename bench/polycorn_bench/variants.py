@@ -30,9 +30,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from polycorn_bench import hrsch
-from polycorn_bench.flows import BacklogRun, Flow
+from polycorn_bench.flows import REFERENCE, BacklogRun, Flow
 from polycorn_bench.hol import gains_over
 from polycorn_bench.records import LinkSetRun
+from polycorn_bench.stats import bootstrap_ratio_of_means_ci
 
 #: The default pipeline before ``hrsch+`` (issue 20): the base of its parameter variants.
 STALE = "hrsch+stale"
@@ -66,12 +67,44 @@ METHODS = {
         "Per variant of testbed/pipelines.toml (variants.VARIANTS): scheme, base and the gain "
         "scheme/base - 1 for bulk downloads (paired by trip and id; ci95 of the pairs, "
         "ci95_trips of the trips, resolved from verdict_interval as hol_ablation) and the "
-        "backlogged download (paired by trip); im: the relative change of scheme's chat "
+        "backlogged download (paired by trip); recovery: scheme's goodput in the 2 s after "
+        "each failed handover over base's on the same windows (hof_recovery's; ratio of means "
+        "minus 1, percentile bootstrap over the windows); im: the relative change of scheme's chat "
         "delivery time (mean, p90) and CoV against base, averaged over the user counts, with "
         "an interval resampling trips (negative = faster or fairer). For hrsch-no-<m> the "
         "scheme is hrsch: the gain is mechanism m's contribution inside hrsch."
     ),
 }
+
+
+def recovery_gain(hof: Mapping[str, Any] | None, scheme: str, base: str) -> dict[str, Any] | None:
+    """``scheme``'s recovery after failed handovers over ``base``'s, on the windows both have
+    (same failure, same download): gain = mean(scheme) / mean(base) - 1 over the paired
+    windows of ``hof_recovery`` (``base`` minrtt: each window's own minrtt goodput), with a
+    percentile bootstrap over the windows. None when no window pairs."""
+    by = (hof or {}).get("by_scheme", {})
+
+    def key(w: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (w["trip"], w["t_ms"], w["carrier"], w["source"], w["id"])
+
+    mine = {key(w): w for w in by.get(scheme, {}).get("windows", [])}
+    if base == REFERENCE:
+        ref = {k: w["minrtt_goodput_mbps"] for k, w in mine.items()}
+    else:
+        ref = {key(w): w["goodput_mbps"] for w in by.get(base, {}).get("windows", [])}
+    keys = sorted(mine.keys() & ref.keys(), key=str)
+    a = [float(mine[k]["goodput_mbps"]) for k in keys]
+    b = [float(ref[k]) for k in keys]
+    if not keys or sum(b) <= 0:
+        return None
+    lo, hi = bootstrap_ratio_of_means_ci(a, b)
+    gain = sum(a) / sum(b) - 1.0
+    return {
+        "n_windows": len(keys),
+        "gain": gain,
+        "ci95": [lo - 1.0, hi - 1.0],
+        "resolved": bool(lo > 1.0 or hi < 1.0),
+    }
 
 
 def variants(
@@ -82,6 +115,7 @@ def variants(
     *,
     im: Mapping[str, Mapping[str, Any]],
     users: Sequence[int],
+    hof: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Each variant whose scheme and base both ran; None when none did."""
     out: dict[str, Any] = {}
@@ -97,6 +131,7 @@ def variants(
             "base": base,
             "measures": what,
             **gains_over(flows, backlogs, scheme, base),
+            "recovery": recovery_gain(hof, scheme, base),
             "im": None
             if chat is None
             else {

@@ -11,7 +11,7 @@ from test_hrsch import im_rows
 from polycorn_bench.analysis import analyse
 from polycorn_bench.records import read_run
 from polycorn_bench.report import markdown
-from polycorn_bench.variants import STALE, VARIANTS
+from polycorn_bench.variants import STALE, VARIANTS, recovery_gain
 
 TRIPS = ["r1-t1", "r1-t2"]
 KB256 = 262_144
@@ -74,3 +74,42 @@ def test_every_variant_is_a_testbed_pipeline() -> None:
         # bench-hsr.sh: NAME@oracle (@broad) is the pipeline NAME with another table.
         for s in (scheme.split("@")[0], base.split("@")[0]):
             assert s in built_in or f'[pipelines."{s}"]' in toml or f"[pipelines.{s}]" in toml, s
+
+
+def _window(trip: str, t_ms: float, g: float, ref: float) -> dict[str, object]:
+    return {
+        "trip": trip,
+        "t_ms": t_ms,
+        "carrier": 0,
+        "source": "backlog",
+        "id": 0,
+        "goodput_mbps": g,
+        "minrtt_goodput_mbps": ref,
+    }
+
+
+def test_recovery_gain_pairs_the_windows_both_schemes_have() -> None:
+    hof = {
+        "by_scheme": {
+            "hrsch": {"windows": [_window("a", 1, 2.0, 1.0), _window("a", 2, 4.0, 2.0)]},
+            # One window more (unpaired with hrsch) and 1.5x hrsch on the common ones.
+            "hrsch@oracle": {
+                "windows": [
+                    _window("a", 1, 3.0, 1.0),
+                    _window("a", 2, 6.0, 2.0),
+                    _window("b", 9, 100.0, 1.0),
+                ]
+            },
+        }
+    }
+    g = recovery_gain(hof, "hrsch@oracle", "hrsch")
+    assert g is not None
+    assert g["n_windows"] == 2
+    assert g["gain"] == pytest.approx(0.5)
+    assert g["ci95"][0] == pytest.approx(0.5) and g["resolved"]
+    # Against minrtt: each window's own minrtt goodput, all three windows.
+    m = recovery_gain(hof, "hrsch@oracle", "minrtt")
+    assert m is not None and m["n_windows"] == 3
+    assert m["gain"] == pytest.approx((3 + 6 + 100) / (1 + 2 + 1) - 1)
+    assert recovery_gain(hof, "hrsch+", "hrsch") is None
+    assert recovery_gain(None, "hrsch", "minrtt") is None
