@@ -1485,6 +1485,41 @@ def variants_table(src: Sources, rel: str = LEAVE_ONE_OUT_JSON) -> str:
     )
 
 
+def recovery_variants(src: Sources) -> str:
+    """results.md: the recovery run's variants (other tables, a longer HPR lead) against
+    their base, on the recovery windows both have and on the backlogged download."""
+    d = src.hsr
+    rows = []
+    for name, e in (d.get("variants") or {}).items():
+        r, b = e.get("recovery"), e["backlog"]
+        rows.append(
+            [
+                code(name),
+                f"{code(e['scheme'])} over {code(e['base'])}",
+                e["measures"],
+                "–" if not r else bold(pct_ci(r["gain"], r["ci95"]), bool(r["resolved"])),
+                "–" if not r else str(r["n_windows"]),
+                "–"
+                if not b.get("n_pairs")
+                else bold(pct_ci(b["gain"], b["ci95"]), bool(b.get("resolved"))),
+            ]
+        )
+    return table(
+        [
+            "variant",
+            "gain of",
+            "measures",
+            "recovery gain [95 % CI]",
+            "windows",
+            "backlogged download [95 % CI]",
+        ],
+        rows,
+    ) + (
+        f"\n\n{_n_trips(d)} trips; commit `{d.get('commit')}`; bold: the interval excludes no "
+        "change (recovery: windows resampled; backlogged download: trips resampled)."
+    )
+
+
 def _gain_headline(d: dict[str, Any], scheme: str, gains: str, what: str, base: str) -> str:
     """``scheme`` against minrtt (trips' interval) and its gain over ``base`` (from the
     ``gains`` section: ``hol_ablation`` or ``variants``), as one inline sentence."""
@@ -1591,6 +1626,7 @@ REGIONS: dict[str, Region] = {
     "hsr-tail-gains": Region(functools.partial(variants_table, rel=TAIL_JSON)),
     "hsr-window-ab": Region(ab_table),
     "hsr-recovery-run": Region(on(RECOVERY_JSON, full_recovery)),
+    "hsr-recovery-variants": Region(on(RECOVERY_JSON, recovery_variants)),
 }
 
 #: Regions of the full run on the current railway (``hsr.json``; the first railway's full
