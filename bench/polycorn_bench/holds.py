@@ -8,7 +8,9 @@ Usage (from the repository root)::
 
 ``RUN_DIR`` is a bench-hsr run (``RUN/failure-table.json``, the learned table, and
 ``RUN/hsr/<trip>/trip/events.jsonl``); ``--oracle`` uses each trip's own
-``failure-table-truth.json`` instead (left by a scheme ``NAME@oracle`` or ``TABLE=truth``).
+``failure-table-truth.json`` instead (left by a scheme ``NAME@oracle`` or ``TABLE=truth``);
+``--training`` replays on the trips the table was learned from (``RUN/table-trips``), never
+measured: the place to choose a lead without looking at the measured trips.
 
 The replay follows ``crates/core/src/sched/hrsch.rs`` (``HofReject``) on a grid of
 :data:`STEP_MS`: a carrier on a cell (non-zero) is rejected when the table's distance from the
@@ -297,21 +299,28 @@ def summarise(trips: Sequence[Trip], holds: Sequence[Sequence[Hold]]) -> dict[st
 def analyse(
     run: Path,
     errors_m: Sequence[float],
+    *,
     rtt_ms: float = DEFAULT_RTT_MS,
     table_path: Path | None = None,
     oracle: bool = False,
+    training: bool = False,
 ) -> dict[str, Any]:
-    """Per E_GPS, :func:`summarise` over the run's hsr trips."""
-    trip_dirs = sorted(p.parent for p in (run / "hsr").glob("*/trip/events.jsonl"))
+    """Per E_GPS, :func:`summarise` over the run's hsr trips (``training``: over the trips
+    the table was learned from, ``RUN/table-trips/<trip>/events.jsonl``, instead)."""
+    if training:
+        logs = sorted((run / "table-trips").glob("*/events.jsonl"))
+    else:
+        logs = sorted((run / "hsr").glob("*/trip/events.jsonl"))
     shared = None if oracle else read_table(table_path or run / "failure-table.json")
     trips: list[Trip] = []
     tables: list[Table] = []
     issues = Issues()
-    for d in trip_dirs:
-        table = read_table(d.parent / "failure-table-truth.json") if oracle else shared
+    for log in logs:
+        trip_dir = log.parent if training else log.parent.parent
+        table = read_table(trip_dir / "failure-table-truth.json") if oracle else shared
         if table is None:
             continue
-        trips.append(read_trip(d.parent.name, read_jsonl(d / "events.jsonl", issues)))
+        trips.append(read_trip(trip_dir.name, read_jsonl(log, issues)))
         tables.append(table)
     by_error = {}
     for e in errors_m:
@@ -324,6 +333,7 @@ def analyse(
             if oracle
             else str(table_path or run / "failure-table.json")
         ),
+        "trips_from": "table-trips (the table's training trips)" if training else "hsr",
         "rtt_ms": rtt_ms,
         "max_hold_s": MAX_HOLD_S,
         "trips": [t.name for t in trips],
@@ -355,17 +365,32 @@ def main(argv: list[str] | None = None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--table", type=Path, help="failure table (default RUN/failure-table.json)")
     g.add_argument("--oracle", action="store_true", help="each trip's failure-table-truth.json")
+    p.add_argument(
+        "--training",
+        action="store_true",
+        help="replay on RUN/table-trips (the trips the table was learned from), not RUN/hsr",
+    )
     p.add_argument("--gps-error-m", type=float, nargs="+", default=[20.0, 50.0, 100.0, 200.0])
     p.add_argument("--rtt-ms", type=float, default=DEFAULT_RTT_MS)
     p.add_argument("--out", type=Path, help="write the JSON here")
     a = p.parse_args(argv)
-    doc = analyse(a.run, a.gps_error_m, a.rtt_ms, a.table, a.oracle)
+    doc = analyse(
+        a.run,
+        a.gps_error_m,
+        rtt_ms=a.rtt_ms,
+        table_path=a.table,
+        oracle=a.oracle,
+        training=a.training,
+    )
     if not doc["trips"]:
         print(f"holds: no hsr trip with a failure table under {a.run}", file=sys.stderr)
         return 1
     if a.out:
         a.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    print(f"{len(doc['trips'])} trips, table {doc['table']}, RTT {a.rtt_ms:g} ms")
+    print(
+        f"{len(doc['trips'])} trips ({doc['trips_from']}), table {doc['table']}, "
+        f"RTT {a.rtt_ms:g} ms"
+    )
     print(table_md(doc))
     return 0
 

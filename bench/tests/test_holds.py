@@ -135,3 +135,10 @@ def test_analyse_reads_a_run(tmp_path: Path) -> None:
     assert holds.analyse(tmp_path, [20.0], oracle=True)["trips"] == []
     assert holds.main([str(tmp_path), "--gps-error-m", "20"]) == 0
     assert holds.main([str(tmp_path), "--oracle"]) == 1
+    # --training: the table's own trips, RUN/table-trips/<trip>/events.jsonl.
+    assert holds.analyse(tmp_path, [20.0], training=True)["trips"] == []
+    (tmp_path / "table-trips" / "r7-t901").mkdir(parents=True)
+    (trip / "events.jsonl").rename(tmp_path / "table-trips" / "r7-t901" / "events.jsonl")
+    doc = holds.analyse(tmp_path, [20.0], training=True)
+    assert doc["trips"] == ["r7-t901"] and doc["trips_from"].startswith("table-trips")
+    assert holds.analyse(tmp_path, [20.0])["trips"] == []
