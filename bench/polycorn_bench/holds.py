@@ -341,6 +341,19 @@ def analyse(
     }
 
 
+def analyse_all(run: Path, errors_m: Sequence[float], rtt_ms: float) -> dict[str, Any]:
+    """Every view of a run at once: the learned table on its training trips (where a lead is
+    chosen), and on the measured trips the learned table, the broad one (when the run has
+    ``failure-table-broad.json``) and the oracle (when the trips have theirs)."""
+    views = {
+        "training": analyse(run, errors_m, rtt_ms=rtt_ms, training=True),
+        "learned": analyse(run, errors_m, rtt_ms=rtt_ms),
+        "broad": analyse(run, errors_m, rtt_ms=rtt_ms, table_path=run / "failure-table-broad.json"),
+        "oracle": analyse(run, errors_m, rtt_ms=rtt_ms, oracle=True),
+    }
+    return {k: v for k, v in views.items() if v["trips"]}
+
+
 def table_md(doc: dict[str, Any]) -> str:
     rows = [
         "| E_GPS (m) | holds | before a failure (in time) | before a success | expired "
@@ -372,8 +385,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--gps-error-m", type=float, nargs="+", default=[20.0, 50.0, 100.0, 200.0])
     p.add_argument("--rtt-ms", type=float, default=DEFAULT_RTT_MS)
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every view (training trips; measured trips with the learned, broad and oracle "
+        "tables) into one JSON, keyed by view",
+    )
     p.add_argument("--out", type=Path, help="write the JSON here")
     a = p.parse_args(argv)
+    if a.all:
+        views = analyse_all(a.run, a.gps_error_m, a.rtt_ms)
+        if not views:
+            print(f"holds: no trip with a failure table under {a.run}", file=sys.stderr)
+            return 1
+        if a.out:
+            a.out.write_text(json.dumps(views, indent=1) + "\n", encoding="utf-8")
+        for name, v in views.items():
+            print(f"{name}: {len(v['trips'])} trips ({v['trips_from']}), table {v['table']}")
+            print(table_md(v))
+        return 0
     doc = analyse(
         a.run,
         a.gps_error_m,

@@ -142,3 +142,8 @@ def test_analyse_reads_a_run(tmp_path: Path) -> None:
     doc = holds.analyse(tmp_path, [20.0], training=True)
     assert doc["trips"] == ["r7-t901"] and doc["trips_from"].startswith("table-trips")
     assert holds.analyse(tmp_path, [20.0])["trips"] == []
+    views = holds.analyse_all(tmp_path, [20.0], 100.0)
+    assert list(views) == ["training"], "no measured trip left, no broad or oracle table"
+    out = tmp_path / "holds.json"
+    assert holds.main([str(tmp_path), "--all", "--out", str(out)]) == 0
+    assert list(json.loads(out.read_text())) == ["training"]
