@@ -69,6 +69,8 @@ TAIL_JSON = "bench/out/hsr-tail.json"
 WINDOW_AB_JSON = "bench/out/hsr-window-ab.json"
 #: Recovery after failed handovers alone (``PROFILE=recovery``).
 RECOVERY_JSON = "bench/out/hsr-recovery.json"
+#: hof-reject's holds replayed on that run (``polycorn_bench.holds --all``).
+HOLDS_JSON = "bench/out/hsr-holds.json"
 
 #: The default pipeline of the runs whose JSON does not name it (written before
 #: ``default_scheme`` was recorded, when it was ``hrsch+stale``); newer files name theirs.
@@ -1520,6 +1522,48 @@ def recovery_variants(src: Sources) -> str:
     )
 
 
+_HOLD_VIEWS = {
+    "training": "learned, on its 20 training trips",
+    "learned": "learned (the trainer's defaults)",
+    "broad": "broad (2 failures, 10 %)",
+    "oracle": "oracle (the trip's own failures)",
+}
+
+
+def holds(src: Sources) -> str:
+    """results.md: hof-reject's holds replayed per table and E_GPS (``holds --all``)."""
+    d = src.load(HOLDS_JSON)
+    rows = []
+    for view, label in _HOLD_VIEWS.items():
+        v = d.get(view)
+        if not v:
+            continue
+        for e, x in v["by_gps_error_m"].items():
+            fails = x["failed_handovers"]
+            prot = x["failed_handovers_protected_in_time"]
+            rows.append(
+                [
+                    label,
+                    str(len(v["trips"])),
+                    f"{e} m",
+                    f"{prot} of {fails} ({pct(prot / fails if fails else None, 0, plus=False)})",
+                    f"{x['holds_before_failure_in_time']} of {x['holds_before_failure']}",
+                    num(x["hold_s_per_trip_before_success"], 1),
+                ]
+            )
+    return table(
+        [
+            "table",
+            "trips",
+            "E_GPS",
+            "failed handovers held in time",
+            "holds before a failure: in time",
+            "s per trip held before a successful handover",
+        ],
+        rows,
+    )
+
+
 def _gain_headline(d: dict[str, Any], scheme: str, gains: str, what: str, base: str) -> str:
     """``scheme`` against minrtt (trips' interval) and its gain over ``base`` (from the
     ``gains`` section: ``hol_ablation`` or ``variants``), as one inline sentence."""
@@ -1627,6 +1671,7 @@ REGIONS: dict[str, Region] = {
     "hsr-window-ab": Region(ab_table),
     "hsr-recovery-run": Region(on(RECOVERY_JSON, full_recovery)),
     "hsr-recovery-variants": Region(on(RECOVERY_JSON, recovery_variants)),
+    "hsr-holds": Region(holds),
 }
 
 #: Regions of the full run on the current railway (``hsr.json``; the first railway's full
