@@ -13,6 +13,7 @@ from polycorn_bench.docnumbers import (
     ABLATION_JSON,
     FILES,
     FULL_REGIONS,
+    HOLDS_JSON,
     HSR_JSON,
     HSR_V1_JSON,
     IM_JSON,
@@ -126,6 +127,7 @@ def copy_repo_docs(tmp_path: Path) -> Path:
         TAIL_JSON,
         WINDOW_AB_JSON,
         RECOVERY_JSON,
+        HOLDS_JSON,
     )
     for rel in (*FILES, *sources):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
