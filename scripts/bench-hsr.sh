@@ -80,7 +80,18 @@
 # measured on TRACEGEN_PRESET=pc-gateway-300-v1 PC_EMU_LOSS_KEYING=packet.
 # Ctrl-C or any failure tears every topology down.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# Bash reads a script while it runs it, so an edit to this file during a
+# run of hours (a checkout, a commit in this tree) would make the running
+# one read garbage: run a private snapshot instead (removed at once; bash
+# keeps it open), with the repository root passed along.
+if [[ ${POLYCORN_BENCH_HSR_SNAPSHOT:-} != "$0" ]]; then
+    snapshot=$(mktemp "${TMPDIR:-/tmp}/bench-hsr.XXXXXX")
+    cp "$0" "$snapshot"
+    POLYCORN_BENCH_HSR_ROOT=$(cd "$(dirname "$0")/.." && pwd) POLYCORN_BENCH_HSR_SNAPSHOT=$snapshot \
+        exec bash "$snapshot" "$@"
+fi
+rm -f "$0"
+cd "$POLYCORN_BENCH_HSR_ROOT"
 root=$(pwd)
 
 PROFILE=${PROFILE:-short}
