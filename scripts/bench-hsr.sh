@@ -52,8 +52,8 @@
 #
 # Environment: PROFILE (default short), SCHEMES (space-separated, must
 # include minrtt; default all below, precision: minrtt hrsch; a scheme
-# NAME@oracle or NAME@broad runs pipeline NAME with another failure table,
-# see up_topology), BENCH_PREFIX
+# NAME@oracle, NAME@broad or NAME@early runs pipeline NAME with another
+# failure table, see up_topology), BENCH_PREFIX
 # (topology prefix, default hb), LINK_SETS (default: the profile's),
 # BENCH_WORK (raw runs, default /tmp/polycorn-bench-hsr), BENCH_OUT (default
 # bench/out; the demo and ci profiles write only under BENCH_WORK), PLOTS
@@ -172,9 +172,10 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 # topologies with the six default schemes), 4 waves of about 25 min:
 # 4 trips gave 68 windows and a 95 % interval of -28/+40 %, 16 bring it
 # to about +-20 %. The schemes: hrsch with the learned table, with the
-# trainer's table at lower thresholds (hrsch@broad) and with the trip's
-# oracle table (hrsch@oracle), the default pipeline, and the default
-# pipeline with a longer HPR lead (hrsch+lead100). Writes
+# trainer's table placing each failure early (hrsch@early) and with the
+# trip's oracle table (hrsch@oracle), the default pipeline, and the default
+# pipeline with a longer HPR lead (hrsch+lead100); the run of 2026-11-27
+# had hrsch@broad (lower thresholds) in place of hrsch@early. Writes
 # hsr-recovery.json and hsr-recovery.md, never hsr.json.
 ALL_PHASES="bulk im backlog concurrency sweep"
 case $PROFILE in
@@ -193,13 +194,14 @@ case $PROFILE in
         DEFAULT_SCHEMES="minrtt hrsch" DEF_PARALLEL=11 RESULT=hsr-precision ;;
     recovery) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=16 DEF_SETS="hsr" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=1200 DEF_LOAD_START=45
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="backlog"
-        DEFAULT_SCHEMES="minrtt hrsch hrsch@oracle hrsch@broad hrsch+ hrsch+lead100" DEF_PARALLEL=4 RESULT=hsr-recovery ;;
+        DEFAULT_SCHEMES="minrtt hrsch hrsch@oracle hrsch@early hrsch+ hrsch+lead100" DEF_PARALLEL=4 RESULT=hsr-recovery ;;
     *) die "PROFILE must be demo, ci, short, full, long, precision or recovery, got '$PROFILE'" ;;
 esac
 read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 [[ " ${SCHEMES[*]} " == *" minrtt "* ]] || die "SCHEMES must include minrtt (the reference of every ratio)"
 for s in "${SCHEMES[@]}"; do
-    [[ $s != *@* || $s == *@oracle || $s == *@broad ]] || die "scheme '$s': the only table suffixes are @oracle and @broad"
+    [[ $s != *@* || $s == *@oracle || $s == *@broad || $s == *@early ]] \
+        || die "scheme '$s': the only table suffixes are @oracle, @broad and @early"
 done
 # Trips of a link set run in waves of TRIP_PARALLEL, each trip its own block
 # of topologies (prefixes BENCH_PREFIX<slot x topologies + i>) and its own
@@ -456,16 +458,26 @@ make_table() {
     psql "$url" -Atc "SELECT body FROM failure_tables ORDER BY version DESC LIMIT 1" >"$RUN/failure-table.json"
     [[ -s $RUN/failure-table.json ]] || die "the trainer published no table (no cell met its thresholds): $RUN/trainer.json"
     log "failure-location table: $(jq '.entries | length' "$RUN/failure-table.json") cells, learned by the trainer from $TABLE_TRIPS previous trips"
-    if [[ " ${SCHEMES[*]} " == *"@broad "* ]]; then
-        # The same trainer on the same LinkDB with lower thresholds (a cell
-        # enters with 2 failures and a 10 % failure share, instead of 3 and
-        # 20 %): more of a trip's failures in the table, more false alarms.
-        "$root/.venv/bin/polycorn-trainer" --log-level WARNING run --once --database-url "$url" --bootstrap "" \
-            --min-failures 2 --min-failure-rate 0.1 --summary-json "$RUN/trainer-broad.json" 2>"$RUN/trainer-broad.log" \
-            || die "the trainer (broad thresholds) failed: $RUN/trainer-broad.log"
-        psql "$url" -Atc "SELECT body FROM failure_tables ORDER BY version DESC LIMIT 1" >"$RUN/failure-table-broad.json"
-        log "broad failure-location table: $(jq '.entries | length' "$RUN/failure-table-broad.json") cells (min 2 failures, 10 %)"
-    fi
+    # The same trainer on the same LinkDB with other parameters, for the
+    # schemes NAME@broad (lower thresholds: a cell enters with 2 failures
+    # and a 10 % failure share, instead of 3 and 20 %) and NAME@early (each
+    # cell's failure placed at the 10th percentile of its failures along the
+    # direction of travel instead of their mean).
+    [[ " ${SCHEMES[*]} " == *"@broad "* ]] && extra_table "$url" broad --min-failures 2 --min-failure-rate 0.1
+    [[ " ${SCHEMES[*]} " == *"@early "* ]] && extra_table "$url" early --location-quantile 0.1
+    return 0
+}
+
+# extra_table URL NAME TRAINER-ARGS...: the trainer once more on LinkDB URL
+# with TRAINER-ARGS; its table into RUN/failure-table-NAME.json.
+extra_table() {
+    local url=$1 name=$2
+    shift 2
+    "$root/.venv/bin/polycorn-trainer" --log-level WARNING run --once --database-url "$url" --bootstrap "" \
+        "$@" --summary-json "$RUN/trainer-$name.json" 2>"$RUN/trainer-$name.log" \
+        || die "the trainer ($name: $*) failed: $RUN/trainer-$name.log"
+    psql "$url" -Atc "SELECT body FROM failure_tables ORDER BY version DESC LIMIT 1" >"$RUN/failure-table-$name.json"
+    log "$name failure-location table ($*): $(jq '.entries | length' "$RUN/failure-table-$name.json") cells"
 }
 drop_table_db() {
     [[ -n ${TABLE_DB:-} ]] || return 0
@@ -574,8 +586,9 @@ collect() {
 # up_topology INDEX SCHEME EPOCH K TDIR WHAT [topology.sh flags...]: one copy
 # of the topology replaying the trip TDIR/trip (table: TABLE_ARGS).
 # A scheme NAME@oracle is the pipeline NAME with the trip's oracle table
-# (run_trip) instead of the run's, NAME@broad with the trainer's table at
-# lower thresholds (make_table): tables side by side, paired.
+# (run_trip) instead of the run's, NAME@broad and NAME@early with the
+# trainer's table at other parameters (make_table): tables side by side,
+# paired.
 up_topology() {
     local i=$1 scheme=$2 epoch=$3 k=$4 tdir=$5 what=$6
     shift 6
@@ -583,6 +596,7 @@ up_topology() {
     case $scheme in
         *@oracle) file=$tdir/failure-table-truth.json ;;
         *@broad) file=$RUN/failure-table-broad.json ;;
+        *@early) file=$RUN/failure-table-early.json ;;
     esac
     if [[ $scheme == *@* ]]; then
         table=()

@@ -1526,6 +1526,7 @@ _HOLD_VIEWS = {
     "training": "learned, on its 20 training trips",
     "learned": "learned (the trainer's defaults)",
     "broad": "broad (2 failures, 10 %)",
+    "early": "learned, each entry at its training failures' 10th percentile",
     "oracle": "oracle (the trip's own failures)",
 }
 

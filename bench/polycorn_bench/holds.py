@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from polycorn_bench.records import Issues, read_jsonl
 
 #: The replay's time step (ms).
@@ -55,6 +57,10 @@ PASSED_HORIZON_M = 500.0
 GPS_ERROR_M = 20.0
 MAX_HOLD_S = 10.0
 DEFAULT_RTT_MS = 100.0
+#: ``--all``'s "early" view: the learned table with each entry at this quantile of its cell's
+#: failures on the training trips (``polycorn-trainer --location-quantile``, bench-hsr's
+#: ``NAME@early``).
+EARLY_QUANTILE = 0.1
 
 INCREASING, DECREASING = "increasing", "decreasing"
 
@@ -103,6 +109,32 @@ def read_table(path: Path) -> Table | None:
         if d in (INCREASING, DECREASING):
             entries.setdefault((cell, d), []).append(float(pos))
     return Table(entries)
+
+
+def relocate(table: Table, training: Sequence[Path], quantile: float, issues: Issues) -> Table:
+    """``table`` with each entry moved to the ``quantile`` of its cell's failure starts (the
+    ``handover_end`` events' ``track_m``, which is where the handover began) on the
+    ``training`` trips' event logs, along the entry's direction of travel; an entry without
+    such failures keeps its position. What ``polycorn-trainer --location-quantile`` does from
+    LinkDB, done from the trips' ground truth."""
+    starts: dict[int, list[float]] = {}
+    for log in training:
+        for e in read_jsonl(log, issues):
+            if e.get("event") != "handover_end" or e.get("outcome") in (None, "success"):
+                continue
+            c, cell, x = e.get("carrier"), e.get("from_cell"), _num(e, "track_m")
+            if isinstance(c, int) and isinstance(cell, int) and x is not None:
+                starts.setdefault(cell_id(c, cell), []).append(x)
+    out: dict[tuple[int, str], list[float]] = {}
+    for (cell, d), locs in table.entries.items():
+        xs = starts.get(cell)
+        if not xs:
+            out[(cell, d)] = list(locs)
+            continue
+        sign = 1.0 if d == INCREASING else -1.0
+        q = sign * float(np.quantile([sign * x for x in xs], quantile))
+        out[(cell, d)] = [q]
+    return Table(out)
 
 
 @dataclass(frozen=True)
@@ -304,6 +336,7 @@ def analyse(
     table_path: Path | None = None,
     oracle: bool = False,
     training: bool = False,
+    relocate_quantile: float | None = None,
 ) -> dict[str, Any]:
     """Per E_GPS, :func:`summarise` over the run's hsr trips (``training``: over the trips
     the table was learned from, ``RUN/table-trips/<trip>/events.jsonl``, instead)."""
@@ -315,6 +348,9 @@ def analyse(
     trips: list[Trip] = []
     tables: list[Table] = []
     issues = Issues()
+    if shared is not None and relocate_quantile is not None:
+        training_logs = sorted((run / "table-trips").glob("*/events.jsonl"))
+        shared = relocate(shared, training_logs, relocate_quantile, issues)
     for log in logs:
         trip_dir = log.parent if training else log.parent.parent
         table = read_table(trip_dir / "failure-table-truth.json") if oracle else shared
@@ -332,6 +368,11 @@ def analyse(
             "oracle (each trip's failure-table-truth.json)"
             if oracle
             else str(table_path or run / "failure-table.json")
+        )
+        + (
+            ""
+            if relocate_quantile is None
+            else f", each entry at the {relocate_quantile:g} quantile of its training failures"
         ),
         "trips_from": "table-trips (the table's training trips)" if training else "hsr",
         "rtt_ms": rtt_ms,
@@ -344,12 +385,14 @@ def analyse(
 def analyse_all(run: Path, errors_m: Sequence[float], rtt_ms: float) -> dict[str, Any]:
     """Every view of a run at once: the learned table on its training trips (where a lead is
     chosen), and on the measured trips the learned table, the broad one (when the run has
-    ``failure-table-broad.json``) and the oracle (when the trips have theirs)."""
+    ``failure-table-broad.json``), the oracle (when the trips have theirs) and the learned
+    table's entries moved to :data:`EARLY_QUANTILE` of their training failures ("early")."""
     views = {
         "training": analyse(run, errors_m, rtt_ms=rtt_ms, training=True),
         "learned": analyse(run, errors_m, rtt_ms=rtt_ms),
         "broad": analyse(run, errors_m, rtt_ms=rtt_ms, table_path=run / "failure-table-broad.json"),
         "oracle": analyse(run, errors_m, rtt_ms=rtt_ms, oracle=True),
+        "early": analyse(run, errors_m, rtt_ms=rtt_ms, relocate_quantile=EARLY_QUANTILE),
     }
     return {k: v for k, v in views.items() if v["trips"]}
 
@@ -383,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replay on RUN/table-trips (the trips the table was learned from), not RUN/hsr",
     )
+    p.add_argument(
+        "--relocate-quantile",
+        type=float,
+        help="move each entry to this quantile of its cell's failures on RUN/table-trips",
+    )
     p.add_argument("--gps-error-m", type=float, nargs="+", default=[20.0, 50.0, 100.0, 200.0])
     p.add_argument("--rtt-ms", type=float, default=DEFAULT_RTT_MS)
     p.add_argument(
@@ -411,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         table_path=a.table,
         oracle=a.oracle,
         training=a.training,
+        relocate_quantile=a.relocate_quantile,
     )
     if not doc["trips"]:
         print(f"holds: no hsr trip with a failure table under {a.run}", file=sys.stderr)

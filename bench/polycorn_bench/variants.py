@@ -11,7 +11,8 @@ Two kinds, both in ``testbed/pipelines.toml``:
   burst ends); its gain is over ``hrsch+stale``.
 * **Failure table and HPR lead**: ``hrsch@oracle`` is hrsch with the measured trip's own
   failures as its table (scripts/bench-hsr.sh: a scheme ``NAME@oracle``), ``hrsch@broad``
-  with the trainer's table at lower thresholds, each against the learned table;
+  with the trainer's table at lower thresholds, ``hrsch@early`` with the trainer placing each
+  cell's failure at the 10th percentile of its failures, each against the learned table;
   ``hrsch+lead100`` the default pipeline with ``hof-reject``'s E_GPS at 100 m.
 * **Tail rules** (issue 20, not in the paper): ``tail-filter`` in place of ``tail-reject``,
   with or without ``tail-reinject``, on ``hrsch+stale``, ``hrsch+hol`` or ``minrtt``; the
@@ -60,6 +61,11 @@ VARIANTS: Mapping[str, tuple[str, str, str]] = {
     "hrsch+lead100": ("hrsch+lead100", "hrsch+", "HPR's lead from E_GPS 100 m (not 20 m)"),
     "hrsch@oracle": ("hrsch@oracle", hrsch.HRSCH, "the trip's oracle failure table (not learned)"),
     "hrsch@broad": ("hrsch@broad", hrsch.HRSCH, "the table at 2 failures and 10 % (not 3, 20 %)"),
+    "hrsch@early": (
+        "hrsch@early",
+        hrsch.HRSCH,
+        "failures placed at their 10th percentile (not mean)",
+    ),
 }
 
 METHODS = {

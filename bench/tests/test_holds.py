@@ -10,6 +10,7 @@ import pytest
 
 from polycorn_bench import holds
 from polycorn_bench.holds import Table, cell_id, read_trip, replay, summarise
+from polycorn_bench.records import Issues
 
 SPEED = 100.0  # m/s: 1 m per 10 ms step
 
@@ -147,3 +148,33 @@ def test_analyse_reads_a_run(tmp_path: Path) -> None:
     out = tmp_path / "holds.json"
     assert holds.main([str(tmp_path), "--all", "--out", str(out)]) == 0
     assert list(json.loads(out.read_text())) == ["training"]
+
+
+def test_relocate_moves_entries_to_a_quantile_of_their_training_failures(tmp_path: Path) -> None:
+    log = tmp_path / "events.jsonl"
+    ev = [
+        {
+            "event": "handover_end",
+            "t_ms": 1,
+            "carrier": 0,
+            "from_cell": 1,
+            "outcome": o,
+            "track_m": x,
+        }
+        for o, x in (("rlf", 900.0), ("nas", 1000.0), ("rlf", 1100.0), ("success", 500.0))
+    ]
+    log.write_text("".join(json.dumps(e) + "\n" for e in ev))
+    t = Table(
+        {
+            (cell_id(0, 1), "increasing"): [1000.0],
+            (cell_id(0, 1), "decreasing"): [1000.0],
+            (cell_id(1, 7), "increasing"): [3000.0],
+        }
+    )
+    r = holds.relocate(t, [log], 0.0, Issues())
+    assert r.entries[(cell_id(0, 1), "increasing")] == [900.0], "earliest along travel"
+    assert r.entries[(cell_id(0, 1), "decreasing")] == [1100.0], "earliest going down"
+    assert r.entries[(cell_id(1, 7), "increasing")] == [3000.0], "no failures: unchanged"
+    assert holds.relocate(t, [log], 0.5, Issues()).entries[(cell_id(0, 1), "increasing")] == [
+        pytest.approx(1000.0)
+    ]

@@ -107,6 +107,13 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--min-failure-rate", type=_fraction, default=d.min_failure_rate)
         sp.add_argument("--min-handovers", type=_non_negative_int, default=d.min_handovers)
         sp.add_argument(
+            "--location-quantile",
+            type=_fraction,
+            default=d.location_quantile,
+            help="place a cell's failure at this quantile of its failures along the direction "
+            "of travel (default: their mean, the paper's)",
+        )
+        sp.add_argument(
             "--lead-s",
             type=_seconds,
             default=d.lead_s,
@@ -140,6 +147,7 @@ def _options(a: argparse.Namespace, store: bool, publish: bool) -> Options:
         min_failure_rate=a.min_failure_rate,
         min_handovers=max(2, a.min_handovers),
         lead_s=a.lead_s,
+        location_quantile=a.location_quantile,
     )
     return Options(
         shard=a.shard,

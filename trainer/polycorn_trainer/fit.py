@@ -95,6 +95,18 @@ class Params:
     # throttles this long before t̂_HOF, so the validation's second variant
     # counts a failure as correct for Δ in [t1 − lead, t2 − lead].
     lead_s: float = 0.44
+    # Where the table puts a cell's failure: None, the mean position of its
+    # failures (the paper's L̂_HOF); q in [0, 1], that quantile of them along
+    # the direction of travel (0.1: earlier than nine in ten), so that HPR's
+    # hold begins before the failures that start early on a trip (not in the
+    # paper; issue 20's replay of the holds, docs/trainer.md).
+    location_quantile: float | None = None
+
+    def location(self, x: F64) -> float:
+        """The predicted location of failures at direction-normalised positions ``x``."""
+        if self.location_quantile is None:
+            return float(x.mean())
+        return float(np.quantile(x, self.location_quantile))
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -310,12 +322,14 @@ def fit_cell(c: CellData, p: Params) -> CellResult:
     rate = nf / n if n else 0.0
     ehp = float(c.sign * x.min()) if n else None
     mean_fail = float(c.sign * x[y].mean()) if nf else None
+    location = c.sign * p.location(x[y]) if nf else None
     params: dict[str, Any] = {
         "handovers": n,
         "failures": nf,
         "trips": len(np.unique(c.trip)) if n else 0,
         "earliest_ho_track_m": ehp,
         "failure_mean_track_m": mean_fail,
+        "failure_location_track_m": location,
     }
     counts, deployed = validate_cell(c, p)
     if nf == 0:
@@ -361,7 +375,7 @@ def fit_cell(c: CellData, p: Params) -> CellResult:
                 if math.isfinite(xb):
                     params["boundary_track_m"] = c.sign * xb
         params["svm"] = svms
-    predicted = mean_fail if _qualifies(nf, n, p) else None
+    predicted = location if _qualifies(nf, n, p) else None
     return CellResult(c.key, kind, predicted, rate, params, counts, deployed)
 
 
@@ -385,7 +399,16 @@ def validate_cell(c: CellData, p: Params) -> tuple[Counts, Counts]:
     tr_n = n - n_g
     tr_f = f_g.sum() - f_g
     tr_s = s_g.sum() - s_g
-    l_mean = tr_s / np.where(tr_f > 0, tr_f, 1.0)
+    if p.location_quantile is None:
+        l_fold = tr_s / np.where(tr_f > 0, tr_f, 1.0)
+    else:
+        # Each fold's quantile of the other trips' failures (NaN without any:
+        # masked below, as tr_f = 0 is never predicted).
+        l_fold = np.full(g, np.nan)
+        for i in range(g):
+            m = y & (inv != i)
+            if m.any():
+                l_fold[i] = p.location(x[m])
     speed = c.speed_mps.copy()
     bad = ~np.isfinite(speed) | (speed <= 0.5)
     speed[bad] = p.nominal_speed_mps
@@ -393,7 +416,7 @@ def validate_cell(c: CellData, p: Params) -> tuple[Counts, Counts]:
     deployed = paper & (tr_f >= p.min_failures) & (tr_f / np.maximum(tr_n, 1) >= p.min_failure_rate)
     out = []
     for has in (paper, deployed):
-        k = _classify(x, y, np.where(has, l_mean, np.nan)[inv], speed, p, offset_s=c.delta_offset_s)
+        k = _classify(x, y, np.where(has, l_fold, np.nan)[inv], speed, p, offset_s=c.delta_offset_s)
         k.speed_fallbacks = int(bad.sum())
         out.append(k)
     return out[0], out[1]

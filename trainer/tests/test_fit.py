@@ -190,3 +190,25 @@ def test_delta_histogram_bins_the_predicted_handovers() -> None:
     assert k.delta_successes[edges.index(-0.5) + 1] == 1
     s = k.summary()["delta_histogram"]
     assert len(s["failures"]) == len(s["edges_s"]) + 1
+
+
+def test_a_location_quantile_moves_the_prediction_and_its_validation() -> None:
+    # One failure per trip; the held-out trip's failure is judged against the others'.
+    c = cell([1000, 1100, 1200, 1000], [True] * 4, [1, 2, 3, 4])
+    mean = Params(min_failures=1, min_failure_rate=0)
+    early = Params(min_failures=1, min_failure_rate=0, location_quantile=0.0)
+    assert fit_cell(c, mean).predicted_failure_track_m == pytest.approx(1075)
+    r = fit_cell(c, early)
+    assert r.predicted_failure_track_m == pytest.approx(1000)
+    assert r.params["failure_mean_track_m"] == pytest.approx(1075)
+    assert r.params["failure_location_track_m"] == pytest.approx(1000)
+    # Against the others' mean, trips 1 and 4 (at 1000) fail 1.25 s before it: late. Against
+    # the others' earliest failure every trip is within [0, 2.5] s: correct.
+    paper_mean, _ = validate_cell(c, mean)
+    paper_early, deployed_early = validate_cell(c, early)
+    assert (paper_mean.failure_correct, paper_mean.failure_late) == (2, 2)
+    assert (paper_early.failure_correct, paper_early.failure_late) == (4, 0)
+    assert deployed_early.failure_correct == 4
+    # Decreasing: the quantile runs along the direction of travel (earliest = largest).
+    d = cell([5000, 4900, 4800], [True] * 3, [1, 2, 3], direction="decreasing")
+    assert fit_cell(d, early).predicted_failure_track_m == pytest.approx(5000)
