@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import functools
 import json
 import math
 import sys
@@ -47,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench.records import Issues, read_jsonl
+from polycorn_bench.loop import cell_id
+from polycorn_bench.records import Issues, finite, read_failure_table, read_jsonl
 
 #: The replay's time step (ms).
 STEP_MS = 10
@@ -63,11 +65,6 @@ DEFAULT_RTT_MS = 100.0
 EARLY_QUANTILE = 0.1
 
 INCREASING, DECREASING = "increasing", "decreasing"
-
-
-def cell_id(carrier: int, cell: int) -> int:
-    """The data plane's ID of a testbed cell (``polycorn_telemetry::testbed_cell_id``)."""
-    return (carrier + 1) << 32 | cell
 
 
 @dataclass(frozen=True)
@@ -92,22 +89,17 @@ class Table:
 
 
 def read_table(path: Path) -> Table | None:
-    """A ``polycorn-failure-table/1`` file; None when absent or unusable."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+    """A ``polycorn-failure-table/1`` file; None when absent or unusable. Entries without a
+    direction are increasing (``polycorn_telemetry``'s default); others than the two are
+    skipped."""
+    doc = read_failure_table(path)
+    if doc is None:
         return None
     entries: dict[tuple[int, str], list[float]] = {}
-    for e in doc["entries"]:
-        if not isinstance(e, dict):
-            continue
-        cell, pos, d = e.get("cell"), e.get("position_m"), e.get("direction", INCREASING)
-        if not isinstance(cell, int) or not isinstance(pos, int | float) or not math.isfinite(pos):
-            continue
-        if d in (INCREASING, DECREASING):
-            entries.setdefault((cell, d), []).append(float(pos))
+    for e in doc[1]:
+        d = INCREASING if e.direction is None else e.direction
+        if isinstance(d, str) and d in (INCREASING, DECREASING):
+            entries.setdefault((e.cell, d), []).append(e.position_m)
     return Table(entries)
 
 
@@ -122,7 +114,7 @@ def relocate(table: Table, training: Sequence[Path], quantile: float, issues: Is
         for e in read_jsonl(log, issues):
             if e.get("event") != "handover_end" or e.get("outcome") in (None, "success"):
                 continue
-            c, cell, x = e.get("carrier"), e.get("from_cell"), _num(e, "track_m")
+            c, cell, x = e.get("carrier"), e.get("from_cell"), finite(e.get("track_m"))
             if isinstance(c, int) and isinstance(cell, int) and x is not None:
                 starts.setdefault(cell_id(c, cell), []).append(x)
     out: dict[tuple[int, str], list[float]] = {}
@@ -158,29 +150,22 @@ class Trip:
     handovers: list[Handover] = field(default_factory=list)
     end_ms: float = 0.0
 
-    @property
+    @functools.cached_property
     def direction(self) -> str:
+        """From the first and last fix (read once the trip is read)."""
         if len(self.fixes) >= 2 and self.fixes[-1][1] < self.fixes[0][1]:
             return DECREASING
         return INCREASING
 
-    def position(self, t_ms: float) -> float | None:
-        """The last fix's track_m moved on at its speed (``TrainState::position_at``)."""
+    def state(self, t_ms: float) -> tuple[float, float] | None:
+        """(position, speed) at ``t_ms``: the last fix's track_m moved on at its speed
+        (``TrainState::position_at``); None before the first fix."""
         i = bisect.bisect_right(self.fixes, (t_ms, math.inf, math.inf)) - 1
         if i < 0:
             return None
         t, x, v = self.fixes[i]
         sign = 1.0 if self.direction == INCREASING else -1.0
-        return x + sign * v * (t_ms - t) / 1000.0
-
-    def speed(self, t_ms: float) -> float:
-        i = bisect.bisect_right(self.fixes, (t_ms, math.inf, math.inf)) - 1
-        return max(self.fixes[i][2], 0.0) if i >= 0 else 0.0
-
-
-def _num(obj: dict[str, Any], key: str) -> float | None:
-    v = obj.get(key)
-    return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+        return x + sign * v * (t_ms - t) / 1000.0, max(v, 0.0)
 
 
 def read_trip(name: str, events: Iterable[dict[str, Any]]) -> Trip:
@@ -188,13 +173,13 @@ def read_trip(name: str, events: Iterable[dict[str, Any]]) -> Trip:
     trip = Trip(name)
     starts: dict[tuple[int, int], float] = {}
     for e in events:
-        t = _num(e, "t_ms")
+        t = finite(e.get("t_ms"))
         if t is None:
             continue
         trip.end_ms = max(trip.end_ms, t)
         kind, carrier = e.get("event"), e.get("carrier")
         if kind == "gps":
-            x, v = _num(e, "track_m"), _num(e, "speed_mps")
+            x, v = finite(e.get("track_m")), finite(e.get("speed_mps"))
             if x is not None and v is not None:
                 trip.fixes.append((t, x, v))
         elif not isinstance(carrier, int):
@@ -205,7 +190,7 @@ def read_trip(name: str, events: Iterable[dict[str, Any]]) -> Trip:
             starts[(carrier, e["from_cell"])] = t
         elif kind == "handover_end" and isinstance(e.get("from_cell"), int):
             start = starts.pop((carrier, e["from_cell"]), None)
-            dur = _num(e, "duration_ms")
+            dur = finite(e.get("duration_ms"))
             if start is None:
                 start = t - dur if dur is not None else t
             out = e.get("outcome")
@@ -273,9 +258,9 @@ def replay(
             if c in held and new != 0 and new != held[c][0]:
                 released[c] = (held[c][0], t)
                 end_hold(c, t, expired=False)
-        pos = trip.position(t)
-        if pos is not None:
-            v = trip.speed(t)
+        state = trip.state(t)
+        if state is not None:
+            pos, v = state
             for c in carriers:
                 if c in held:
                     if t - held[c][1] >= max_hold_ms:

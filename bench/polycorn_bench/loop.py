@@ -64,7 +64,14 @@ from polycorn_bench.loop_curve import (
     share,
 )
 from polycorn_bench.loop_plots import GAIN_FILE, LEARNING_FILE, PLOT_FILE, plot_all
-from polycorn_bench.records import HandoverFailure, LinkSetRun, Run, TripRun, read_run
+from polycorn_bench.records import (
+    HandoverFailure,
+    LinkSetRun,
+    Run,
+    TripRun,
+    read_failure_table,
+    read_run,
+)
 
 LEARNED = "hrsch-learned"
 NONE = "hrsch-none"
@@ -150,26 +157,19 @@ class Table:
 
 def read_table(path: Path) -> Table | None:
     """A ``polycorn-failure-table/1`` file, or None when absent or unusable."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    doc = read_failure_table(path)
+    if doc is None:
         return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
-        return None
+    version, rows = doc
     entries: dict[int, tuple[float, int | None]] = {}
     signs: dict[int, int] = {}
-    for e in doc["entries"]:
-        if not isinstance(e, dict):
-            continue
-        cell, pos, fails = e.get("cell"), e.get("position_m"), e.get("failures")
-        if isinstance(cell, int) and isinstance(pos, int | float) and math.isfinite(pos):
-            entries[cell] = (float(pos), fails if isinstance(fails, int) else None)
-            if e.get("direction") == "decreasing":
-                signs[cell] = -1
-            else:
-                signs.pop(cell, None)
-    version = doc.get("version")
-    return Table(version if isinstance(version, int) else None, entries, signs)
+    for e in rows:
+        entries[e.cell] = (e.position_m, e.failures)
+        if e.direction == "decreasing":
+            signs[e.cell] = -1
+        else:
+            signs.pop(e.cell, None)
+    return Table(version, entries, signs)
 
 
 def coverage(failures: list[HandoverFailure], table: Table | None) -> dict[str, Any]:

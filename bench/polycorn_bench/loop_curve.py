@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench.records import Issues, read_jsonl
+from polycorn_bench.records import Issues, finite, read_jsonl
 from polycorn_bench.stats import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
@@ -83,13 +83,6 @@ def share(k: int | None, n: int | None) -> tuple[float | None, list[float] | Non
     return k / n, wilson(k, n)
 
 
-def _finite(v: object) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
 @dataclass(frozen=True)
 class Fixes:
     """The GPS fixes of a trip's event log: time (ms, sorted) and speed (m/s)."""
@@ -116,7 +109,7 @@ def read_fixes(path: Path) -> Fixes | None:
     for obj in read_jsonl(path, Issues()):
         if obj.get("event") != "gps":
             continue
-        t, v = _finite(obj.get("t_ms")), _finite(obj.get("speed_mps"))
+        t, v = finite(obj.get("t_ms")), finite(obj.get("speed_mps"))
         if t is not None and v is not None:
             rows.append((t, v))
     rows.sort()

@@ -54,7 +54,8 @@ class Issues:
         return {"total": self.total, "by_kind": dict(self.counts), "examples": self.examples}
 
 
-def _num(v: object) -> float | None:
+def finite(v: object) -> float | None:
+    """``v`` as a float when it is a finite JSON number (not a bool), else None."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
     f = float(v)
@@ -90,12 +91,12 @@ class Download:
             and isinstance(label, str)
             and isinstance(size, int)
             and size > 0
-            and _num(start) is not None
+            and finite(start) is not None
             and isinstance(ok, bool)
             and isinstance(timeout, bool)
         ):
             return None
-        end = _num(d.get("end_ms"))
+        end = finite(d.get("end_ms"))
         if ok and end is None:
             return None
         err = d.get("error")
@@ -106,14 +107,14 @@ class Download:
             id=ident,
             label=label,
             size=size,
-            planned_ms=_num(d.get("planned_ms")),
+            planned_ms=finite(d.get("planned_ms")),
             start_ms=float(start),  # type: ignore[arg-type]
             end_ms=end,
             bytes=nbytes if isinstance(nbytes, int) else 0,
             ok=ok,
             timeout=timeout,
             error=str(err) if err is not None else None,
-            timeout_ms=_num(d.get("timeout_ms")),
+            timeout_ms=finite(d.get("timeout_ms")),
             progress=progress,
             progress_bad=progress_bad,
         )
@@ -128,7 +129,7 @@ def parse_progress(v: object) -> tuple[tuple[float, float], ...] | None:
     for point in v:
         if not isinstance(point, list | tuple) or len(point) != 2:
             return None
-        t, b = _num(point[0]), _num(point[1])
+        t, b = finite(point[0]), finite(point[1])
         if t is None or b is None or b < 0:
             return None
         if out and (t < out[-1][0] or b < out[-1][1]):
@@ -154,7 +155,7 @@ def backlog_problem(d: dict[str, Any]) -> str | None:
         return "id missing or not an integer"
     if not isinstance(d.get("label"), str):
         return "label missing or not a string"
-    start, end = _num(d.get("start_ms")), _num(d.get("end_ms"))
+    start, end = finite(d.get("start_ms")), finite(d.get("end_ms"))
     if start is None:
         return "start_ms missing or not a number"
     if end is None:
@@ -223,7 +224,7 @@ class Backlog:
             bytes=d["bytes"],
             path=path if isinstance(path, str) else None,
             size=size if isinstance(size, int) else None,
-            planned_ms=_num(d.get("planned_ms")),
+            planned_ms=finite(d.get("planned_ms")),
             requests=_int_or_none(d.get("requests")),
             completed=_int_or_none(d.get("completed")),
             failed=_int_or_none(d.get("failed")),
@@ -250,18 +251,50 @@ class Message:
         user, msg, ok = d.get("user"), d.get("msg"), d.get("ok")
         if not (isinstance(user, int) and isinstance(msg, int) and isinstance(ok, bool)):
             return None
-        delay = _num(d.get("delay_ms"))
+        delay = finite(d.get("delay_ms"))
         if ok and delay is None:
             return None
         err = d.get("error")
         return cls(
             user=user,
             msg=msg,
-            due_ms=_num(d.get("due_ms")),
+            due_ms=finite(d.get("due_ms")),
             delay_ms=delay,
             ok=ok,
             error=str(err) if err is not None else None,
         )
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One entry of a ``polycorn-failure-table/1`` file."""
+
+    cell: int
+    position_m: float
+    direction: object  # "increasing" / "decreasing" as written; each reader decides the rest
+    failures: int | None
+
+
+def read_failure_table(path: Path) -> tuple[int | None, list[TableEntry]] | None:
+    """(version, entries with an integer cell and a finite position) of a
+    ``polycorn-failure-table/1`` file; None when absent or unusable."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+        return None
+    entries = []
+    for e in doc["entries"]:
+        if not isinstance(e, dict):
+            continue
+        cell, pos, fails = e.get("cell"), finite(e.get("position_m")), e.get("failures")
+        if isinstance(cell, int) and pos is not None:
+            entries.append(
+                TableEntry(cell, pos, e.get("direction"), fails if isinstance(fails, int) else None)
+            )
+    version = doc.get("version")
+    return (version if isinstance(version, int) else None), entries
 
 
 def read_jsonl(path: Path, issues: Issues) -> Iterator[dict[str, Any]]:
@@ -440,7 +473,7 @@ def read_handovers(path: Path, issues: Issues) -> tuple[list[float], list[Handov
         event = obj.get("event")
         if event not in ("handover_start", "handover_end"):
             continue
-        t = _num(obj.get("t_ms"))
+        t = finite(obj.get("t_ms"))
         if t is None:
             issues.add("bad event", f"{path}: {event} without t_ms")
             continue
@@ -473,9 +506,9 @@ def read_handovers(path: Path, issues: Issues) -> tuple[list[float], list[Handov
                 carrier=_int_or_none(end.get("carrier")),
                 from_cell=_int_or_none(start.get("from_cell", end.get("from_cell"))),
                 to_cell=_int_or_none(start.get("to_cell", end.get("to_cell"))),
-                track_m=_num(start.get("track_m", end.get("track_m"))),
+                track_m=finite(start.get("track_m", end.get("track_m"))),
                 outcome=outcome,
-                duration_ms=_num(end.get("duration_ms")),
+                duration_ms=finite(end.get("duration_ms")),
             )
         )
     return sorted(starts), sorted(failures, key=lambda f: f.t_ms)

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from polycorn_bench import holds
-from polycorn_bench.holds import Table, cell_id, read_trip, replay, summarise
+from polycorn_bench.holds import Table, read_trip, replay, summarise
+from polycorn_bench.loop import cell_id
 from polycorn_bench.records import Issues
 
 SPEED = 100.0  # m/s: 1 m per 10 ms step
