@@ -453,9 +453,7 @@ make_table() {
         --carriers "$CARRIERS" --preset "$PRESET" --tracegen "$BIN/polycorn-tracegen" --database-url "$url" \
         --work "$RUN/table-trips" --out "$RUN/table-fleet.json" >"$RUN/table-load.log" 2>&1 \
         || die "loading the previous trips into LinkDB failed: $RUN/table-load.log"
-    "$root/.venv/bin/polycorn-trainer" --log-level WARNING run --once --database-url "$url" --bootstrap "" \
-        --summary-json "$RUN/trainer.json" 2>"$RUN/trainer.log" || die "the trainer failed: $RUN/trainer.log"
-    psql "$url" -Atc "SELECT body FROM failure_tables ORDER BY version DESC LIMIT 1" >"$RUN/failure-table.json"
+    trainer_table "$url" ""
     [[ -s $RUN/failure-table.json ]] || die "the trainer published no table (no cell met its thresholds): $RUN/trainer.json"
     log "failure-location table: $(jq '.entries | length' "$RUN/failure-table.json") cells, learned by the trainer from $TABLE_TRIPS previous trips"
     # The same trainer on the same LinkDB with other parameters, for the
@@ -463,21 +461,33 @@ make_table() {
     # and a 10 % failure share, instead of 3 and 20 %) and NAME@early (each
     # cell's failure placed at the 10th percentile of its failures along the
     # direction of travel instead of their mean).
-    [[ " ${SCHEMES[*]} " == *"@broad "* ]] && extra_table "$url" broad --min-failures 2 --min-failure-rate 0.1
-    [[ " ${SCHEMES[*]} " == *"@early "* ]] && extra_table "$url" early --location-quantile 0.1
-    return 0
+    local name args
+    for name in broad early; do
+        uses_table "$name" || continue
+        case $name in
+            broad) args=(--min-failures 2 --min-failure-rate 0.1) ;;
+            early) args=(--location-quantile 0.1) ;;
+        esac
+        trainer_table "$url" "-$name" "${args[@]}"
+        log "$name failure-location table (${args[*]}): $(jq '.entries | length' "$RUN/failure-table-$name.json") cells"
+    done
 }
 
-# extra_table URL NAME TRAINER-ARGS...: the trainer once more on LinkDB URL
-# with TRAINER-ARGS; its table into RUN/failure-table-NAME.json.
-extra_table() {
-    local url=$1 name=$2
+# trainer_table URL SUFFIX TRAINER-ARGS...: `polycorn-trainer run --once` on
+# LinkDB URL with TRAINER-ARGS; the table it published into
+# RUN/failure-table<SUFFIX>.json, its summary and log beside it.
+trainer_table() {
+    local url=$1 suffix=$2
     shift 2
     "$root/.venv/bin/polycorn-trainer" --log-level WARNING run --once --database-url "$url" --bootstrap "" \
-        "$@" --summary-json "$RUN/trainer-$name.json" 2>"$RUN/trainer-$name.log" \
-        || die "the trainer ($name: $*) failed: $RUN/trainer-$name.log"
-    psql "$url" -Atc "SELECT body FROM failure_tables ORDER BY version DESC LIMIT 1" >"$RUN/failure-table-$name.json"
-    log "$name failure-location table ($*): $(jq '.entries | length' "$RUN/failure-table-$name.json") cells"
+        "$@" --summary-json "$RUN/trainer$suffix.json" 2>"$RUN/trainer$suffix.log" \
+        || die "the trainer${*:+ ($*)} failed: $RUN/trainer$suffix.log"
+    psql "$url" -Atc "SELECT body FROM failure_tables ORDER BY version DESC LIMIT 1" >"$RUN/failure-table$suffix.json"
+}
+
+# uses_table NAME: whether a scheme NAME@... of SCHEMES asks for that table.
+uses_table() {
+    [[ " ${SCHEMES[*]} " == *"@$1 "* ]]
 }
 drop_table_db() {
     [[ -n ${TABLE_DB:-} ]] || return 0
@@ -633,7 +643,7 @@ run_trip() {
     mkdir -p "$tdir"
     make_trip "$set" "$k" "$tdir/trip"
     TABLE_ARGS=()
-    if [[ $set == hsr && ($TABLE == truth || " ${SCHEMES[*]} " == *"@oracle "*) ]]; then
+    if [[ $set == hsr ]] && { [[ $TABLE == truth ]] || uses_table oracle; }; then
         # Oracle: every cell where this very trip fails (TABLE=truth, a
         # diagnostic, or the schemes NAME@oracle).
         "$BIN/polycorn-tracegen" failure-table --events "$tdir/trip/events.jsonl" --min-failures 1 \
