@@ -169,7 +169,7 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 # an interval that resolves it: one backlogged download from trip time 45 s
 # for 1200 s (about 18 failed handovers per trip on 2 carriers, against 6
 # in full's 300 s) on 16 held-out trips, 4 at once (24 saturated
-# topologies with the six default schemes), 4 waves of about 25 min:
+# topologies with the six default schemes), 4 waves of about 21 min:
 # 4 trips gave 68 windows and a 95 % interval of -28/+40 %, 16 bring it
 # to about +-20 %. The schemes: hrsch with the learned table, with the
 # trainer's table placing each failure early (hrsch@early) and with the
