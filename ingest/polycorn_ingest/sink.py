@@ -55,6 +55,7 @@ import psycopg
 import sqlalchemy as sa
 from psycopg import errors as pgerr
 
+from polycorn_ingest import mapmatch
 from polycorn_ingest.records import Rows
 from polycorn_ingest.trips import Trip, merge
 from polycorn_schema.linkdb.cli import sqlalchemy_url, upgrade
@@ -70,13 +71,15 @@ DIRECTION_WINDOW_MS = 120_000
 _C = 'text COLLATE "C"'
 STAGING = {
     "stg_fix": f"train_id {_C}, t_ms bigint, lat float8, lon float8, speed float8, "
-    "heading float8, accuracy float8, track_m float8",
+    f"heading float8, accuracy float8, track_m float8, route_id {_C}, track text, "
+    "match_dist float8, off_route bool",
     "stg_sample": f"train_id {_C}, path bigint, t_ms bigint, carrier {_C}, cell_id bigint, "
     "rsrp float8, registration text, measured_ms bigint",
     "stg_path": f"train_id {_C}, path bigint, t_ms bigint, carrier {_C}, up bool, srtt bigint, "
     "rate bigint, sent bigint, acked bigint, reinj bigint, redund bigint, rto bigint",
     "stg_ho": f"train_id {_C}, carrier {_C}, path bigint, src bigint, tgt bigint, start_ms bigint, "
-    "lat float8, lon float8, track_m float8, rsrp float8, outcome text, duration bigint",
+    "lat float8, lon float8, track_m float8, rsrp float8, outcome text, duration bigint, "
+    f"route_id {_C}",
     "tmp_ho_change": f"id bigint, carrier {_C}, src bigint, old_dir track_direction, "
     "new_dir track_direction, trip bigint",
 }
@@ -110,9 +113,10 @@ def ms(col: str) -> str:
 
 INSERT_FIXES = f"""
 WITH ins AS (
-  INSERT INTO gps_fixes (train_id, time, geog, speed_mps, heading_deg, accuracy_m, track_m)
+  INSERT INTO gps_fixes (train_id, time, geog, speed_mps, heading_deg, accuracy_m, track_m,
+                         route_id, track, match_dist_m, off_route)
   SELECT train_id, {ts("t_ms")}, ST_SetSRID(ST_MakePoint(lon, lat), 4326)::geography,
-         speed, heading, accuracy, track_m
+         speed, heading, accuracy, track_m, route_id, track, match_dist, off_route
   FROM stg_fix ORDER BY train_id, t_ms, ctid ON CONFLICT DO NOTHING
   RETURNING train_id, time, track_m IS NOT NULL AS has_track)
 SELECT train_id, {ms("time")}, has_track FROM ins"""
@@ -278,10 +282,11 @@ WITH nw AS (
 d AS (SELECT h.*, {DERIVE_COLS} FROM nw h {DERIVE_JOINS}),
 ins AS (
   INSERT INTO handovers (train_id, trip_id, cell, source, carrier, path, source_cell_id,
-                         target_cell_id, start_time, geog, track_m, direction, rsrp_dbm, outcome,
-                         duration_ms)
+                         target_cell_id, start_time, geog, track_m, route_id, direction,
+                         rsrp_dbm, outcome, duration_ms)
   SELECT d.train_id, d.trip, c.id, %(source)s::row_source, d.carrier, d.path, d.src, d.tgt,
          d.start_time, ST_SetSRID(ST_MakePoint(d.lon, d.lat), 4326)::geography, d.track_m,
+         d.route_id,
          d.dir, d.rsrp, d.outcome::handover_outcome, d.duration
   FROM d LEFT JOIN cells c ON c.carrier = d.carrier AND c.cell_id = d.src
                           AND c.direction = d.dir
@@ -535,10 +540,11 @@ class LinkDbSink:
                     "hi": [rows.seen[t][1] for t in trains],
                 },
             )
-            self._copy(cur, "stg_fix", rows.fixes)
+            fixes, handovers = self._match(cur, rows)
+            self._copy(cur, "stg_fix", fixes)
             self._copy(cur, "stg_sample", rows.samples)
             self._copy(cur, "stg_path", rows.paths)
-            self._copy(cur, "stg_ho", rows.handovers)
+            self._copy(cur, "stg_ho", handovers)
             new_fixes: list[tuple[str, int, bool]] = []
             if rows.fixes:
                 cur.execute(INSERT_FIXES)
@@ -592,6 +598,47 @@ class LinkDbSink:
             if joined:
                 res.cells_changed = self._cells(cur, link)
         return res
+
+    @staticmethod
+    def _match(
+        cur: psycopg.Cursor[Any], rows: Rows
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The batch's fixes and handovers with their map matching (module
+        :mod:`polycorn_ingest.mapmatch`): fixes without ``track_m`` are
+        matched when LinkDB has routes, handovers without ``track_m`` take
+        the route of the train's nearest matched fix (within 10 s) and their
+        own position's measure on it. Fixes that carry ``track_m`` (the
+        testbed's replay, a train that knows its kilometre post) are kept
+        as they are."""
+        fixes: list[tuple[Any, ...]] = [(*f, None, None, None, None) for f in rows.fixes]
+        handovers: list[tuple[Any, ...]] = [(*h, None) for h in rows.handovers]
+        todo = [k for k, f in enumerate(rows.fixes) if f[7] is None]
+        todo_ho = [k for k, h in enumerate(rows.handovers) if h[8] is None]
+        if not todo and not todo_ho:
+            return fixes, handovers
+        cur.execute("SELECT EXISTS (SELECT 1 FROM routes)")
+        row = cur.fetchone()
+        if not row or not row[0]:
+            return fixes, handovers
+        by_train: dict[str, list[int]] = defaultdict(list)
+        for k in todo:
+            by_train[rows.fixes[k][0]].append(k)
+        trains = sorted(by_train)
+        for ks in by_train.values():
+            ks.sort(key=lambda k: rows.fixes[k][1])
+        priors = mapmatch.priors(cur, {t: rows.fixes[by_train[t][0]][1] for t in trains})
+        for train in trains:
+            ks = by_train[train]
+            seq = [mapmatch.fix_from_row(rows.fixes[k]) for k in ks]
+            for k, m in zip(ks, mapmatch.match_fixes(cur, seq, priors.get(train)), strict=True):
+                f = rows.fixes[k]
+                fixes[k] = (*f[:7], m.measure_m, m.route_id, m.track, m.dist_m, m.off_route)
+        if todo_ho:
+            near = mapmatch.handover_positions(cur, [rows.handovers[k] for k in todo_ho], fixes)
+            for k, (route_id, measure) in zip(todo_ho, near, strict=True):
+                h = rows.handovers[k]
+                handovers[k] = (*h[:8], measure, *h[9:], route_id)
+        return fixes, handovers
 
     @staticmethod
     def _copy(cur: psycopg.Cursor[Any], table: str, rows: Sequence[tuple[Any, ...]]) -> None:

@@ -10,10 +10,16 @@ Conventions:
 - Times are ``timestamptz``; positions are ``geography(Point, 4326)``
   (WGS 84 lon/lat, distances in metres).
 - ``track_m`` is the position along the route's linear reference (kilometre
-  posts), when the train knows it; ``direction`` is the direction of travel
-  along it (``increasing``/``decreasing``), the key of a cell together with
-  carrier and cell ID (paper §3: a cell's failure location depends on the
-  direction of travel).
+  posts), when the train knows it or ingest map-matched the fix onto a
+  route (``routes``, migration 0006; ``route_id`` says which); ``direction``
+  is the direction of travel along it (``increasing``/``decreasing``), the
+  key of a cell together with carrier and cell ID (paper §3: a cell's
+  failure location depends on the direction of travel).
+- A route is a line's linear reference: a WGS 84 linestring whose vertex
+  order is the direction of increasing ``track_m`` (0 at its first vertex,
+  geodesic metres), with the line's tracks beside it (``route_tracks``,
+  each with the direction(s) trains run on it) and the reference cut into
+  segments of at most 500 m for matching (``route_segments``).
 - The high-volume time series (``gps_fixes``, ``signal_samples``,
   ``path_stats``) are partitioned by time (monthly ranges; a DEFAULT
   partition catches anything outside the created ones, so no row is ever
@@ -102,6 +108,80 @@ TS = DateTime(timezone=True)
 # natural keys compares them (migration 0004).
 TRAIN_ID = String(128, collation="C")
 CARRIER = String(64, collation="C")
+ROUTE_ID = String(128, collation="C")
+
+
+def line(nullable: bool = False) -> Geography:
+    """A WGS 84 linestring column type (see :func:`point`)."""
+    return Geography(geometry_type="LINESTRING", srid=4326, spatial_index=False, nullable=nullable)
+
+
+class RouteSource(enum.StrEnum):
+    """Where a route's geometry came from."""
+
+    geojson = "geojson"  # polycorn-ingest routes import FILE.geojson
+    osm = "osm"  # polycorn-ingest routes import FILE.osm (railway ways)
+    learned = "learned"  # polycorn-ingest routes learn (fleet GPS centre line)
+
+
+class Running(enum.StrEnum):
+    """The direction(s) trains run on a track, along the route's reference."""
+
+    increasing = "increasing"
+    decreasing = "decreasing"
+    both = "both"
+
+
+ROUTE_SOURCE = Enum(
+    RouteSource, name="route_source", values_callable=lambda e: [m.value for m in e]
+)
+RUNNING = Enum(Running, name="track_running", values_callable=lambda e: [m.value for m in e])
+
+
+class Route(Base):
+    """A line's linear reference: ``track_m`` runs from 0 at the first vertex
+    of ``geog`` to ``length_m`` at the last (geodesic metres)."""
+
+    __tablename__ = "routes"
+    id: Mapped[str] = mapped_column(ROUTE_ID, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, default="")
+    source: Mapped[RouteSource] = mapped_column(ROUTE_SOURCE)
+    length_m: Mapped[float] = mapped_column(Double)
+    geog: Mapped[Any] = mapped_column(line())
+    properties: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(TS, server_default=func.now())
+    updated_at: Mapped[dt.datetime] = mapped_column(TS, server_default=func.now())
+
+
+class RouteTrack(Base):
+    """One track of a route (a double-track line has two, usually one per
+    direction). A route without tracks is matched on its reference line."""
+
+    __tablename__ = "route_tracks"
+    route_id: Mapped[str] = mapped_column(
+        ROUTE_ID, ForeignKey("routes.id", ondelete="CASCADE"), primary_key=True
+    )
+    track: Mapped[str] = mapped_column(String(64), primary_key=True)
+    running: Mapped[Running] = mapped_column(RUNNING)
+    geog: Mapped[Any] = mapped_column(line())
+
+
+class RouteSegment(Base):
+    """A straight piece (at most 500 m) of a route's reference line
+    (``track`` empty) or of one of its tracks, with the measure at each end
+    (for a track: its ends projected onto the reference), for matching: a
+    fix's measure is interpolated at its foot on the nearest piece."""
+
+    __tablename__ = "route_segments"
+    route_id: Mapped[str] = mapped_column(
+        ROUTE_ID, ForeignKey("routes.id", ondelete="CASCADE"), primary_key=True
+    )
+    track: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start_m: Mapped[float] = mapped_column(Double)
+    end_m: Mapped[float] = mapped_column(Double)
+    geog: Mapped[Any] = mapped_column(line())
+    __table_args__ = (Index("ix_route_segments_geog", "geog", postgresql_using="gist"),)
 
 
 class Train(Base):
@@ -145,6 +225,14 @@ class GpsFix(Base):
     heading_deg: Mapped[float | None] = mapped_column(Double)
     accuracy_m: Mapped[float | None] = mapped_column(Double)
     track_m: Mapped[float | None] = mapped_column(Double)
+    # Map matching (ingest, when the fix has no track_m and routes exist):
+    # the route, the track, the distance from the matched track, and
+    # off_route when no route explains the fix (a depot, a GPS jump). NULL
+    # when the fix was not matched.
+    route_id: Mapped[str | None] = mapped_column(ROUTE_ID, nullable=True)
+    track: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    match_dist_m: Mapped[float | None] = mapped_column(Double)
+    off_route: Mapped[bool | None] = mapped_column(nullable=True)
     __table_args__ = (
         Index("ix_gps_fixes_time", "time", postgresql_using="brin"),
         {"postgresql_partition_by": "RANGE (time)"},
@@ -233,6 +321,7 @@ class Handover(Base):
     start_time: Mapped[dt.datetime] = mapped_column(TS)
     geog: Mapped[Any] = mapped_column(point())
     track_m: Mapped[float | None] = mapped_column(Double)
+    route_id: Mapped[str | None] = mapped_column(ROUTE_ID, nullable=True)
     direction: Mapped[Direction | None] = mapped_column(DIRECTION)
     rsrp_dbm: Mapped[float | None] = mapped_column(Double)
     outcome: Mapped[Outcome] = mapped_column(OUTCOME)
