@@ -6,6 +6,8 @@
                         [--time-col C --lat-col C --lon-col C --cell-col C --signal-col C]
                         [--time-format iso|unix-s|unix-ms] [--delimiter ,]
     polycorn-ingest produce-testbed EVENTS.jsonl --train-id NAME [--topic T]
+    polycorn-ingest import-routes FILE.geojson|FILE.osm [--route-id ID] [--name N]
+                        [--railway rail,...] [--min-length-m M]
 
 ``--bootstrap`` defaults to ``POLYCORN_KAFKA_BOOTSTRAP``, ``--database-url``
 to ``POLYCORN_DATABASE_URL``. ``docs/ingest.md`` has the guarantees.
@@ -14,6 +16,7 @@ to ``POLYCORN_DATABASE_URL``. ``docs/ingest.md`` has the guarantees.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -22,13 +25,16 @@ import time
 from pathlib import Path
 from types import FrameType
 
+import psycopg
 from confluent_kafka import KafkaError, Producer
 
+from polycorn_ingest import routes
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.drivetest import Columns, import_csv
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.sink import LinkDbSink, TransientDbError
 from polycorn_ingest.testbed import records
+from polycorn_schema.linkdb.cli import upgrade
 
 log = logging.getLogger("polycorn_ingest")
 
@@ -99,6 +105,26 @@ def _parser() -> argparse.ArgumentParser:
         help="a cell change with a longer interruption is a failed handover",
     )
 
+    rt = sub.add_parser(
+        "import-routes", help="store track geometry (GeoJSON or an OSM XML extract) in LinkDB"
+    )
+    rt.add_argument("file", type=Path)
+    db(rt)
+    rt.add_argument("--format", choices=("geojson", "osm"), default=None, help="default: by suffix")
+    rt.add_argument("--route-id", default=None, help="the route's id (required for OSM)")
+    rt.add_argument("--name", default="", help="the route's name (OSM)")
+    rt.add_argument(
+        "--railway",
+        default="rail",
+        help="OSM railway=* values that are tracks (comma-separated; default rail)",
+    )
+    rt.add_argument(
+        "--min-length-m",
+        type=float,
+        default=1000.0,
+        help="OSM: shorter chains of ways (sidings, yards) are left out",
+    )
+
     tb = sub.add_parser("produce-testbed", help="publish a testbed trip's events.jsonl")
     tb.add_argument("events", type=Path)
     kafka(tb)
@@ -125,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("no database: give --database-url or set POLYCORN_DATABASE_URL")
     if a.cmd == "import-drivetest":
         return _import(a)
+    if a.cmd == "import-routes":
+        return _import_routes(a)
     if not a.bootstrap:
         p.error("no Kafka: give --bootstrap or set POLYCORN_KAFKA_BOOTSTRAP")
     return _run(a)
@@ -206,6 +234,32 @@ def _import(a: argparse.Namespace) -> int:
         f"({rep.failures} failed); new rows: {dict(w)}"
     )
     return 0 if rep.imported else 1
+
+
+def _import_routes(a: argparse.Namespace) -> int:
+    try:
+        specs = routes.load(
+            a.file,
+            fmt=a.format,
+            route_id=a.route_id,
+            name=a.name,
+            railway=tuple(r for r in a.railway.split(",") if r),
+            min_length_m=a.min_length_m,
+        )
+    except routes.RouteError as e:
+        print(f"polycorn-ingest import-routes: {e}", file=sys.stderr)
+        return 2
+    try:
+        if a.migrate:
+            upgrade(a.database_url)
+        with psycopg.connect(a.database_url, connect_timeout=5) as conn, conn.transaction():
+            stored = [routes.store(conn, s) for s in specs]
+    except psycopg.Error as e:
+        print(f"polycorn-ingest import-routes: nothing stored: {e}", file=sys.stderr)
+        return 3
+    for r in stored:
+        print(json.dumps(r))
+    return 0
 
 
 def _produce_testbed(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ OpenStreetMap (``FILE.osm``, the XML that ``osmium extract`` or the
 Overpass API write): every way tagged ``railway=rail`` (or a ``--railway``
 value given) is chained with the ways it shares an end node with into
 lines; each line at least ``min_length_m`` long is a track, the longest
-one the reference, and ``railway:preferred_direction`` (``forward`` /
+one the reference (its measure runs the way its first way in the file is
+drawn), and ``railway:preferred_direction`` (``forward`` /
 ``backward`` / ``both``, OSM's tag for the running direction) gives each
 track's running direction. Shorter lines (sidings, yards) are reported
 and left out.
@@ -285,6 +286,7 @@ def _chain(
         grow(chain)
         chain = [(w, not f) for w, f in reversed(chain)]
         grow(chain)
+        chain = [(w, not f) for w, f in reversed(chain)]  # as way k is drawn
         refs = list(nodes_of(*chain[0]))
         for w, f in chain[1:]:
             refs.extend(nodes_of(w, f)[1:])
@@ -393,13 +395,24 @@ def store(conn: Any, spec: RouteSpec) -> dict[str, Any]:
     }
 
 
-def load(path: Path, *, fmt: str | None = None, **osm: Any) -> list[RouteSpec]:
+def load(
+    path: Path,
+    *,
+    fmt: str | None = None,
+    route_id: str | None = None,
+    name: str = "",
+    railway: Sequence[str] = ("rail",),
+    min_length_m: float = 1000.0,
+) -> list[RouteSpec]:
     """Parse a route file; ``fmt`` geojson or osm (default: by extension)."""
     kind = fmt or ("osm" if path.suffix.lower() in (".osm", ".xml") else "geojson")
     if kind == "osm":
-        if not osm.get("route_id"):
-            raise RouteError("an OSM extract needs --route-id")
-        return [parse_osm(path, **osm)]
+        if not route_id or len(route_id) > 128:
+            raise RouteError("an OSM extract needs --route-id (at most 128 characters)")
+        spec = parse_osm(
+            path, route_id=route_id, name=name, railway=railway, min_length_m=min_length_m
+        )
+        return [spec]
     if kind != "geojson":
         raise RouteError(f"unknown route format {kind!r} (geojson or osm)")
     try:

@@ -9,17 +9,19 @@ each axis (radial RMS 28 m)."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from helpers import query
 
-from polycorn_ingest import mapmatch
+from polycorn_ingest import cli, mapmatch
 from polycorn_ingest.records import Rows
-from polycorn_ingest.routes import RouteError, parse_geojson, store
+from polycorn_ingest.routes import RouteError, parse_geojson, parse_osm, store
 from polycorn_ingest.sink import LinkDbSink
 from polycorn_schema.testing import fresh_database
 
@@ -377,3 +379,105 @@ def test_without_routes_nothing_is_matched() -> None:
 def test_bad_route_files_are_refused_with_the_reason(doc: object, msg: str) -> None:
     with pytest.raises(RouteError, match=msg):
         parse_geojson(doc)
+
+
+def osm_xml(tmp: Path) -> Path:
+    """A synthetic OpenStreetMap extract (built here, no OSM data): the
+    double-track line as ways of about 2 km, track "R" eastbound and drawn
+    so, track "L" westbound and drawn so except one way drawn eastbound
+    (preferred direction backward), a 300 m siding joined to the left
+    track, and a road."""
+    nodes: list[str] = []
+    ways: list[str] = []
+    nid = [0]
+
+    def node(x: float, y: float) -> int:
+        nid[0] += 1
+        lon, lat = _lonlat(x, y)
+        nodes.append(f'  <node id="{nid[0]}" lat="{lat:.8f}" lon="{lon:.8f}"/>')
+        return nid[0]
+
+    def way(wid: int, refs: list[int], tags: dict[str, str]) -> None:
+        body = "".join(f'<nd ref="{r}"/>' for r in refs)
+        body += "".join(f'<tag k="{k}" v="{v}"/>' for k, v in tags.items())
+        ways.append(f'  <way id="{wid}">{body}</way>')
+
+    for off, base, flip in ((GAUGE_M / 2, 100, False), (-GAUGE_M / 2, 200, True)):
+        ids = [node(*offset_point(s, off)) for s in [k * 20.0 for k in range(int(LENGTH / 20))]]
+        chunks = [ids[k : k + 101] for k in range(0, len(ids) - 1, 100)]
+        for j, ch in enumerate(chunks):
+            if not flip:  # eastbound, drawn eastbound
+                way(base + j, ch, {"railway": "rail", "railway:preferred_direction": "forward"})
+            elif j == 1:  # westbound, but this way is drawn eastbound
+                way(base + j, ch, {"railway": "rail", "railway:preferred_direction": "backward"})
+            else:  # westbound, drawn westbound
+                tags = {"railway": "rail", "railway:preferred_direction": "forward"}
+                way(base + j, ch[::-1], tags)
+        if flip:
+            junction = chunks[1][50]
+            x, y = offset_point(3000.0, -GAUGE_M / 2 - 300.0)
+            way(300, [junction, node(x, y)], {"railway": "rail", "service": "siding"})
+    way(400, [node(0, 500), node(5000, 500)], {"highway": "primary"})
+    path = tmp / "line.osm"
+    path.write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n<osm version="0.6" generator="test">\n'
+        + "\n".join(nodes + ways)
+        + "\n</osm>\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_an_osm_extract_becomes_a_route_with_running_directions(tmp_path: Path) -> None:
+    path = osm_xml(tmp_path)
+    spec = parse_osm(path, route_id="osm-line", name="OSM line")
+    assert len(spec.tracks) == 2
+    assert any("300" in n for n in spec.notes), spec.notes  # the siding, left out
+    ref = spec.reference
+    by_side = {}
+    for t in spec.tracks:
+        # Which side of the reference: the track whose first vertex is the
+        # reference's own is the reference.
+        by_side["ref" if t.coords == ref else "other"] = t
+    assert set(by_side) == {"ref", "other"}
+    # The measure runs the way the file's first railway way (track R's,
+    # eastbound) is drawn; R runs "increasing", L "decreasing", its way
+    # drawn the other way included.
+    assert ref[0][0] < ref[-1][0]
+    south = min(spec.tracks, key=lambda t: min(c[1] for c in t.coords))
+    north = max(spec.tracks, key=lambda t: min(c[1] for c in t.coords))
+    assert south.running == "increasing" and north.running == "decreasing"
+    assert by_side["ref"] is south
+    with fresh_database() as url:
+        with psycopg.connect(url) as conn, conn.transaction():
+            out = store(conn, spec)
+        assert out["tracks"] and abs(out["length_m"] - LENGTH) < 0.02 * LENGTH
+        rows, _ = trip("osm-train", increasing=True, rng=random.Random(8), s_to=4000.0)
+        sink = LinkDbSink(url)
+        try:
+            sink.write(rows)
+        finally:
+            sink.close()
+        got = matched(url, "osm-train")
+        assert all(g[0] == "osm-line" for g in got)
+        assert len({g[1] for g in got}) == 1  # one track all the way
+
+
+def test_import_routes_cli_stores_a_geojson_file_and_refuses_a_bad_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "line.geojson"
+    good.write_text(json.dumps(geojson()), encoding="utf-8")
+    bad = tmp_path / "bad.geojson"
+    bad.write_text('{"type": "FeatureCollection", "features": [{"type": "Feature"}]}')
+    with fresh_database() as url:
+        assert cli.main(["import-routes", str(bad), "--database-url", url]) == 2
+        assert "no route id" in capsys.readouterr().err
+        assert query(url, "SELECT count(*) FROM routes")[0][0] == 0
+        assert cli.main(["import-routes", str(good), "--database-url", url]) == 0
+        printed = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        assert [p["route"] for p in printed] == ["hsr", "conv"]
+        # Importing again replaces, not duplicates.
+        assert cli.main(["import-routes", str(good), "--database-url", url]) == 0
+        assert query(url, "SELECT count(*) FROM routes")[0][0] == 2
+        assert query(url, "SELECT count(*) FROM route_tracks")[0][0] == 2
