@@ -16,7 +16,7 @@ from polycorn_linkdb_api.auth import KeyStore, load_keys
 from polycorn_linkdb_api.db import make_pool
 from polycorn_linkdb_api.errors import Problem
 from polycorn_linkdb_api.metrics import Metrics, MetricsMiddleware
-from polycorn_linkdb_api.routes import cells, failure_tables, handovers, health, trains
+from polycorn_linkdb_api.routes import cells, failure_tables, handovers, health, lines, trains
 from polycorn_linkdb_api.routes.failure_tables import BodyCache
 from polycorn_linkdb_api.settings import Settings
 
@@ -66,7 +66,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.table_cache = BodyCache()
     app.state.metrics = Metrics(CollectorRegistry())
     errors.install(app)
-    for r in (trains.router, cells.router, handovers.router, failure_tables.router, health.router):
+    for r in (
+        trains.router,
+        cells.router,
+        handovers.router,
+        lines.router,
+        failure_tables.router,
+        health.router,
+    ):
         app.include_router(r)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
 

@@ -85,6 +85,59 @@ class TripCollection(Page):
     features: list[TripFeature]
 
 
+# ------------------------------------------------------------------ routes
+
+Running = Literal["increasing", "decreasing", "both"]
+
+
+class TrackRef(BaseModel):
+    track: str
+    running: Running = Field(description="the direction(s) trains run on it along the measure")
+
+
+class RouteProps(BaseModel):
+    id: str
+    name: str
+    source: Literal["geojson", "osm", "learned"]
+    length_m: float = Field(description="geodesic length; track_m runs from 0 to this")
+    tracks: list[TrackRef]
+    properties: dict[str, object] = Field(description="the import's other properties")
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+class RouteFeature(BaseModel):
+    """A route: its linear reference, drawn in the direction of increasing track_m."""
+
+    type: Literal["Feature"]
+    id: str
+    geometry: LineString | None = Field(description="null with ?geometry=false")
+    properties: RouteProps
+
+
+class RouteCollection(Page):
+    type: Literal["FeatureCollection"]
+    features: list[RouteFeature]
+
+
+class TrackProps(BaseModel):
+    route_id: str
+    track: str
+    running: Running
+
+
+class TrackFeature(BaseModel):
+    type: Literal["Feature"]
+    id: str
+    geometry: LineString
+    properties: TrackProps
+
+
+class TrackCollection(BaseModel):
+    type: Literal["FeatureCollection"]
+    features: list[TrackFeature]
+
+
 # ------------------------------------------------------------------ cells
 
 
@@ -160,6 +213,7 @@ class HandoverProps(BaseModel):
     target_cell_id: int
     start_time: dt.datetime
     track_m: float | None
+    route_id: str | None = Field(description="the route track_m is on (map matching)")
     direction: Dir | None
     rsrp_dbm: float | None
     outcome: Literal["success", "failure"]

@@ -56,6 +56,14 @@ INSERT INTO handovers (source, train_id, trip_id, carrier, path, source_cell_id,
            ::handover_outcome,
          CASE WHEN i % 5 = 0 THEN 2000 ELSE 50 END
   FROM generate_series(0, 299) i;
+INSERT INTO routes (id, name, source, length_m, geog, properties) VALUES
+  ('line-a', 'Line A', 'geojson', 4270.0,
+   ST_GeogFromText('LINESTRING(116.0 39.0, 116.05 39.0)'), '{"operator": "test"}'),
+  ('line-b', 'Line B', 'osm', 11100.0,
+   ST_GeogFromText('LINESTRING(117.0 40.0, 117.0 40.1)'), '{}');
+INSERT INTO route_tracks (route_id, track, running, geog) VALUES
+  ('line-a', '1', 'increasing', ST_GeogFromText('LINESTRING(116.0 39.00002, 116.05 39.00002)')),
+  ('line-a', '2', 'decreasing', ST_GeogFromText('LINESTRING(116.05 38.99998, 116.0 38.99998)'));
 INSERT INTO handovers (source, train_id, trip_id, carrier, path, source_cell_id,
                        target_cell_id, start_time, geog, track_m, direction, rsrp_dbm,
                        outcome, duration_ms)

@@ -102,3 +102,37 @@ def test_cell_stats(client: TestClient) -> None:
 def test_health_and_readiness(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/readyz").json() == {"status": "ok"}
+
+
+def test_routes_page_filter_by_bbox_and_carry_their_tracks(client: TestClient) -> None:
+    first = get(client, "/v1/routes", limit=1)
+    assert first["type"] == "FeatureCollection"
+    (a,) = first["features"]
+    assert a["id"] == "line-a" and a["geometry"]["type"] == "LineString"
+    assert a["geometry"]["coordinates"][0] == [116.0, 39.0]  # drawn along the measure
+    assert a["properties"]["tracks"] == [
+        {"track": "1", "running": "increasing"},
+        {"track": "2", "running": "decreasing"},
+    ]
+    assert a["properties"]["properties"] == {"operator": "test"}
+    rest = client.get(first["next"], headers=READ).json()
+    assert [f["id"] for f in rest["features"]] == ["line-b"]
+    assert rest["features"][0]["properties"]["tracks"] == []
+    boxed = get(client, "/v1/routes", bbox="116.9,39.9,117.1,40.05", geometry="false")
+    assert [f["id"] for f in boxed["features"]] == ["line-b"]
+    assert boxed["features"][0]["geometry"] is None
+
+
+def test_one_route_and_its_tracks(client: TestClient) -> None:
+    a = get(client, "/v1/routes/line-a")
+    assert a["properties"]["length_m"] == 4270.0
+    tracks = get(client, "/v1/routes/line-a/tracks")
+    assert [(f["id"], f["properties"]["running"]) for f in tracks["features"]] == [
+        ("1", "increasing"),
+        ("2", "decreasing"),
+    ]
+    assert get(client, "/v1/routes/line-b/tracks")["features"] == []
+    for url in ("/v1/routes/nope", "/v1/routes/nope/tracks"):
+        r = client.get(url, headers=READ)
+        assert r.status_code == 404
+        assert r.headers["content-type"] == "application/problem+json"
