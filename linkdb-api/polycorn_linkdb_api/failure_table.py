@@ -5,8 +5,12 @@ What the proxies load, what ``failure_tables.body`` holds, and what
 ``format`` must be ``polycorn-failure-table/1``; ``version``, ``cell``,
 ``failures`` and ``handovers`` are unsigned 64-bit integers (no floats, no
 strings, no booleans); ``cell`` is not 0; ``position_m`` is a finite number;
-``direction`` is ``increasing`` or ``decreasing``. Unknown fields are
-ignored, as serde does, and dropped from the stored body.
+``direction`` is ``increasing`` or ``decreasing``; the optional map-matching
+fields (issue 21) as the Rust parser checks them: an entry's ``route``
+(1–128 characters), ``lat``/``lon``; ``routes`` with unique ids, at least
+two ``[lon, lat]`` vertices in WGS 84 each with a finite, non-decreasing
+measure, at most 2,000,000 vertices in all. Unknown fields are ignored, as
+serde does, and dropped from the stored body.
 
 The canonical body is the JSON of the validated table with sorted keys, no
 whitespace, UTF-8, absent optional counts left out (serde's
@@ -19,6 +23,7 @@ live in ``polycorn_schema.failure_table`` with the publication lock.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Literal
 
@@ -37,6 +42,16 @@ from polycorn_schema.failure_table import FORMAT, canonical
 U64_MAX = 2**64 - 1
 
 
+def _finite(v: float) -> float:
+    try:
+        f = float(v)
+    except OverflowError:
+        raise ValueError("numbers must be finite") from None
+    if not math.isfinite(f):
+        raise ValueError("numbers must be finite")
+    return f
+
+
 class Entry(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
@@ -47,6 +62,11 @@ class Entry(BaseModel):
     )
     failures: StrictInt | None = Field(default=None, ge=0, le=U64_MAX)
     handovers: StrictInt | None = Field(default=None, ge=0, le=U64_MAX)
+    route: StrictStr | None = Field(
+        default=None, min_length=1, max_length=128, description="the route position_m is on"
+    )
+    lat: StrictFloat | StrictInt | None = Field(default=None, ge=-90, le=90)
+    lon: StrictFloat | StrictInt | None = Field(default=None, ge=-180, le=180)
 
     @field_validator("cell")
     @classmethod
@@ -56,6 +76,11 @@ class Entry(BaseModel):
         if v < 0:
             raise ValueError("cell must be an unsigned 64-bit integer")
         return v
+
+    @field_validator("lat", "lon")
+    @classmethod
+    def _point(cls, v: float | None) -> float | None:
+        return None if v is None else _finite(v)
 
     @field_validator("position_m")
     @classmethod
@@ -69,6 +94,41 @@ class Entry(BaseModel):
         return v
 
 
+MAX_ROUTE_VERTICES = 2_000_000
+
+
+class RouteLine(BaseModel):
+    """A route's reference line: ``[lon, lat]`` vertices in the direction of
+    increasing measure, each with its measure (metres)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    id: StrictStr = Field(min_length=1, max_length=128)
+    coords: list[list[StrictFloat | StrictInt]] = Field(min_length=2)
+    measures: list[StrictFloat | StrictInt] = Field(min_length=2)
+
+    @field_validator("coords")
+    @classmethod
+    def _coords(cls, v: list[list[float]]) -> list[list[float]]:
+        out = []
+        for c in v:
+            if len(c) != 2:
+                raise ValueError("a vertex is [lon, lat]")
+            lon, lat = _finite(c[0]), _finite(c[1])
+            if abs(lon) > 180 or abs(lat) > 90:
+                raise ValueError("a vertex is not in WGS 84")
+            out.append([lon, lat])
+        return out
+
+    @field_validator("measures")
+    @classmethod
+    def _measures(cls, v: list[float]) -> list[float]:
+        ms = [_finite(m) for m in v]
+        if any(b < a for a, b in itertools.pairwise(ms)):
+            raise ValueError("measures must be non-decreasing")
+        return ms
+
+
 class TableIn(BaseModel):
     """A table to publish. ``version`` may be left out: the API assigns the
     previous version + 1 (and refuses any other value with 409)."""
@@ -79,6 +139,19 @@ class TableIn(BaseModel):
     version: StrictInt | None = Field(default=None, ge=0, le=U64_MAX)
     source: StrictStr = ""
     entries: list[Entry] = Field(max_length=1_000_000)
+    routes: list[RouteLine] = Field(default_factory=list, max_length=100_000)
+
+    @field_validator("routes")
+    @classmethod
+    def _routes(cls, v: list[RouteLine]) -> list[RouteLine]:
+        if len({r.id for r in v}) != len(v):
+            raise ValueError("route ids must be unique")
+        for r in v:
+            if len(r.coords) != len(r.measures):
+                raise ValueError(f"route {r.id!r}: each vertex needs one measure")
+        if sum(len(r.coords) for r in v) > MAX_ROUTE_VERTICES:
+            raise ValueError(f"more than {MAX_ROUTE_VERTICES} route vertices")
+        return v
 
     @field_validator("format")
     @classmethod
@@ -106,15 +179,21 @@ class TableFile(BaseModel):
     version: int
     source: str
     entries: list[Entry]
+    routes: list[RouteLine] | None = Field(
+        default=None, description="reference lines of the entries' routes (absent when none)"
+    )
 
 
 def canonical_dict(table: TableIn, version: int) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "format": FORMAT,
         "version": version,
         "source": table.source,
         "entries": [e.model_dump(exclude_none=True) for e in table.entries],
     }
+    if table.routes:
+        out["routes"] = [r.model_dump() for r in table.routes]
+    return out
 
 
 def reserialise(body: dict[str, Any]) -> bytes:

@@ -97,6 +97,21 @@ def test_unknown_fields_are_ignored_and_dropped(fresh: TestClient) -> None:
     assert "comment" not in body and "extra" not in body["entries"][0]
 
 
+def test_routes_and_entry_routes_are_kept_in_canonical_form(fresh: TestClient) -> None:
+    route = {"id": "bj-sh", "coords": [[116, 39], [116.01, 39.0]], "measures": [0, 853.2]}
+    t = table({**E1, "route": "bj-sh", "lat": 39, "lon": 116.005}, routes=[route])
+    assert fresh.post("/v1/failure-tables", json=t, headers=ADMIN).status_code == 201
+    r = fresh.get("/v1/failure-table", headers=READ)
+    body = r.json()
+    assert body["entries"][0]["route"] == "bj-sh"
+    assert body["routes"] == [
+        {"id": "bj-sh", "coords": [[116.0, 39.0], [116.01, 39.0]], "measures": [0.0, 853.2]}
+    ]
+    # Canonical: numbers as floats, so JSONB's round trip changes no byte.
+    assert b'"lat":39.0' in r.content and b'"coords":[[116.0,39.0]' in r.content
+    assert r.headers["etag"].strip('"') == hashlib.sha256(r.content).hexdigest()
+
+
 def test_model_id_must_exist(fresh: TestClient) -> None:
     r = fresh.post("/v1/failure-tables", json=table(), headers=ADMIN, params={"model_id": 3})
     assert r.status_code == 422
@@ -118,6 +133,30 @@ BAD: list[tuple[Any, str]] = [
     (table({**E1, "position_m": None}), "body.entries.0.position_m"),
     (table({**E1, "failures": -1}), "body.entries.0.failures"),
     (table({**E1, "handovers": True}), "body.entries.0.handovers"),
+    (table({**E1, "route": ""}), "body.entries.0.route"),
+    (table({**E1, "lat": 91.0}), "body.entries.0.lat"),
+    (table(routes=[{"id": "r", "coords": [[1.0, 2.0]], "measures": [0.0]}]), "body.routes.0"),
+    (
+        table(routes=[{"id": "r", "coords": [[1.0, 2.0], [1.0, 2.1], [1, 3]], "measures": [0, 1]}]),
+        "each vertex needs one measure",
+    ),
+    (
+        table(routes=[{"id": "r", "coords": [[1.0, 2.0], [1.0, 2.1]], "measures": [5.0, 1.0]}]),
+        "non-decreasing",
+    ),
+    (
+        table(routes=[{"id": "r", "coords": [[1.0, 2.0], [181.0, 2.1]], "measures": [0, 1]}]),
+        "WGS 84",
+    ),
+    (
+        table(
+            routes=[
+                {"id": "r", "coords": [[1.0, 2.0], [1.0, 2.1]], "measures": [0, 1]},
+                {"id": "r", "coords": [[1.0, 2.0], [1.0, 2.1]], "measures": [0, 1]},
+            ]
+        ),
+        "unique",
+    ),
     (table(version=-1), "body.version"),
     (table(version=1.0), "body.version"),
     (table(source=3), "body.source"),

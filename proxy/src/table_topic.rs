@@ -217,6 +217,9 @@ mod tests {
                 position_m: 1234.5,
                 failures: Some(3),
                 handovers: Some(9),
+                route: None,
+                lat: None,
+                lon: None,
             });
             f.to_json()
         }

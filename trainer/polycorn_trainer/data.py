@@ -48,18 +48,29 @@ SHARD_EXPR = (
 )
 
 # One scan of the shard's handovers: the positioned ones as arrays, the
-# others counted. Speed at a handover: the train's last fix within 10 s
-# before its start (looked up for positioned handovers only).
-T = "FILTER (WHERE h.track_m IS NOT NULL)"
+# others counted. Positioned means a track_m on the cell's route: a cell
+# whose handovers were map-matched onto more than one route (a junction)
+# is fitted on the route most of them are on (measures on different routes
+# do not compare); ties go to a named route. Speed at a handover: the
+# train's last fix within 10 s before its start (looked up for positioned
+# handovers only).
+CELL_ROUTE = """LEFT JOIN LATERAL (
+    SELECT h2.route_id AS route FROM handovers h2
+    WHERE h2.cell = c.id AND h2.track_m IS NOT NULL
+    GROUP BY h2.route_id ORDER BY count(*) DESC, h2.route_id NULLS LAST LIMIT 1
+) dr ON true"""
+ON_ROUTE = "h.track_m IS NOT NULL AND h.route_id IS NOT DISTINCT FROM dr.route"
+T = f"FILTER (WHERE {ON_ROUTE})"
 CELLS_SQL = f"""
 SELECT c.id, c.carrier, c.cell_id, c.direction::text,
-       count(*) FILTER (WHERE h.track_m IS NULL),
+       count(*) FILTER (WHERE NOT ({ON_ROUTE})),
        array_agg(h.track_m ORDER BY h.start_time, h.id) {T},
        array_agg(coalesce(h.rsrp_dbm, 'NaN'::float8) ORDER BY h.start_time, h.id) {T},
        array_agg(h.outcome = 'failure' ORDER BY h.start_time, h.id) {T},
        array_agg(coalesce(h.trip_id, -h.id) ORDER BY h.start_time, h.id) {T},
        array_agg(coalesce(s.speed_mps, 'NaN'::float8) ORDER BY h.start_time, h.id) {T}
 FROM cells c
+{CELL_ROUTE}
 JOIN handovers h ON h.cell = c.id
 LEFT JOIN LATERAL (
     SELECT g.speed_mps FROM gps_fixes g
@@ -82,7 +93,7 @@ class Loaded:
     """A shard's training data."""
 
     cells: list[CellData]  # every cell with at least one positioned handover
-    untracked: int  # handovers of the shard's cells without a track position
+    untracked: int  # handovers of the shard's cells without a position on the cell's route
 
 
 def load_cells(conn: psycopg.Connection, shard: Shard) -> Loaded:

@@ -17,6 +17,22 @@
 //! `format`, or has an entry with cell 0, a non-finite position or an
 //! unknown direction is refused as a whole: a shell then keeps the table it
 //! had.
+//!
+//! Optional, for trains whose GPS gives only longitude and latitude (issue
+//! 21): an entry's `route` names the route its `position_m` is on (and
+//! `lat`/`lon` give the predicted failure point, informative), and
+//! `routes` carries those routes' reference lines, so a shell can turn a
+//! live fix into a position along the route (map matching):
+//!
+//! ```json
+//!  "routes": [{"id": "bj-sh", "coords": [[116.38, 39.86], [116.39, 39.86]],
+//!              "measures": [0.0, 853.2]}]
+//! ```
+//!
+//! `coords` are `[lon, lat]` vertices in the direction of increasing
+//! measure and `measures` each vertex's position along the route (metres,
+//! geodesic, as LinkDB computed them; non-decreasing). Readers that do not
+//! know these fields ignore them.
 
 use polycorn_core::sched::hrsch::{FailureTable, TrackDirection};
 use serde::{Deserialize, Serialize};
@@ -31,7 +47,24 @@ pub struct FailureTableFile {
     #[serde(default)]
     pub source: String,
     pub entries: Vec<Entry>,
+    /// Reference lines of the routes the entries are on (may be empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteLine>,
 }
+
+/// A route's reference line: vertices and their measures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RouteLine {
+    pub id: String,
+    /// `[lon, lat]`, in the direction of increasing measure.
+    pub coords: Vec<[f64; 2]>,
+    /// Each vertex's position along the route, metres, non-decreasing.
+    pub measures: Vec<f64>,
+}
+
+/// The most route vertices a table may carry (all routes together): a
+/// 1,300 km line with a vertex every 10 m has 130,000.
+pub const MAX_ROUTE_VERTICES: usize = 2_000_000;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -44,6 +77,16 @@ pub struct Entry {
     /// All handovers out of this cell in this direction behind the entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handovers: Option<u64>,
+    /// The route `position_m` is on (one of the table's `routes`, or a
+    /// route the shell knows otherwise); absent: the track of the trip
+    /// replay or of fixes that carry their own track position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// The predicted failure point (informative).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lon: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,11 +113,19 @@ pub enum TableError {
     Format(String),
     #[error("entry {0}: {1}")]
     Entry(usize, &'static str),
+    #[error("route {0}: {1}")]
+    Route(usize, &'static str),
 }
 
 impl FailureTableFile {
     pub fn new(version: u64, source: impl Into<String>) -> Self {
-        FailureTableFile { format: FORMAT.into(), version, source: source.into(), entries: Vec::new() }
+        FailureTableFile {
+            format: FORMAT.into(),
+            version,
+            source: source.into(),
+            entries: Vec::new(),
+            routes: Vec::new(),
+        }
     }
 
     /// Parse and check a table file.
@@ -89,6 +140,31 @@ impl FailureTableFile {
             }
             if !e.position_m.is_finite() {
                 return Err(TableError::Entry(i, "position_m must be a finite number"));
+            }
+            if e.route.as_ref().is_some_and(|r| r.is_empty() || r.len() > 128) {
+                return Err(TableError::Entry(i, "route must be 1 to 128 bytes"));
+            }
+        }
+        let mut vertices = 0usize;
+        let mut ids = std::collections::HashSet::new();
+        for (i, r) in f.routes.iter().enumerate() {
+            if r.id.is_empty() || r.id.len() > 128 || !ids.insert(r.id.as_str()) {
+                return Err(TableError::Route(i, "id must be 1 to 128 bytes and unique"));
+            }
+            if r.coords.len() < 2 || r.coords.len() != r.measures.len() {
+                return Err(TableError::Route(i, "needs at least 2 vertices, each with a measure"));
+            }
+            vertices = vertices.saturating_add(r.coords.len());
+            if vertices > MAX_ROUTE_VERTICES {
+                return Err(TableError::Route(i, "too many route vertices in one table"));
+            }
+            let in_range =
+                |c: &[f64; 2]| c[0].is_finite() && c[1].is_finite() && c[0].abs() <= 180.0 && c[1].abs() <= 90.0;
+            if !r.coords.iter().all(in_range) {
+                return Err(TableError::Route(i, "a vertex is not a finite [lon, lat] in WGS 84"));
+            }
+            if !r.measures.iter().all(|m| m.is_finite()) || r.measures.windows(2).any(|w| w[1] < w[0]) {
+                return Err(TableError::Route(i, "measures must be finite and non-decreasing"));
             }
         }
         Ok(f)
@@ -121,6 +197,14 @@ mod tests {
             position_m: 1000.0,
             failures: Some(2),
             handovers: Some(3),
+            route: Some("r1".into()),
+            lat: Some(39.9),
+            lon: Some(116.4),
+        });
+        f.routes.push(RouteLine {
+            id: "r1".into(),
+            coords: vec![[116.4, 39.9], [116.41, 39.9]],
+            measures: vec![0.0, 853.0],
         });
         let g = FailureTableFile::parse(&f.to_json()).unwrap();
         assert_eq!(f, g);
@@ -146,6 +230,30 @@ mod tests {
                 "not a failure-location table",
             ),
             (r#"{"format":"polycorn-failure-table/1","version":-1,"entries":[]}"#, "not a failure-location table"),
+            (
+                r#"{"format":"polycorn-failure-table/1","version":1,"entries":[{"cell":1,"direction":"increasing","position_m":1,"route":""}]}"#,
+                "route must be",
+            ),
+            (
+                r#"{"format":"polycorn-failure-table/1","version":1,"entries":[],"routes":[{"id":"a","coords":[[1,2]],"measures":[0]}]}"#,
+                "at least 2 vertices",
+            ),
+            (
+                r#"{"format":"polycorn-failure-table/1","version":1,"entries":[],"routes":[{"id":"a","coords":[[1,2],[1,3]],"measures":[0]}]}"#,
+                "each with a measure",
+            ),
+            (
+                r#"{"format":"polycorn-failure-table/1","version":1,"entries":[],"routes":[{"id":"a","coords":[[1,2],[1,3]],"measures":[5,4]}]}"#,
+                "non-decreasing",
+            ),
+            (
+                r#"{"format":"polycorn-failure-table/1","version":1,"entries":[],"routes":[{"id":"a","coords":[[1,2],[181,3]],"measures":[0,1]}]}"#,
+                "WGS 84",
+            ),
+            (
+                r#"{"format":"polycorn-failure-table/1","version":1,"entries":[],"routes":[{"id":"a","coords":[[1,2],[1,3]],"measures":[0,1]},{"id":"a","coords":[[1,2],[1,3]],"measures":[0,1]}]}"#,
+                "unique",
+            ),
         ];
         for (text, want) in cases {
             let e = FailureTableFile::parse(text).unwrap_err().to_string();

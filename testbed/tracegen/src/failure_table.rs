@@ -290,6 +290,9 @@ pub fn build_entries<'a>(handovers: impl IntoIterator<Item = &'a PastHandover>, 
             position_m: (s.failure_track_sum_m / s.failures as f64 * 10.0).round() / 10.0,
             failures: Some(s.failures),
             handovers: Some(s.handovers),
+            route: None,
+            lat: None,
+            lon: None,
         })
         .collect()
 }

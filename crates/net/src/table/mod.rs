@@ -322,6 +322,9 @@ pub(crate) mod tests {
                 position_m: 100.0,
                 failures: None,
                 handovers: None,
+                route: None,
+                lat: None,
+                lon: None,
             });
         }
         f.to_json()
