@@ -23,6 +23,7 @@ import psycopg
 
 from polycorn_schema.failure_table import FORMAT, PUBLISH_LOCK, canonical, etag_of
 from polycorn_trainer import __version__
+from polycorn_trainer.data import CELL_ROUTE
 from polycorn_trainer.fit import CellResult
 
 log = logging.getLogger(__name__)
@@ -77,20 +78,69 @@ def store_model(
                     r.failure_rate,
                 )
             )
+    conn.execute(ROUTE_POINTS, {"model": model_id})
     return model_id
+
+
+# Each cell model's route (the route its handovers' positions are on, as
+# data.CELL_ROUTE chose it) and its predicted failure point on that route's
+# reference line (the piece that holds the measure, interpolated).
+ROUTE_POINTS = f"""
+UPDATE cell_models m SET route_id = dr.route, predicted_failure_geog = (
+    SELECT ST_LineInterpolatePoint(s.geog::geometry,
+             CASE WHEN s.end_m > s.start_m
+                  THEN (m.predicted_failure_track_m - s.start_m) / (s.end_m - s.start_m)
+                  ELSE 0 END)::geography
+    FROM route_segments s
+    WHERE s.route_id = dr.route AND s.track = ''
+      AND m.predicted_failure_track_m BETWEEN s.start_m AND s.end_m
+    ORDER BY s.seq LIMIT 1)
+FROM cells c {CELL_ROUTE}
+WHERE m.model_id = %(model)s AND c.id = m.cell AND dr.route IS NOT NULL"""
 
 
 ASSEMBLE_SQL = """
 SELECT c.cell_id, c.direction::text, m.predicted_failure_track_m,
-       (m.params->>'failures')::bigint, (m.params->>'handovers')::bigint, c.carrier
+       (m.params->>'failures')::bigint, (m.params->>'handovers')::bigint, c.carrier,
+       m.route_id, ST_Y(m.predicted_failure_geog::geometry),
+       ST_X(m.predicted_failure_geog::geometry)
 FROM (
-    SELECT DISTINCT ON (cell) cell, predicted_failure_track_m, params
+    SELECT DISTINCT ON (cell) cell, predicted_failure_track_m, params, route_id,
+           predicted_failure_geog
     FROM cell_models ORDER BY cell, model_id DESC
 ) m
 JOIN cells c ON c.id = m.cell
 WHERE m.predicted_failure_track_m IS NOT NULL
 ORDER BY c.cell_id, c.direction
 """
+
+# A route's reference line: each piece's start vertex and measure, then
+# the last piece's end.
+ROUTE_LINE_SQL = """
+SELECT s.route_id, array_agg(ST_X(ST_StartPoint(s.geog::geometry)) ORDER BY s.seq),
+       array_agg(ST_Y(ST_StartPoint(s.geog::geometry)) ORDER BY s.seq),
+       array_agg(s.start_m ORDER BY s.seq),
+       (array_agg(ST_X(ST_EndPoint(s.geog::geometry)) ORDER BY s.seq DESC))[1],
+       (array_agg(ST_Y(ST_EndPoint(s.geog::geometry)) ORDER BY s.seq DESC))[1],
+       max(s.end_m)
+FROM route_segments s WHERE s.route_id = ANY(%s) AND s.track = ''
+GROUP BY s.route_id ORDER BY s.route_id
+"""
+
+
+def route_lines(conn: psycopg.Connection, ids: list[str]) -> list[dict[str, Any]]:
+    """The reference lines of routes ``ids`` in the table's form: vertices
+    ``[lon, lat]`` with their measures (the 500 m pieces' ends, so a
+    proxy's interpolation between vertices matches LinkDB's)."""
+    out: list[dict[str, Any]] = []
+    if not ids:
+        return out
+    for rid, xs, ys, ms, x1, y1, m1 in conn.execute(ROUTE_LINE_SQL, (ids,)):
+        coords = [[float(x), float(y)] for x, y in zip(xs, ys, strict=True)]
+        coords.append([float(x1), float(y1)])
+        measures = [float(m) for m in ms] + [float(m1)]
+        out.append({"id": rid, "coords": coords, "measures": measures})
+    return out
 
 
 def assemble(conn: psycopg.Connection) -> tuple[list[dict[str, Any]], int]:
@@ -99,7 +149,8 @@ def assemble(conn: psycopg.Connection) -> tuple[list[dict[str, Any]], int]:
     entries: list[dict[str, Any]] = []
     skipped = 0
     seen: dict[tuple[int, str], str] = {}
-    for cell_id, direction, pos, failures, handovers, carrier in conn.execute(ASSEMBLE_SQL):
+    rows = conn.execute(ASSEMBLE_SQL)
+    for cell_id, direction, pos, failures, handovers, carrier, route, lat, lon in rows:
         if cell_id is None or cell_id <= 0 or cell_id > U64_MAX:
             skipped += 1
             continue
@@ -112,15 +163,18 @@ def assemble(conn: psycopg.Connection) -> tuple[list[dict[str, Any]], int]:
             entries = [e for e in entries if (e["cell"], e["direction"]) != k]
             continue
         seen[k] = carrier
-        entries.append(
-            {
-                "cell": int(cell_id),
-                "direction": direction,
-                "position_m": float(pos),
-                "failures": int(failures),
-                "handovers": int(handovers),
-            }
-        )
+        e: dict[str, Any] = {
+            "cell": int(cell_id),
+            "direction": direction,
+            "position_m": float(pos),
+            "failures": int(failures),
+            "handovers": int(handovers),
+        }
+        if route is not None:
+            e["route"] = str(route)
+            if lat is not None and lon is not None:
+                e["lat"], e["lon"] = float(lat), float(lon)
+        entries.append(e)
     return entries, skipped
 
 
@@ -137,10 +191,15 @@ def publish_table(conn: psycopg.Connection, model_id: int | None) -> Published |
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (PUBLISH_LOCK,))
         entries, skipped = assemble(conn)
+        routes = route_lines(conn, sorted({e["route"] for e in entries if "route" in e}))
         if skipped:
             log.warning("%d cells left out of the table (cell ID not a data-plane ID)", skipped)
         cur = current_table(conn)
-        if cur is not None and cur[1].get("entries") == entries:
+        if (
+            cur is not None
+            and cur[1].get("entries") == entries
+            and cur[1].get("routes", []) == routes
+        ):
             version, body, etag = cur
             data = canonical(body)
             return Published(version, len(entries), etag, data, new=False)
@@ -154,6 +213,8 @@ def publish_table(conn: psycopg.Connection, model_id: int | None) -> Published |
             + (f", model {model_id}" if model_id is not None else ""),
             "entries": entries,
         }
+        if routes:
+            body["routes"] = routes
         data = canonical(body)
         etag = etag_of(data)
         conn.execute(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import secrets
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from fastapi.testclient import TestClient
 
+from polycorn_ingest.routes import RouteSpec, store
 from polycorn_linkdb_api.app import create_app
 from polycorn_linkdb_api.auth import hash_key
 from polycorn_linkdb_api.settings import ApiSettings, DatabaseSettings, Settings
@@ -25,7 +27,7 @@ from polycorn_schema.failure_table import HEADER_ETAG, HEADER_VERSION, KAFKA_KEY
 from polycorn_schema.startup import kafka_create_topics
 from polycorn_schema.testing import fresh_database
 from polycorn_trainer import cli
-from polycorn_trainer.data import Shard
+from polycorn_trainer.data import Shard, load_cells
 from polycorn_trainer.fit import Params
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, run
@@ -299,3 +301,48 @@ def test_params_are_stored_with_the_model(db: str) -> None:
         row = c.execute("SELECT params FROM models WHERE id = %s", (s["model_id"],)).fetchone()
     assert row is not None
     assert row[0]["min_failures"] == 1 and row[0]["shard"] == "0/1"
+
+
+def test_routed_cells_publish_their_route_point_and_line(db: str) -> None:
+    # Map-matched handovers (issue 21): carrier cmcc's are on route "r1",
+    # a straight line east along 39° N from 116° E whose measure the seed's
+    # track_m is; unicom's carry no route (a testbed-style track). A third
+    # of cmcc cell 0's handovers are on another route "r2" at measures that
+    # would move its failure location by 50 km: the cell is fitted on its
+    # majority route only.
+    seed(db)
+    with psycopg.connect(db) as c, c.transaction():
+        for rid, lat in (("r1", 39.0), ("r2", 40.0)):
+            spec = RouteSpec(rid, rid, "geojson", [(116.0, lat), (116.3, lat)])
+            store(c, spec)
+        c.execute("UPDATE handovers SET route_id = 'r1' WHERE carrier = 'cmcc'")
+        c.execute(
+            "INSERT INTO handovers (source, train_id, cell, carrier, source_cell_id, "
+            "target_cell_id, start_time, geog, track_m, route_id, direction, outcome, "
+            "duration_ms) SELECT 'telemetry', 't1', cell, carrier, source_cell_id, 2, "
+            "start_time + interval '1 hour', geog, track_m + 50000, 'r2', direction, "
+            "'failure', 3000 FROM handovers WHERE carrier = 'cmcc' AND source_cell_id = %s "
+            "AND route_id = 'r1' AND trip_id IS NOT NULL ORDER BY start_time LIMIT 2",
+            (1 << 32 | 1,),
+        )
+    loaded = load_cells(psycopg.connect(db), Shard())
+    cell0 = next(x for x in loaded.cells if x.cell_id == 1 << 32 | 1)
+    assert float(cell0.track_m.max()) < 1000  # the r2 handovers are left out
+    s = run(db, Options(workers=1), Metrics())
+    assert s["table"] is not None
+    with psycopg.connect(db) as c:
+        row = c.execute("SELECT body FROM failure_tables ORDER BY version DESC LIMIT 1").fetchone()
+    assert row is not None
+    body = row[0]
+    routed = [e for e in body["entries"] if e.get("route")]
+    plain = [e for e in body["entries"] if not e.get("route")]
+    assert routed and plain
+    assert {e["route"] for e in routed} == {"r1"}
+    assert all((e["cell"] >> 32) == 1 for e in routed)  # cmcc
+    m_per_deg = 111_320 * math.cos(math.radians(39.0))
+    for e in routed:
+        assert abs(e["lat"] - 39.0) < 1e-4  # a geodesic bulges north by < 1 m
+        assert abs((e["lon"] - 116.0) * m_per_deg - e["position_m"]) < 0.01 * e["position_m"] + 5
+    (line,) = body["routes"]
+    assert line["id"] == "r1" and len(line["coords"]) == len(line["measures"])
+    assert line["measures"][0] == 0.0 and abs(line["measures"][-1] - 0.3 * m_per_deg) < 100

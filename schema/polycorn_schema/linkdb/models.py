@@ -372,6 +372,10 @@ class CellModel(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
     predicted_failure_track_m: Mapped[float | None] = mapped_column(Double)
     failure_rate: Mapped[float | None] = mapped_column(Double)
+    # The route predicted_failure_track_m is on (the cell's handovers' route,
+    # migration 0006) and the point there on the route's reference line.
+    route_id: Mapped[str | None] = mapped_column(ROUTE_ID, nullable=True)
+    predicted_failure_geog: Mapped[Any | None] = mapped_column(point(nullable=True), nullable=True)
 
 
 class FailureTable(Base):

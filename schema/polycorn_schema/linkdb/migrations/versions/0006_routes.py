@@ -9,7 +9,8 @@ matching a fix reads only the pieces near it and computes its measure on a
 short piece (exact to centimetres, where a
 fraction of a whole line in degrees is not: PostGIS 3.3 has no geography
 ``ST_LineLocatePoint``). Fixes and handovers gain the matched route;
-fixes also the track, the distance from it and an off-route flag. No
+fixes also the track, the distance from it and an off-route flag; a
+cell model the route of its predicted failure location and that point. No
 foreign keys from the time series to ``routes``: a route can be replaced
 (re-imported) without touching months of fixes, and ingest's inserts pay
 no lookup.
@@ -97,9 +98,20 @@ def upgrade() -> None:
     op.add_column("gps_fixes", sa.Column("match_dist_m", sa.Double(), nullable=True))
     op.add_column("gps_fixes", sa.Column("off_route", sa.Boolean(), nullable=True))
     op.add_column("handovers", sa.Column("route_id", ROUTE_ID, nullable=True))
+    op.add_column("cell_models", sa.Column("route_id", ROUTE_ID, nullable=True))
+    op.add_column(
+        "cell_models",
+        sa.Column(
+            "predicted_failure_geog",
+            Geography(geometry_type="POINT", srid=4326, spatial_index=False),
+            nullable=True,
+        ),
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("cell_models", "predicted_failure_geog")
+    op.drop_column("cell_models", "route_id")
     op.drop_column("handovers", "route_id")
     for col in ("off_route", "match_dist_m", "track", "route_id"):
         op.drop_column("gps_fixes", col)
