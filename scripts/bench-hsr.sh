@@ -112,9 +112,10 @@ DRIVING_STEP_S=240
 # schedulerlets (crates/core/src/sched/hol.rs), each alone and all three,
 # for their ablation. hrsch+: the default pipeline (hrsch+stale with the
 # tail rules, issue 20); hrsch+lead100: the default pipeline with a longer
-# lead for hof-reject (the recovery profile's candidate, measured on bulk
-# downloads and chat here).
-DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol hrsch+stale hrsch+ hrsch+lead100"
+# lead for hof-reject, and hrsch@early: hrsch with the trainer's table at
+# the failures' 10th percentile (both the recovery profile's candidates,
+# measured on bulk downloads and chat here).
+DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol hrsch+stale hrsch+ hrsch+lead100 hrsch@early"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0
 for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S TRACEGEN_PRESET PC_EMU_LOSS_KEYING LOAD_START_S; do
