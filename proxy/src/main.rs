@@ -302,6 +302,8 @@ struct Proxy {
     current: Mutex<Current>,
     /// The failure-location table in use, given to every new session.
     table: Mutex<Option<polycorn_core::FailureTable>>,
+    /// The table's route lines, for map matching the train's fixes.
+    routes: polycorn_net::hof::SharedRoutes,
     /// Telemetry records that did not decode.
     telemetry_malformed: std::sync::atomic::AtomicU64,
     /// Where telemetry goes; None: acknowledged on receipt and discarded.
@@ -354,6 +356,7 @@ impl Proxy {
         // The train's position, from its GPS telemetry, for the downlink's
         // handover-failure prediction.
         let mut tracker = polycorn_core::TrainTracker::new();
+        let mut positioner = polycorn_net::hof::Positioner::new(Some(self.routes.clone()));
         let mut ingest = kafka::Ingest::new(&self.s.train_id, kafka::MAX_IN_FLIGHT);
         // Kafka's delivery reports, (seq, confirmed).
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(u64, bool)>();
@@ -402,7 +405,9 @@ impl Proxy {
                     match &decoded {
                         Ok(rec) if rec.train_id == self.s.train_id => session.with(|st, now| {
                             let now_unix = std::time::SystemTime::now();
-                            if let Some(t) = polycorn_net::hof::train_state_of(rec, &mut tracker, now, now_unix) {
+                            let state =
+                                polycorn_net::hof::train_state_of(rec, &mut tracker, &mut positioner, now, now_unix);
+                            if let Some(t) = state {
                                 st.ep.set_train_state(t);
                             }
                         }),
@@ -564,7 +569,7 @@ fn table_sources(
         return Ok(None);
     }
     let p = proxy.clone();
-    let hub = TableHub::new(move |t: polycorn_core::FailureTable| {
+    let hub = TableHub::with_routes(proxy.routes.clone(), move |t: polycorn_core::FailureTable| {
         *p.table.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.clone());
         let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, s)) = &cur.session {
@@ -642,6 +647,7 @@ async fn main() -> anyhow::Result<()> {
         instance,
         current: Mutex::new(Current::default()),
         table: Mutex::new(None),
+        routes: polycorn_net::hof::SharedRoutes::default(),
         telemetry_malformed: Default::default(),
     });
 

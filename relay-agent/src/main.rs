@@ -621,7 +621,8 @@ async fn main() -> anyhow::Result<()> {
         let spool_dir = spool.dir();
         let position = resume.then(|| spool_dir.join(radio::REPLAY_POSITION_FILE));
         let names: Vec<String> = s.paths.iter().map(|p| p.name.clone()).collect();
-        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), spool, rx, names.clone(), position));
+        let routes = tables.as_ref().map(|h| h.routes());
+        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), spool, rx, names.clone(), position, routes));
         if let Some(file) = s.opts.replay_events.clone() {
             let epoch_unix_ms =
                 s.opts.replay_epoch_unix_ms.unwrap_or_else(|| polycorn_net::hof::unix_ms(std::time::SystemTime::now()));

@@ -244,7 +244,9 @@ pub async fn apply(
     mut rx: mpsc::Receiver<RadioEvent>,
     path_names: Vec<String>,
     position_file: Option<PathBuf>,
+    routes: Option<polycorn_net::hof::SharedRoutes>,
 ) {
+    let mut positioner = polycorn_net::hof::Positioner::new(routes);
     let mut position =
         position_file.map(|file| PositionKeeper { file, newest: i64::MIN, written: i64::MIN, last_write: None });
     let mut tracker = TrainTracker::new();
@@ -306,7 +308,9 @@ pub async fn apply(
             }
         }
         session.with(|st, now| {
-            if let Some(s) = polycorn_net::hof::train_state_of(&record, &mut tracker, now, SystemTime::now()) {
+            if let Some(s) =
+                polycorn_net::hof::train_state_of(&record, &mut tracker, &mut positioner, now, SystemTime::now())
+            {
                 st.ep.set_train_state(s);
             }
         });

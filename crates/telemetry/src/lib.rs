@@ -17,6 +17,7 @@ pub mod gpsd;
 pub mod handover;
 pub mod mmcli;
 pub mod replay;
+pub mod route_match;
 pub mod spool;
 
 /// The cell ID the data plane uses for cell `cell` of carrier `carrier` in

@@ -25,8 +25,10 @@ use std::time::SystemTime;
 
 use polycorn_core::sched::FailureTable;
 use polycorn_telemetry::failure_table::FailureTableFile;
+use polycorn_telemetry::route_match::Routes;
 use tracing::{debug, info, warn};
 
+use crate::hof::SharedRoutes;
 use crate::metrics::{Source, Writer};
 
 /// Where a table came from.
@@ -54,8 +56,8 @@ impl SourceKind {
 /// What becomes of a table a source delivered.
 #[derive(Debug)]
 pub enum Verdict {
-    /// Use it.
-    Apply(FailureTable),
+    /// Use it (and its route lines, for map matching).
+    Apply(FailureTable, Routes),
     /// Valid, but its version is not higher than the one in use: ignored.
     NotNewer { offered: u64, in_use: u64 },
     /// Malformed (the reason): refused; the table in use stays.
@@ -75,7 +77,7 @@ pub fn judge(in_use: Option<u64>, source: SourceKind, body: &[u8]) -> Verdict {
     };
     match in_use {
         Some(v) if source != SourceKind::File && f.version <= v => Verdict::NotNewer { offered: f.version, in_use: v },
-        _ => Verdict::Apply(f.to_table()),
+        _ => Verdict::Apply(f.to_table(), Routes::new(&f.routes)),
     }
 }
 
@@ -194,7 +196,7 @@ impl Tables {
         let v = judge(self.stats.version, source, body);
         let s = self.stats.sources.entry(source).or_default();
         match &v {
-            Verdict::Apply(t) => {
+            Verdict::Apply(t, _) => {
                 s.loads += 1;
                 self.stats.version = Some(t.version());
                 self.stats.entries = t.len() as u64;
@@ -240,6 +242,8 @@ pub struct TableHub {
     /// so tables reach the data plane in the order they were judged; it must
     /// not call back into the hub.
     apply: Apply,
+    /// The route lines of the table in use (map matching of live fixes).
+    routes: SharedRoutes,
 }
 
 impl std::fmt::Debug for TableHub {
@@ -250,7 +254,17 @@ impl std::fmt::Debug for TableHub {
 
 impl TableHub {
     pub fn new(apply: impl Fn(FailureTable) + Send + Sync + 'static) -> Arc<TableHub> {
-        Arc::new(TableHub { tables: Mutex::default(), apply: Box::new(apply) })
+        Self::with_routes(SharedRoutes::default(), apply)
+    }
+
+    /// A hub that puts each applied table's route lines into `routes`.
+    pub fn with_routes(routes: SharedRoutes, apply: impl Fn(FailureTable) + Send + Sync + 'static) -> Arc<TableHub> {
+        Arc::new(TableHub { tables: Mutex::default(), apply: Box::new(apply), routes })
+    }
+
+    /// The route lines of the table in use.
+    pub fn routes(&self) -> SharedRoutes {
+        self.routes.clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
@@ -264,9 +278,17 @@ impl TableHub {
         let mut tables = self.lock();
         let src = source.label();
         match tables.offer(source, body) {
-            Verdict::Apply(t) => {
+            Verdict::Apply(t, routes) => {
                 let version = t.version();
-                info!(source = src, origin, version, entries = t.len(), "failure-location table in use");
+                info!(
+                    source = src,
+                    origin,
+                    version,
+                    entries = t.len(),
+                    routes = routes.len(),
+                    "failure-location table in use"
+                );
+                self.routes.set(routes);
                 (self.apply)(t);
                 Offered::Applied(version)
             }
@@ -332,7 +354,7 @@ pub(crate) mod tests {
 
     fn applied(v: Verdict) -> u64 {
         match v {
-            Verdict::Apply(t) => t.version(),
+            Verdict::Apply(t, _) => t.version(),
             other => panic!("expected a table to apply, got {other:?}"),
         }
     }
