@@ -936,6 +936,70 @@ def geomap(
     }
 
 
+def routes_map() -> Json:
+    """Routes (LinkDB's reference lines, every vertex as a small grey dot)
+    and the failure table's predicted failure points (the latest cell model
+    of each cell with a point on a route), in two layers of one Geomap."""
+    panel = geomap(
+        "Routes and predicted failure points",
+        sql(
+            """
+            SELECT ST_Y(p.geom) AS latitude, ST_X(p.geom) AS longitude, r.id AS route,
+                   r.name AS name
+            FROM routes r
+            CROSS JOIN LATERAL ST_DumpPoints(ST_Segmentize(r.geog, 200)::geometry) AS p
+            LIMIT 50000
+            """,
+            ref="A",
+        ),
+        "LinkDB's routes (polycorn-ingest import-routes; a dot every 200 m at most) and, in "
+        "red, where the trainer predicts each cell's handovers fail (cell_models, latest model "
+        "per cell, map-matched cells only).",
+        "route",
+        None,
+    )
+    panel["targets"].append(
+        sql(
+            f"""
+            SELECT ST_Y(m.predicted_failure_geog::geometry) AS latitude,
+                   ST_X(m.predicted_failure_geog::geometry) AS longitude,
+                   c.carrier, c.cell_id, c.direction::text AS direction, m.route_id AS route,
+                   round(m.predicted_failure_track_m::numeric, 1) AS position_m,
+                   m.failure_rate
+            FROM (SELECT DISTINCT ON (cell) * FROM cell_models ORDER BY cell, model_id DESC) m
+            JOIN cells c ON c.id = m.cell
+            WHERE m.predicted_failure_geog IS NOT NULL AND c.{CARRIER_FILTER}
+            LIMIT 5000
+            """,
+            ref="B",
+        )
+    )
+    (routes_layer,) = panel["options"]["layers"]
+    routes_layer["name"] = "Routes"
+    routes_layer["filterData"] = {"id": "byRefId", "options": "A"}
+    routes_layer["config"]["style"].update(
+        {"color": {"fixed": "text"}, "size": {"fixed": 2}, "opacity": 0.5}
+    )
+    failures_layer = {
+        "type": "markers",
+        "name": "Predicted failure points",
+        "tooltip": True,
+        "filterData": {"id": "byRefId", "options": "B"},
+        "location": {"mode": "coords", "latitude": "latitude", "longitude": "longitude"},
+        "config": {
+            "showLegend": True,
+            "style": {
+                "color": {"field": "failure_rate", "fixed": "dark-red"},
+                "opacity": 0.8,
+                "symbol": {"fixed": "img/icons/marker/triangle.svg", "mode": "fixed"},
+                "size": {"fixed": 7},
+            },
+        },
+    }
+    panel["options"]["layers"].append(failures_layer)
+    return panel
+
+
 def handover_map() -> Json:
     b = Board()
     b.add(
@@ -983,6 +1047,7 @@ def handover_map() -> Json:
         10,
         14,
     )
+    b.add(routes_map(), 24, 12)
     b.add(
         timeseries(
             "Handovers and failures per hour",
