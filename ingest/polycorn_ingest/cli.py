@@ -8,6 +8,7 @@
     polycorn-ingest produce-testbed EVENTS.jsonl --train-id NAME [--topic T]
     polycorn-ingest import-routes FILE.geojson|FILE.osm [--route-id ID] [--name N]
                         [--railway rail,...] [--min-length-m M]
+    polycorn-ingest rematch [--train T] [--since ISO] [--until ISO]
 
 ``--bootstrap`` defaults to ``POLYCORN_KAFKA_BOOTSTRAP``, ``--database-url``
 to ``POLYCORN_DATABASE_URL``. ``docs/ingest.md`` has the guarantees.
@@ -16,6 +17,7 @@ to ``POLYCORN_DATABASE_URL``. ``docs/ingest.md`` has the guarantees.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import logging
 import os
@@ -32,6 +34,7 @@ from polycorn_ingest import routes
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.drivetest import Columns, import_csv
 from polycorn_ingest.metrics import Metrics
+from polycorn_ingest.records import MAX_TIME_MS, MIN_TIME_MS
 from polycorn_ingest.sink import LinkDbSink, TransientDbError
 from polycorn_ingest.testbed import records
 from polycorn_schema.linkdb.cli import upgrade
@@ -125,6 +128,12 @@ def _parser() -> argparse.ArgumentParser:
         help="OSM: shorter chains of ways (sidings, yards) are left out",
     )
 
+    rm = sub.add_parser("rematch", help="map-match fixes stored before their route was imported")
+    db(rm)
+    rm.add_argument("--train", default=None, help="one train (default: every train)")
+    rm.add_argument("--since", default=None, help="ISO 8601 time (default: the beginning)")
+    rm.add_argument("--until", default=None, help="ISO 8601 time (default: now and later)")
+
     tb = sub.add_parser("produce-testbed", help="publish a testbed trip's events.jsonl")
     tb.add_argument("events", type=Path)
     kafka(tb)
@@ -153,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         return _import(a)
     if a.cmd == "import-routes":
         return _import_routes(a)
+    if a.cmd == "rematch":
+        return _rematch(p, a)
     if not a.bootstrap:
         p.error("no Kafka: give --bootstrap or set POLYCORN_KAFKA_BOOTSTRAP")
     return _run(a)
@@ -259,6 +270,43 @@ def _import_routes(a: argparse.Namespace) -> int:
         return 3
     for r in stored:
         print(json.dumps(r))
+    return 0
+
+
+def _rematch(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+    def unix_ms(text: str | None, default: int) -> int:
+        if text is None:
+            return default
+        try:
+            t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            p.error(f"not an ISO 8601 time: {text!r}")
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=dt.UTC)
+        return int(t.timestamp() * 1000)
+
+    lo, hi = unix_ms(a.since, MIN_TIME_MS), unix_ms(a.until, MAX_TIME_MS + 1)
+    sink = LinkDbSink(a.database_url, trip_gap_s=a.trip_gap_s)
+    try:
+        if a.migrate:
+            sink.migrate()
+        r = sink.rematch(train=a.train, since_ms=lo, until_ms=hi)
+    except (psycopg.Error, TransientDbError) as e:
+        print(f"polycorn-ingest rematch: {e}", file=sys.stderr)
+        return 3
+    finally:
+        sink.close()
+    print(
+        json.dumps(
+            {
+                "trains": r.trains,
+                "fixes": r.fixes,
+                "off_route": r.off_route,
+                "handovers_placed": r.handovers,
+                "handovers_rederived": r.rederived,
+            }
+        )
+    )
     return 0
 
 

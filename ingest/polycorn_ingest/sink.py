@@ -56,7 +56,7 @@ import sqlalchemy as sa
 from psycopg import errors as pgerr
 
 from polycorn_ingest import mapmatch
-from polycorn_ingest.records import Rows
+from polycorn_ingest.records import MAX_TIME_MS, MIN_TIME_MS, Rows
 from polycorn_ingest.trips import Trip, merge
 from polycorn_schema.linkdb.cli import sqlalchemy_url, upgrade
 from polycorn_schema.linkdb.partitions import ensure_month_partitions, month_start, next_month
@@ -403,6 +403,63 @@ WHERE h.id = ANY(%(ids)s::bigint[]) AND h.cell IS NULL AND c.carrier = h.carrier
   AND c.cell_id = h.source_cell_id AND c.direction = h.direction"""
 
 
+# Re-matching (polycorn-ingest rematch): a train's unmatched fixes in time
+# order, and the writes of their matches and of their handovers' positions.
+UNMATCHED_TRAINS = f"""
+SELECT DISTINCT train_id FROM gps_fixes
+WHERE track_m IS NULL AND off_route IS NULL
+  AND (%(train)s::text IS NULL OR train_id = %(train)s)
+  AND time >= {ts("%(lo)s")} AND time < {ts("%(hi)s")}
+ORDER BY train_id"""
+
+UNMATCHED_FIXES = f"""
+SELECT train_id, {ms("time")}, ST_Y(geog::geometry), ST_X(geog::geometry), speed_mps,
+       heading_deg, accuracy_m, track_m
+FROM gps_fixes
+WHERE train_id = %(train)s AND track_m IS NULL AND off_route IS NULL
+  AND time >= {ts("%(lo)s")} AND time < {ts("%(hi)s")}
+ORDER BY time LIMIT %(n)s"""
+
+WRITE_MATCHES = f"""
+UPDATE gps_fixes g SET track_m = m.track_m, route_id = m.route_id, track = m.track,
+                       match_dist_m = m.dist, off_route = m.off
+FROM unnest(%(t)s::bigint[], %(m)s::float8[], %(r)s::text[], %(k)s::text[], %(d)s::float8[],
+            %(o)s::bool[]) AS m(t_ms, track_m, route_id, track, dist, off)
+WHERE g.train_id = %(train)s AND g.time = {ts("m.t_ms")}"""
+
+UNPLACED_HANDOVERS = f"""
+SELECT id, train_id, carrier, path, source_cell_id, target_cell_id, {ms("start_time")},
+       ST_Y(geog::geometry), ST_X(geog::geometry)
+FROM handovers
+WHERE train_id = %(train)s AND track_m IS NULL
+  AND start_time >= {ts("%(lo)s")} AND start_time <= {ts("%(hi)s")}"""
+
+WRITE_HANDOVER_POSITIONS = """
+UPDATE handovers h SET track_m = p.track_m, route_id = p.route_id
+FROM unnest(%(id)s::bigint[], %(m)s::float8[], %(r)s::text[]) AS p(id, track_m, route_id)
+WHERE h.id = p.id"""
+
+# The earliest position of cells whose handovers gained a track_m.
+EARLIEST_FOR_KEYS = """
+UPDATE cells c SET earliest_ho_track_m = e.track_m, earliest_ho_geog = e.geog
+FROM unnest(%(carrier)s::text[], %(cell)s::bigint[], %(dir)s::track_direction[])
+     AS k(carrier, cell_id, dir)
+CROSS JOIN LATERAL (SELECT track_m, geog FROM handovers h WHERE h.carrier = k.carrier
+   AND h.source_cell_id = k.cell_id AND h.direction = k.dir AND h.track_m IS NOT NULL
+  ORDER BY CASE WHEN k.dir = 'increasing' THEN h.track_m ELSE -h.track_m END, h.start_time, h.id
+  LIMIT 1) AS e
+WHERE c.carrier = k.carrier AND c.cell_id = k.cell_id AND c.direction = k.dir"""
+
+
+@dataclass
+class RematchResult:
+    trains: int = 0
+    fixes: int = 0
+    off_route: int = 0
+    handovers: int = 0
+    rederived: int = 0
+
+
 class TransientDbError(Exception):
     """The database is unreachable or the transaction hit a transient
     conflict; retrying the same batch later is safe (everything is idempotent)."""
@@ -598,6 +655,134 @@ class LinkDbSink:
             if joined:
                 res.cells_changed = self._cells(cur, link)
         return res
+
+    def rematch(
+        self,
+        *,
+        train: str | None = None,
+        since_ms: int = MIN_TIME_MS,
+        until_ms: int = MAX_TIME_MS + 1,
+        chunk: int = 20_000,
+    ) -> RematchResult:
+        """Match fixes stored before their route was imported (``track_m``
+        null and never matched), train by train in time order, ``chunk``
+        fixes per transaction; then place those trains' handovers without
+        ``track_m`` and re-derive their trips' and handovers' directions and
+        their cells, as a batch of new fixes would. Idempotent: matched
+        fixes are not matched again."""
+        res = RematchResult()
+        conn = self._connection()
+        with conn.cursor() as cur:
+            cur.execute(UNMATCHED_TRAINS, {"train": train, "lo": since_ms, "hi": until_ms})
+            trains = [r[0] for r in cur.fetchall()]
+        conn.commit()
+        for t in trains:
+            res.trains += 1
+            while True:
+                with conn.transaction(), conn.cursor() as cur:
+                    n = self._rematch_chunk(
+                        cur, train=t, lo=since_ms, hi=until_ms, chunk=chunk, res=res
+                    )
+                if n < chunk:
+                    break
+        return res
+
+    def _rematch_chunk(
+        self,
+        cur: psycopg.Cursor[Any],
+        *,
+        train: str,
+        lo: int,
+        hi: int,
+        chunk: int,
+        res: RematchResult,
+    ) -> int:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("train", train),))
+        cur.execute(UNMATCHED_FIXES, {"train": train, "lo": lo, "hi": hi, "n": chunk})
+        rows = cur.fetchall()
+        if not rows:
+            return 0
+        fixes = [mapmatch.fix_from_row(r) for r in rows]
+        prior = mapmatch.priors(cur, {train: fixes[0].t_ms}).get(train)
+        matches = mapmatch.match_fixes(cur, fixes, prior)
+        cur.execute(
+            WRITE_MATCHES,
+            {
+                "train": train,
+                "t": [f.t_ms for f in fixes],
+                "m": [m.measure_m for m in matches],
+                "r": [m.route_id for m in matches],
+                "k": [m.track for m in matches],
+                "d": [m.dist_m for m in matches],
+                "o": [m.off_route for m in matches],
+            },
+        )
+        res.fixes += len(fixes)
+        res.off_route += sum(1 for m in matches if m.off_route)
+        t_lo, t_hi = fixes[0].t_ms, fixes[-1].t_ms
+        w = mapmatch.HANDOVER_WINDOW_MS
+        cur.execute(UNPLACED_HANDOVERS, {"train": train, "lo": t_lo - w, "hi": t_hi + w})
+        hos = cur.fetchall()
+        if hos:
+            staged = [
+                (train, f.t_ms, 0, 0, 0, 0, 0, 0, m.route_id, m.track)
+                for f, m in zip(fixes, matches, strict=True)
+            ]
+            # handover_positions reads (train, _, _, _, _, start_ms, lat, lon).
+            rows_ho = [(h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8]) for h in hos]
+            placed = mapmatch.handover_positions(cur, rows_ho, staged)
+            cur.execute(
+                WRITE_HANDOVER_POSITIONS,
+                {
+                    "id": [h[0] for h in hos],
+                    "m": [p[1] for p in placed],
+                    "r": [p[0] for p in placed],
+                },
+            )
+            res.handovers += sum(1 for p in placed if p[1] is not None)
+        # Directions: the trips and handovers these fixes bracket.
+        cur.execute(
+            "SELECT id FROM trips WHERE train_id = %s AND ended_at >= "
+            f"{ts('%s')} AND started_at <= {ts('%s')}",
+            (train, t_lo, t_hi),
+        )
+        trips = [r[0] for r in cur.fetchall()]
+        if trips:
+            cur.execute(TRIP_DIRECTION, {"ids": trips})
+        region = [(train, t_lo - DIRECTION_WINDOW_MS, t_hi + DIRECTION_WINDOW_MS)]
+        cur.execute(CANDIDATES, _regions(region))
+        row = cur.fetchone()
+        ids = sorted(row[0]) if row else []
+        if ids:
+            cur.execute(DERIVE, {"ids": ids, "gap": self.gap_ms, "w": DIRECTION_WINDOW_MS})
+            changed = cur.fetchall()
+            res.rederived += len(changed)
+            if changed:
+                cur.execute(
+                    APPLY,
+                    {
+                        "id": [c[0] for c in changed],
+                        "trip": [c[1] for c in changed],
+                        "dir": [c[2] for c in changed],
+                    },
+                )
+                self._cells(cur, [c[0] for c in changed if c[3]])
+            cur.execute(
+                "SELECT DISTINCT carrier, source_cell_id, direction FROM handovers "
+                "WHERE id = ANY(%s) AND direction IS NOT NULL AND track_m IS NOT NULL",
+                (ids,),
+            )
+            keys = cur.fetchall()
+            if keys:
+                cur.execute(
+                    EARLIEST_FOR_KEYS,
+                    {
+                        "carrier": [k[0] for k in keys],
+                        "cell": [k[1] for k in keys],
+                        "dir": [k[2] for k in keys],
+                    },
+                )
+        return len(rows)
 
     @staticmethod
     def _match(

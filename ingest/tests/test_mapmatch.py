@@ -481,3 +481,37 @@ def test_import_routes_cli_stores_a_geojson_file_and_refuses_a_bad_one(
         assert cli.main(["import-routes", str(good), "--database-url", url]) == 0
         assert query(url, "SELECT count(*) FROM routes")[0][0] == 2
         assert query(url, "SELECT count(*) FROM route_tracks")[0][0] == 2
+
+
+def test_rematch_places_fixes_and_handovers_stored_before_the_route(tmp_path: Path) -> None:
+    rng = random.Random(17)
+    rows, truth = trip("mm-late", increasing=False, rng=rng, s_from=500.0, s_to=6000.0)
+    f = rows.fixes[20]
+    rows.handovers.append(
+        ("mm-late", "op", 0, 31, 32, f[1] + 300, f[2], f[3], None, -100.0, "failure", 2500)
+    )
+    with fresh_database() as url:
+        sink = LinkDbSink(url)
+        try:
+            sink.write(rows)  # no routes yet: nothing matched
+            assert all(g[3] is None for g in matched(url, "mm-late"))
+            with psycopg.connect(url) as conn, conn.transaction():
+                for spec in parse_geojson(geojson()):
+                    store(conn, spec)
+            # The CLI runs the same method.
+            assert cli.main(["rematch", "--database-url", url, "--train", "mm-late"]) == 0
+            again = sink.rematch()
+        finally:
+            sink.close()
+        assert again.fixes == 0  # matched fixes are not matched again
+        got = matched(url, "mm-late")
+        assert all(g[0] == "hsr" and g[1] == "L" for g in got)
+        errs = [abs((g[2] or 0.0) - m) for g, m in zip(got, true_measures(url, truth), strict=True)]
+        assert p95(errs) < 30.0
+        (route, track_m, direction, cell), *_ = query(
+            url, "SELECT route_id, track_m, direction::text, cell FROM handovers"
+        )
+        assert route == "hsr" and track_m is not None and direction == "decreasing"
+        (earliest,), *_ = query(url, "SELECT earliest_ho_track_m FROM cells WHERE id = %s", cell)
+        assert earliest == track_m
+        assert query(url, "SELECT direction::text FROM trips") == [("decreasing",)]
