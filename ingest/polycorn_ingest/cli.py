@@ -9,6 +9,7 @@
     polycorn-ingest import-routes FILE.geojson|FILE.osm [--route-id ID] [--name N]
                         [--railway rail,...] [--min-length-m M]
     polycorn-ingest rematch [--train T] [--since ISO] [--until ISO]
+    polycorn-ingest learn-route --route-id ID [--train T ...] [--since ISO] [--until ISO]
 
 ``--bootstrap`` defaults to ``POLYCORN_KAFKA_BOOTSTRAP``, ``--database-url``
 to ``POLYCORN_DATABASE_URL``. ``docs/ingest.md`` has the guarantees.
@@ -30,7 +31,7 @@ from types import FrameType
 import psycopg
 from confluent_kafka import KafkaError, Producer
 
-from polycorn_ingest import routes
+from polycorn_ingest import learn, routes
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.drivetest import Columns, import_csv
 from polycorn_ingest.metrics import Metrics
@@ -128,6 +129,17 @@ def _parser() -> argparse.ArgumentParser:
         help="OSM: shorter chains of ways (sidings, yards) are left out",
     )
 
+    lr = sub.add_parser(
+        "learn-route", help="learn a route's centre line from stored fixes (no geometry needed)"
+    )
+    db(lr)
+    lr.add_argument("--route-id", required=True)
+    lr.add_argument("--name", default="")
+    lr.add_argument("--train", action="append", default=None, help="a train (repeatable)")
+    lr.add_argument("--since", default=None, help="ISO 8601 time (default: the beginning)")
+    lr.add_argument("--until", default=None, help="ISO 8601 time (default: now and later)")
+    lr.add_argument("--step-m", type=float, default=100.0, help="vertex spacing while learning")
+
     rm = sub.add_parser("rematch", help="map-match fixes stored before their route was imported")
     db(rm)
     rm.add_argument("--train", default=None, help="one train (default: every train)")
@@ -164,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         return _import_routes(a)
     if a.cmd == "rematch":
         return _rematch(p, a)
+    if a.cmd == "learn-route":
+        return _learn_route(p, a)
     if not a.bootstrap:
         p.error("no Kafka: give --bootstrap or set POLYCORN_KAFKA_BOOTSTRAP")
     return _run(a)
@@ -273,7 +287,7 @@ def _import_routes(a: argparse.Namespace) -> int:
     return 0
 
 
-def _rematch(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+def _window(p: argparse.ArgumentParser, a: argparse.Namespace) -> tuple[int, int]:
     def unix_ms(text: str | None, default: int) -> int:
         if text is None:
             return default
@@ -285,7 +299,38 @@ def _rematch(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
             t = t.replace(tzinfo=dt.UTC)
         return int(t.timestamp() * 1000)
 
-    lo, hi = unix_ms(a.since, MIN_TIME_MS), unix_ms(a.until, MAX_TIME_MS + 1)
+    return unix_ms(a.since, MIN_TIME_MS), unix_ms(a.until, MAX_TIME_MS + 1)
+
+
+def _learn_route(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+    lo, hi = _window(p, a)
+    try:
+        if a.migrate:
+            upgrade(a.database_url)
+        with psycopg.connect(a.database_url, connect_timeout=5) as conn, conn.transaction():
+            with conn.cursor() as cur:
+                got = learn.learn(
+                    cur,
+                    route_id=a.route_id,
+                    name=a.name,
+                    trains=a.train,
+                    since_ms=lo,
+                    until_ms=hi,
+                    step_m=a.step_m,
+                )
+            stored = routes.store(conn, got.spec)
+    except routes.RouteError as e:
+        print(f"polycorn-ingest learn-route: {e}", file=sys.stderr)
+        return 2
+    except psycopg.Error as e:
+        print(f"polycorn-ingest learn-route: nothing stored: {e}", file=sys.stderr)
+        return 3
+    print(json.dumps({**stored, "fixes": got.fixes, "trips": got.trips, "fixes_near": got.used}))
+    return 0
+
+
+def _rematch(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+    lo, hi = _window(p, a)
     sink = LinkDbSink(a.database_url, trip_gap_s=a.trip_gap_s)
     try:
         if a.migrate:

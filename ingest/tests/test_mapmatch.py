@@ -15,8 +15,10 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
+import shapely
 from helpers import query
 
 from polycorn_ingest import cli, mapmatch
@@ -515,3 +517,51 @@ def test_rematch_places_fixes_and_handovers_stored_before_the_route(tmp_path: Pa
         (earliest,), *_ = query(url, "SELECT earliest_ho_track_m FROM cells WHERE id = %s", cell)
         assert earliest == track_m
         assert query(url, "SELECT direction::text FROM trips") == [("decreasing",)]
+
+
+def test_a_route_learned_from_twenty_noisy_trips_lies_on_the_line(tmp_path: Path) -> None:
+    # No geometry at all: 20 trips (both directions) along the curved line's
+    # centre with 20 m of noise per axis; the learned centre line must lie
+    # within metres of the true one, and the fixes then match onto it.
+    rng = random.Random(23)
+    with fresh_database() as url:
+        sink = LinkDbSink(url)
+        try:
+            for k in range(20):
+                rows = Rows()
+                train = f"learn-{k % 4}"
+                n = int((LENGTH - 400) / 80)
+                for i in range(n):
+                    s = 200 + i * 80.0 if k % 2 == 0 else LENGTH - 200 - i * 80.0
+                    x, y = offset_point(s, 0.0)
+                    lon, lat = _lonlat(x + rng.gauss(0, NOISE_M), y + rng.gauss(0, NOISE_M))
+                    t = T0 + k * 3_600_000 + i * 1000
+                    rows.fixes.append((train, t, lat, lon, 80.0, None, NOISE_M, None))
+                    rows.see(train, t)
+                sink.write(rows)
+            assert cli.main(["learn-route", "--database-url", url, "--route-id", "learned-1"]) == 0
+            r = sink.rematch()
+        finally:
+            sink.close()
+        # Off route: only a few fixes past the learned line's ends (its end
+        # vertices are averages, a little inside the trips' first fixes).
+        assert r.fixes == 20 * int((LENGTH - 400) / 80) and r.off_route < 0.02 * r.fixes
+        (source, length), *_ = query(url, "SELECT source::text, length_m FROM routes")
+        assert source == "learned" and abs(length - (LENGTH - 400)) < 0.03 * LENGTH
+        line = query(url, "SELECT ST_AsText(geog::geometry) FROM routes")[0][0]
+        coords = [tuple(map(float, p.split())) for p in line[11:-1].split(",")]
+        to_xy = [
+            (
+                math.radians(lo - LON0) * mapmatch.EARTH_R * math.cos(math.radians(LAT0)),
+                math.radians(la - LAT0) * mapmatch.EARTH_R,
+            )
+            for lo, la in coords
+        ]
+        learned = shapely.LineString(to_xy)
+        off = [
+            learned.distance(shapely.Point(*offset_point(s, 0.0)))
+            for s in np.arange(400.0, LENGTH - 400.0, 50.0)
+        ]
+        print(f"learned line: p95 {p95(off):.1f} m, max {max(off):.1f} m from the true centre")
+        assert p95(off) < 10.0 and max(off) < 20.0, (p95(off), max(off))
+        assert query(url, "SELECT count(DISTINCT route_id) FROM gps_fixes") == [(1,)]
