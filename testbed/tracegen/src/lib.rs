@@ -17,7 +17,10 @@ pub use model::{
     generate, kinematics, tune_beta0, CarrierTrip, Handover, Layout, Outcome, RsrpSample, Trip, TripConfig,
     RSRP_LOW_DBM, STEP_MS,
 };
-pub use output::{blackouts, events, mahimahi, schedule, summary, write, CarrierSummary, Event, OPPORTUNITY_BYTES};
+pub use output::{
+    blackouts, events, mahimahi, route_geojson, schedule, summary, track_point, write, CarrierSummary, Event,
+    OPPORTUNITY_BYTES,
+};
 pub use preset::{CarrierParams, FailureModel, FailureV2, Preset};
 pub use random::{erfc, normal_sf, GammaQuantile, Rng};
 

@@ -1,4 +1,5 @@
-//! Writing a trip: Mahimahi traces, emulator schedules, `events.jsonl` and `trip.json`.
+//! Writing a trip: Mahimahi traces, emulator schedules, `events.jsonl`, `trip.json` and
+//! `route.geojson` (the route's track as a line, for LinkDB's routes and map matching).
 
 use std::path::Path;
 use std::time::Duration;
@@ -247,24 +248,57 @@ pub fn blackouts(trip: &Trip, i: usize) -> Vec<(u64, u64)> {
     trip.carriers[i].handovers.iter().map(|h| (h.start_ms, h.end_ms)).collect()
 }
 
+/// The WGS 84 (lat, lon) of track position `x` m, moved `east`/`north` m (GPS error):
+/// a straight track from [`TRACK_ORIGIN`] along [`TRACK_HEADING_DEG`], on a local flat
+/// approximation (111,320 m per degree of latitude).
+pub fn track_point(x: f64, east: f64, north: f64) -> (f64, f64) {
+    let h = TRACK_HEADING_DEG.to_radians();
+    let m_per_deg_lat = 111_320.0;
+    let m_per_deg_lon = m_per_deg_lat * TRACK_ORIGIN.0.to_radians().cos();
+    (TRACK_ORIGIN.0 + (x * h.cos() + north) / m_per_deg_lat, TRACK_ORIGIN.1 + (x * h.sin() + east) / m_per_deg_lon)
+}
+
+/// The route's track as GeoJSON (`route.geojson`): the same straight line for every trip of
+/// a route seed (id `r<route seed>`), a vertex every kilometre from the origin to past the
+/// trip's end (rounded up to 10 km), drawn in the direction of increasing track position.
+/// `polycorn-ingest import-routes` stores it; LinkDB's measures along it are geodesic, within
+/// about 0.3 % of the generator's `track_m` (its flat approximation).
+pub fn route_geojson(cfg: &TripConfig, distance_m: f64) -> serde_json::Value {
+    let end_km = ((distance_m + 2000.0) / 10_000.0).ceil() as usize * 10;
+    let coords: Vec<[f64; 2]> = (0..=end_km)
+        .map(|k| {
+            let (lat, lon) = track_point(k as f64 * 1000.0, 0.0, 0.0);
+            [lon, lat]
+        })
+        .collect();
+    serde_json::json!({
+        "type": "FeatureCollection",
+        "features": [{
+            "type": "Feature",
+            "properties": {
+                "route": format!("r{}", cfg.route_seed),
+                "name": format!("polycorn-tracegen route {}", cfg.route_seed),
+                "generator": format!("polycorn-tracegen {}", env!("CARGO_PKG_VERSION")),
+            },
+            "geometry": {"type": "LineString", "coordinates": coords},
+        }],
+    })
+}
+
 /// All events, sorted by time (stable: equal times keep generation order).
 pub fn events(cfg: &TripConfig, trip: &Trip) -> Vec<Event> {
     let p = &cfg.preset;
     let mut ev = Vec::new();
     let mut gps = gps_rng(cfg.trip_seed);
     let per_s = (1000 / STEP_MS) as usize;
-    let h = TRACK_HEADING_DEG.to_radians();
-    let m_per_deg_lat = 111_320.0;
-    let m_per_deg_lon = m_per_deg_lat * TRACK_ORIGIN.0.to_radians().cos();
     for k in (0..trip.x_m.len()).step_by(per_s) {
         let x = trip.x_m[k];
         let (ee, en) = gps_error(&mut gps, p.gps_error_max_m);
-        let north = x * h.cos() + en;
-        let east = x * h.sin() + ee;
+        let (lat, lon) = track_point(x, ee, en);
         ev.push(Event::Gps {
             t_ms: k as u64 * STEP_MS,
-            lat: TRACK_ORIGIN.0 + north / m_per_deg_lat,
-            lon: TRACK_ORIGIN.1 + east / m_per_deg_lon,
+            lat,
+            lon,
             speed_mps: trip.v_mps[k],
             heading_deg: TRACK_HEADING_DEG,
             accuracy_m: p.gps_error_max_m,
@@ -375,5 +409,7 @@ pub fn write(cfg: &TripConfig, trip: &Trip, dir: &Path) -> Result<(), Error> {
         summary: (0..trip.carriers.len()).map(|i| summary(cfg, trip, i)).collect(),
     };
     std::fs::write(dir.join("trip.json"), serde_json::to_string_pretty(&info)? + "\n")?;
+    let route = route_geojson(cfg, info.distance_m);
+    std::fs::write(dir.join("route.geojson"), serde_json::to_string(&route)? + "\n")?;
     Ok(())
 }

@@ -35,9 +35,51 @@ fn same_seeds_give_byte_identical_output() {
     let (fa, fb) = (files(&a), files(&b));
     assert_eq!(
         fa.keys().collect::<Vec<_>>(),
-        ["c0.down", "c0.schedule", "c0.up", "c1.down", "c1.schedule", "c1.up", "events.jsonl", "trip.json"]
+        [
+            "c0.down",
+            "c0.schedule",
+            "c0.up",
+            "c1.down",
+            "c1.schedule",
+            "c1.up",
+            "events.jsonl",
+            "route.geojson",
+            "trip.json"
+        ]
     );
     assert_eq!(fa, fb);
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+#[test]
+fn the_route_line_passes_through_the_true_track_and_is_the_same_for_every_trip_of_a_route() {
+    let (a, b) = (tmp("route-a"), tmp("route-b"));
+    let c1 = cfg(Preset::pc_gateway_300(), 5, 1, 120, 1);
+    let c2 = cfg(Preset::pc_gateway_300(), 5, 2, 120, 1);
+    write(&c1, &generate(&c1), &a).unwrap();
+    write(&c2, &generate(&c2), &b).unwrap();
+    let route = |d: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(d.join("route.geojson")).unwrap()).unwrap()
+    };
+    let (ra, rb) = (route(&a), route(&b));
+    assert_eq!(ra, rb, "one line per route seed");
+    let f = &ra["features"][0];
+    assert_eq!(f["properties"]["route"], "r5");
+    let coords = f["geometry"]["coordinates"].as_array().unwrap();
+    // Every true position (no GPS error) lies on the line: the line's vertices are
+    // track_point(k km), so a position x lies between vertices floor(x/1000) and next.
+    let trip = generate(&c1);
+    for &x in trip.x_m.iter().step_by(997) {
+        let k = (x / 1000.0).floor() as usize;
+        let (p0, p1) = (&coords[k], &coords[k + 1]);
+        let t = x / 1000.0 - k as f64;
+        let (lat, lon) = polycorn_tracegen::track_point(x, 0.0, 0.0);
+        let lon_i = p0[0].as_f64().unwrap() + t * (p1[0].as_f64().unwrap() - p0[0].as_f64().unwrap());
+        let lat_i = p0[1].as_f64().unwrap() + t * (p1[1].as_f64().unwrap() - p0[1].as_f64().unwrap());
+        assert!((lon - lon_i).abs() < 1e-9 && (lat - lat_i).abs() < 1e-9, "x = {x}");
+    }
+    assert!(coords.len() as f64 * 1000.0 > trip.x_m.last().unwrap() + 1000.0);
     let _ = std::fs::remove_dir_all(&a);
     let _ = std::fs::remove_dir_all(&b);
 }
