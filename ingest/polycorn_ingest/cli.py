@@ -152,6 +152,12 @@ def _parser() -> argparse.ArgumentParser:
     tb.add_argument("--train-id", required=True)
     tb.add_argument("--epoch-unix-ms", type=int, default=None, help="trip start (default: now)")
     tb.add_argument(
+        "--gps-only",
+        action="store_true",
+        help="send fixes and handovers without the log's track position, as a plain GPS "
+        "receiver would (ingest map-matches them onto LinkDB's routes)",
+    )
+    tb.add_argument(
         "--carriers",
         default="carrier-0,carrier-1,carrier-2,carrier-3",
         help="names of carriers 0, 1, ... (comma-separated; the default is the testbed "
@@ -377,7 +383,7 @@ def _produce_testbed(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
             failed.append(str(err))
 
     n = 0
-    for rec in records(a.events, a.train_id, epoch, a.carriers.split(",")):
+    for rec in records(a.events, a.train_id, epoch, a.carriers.split(","), gps_only=a.gps_only):
         while True:
             try:
                 prod.produce(

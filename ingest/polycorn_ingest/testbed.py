@@ -22,7 +22,12 @@ def testbed_cell_id(carrier: int, cell: int) -> int:
     return (carrier + 1) << 32 | cell
 
 
-def records(path: Path, train: str, epoch_ms: int, carrier_names: list[str]) -> Iterator[pb.Record]:
+def records(
+    path: Path, train: str, epoch_ms: int, carrier_names: list[str], *, gps_only: bool = False
+) -> Iterator[pb.Record]:
+    """The trip's records; ``gps_only``: fixes and handovers without the
+    log's track position, as a train with a plain GPS receiver sends them
+    (ingest then map-matches them onto LinkDB's routes)."""
     last_fix: dict[str, Any] | None = None
     starts: dict[tuple[int, int], dict[str, Any]] = {}
 
@@ -44,7 +49,7 @@ def records(path: Path, train: str, epoch_ms: int, carrier_names: list[str]) -> 
                     speed_mps=e["speed_mps"],
                     heading_deg=e["heading_deg"],
                     accuracy_m=e["accuracy_m"],
-                    track_m=e["track_m"],
+                    track_m=None if gps_only else e["track_m"],
                 )
                 yield pb.Record(train_id=train, time_unix_ms=t, gps=g)
             elif kind == "rsrp":
@@ -80,7 +85,7 @@ def records(path: Path, train: str, epoch_ms: int, carrier_names: list[str]) -> 
                         start_unix_ms=epoch_ms + int(s["t_ms"]),
                         start_lat_deg=fix["lat"],
                         start_lon_deg=fix["lon"],
-                        start_track_m=s["track_m"],
+                        start_track_m=None if gps_only else s["track_m"],
                         rsrp_dbm=s.get("rsrp_dbm"),
                         outcome=pb.HANDOVER_OUTCOME_SUCCESS
                         if e["outcome"] == "success"

@@ -21,7 +21,7 @@ import pytest
 import shapely
 from helpers import query
 
-from polycorn_ingest import cli, mapmatch
+from polycorn_ingest import cli, mapmatch, records, testbed
 from polycorn_ingest.records import Rows
 from polycorn_ingest.routes import RouteError, parse_geojson, parse_osm, store
 from polycorn_ingest.sink import LinkDbSink
@@ -565,3 +565,79 @@ def test_a_route_learned_from_twenty_noisy_trips_lies_on_the_line(tmp_path: Path
         print(f"learned line: p95 {p95(off):.1f} m, max {max(off):.1f} m from the true centre")
         assert p95(off) < 10.0 and max(off) < 20.0, (p95(off), max(off))
         assert query(url, "SELECT count(DISTINCT route_id) FROM gps_fixes") == [(1,)]
+
+
+def test_a_testbed_trip_sent_gps_only_is_placed_by_map_matching(tmp_path: Path) -> None:
+    # produce-testbed --gps-only: the trip's fixes and handovers lose their
+    # track_m, and ingest places them on the route instead.
+    rng = random.Random(29)
+    events = tmp_path / "events.jsonl"
+    truth = []
+    with events.open("w") as f:
+        for k in range(60):
+            s = 1000.0 + 80.0 * k
+            x, y = offset_point(s, GAUGE_M / 2)
+            truth.append((x, y))
+            lon, lat = _lonlat(x + rng.gauss(0, NOISE_M), y + rng.gauss(0, NOISE_M))
+            _, _, h = centre(s)
+            e = {
+                "event": "gps",
+                "t_ms": k * 1000,
+                "lat": lat,
+                "lon": lon,
+                "speed_mps": 80.0,
+                "heading_deg": math.degrees(h) % 360,
+                "accuracy_m": 20.0,
+                "track_m": s,
+            }
+            f.write(json.dumps(e) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "event": "handover_start",
+                    "t_ms": 30_200,
+                    "carrier": 0,
+                    "from_cell": 3,
+                    "to_cell": 4,
+                    "track_m": 3416.0,
+                    "rsrp_dbm": -110.0,
+                }
+            )
+            + "\n"
+        )
+        f.write(
+            json.dumps(
+                {
+                    "event": "handover_end",
+                    "t_ms": 32_200,
+                    "carrier": 0,
+                    "from_cell": 3,
+                    "to_cell": 4,
+                    "outcome": "failure",
+                    "ho_type": 3,
+                    "duration_ms": 2000,
+                    "blackout": "flush",
+                    "track_m": 3416.0,
+                }
+            )
+            + "\n"
+        )
+    rows = Rows()
+    for rec in testbed.records(events, "tb-gps", T0, ["carrier-0"], gps_only=True):
+        assert not rec.HasField("gps") or not rec.gps.HasField("track_m")
+        records.add_record(rec, b"tb-gps", rows)
+    with fresh_database() as url:
+        with psycopg.connect(url) as conn, conn.transaction():
+            for spec in parse_geojson(geojson()):
+                store(conn, spec)
+        sink = LinkDbSink(url)
+        try:
+            sink.write(rows)
+        finally:
+            sink.close()
+        got = matched(url, "tb-gps")
+        assert all(g[0] == "hsr" and g[1] == "R" for g in got)
+        errs = [abs((g[2] or 0.0) - m) for g, m in zip(got, true_measures(url, truth), strict=True)]
+        assert p95(errs) < 30.0
+        (route, track_m), *_ = query(url, "SELECT route_id, track_m FROM handovers")
+        assert route == "hsr" and track_m is not None

@@ -160,6 +160,11 @@ struct Opts {
     /// stream (as the live sources do) instead of replaying its labels.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_REPLAY_DETECT")]
     replay_detect: Option<bool>,
+    /// Replay source: send fixes and handovers with latitude and longitude
+    /// only (no position along the track), as a GPS receiver does; HPR then
+    /// places them on the failure-location table's route lines.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_REPLAY_GPS_ONLY")]
+    replay_gps_only: Option<bool>,
     /// Read position fixes from gpsd at ADDR (host:port) [default when
     /// given without a value: 127.0.0.1:2947].
     #[arg(long, num_args = 0..=1, default_missing_value = radio::gpsd::DEFAULT_ADDR, env = "POLYCORN_RELAY_GPSD")]
@@ -263,7 +268,7 @@ fn settings() -> anyhow::Result<Settings> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, subflow_cc, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, log_json,
-        failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, replay_events, replay_epoch_unix_ms, replay_detect, gpsd, modems, mmcli, mmcli_interval_ms,
+        failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, replay_events, replay_epoch_unix_ms, replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms,
         handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume, trace_dir, trace_max_bytes);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
@@ -631,6 +636,7 @@ async fn main() -> anyhow::Result<()> {
                 epoch_unix_ms,
                 path_names: names.clone(),
                 detect: s.opts.replay_detect.unwrap_or(false).then_some(s.detector),
+                gps_only: s.opts.replay_gps_only.unwrap_or(false),
                 resume_from_unix_ms: resume.then(|| radio::resume_point(&spool_dir, epoch_unix_ms)),
             };
             let log = radio::load_log(&opts.file)?;

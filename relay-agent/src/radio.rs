@@ -54,6 +54,10 @@ pub struct ReplayOpts {
     /// configuration instead of replaying its labels
     /// ([`detect::detected_events_of`]).
     pub detect: Option<polycorn_telemetry::handover::DetectorConfig>,
+    /// `--replay-gps-only`: fixes and handovers without the log's track
+    /// position, as a GPS receiver gives them (the position along the
+    /// track then comes from map matching onto the table's routes).
+    pub gps_only: bool,
     /// Resume (`--replay-resume`): replay from this Unix ms instead of from
     /// now, sending the events between it and now at once. `Some` of the
     /// epoch on a first start: the whole log is reported, as a modem that
@@ -126,7 +130,7 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
                     speed_mps,
                     heading_deg,
                     accuracy_m,
-                    track_m: Some(track_m),
+                    track_m: (!opts.gps_only).then_some(track_m),
                 };
                 last_fix = Some(fix);
                 out.push((t, RadioEvent::Gps { time_unix_ms: t, fix }));
@@ -169,7 +173,7 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
                     start_unix_ms: t - duration_ms as i64,
                     start_lat_deg: fix.lat_deg,
                     start_lon_deg: fix.lon_deg,
-                    start_track_m: track,
+                    start_track_m: track.filter(|_| !opts.gps_only),
                     rsrp_dbm: rsrp,
                     outcome: if outcome == "success" {
                         v1::HandoverOutcome::Success
@@ -329,6 +333,7 @@ mod tests {
             epoch_unix_ms: 1_000_000,
             path_names: (0..n).map(|i| format!("carrier-{i}")).collect(),
             detect: None,
+            gps_only: false,
             resume_from_unix_ms: None,
         }
     }
@@ -365,6 +370,17 @@ mod tests {
         let ho = ho.unwrap();
         assert_eq!(ho.outcome, v1::HandoverOutcome::Failure as i32);
         assert_eq!((ho.start_unix_ms, ho.start_track_m, ho.duration_ms), (1_000_900, Some(75.0), 2000));
+
+        // --replay-gps-only: the same events without any track position.
+        let gps_only = events_of(&log, &ReplayOpts { gps_only: true, ..opts(2) });
+        assert_eq!(gps_only.len(), ev.len());
+        for (_, e) in &gps_only {
+            match e {
+                RadioEvent::Gps { fix, .. } => assert!(fix.track_m.is_none() && fix.lat_deg == 1.0),
+                RadioEvent::Handover { event, .. } => assert!(event.start_track_m.is_none()),
+                _ => {}
+            }
+        }
     }
 
     #[test]
