@@ -122,7 +122,11 @@ mod tests {
     const START_UNIX_MS: i64 = 1_714_550_400_000;
 
     fn position(k: u32) -> (f64, f64) {
-        let x = SPEED_MPS * f64::from(k);
+        position_at(SPEED_MPS * f64::from(k))
+    }
+
+    /// (lat, lon) `x` metres along the fixture's track.
+    fn position_at(x: f64) -> (f64, f64) {
         let h = HEADING_DEG.to_radians();
         let m_per_deg_lat = 111_320.0;
         let m_per_deg_lon = m_per_deg_lat * ORIGIN.0.to_radians().cos();
@@ -295,5 +299,60 @@ mod tests {
         stop_tx.send(true).unwrap();
         client.await.unwrap();
         let _ = std::fs::remove_file(next_day);
+    }
+
+    /// Issue 21: the gpsd path gives HPR the positions the trip replay
+    /// gives. The fixture's fixes, read from the real gpsd (gpsfake) and
+    /// map-matched onto a route line drawn through the trip (as a table's
+    /// `routes` carries it: a vertex every 500 m with its measure), against
+    /// the replay's own track positions (speed × time): every position within
+    /// one second of travel, and the fix at which HPR starts holding a
+    /// carrier before a failure location 6 km on (t_HOF under 1.3 s) the same
+    /// within one second.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gpsfake_fixes_place_the_train_where_the_replay_does() {
+        use polycorn_telemetry::failure_table::RouteLine;
+        use polycorn_telemetry::route_match::Routes;
+        let port = free_port();
+        let _fake = GpsFake::start(port, &fixture_path());
+        let (tx, mut rx) = mpsc::channel(1024);
+        let (stop_tx, stop) = watch::channel(false);
+        let client = tokio::spawn(run(format!("127.0.0.1:{port}"), tx, Arc::new(RadioCounters::default()), stop));
+        let n = (SPEED_MPS * f64::from(EPOCHS) / 500.0) as usize + 2;
+        let line = RouteLine {
+            id: "fixture".into(),
+            coords: (0..=n)
+                .map(|i| {
+                    let (lat, lon) = position_at(i as f64 * 500.0);
+                    [lon, lat]
+                })
+                .collect(),
+            measures: (0..=n).map(|i| i as f64 * 500.0).collect(),
+        };
+        let shared = polycorn_net::hof::SharedRoutes::default();
+        shared.set(Routes::new(&[line]));
+        let mut positioner = polycorn_net::hof::Positioner::new(Some(shared));
+        const FAILURE_M: f64 = 6000.0;
+        let holds = |pos: f64| (FAILURE_M - pos) / SPEED_MPS < 1.3;
+        let (mut first_hold_gps, mut first_hold_replay) = (None, None);
+        let mut seen = 0;
+        while seen < 100 {
+            let (t, fix) = next_fix(&mut rx).await;
+            let k = (t - START_UNIX_MS) / 1000;
+            let replay = SPEED_MPS * k as f64;
+            let gps = positioner.track_m(&fix, t).expect("a fix on the line is placed");
+            assert!((gps - replay).abs() < SPEED_MPS, "k={k}: {gps} vs {replay}");
+            if first_hold_gps.is_none() && holds(gps) {
+                first_hold_gps = Some(k);
+            }
+            if first_hold_replay.is_none() && holds(replay) {
+                first_hold_replay = Some(k);
+            }
+            seen += 1;
+        }
+        let (g, r) = (first_hold_gps.unwrap(), first_hold_replay.unwrap());
+        assert!((g - r).abs() <= 1, "HPR holds from fix {g} on gpsd, {r} on the replay");
+        stop_tx.send(true).unwrap();
+        client.await.unwrap();
     }
 }
