@@ -190,7 +190,11 @@ def _states(cands: Sequence[Candidate]) -> list[_State]:
         for d in (1, -1):
             if (c.running == "increasing" and d < 0) or (c.running == "decreasing" and d > 0):
                 continue
-            # One state per pass of the route (measures 2 × SEARCH_M apart).
+            # One state per pass of the route: candidates of its tracks
+            # within the same 600 m of measure are one pass (passes are at
+            # least 2 × SEARCH_M apart, nearest_per_track); a pass that
+            # straddles a bucket boundary gives two states of the same
+            # route and direction, which Viterbi treats as equals.
             key = (c.route_id, d, int(c.measure_m // (4 * SEARCH_M)))
             old = best.get(key)
             if old is None or c.dist_m < old.cand.dist_m:
