@@ -429,6 +429,38 @@ impl fmt::Display for Score {
     }
 }
 
+/// Put a generated route (`route.geojson` as [`crate::output::route_geojson`] writes it)
+/// into a table: its line in `routes`, each vertex's measure the generator's own flat
+/// distance along it (so equal to the trips' `track_m`), and every entry on it. A relay or
+/// proxy can then place GPS-only fixes on the table's scale (issue 21).
+pub fn with_route(table: &mut FailureTableFile, route: &serde_json::Value) -> Result<(), Error> {
+    let bad = |why: &str| Error::Invalid(format!("route: {why}"));
+    let f = &route["features"][0];
+    let id = f["properties"]["route"].as_str().ok_or_else(|| bad("no features[0].properties.route"))?;
+    let coords: Vec<[f64; 2]> = f["geometry"]["coordinates"]
+        .as_array()
+        .ok_or_else(|| bad("no LineString coordinates"))?
+        .iter()
+        .map(|c| Some([c.get(0)?.as_f64()?, c.get(1)?.as_f64()?]))
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad("a vertex is not [lon, lat]"))?;
+    if coords.len() < 2 {
+        return Err(bad("fewer than 2 vertices"));
+    }
+    let m_per_deg_lat = 111_320.0;
+    let m_per_deg_lon = m_per_deg_lat * coords[0][1].to_radians().cos();
+    let mut measures = vec![0.0];
+    for w in coords.windows(2) {
+        let (dx, dy) = ((w[1][0] - w[0][0]) * m_per_deg_lon, (w[1][1] - w[0][1]) * m_per_deg_lat);
+        measures.push(measures.last().copied().unwrap_or(0.0) + dx.hypot(dy));
+    }
+    for e in &mut table.entries {
+        e.route = Some(id.to_string());
+    }
+    table.routes = vec![polycorn_telemetry::failure_table::RouteLine { id: id.to_string(), coords, measures }];
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

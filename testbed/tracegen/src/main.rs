@@ -69,6 +69,10 @@ enum Cmd {
         /// Table version.
         #[arg(long, default_value_t = 1)]
         version: u64,
+        /// A trip's route.geojson: put the route's line into the table and every entry on
+        /// it, so GPS-only fixes can be placed (relay --replay-gps-only).
+        #[arg(long)]
+        route: Option<PathBuf>,
         /// A cell and direction needs at least this many past failures.
         #[arg(long, default_value_t = ft::DEFAULT_MIN_FAILURES)]
         min_failures: u64,
@@ -99,10 +103,20 @@ fn events_file(p: PathBuf) -> PathBuf {
     }
 }
 
-fn failure_table(events: Vec<PathBuf>, out: PathBuf, version: u64, th: Thresholds) -> Result<(), Error> {
+fn failure_table(
+    events: Vec<PathBuf>,
+    out: PathBuf,
+    version: u64,
+    route: Option<PathBuf>,
+    th: Thresholds,
+) -> Result<(), Error> {
     let files: Vec<PathBuf> = events.into_iter().map(events_file).collect();
     let refs: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
-    let (table, skipped) = ft::build_table(&refs, version, th)?;
+    let (mut table, skipped) = ft::build_table(&refs, version, th)?;
+    if let Some(r) = route {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&r)?)?;
+        ft::with_route(&mut table, &v)?;
+    }
     std::fs::write(&out, table.to_json() + "\n")?;
     eprintln!(
         "polycorn-tracegen: {} entries from {} trip(s) into {}{}",
@@ -167,8 +181,8 @@ fn main() -> ExitCode {
             write(&cfg, &generate(&cfg), &out)
         }
         Cmd::Validate { dirs, json, per_trip } => validate_cmd(&dirs, json, per_trip),
-        Cmd::FailureTable { events, out, version, min_failures, min_failure_rate } => {
-            failure_table(events, out, version, Thresholds { min_failures, min_failure_rate })
+        Cmd::FailureTable { events, out, version, route, min_failures, min_failure_rate } => {
+            failure_table(events, out, version, route, Thresholds { min_failures, min_failure_rate })
         }
         Cmd::FailureTableScore { table, events, window_m } => failure_table_score(table, events, window_m),
     };

@@ -85,6 +85,35 @@ fn the_route_line_passes_through_the_true_track_and_is_the_same_for_every_trip_o
 }
 
 #[test]
+fn a_table_with_the_route_places_the_trips_gps_only_fixes_at_their_track_position() {
+    use polycorn_telemetry::replay::{parse_events, TestbedEvent};
+    use polycorn_telemetry::route_match::{Matcher, Routes};
+    let dir = tmp("route-table");
+    let c = cfg(Preset::pc_gateway_300(), 6, 3, 180, 1);
+    write(&c, &generate(&c), &dir).unwrap();
+    let (mut table, _) =
+        polycorn_tracegen::failure_table::build_table(&[&dir.join("events.jsonl")], 1, Default::default()).unwrap();
+    let route: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("route.geojson")).unwrap()).unwrap();
+    polycorn_tracegen::failure_table::with_route(&mut table, &route).unwrap();
+    assert!(table.entries.iter().all(|e| e.route.as_deref() == Some("r6")));
+    // The table survives its own parser, and its line places every fix: the
+    // matched position is the true one up to the GPS error.
+    let table = polycorn_telemetry::failure_table::FailureTableFile::parse(&table.to_json()).unwrap();
+    let mut m = Matcher::new(Routes::new(&table.routes));
+    let err = c.preset.gps_error_max_m;
+    let mut n = 0;
+    for e in parse_events(&std::fs::read_to_string(dir.join("events.jsonl")).unwrap()).unwrap() {
+        if let TestbedEvent::Gps { t_ms, lat, lon, track_m, .. } = e {
+            let got = m.locate(lat, lon, t_ms as i64).expect("on the line");
+            assert!((got.measure_m - track_m).abs() <= err + 1.0, "t {t_ms}: {} vs {track_m}", got.measure_m);
+            n += 1;
+        }
+    }
+    assert!(n >= 170);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn different_trip_seeds_differ_but_failures_cluster_at_high_propensity_cells() {
     // m19-phone-350 has the most failures per km, so 20 short trips give enough of them.
     let trips: Vec<_> = (0..20).map(|s| generate(&cfg(Preset::m19_phone_350(), 11, 100 + s, 240, 1))).collect();
