@@ -22,6 +22,8 @@ WORK=$(mktemp -d /tmp/polycorn-ithsr.XXXXXX)
 P=pcith
 cleanup() {
     PC_PREFIX=$P testbed/topology.sh down >/dev/null 2>&1 || true
+    PC_PREFIX=${P}a testbed/topology.sh down >/dev/null 2>&1 || true
+    PC_PREFIX=${P}b testbed/topology.sh down >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -70,6 +72,41 @@ teardown_after_sigkill() {
     [[ -z $left ]] || { echo "left behind: $left"; return 1; }
 }
 check "after a SIGKILL of its caller, topology.sh down leaves no namespace, process or TUN device" teardown_after_sigkill
+
+# gps_only_holds_like_the_replay: issue 21. The same trip and oracle table
+# (with the trip's route line) on two topologies side by side, one replaying
+# track_m and one GPS only (--replay-gps-only: the proxy places the train by
+# map matching onto the table's route): the proxy's hof-reject must hold a
+# carrier as often (at least once) and for about as long (within 20 %).
+gps_only_holds_like_the_replay() {
+    local t=$WORK/gps-trip epoch p
+    "$BIN/polycorn-tracegen" generate --preset pc-gateway-300 --route-seed 7 --trip-seed 1001 \
+        --duration-s 420 --carriers 2 --out "$t" >/dev/null || return 1
+    "$BIN/polycorn-tracegen" failure-table --events "$t" --out "$WORK/gps-table.json" \
+        --min-failures 1 --min-failure-rate 0 --route "$t/route.geojson" 2>/dev/null || return 1
+    epoch=$(date +%s%3N)
+    PC_PREFIX=${P}a testbed/topology.sh up --trip "$t" --scheme hrsch --epoch-unix-ms "$epoch" \
+        --failure-table "$WORK/gps-table.json" >/dev/null || return 1
+    PC_PREFIX=${P}b testbed/topology.sh up --trip "$t" --scheme hrsch --epoch-unix-ms "$epoch" \
+        --failure-table "$WORK/gps-table.json" --relay-arg --replay-gps-only >/dev/null || return 1
+    for p in ${P}a ${P}b; do
+        ip netns exec "$p-pax" timeout 400 bash -c \
+            'while :; do curl -s -o /dev/null --max-time 120 http://10.99.0.10/files/100MiB.bin; done' &
+    done
+    wait
+    local -A held rej
+    for p in ${P}a ${P}b; do
+        ip netns exec "$p-cloud" curl -fsS --max-time 5 http://127.0.0.1:9464/metrics >"$WORK/$p.metrics" || return 1
+        rej[$p]=$(awk '/schedulerlet="hof-reject",event="rejections"}/ {print int($2)}' "$WORK/$p.metrics")
+        held[$p]=$(awk '/schedulerlet="hof-reject",event="held_ms"}/ {print int($2)}' "$WORK/$p.metrics")
+    done
+    PC_PREFIX=${P}a testbed/topology.sh down >/dev/null 2>&1 || true
+    PC_PREFIX=${P}b testbed/topology.sh down >/dev/null 2>&1 || true
+    echo "  hof-reject on the proxy: replay ${rej[${P}a]} holds, ${held[${P}a]} ms; GPS only ${rej[${P}b]} holds, ${held[${P}b]} ms"
+    ((rej[${P}a] > 0 && rej[${P}a] == rej[${P}b])) || return 1
+    ((held[${P}b] * 10 >= held[${P}a] * 8 && held[${P}b] * 10 <= held[${P}a] * 12))
+}
+check "GPS only: the proxy places a --replay-gps-only train by map matching onto the table's route and holds carriers as with the replayed track positions" gps_only_holds_like_the_replay
 
 bench_ci_runs() {
     BENCH_PREFIX=hbit BENCH_WORK=$WORK/bench PROFILE=ci SCHEMES="minrtt hrsch kernel-mptcp kernel-mptcp-conn" bash scripts/bench-hsr.sh \
