@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
             help="a gap between fixes longer than this starts a new trip",
         )
 
+    def window(sp: argparse.ArgumentParser) -> None:  # read by _window
+        sp.add_argument("--since", default=None, help="ISO 8601 time (default: the beginning)")
+        sp.add_argument("--until", default=None, help="ISO 8601 time (default: now and later)")
+
     def kafka(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
             "--bootstrap",
@@ -136,15 +140,13 @@ def _parser() -> argparse.ArgumentParser:
     lr.add_argument("--route-id", required=True)
     lr.add_argument("--name", default="")
     lr.add_argument("--train", action="append", default=None, help="a train (repeatable)")
-    lr.add_argument("--since", default=None, help="ISO 8601 time (default: the beginning)")
-    lr.add_argument("--until", default=None, help="ISO 8601 time (default: now and later)")
+    window(lr)
     lr.add_argument("--step-m", type=float, default=100.0, help="vertex spacing while learning")
 
     rm = sub.add_parser("rematch", help="map-match fixes stored before their route was imported")
     db(rm)
     rm.add_argument("--train", default=None, help="one train (default: every train)")
-    rm.add_argument("--since", default=None, help="ISO 8601 time (default: the beginning)")
-    rm.add_argument("--until", default=None, help="ISO 8601 time (default: now and later)")
+    window(rm)
 
     tb = sub.add_parser("produce-testbed", help="publish a testbed trip's events.jsonl")
     tb.add_argument("events", type=Path)

@@ -34,7 +34,7 @@ over at most 500 m: centimetres of error against the spheroid).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -474,23 +474,33 @@ CROSS JOIN LATERAL (
   ORDER BY abs(extract(epoch from f.time) * 1000 - h.t), f.time LIMIT 1) AS g"""
 
 
+@dataclass(frozen=True)
+class HandoverAt:
+    """Where and when a handover started."""
+
+    train: str
+    t_ms: int
+    lat: float
+    lon: float
+
+
+# A train's matched fixes: (t_ms, route, track) each.
+Matched = Mapping[str, Sequence[tuple[int, str, str | None]]]
+
+
 def handover_positions(
-    cur: Any, handovers: Sequence[Sequence[Any]], fixes: Sequence[Sequence[Any]]
+    cur: Any, handovers: Sequence[HandoverAt], matched: Matched
 ) -> list[tuple[str | None, float | None]]:
-    """(route, measure) of each handover (ingest's staging rows: train at
-    0, start_ms at 5, lat at 6, lon at 7): the route and track of the
-    train's matched fix nearest in time (the batch's, else LinkDB's, within
-    10 s), and the handover's own position projected onto that track."""
-    batch: dict[str, list[tuple[int, str, str | None]]] = {}
-    for f in fixes:  # matched staging rows: route at 8, track at 9
-        if f[8] is not None:
-            batch.setdefault(f[0], []).append((int(f[1]), f[8], f[9]))
+    """(route, measure) of each handover: the route and track of the train's
+    matched fix nearest in time (``matched``, the caller's fixes, else
+    LinkDB's, within 10 s), and the handover's own position projected onto
+    that track."""
     want: list[tuple[str, str | None] | None] = []
     missing: list[int] = []
     for k, h in enumerate(handovers):
         best: tuple[int, str, str | None] | None = None
-        for t, route, track in batch.get(h[0], []):
-            dt = abs(t - int(h[5]))
+        for t, route, track in matched.get(h.train, ()):
+            dt = abs(t - h.t_ms)
             if dt <= HANDOVER_WINDOW_MS and (best is None or dt < best[0]):
                 best = (dt, route, track)
         want.append(None if best is None else (best[1], best[2]))
@@ -500,14 +510,14 @@ def handover_positions(
         cur.execute(
             NEAREST_MATCHED,
             {
-                "train": [handovers[k][0] for k in missing],
-                "t": [int(handovers[k][5]) for k in missing],
+                "train": [handovers[k].train for k in missing],
+                "t": [handovers[k].t_ms for k in missing],
                 "w": HANDOVER_WINDOW_MS,
             },
         )
         for i, route, track in cur.fetchall():
             want[missing[int(i) - 1]] = (route, track)
-    pts = [Fix(int(h[5]), float(h[6]), float(h[7])) for h in handovers]
+    pts = [Fix(h.t_ms, h.lat, h.lon) for h in handovers]
     near = pieces_near(cur, pts)
     out: list[tuple[str | None, float | None]] = []
     for fix, w, ps in zip(pts, want, near, strict=True):

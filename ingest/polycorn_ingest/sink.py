@@ -428,8 +428,7 @@ FROM unnest(%(t)s::bigint[], %(m)s::float8[], %(r)s::text[], %(k)s::text[], %(d)
 WHERE g.train_id = %(train)s AND g.time = {ts("m.t_ms")}"""
 
 UNPLACED_HANDOVERS = f"""
-SELECT id, train_id, carrier, path, source_cell_id, target_cell_id, {ms("start_time")},
-       ST_Y(geog::geometry), ST_X(geog::geometry)
+SELECT id, {ms("start_time")}, ST_Y(geog::geometry), ST_X(geog::geometry)
 FROM handovers
 WHERE train_id = %(train)s AND track_m IS NULL
   AND start_time >= {ts("%(lo)s")} AND start_time <= {ts("%(hi)s")}"""
@@ -637,24 +636,30 @@ class LinkDbSink:
             else:
                 res.inserted["handovers"] = 0
             if old_ids:
-                cur.execute(DERIVE, {"ids": old_ids, "gap": self.gap_ms, "w": DIRECTION_WINDOW_MS})
-                changed = cur.fetchall()
-                res.handovers_rederived += len(changed)
-                if changed:
-                    cur.execute(
-                        APPLY,
-                        {
-                            "id": [c[0] for c in changed],
-                            "trip": [c[1] for c in changed],
-                            "dir": [c[2] for c in changed],
-                        },
-                    )
-                    moved = [c[0] for c in changed if c[3]]
-                    joined = joined or bool(moved)
-                    link.extend(moved)
+                n, moved = self._rederive(cur, old_ids)
+                res.handovers_rederived += n
+                joined = joined or bool(moved)
+                link.extend(moved)
             if joined:
                 res.cells_changed = self._cells(cur, link)
         return res
+
+    def _rederive(self, cur: psycopg.Cursor[Any], ids: list[int]) -> tuple[int, list[int]]:
+        """Re-derive the trip and direction of existing handovers ``ids`` and
+        write each change once; returns how many changed and those whose
+        direction (so cell) changed."""
+        cur.execute(DERIVE, {"ids": ids, "gap": self.gap_ms, "w": DIRECTION_WINDOW_MS})
+        changed = cur.fetchall()
+        if changed:
+            cur.execute(
+                APPLY,
+                {
+                    "id": [c[0] for c in changed],
+                    "trip": [c[1] for c in changed],
+                    "dir": [c[2] for c in changed],
+                },
+            )
+        return len(changed), [c[0] for c in changed if c[3]]
 
     def rematch(
         self,
@@ -724,13 +729,16 @@ class LinkDbSink:
         cur.execute(UNPLACED_HANDOVERS, {"train": train, "lo": t_lo - w, "hi": t_hi + w})
         hos = cur.fetchall()
         if hos:
-            staged = [
-                (train, f.t_ms, 0, 0, 0, 0, 0, 0, m.route_id, m.track)
+            on_route = [
+                (f.t_ms, m.route_id, m.track)
                 for f, m in zip(fixes, matches, strict=True)
+                if m.route_id is not None
             ]
-            # handover_positions reads (train, _, _, _, _, start_ms, lat, lon).
-            rows_ho = [(h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8]) for h in hos]
-            placed = mapmatch.handover_positions(cur, rows_ho, staged)
+            placed = mapmatch.handover_positions(
+                cur,
+                [mapmatch.HandoverAt(train, int(h[1]), h[2], h[3]) for h in hos],
+                {train: on_route},
+            )
             cur.execute(
                 WRITE_HANDOVER_POSITIONS,
                 {
@@ -754,19 +762,10 @@ class LinkDbSink:
         row = cur.fetchone()
         ids = sorted(row[0]) if row else []
         if ids:
-            cur.execute(DERIVE, {"ids": ids, "gap": self.gap_ms, "w": DIRECTION_WINDOW_MS})
-            changed = cur.fetchall()
-            res.rederived += len(changed)
-            if changed:
-                cur.execute(
-                    APPLY,
-                    {
-                        "id": [c[0] for c in changed],
-                        "trip": [c[1] for c in changed],
-                        "dir": [c[2] for c in changed],
-                    },
-                )
-                self._cells(cur, [c[0] for c in changed if c[3]])
+            n, moved = self._rederive(cur, ids)
+            res.rederived += n
+            if moved:
+                self._cells(cur, moved)
             cur.execute(
                 "SELECT DISTINCT carrier, source_cell_id, direction FROM handovers "
                 "WHERE id = ANY(%s) AND direction IS NOT NULL AND track_m IS NOT NULL",
@@ -812,14 +811,21 @@ class LinkDbSink:
         for ks in by_train.values():
             ks.sort(key=lambda k: rows.fixes[k][1])
         priors = mapmatch.priors(cur, {t: rows.fixes[by_train[t][0]][1] for t in trains})
+        matched: dict[str, list[tuple[int, str, str | None]]] = defaultdict(list)
         for train in trains:
             ks = by_train[train]
             seq = [mapmatch.fix_from_row(rows.fixes[k]) for k in ks]
             for k, m in zip(ks, mapmatch.match_fixes(cur, seq, priors.get(train)), strict=True):
                 f = rows.fixes[k]
                 fixes[k] = (*f[:7], m.measure_m, m.route_id, m.track, m.dist_m, m.off_route)
+                if m.route_id is not None:
+                    matched[train].append((f[1], m.route_id, m.track))
         if todo_ho:
-            near = mapmatch.handover_positions(cur, [rows.handovers[k] for k in todo_ho], fixes)
+            at = [
+                mapmatch.HandoverAt(h[0], int(h[5]), float(h[6]), float(h[7]))
+                for h in (rows.handovers[k] for k in todo_ho)
+            ]
+            near = mapmatch.handover_positions(cur, at, matched)
             for k, (route_id, measure) in zip(todo_ho, near, strict=True):
                 h = rows.handovers[k]
                 handovers[k] = (*h[:8], measure, *h[9:], route_id)

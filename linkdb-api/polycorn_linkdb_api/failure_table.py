@@ -42,13 +42,13 @@ from polycorn_schema.failure_table import FORMAT, canonical
 U64_MAX = 2**64 - 1
 
 
-def _finite(v: float) -> float:
+def _finite(v: float, error: str = "numbers must be finite") -> float:
     try:
         f = float(v)
     except OverflowError:
-        raise ValueError("numbers must be finite") from None
+        raise ValueError(error) from None
     if not math.isfinite(f):
-        raise ValueError("numbers must be finite")
+        raise ValueError(error)
     return f
 
 
@@ -85,13 +85,7 @@ class Entry(BaseModel):
     @field_validator("position_m")
     @classmethod
     def _position(cls, v: float) -> float:
-        try:
-            v = float(v)
-        except OverflowError:
-            raise ValueError("position_m must be a finite number") from None
-        if not math.isfinite(v):
-            raise ValueError("position_m must be a finite number")
-        return v
+        return _finite(v, "position_m must be a finite number")
 
 
 MAX_ROUTE_VERTICES = 2_000_000
