@@ -2,9 +2,11 @@
 
     polycorn-ingest run [--bootstrap B] [--database-url URL] [--group G] [--topic T]
                         [--dlq-topic D] [--migrate] [--metrics-addr HOST:PORT] ...
-    polycorn-ingest import-drivetest FILE.csv --train-id NAME --carrier NAME
-                        [--time-col C --lat-col C --lon-col C --cell-col C --signal-col C]
-                        [--time-format iso|unix-s|unix-ms] [--delimiter ,]
+    polycorn-ingest import-drivetest FILE.csv --train-id NAME [--format generic|gnettrack]
+                        [--carrier NAME] [--time-col C --lat-col C --lon-col C --cell-col C,...
+                        --signal-col C --rsrq-col C --sinr-col C --speed-col C --carrier-col C
+                        --mode-col C] [--time-format iso|unix-s|unix-ms|PATTERN]
+                        [--timezone ZONE] [--na -] [--speed-unit km/h] [--delimiter ,]
     polycorn-ingest produce-testbed EVENTS.jsonl --train-id NAME [--topic T]
     polycorn-ingest import-routes FILE.geojson|FILE.osm [--route-id ID] [--name N]
                         [--railway rail,...] [--min-length-m M]
@@ -33,7 +35,13 @@ from confluent_kafka import KafkaError, Producer
 
 from polycorn_ingest import learn, routes
 from polycorn_ingest.consumer import IngestConfig, Ingestor
-from polycorn_ingest.drivetest import Columns, import_csv
+from polycorn_ingest.drivetest import (
+    COLUMN_FIELDS,
+    FORMATS,
+    SPEED_UNITS,
+    customise,
+    import_csv,
+)
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.records import MAX_TIME_MS, MIN_TIME_MS
 from polycorn_ingest.sink import LinkDbSink, TransientDbError
@@ -91,26 +99,55 @@ def _parser() -> argparse.ArgumentParser:
         help="serve Prometheus /metrics here ('' to disable)",
     )
 
-    imp = sub.add_parser("import-drivetest", help="import a third-party drive-test CSV log")
+    imp = sub.add_parser(
+        "import-drivetest",
+        help="import a third-party drive-test CSV log",
+        description="Import a drive-test CSV log. --format picks a preset (generic: "
+        "time,lat,lon,cell_id,rsrp; gnettrack: G-NetTrack Pro exports such as the UCC "
+        "4G/5G datasets); every --*-col option overrides one of its columns ('' drops an "
+        "optional one). See docs/ingest.md for the mapping of public formats.",
+    )
     imp.add_argument("file", type=Path)
     db(imp)
     imp.add_argument("--train-id", required=True, help="LinkDB train id for this log")
-    imp.add_argument("--carrier", required=True, help="carrier name of the logged interface")
-    for col, default in (
+    imp.add_argument("--format", choices=sorted(FORMATS), default="generic")
+    imp.add_argument(
+        "--carrier",
+        default="",
+        help="carrier name of every row (default: the format's operator column)",
+    )
+    for col, what in (
         ("time", "time"),
-        ("lat", "lat"),
-        ("lon", "lon"),
-        ("cell", "cell_id"),
-        ("signal", "rsrp"),
+        ("lat", "latitude"),
+        ("lon", "longitude"),
+        ("cell", "serving cell; several comma-separated columns make one identity"),
+        ("signal", "RSRP (dBm)"),
+        ("rsrq", "RSRQ (dB)"),
+        ("sinr", "SINR/SNR (dB)"),
+        ("speed", "speed (see --speed-unit)"),
+        ("carrier", "operator of each row"),
+        ("mode", "network mode (LTE, 5G, ...)"),
     ):
-        imp.add_argument(f"--{col}-col", default=default, help=f"CSV column (default {default})")
-    imp.add_argument("--time-format", choices=("iso", "unix-s", "unix-ms"), default="iso")
-    imp.add_argument("--delimiter", default=",")
+        imp.add_argument(f"--{col}-col", default=None, help=f"column: {what}")
+    imp.add_argument(
+        "--time-format",
+        default=None,
+        help="iso, unix-s, unix-ms, or a strptime pattern such as %%Y.%%m.%%d_%%H.%%M.%%S",
+    )
+    imp.add_argument(
+        "--timezone",
+        default="UTC",
+        help="IANA zone of times written without an offset (loggers write local time)",
+    )
+    imp.add_argument("--na", default=None, help="comma-separated markers of 'no value'")
+    imp.add_argument("--speed-unit", choices=sorted(SPEED_UNITS), default=None)
+    imp.add_argument("--delimiter", default=None)
     imp.add_argument(
         "--failure-gap-ms",
         type=int,
-        default=1500,
-        help="a cell change with a longer interruption is a failed handover",
+        default=None,
+        help="a cell change with a longer interruption is a failed handover "
+        "(generic 1500, gnettrack 2500)",
     )
 
     rt = sub.add_parser(
@@ -235,17 +272,18 @@ def _import(a: argparse.Namespace) -> int:
     sink = LinkDbSink(a.database_url, trip_gap_s=a.trip_gap_s, source="drivetest")
     if a.migrate:
         sink.migrate()
-    cols = Columns(a.time_col, a.lat_col, a.lon_col, a.cell_col, a.signal_col)
     try:
-        rep = import_csv(
-            a.file,
-            sink,
-            train=a.train_id,
-            carrier=a.carrier,
-            cols=cols,
+        fmt = customise(
+            FORMATS[a.format],
+            {c: getattr(a, f"{c}_col") for c in COLUMN_FIELDS},
             time_format=a.time_format,
+            na=None if a.na is None else frozenset(v for v in a.na.split(",") if v),
+            speed_unit=a.speed_unit,
             delimiter=a.delimiter,
             failure_gap_ms=a.failure_gap_ms,
+        )
+        rep = import_csv(
+            a.file, sink, train=a.train_id, carrier=a.carrier, fmt=fmt, timezone=a.timezone
         )
     except (OSError, ValueError) as e:
         print(f"polycorn-ingest import-drivetest: {e}", file=sys.stderr)
@@ -260,11 +298,21 @@ def _import(a: argparse.Namespace) -> int:
         sink.close()
     for line, reason in rep.bad:
         print(f"{a.file}:{line}: skipped: {reason}", file=sys.stderr)
+    for line, reason in rep.ignored:
+        print(f"{a.file}:{line}: {reason}", file=sys.stderr)
     w = rep.written.inserted if rep.written else {}
+    c = rep.columns
+    used = (
+        {k: v for k, v in vars(c).items() if v is not None and k != "cell"}
+        | {"cell": "+".join(c.cell)}
+        if c
+        else {}
+    )
     print(
         f"{a.file}: {rep.rows} rows, {rep.imported} imported, {len(rep.bad)} bad, "
-        f"{rep.duplicates} repeated times; {rep.handovers} handovers "
-        f"({rep.failures} failed); new rows: {dict(w)}"
+        f"{rep.duplicates} repeated times, {len(rep.ignored)} values stored as empty; "
+        f"carriers {rep.carriers}; {rep.handovers} handovers ({rep.failures} failed); "
+        f"columns {used}; new rows: {dict(w)}"
     )
     return 0 if rep.imported else 1
 

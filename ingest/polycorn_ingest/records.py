@@ -54,7 +54,11 @@ OUTCOME: Final = {pb.HANDOVER_OUTCOME_SUCCESS: "success", pb.HANDOVER_OUTCOME_FA
 
 # Staging row types (see sink.STAGING for the column names).
 FixRow = tuple[str, int, float, float, float | None, float | None, float | None, float | None]
-SampleRow = tuple[str, int, int, str, int, float | None, str, int | None]
+# train, path, time, carrier, cell, RSRP, registration, measured time, then
+# RSRQ, SINR and network mode (drive-test logs only; telemetry has RSRP alone).
+SampleRow = tuple[
+    str, int, int, str, int, float | None, str, int | None, float | None, float | None, str | None
+]
 PathRow = tuple[str, int, int, str, bool, int, int, int, int, int, int, int]
 HandoverRow = tuple[
     str, str, int | None, int, int, int, float, float, float | None, float | None, str, int
@@ -205,6 +209,9 @@ def add_record(rec: pb.Record, key: bytes | None, rows: Rows) -> None:
                 _finite(c.rsrp_dbm, "rsrp_dbm") if c.HasField("rsrp_dbm") else None,
                 REGISTRATION.get(c.registration, "unspecified"),
                 _time(m, "measured_unix_ms") if m else None,
+                None,
+                None,
+                None,
             )
         )
     elif kind == "handover":

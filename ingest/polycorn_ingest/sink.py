@@ -74,7 +74,7 @@ STAGING = {
     f"heading float8, accuracy float8, track_m float8, route_id {_C}, track text, "
     "match_dist float8, off_route bool",
     "stg_sample": f"train_id {_C}, path bigint, t_ms bigint, carrier {_C}, cell_id bigint, "
-    "rsrp float8, registration text, measured_ms bigint",
+    "rsrp float8, registration text, measured_ms bigint, rsrq float8, sinr float8, rat text",
     "stg_path": f"train_id {_C}, path bigint, t_ms bigint, carrier {_C}, up bool, srtt bigint, "
     "rate bigint, sent bigint, acked bigint, reinj bigint, redund bigint, rto bigint",
     "stg_ho": f"train_id {_C}, carrier {_C}, path bigint, src bigint, tgt bigint, start_ms bigint, "
@@ -123,8 +123,9 @@ SELECT train_id, {ms("time")}, has_track FROM ins"""
 
 INSERT_SAMPLES = f"""
 INSERT INTO signal_samples (train_id, path, time, carrier, cell_id, rsrp_dbm, registration,
-                            measured_at)
-SELECT train_id, path, {ts("t_ms")}, carrier, cell_id, rsrp, registration, {ts("measured_ms")}
+                            measured_at, rsrq_db, sinr_db, rat)
+SELECT train_id, path, {ts("t_ms")}, carrier, cell_id, rsrp, registration, {ts("measured_ms")},
+       rsrq, sinr, rat
 FROM stg_sample ORDER BY train_id, path, t_ms, ctid ON CONFLICT DO NOTHING"""
 
 INSERT_PATHS = f"""

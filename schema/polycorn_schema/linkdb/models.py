@@ -251,6 +251,11 @@ class SignalSample(Base):
     rsrp_dbm: Mapped[float | None] = mapped_column(Double)
     registration: Mapped[str] = mapped_column(String(16))
     measured_at: Mapped[dt.datetime | None] = mapped_column(TS)
+    # Drive-test logs only (the relay reports RSRP alone): RSRQ, SINR, and the
+    # network mode as the log names it (LTE, 5G, HSPA+, ...).
+    rsrq_db: Mapped[float | None] = mapped_column(Double)
+    sinr_db: Mapped[float | None] = mapped_column(Double)
+    rat: Mapped[str | None] = mapped_column(String(16))
     __table_args__ = (
         Index("ix_signal_samples_time", "time", postgresql_using="brin"),
         {"postgresql_partition_by": "RANGE (time)"},
