@@ -19,8 +19,9 @@ the reference. ``name`` names the route.
 
 OpenStreetMap (``FILE.osm``, the XML that ``osmium extract`` or the
 Overpass API write): every way tagged ``railway=rail`` (or a ``--railway``
-value given) is chained with the ways it shares an end node with into
-lines; each line at least ``min_length_m`` long is a track, the longest
+value given) is chained with the ways that continue it into lines (where
+three or more way ends meet, the straightest pairs continue: :func:`_pairs`);
+each line at least ``min_length_m`` long is a track, the longest
 one the reference (its measure runs the way its first way in the file is
 drawn), and ``railway:preferred_direction`` (``forward`` /
 ``backward`` / ``both``, OSM's tag for the running direction) gives each
@@ -220,7 +221,7 @@ def parse_osm(
                 if missing
                 else f"{path}: way {wid} has fewer than 2 nodes"
             )
-    chains = _chain(ways)
+    chains = _chain(ways, nodes)
     notes: list[str] = []
     lines: list[tuple[Coords, str]] = []
     for refs, pref, wids in chains:
@@ -250,17 +251,78 @@ def int_or_str(s: str) -> tuple[int, str]:
     return (int(s), "") if s.isdigit() else (0, s)
 
 
-def _chain(
-    ways: list[tuple[str, list[str], dict[str, str]]],
-) -> list[tuple[list[str], str, list[str]]]:
-    """Ways joined at end nodes shared by exactly two ways (a junction of
-    three or more ends a chain): each chain's nodes, its running direction
-    in its own digitisation (``forward``/``backward``/``both``; mixed is
-    ``both``) and its way ids."""
-    ends: dict[str, list[int]] = defaultdict(list)
+# Two way ends meeting at a junction continue each other (a train can run
+# from one onto the other) when the line turns by at most this much there;
+# turnouts diverge by a few degrees, so the straightest pair is the through
+# route and the other ends (sidings, crossovers, branch lines) stop.
+MAX_DEFLECTION_DEG = 30.0
+# A way end's direction is taken from its vertex at least this far away
+# (the first vertices at a switch are metres apart and noisy).
+BEARING_BASE_M = 30.0
+
+
+def _bearing(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """Initial bearing from a to b ((lon, lat) degrees), in degrees."""
+    la1, la2 = math.radians(a[1]), math.radians(b[1])
+    dl = math.radians(b[0] - a[0])
+    y = math.sin(dl) * math.cos(la2)
+    x = math.cos(la1) * math.sin(la2) - math.sin(la1) * math.cos(la2) * math.cos(dl)
+    return math.degrees(math.atan2(y, x)) % 360
+
+
+def _leaving(refs: list[str], nodes: dict[str, tuple[float, float]]) -> float:
+    """The bearing of a way leaving its first node ``refs[0]``."""
+    start = nodes[refs[0]]
+    far = nodes[refs[1]]
+    for r in refs[1:]:
+        far = nodes[r]
+        if haversine_m(start[1], start[0], far[1], far[0]) >= BEARING_BASE_M:
+            break
+    return _bearing(start, far)
+
+
+def _pairs(
+    ways: list[tuple[str, list[str], dict[str, str]]], nodes: dict[str, tuple[float, float]]
+) -> dict[tuple[int, bool], tuple[int, bool]]:
+    """Which way end continues which, as (way, at its last node) keys: at a
+    node where two ends meet they continue each other; where three or more
+    meet (a switch, a junction), the pairs that turn least, straightest
+    first, up to MAX_DEFLECTION_DEG ("strokes", as road networks are
+    generalised)."""
+    ends: dict[str, list[tuple[int, bool]]] = defaultdict(list)
     for k, (_, refs, _) in enumerate(ways):
-        ends[refs[0]].append(k)
-        ends[refs[-1]].append(k)
+        ends[refs[0]].append((k, False))
+        ends[refs[-1]].append((k, True))
+    out: dict[tuple[int, bool], tuple[int, bool]] = {}
+    for es in ends.values():
+        if len(es) == 2:
+            out[es[0]], out[es[1]] = es[1], es[0]
+            continue
+        if len(es) < 2:
+            continue
+        heading = {
+            e: _leaving(ways[e[0]][1][::-1] if e[1] else ways[e[0]][1], nodes) for e in es
+        }
+        cands = []
+        for e, f in itertools.combinations(es, 2):
+            turn = abs((heading[e] - heading[f]) % 360 - 180)  # 0: straight on
+            if turn <= MAX_DEFLECTION_DEG and e[0] != f[0]:
+                cands.append((turn, e, f))
+        taken: set[tuple[int, bool]] = set()
+        for _, e, f in sorted(cands):
+            if e not in taken and f not in taken:
+                taken |= {e, f}
+                out[e], out[f] = f, e
+    return out
+
+
+def _chain(
+    ways: list[tuple[str, list[str], dict[str, str]]], nodes: dict[str, tuple[float, float]]
+) -> list[tuple[list[str], str, list[str]]]:
+    """Ways joined end to end where they continue each other (:func:`_pairs`):
+    each chain's nodes, its running direction in its own digitisation
+    (``forward``/``backward``/``both``; mixed is ``both``) and its way ids."""
+    pairs = _pairs(ways, nodes)
     used = [False] * len(ways)
 
     def nodes_of(k: int, flipped: bool) -> list[str]:
@@ -269,13 +331,12 @@ def _chain(
 
     def grow(chain: list[tuple[int, bool]]) -> None:
         while True:
-            tail = nodes_of(*chain[-1])[-1]
-            nxt = [k for k in ends[tail] if not used[k]]
-            if len(ends[tail]) != 2 or len(nxt) != 1:
+            k, flipped = chain[-1]
+            nxt = pairs.get((k, not flipped))  # the end we are leaving by
+            if nxt is None or used[nxt[0]]:
                 return
-            k = nxt[0]
-            used[k] = True
-            chain.append((k, ways[k][1][0] != tail))
+            used[nxt[0]] = True
+            chain.append((nxt[0], nxt[1]))  # entered at its last node: run it flipped
 
     out: list[tuple[list[str], str, list[str]]] = []
     for k in range(len(ways)):

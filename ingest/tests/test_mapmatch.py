@@ -9,6 +9,7 @@ each axis (radial RMS 28 m)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -19,6 +20,7 @@ import numpy as np
 import psycopg
 import pytest
 import shapely
+from defusedxml import ElementTree as SafeXml
 from helpers import query
 
 from polycorn_ingest import cli, mapmatch, records, testbed
@@ -641,3 +643,96 @@ def test_a_testbed_trip_sent_gps_only_is_placed_by_map_matching(tmp_path: Path) 
         assert p95(errs) < 30.0
         (route, track_m), *_ = query(url, "SELECT route_id, track_m FROM handovers")
         assert route == "hsr" and track_m is not None
+
+
+# Real OpenStreetMap data: the railway ways of an extract of Liechtenstein
+# (ingest/tests/data/osm/README.md; ODbL). The Feldkirch–Buchs line crosses
+# the country as one single track, split into ways at every switch, with
+# station loops, a siding and a yard track beside it.
+REAL_OSM = Path(__file__).parent / "data" / "osm" / "liechtenstein-rail.osm"
+
+
+def _line_ends(path: Path) -> list[tuple[float, float]]:
+    """Read plainly: the nodes where a railway way ends and no other way
+    touches (the line's two ends and the dead ends of sidings), the two
+    farthest apart being where the line leaves the extract."""
+    root = SafeXml.parse(path).getroot()
+    pos = {
+        n.get("id"): (float(n.get("lon", "0")), float(n.get("lat", "0"))) for n in root.iter("node")
+    }
+    uses: dict[str | None, int] = {}
+    ends = []
+    for w in root.iter("way"):
+        refs = [nd.get("ref") for nd in w.iter("nd")]
+        ends += [refs[0], refs[-1]]
+        for r in refs:
+            uses[r] = uses.get(r, 0) + 1
+    dead = [pos[e] for e in ends if uses[e] == 1]
+    a, b = max(
+        ((p, q) for p in dead for q in dead),
+        key=lambda pq: mapmatch.haversine_m(pq[0][1], pq[0][0], pq[1][1], pq[1][0]),
+    )
+    return [a, b]
+
+
+def test_a_real_osm_line_is_one_route_through_its_stations() -> None:
+    spec = parse_osm(REAL_OSM, route_id="li", name="Feldkirch–Buchs")
+    # One track end to end: the chain continues straight through each switch
+    # (seeded fault: ending chains at every junction gave a 4.5 km piece as
+    # the reference and the rest as two "parallel" tracks).
+    assert len(spec.tracks) == 1 and spec.tracks[0].coords == spec.reference
+    assert sorted([spec.reference[0], spec.reference[-1]]) == sorted(_line_ends(REAL_OSM))
+    # Left out: the short station tracks only (a siding, a loop, a yard track).
+    left = {w for n in spec.notes for w in n.split()[3].rstrip(":").split(",")}
+    assert left == {"2170", "2171", "2183"}, spec.notes
+    assert 10_000 < length_of(spec.reference) < 10_400
+
+
+def length_of(coords: list[tuple[float, float]]) -> float:
+    return sum(mapmatch.haversine_m(a[1], a[0], b[1], b[0]) for a, b in itertools.pairwise(coords))
+
+
+@pytest.mark.parametrize("increasing", [True, False])
+def test_fixes_match_onto_a_real_osm_line(increasing: bool) -> None:
+    """20 m GPS noise on the real line's curves: measure error < 30 m at p95."""
+    spec = parse_osm(REAL_OSM, route_id="li", name="Feldkirch–Buchs")
+    rng = random.Random(21 if increasing else 22)
+    # Walk the line at 40 m/s (a regional train), one fix a second.
+    cum = [0.0]
+    for a, b in itertools.pairwise(spec.reference):
+        cum.append(cum[-1] + mapmatch.haversine_m(a[1], a[0], b[1], b[0]))
+    total = cum[-1]
+    rows = Rows()
+    truth = []
+    for k in range(int((total - 400) / 40)):
+        s = 200 + 40 * k if increasing else total - 200 - 40 * k
+        j = max(i for i in range(len(cum) - 1) if cum[i] <= s)
+        f = (s - cum[j]) / (cum[j + 1] - cum[j])
+        (x0, y0), (x1, y1) = spec.reference[j], spec.reference[j + 1]
+        lon, lat = x0 + f * (x1 - x0), y0 + f * (y1 - y0)
+        truth.append(mapmatch.Fix(0, lat, lon))
+        n_m, e_m = rng.gauss(0, NOISE_M), rng.gauss(0, NOISE_M)
+        lat += math.degrees(n_m / mapmatch.EARTH_R)
+        lon += math.degrees(e_m / (mapmatch.EARTH_R * math.cos(math.radians(lat))))
+        t = T0 + k * 1000
+        rows.fixes.append(("li-train", t, lat, lon, 40.0, None, NOISE_M, None))
+        rows.see("li-train", t)
+        rows.times.append(t)
+    with fresh_database() as url:
+        with psycopg.connect(url) as conn, conn.transaction():
+            store(conn, spec)
+        sink = LinkDbSink(url)
+        try:
+            sink.write(rows)
+        finally:
+            sink.close()
+        got = matched(url, "li-train")
+        with psycopg.connect(url) as conn, conn.cursor() as cur:
+            near = mapmatch.pieces_near(cur, truth)
+        want = [
+            mapmatch.nearest_per_track(p, [q for q in ps if q.track == ""])[0].measure_m
+            for p, ps in zip(truth, near, strict=True)
+        ]
+    assert all(g[0] == "li" and g[3] is False for g in got), got[:5]
+    errs = [abs((g[2] or 0.0) - w) for g, w in zip(got, want, strict=True)]
+    assert p95(errs) < 30.0, sorted(errs)[-10:]
