@@ -300,9 +300,7 @@ def _pairs(
             continue
         if len(es) < 2:
             continue
-        heading = {
-            e: _leaving(ways[e[0]][1][::-1] if e[1] else ways[e[0]][1], nodes) for e in es
-        }
+        heading = {e: _leaving(ways[e[0]][1][::-1] if e[1] else ways[e[0]][1], nodes) for e in es}
         cands = []
         for e, f in itertools.combinations(es, 2):
             turn = abs((heading[e] - heading[f]) % 360 - 180)  # 0: straight on
