@@ -657,6 +657,7 @@ def _line_ends(path: Path) -> list[tuple[float, float]]:
     touches (the line's two ends and the dead ends of sidings), the two
     farthest apart being where the line leaves the extract."""
     root = SafeXml.parse(path).getroot()
+    assert root is not None
     pos = {
         n.get("id"): (float(n.get("lon", "0")), float(n.get("lat", "0"))) for n in root.iter("node")
     }
