@@ -56,6 +56,13 @@
 # (results under BENCH_WORK/out only), as do TRACEGEN_PRESET (default
 # pc-gateway-300) and PC_EMU_LOSS_KEYING (the emulator's --loss-keying;
 # results from before 2026-11-26: pc-gateway-300-v1 and packet).
+# LOOP_POSITIONS=gps (diagnostic, issue 21) runs the loop on GPS alone, as a
+# real train would: the route's line (the generator's route.geojson) is
+# imported into LinkDB before trip 1, every relay replays GPS fixes without
+# track_m (--replay-gps-only), ingest map-matches them onto the route, the
+# trainer learns on the matched measures and puts the route in its tables,
+# and the proxies place the trains by matching their fixes onto it (the
+# oracle table carries the route too: failure-table --route).
 # Ctrl-C or any failure tears every topology, ingest and the infrastructure
 # down.
 set -euo pipefail
@@ -67,12 +74,13 @@ BIN=${BIN:-$root/target/release}
 export BIN
 WORK=${BENCH_WORK:-/tmp/polycorn-bench-loop}
 DIAGNOSTIC=0
-for v in ROUTE_SEED TRIP_SEED_BASE LOOP_TABLE_SOURCE LOOP_ALLOW_NO_TRAINER LOOP_TRAINER_ARGS TRACEGEN_PRESET PC_EMU_LOSS_KEYING; do
+for v in ROUTE_SEED TRIP_SEED_BASE LOOP_TABLE_SOURCE LOOP_ALLOW_NO_TRAINER LOOP_TRAINER_ARGS TRACEGEN_PRESET PC_EMU_LOSS_KEYING LOOP_POSITIONS; do
     [[ -n ${!v:-} ]] && DIAGNOSTIC=1
 done
 ROUTE_SEED=${ROUTE_SEED:-7}
 PRESET=${TRACEGEN_PRESET:-pc-gateway-300}
 TABLE_SOURCE=${LOOP_TABLE_SOURCE:-topic}
+POSITIONS=${LOOP_POSITIONS:-track}
 # The trainer's table thresholds. Its defaults (a cell needs 3 failures, and
 # 15 % of its handovers failed) are for a fleet's months of trips; over a
 # handful of trips no cell of this route reaches 3 failures (failures are
@@ -113,6 +121,7 @@ TRIPS=${LOOP_TRIPS:-$TRIPS}
 TRIP_SEED_BASE=${TRIP_SEED_BASE:-$SEED_BASE}
 [[ $TRIPS =~ ^[1-9][0-9]*$ ]] || die "LOOP_TRIPS must be a positive integer, got '$TRIPS'"
 [[ $TABLE_SOURCE =~ ^(topic|file)$ ]] || die "LOOP_TABLE_SOURCE must be topic or file, got '$TABLE_SOURCE'"
+[[ $POSITIONS =~ ^(track|gps)$ ]] || die "LOOP_POSITIONS must be track or gps, got '$POSITIONS'"
 for v in ROUTE_SEED TRIP_SEED_BASE; do
     [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a non-negative integer, got '${!v}'"
 done
@@ -287,8 +296,19 @@ run_trip() {
     log "trip $k/$TRIPS ($id): generating ${TRIP_S}s"
     "$BIN/polycorn-tracegen" generate --preset "$PRESET" --route-seed "$ROUTE_SEED" --trip-seed "$seed" \
         --duration-s "$TRIP_S" --carriers "$CARRIERS" --out "$tdir/trip" >/dev/null
+    local route_args=()
+    if [[ $POSITIONS == gps ]]; then
+        route_args=(--route "$tdir/trip/route.geojson")
+        if ((k == 1)); then
+            # The line before the first fix arrives (fixes are matched as they
+            # are stored); every trip of the route has the same line.
+            PY polycorn-ingest import-routes "$tdir/trip/route.geojson" --database-url "$DB_URL" \
+                >"$RUN/import-routes.json" || die "import-routes failed"
+            log "route imported: $(jq -c '{id, length_m, tracks}' "$RUN/import-routes.json")"
+        fi
+    fi
     "$BIN/polycorn-tracegen" failure-table --events "$tdir/trip/events.jsonl" --min-failures 1 \
-        --min-failure-rate 0 --out "$tdir/failure-table-truth.json" >/dev/null 2>&1
+        --min-failure-rate 0 "${route_args[@]}" --out "$tdir/failure-table-truth.json" >/dev/null 2>&1
 
     # The learned table as the trainer left it after the previous trip.
     local learned version="" entries=0
@@ -311,6 +331,7 @@ run_trip() {
         # (--replay-resume, a modem's history), so all carry the same
         # telemetry; only the learned copy's proxy has a sink.
         local args=(--relay-arg --replay-resume)
+        [[ $POSITIONS == gps ]] && args+=(--relay-arg --replay-gps-only)
         case ${VARIANTS[$i]} in
             hrsch-learned)
                 args+=(--forward-port "$KAFKA_PORT" --proxy-arg "--kafka-brokers=127.0.0.1:$KAFKA_PORT")
@@ -403,7 +424,7 @@ TRIP_IDS=()
 # The commit the run starts from: a report run takes hours, and others may
 # commit in this tree meanwhile (the binaries are the ones built now).
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-log "profile $PROFILE: $TRIPS trips of ${TRIP_S}s, route $ROUTE_SEED, trip seeds $((TRIP_SEED_BASE + 1))..$((TRIP_SEED_BASE + TRIPS)), table source $TABLE_SOURCE"
+log "profile $PROFILE: $TRIPS trips of ${TRIP_S}s, route $ROUTE_SEED, trip seeds $((TRIP_SEED_BASE + 1))..$((TRIP_SEED_BASE + TRIPS)), table source $TABLE_SOURCE, positions $POSITIONS"
 T_START=$(now_ms)
 for ((k = 1; k <= TRIPS; k++)); do
     run_trip "$k"
@@ -416,14 +437,14 @@ jq -n --arg profile "$PROFILE" --argjson diag "$( ((DIAGNOSTIC)) && echo true ||
     --arg commit "$COMMIT" \
     --argjson per_size "$PER_SIZE" --argjson slot "$SLOT_S" --argjson backlog "$BACKLOG_S" \
     --argjson trip_s "$TRIP_S" --arg desc "$desc" --arg source "$TABLE_SOURCE" --arg train "$TRAIN" \
-    --argjson route "$ROUTE_SEED" --arg trainer_args "$TRAINER_ARGS" \
+    --argjson route "$ROUTE_SEED" --arg trainer_args "$TRAINER_ARGS" --arg positions "$POSITIONS" \
     --args '{profile: $profile, diagnostic: $diag, commit: $commit,
       schemes: ["hrsch-learned", "minrtt", "hrsch-none", "hrsch-truth"],
       bulk: {per_size: $per_size, sizes: {"256KB": 262144, "1MB": 1048576, "4MB": 4194304}, slot_s: $slot},
       im: {users: []},
       backlog: {seconds_nominal: $backlog, path: "/files/100MiB.bin", link_sets: ["hsr"]},
       buffer_bytes: 3000000, load_seed: 424242, trip_s: $trip_s, route_seed: $route,
-      loop: {train_id: $train, table_source: $source, trainer_args: $trainer_args},
+      loop: {train_id: $train, table_source: $source, trainer_args: $trainer_args, positions: $positions},
       link_sets: {hsr: {trips: $ARGS.positional, description: $desc}}}' "${TRIP_IDS[@]}" >"$RUN/run.json"
 
 log "analysing $RUN"
