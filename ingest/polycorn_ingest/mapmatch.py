@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 SEARCH_M = 150.0  # candidate pieces within this distance of a fix
 EARTH_R = 6_371_008.8  # mean Earth radius, metres
 
@@ -320,12 +322,10 @@ def viterbi(
 # with their tracks' running directions.
 CANDIDATE_PIECES = """
 SELECT f.i, s.route_id, s.track, COALESCE(t.running::text, 'both'),
-       ST_X(ST_StartPoint(s.geog::geometry)), ST_Y(ST_StartPoint(s.geog::geometry)),
-       ST_X(ST_EndPoint(s.geog::geometry)), ST_Y(ST_EndPoint(s.geog::geometry)),
-       s.start_m, s.end_m
+       s.lon0, s.lat0, s.lon1, s.lat1, s.start_m, s.end_m
 FROM unnest(%(lon)s::float8[], %(lat)s::float8[]) WITH ORDINALITY AS f(lon, lat, i)
 JOIN route_segments s
-  ON ST_DWithin(s.geog, ST_SetSRID(ST_MakePoint(f.lon, f.lat), 4326)::geography, %(r)s)
+  ON ST_DWithin(s.geog, ST_SetSRID(ST_MakePoint(f.lon, f.lat), 4326)::geography, %(r)s, false)
 LEFT JOIN route_tracks t ON t.route_id = s.route_id AND t.track = s.track
 ORDER BY f.i, s.route_id, s.track, s.seq"""
 
@@ -395,10 +395,113 @@ def smooth(fixes: Sequence[Fix], matches: Sequence[Match]) -> list[Match]:
     return out
 
 
-def match_fixes(cur: Any, fixes: Sequence[Fix], prior: Prior | None = None) -> list[Match]:
-    """Match one train's fixes (time order) against LinkDB's routes."""
-    near = pieces_near(cur, fixes)
-    cands = [nearest_per_track(f, ps) for f, ps in zip(fixes, near, strict=True)]
+# The same pieces as CANDIDATE_PIECES, as one row of arrays (binary float8[]
+# transfer, no per-row tuples) with each piece's track as its 1-based
+# position in the list of "route<US>track" keys passed in (a function, not a
+# join, so the planner keeps driving the search from the fixes and the GiST).
+# The aggregates of one query level see the rows in one order, so the arrays
+# line up; candidates() sorts them itself.
+CANDIDATE_ARRAYS = """
+SELECT array_agg(f.i),
+       array_agg(array_position(%(keys)s::text[], s.route_id || chr(31) || s.track)),
+       array_agg(s.lon0),
+       array_agg(s.lat0),
+       array_agg(s.lon1),
+       array_agg(s.lat1),
+       array_agg(s.start_m),
+       array_agg(s.end_m)
+FROM unnest(%(lon)s::float8[], %(lat)s::float8[]) WITH ORDINALITY AS f(lon, lat, i)
+JOIN route_segments s
+  ON ST_DWithin(s.geog, ST_SetSRID(ST_MakePoint(f.lon, f.lat), 4326)::geography, %(r)s, false)"""
+
+TRACKS = """
+SELECT r.id, '', 'both' FROM routes r
+UNION ALL
+SELECT t.route_id, t.track, t.running::text FROM route_tracks t"""
+
+
+def candidates(cur: Any, fixes: Sequence[Fix]) -> list[list[Candidate]]:
+    """Each fix's candidates: what :func:`nearest_per_track` gives on the
+    pieces of :func:`pieces_near`, computed for a whole batch at once (one
+    query; projections vectorised with numpy). A fix where some track
+    passes twice (pieces of one track within SEARCH_M of it whose
+    projections are 2 × SEARCH_M apart or more along the route) takes the
+    exact per-fix path; every other fix has at most the nearest point of
+    each track, which is what the per-fix rule keeps there."""
+    out: list[list[Candidate]] = [[] for _ in fixes]
+    if not fixes:
+        return out
+    cur.execute(TRACKS)
+    keys: list[tuple[str, str, str]] = [(str(a), str(b), str(c)) for a, b, c in cur.fetchall()]
+    if not keys:
+        return out
+    cur.execute(
+        CANDIDATE_ARRAYS,
+        {
+            "lon": [f.lon for f in fixes],
+            "lat": [f.lat for f in fixes],
+            "r": SEARCH_M,
+            "keys": [f"{k[0]}\x1f{k[1]}" for k in keys],
+        },
+        binary=True,
+    )
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        return out
+    if any(v is None for v in row[1]):  # a piece of a track not in routes/route_tracks
+        raise RuntimeError("route_segments has pieces of an unknown route or track")
+    i = np.asarray(row[0], dtype=np.int64) - 1
+    j = np.asarray(row[1], dtype=np.int64) - 1
+    lon0, lat0, lon1, lat1, m0, m1 = (np.asarray(c, dtype=np.float64) for c in row[2:])
+    flat = np.asarray([f.lat for f in fixes])[i]
+    flon = np.asarray([f.lon for f in fixes])[i]
+    # candidate(), vectorised: the tangent plane at each piece's start.
+    scale = EARTH_R * np.cos(np.radians(lat0))
+    x1, y1 = np.radians(lon1 - lon0) * scale, np.radians(lat1 - lat0) * EARTH_R
+    px, py = np.radians(flon - lon0) * scale, np.radians(flat - lat0) * EARTH_R
+    seg2 = x1 * x1 + y1 * y1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(seg2 > 0, np.clip((px * x1 + py * y1) / seg2, 0.0, 1.0), 0.0)
+    dist = np.hypot(px - frac * x1, py - frac * y1)
+    measure = m0 + frac * (m1 - m0)
+    bearing = np.degrees(np.arctan2(x1, y1)) % 360.0
+    bearing = np.where(m1 < m0, (bearing + 180.0) % 360.0, bearing)
+    near = dist <= SEARCH_M
+    i, j, dist, measure, bearing = i[near], j[near], dist[near], measure[near], bearing[near]
+    # Per (fix, track): the nearest piece first.
+    order = np.lexsort((dist, j, i))
+    i, j, dist, measure, bearing = i[order], j[order], dist[order], measure[order], bearing[order]
+    first = np.ones(len(i), dtype=bool)
+    first[1:] = (i[1:] != i[:-1]) | (j[1:] != j[:-1])
+    group = np.cumsum(first) - 1
+    far = np.abs(measure - measure[first][group]) >= 2 * SEARCH_M
+    twice = np.zeros(len(fixes), dtype=bool)
+    twice[i[far]] = True
+    for k in np.flatnonzero(first).tolist():
+        fi = int(i[k])
+        if twice[fi]:
+            continue
+        route, track, running = keys[int(j[k])]
+        out[fi].append(
+            Candidate(route, track, running, float(measure[k]), float(dist[k]), float(bearing[k]))
+        )
+    for fi in np.flatnonzero(twice).tolist():
+        out[fi] = nearest_per_track(fixes[fi], pieces_near(cur, [fixes[fi]])[0])
+    for cs in out:
+        cs.sort(key=lambda c: c.dist_m)
+    return out
+
+
+def match_fixes(
+    cur: Any,
+    fixes: Sequence[Fix],
+    prior: Prior | None = None,
+    cands: Sequence[list[Candidate]] | None = None,
+) -> list[Match]:
+    """Match one train's fixes (time order) against LinkDB's routes;
+    ``cands``: their :func:`candidates`, if already fetched with a batch."""
+    if cands is None:
+        cands = candidates(cur, fixes)
     return smooth(fixes, viterbi(fixes, cands, prior))
 
 

@@ -813,10 +813,16 @@ class LinkDbSink:
             ks.sort(key=lambda k: rows.fixes[k][1])
         priors = mapmatch.priors(cur, {t: rows.fixes[by_train[t][0]][1] for t in trains})
         matched: dict[str, list[tuple[int, str, str | None]]] = defaultdict(list)
+        seqs = {t: [mapmatch.fix_from_row(rows.fixes[k]) for k in by_train[t]] for t in trains}
+        # One candidate search for the whole batch, then each train's path.
+        flat = mapmatch.candidates(cur, [f for t in trains for f in seqs[t]])
+        start = 0
         for train in trains:
-            ks = by_train[train]
-            seq = [mapmatch.fix_from_row(rows.fixes[k]) for k in ks]
-            for k, m in zip(ks, mapmatch.match_fixes(cur, seq, priors.get(train)), strict=True):
+            ks, seq = by_train[train], seqs[train]
+            cands = flat[start : start + len(seq)]
+            start += len(seq)
+            matches = mapmatch.match_fixes(cur, seq, priors.get(train), cands)
+            for k, m in zip(ks, matches, strict=True):
                 f = rows.fixes[k]
                 fixes[k] = (*f[:7], m.measure_m, m.route_id, m.track, m.dist_m, m.off_route)
                 if m.route_id is not None:

@@ -737,3 +737,61 @@ def test_fixes_match_onto_a_real_osm_line(increasing: bool) -> None:
     assert all(g[0] == "li" and g[3] is False for g in got), got[:5]
     errs = [abs((g[2] or 0.0) - w) for g, w in zip(got, want, strict=True)]
     assert p95(errs) < 30.0, sorted(errs)[-10:]
+
+
+def test_the_batched_candidate_search_equals_the_per_fix_rule() -> None:
+    """mapmatch.candidates (one query for a batch, numpy projections) gives
+    what nearest_per_track gives on pieces_near's pieces, fix by fix: on the
+    curved double-track line, and on a line that turns back on itself (a
+    U-turn of radius 100 m, so fixes between its legs see the same track
+    twice, 2 km apart in measure: the exact per-fix path)."""
+    u = []
+    for k in range(41):  # east 2 km, a half circle, west 2 km
+        u.append(_lonlat(50.0 * k, 2000.0))
+    for k in range(1, 18):
+        th = math.pi * k / 18
+        u.append(_lonlat(2000.0 + 100.0 * math.sin(th), 2100.0 - 100.0 * math.cos(th)))
+    for k in range(41):
+        u.append(_lonlat(2000.0 - 50.0 * k, 2200.0))
+    rng = random.Random(5)
+    fixes = []
+    for _ in range(400):  # around the double-track line and the U-turn's legs
+        if rng.random() < 0.5:
+            x, y = offset_point(rng.uniform(0, LENGTH), rng.uniform(-120, 120))
+        else:
+            x, y = rng.uniform(1000, 2150), rng.uniform(1900, 2300)
+        lon, lat = _lonlat(x, y)
+        fixes.append(mapmatch.Fix(T0, lat, lon))
+    with fresh_database() as url:
+        with psycopg.connect(url) as conn, conn.transaction():
+            for spec in parse_geojson(geojson()):
+                store(conn, spec)
+            doc = {
+                "type": "FeatureCollection",
+                "features": [
+                    {
+                        "type": "Feature",
+                        "properties": {"route": "u"},
+                        "geometry": {"type": "LineString", "coordinates": u},
+                    }
+                ],
+            }
+            for spec in parse_geojson(doc):
+                store(conn, spec)
+        with psycopg.connect(url) as conn, conn.cursor() as cur:
+            got = mapmatch.candidates(cur, fixes)
+            want = [
+                mapmatch.nearest_per_track(f, ps)
+                for f, ps in zip(fixes, mapmatch.pieces_near(cur, fixes), strict=True)
+            ]
+    twice = 0
+    for g, w in zip(got, want, strict=True):
+        assert [(c.route_id, c.track, c.running) for c in g] == [
+            (c.route_id, c.track, c.running) for c in w
+        ]
+        for a, b in zip(g, w, strict=True):
+            assert a.measure_m == pytest.approx(b.measure_m, abs=1e-6)
+            assert a.dist_m == pytest.approx(b.dist_m, abs=1e-6)
+            assert a.bearing_deg == pytest.approx(b.bearing_deg, abs=1e-6)
+        twice += sum(c.route_id == "u" for c in w) == 2
+    assert twice >= 20, twice  # the exact path was exercised

@@ -38,6 +38,7 @@ from typing import Any
 from geoalchemy2 import Geography
 from sqlalchemy import (
     BigInteger,
+    Computed,
     DateTime,
     Double,
     Enum,
@@ -166,6 +167,10 @@ class RouteTrack(Base):
     geog: Mapped[Any] = mapped_column(line())
 
 
+_START = "ST_StartPoint(geog::geometry)"
+_END = "ST_EndPoint(geog::geometry)"
+
+
 class RouteSegment(Base):
     """A straight piece (at most 500 m) of a route's reference line
     (``track`` empty) or of one of its tracks, with the measure at each end
@@ -181,6 +186,13 @@ class RouteSegment(Base):
     start_m: Mapped[float] = mapped_column(Double)
     end_m: Mapped[float] = mapped_column(Double)
     geog: Mapped[Any] = mapped_column(line())
+    # The piece's end points, computed once when it is stored (migration
+    # 0008): the matcher reads hundreds of thousands of pieces per batch and
+    # would otherwise cast and take them apart on every read.
+    lon0: Mapped[float] = mapped_column(Double, Computed(f"ST_X({_START})", persisted=True))
+    lat0: Mapped[float] = mapped_column(Double, Computed(f"ST_Y({_START})", persisted=True))
+    lon1: Mapped[float] = mapped_column(Double, Computed(f"ST_X({_END})", persisted=True))
+    lat1: Mapped[float] = mapped_column(Double, Computed(f"ST_Y({_END})", persisted=True))
     __table_args__ = (Index("ix_route_segments_geog", "geog", postgresql_using="gist"),)
 
 
