@@ -20,7 +20,7 @@ define run_integration
 	bash scripts/integration-telemetry.sh
 endef
 
-.PHONY: help setup build test integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -91,6 +91,10 @@ INGEST_BENCH_ARGS ?=
 bench-ingest: setup ## ingest throughput (events/s) and end-to-end lag, Kafka -> LinkDB -> bench/out/ingest.json
 	bash scripts/infra.sh up pg kafka
 	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_ingest.bench --out bench/out/ingest.json $(INGEST_BENCH_ARGS)
+
+bench-matching: setup ## map matching cost per fix: batched vs per-train candidate search side by side -> bench/out/matching.json
+	bash scripts/infra.sh up pg
+	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_ingest.bench_match --out bench/out/matching.json $(MATCHING_BENCH_ARGS)
 
 # Against the same infra: generated fleets through Kafka and ingest into fresh
 # databases, the trainer's validation on them, and one refit of 10,000 cells /
