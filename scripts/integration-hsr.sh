@@ -74,10 +74,13 @@ teardown_after_sigkill() {
 check "after a SIGKILL of its caller, topology.sh down leaves no namespace, process or TUN device" teardown_after_sigkill
 
 # gps_only_holds_like_the_replay: issue 21. The same trip and oracle table
-# (with the trip's route line) on two topologies side by side, one replaying
-# track_m and one GPS only (--replay-gps-only: the proxy places the train by
-# map matching onto the table's route): the proxy's hof-reject must hold a
-# carrier as often (at least once) and for about as long (within 20 %).
+# (with the trip's route line) on three topologies side by side: one
+# replaying track_m, one GPS only (--replay-gps-only: the proxy places the
+# train by map matching onto the table's route), and one on a real gpsd
+# (topology.sh --gpsd: gpsfake plays the trip's fixes as NMEA in real time,
+# the relay reads gpsd and its replay sends no fixes). The proxy's hof-reject
+# must hold a carrier as often (at least once) and for about as long
+# (within 20 %) on each.
 gps_only_holds_like_the_replay() {
     local t=$WORK/gps-trip epoch p
     "$BIN/polycorn-tracegen" generate --preset pc-gateway-300 --route-seed 7 --trip-seed 1001 \
@@ -89,24 +92,28 @@ gps_only_holds_like_the_replay() {
         --failure-table "$WORK/gps-table.json" >/dev/null || return 1
     PC_PREFIX=${P}b testbed/topology.sh up --trip "$t" --scheme hrsch --epoch-unix-ms "$epoch" \
         --failure-table "$WORK/gps-table.json" --relay-arg --replay-gps-only >/dev/null || return 1
-    for p in ${P}a ${P}b; do
+    PC_PREFIX=${P}c testbed/topology.sh up --trip "$t" --scheme hrsch --epoch-unix-ms "$epoch" \
+        --failure-table "$WORK/gps-table.json" --gpsd >/dev/null || return 1
+    for p in ${P}a ${P}b ${P}c; do
         ip netns exec "$p-pax" timeout 400 bash -c \
             'while :; do curl -s -o /dev/null --max-time 120 http://10.99.0.10/files/100MiB.bin; done' &
     done
     wait
     local -A held rej
-    for p in ${P}a ${P}b; do
+    for p in ${P}a ${P}b ${P}c; do
         ip netns exec "$p-cloud" curl -fsS --max-time 5 http://127.0.0.1:9464/metrics >"$WORK/$p.metrics" || return 1
         rej[$p]=$(awk '/schedulerlet="hof-reject",event="rejections"}/ {print int($2)}' "$WORK/$p.metrics")
         held[$p]=$(awk '/schedulerlet="hof-reject",event="held_ms"}/ {print int($2)}' "$WORK/$p.metrics")
     done
-    PC_PREFIX=${P}a testbed/topology.sh down >/dev/null 2>&1 || true
-    PC_PREFIX=${P}b testbed/topology.sh down >/dev/null 2>&1 || true
-    echo "  hof-reject on the proxy: replay ${rej[${P}a]} holds, ${held[${P}a]} ms; GPS only ${rej[${P}b]} holds, ${held[${P}b]} ms"
-    ((rej[${P}a] > 0 && rej[${P}a] == rej[${P}b])) || return 1
-    ((held[${P}b] * 10 >= held[${P}a] * 8 && held[${P}b] * 10 <= held[${P}a] * 12))
+    for p in ${P}a ${P}b ${P}c; do PC_PREFIX=$p testbed/topology.sh down >/dev/null 2>&1 || true; done
+    echo "  hof-reject on the proxy: replay ${rej[${P}a]} holds, ${held[${P}a]} ms; GPS only ${rej[${P}b]} holds, ${held[${P}b]} ms; gpsd ${rej[${P}c]} holds, ${held[${P}c]} ms"
+    ((rej[${P}a] > 0)) || return 1
+    for p in ${P}b ${P}c; do
+        ((rej[$p] == rej[${P}a])) || return 1
+        ((held[$p] * 10 >= held[${P}a] * 8 && held[$p] * 10 <= held[${P}a] * 12)) || return 1
+    done
 }
-check "GPS only: the proxy places a --replay-gps-only train by map matching onto the table's route and holds carriers as with the replayed track positions" gps_only_holds_like_the_replay
+check "GPS only: the proxy places a --replay-gps-only train, and one reading a real gpsd (gpsfake playing the trip as NMEA), by map matching onto the table's route and holds carriers as with the replayed track positions" gps_only_holds_like_the_replay
 
 bench_ci_runs() {
     BENCH_PREFIX=hbit BENCH_WORK=$WORK/bench PROFILE=ci SCHEMES="minrtt hrsch kernel-mptcp kernel-mptcp-conn" bash scripts/bench-hsr.sh \

@@ -6,7 +6,7 @@
 #   testbed/topology.sh up --trip DIR [--scheme NAME] [--epoch-unix-ms MS]
 #                          [--buffer-bytes N] [--seed N] [--failure-table FILE]
 #                          [--no-pair] [--relay-arg ARG]... [--proxy-arg ARG]...
-#                          [--forward-port PORT]...
+#                          [--forward-port PORT]... [--gpsd]
 #   testbed/topology.sh down
 #   testbed/topology.sh status
 #
@@ -37,6 +37,14 @@
 # scheme; --failure-table gives relay and proxy a failure-location table
 # (only HRSCH's hof-reject uses it).
 #
+# --gpsd: positions from a real gpsd instead of the replay, as on a train.
+# The trip's fixes become an NMEA log (polycorn-tracegen nmea, stamped from
+# the epoch, from a second after start-up on) that gpsd's gpsfake plays in
+# real time (one fix a second) inside the train namespace; the relay reads it
+# with --gpsd and its replay leaves its own fixes out (handovers then carry no
+# track position either), so HPR places the train by map matching onto the
+# failure table's routes (the table needs them: failure-table --route).
+#
 # PC_EMU_LOSS_KEYING (time or packet) is passed to the emulator as
 # --loss-keying (its default, time, gives every scheme replaying one trip the
 # same loss realisation; packet reproduces results from before 2026-11-26).
@@ -64,7 +72,7 @@ cmd=${1:-}
 [[ -n $cmd ]] || { usage >&2; exit 2; }
 shift
 
-trip="" scheme=minrtt epoch="" buffer=3000000 seed=1 pair=1 table=""
+trip="" scheme=minrtt epoch="" buffer=3000000 seed=1 pair=1 table="" gpsd=0
 relay_extra=() proxy_extra=() forward_ports=()
 while (($#)); do
     case $1 in
@@ -75,6 +83,7 @@ while (($#)); do
         --seed) seed=${2:?}; shift 2 ;;
         --failure-table) table=${2:?}; shift 2 ;;
         --no-pair) pair=0; shift ;;
+        --gpsd) gpsd=1; shift ;;
         --relay-arg) relay_extra+=("${2:?}"); shift 2 ;;
         --proxy-arg) proxy_extra+=("${2:?}"); shift 2 ;;
         --forward-port)
@@ -165,9 +174,44 @@ stop_portfwd() {
     fi
 }
 
+# gpsfake runs in the train namespace (down.sh's sweep ends it); its control
+# socket stays behind in /tmp.
+GPSD_PORT=2947
+stop_gpsfake() {
+    if [[ -s $run/gpsfake.pid ]]; then
+        local p
+        p=$(<"$run/gpsfake.pid")
+        kill -KILL -- "-$p" 2>/dev/null || true
+        rm -f "/tmp/gpsfake-$p.sock" "$run/gpsfake.pid"
+    fi
+}
+
+start_gpsfake() {
+    [[ -f $trip/events.jsonl ]] || die "--gpsd needs the trip's events.jsonl"
+    command -v gpsfake >/dev/null || die "--gpsd needs gpsfake (Debian: gpsd gpsd-clients; make setup)"
+    local from=$(($(date +%s%3N) + 1500)) i
+    mkdir -p "$run" "$logs"
+    "$BIN/polycorn-tracegen" nmea --events "$trip" --epoch-unix-ms "$epoch" --from-unix-ms "$from" \
+        --out "$PC_STATE/trip.nmea"
+    : >"$logs/gpsfake.log"
+    # -n: feed at once (a receiver does not wait for clients); -1: once;
+    # -c 0.5: an RMC+GGA pair, one fix, a second.
+    ip netns exec "$NS_TRAIN" setsid gpsfake -n -1 -q -c 0.5 -P "$GPSD_PORT" "$PC_STATE/trip.nmea" \
+        </dev/null >>"$logs/gpsfake.log" 2>&1 &
+    echo $! >"$run/gpsfake.pid"
+    for ((i = 0; i < 100; i++)); do
+        ip netns exec "$NS_TRAIN" bash -c "exec 3<>/dev/tcp/127.0.0.1/$GPSD_PORT" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "topology.sh: gpsd (gpsfake) did not listen on $GPSD_PORT:" >&2
+    cat "$logs/gpsfake.log" >&2
+    return 1
+}
+
 topology_down() {
     stop_emu
     stop_portfwd
+    stop_gpsfake
     "$here/origin/stop.sh" 2>/dev/null || true
     "$here/netns/down.sh"
 }
@@ -219,6 +263,10 @@ start_scheme_pair() {
     local both=(--config "$here/pipelines.toml") relay=("${relay_extra[@]}") proxy=("${proxy_extra[@]}")
     [[ -n $table ]] && both+=(--failure-table "$table")
     [[ -f $trip/events.jsonl ]] && relay+=(--replay-events "$trip/events.jsonl" --replay-epoch-unix-ms "$epoch")
+    if ((gpsd)); then
+        start_gpsfake
+        relay+=(--gpsd "127.0.0.1:$GPSD_PORT")
+    fi
     # Every scheme starts with an empty telemetry spool: nothing left over
     # from the previous scheme's trip is resent during this one.
     rm -rf "$PC_STATE/spool/relay"
@@ -247,7 +295,7 @@ start_scheme_pair() {
 
 case $cmd in
     up)
-        for b in polycorn-emu polycorn-relay polycorn-proxy polycorn-pki polycorn-loadgen; do
+        for b in polycorn-emu polycorn-relay polycorn-proxy polycorn-pki polycorn-loadgen polycorn-tracegen; do
             [[ -x $BIN/$b ]] || die "$BIN/$b not built: run 'cargo build --release --workspace'"
         done
         topology_down

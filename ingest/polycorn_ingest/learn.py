@@ -37,15 +37,16 @@ import shapely
 
 from polycorn_ingest.mapmatch import EARTH_R
 from polycorn_ingest.routes import RouteError, RouteSpec
+from polycorn_ingest.sqltime import ms, ts
 
-FIXES = """
-SELECT f.train_id, t.id, extract(epoch from f.time) * 1000, ST_X(f.geog::geometry),
+FIXES = f"""
+SELECT f.train_id, t.id, {ms("f.time")}, ST_X(f.geog::geometry),
        ST_Y(f.geog::geometry)
 FROM gps_fixes f
 JOIN trips t ON t.train_id = f.train_id AND f.time BETWEEN t.started_at AND t.ended_at
 WHERE (%(trains)s::text[] IS NULL OR f.train_id = ANY(%(trains)s))
-  AND f.time >= timestamptz 'epoch' + %(lo)s * interval '1 millisecond'
-  AND f.time < timestamptz 'epoch' + %(hi)s * interval '1 millisecond'
+  AND f.time >= {ts("%(lo)s")}
+  AND f.time < {ts("%(hi)s")}
 ORDER BY t.id, f.time"""
 
 

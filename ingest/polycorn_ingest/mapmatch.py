@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from polycorn_ingest.sqltime import ms, ts
+
 SEARCH_M = 150.0  # candidate pieces within this distance of a fix
 EARTH_R = 6_371_008.8  # mean Earth radius, metres
 
@@ -520,18 +522,18 @@ def fix_from_row(row: Sequence[Any]) -> Fix:
 
 # Each train's last two matched fixes before its batch (within the
 # continuity window): the second-to-last gives the direction.
-PRIORS = """
+PRIORS = f"""
 SELECT b.train, g.t_ms, g.lat, g.lon, g.route_id, g.track, g.track_m, g.match_dist_m,
        g.off_route
 FROM unnest(%(train)s::text[], %(t0)s::bigint[]) AS b(train, t0)
 CROSS JOIN LATERAL (
-  SELECT (extract(epoch from f.time) * 1000)::bigint AS t_ms, ST_Y(f.geog::geometry) AS lat,
+  SELECT {ms("f.time")} AS t_ms, ST_Y(f.geog::geometry) AS lat,
          ST_X(f.geog::geometry) AS lon, f.route_id, f.track, f.track_m, f.match_dist_m,
          f.off_route
   FROM gps_fixes f
   WHERE f.train_id = b.train AND f.off_route IS NOT NULL
-    AND f.time < timestamptz 'epoch' + b.t0 * interval '1 millisecond'
-    AND f.time >= timestamptz 'epoch' + (b.t0 - %(w)s) * interval '1 millisecond'
+    AND f.time < {ts("b.t0")}
+    AND f.time >= {ts("b.t0 - %(w)s")}
   ORDER BY f.time DESC LIMIT 2) AS g
 ORDER BY b.train, g.t_ms"""
 
@@ -566,15 +568,15 @@ def priors(cur: Any, first_ms: dict[str, int]) -> dict[str, Prior]:
 HANDOVER_WINDOW_MS = 10_000
 
 # The route and track of each handover's nearest matched fix in LinkDB.
-NEAREST_MATCHED = """
+NEAREST_MATCHED = f"""
 SELECT h.i, g.route_id, g.track
 FROM unnest(%(train)s::text[], %(t)s::bigint[]) WITH ORDINALITY AS h(train, t, i)
 CROSS JOIN LATERAL (
   SELECT f.route_id, f.track FROM gps_fixes f
   WHERE f.train_id = h.train AND f.route_id IS NOT NULL
-    AND f.time >= timestamptz 'epoch' + (h.t - %(w)s) * interval '1 millisecond'
-    AND f.time <= timestamptz 'epoch' + (h.t + %(w)s) * interval '1 millisecond'
-  ORDER BY abs(extract(epoch from f.time) * 1000 - h.t), f.time LIMIT 1) AS g"""
+    AND f.time >= {ts("h.t - %(w)s")}
+    AND f.time <= {ts("h.t + %(w)s")}
+  ORDER BY abs({ms("f.time")} - h.t), f.time LIMIT 1) AS g"""
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ from psycopg import errors as pgerr
 
 from polycorn_ingest import mapmatch
 from polycorn_ingest.records import MAX_TIME_MS, MIN_TIME_MS, Rows
+from polycorn_ingest.sqltime import ms, ts
 from polycorn_ingest.trips import Trip, merge
 from polycorn_schema.linkdb.cli import sqlalchemy_url, upgrade
 from polycorn_schema.linkdb.partitions import ensure_month_partitions, month_start, next_month
@@ -99,16 +100,6 @@ STAGING = {
 STAGING_TYPES = {
     name: [col.split()[1] for col in cols.split(", ")] for name, cols in STAGING.items()
 }
-
-
-def ts(col: str) -> str:
-    """SQL: Unix milliseconds (bigint) as timestamptz, exactly."""
-    return f"(timestamptz 'epoch' + ({col}) * interval '1 millisecond')"
-
-
-def ms(col: str) -> str:
-    """SQL: timestamptz as Unix milliseconds (bigint)."""
-    return f"(extract(epoch from {col}) * 1000)::bigint"
 
 
 INSERT_FIXES = f"""

@@ -637,6 +637,9 @@ async fn main() -> anyhow::Result<()> {
                 path_names: names.clone(),
                 detect: s.opts.replay_detect.unwrap_or(false).then_some(s.detector),
                 gps_only: s.opts.replay_gps_only.unwrap_or(false),
+                // gpsd is the receiver: the log's fixes come from it (the
+                // testbed's gpsfake plays them), not from the replay.
+                no_gps: s.opts.gpsd.is_some(),
                 resume_from_unix_ms: resume.then(|| radio::resume_point(&spool_dir, epoch_unix_ms)),
             };
             let log = radio::load_log(&opts.file)?;

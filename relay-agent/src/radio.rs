@@ -58,6 +58,10 @@ pub struct ReplayOpts {
     /// position, as a GPS receiver gives them (the position along the
     /// track then comes from map matching onto the table's routes).
     pub gps_only: bool,
+    /// Leave the log's GPS fixes out (the relay reads gpsd: the testbed's
+    /// gpsfake plays the same fixes as NMEA); implies `gps_only` for the
+    /// handovers, whose position then comes from the receiver's fixes too.
+    pub no_gps: bool,
     /// Resume (`--replay-resume`): replay from this Unix ms instead of from
     /// now, sending the events between it and now at once. `Some` of the
     /// epoch on a first start: the whole log is reported, as a modem that
@@ -130,10 +134,12 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
                     speed_mps,
                     heading_deg,
                     accuracy_m,
-                    track_m: (!opts.gps_only).then_some(track_m),
+                    track_m: (!opts.gps_only && !opts.no_gps).then_some(track_m),
                 };
                 last_fix = Some(fix);
-                out.push((t, RadioEvent::Gps { time_unix_ms: t, fix }));
+                if !opts.no_gps {
+                    out.push((t, RadioEvent::Gps { time_unix_ms: t, fix }));
+                }
             }
             TestbedEvent::Rsrp { measured_ms, carrier, cell, rsrp_dbm, .. } if (carrier as usize) < n => {
                 let cell_id = testbed_cell_id(carrier, cell);
@@ -173,7 +179,7 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
                     start_unix_ms: t - duration_ms as i64,
                     start_lat_deg: fix.lat_deg,
                     start_lon_deg: fix.lon_deg,
-                    start_track_m: track.filter(|_| !opts.gps_only),
+                    start_track_m: track.filter(|_| !opts.gps_only && !opts.no_gps),
                     rsrp_dbm: rsrp,
                     outcome: if outcome == "success" {
                         v1::HandoverOutcome::Success
@@ -334,6 +340,7 @@ mod tests {
             path_names: (0..n).map(|i| format!("carrier-{i}")).collect(),
             detect: None,
             gps_only: false,
+            no_gps: false,
             resume_from_unix_ms: None,
         }
     }
@@ -377,6 +384,20 @@ mod tests {
         for (_, e) in &gps_only {
             match e {
                 RadioEvent::Gps { fix, .. } => assert!(fix.track_m.is_none() && fix.lat_deg == 1.0),
+                RadioEvent::Handover { event, .. } => assert!(event.start_track_m.is_none()),
+                _ => {}
+            }
+        }
+
+        // With gpsd as the receiver (no_gps): the same radio events, no
+        // fixes, and handovers without track positions.
+        let no_gps = events_of(&log, &ReplayOpts { no_gps: true, ..opts(2) });
+        let fixes = ev.iter().filter(|(_, e)| matches!(e, RadioEvent::Gps { .. })).count();
+        assert!(fixes > 0);
+        assert_eq!(no_gps.len(), ev.len() - fixes);
+        for (_, e) in &no_gps {
+            match e {
+                RadioEvent::Gps { .. } => panic!("a replayed fix with gpsd as the receiver"),
                 RadioEvent::Handover { event, .. } => assert!(event.start_track_m.is_none()),
                 _ => {}
             }

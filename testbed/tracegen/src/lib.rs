@@ -7,6 +7,7 @@
 //! a stand-in failure-location table from previous trips' event logs.
 
 pub mod failure_table;
+pub mod nmea;
 mod model;
 mod output;
 mod preset;

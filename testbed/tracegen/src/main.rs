@@ -80,6 +80,22 @@ enum Cmd {
         #[arg(long, default_value_t = ft::DEFAULT_MIN_FAILURE_RATE)]
         min_failure_rate: f64,
     },
+    /// Write a trip's GPS fixes as an NMEA log (GPRMC + GPGGA per fix) for gpsd's gpsfake,
+    /// stamped with their UTC time from the trip's epoch.
+    Nmea {
+        /// The trip's `events.jsonl`, or its directory.
+        #[arg(long)]
+        events: PathBuf,
+        /// Unix ms of the trip's time zero (the link emulator's epoch).
+        #[arg(long)]
+        epoch_unix_ms: i64,
+        /// Leave out fixes before this Unix ms (gpsfake plays a log from its first line).
+        #[arg(long)]
+        from_unix_ms: Option<i64>,
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Score a failure-location table on the handovers of other trips.
     FailureTableScore {
         /// The table.
@@ -143,6 +159,20 @@ fn failure_table_score(table: PathBuf, events: Vec<PathBuf>, window_m: f64) -> R
     Ok(())
 }
 
+fn nmea(events: PathBuf, epoch_unix_ms: i64, from_unix_ms: Option<i64>, out: PathBuf) -> Result<(), Error> {
+    let file = events_file(events);
+    let text = std::fs::read_to_string(&file)?;
+    let ev = polycorn_telemetry::replay::parse_events(&text)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))?;
+    let log = polycorn_tracegen::nmea::nmea_log(&ev, epoch_unix_ms, from_unix_ms.unwrap_or(i64::MIN))
+        .map_err(Error::Invalid)?;
+    if log.is_empty() {
+        return Err(Error::Invalid(format!("{}: no GPS fix at or after the start", file.display())));
+    }
+    std::fs::write(&out, log)?;
+    Ok(())
+}
+
 fn validate_cmd(dirs: &[PathBuf], json: bool, per_trip: bool) -> Result<(), Error> {
     let out = match (json, per_trip) {
         (false, _) => validate(dirs)?,
@@ -185,6 +215,7 @@ fn main() -> ExitCode {
             failure_table(events, out, version, route, Thresholds { min_failures, min_failure_rate })
         }
         Cmd::FailureTableScore { table, events, window_m } => failure_table_score(table, events, window_m),
+        Cmd::Nmea { events, epoch_unix_ms, from_unix_ms, out } => nmea(events, epoch_unix_ms, from_unix_ms, out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
