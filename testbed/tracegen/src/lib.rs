@@ -7,8 +7,8 @@
 //! a stand-in failure-location table from previous trips' event logs.
 
 pub mod failure_table;
-pub mod nmea;
 mod model;
+pub mod nmea;
 mod output;
 mod preset;
 mod random;

@@ -48,13 +48,7 @@ pub fn nmea_log(events: &[TestbedEvent], epoch_unix_ms: i64, from_unix_ms: i64) 
         }
         let at = OffsetDateTime::from_unix_timestamp_nanos(i128::from(t) * 1_000_000)
             .map_err(|e| format!("fix at {t} ms: {e}"))?;
-        let hms = format!(
-            "{:02}{:02}{:02}.{:02}",
-            at.hour(),
-            at.minute(),
-            at.second(),
-            at.millisecond() / 10
-        );
+        let hms = format!("{:02}{:02}{:02}.{:02}", at.hour(), at.minute(), at.second(), at.millisecond() / 10);
         let date = format!("{:02}{:02}{:02}", at.day(), u8::from(at.month()), at.year().rem_euclid(100));
         let (la, ns) = degrees_minutes(lat, 2, 'N', 'S');
         let (lo, ew) = degrees_minutes(lon, 3, 'E', 'W');
@@ -106,7 +100,10 @@ mod tests {
         let lines: Vec<&str> = log.lines().collect();
         assert_eq!(lines.len(), 4, "{log}");
         let rmc = fields(lines[0]);
-        assert_eq!((rmc[0].as_str(), rmc[1].as_str(), rmc[2].as_str(), rmc[9].as_str()), ("GPRMC", "080000.25", "A", "010524"));
+        assert_eq!(
+            (rmc[0].as_str(), rmc[1].as_str(), rmc[2].as_str(), rmc[9].as_str()),
+            ("GPRMC", "080000.25", "A", "010524")
+        );
         assert!((decimal(&rmc[3], &rmc[4]) - 39.864905).abs() < 1e-6);
         assert!((decimal(&rmc[5], &rmc[6]) - 116.378909).abs() < 1e-6);
         assert!((rmc[7].parse::<f64>().unwrap() / KNOTS_PER_MPS - 83.3).abs() < 1e-3);
@@ -114,7 +111,9 @@ mod tests {
         assert_eq!((gga[0].as_str(), gga[6].as_str(), gga[8].as_str()), ("GPGGA", "1", "4.0"));
         let south = fields(lines[2]);
         assert_eq!(south[1], "080001.25");
-        assert!((decimal(&south[3], &south[4]) + 33.5).abs() < 1e-6 && (decimal(&south[5], &south[6]) + 70.25).abs() < 1e-6);
+        assert!(
+            (decimal(&south[3], &south[4]) + 33.5).abs() < 1e-6 && (decimal(&south[5], &south[6]) + 70.25).abs() < 1e-6
+        );
         // Fixes before `from` are left out.
         assert_eq!(nmea_log(&ev, epoch, epoch + 1).unwrap().lines().count(), 2);
     }
