@@ -7,7 +7,11 @@ The logs are generated here (no third-party data): six eastbound drives
 along a 20 km line at 39° N, 1 Hz rows with 10 m of GPS noise, one carrier
 whose cells change every 2 km (±30 m); out of cells 3, 5 and 7 the
 handover fails in five drives of six (three seconds without service) and
-starts 150 m after the cell's edge, the others succeed at the edge."""
+starts 150 m after the cell's edge, the others succeed at the edge. Half
+of the drives are written as the generic CSV, half as a G-NetTrack Pro
+export (the public UCC datasets' layout: local Beijing time to the second,
+km/h, ``-`` for no value, the global cell ID in ``RAWCELLID``), imported
+with ``--format gnettrack``; the trainer pools both."""
 
 from __future__ import annotations
 
@@ -16,11 +20,12 @@ import datetime as dt
 import math
 import random
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import psycopg
 from fastapi.testclient import TestClient
 
-from polycorn_ingest.drivetest import Columns, import_csv
+from polycorn_ingest.drivetest import FORMATS, Columns, import_csv
 from polycorn_ingest.routes import parse_geojson, store
 from polycorn_ingest.sink import LinkDbSink
 from polycorn_linkdb_api.app import create_app
@@ -48,14 +53,30 @@ def route_geojson() -> dict[str, object]:
     }
 
 
-def drive(path: Path, k: int, rng: random.Random) -> None:
+GNETTRACK = [
+    "Timestamp",
+    "Longitude",
+    "Latitude",
+    "Speed",
+    "Operatorname",
+    "CellID",
+    "NetworkMode",
+    "RSRP",
+    "RSRQ",
+    "SNR",
+    "RAWCELLID",
+]
+BEIJING = ZoneInfo("Asia/Shanghai")
+
+
+def drive(path: Path, k: int, rng: random.Random, *, gnettrack: bool = False) -> None:
     """One log: rows at 1 Hz at 80 m/s from 500 m to 19.5 km."""
     start = T0 + dt.timedelta(hours=k)
     edges = {c: 2000.0 * c + rng.uniform(-30, 30) for c in range(1, 10)}
     fails = {c for c in FAILING if not (k == 0 and c == 3)}  # 5 of 6 drives
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["time", "lat", "lon", "cell_id", "rsrp"])
+        w.writerow(GNETTRACK if gnettrack else ["time", "lat", "lon", "cell_id", "rsrp"])
         x, t = 500.0, 0
         while x < LENGTH - 500:
             cell = 1 + int(x // 2000)
@@ -66,15 +87,28 @@ def drive(path: Path, k: int, rng: random.Random) -> None:
             elif c_from in fails and edge + LATE_M <= x < edge + LATE_M + 3 * 80:
                 cell = 0  # ... and fails: three seconds without service
             n, e = rng.gauss(0, 10), rng.gauss(0, 10)
-            w.writerow(
-                [
-                    (start + dt.timedelta(seconds=t)).isoformat(),
-                    f"{LAT0 + math.degrees(n / R):.7f}",
-                    f"{LON0 + (x + e) / M_PER_DEG_LON:.7f}",
-                    0 if cell == 0 else 100 + cell,
-                    -90.0,
-                ]
-            )
+            at = start + dt.timedelta(seconds=t)
+            lat = f"{LAT0 + math.degrees(n / R):.7f}"
+            lon = f"{LON0 + (x + e) / M_PER_DEG_LON:.7f}"
+            if gnettrack:
+                no = cell == 0
+                w.writerow(
+                    [
+                        at.astimezone(BEIJING).strftime("%Y.%m.%d_%H.%M.%S"),
+                        lon,
+                        lat,
+                        "288",
+                        "op-x",
+                        "-" if no else str(cell % 3 + 1),  # the cell's number in its site
+                        "-" if no else "LTE",
+                        "-" if no else "-90",
+                        "-" if no else "-11",
+                        "-" if no else "7.0",
+                        "-" if no else str(100 + cell),
+                    ]
+                )
+            else:
+                w.writerow([at.isoformat(), lat, lon, 0 if cell == 0 else 100 + cell, -90.0])
             x += 80.0
             t += 1
 
@@ -87,14 +121,26 @@ def test_drive_test_logs_become_a_routed_failure_table_served_by_the_api(tmp_pat
                 store(conn, spec)
         for k in range(6):
             p = tmp_path / f"drive-{k}.csv"
-            drive(p, k, rng)
+            gnet = k % 2 == 1
+            drive(p, k, rng, gnettrack=gnet)
             sink = LinkDbSink(url, source="drivetest")
             try:
-                rep = import_csv(p, sink, train=f"dt-{k}", carrier="op-x", cols=Columns())
+                if gnet:
+                    rep = import_csv(
+                        p, sink, train=f"dt-{k}", fmt=FORMATS["gnettrack"], timezone="Asia/Shanghai"
+                    )
+                else:
+                    rep = import_csv(p, sink, train=f"dt-{k}", carrier="op-x", cols=Columns())
             finally:
                 sink.close()
-            assert rep.imported == rep.rows and not rep.bad
+            assert rep.imported == rep.rows and not rep.bad and not rep.ignored
+            assert rep.carriers == ["op-x"]
         with psycopg.connect(url) as c:
+            # Every drive starts at its hour in UTC, whichever format wrote it.
+            starts = dict(
+                c.execute("SELECT train_id, min(time) FROM gps_fixes GROUP BY 1").fetchall()
+            )
+            assert starts == {f"dt-{k}": T0 + dt.timedelta(hours=k) for k in range(6)}
             off, matched, total = c.execute(
                 "SELECT count(*) FILTER (WHERE off_route), count(*) FILTER (WHERE route_id = "
                 "'line-e'), count(*) FROM gps_fixes"
