@@ -137,7 +137,7 @@ def test_drive_test_logs_become_a_routed_failure_table_served_by_the_api(tmp_pat
             assert rep.carriers == ["op-x"]
         with psycopg.connect(url) as c:
             # Every drive starts at its hour in UTC, whichever format wrote it.
-            starts = dict(
+            starts: dict[str, dt.datetime] = dict(
                 c.execute("SELECT train_id, min(time) FROM gps_fixes GROUP BY 1").fetchall()
             )
             assert starts == {f"dt-{k}": T0 + dt.timedelta(hours=k) for k in range(6)}
