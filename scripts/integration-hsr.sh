@@ -24,6 +24,7 @@ cleanup() {
     PC_PREFIX=$P testbed/topology.sh down >/dev/null 2>&1 || true
     PC_PREFIX=${P}a testbed/topology.sh down >/dev/null 2>&1 || true
     PC_PREFIX=${P}b testbed/topology.sh down >/dev/null 2>&1 || true
+    PC_PREFIX=${P}c testbed/topology.sh down >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
