@@ -122,7 +122,9 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
     let name = |c: u32| opts.path_names.get(c as usize).cloned().unwrap_or_default();
     let mut out = Vec::new();
     let mut cells: Vec<Option<u64>> = vec![None; n];
-    let mut last_start: Vec<Option<(f64, f64)>> = vec![None; n];
+    // Per carrier: the handover in progress (its track position, RSRP, and
+    // the last fix at its start: a failed handover ends seconds later).
+    let mut last_start: Vec<Option<(f64, f64, Option<v1::GpsFix>)>> = vec![None; n];
     let mut last_fix: Option<v1::GpsFix> = None;
     for e in log {
         let t = opts.epoch_unix_ms + e.t_ms().unwrap_or(0) as i64;
@@ -164,13 +166,16 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
                 out.push((t, RadioEvent::Cell { time_unix_ms: t, path: PathId(carrier as u8), cell_id }));
             }
             TestbedEvent::HandoverStart { carrier, track_m, rsrp_dbm, .. } if (carrier as usize) < n => {
-                last_start[carrier as usize] = Some((track_m, rsrp_dbm));
+                last_start[carrier as usize] = Some((track_m, rsrp_dbm, last_fix));
             }
             TestbedEvent::HandoverEnd { carrier, from_cell, to_cell, ref outcome, duration_ms, .. }
                 if (carrier as usize) < n =>
             {
-                let (track, rsrp) = last_start[carrier as usize].take().unzip();
-                let fix = last_fix.unwrap_or_default();
+                let start = last_start[carrier as usize].take();
+                let (track, rsrp) = start.map(|(m, r, _)| (m, r)).unzip();
+                // Where the handover began (the last fix before its start),
+                // not where it ended.
+                let fix = start.map_or(last_fix, |(_, _, f)| f).unwrap_or_default();
                 let event = v1::HandoverEvent {
                     path: carrier,
                     carrier: name(carrier),
@@ -352,6 +357,8 @@ mod tests {
 {"event":"rsrp","t_ms":60,"measured_ms":0,"carrier":0,"cell":0,"rsrp_dbm":-100}
 {"event":"rsrp","t_ms":70,"measured_ms":0,"carrier":2,"cell":0,"rsrp_dbm":-100}
 {"event":"handover_start","t_ms":900,"carrier":0,"from_cell":0,"to_cell":1,"track_m":75,"rsrp_dbm":-110}
+{"event":"gps","t_ms":1000,"lat":1.001,"lon":2,"speed_mps":80,"heading_deg":0,"accuracy_m":20,"track_m":80}
+{"event":"gps","t_ms":2000,"lat":1.002,"lon":2,"speed_mps":80,"heading_deg":0,"accuracy_m":20,"track_m":160}
 {"event":"handover_end","t_ms":2900,"carrier":0,"from_cell":0,"to_cell":1,"outcome":"failure","ho_type":3,"duration_ms":2000,"blackout":"flush","track_m":75}
 {"event":"cell_change","t_ms":2900,"carrier":0,"cell":1}
 "#,
@@ -377,13 +384,16 @@ mod tests {
         let ho = ho.unwrap();
         assert_eq!(ho.outcome, v1::HandoverOutcome::Failure as i32);
         assert_eq!((ho.start_unix_ms, ho.start_track_m, ho.duration_ms), (1_000_900, Some(75.0), 2000));
+        // Its position is the last fix before it began (t 0), not the one
+        // before it ended (t 2000, 160 m on): GPS-only positions come from it.
+        assert_eq!((ho.start_lat_deg, ho.start_lon_deg), (1.0, 2.0));
 
         // --replay-gps-only: the same events without any track position.
         let gps_only = events_of(&log, &ReplayOpts { gps_only: true, ..opts(2) });
         assert_eq!(gps_only.len(), ev.len());
         for (_, e) in &gps_only {
             match e {
-                RadioEvent::Gps { fix, .. } => assert!(fix.track_m.is_none() && fix.lat_deg == 1.0),
+                RadioEvent::Gps { fix, .. } => assert!(fix.track_m.is_none() && fix.lat_deg >= 1.0),
                 RadioEvent::Handover { event, .. } => assert!(event.start_track_m.is_none()),
                 _ => {}
             }
