@@ -243,6 +243,8 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     }
     .apply(&mut endpoint, DEFAULT_PROXY_BUDGET)
     .map_err(anyhow::Error::msg)?;
+    let transport = parse_transport(o.transport.as_deref().unwrap_or("tls"))?;
+    endpoint.path = transport.path_config(endpoint.path);
     let timeout = o.connect_timeout_s.unwrap_or(10.0);
     if !(timeout > 0.0 && timeout < 3600.0) {
         bail!("--connect-timeout-s must be between 0 and 3600 seconds, got {timeout}");
@@ -261,7 +263,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             tls,
             scheduler,
             pipelines,
-            transport: parse_transport(o.transport.as_deref().unwrap_or("tls"))?,
+            transport,
             congestion: o
                 .subflow_cc
                 .as_deref()

@@ -531,6 +531,7 @@ async fn main() -> anyhow::Result<()> {
     let session_id = std::collections::hash_map::RandomState::new().hash_one((Instant::now(), std::process::id()));
     let mut cfg = EndpointConfig::new(Role::Relay);
     buffer_options(&s.opts).apply(&mut cfg, DEFAULT_RELAY_BUDGET).map_err(anyhow::Error::msg)?;
+    cfg.path = s.transport.path_config(cfg.path);
     let pipeline = build_pipeline(&s.scheduler, &s.pipelines).map_err(anyhow::Error::msg)?;
     let ep = Endpoint::new(cfg, pipeline, Instant::now());
     let (session, mut events) = Session::new(ep);

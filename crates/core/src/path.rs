@@ -30,7 +30,7 @@ pub enum Availability {
 }
 
 /// Tunables of the path estimators.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PathConfig {
     /// RTT assumed before the first sample.
     pub initial_rtt: Duration,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polycorn_core::wire::{Frame, FrameDecoder, VERSION};
-use polycorn_core::PathId;
+use polycorn_core::{PathConfig, PathId};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -47,7 +47,40 @@ impl Transport {
             Transport::KernelMptcp | Transport::KernelMptcpConn => Protocol::MPTCP,
         }
     }
+
+    /// The endpoint's model of its paths over this transport. Over one
+    /// kernel MPTCP connection the kernel retransmits and runs congestion
+    /// control on each subflow, and the endpoint has no other path to move
+    /// data to, so it keeps neither a retransmission timer nor a congestion
+    /// window of its own: it writes what the socket takes, as an
+    /// application on an MPTCP socket does. With its own, the window froze
+    /// on the railway (it grows only while SRTT < 2 × min RTT, and one
+    /// stream over subflows of unequal delay is rarely so: one 16 KB frame
+    /// per round trip, 21 of 30 downloads of a trip past their slot) and
+    /// its timer fired 167 times on one trip, each time dropping the
+    /// window to its floor.
+    pub fn path_config(self, base: PathConfig) -> PathConfig {
+        match self {
+            Transport::KernelMptcp => PathConfig {
+                min_rto: KERNEL_MPTCP_RTO,
+                max_rto: KERNEL_MPTCP_RTO,
+                initial_cwnd_bytes: KERNEL_MPTCP_WINDOW_BYTES,
+                min_cwnd_bytes: KERNEL_MPTCP_WINDOW_BYTES,
+                max_cwnd_bytes: KERNEL_MPTCP_WINDOW_BYTES,
+                ..base
+            },
+            Transport::Tls | Transport::KernelMptcpConn => base,
+        }
+    }
 }
+
+/// Over kernel MPTCP ([`Transport::path_config`]): the endpoint's timer
+/// only as a last resort (the session's dead-path detection acts sooner).
+pub const KERNEL_MPTCP_RTO: std::time::Duration = std::time::Duration::from_secs(60);
+/// ... and its window: bytes in flight through the one connection, far
+/// above any bandwidth-delay product of the carriers (the socket's own
+/// buffer, small by `TCP_NOTSENT_LOWAT`, is what paces the writes).
+pub const KERNEL_MPTCP_WINDOW_BYTES: u64 = 32 << 20;
 
 impl std::str::FromStr for Transport {
     type Err = String;
@@ -363,6 +396,20 @@ mod tests {
         let (c, a) = tokio::join!(connect(addr, None, Transport::Tls, &missing), l.accept());
         let (c, _a) = (c.unwrap(), a.unwrap());
         assert_ne!(stream_congestion(&c).as_deref(), Some("nosuchcc"));
+    }
+
+    #[test]
+    fn over_kernel_mptcp_the_endpoint_leaves_retransmission_and_congestion_to_the_kernel() {
+        let base = PathConfig::default();
+        assert_eq!(Transport::Tls.path_config(base.clone()), base);
+        assert_eq!(Transport::KernelMptcpConn.path_config(base.clone()), base);
+        let k = Transport::KernelMptcp.path_config(base.clone());
+        assert_eq!((k.min_rto, k.max_rto), (KERNEL_MPTCP_RTO, KERNEL_MPTCP_RTO));
+        assert_eq!(
+            (k.initial_cwnd_bytes, k.min_cwnd_bytes, k.max_cwnd_bytes),
+            (KERNEL_MPTCP_WINDOW_BYTES, KERNEL_MPTCP_WINDOW_BYTES, KERNEL_MPTCP_WINDOW_BYTES)
+        );
+        assert_eq!((k.queue_limit_bytes, k.initial_rtt), (base.queue_limit_bytes, base.initial_rtt));
     }
 
     #[test]
