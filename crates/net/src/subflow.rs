@@ -56,7 +56,7 @@ impl Transport {
     /// application on an MPTCP socket does. With its own, the window froze
     /// on the railway (it grows only while SRTT < 2 × min RTT, and one
     /// stream over subflows of unequal delay is rarely so: one 16 KB frame
-    /// per round trip, 21 of 30 downloads of a trip past their slot) and
+    /// per round trip, 19 of 30 downloads of a trip past their slot) and
     /// its timer fired 167 times on one trip, each time dropping the
     /// window to its floor.
     pub fn path_config(self, base: PathConfig) -> PathConfig {
