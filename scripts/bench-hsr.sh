@@ -52,8 +52,8 @@
 #
 # Environment: PROFILE (default short), SCHEMES (space-separated, must
 # include minrtt; default all below, precision: minrtt hrsch; a scheme
-# NAME@oracle, NAME@broad or NAME@early runs pipeline NAME with another
-# failure table, see up_topology), BENCH_PREFIX
+# NAME@oracle, NAME@broad, NAME@early or NAME@mean runs pipeline NAME with
+# another failure table, see up_topology), BENCH_PREFIX
 # (topology prefix, default hb), LINK_SETS (default: the profile's),
 # BENCH_WORK (raw runs, default /tmp/polycorn-bench-hsr), BENCH_OUT (default
 # bench/out; the demo and ci profiles write only under BENCH_WORK), PLOTS
@@ -112,10 +112,11 @@ DRIVING_STEP_S=240
 # schedulerlets (crates/core/src/sched/hol.rs), each alone and all three,
 # for their ablation. hrsch+: the default pipeline (hrsch+stale with the
 # tail rules, issue 20); hrsch+lead100: the default pipeline with a longer
-# lead for hof-reject, and hrsch@early: hrsch with the trainer's table at
-# the failures' 10th percentile (both the recovery profile's candidates,
-# measured on bulk downloads and chat here).
-DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol hrsch+stale hrsch+ hrsch+lead100 hrsch@early"
+# lead for hof-reject, and hrsch@mean: hrsch with the trainer's table at
+# the failures' mean, the paper's rule (the trainer places them at their
+# 10th percentile by default since 2026-11-27, after the full run of that
+# day measured hrsch@early against hrsch on bulk downloads and chat).
+DEFAULT_SCHEMES="minrtt hrsch minrtt+hpr minrtt+tpr minrtt+ori minrtt+er hrsch-k1 hrsch-k2 roundrobin redundant blest ecf single-path single-path-c0 single-path-c1 kernel-mptcp kernel-mptcp-conn minrtt+opp minrtt+pen minrtt+stale minrtt+hol hrsch+hol hrsch+stale hrsch+ hrsch+lead100 hrsch@mean"
 ORIGIN=10.99.0.10
 DIAGNOSTIC=0
 for v in ROUTE_SEED TRIP_SEED_BASE TABLE_SEED_BASE HSR_TRIPS BENCH_SLOT_S TABLE PHASES CONC_USERS CONC_S SWEEP_MIB SWEEP_S TRACEGEN_PRESET PC_EMU_LOSS_KEYING LOAD_START_S; do
@@ -172,11 +173,13 @@ die() { printf 'bench-hsr: ERROR: %s\n' "$*" >&2; exit 1; }
 # in full's 300 s) on 16 held-out trips, 4 at once (24 saturated
 # topologies with the six default schemes), 4 waves of about 21 min:
 # 4 trips gave 68 windows and a 95 % interval of -28/+40 %, 16 bring it
-# to about +-20 %. The schemes: hrsch with the learned table, with the
-# trainer's table placing each failure early (hrsch@early) and with the
-# trip's oracle table (hrsch@oracle), the default pipeline, and the default
-# pipeline with a longer HPR lead (hrsch+lead100); the run of 2026-11-27
-# had hrsch@broad (lower thresholds) in place of hrsch@early. Writes
+# to about +-20 %. The schemes: hrsch with the learned table (failures at
+# their 10th percentile, the trainer's default since 2026-11-27), with
+# the paper's mean (hrsch@mean), and with the trip's oracle table
+# (hrsch@oracle), the default pipeline, and the default pipeline with a
+# longer HPR lead (hrsch+lead100); the two runs of 2026-11-26/27 had a
+# mean-placed table as hrsch's and hrsch@early (then) or hrsch@broad
+# (lower thresholds, before) beside it. Writes
 # hsr-recovery.json and hsr-recovery.md, never hsr.json.
 ALL_PHASES="bulk im backlog concurrency sweep"
 case $PROFILE in
@@ -195,14 +198,14 @@ case $PROFILE in
         DEFAULT_SCHEMES="minrtt hrsch" DEF_PARALLEL=11 RESULT=hsr-precision ;;
     recovery) PER_SIZE=10 MESSAGES=100 GAP_MS=1000 HSR_TRIPS=16 DEF_SETS="hsr" SLOT_S=15 IM_WIN_S=115 USERS="10 20 30" BACKLOG_S=1200 DEF_LOAD_START=45
         DEF_CONC_S=60 DEF_SWEEP_MIB="8 16 32 64" DEF_SWEEP_S=180 DEF_PHASES="backlog"
-        DEFAULT_SCHEMES="minrtt hrsch hrsch@oracle hrsch@early hrsch+ hrsch+lead100" DEF_PARALLEL=4 RESULT=hsr-recovery ;;
+        DEFAULT_SCHEMES="minrtt hrsch hrsch@oracle hrsch@mean hrsch+ hrsch+lead100" DEF_PARALLEL=4 RESULT=hsr-recovery ;;
     *) die "PROFILE must be demo, ci, short, full, long, precision or recovery, got '$PROFILE'" ;;
 esac
 read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 [[ " ${SCHEMES[*]} " == *" minrtt "* ]] || die "SCHEMES must include minrtt (the reference of every ratio)"
 for s in "${SCHEMES[@]}"; do
-    [[ $s != *@* || $s == *@oracle || $s == *@broad || $s == *@early ]] \
-        || die "scheme '$s': the only table suffixes are @oracle, @broad and @early"
+    [[ $s != *@* || $s == *@oracle || $s == *@broad || $s == *@early || $s == *@mean ]] \
+        || die "scheme '$s': the only table suffixes are @oracle, @broad, @early and @mean"
 done
 # Trips of a link set run in waves of TRIP_PARALLEL, each trip its own block
 # of topologies (prefixes BENCH_PREFIX<slot x topologies + i>) and its own
@@ -459,15 +462,18 @@ make_table() {
     log "failure-location table: $(jq '.entries | length' "$RUN/failure-table.json") cells, learned by the trainer from $TABLE_TRIPS previous trips"
     # The same trainer on the same LinkDB with other parameters, for the
     # schemes NAME@broad (lower thresholds: a cell enters with 2 failures
-    # and a 10 % failure share, instead of 3 and 20 %) and NAME@early (each
+    # and a 10 % failure share, instead of 3 and 20 %), NAME@early (each
     # cell's failure placed at the 10th percentile of its failures along the
-    # direction of travel instead of their mean).
+    # direction of travel: the trainer's default since 2026-11-27, so the
+    # same as the run's table now) and NAME@mean (at their mean, the
+    # paper's rule and the default before).
     local name args
-    for name in broad early; do
+    for name in broad early mean; do
         uses_table "$name" || continue
         case $name in
             broad) args=(--min-failures 2 --min-failure-rate 0.1) ;;
             early) args=(--location-quantile 0.1) ;;
+            mean) args=(--location-quantile mean) ;;
         esac
         trainer_table "$url" "-$name" "${args[@]}"
         log "$name failure-location table (${args[*]}): $(jq '.entries | length' "$RUN/failure-table-$name.json") cells"
@@ -597,8 +603,8 @@ collect() {
 # up_topology INDEX SCHEME EPOCH K TDIR WHAT [topology.sh flags...]: one copy
 # of the topology replaying the trip TDIR/trip (table: TABLE_ARGS).
 # A scheme NAME@oracle is the pipeline NAME with the trip's oracle table
-# (run_trip) instead of the run's, NAME@broad and NAME@early with the
-# trainer's table at other parameters (make_table): tables side by side,
+# (run_trip) instead of the run's, NAME@broad, NAME@early and NAME@mean
+# with the trainer's table at other parameters (make_table): side by side,
 # paired.
 up_topology() {
     local i=$1 scheme=$2 epoch=$3 k=$4 tdir=$5 what=$6
@@ -608,6 +614,7 @@ up_topology() {
         *@oracle) file=$tdir/failure-table-truth.json ;;
         *@broad) file=$RUN/failure-table-broad.json ;;
         *@early) file=$RUN/failure-table-early.json ;;
+        *@mean) file=$RUN/failure-table-mean.json ;;
     esac
     if [[ $scheme == *@* ]]; then
         table=()

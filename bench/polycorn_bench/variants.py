@@ -12,7 +12,9 @@ Two kinds, both in ``testbed/pipelines.toml``:
 * **Failure table and HPR lead**: ``hrsch@oracle`` is hrsch with the measured trip's own
   failures as its table (scripts/bench-hsr.sh: a scheme ``NAME@oracle``), ``hrsch@broad``
   with the trainer's table at lower thresholds, ``hrsch@early`` with the trainer placing each
-  cell's failure at the 10th percentile of its failures, each against the learned table;
+  cell's failure at the 10th percentile of its failures (runs before 2026-11-27, when the
+  learned table used the mean), ``hrsch@mean`` at their mean (the paper's rule; since then),
+  each against the learned table;
   ``hrsch+lead100`` the default pipeline with ``hof-reject``'s E_GPS at 100 m.
 * **Tail rules** (issue 20, not in the paper): ``tail-filter`` in place of ``tail-reject``,
   with or without ``tail-reinject``, on ``hrsch+stale``, ``hrsch+hol`` or ``minrtt``; the
@@ -65,6 +67,13 @@ VARIANTS: Mapping[str, tuple[str, str, str]] = {
         "hrsch@early",
         hrsch.HRSCH,
         "failures placed at their 10th percentile (not mean)",
+    ),
+    # Since 2026-11-27 the trainer's default is the 10th percentile: the
+    # run's own table is the early one and this variant is the paper's mean.
+    "hrsch@mean": (
+        "hrsch@mean",
+        hrsch.HRSCH,
+        "failures placed at their mean, the paper's (not the 10th percentile)",
     ),
 }
 

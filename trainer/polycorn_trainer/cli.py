@@ -46,6 +46,11 @@ def _non_negative_int(text: str) -> int:
     return v
 
 
+def _quantile(text: str) -> float | None:
+    """A fraction, or ``mean`` (None: the failures' mean position)."""
+    return None if text.strip().lower() == "mean" else _fraction(text)
+
+
 def _fraction(text: str) -> float:
     v = float(text)
     if not 0.0 <= v <= 1.0:
@@ -108,10 +113,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--min-handovers", type=_non_negative_int, default=d.min_handovers)
         sp.add_argument(
             "--location-quantile",
-            type=_fraction,
+            type=_quantile,
             default=d.location_quantile,
             help="place a cell's failure at this quantile of its failures along the direction "
-            "of travel (default: their mean, the paper's)",
+            f"of travel (default {d.location_quantile}), or 'mean': their mean (the paper's)",
         )
         sp.add_argument(
             "--lead-s",

@@ -95,12 +95,13 @@ class Params:
     # throttles this long before t̂_HOF, so the validation's second variant
     # counts a failure as correct for Δ in [t1 − lead, t2 − lead].
     lead_s: float = 0.44
-    # Where the table puts a cell's failure: None, the mean position of its
-    # failures (the paper's L̂_HOF); q in [0, 1], that quantile of them along
-    # the direction of travel (0.1: earlier than nine in ten), so that HPR's
-    # hold begins before the failures that start early on a trip (not in the
-    # paper; issue 20's replay of the holds, docs/trainer.md).
-    location_quantile: float | None = None
+    # Where the table puts a cell's failure: q in [0, 1], that quantile of
+    # its failures along the direction of travel (0.1, the default since
+    # 2026-11-27: earlier than nine in ten), so that HPR's hold begins before
+    # the failures that start early on a trip (not in the paper; measured on
+    # the railway, docs/trainer.md); None, their mean position (the paper's
+    # L̂_HOF).
+    location_quantile: float | None = 0.1
 
     def location(self, x: F64) -> float:
         """The predicted location of failures at direction-normalised positions ``x``."""

@@ -33,13 +33,15 @@ def cell(
 
 def test_prediction_is_the_mean_failure_location_and_needs_the_thresholds() -> None:
     c = cell([1000, 1010, 1100, 1200, 1220], [False, False, True, True, True], [1, 2, 3, 4, 5])
-    r = fit_cell(c, Params(min_failures=3, min_failure_rate=0.15, min_handovers=4))
+    r = fit_cell(
+        c, Params(min_failures=3, min_failure_rate=0.15, min_handovers=4, location_quantile=None)
+    )
     assert r.predicted_failure_track_m == pytest.approx(1173.333, abs=1e-3)
     assert r.failure_rate == pytest.approx(0.6)
     assert r.params["earliest_ho_track_m"] == 1000
     assert r.kind == "linear_svc"
     # Only two failures: below min_failures, so no table entry, but the mean is kept.
-    r2 = fit_cell(c, Params(min_failures=4))
+    r2 = fit_cell(c, Params(min_failures=4, location_quantile=None))
     assert r2.predicted_failure_track_m is None
     assert r2.params["failure_mean_track_m"] == pytest.approx(1173.333, abs=1e-3)
 
@@ -48,7 +50,9 @@ def test_decreasing_direction_mirrors_positions() -> None:
     c = cell(
         [5000, 4990, 4900, 4800], [False, False, True, True], [1, 2, 3, 4], direction="decreasing"
     )
-    r = fit_cell(c, Params(min_failures=1, min_failure_rate=0, min_handovers=4))
+    r = fit_cell(
+        c, Params(min_failures=1, min_failure_rate=0, min_handovers=4, location_quantile=None)
+    )
     assert r.params["earliest_ho_track_m"] == 5000  # earliest = largest when decreasing
     assert r.predicted_failure_track_m == pytest.approx(4850)
     # The location SVM's boundary lies between the last success and the first failure.
@@ -64,7 +68,7 @@ def test_loto_classes_follow_figure_5() -> None:
         [1, 1, 2, 2, 2, 3],
         speed=100.0,
     )
-    k = validate_cell(c, Params())[0]
+    k = validate_cell(c, Params(location_quantile=None))[0]
     # Held-out trip 2: L̂ from trips 1, 3 = (1000 + 1100 + 1300) / 3 = 1133.3
     #   failure at 1050: Δ = -0.83 s → late; success at 900: Δ < 0 → correct;
     #   success at 1200: Δ = 0.67 s ≥ 0 → wasted.
@@ -78,17 +82,21 @@ def test_loto_classes_follow_figure_5() -> None:
 def test_early_prediction_and_no_history() -> None:
     # Held-out failure at 1500 with L̂ = 1000 from the other trip: Δ = 5 s > 2.5 → early.
     c = cell([1000, 1500], [True, True], [1, 2], speed=100.0)
-    k = validate_cell(c, Params())[0]
+    k = validate_cell(c, Params(location_quantile=None))[0]
     assert k.failure_early == 1 and k.failure_late == 1  # trip 1 held out: L̂ = 1500 → Δ -5 → late
     # A single trip has no other trip to learn from: its failures are late, successes correct.
-    one = validate_cell(cell([1, 2, 3], [True, False, False], [7, 7, 7]), Params())[0]
+    one = validate_cell(
+        cell([1, 2, 3], [True, False, False], [7, 7, 7]), Params(location_quantile=None)
+    )[0]
     assert (one.failure_late, one.success_correct) == (1, 2)
 
 
 def test_deployed_thresholds_suppress_rare_failures() -> None:
     c = cell([10.0 * i for i in range(20)], [i == 10 for i in range(20)], list(range(20)))
-    assert validate_cell(c, Params())[0].failure_late == 1  # nothing else ever failed
-    r = fit_cell(c, Params())
+    assert (
+        validate_cell(c, Params(location_quantile=None))[0].failure_late == 1
+    )  # nothing else ever failed
+    r = fit_cell(c, Params(location_quantile=None))
     assert r.predicted_failure_track_m is None  # 1 failure < min_failures
     assert r.deployed.success_correct == 19
 
@@ -100,7 +108,7 @@ def test_separability_uses_rsrp_when_known() -> None:
     rsrp = rng.uniform(-110, -80, n)
     failed = (track > 600) & (rsrp < -95)  # separable only with both features
     c = cell(list(track), list(failed), list(range(n)), rsrp=list(rsrp))
-    r = fit_cell(c, Params(min_handovers=8))
+    r = fit_cell(c, Params(min_handovers=8, location_quantile=None))
     sep = {k: r.counts.sep_right[k] / r.counts.sep_total[k] for k in ("location", "rsrp", "both")}
     assert sep["both"] > 0.9
     assert sep["both"] > sep["location"] and sep["both"] > sep["rsrp"]
@@ -118,7 +126,10 @@ def test_separability_uses_rsrp_when_known() -> None:
     ],
 )
 def test_fallbacks_never_crash(track: list[float], failed: list[bool], kind: str) -> None:
-    r = fit_cell(cell(track, failed, list(range(len(track)))), Params(min_handovers=8))
+    r = fit_cell(
+        cell(track, failed, list(range(len(track)))),
+        Params(min_handovers=8, location_quantile=None),
+    )
     assert r.kind == kind
     if kind == "linear_svc":
         assert r.params["svm"] == {}  # nothing separable to fit
@@ -128,7 +139,7 @@ def test_fallbacks_never_crash(track: list[float], failed: list[bool], kind: str
 def test_unknown_speed_falls_back_to_nominal() -> None:
     c = cell([1000, 1100], [True, True], [1, 2])
     c.speed_mps[:] = np.nan
-    k = validate_cell(c, Params(nominal_speed_mps=50.0))[0]
+    k = validate_cell(c, Params(nominal_speed_mps=50.0, location_quantile=None))[0]
     assert k.speed_fallbacks == 2
     assert k.failure_late == 1 and k.failure_correct == 1  # Δ = ±2 s at 50 m/s
 
@@ -167,7 +178,7 @@ def test_sample_weights_are_scikit_learns_balanced_class_weights() -> None:
     rng = np.random.default_rng(5)
     x = rng.normal(size=(80, 2))
     y = (x[:, 0] + 0.5 * rng.normal(size=80)) > 1.2  # rare positives
-    fitted = _svm(x, y, Params())
+    fitted = _svm(x, y, Params(location_quantile=None))
     assert fitted is not None
     ours, mean, scale = fitted
     ref = LinearSVC(C=1.0, class_weight="balanced", dual="auto", max_iter=2000)
@@ -180,7 +191,7 @@ def test_delta_histogram_bins_the_predicted_handovers() -> None:
     from polycorn_trainer.fit import DELTA_EDGES_S
 
     c = cell([1000, 1500, 1200], [True, True, False], [1, 2, 3], speed=100.0)
-    k = validate_cell(c, Params())[0]
+    k = validate_cell(c, Params(location_quantile=None))[0]
     # Trip 1 held out: L̂ = 1500 → Δ = -5 s; trip 2: L̂ = 1000 → Δ = 5 s;
     # trip 3 (success at 1200): L̂ = 1250 → Δ = -0.5 s.
     edges = list(DELTA_EDGES_S)
@@ -195,7 +206,7 @@ def test_delta_histogram_bins_the_predicted_handovers() -> None:
 def test_a_location_quantile_moves_the_prediction_and_its_validation() -> None:
     # One failure per trip; the held-out trip's failure is judged against the others'.
     c = cell([1000, 1100, 1200, 1000], [True] * 4, [1, 2, 3, 4])
-    mean = Params(min_failures=1, min_failure_rate=0)
+    mean = Params(min_failures=1, min_failure_rate=0, location_quantile=None)
     early = Params(min_failures=1, min_failure_rate=0, location_quantile=0.0)
     assert fit_cell(c, mean).predicted_failure_track_m == pytest.approx(1075)
     r = fit_cell(c, early)
@@ -212,3 +223,25 @@ def test_a_location_quantile_moves_the_prediction_and_its_validation() -> None:
     # Decreasing: the quantile runs along the direction of travel (earliest = largest).
     d = cell([5000, 4900, 4800], [True] * 3, [1, 2, 3], direction="decreasing")
     assert fit_cell(d, early).predicted_failure_track_m == pytest.approx(5000)
+
+
+def test_the_default_places_a_failure_at_its_10th_percentile() -> None:
+    """The deployed default since 2026-11-27 (docs/trainer.md): earlier than
+    nine failures in ten; the paper's mean stays one flag away."""
+    xs = [1000.0, 1100.0, 1200.0, 1300.0, 1400.0]
+    c = cell(xs, [True] * 5, [1, 2, 3, 4, 5])
+    assert Params().location_quantile == 0.1
+    got = fit_cell(c, Params(min_failures=1, min_failure_rate=0)).predicted_failure_track_m
+    assert got == pytest.approx(float(np.quantile(xs, 0.1)))
+    paper = Params(min_failures=1, min_failure_rate=0, location_quantile=None)
+    assert fit_cell(c, paper).predicted_failure_track_m == pytest.approx(1200)
+
+
+def test_the_cli_takes_a_quantile_or_mean() -> None:
+    import argparse
+
+    from polycorn_trainer.cli import _quantile
+
+    assert (_quantile("0.25"), _quantile("mean"), _quantile("MEAN")) == (0.25, None, None)
+    with pytest.raises((argparse.ArgumentTypeError, ValueError)):
+        _quantile("1.5")
