@@ -516,15 +516,12 @@ def import_csv(
     carrier: str = "",
     fmt: Format | None = None,
     cols: Columns | None = None,
-    time_format: str | None = None,
-    delimiter: str | None = None,
-    failure_gap_ms: int | None = None,
     timezone: str = "UTC",
 ) -> ImportReport:
     """Import one log; the whole file is one transaction.
 
-    ``fmt`` defaults to the ``generic`` preset; ``cols``, ``time_format``,
-    ``delimiter`` and ``failure_gap_ms`` override its fields.
+    ``fmt`` defaults to the ``generic`` preset (:func:`customise` changes
+    its parts); ``cols`` replaces its columns outright.
     """
     try:
         check_train_id(train, train.encode())
@@ -535,12 +532,6 @@ def import_csv(
     fmt = fmt or FORMATS["generic"]
     if cols is not None:
         fmt = replace(fmt, columns=cols, cell_choices=(), optional=frozenset())
-    if time_format is not None:
-        fmt = replace(fmt, time_format=time_format)
-    if delimiter is not None:
-        fmt = replace(fmt, delimiter=delimiter)
-    if failure_gap_ms is not None:
-        fmt = replace(fmt, failure_gap_ms=failure_gap_ms)
     if fmt.failure_gap_ms <= 0:
         raise ValueError("--failure-gap-ms must be positive")
     if fmt.speed_unit not in SPEED_UNITS:

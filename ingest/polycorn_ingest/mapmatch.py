@@ -487,8 +487,9 @@ def candidates(cur: Any, fixes: Sequence[Fix]) -> list[list[Candidate]]:
         out[fi].append(
             Candidate(route, track, running, float(measure[k]), float(dist[k]), float(bearing[k]))
         )
-    for fi in np.flatnonzero(twice).tolist():
-        out[fi] = nearest_per_track(fixes[fi], pieces_near(cur, [fixes[fi]])[0])
+    exact = np.flatnonzero(twice).tolist()
+    for fi, ps in zip(exact, pieces_near(cur, [fixes[fi] for fi in exact]), strict=True):
+        out[fi] = nearest_per_track(fixes[fi], ps)
     for cs in out:
         cs.sort(key=lambda c: c.dist_m)
     return out

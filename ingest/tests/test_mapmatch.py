@@ -182,6 +182,15 @@ def matched(url: str, train: str) -> list[tuple[str | None, str | None, float | 
     ]
 
 
+def write(url: str, rows: Rows) -> None:
+    """Store a batch through ingest's sink (matching included)."""
+    sink = LinkDbSink(url)
+    try:
+        sink.write(rows)
+    finally:
+        sink.close()
+
+
 def p95(xs: list[float]) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, math.ceil(0.95 * len(s)) - 1)]
@@ -216,11 +225,7 @@ def test_noisy_fixes_land_on_the_right_track_with_small_measure_error(
     train = f"mm-{increasing}-{heading}"
     rng = random.Random(hash((increasing, heading)) & 0xFFFF)
     rows, truth = trip(train, increasing=increasing, rng=rng, heading=heading)
-    sink = LinkDbSink(db)
-    try:
-        sink.write(rows)
-    finally:
-        sink.close()
+    write(db, rows)
     got = matched(db, train)
     want_track = "R" if increasing else "L"
     assert len(got) == len(truth)
@@ -252,11 +257,7 @@ def test_depot_fixes_and_a_gps_jump_are_flagged_off_route(db: str) -> None:
         fixes.append(("mm-off", t_last + j * 1000, lat, lon, 0.0, None, 10.0, None))
     rows.fixes = fixes
     rows.see("mm-off", t_last + 5000)
-    sink = LinkDbSink(db)
-    try:
-        sink.write(rows)
-    finally:
-        sink.close()
+    write(db, rows)
     got = matched(db, "mm-off")
     off = [i for i, g in enumerate(got) if g[3]]
     assert off == [k, *range(len(got) - 5, len(got))]
@@ -325,11 +326,7 @@ def test_a_short_batch_pulled_towards_the_next_line_stays_on_the_trains_line(db:
 def test_without_routes_nothing_is_matched() -> None:
     with fresh_database() as url:
         rows, _ = trip("mm-none", increasing=True, rng=random.Random(1), s_to=2000.0)
-        sink = LinkDbSink(url)
-        try:
-            sink.write(rows)
-        finally:
-            sink.close()
+        write(url, rows)
         got = matched(url, "mm-none")
         assert got and all(g[0] is None and g[2] is None and g[3] is None for g in got)
 
@@ -457,11 +454,7 @@ def test_an_osm_extract_becomes_a_route_with_running_directions(tmp_path: Path) 
             out = store(conn, spec)
         assert out["tracks"] and abs(out["length_m"] - LENGTH) < 0.02 * LENGTH
         rows, _ = trip("osm-train", increasing=True, rng=random.Random(8), s_to=4000.0)
-        sink = LinkDbSink(url)
-        try:
-            sink.write(rows)
-        finally:
-            sink.close()
+        write(url, rows)
         got = matched(url, "osm-train")
         assert all(g[0] == "osm-line" for g in got)
         assert len({g[1] for g in got}) == 1  # one track all the way
@@ -632,11 +625,7 @@ def test_a_testbed_trip_sent_gps_only_is_placed_by_map_matching(tmp_path: Path) 
         with psycopg.connect(url) as conn, conn.transaction():
             for spec in parse_geojson(geojson()):
                 store(conn, spec)
-        sink = LinkDbSink(url)
-        try:
-            sink.write(rows)
-        finally:
-            sink.close()
+        write(url, rows)
         got = matched(url, "tb-gps")
         assert all(g[0] == "hsr" and g[1] == "R" for g in got)
         errs = [abs((g[2] or 0.0) - m) for g, m in zip(got, true_measures(url, truth), strict=True)]
@@ -722,11 +711,7 @@ def test_fixes_match_onto_a_real_osm_line(increasing: bool) -> None:
     with fresh_database() as url:
         with psycopg.connect(url) as conn, conn.transaction():
             store(conn, spec)
-        sink = LinkDbSink(url)
-        try:
-            sink.write(rows)
-        finally:
-            sink.close()
+        write(url, rows)
         got = matched(url, "li-train")
         with psycopg.connect(url) as conn, conn.cursor() as cur:
             near = mapmatch.pieces_near(cur, truth)
