@@ -78,8 +78,10 @@ struct Opts {
     /// kernel lacks it, a warning and the default [default: bbr].
     #[arg(long, env = "POLYCORN_PROXY_SUBFLOW_CC")]
     subflow_cc: Option<String>,
-    /// kernel-mptcp-conn: most connections served at once; beyond it new
-    /// ones wait in the listen backlog [default: 16384].
+    /// Most passenger connections of the train at once: beyond it the proxy
+    /// refuses an OPEN with a RESET (counted in
+    /// polycorn_conns_refused_total); kernel-mptcp-conn: new connections wait
+    /// in the listen backlog instead [default: 16384].
     #[arg(long, env = "POLYCORN_PROXY_MAX_CONNS")]
     max_conns: Option<usize>,
     /// Prometheus metrics and health endpoints [default: 127.0.0.1:9464].
@@ -251,10 +253,11 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     }
     let trace =
         polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir, o.trace_max_bytes).map_err(anyhow::Error::msg)?;
-    let max_conns = o.max_conns.unwrap_or(16384);
+    let max_conns = o.max_conns.unwrap_or(endpoint.max_conns);
     if max_conns == 0 {
         bail!("--max-conns must be at least 1");
     }
+    endpoint.max_conns = max_conns;
     Ok((
         Settings {
             trace,

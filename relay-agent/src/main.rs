@@ -129,6 +129,11 @@ struct Opts {
     /// Most passenger connections at once per listener [default: 4096].
     #[arg(long, env = "POLYCORN_RELAY_MAX_CONNS")]
     max_conns: Option<usize>,
+    /// Most connections of one passenger (one LAN address) at once, so one
+    /// passenger cannot take every slot; beyond it a connection is refused
+    /// (a TCP reset; counted in polycorn_conns_refused_total) [default: 1024].
+    #[arg(long, env = "POLYCORN_RELAY_MAX_CONNS_PER_PASSENGER")]
+    max_conns_per_passenger: Option<usize>,
     /// Failure-location table (JSON, docs/schedulerlets.md "HRSCH") for
     /// handover-failure-aware path rejection on the uplink; reloaded when
     /// the file changes (a malformed new file is refused, the old table kept).
@@ -267,7 +272,7 @@ fn settings() -> anyhow::Result<Settings> {
     let mut o = Opts::parse();
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
-        dns_upstream, lan_interface, udp_policy, scheduler, transport, subflow_cc, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, log_json,
+        dns_upstream, lan_interface, udp_policy, scheduler, transport, subflow_cc, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, max_conns_per_passenger, log_json,
         failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, replay_events, replay_epoch_unix_ms, replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms,
         handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume, trace_dir, trace_max_bytes);
     let pipelines = std::mem::take(&mut f.pipelines);
@@ -300,6 +305,9 @@ fn settings() -> anyhow::Result<Settings> {
     buffer_options(&o)
         .apply(&mut EndpointConfig::new(Role::Relay), DEFAULT_RELAY_BUDGET)
         .map_err(anyhow::Error::msg)?;
+    if o.max_conns_per_passenger == Some(0) {
+        bail!("--max-conns-per-passenger must be at least 1");
+    }
     if o.telemetry_spool_max_bytes.is_some_and(|b| b < spool::MIN_MAX_BYTES) {
         bail!("--telemetry-spool-max-bytes must be at least {}", spool::MIN_MAX_BYTES);
     }
@@ -532,6 +540,7 @@ async fn main() -> anyhow::Result<()> {
     let mut cfg = EndpointConfig::new(Role::Relay);
     buffer_options(&s.opts).apply(&mut cfg, DEFAULT_RELAY_BUDGET).map_err(anyhow::Error::msg)?;
     cfg.path = s.transport.path_config(cfg.path);
+    cfg.max_conns_per_user = s.opts.max_conns_per_passenger.unwrap_or(cfg.max_conns_per_user);
     let pipeline = build_pipeline(&s.scheduler, &s.pipelines).map_err(anyhow::Error::msg)?;
     let ep = Endpoint::new(cfg, pipeline, Instant::now());
     let (session, mut events) = Session::new(ep);

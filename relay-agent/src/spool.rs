@@ -126,11 +126,24 @@ pub async fn sender(shared: Arc<Shared>, session: Session, mut stop: watch::Rece
                 Ok(out) => {
                     more = out.len() == BATCH;
                     if !out.is_empty() {
-                        session.with(|st, _| {
-                            for o in out {
-                                st.ep.send_telemetry(o.seq, o.payload.into());
-                            }
+                        let refused: Vec<(u64, usize)> = session.with(|st, _| {
+                            out.into_iter()
+                                .filter_map(|o| {
+                                    let len = o.payload.len();
+                                    st.ep.send_telemetry(o.seq, o.payload.into()).err().map(|_| (o.seq, len))
+                                })
+                                .collect()
                         });
+                        // Only a spool written by an older version holds a
+                        // record too large for a frame: it can never be
+                        // sent, so it is dropped, loudly.
+                        for (seq, len) in refused {
+                            shared.errors.fetch_add(1, Ordering::Relaxed);
+                            warn!(seq, bytes = len, "dropping a spooled telemetry record too large to send");
+                            if let Err(e) = shared.lock().ack(seq) {
+                                warn!(error = %e, "dropping a telemetry record from the spool");
+                            }
+                        }
                     }
                 }
                 Err(e) => {

@@ -20,6 +20,7 @@ use bytes::Bytes;
 
 use crate::budget::{MemoryBudget, Pressure};
 use crate::conn::{AckError, Conn, ConnState, RecvError, SendLimits, WindowLimits, INITIAL_MAX_DATA};
+use crate::ctrl::{CtrlQueue, CTRL_MAX, CTRL_PAUSE};
 use crate::ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
 use crate::path::{Availability, FailureForecast, Path, PathConfig, PathStats, PathView, SegmentRef, SentRecord};
 use crate::sched::users::UserScheduler;
@@ -79,7 +80,18 @@ pub struct EndpointConfig {
     /// its speed for at most this long; older, no handover failure is
     /// predicted.
     pub train_state_max_age: Duration,
+    /// Most connections at once (the proxy: one train's; the relay: all
+    /// its passengers'). Beyond it the relay refuses [`Endpoint::open`] and
+    /// the proxy answers an `OPEN` with a `RESET` ([`RESET_REFUSED_LIMIT`]).
+    pub max_conns: usize,
+    /// Most connections of one passenger at once, so one passenger cannot
+    /// take every slot.
+    pub max_conns_per_user: usize,
 }
+
+/// `RESET` code of a connection refused because a connection cap was
+/// reached ([`EndpointConfig::max_conns`], `max_conns_per_user`).
+pub const RESET_REFUSED_LIMIT: u32 = 4;
 
 /// Default per-connection cap of the receive window and of the send buffer.
 pub const DEFAULT_CONN_BUFFER_MAX: u64 = 8 * 1024 * 1024;
@@ -141,6 +153,15 @@ impl EndpointConfig {
             ping_interval: Duration::from_secs(1),
             dead_after: Duration::from_secs(10),
             train_state_max_age: Duration::from_secs(30),
+            max_conns: 16_384,
+            // A browser keeps tens of connections; the proxy leaves the
+            // per-passenger cap to the relay (its connections outlive the
+            // relay's by a round trip, so the same cap could refuse a
+            // passenger the relay admitted).
+            max_conns_per_user: match role {
+                Role::Relay => 1024,
+                Role::Proxy => usize::MAX,
+            },
         }
     }
 }
@@ -186,6 +207,10 @@ pub enum StreamError {
     Reset(ConnId),
     #[error("only the relay-agent opens connections")]
     WrongRole,
+    #[error("connection refused: {0} connections at once is the cap")]
+    TooManyConns(usize),
+    #[error("a telemetry record of {0} bytes is larger than a frame carries ({max} bytes)", max = wire::MAX_TELEMETRY_PAYLOAD)]
+    TelemetryTooLarge(usize),
 }
 
 /// A subflow broke the protocol; the shell closes that subflow (the others
@@ -223,6 +248,9 @@ pub struct EndpointStats {
     pub conns_opened: u64,
     pub conns_closed: u64,
     pub conns_reset: u64,
+    /// Connections refused because a cap was reached (relay: `open`
+    /// refused; proxy: `OPEN` answered with a `RESET`).
+    pub conns_refused: u64,
     pub decisions: u64,
     pub reinjected_bytes: u64,
     pub redundant_bytes: u64,
@@ -254,7 +282,18 @@ pub struct EndpointStats {
     pub hol_stalls_long: u64,
     pub hol_stalls_very_long: u64,
     pub hol_stall_us: u64,
+    /// Paths declared dead because their control queue reached
+    /// [`crate::ctrl::CTRL_MAX`] frames (a peer that does not read them).
+    pub ctrl_overflows: u64,
+    /// Reads after which a path's control queue held [`crate::ctrl::CTRL_PAUSE`]
+    /// frames, so the shell stopped reading it until the writer drained it.
+    pub input_pauses: u64,
 }
+
+/// Proxy: connection ids remembered above the lowest one whose OPEN has not
+/// arrived; a gap further back than this is given up (its OPEN is not
+/// coming: the relay has opened this many connections since).
+pub const OPENED_WINDOW: usize = 65_536;
 
 /// A head-of-line stall this long is counted as long: above the RTT
 /// difference of two healthy cellular carriers, so a path went slow or
@@ -303,7 +342,7 @@ struct Queued {
 struct Slot {
     path: Path,
     decoder: FrameDecoder,
-    ctrl: VecDeque<Frame>,
+    ctrl: CtrlQueue,
     data: VecDeque<Queued>,
 }
 
@@ -314,10 +353,14 @@ pub struct Endpoint {
     epoch: Instant,
     slots: Vec<Option<Slot>>,
     conns: HashMap<ConnId, Conn>,
+    /// Live connections per passenger (for `max_conns_per_user`).
+    user_conns: HashMap<UserId, usize>,
     next_conn: u32,
-    /// Proxy: every id below this was opened; ids at or above it that were.
-    opened_floor: u32,
-    opened_above: BTreeSet<u32>,
+    /// Proxy: every connection id below this was opened (or reset before
+    /// its OPEN came); ids above it that were. Ids are unwrapped to 64 bits
+    /// (the wire's 32 wrap after 2^32 connections; see [`Self::unwrap_conn`]).
+    opened_floor: u64,
+    opened_above: BTreeSet<u64>,
     users: UserScheduler,
     events: VecDeque<Event>,
     /// Connections with a data-level ACK or WINDOW to send.
@@ -379,6 +422,7 @@ impl Endpoint {
             epoch: now,
             slots: (0..MAX_PATHS).map(|_| None).collect(),
             conns: HashMap::new(),
+            user_conns: HashMap::new(),
             next_conn: 1,
             opened_floor: 1,
             opened_above: BTreeSet::new(),
@@ -443,7 +487,7 @@ impl Endpoint {
         let slot = self.slots[path.index()].get_or_insert_with(|| Slot {
             path: Path::new(path, cfg, now),
             decoder: FrameDecoder::new(),
-            ctrl: VecDeque::new(),
+            ctrl: CtrlQueue::default(),
             data: VecDeque::new(),
         });
         slot.path.reset_transport(now);
@@ -604,9 +648,14 @@ impl Endpoint {
     }
 
     /// Relay side: send a telemetry record with top priority on every live
-    /// path; the proxy keeps the first copy.
-    pub fn send_telemetry(&mut self, seq: u64, payload: Bytes) {
+    /// path; the proxy keeps the first copy. A record larger than a frame
+    /// carries ([`wire::MAX_TELEMETRY_PAYLOAD`]) is refused.
+    pub fn send_telemetry(&mut self, seq: u64, payload: Bytes) -> Result<(), StreamError> {
+        if payload.len() > wire::MAX_TELEMETRY_PAYLOAD {
+            return Err(StreamError::TelemetryTooLarge(payload.len()));
+        }
         self.broadcast_front(Frame::Telemetry { seq, payload });
+        Ok(())
     }
 
     /// Proxy side: telemetry record `seq` is stored durably (acknowledges
@@ -619,12 +668,40 @@ impl Endpoint {
         for s in self.slots.iter_mut().flatten().filter(|s| s.path.up) {
             s.ctrl.push_front(f.clone());
         }
+        self.check_ctrl_overflow();
     }
 
     fn broadcast(&mut self, f: Frame) {
         for s in self.slots.iter_mut().flatten().filter(|s| s.path.up) {
             s.ctrl.push_back(f.clone());
         }
+        self.check_ctrl_overflow();
+    }
+
+    /// A path whose control queue reached [`CTRL_MAX`] frames is declared
+    /// dead: its peer has not read it for that long while frames for it kept
+    /// coming (from input on other paths, or answers to its own); taking it
+    /// down empties the queue.
+    fn check_ctrl_overflow(&mut self) {
+        for s in self.slots.iter_mut().flatten() {
+            if s.path.up && !s.path.dead_reported && s.ctrl.len() >= CTRL_MAX {
+                s.path.dead_reported = true;
+                self.stats.ctrl_overflows += 1;
+                self.events.push_back(Event::PathDead(s.path.id));
+            }
+        }
+    }
+
+    /// Control frames queued on `path` (answers, announcements, resets).
+    pub fn ctrl_backlog(&self, path: PathId) -> usize {
+        self.slots[path.index()].as_ref().map_or(0, |s| s.ctrl.len())
+    }
+
+    /// Whether the shell should stop reading `path` until its writer has
+    /// drained the control queue: it holds [`CTRL_PAUSE`] frames, so the
+    /// peer is asking for answers faster than it reads them.
+    pub fn input_paused(&self, path: PathId) -> bool {
+        self.ctrl_backlog(path) >= CTRL_PAUSE
     }
 
     // ----- connections -------------------------------------------------
@@ -634,8 +711,17 @@ impl Endpoint {
         if self.cfg.role != Role::Relay {
             return Err(StreamError::WrongRole);
         }
-        let id = ConnId(self.next_conn);
-        self.next_conn = self.next_conn.wrapping_add(1).max(1);
+        if let Some(cap) = self.over_cap(user) {
+            self.stats.conns_refused += 1;
+            return Err(StreamError::TooManyConns(cap));
+        }
+        // Ids wrap after 2^32 connections; one still live is skipped (a
+        // session has at most a few thousand), and 0 is never used.
+        let mut id = ConnId(self.next_conn);
+        while id.0 == 0 || self.conns.contains_key(&id) {
+            id = ConnId(id.0.wrapping_add(1));
+        }
+        self.next_conn = id.0.wrapping_add(1).max(1);
         let mut c = self.new_conn(id, user, dst);
         c.open_unconfirmed = true;
         self.broadcast(Frame::Open { conn: id, user, dst });
@@ -649,7 +735,7 @@ impl Endpoint {
                 trace::record(&mut self.trace, now, TraceEvent::WindowSent { path, conn: id, max_data: limit });
             }
         }
-        self.conns.insert(id, c);
+        self.insert_conn(c);
         self.stats.conns_opened += 1;
         Ok(id)
     }
@@ -690,9 +776,29 @@ impl Endpoint {
         c.charged = now;
     }
 
+    /// The cap a new connection of `user` would exceed, if any.
+    fn over_cap(&self, user: UserId) -> Option<usize> {
+        if self.conns.len() >= self.cfg.max_conns {
+            return Some(self.cfg.max_conns);
+        }
+        let mine = self.user_conns.get(&user).copied().unwrap_or(0);
+        (mine >= self.cfg.max_conns_per_user).then_some(self.cfg.max_conns_per_user)
+    }
+
+    fn insert_conn(&mut self, c: Conn) {
+        *self.user_conns.entry(c.user).or_default() += 1;
+        self.conns.insert(c.id, c);
+    }
+
     /// Remove a connection and release what it held.
     fn remove_conn(&mut self, conn: ConnId) -> Option<Conn> {
         let c = self.conns.remove(&conn)?;
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.user_conns.entry(c.user) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
         self.cfg.budget.release(c.charged);
         self.stats.window_limited_us += c.send.window_limited_noted().as_micros() as u64;
         self.stats.send_limited_us += c.send.send_limited_noted().as_micros() as u64;
@@ -1018,7 +1124,12 @@ impl Endpoint {
             let slot = self.slots[path.index()].as_mut().expect("checked above");
             let d = match slot.decoder.next_frame() {
                 Ok(Some(d)) => d,
-                Ok(None) => return Ok(()),
+                Ok(None) => {
+                    if self.input_paused(path) {
+                        self.stats.input_pauses += 1;
+                    }
+                    return Ok(());
+                }
                 Err(e) => {
                     self.stats.protocol_errors += 1;
                     return Err(InputError::Wire(path, e));
@@ -1059,6 +1170,7 @@ impl Endpoint {
                 self.acked_scratch = acked;
             }
             Frame::Ping { id, timestamp_us } => {
+                // Coalesced: one PONG per path, the newest PING's.
                 let slot = self.slots[path.index()].as_mut().expect("path exists");
                 slot.ctrl.push_back(Frame::Pong { id, timestamp_us });
             }
@@ -1067,15 +1179,26 @@ impl Endpoint {
                 if self.cfg.role != Role::Proxy {
                     return Err(InputError::Unexpected(path, "OPEN"));
                 }
-                if conn.0 < self.opened_floor || !self.opened_above.insert(conn.0) {
+                if !self.note_opened(conn) {
                     return Ok(()); // a copy of an OPEN already handled
                 }
-                while self.opened_above.remove(&self.opened_floor) {
-                    self.opened_floor = self.opened_floor.wrapping_add(1);
+                if self.remove_conn(conn).is_some() {
+                    // The id came round again (2^32 connections on) while
+                    // this side still held a connection under it, which the
+                    // relay no longer does (it skips ids it holds), or the
+                    // relay is faulty: the old connection ends here.
+                    self.stats.protocol_errors += 1;
+                    self.stats.conns_reset += 1;
+                    self.events.push_back(Event::ConnReset { conn, code: 0 });
+                }
+                if self.over_cap(user).is_some() {
+                    self.stats.conns_refused += 1;
+                    self.broadcast(Frame::Reset { conn, code: RESET_REFUSED_LIMIT });
+                    return Ok(());
                 }
                 let mut c = self.new_conn(conn, user, dst);
                 self.announce_window(&mut c);
-                self.conns.insert(conn, c);
+                self.insert_conn(c);
                 self.stats.conns_opened += 1;
                 self.events.push_back(Event::ConnOpened { conn, user, dst });
             }
@@ -1124,6 +1247,10 @@ impl Endpoint {
                 if self.remove_conn(conn).is_some() {
                     self.stats.conns_reset += 1;
                     self.events.push_back(Event::ConnReset { conn, code });
+                } else if self.cfg.role == Role::Proxy {
+                    // Reset before its OPEN was sent (or arrived): that id is
+                    // done, and an OPEN arriving late must not revive it.
+                    self.note_opened(conn);
                 }
             }
             Frame::PathStatus { path: p, state, cell, seq } => {
@@ -1158,6 +1285,39 @@ impl Endpoint {
             Frame::HelloAck { .. } => return Err(InputError::Unexpected(path, "HELLO_ACK")),
         }
         Ok(())
+    }
+
+    /// Proxy: the 64-bit id of wire id `conn`, the one closest to the floor
+    /// (serial-number arithmetic, as TCP compares sequence numbers); `None`
+    /// for one before the first id.
+    fn unwrap_conn(&self, conn: ConnId) -> Option<u64> {
+        let d = conn.0.wrapping_sub(self.opened_floor as u32) as i32;
+        self.opened_floor.checked_add_signed(i64::from(d))
+    }
+
+    /// Proxy: record that connection `conn` was opened (or reset); returns
+    /// false when it already was. The ids above the floor are bounded: gaps
+    /// left further back than [`OPENED_WINDOW`] ids (an OPEN that never
+    /// came, from a faulty or hostile relay) are given up and the floor
+    /// moves past them.
+    fn note_opened(&mut self, conn: ConnId) -> bool {
+        let Some(id) = self.unwrap_conn(conn) else { return false };
+        if id < self.opened_floor || !self.opened_above.insert(id) {
+            return false;
+        }
+        while self.opened_above.len() > OPENED_WINDOW {
+            let first = self.opened_above.pop_first().expect("non-empty");
+            self.opened_floor = first + 1;
+        }
+        // The relay never uses id 0 and skips ids it still holds: their
+        // OPEN is not coming either.
+        while self.opened_above.remove(&self.opened_floor)
+            || self.opened_floor as u32 == 0
+            || self.conns.contains_key(&ConnId(self.opened_floor as u32))
+        {
+            self.opened_floor += 1;
+        }
+        true
     }
 
     fn on_segment_delivered(&mut self, seg: SegmentRef, rtt_max: Duration, now: Instant) {
@@ -1827,7 +1987,7 @@ mod tests {
             relay.path_up(p, now);
             proxy.path_up(p, now);
         }
-        relay.send_telemetry(1, Bytes::from_static(b"gps"));
+        relay.send_telemetry(1, Bytes::from_static(b"gps")).unwrap();
         pump(&mut relay, &mut proxy, now);
         let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
         let gps = Bytes::from_static(b"gps");
@@ -1852,12 +2012,12 @@ mod tests {
         let (mut relay, mut proxy) = pair("minrtt", now);
         relay.path_up(PathId(0), now);
         proxy.path_up(PathId(0), now);
-        relay.send_telemetry(7, Bytes::from_static(b"handover"));
+        relay.send_telemetry(7, Bytes::from_static(b"handover")).unwrap();
         pump(&mut relay, &mut proxy, now);
         let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
         assert_eq!(ev, vec![Event::Telemetry { seq: 7, payload: Bytes::from_static(b"handover") }]);
         // The ack was lost; the relay's spool sends the record again.
-        relay.send_telemetry(7, Bytes::from_static(b"handover"));
+        relay.send_telemetry(7, Bytes::from_static(b"handover")).unwrap();
         pump(&mut relay, &mut proxy, now);
         let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
         assert_eq!(
@@ -2230,5 +2390,254 @@ mod tests {
         assert!(reinjected <= seg, "only the written segment counts as reinjected: {reinjected}");
         let left = proxy.slots[0].as_ref().unwrap().data.len();
         assert!(left <= 1, "the path in timeout holds at most a probe: {left} segments queued");
+    }
+
+    // ----- a faulty or hostile peer ------------------------------------
+
+    fn encoded(frames: impl IntoIterator<Item = Frame>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for f in frames {
+            f.encode(&mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn a_million_pings_leave_one_pong_queued() {
+        let now = Instant::now();
+        let (_relay, mut proxy) = pair("minrtt", now);
+        proxy.path_up(PathId(0), now);
+        for chunk in 0..100u64 {
+            let input = encoded((0..10_000u64).map(|i| Frame::Ping { id: chunk * 10_000 + i, timestamp_us: i }));
+            proxy.handle_input(PathId(0), &input, now).unwrap();
+            assert!(proxy.ctrl_backlog(PathId(0)) <= 1, "{}", proxy.ctrl_backlog(PathId(0)));
+        }
+        let mut out = Vec::new();
+        proxy.poll_transmit(PathId(0), now, &mut out, 1 << 20);
+        let mut d = FrameDecoder::new();
+        d.push(&out);
+        let mut pongs = Vec::new();
+        while let Some(f) = d.next_frame().unwrap() {
+            if let Frame::Pong { id, .. } = f.frame {
+                pongs.push(id);
+            }
+        }
+        assert_eq!(pongs, vec![999_999], "the newest PING is answered, once");
+        assert!(!proxy.input_paused(PathId(0)));
+    }
+
+    #[test]
+    fn duplicate_telemetry_is_acknowledged_once_per_record_however_often_it_comes() {
+        let now = Instant::now();
+        let (_relay, mut proxy) = pair("minrtt", now);
+        proxy.path_up(PathId(0), now);
+        proxy.path_up(PathId(1), now);
+        let input =
+            encoded((0..200_000u64).map(|i| Frame::Telemetry { seq: i % 5, payload: Bytes::from_static(b"x") }));
+        proxy.handle_input(PathId(0), &input, now).unwrap();
+        // The shell acknowledges every copy it is shown (first or duplicate).
+        while let Some(ev) = proxy.poll_event() {
+            if let Event::Telemetry { seq, .. } | Event::TelemetryDuplicate { seq, .. } = ev {
+                proxy.ack_telemetry(seq);
+            }
+        }
+        assert_eq!(proxy.ctrl_backlog(PathId(0)), 5);
+        assert_eq!(proxy.ctrl_backlog(PathId(1)), 5);
+    }
+
+    #[test]
+    fn a_flood_of_resets_pauses_input_then_a_peer_that_never_reads_loses_the_path() {
+        let now = Instant::now();
+        let (_relay, mut proxy) = pair("minrtt", now);
+        proxy.path_up(PathId(0), now);
+        proxy.path_up(PathId(1), now);
+        let dst: SocketAddr = "10.0.0.1:22".parse().unwrap();
+        let mut next = 1u32;
+        let feed = |proxy: &mut Endpoint, next: &mut u32, n: u32| {
+            let input =
+                encoded((*next..*next + n).map(|c| Frame::Open { conn: ConnId(c), user: UserId([7; 16]), dst }));
+            *next += n;
+            proxy.handle_input(PathId(0), &input, now).unwrap();
+            // The shell refuses each destination: a RESET on every path.
+            while let Some(ev) = proxy.poll_event() {
+                if let Event::ConnOpened { conn, .. } = ev {
+                    proxy.reset(conn, 1, now);
+                }
+            }
+        };
+        feed(&mut proxy, &mut next, 1000);
+        assert!(!proxy.input_paused(PathId(0)));
+        feed(&mut proxy, &mut next, CTRL_PAUSE as u32);
+        assert!(proxy.input_paused(PathId(0)), "the shell stops reading path 0");
+        // Path 1's peer writes and reads; path 0's peer never reads: if the
+        // shell kept reading path 0 anyway, the queue would stop at CTRL_MAX.
+        let mut dead = Vec::new();
+        while proxy.ctrl_backlog(PathId(0)) < CTRL_MAX && next < 200_000 {
+            let mut out = Vec::new();
+            proxy.poll_transmit(PathId(1), now, &mut out, 1 << 22);
+            let input =
+                encoded((next..next + 1000).map(|c| Frame::Open { conn: ConnId(c), user: UserId([7; 16]), dst }));
+            next += 1000;
+            proxy.handle_input(PathId(0), &input, now).unwrap();
+            while let Some(ev) = proxy.poll_event() {
+                match ev {
+                    Event::ConnOpened { conn, .. } => proxy.reset(conn, 1, now),
+                    Event::PathDead(p) => dead.push(p),
+                    _ => {}
+                }
+            }
+        }
+        assert!(proxy.ctrl_backlog(PathId(0)) < CTRL_MAX + 2000);
+        assert_eq!(proxy.stats().ctrl_overflows, 1);
+        assert_eq!(dead, vec![PathId(0)], "path 0 is declared dead, once");
+        let mut out = Vec::new();
+        proxy.poll_transmit(PathId(1), now, &mut out, 1 << 22);
+        assert_eq!(proxy.ctrl_backlog(PathId(1)), 0, "path 1 was drained by its writer");
+        // The shell takes the dead path down: its queue is gone.
+        proxy.path_down(PathId(0), now);
+        assert_eq!(proxy.ctrl_backlog(PathId(0)), 0);
+    }
+
+    #[test]
+    fn a_relay_reset_before_its_open_was_sent_leaves_no_gap_at_the_proxy() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
+        // No path is up: the OPEN of the first connection is never sent.
+        let gone = relay.open(UserId([1; 16]), dst, now).unwrap();
+        relay.reset(gone, 3, now);
+        relay.path_up(PathId(0), now);
+        proxy.path_up(PathId(0), now);
+        for _ in 0..10 {
+            let c = relay.open(UserId([1; 16]), dst, now).unwrap();
+            pump(&mut relay, &mut proxy, now);
+            relay.reset(c, 0, now);
+            pump(&mut relay, &mut proxy, now);
+        }
+        assert!(proxy.opened_above.is_empty(), "{:?}", proxy.opened_above);
+        assert_eq!(proxy.opened_floor, 12);
+        while proxy.poll_event().is_some() {}
+        // A late copy of the first OPEN does not revive the connection.
+        let late = encoded([Frame::Open { conn: gone, user: UserId([1; 16]), dst }]);
+        proxy.handle_input(PathId(0), &late, now).unwrap();
+        assert!(!std::iter::from_fn(|| proxy.poll_event()).any(|e| matches!(e, Event::ConnOpened { .. })));
+    }
+
+    #[test]
+    fn opens_that_skip_ids_keep_the_proxys_memory_of_them_bounded() {
+        let now = Instant::now();
+        let (_relay, mut proxy) = pair("minrtt", now);
+        proxy.path_up(PathId(0), now);
+        let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
+        // Id 1 never comes; every other id does, then is reset.
+        for c in 2..(OPENED_WINDOW as u32 + 5000) {
+            let input = encoded([
+                Frame::Open { conn: ConnId(c), user: UserId([2; 16]), dst },
+                Frame::Reset { conn: ConnId(c), code: 0 },
+            ]);
+            proxy.handle_input(PathId(0), &input, now).unwrap();
+            while proxy.poll_event().is_some() {}
+        }
+        assert!(proxy.opened_above.len() <= OPENED_WINDOW);
+        assert!(proxy.opened_floor > 1, "the gap at id 1 was given up");
+        assert!(proxy.conns.is_empty());
+    }
+
+    #[test]
+    fn connection_ids_wrap_past_live_connections_on_both_sides() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        relay.path_up(PathId(0), now);
+        proxy.path_up(PathId(0), now);
+        let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
+        let live = relay.open(UserId([1; 16]), dst, now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        // 2^32 connections later (as if): the relay's counter and the
+        // proxy's floor are just below the wrap.
+        relay.next_conn = u32::MAX - 1;
+        proxy.opened_floor = u64::from(u32::MAX - 1);
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            let c = relay.open(UserId([1; 16]), dst, now).unwrap();
+            ids.push(c.0);
+            pump(&mut relay, &mut proxy, now);
+        }
+        assert_eq!(ids, vec![u32::MAX - 1, u32::MAX, 2, 3], "0 and the live id 1 are skipped");
+        assert_eq!(proxy.conns.len(), 5);
+        assert!(proxy.conns.contains_key(&live));
+        assert_eq!(proxy.opened_floor, (1u64 << 32) + 4);
+        // A copy of an OPEN already handled changes nothing.
+        let copy = encoded([Frame::Open { conn: ConnId(2), user: UserId([9; 16]), dst }]);
+        proxy.handle_input(PathId(0), &copy, now).unwrap();
+        assert_eq!(proxy.conns.len(), 5);
+        // Another 2^32 ids later the live connection's id comes round again
+        // (the relay dropped it, the proxy did not yet; or a faulty relay):
+        // the old connection ends, the new one is served.
+        while proxy.poll_event().is_some() {}
+        proxy.opened_floor = (2u64 << 32) + u64::from(u32::MAX - 10);
+        let reuse = encoded([Frame::Open { conn: live, user: UserId([9; 16]), dst }]);
+        proxy.handle_input(PathId(0), &reuse, now).unwrap();
+        let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
+        assert!(ev.contains(&Event::ConnReset { conn: live, code: 0 }), "{ev:?}");
+        assert!(ev.iter().any(|e| matches!(e, Event::ConnOpened { conn, .. } if *conn == live)));
+        assert_eq!(proxy.conns[&live].user, UserId([9; 16]));
+        assert_eq!(proxy.conns.len(), 5);
+    }
+
+    #[test]
+    fn a_telemetry_record_too_large_for_a_frame_is_refused_not_a_panic() {
+        let now = Instant::now();
+        let (mut relay, _proxy) = pair("minrtt", now);
+        relay.path_up(PathId(0), now);
+        let big = Bytes::from(vec![0u8; wire::MAX_TELEMETRY_PAYLOAD + 1]);
+        assert_eq!(relay.send_telemetry(1, big), Err(StreamError::TelemetryTooLarge(wire::MAX_TELEMETRY_PAYLOAD + 1)));
+        let max = Bytes::from(vec![0u8; wire::MAX_TELEMETRY_PAYLOAD]);
+        relay.send_telemetry(2, max).unwrap();
+        let mut out = Vec::new();
+        relay.poll_transmit(PathId(0), now, &mut out, 1 << 20);
+        assert!(out.len() > wire::MAX_TELEMETRY_PAYLOAD);
+    }
+
+    #[test]
+    fn one_passenger_cannot_take_every_connection_and_the_proxy_caps_a_train() {
+        let now = Instant::now();
+        let r = Registry::with_builtins();
+        let mut rc = EndpointConfig::new(Role::Relay);
+        rc.max_conns_per_user = 3;
+        rc.max_conns = 5;
+        let mut relay = Endpoint::new(rc, r.build("minrtt").unwrap(), now);
+        let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
+        let (a, b, c) = (UserId([1; 16]), UserId([2; 16]), UserId([3; 16]));
+        let a1 = relay.open(a, dst, now).unwrap();
+        relay.open(a, dst, now).unwrap();
+        relay.open(a, dst, now).unwrap();
+        assert_eq!(relay.open(a, dst, now), Err(StreamError::TooManyConns(3)));
+        relay.open(b, dst, now).unwrap();
+        relay.open(b, dst, now).unwrap();
+        assert_eq!(relay.open(c, dst, now), Err(StreamError::TooManyConns(5)));
+        assert_eq!(relay.stats().conns_refused, 2);
+        // A slot freed is a slot again.
+        relay.reset(a1, 0, now);
+        relay.open(a, dst, now).unwrap();
+
+        let mut pc = EndpointConfig::new(Role::Proxy);
+        pc.max_conns = 2;
+        let mut proxy = Endpoint::new(pc, r.build("minrtt").unwrap(), now);
+        proxy.path_up(PathId(0), now);
+        let input = encoded((1..=4).map(|i| Frame::Open { conn: ConnId(i), user: a, dst }));
+        proxy.handle_input(PathId(0), &input, now).unwrap();
+        assert_eq!(proxy.conn_count(), 2);
+        assert_eq!(proxy.stats().conns_refused, 2);
+        let mut out = Vec::new();
+        proxy.poll_transmit(PathId(0), now, &mut out, 1 << 20);
+        let mut d = FrameDecoder::new();
+        d.push(&out);
+        let mut resets = Vec::new();
+        while let Some(f) = d.next_frame().unwrap() {
+            if let Frame::Reset { conn, code } = f.frame {
+                resets.push((conn.0, code));
+            }
+        }
+        assert_eq!(resets, vec![(3, RESET_REFUSED_LIMIT), (4, RESET_REFUSED_LIMIT)]);
     }
 }

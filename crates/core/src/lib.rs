@@ -17,6 +17,7 @@
 
 pub mod budget;
 pub mod conn;
+pub mod ctrl;
 pub mod endpoint;
 pub mod ids;
 pub mod path;

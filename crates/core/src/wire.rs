@@ -21,6 +21,9 @@ pub const MAGIC: [u8; 4] = *b"PCRN";
 pub const HEADER_LEN: usize = 3;
 /// Largest payload a frame may carry.
 pub const MAX_PAYLOAD: usize = u16::MAX as usize;
+/// Largest telemetry record a `TELEMETRY` frame carries (its seq takes 8
+/// bytes of the payload).
+pub const MAX_TELEMETRY_PAYLOAD: usize = MAX_PAYLOAD - 8;
 /// Fixed part of a `DATA` frame payload: conn, offset, flags.
 pub const DATA_OVERHEAD: usize = HEADER_LEN + 4 + 8 + 1;
 /// Most selective-acknowledgement ranges one `ACK` carries.

@@ -169,6 +169,24 @@ pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, Stri
         n(),
         s.protocol_errors as f64,
     );
+    w.counter(
+        "polycorn_conns_refused",
+        "Passenger connections refused because a connection cap was reached (per passenger on the relay, per train on the proxy).",
+        n(),
+        s.conns_refused as f64,
+    );
+    w.counter(
+        "polycorn_wire_input_pauses",
+        "Times a subflow was not read until its queue of control frames (answers to the peer) drained: a peer asking faster than it reads.",
+        n(),
+        s.input_pauses as f64,
+    );
+    w.counter(
+        "polycorn_wire_ctrl_overflows",
+        "Subflows declared dead because their peer read none of a full queue of control frames.",
+        n(),
+        s.ctrl_overflows as f64,
+    );
     w.counter("polycorn_telemetry_received_records", "Telemetry records received.", n(), s.telemetry_received as f64);
     write_flow_control(w, ep);
     for (id, name) in path_names {

@@ -12,7 +12,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use polycorn_core::wire::LinkState;
@@ -64,6 +64,8 @@ struct Inner {
     path_notify: Vec<Notify>,
     path_dead: Vec<Notify>,
     path_superseded: Vec<Notify>,
+    /// A path's writer wrote (its control queue may have drained).
+    path_drained: Vec<Notify>,
     timer: Notify,
     closed: Notify,
     events: mpsc::UnboundedSender<SessionEvent>,
@@ -102,6 +104,7 @@ impl Session {
             path_notify: (0..MAX_PATHS).map(|_| Notify::new()).collect(),
             path_dead: (0..MAX_PATHS).map(|_| Notify::new()).collect(),
             path_superseded: (0..MAX_PATHS).map(|_| Notify::new()).collect(),
+            path_drained: (0..MAX_PATHS).map(|_| Notify::new()).collect(),
             timer: Notify::new(),
             closed: Notify::new(),
             events: tx,
@@ -275,7 +278,7 @@ impl Session {
                 if n == 0 {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "subflow closed by peer"));
                 }
-                self.with(|st, now| {
+                let paused = self.with(|st, now| {
                     if st.path_gen[path.index()] != gen {
                         return Err(superseded_err());
                     }
@@ -284,8 +287,24 @@ impl Session {
                     }
                     st.ep
                         .handle_input(path, &buf[..n], now)
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    Ok(st.ep.input_paused(path))
                 })?;
+                if paused {
+                    // The peer asks for answers faster than it reads them:
+                    // read nothing more from it until the writer has
+                    // drained the control queue (the endpoint declares the
+                    // path dead if the queue fills up regardless).
+                    loop {
+                        let drained = self.inner.path_drained[path.index()].notified();
+                        tokio::pin!(drained);
+                        drained.as_mut().enable();
+                        if !self.peek(|st, _| st.ep.input_paused(path)) {
+                            break;
+                        }
+                        let _ = tokio::time::timeout(Duration::from_millis(200), drained).await;
+                    }
+                }
             }
         };
         let writer = async {
@@ -309,6 +328,7 @@ impl Session {
                 }
                 wr.write_all(&out).await?;
                 wr.flush().await?;
+                self.inner.path_drained[path.index()].notify_waiters();
             }
         };
         let dead = self.inner.path_dead[path.index()].notified();
@@ -362,7 +382,8 @@ fn stream_err(e: StreamError) -> io::Error {
     match e {
         StreamError::Reset(_) => io::Error::new(io::ErrorKind::ConnectionReset, e.to_string()),
         StreamError::UnknownConn(_) => io::Error::new(io::ErrorKind::ConnectionReset, e.to_string()),
-        StreamError::WrongRole => io::Error::other(e.to_string()),
+        StreamError::TooManyConns(_) => io::Error::new(io::ErrorKind::ConnectionRefused, e.to_string()),
+        StreamError::WrongRole | StreamError::TelemetryTooLarge(_) => io::Error::other(e.to_string()),
     }
 }
 
@@ -464,3 +485,101 @@ impl Drop for ConnStream {
 pub const RESET_ABORTED: u32 = 1;
 pub const RESET_CONNECT_FAILED: u32 = 2;
 pub const RESET_REFUSED_BY_POLICY: u32 = 3;
+pub use polycorn_core::endpoint::RESET_REFUSED_LIMIT;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polycorn_core::ctrl::{CTRL_MAX, CTRL_PAUSE};
+    use polycorn_core::wire::Frame;
+    use polycorn_core::{EndpointConfig, Registry, Role};
+    use tokio::io::AsyncWriteExt;
+
+    /// A relay that floods OPENs, to a destination the proxy refuses or past
+    /// the connection cap, and never reads the RESETs: the proxy stops
+    /// reading the subflow instead of queueing RESETs (or connections)
+    /// without bound, and carries on once the peer reads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_that_asks_faster_than_it_reads_is_not_read() {
+        let pipeline = Registry::with_builtins().build("minrtt").unwrap();
+        let mut cfg = EndpointConfig::new(Role::Proxy);
+        cfg.max_conns = 500;
+        let ep = Endpoint::new(cfg, pipeline, Instant::now());
+        let (session, mut events) = Session::new(ep);
+        let refuse = {
+            let session = session.clone();
+            tokio::spawn(async move {
+                while let Some(ev) = events.recv().await {
+                    if let SessionEvent::ConnOpened { conn, .. } = ev {
+                        session.reset(conn, RESET_REFUSED_BY_POLICY);
+                    }
+                }
+            })
+        };
+        let (peer, ours) = tokio::io::duplex(64 * 1024);
+        let run = tokio::spawn({
+            let session = session.clone();
+            async move { session.run_path(PathId(0), ours, None).await }
+        });
+        let (mut peer_rd, mut peer_wr) = tokio::io::split(peer);
+        let dst: std::net::SocketAddr = "10.0.0.1:22".parse().unwrap();
+        let chunk = |from: u32| {
+            let mut out = Vec::new();
+            for c in from..from + 1000 {
+                Frame::Open { conn: ConnId(c), user: UserId([3; 16]), dst }.encode(&mut out);
+            }
+            out
+        };
+        // Write until the proxy stops taking bytes (or 10^6 OPENs: the
+        // queue would then have passed CTRL_MAX long ago). `write` is
+        // cancel-safe: a write that times out wrote nothing.
+        let mut next = 1u32;
+        let mut pending = chunk(next);
+        let mut pos = 0;
+        while next < 1_000_000 {
+            match tokio::time::timeout(Duration::from_secs(1), peer_wr.write(&pending[pos..])).await {
+                Ok(Ok(n)) => pos += n,
+                Ok(Err(e)) => panic!("write after {next} OPENs: {e}; the subflow ended: {:?}", run.await),
+                Err(_) => {
+                    if session.peek(|st, _| st.ep.stats().input_pauses) > 0 {
+                        break;
+                    }
+                }
+            }
+            if pos == pending.len() {
+                next += 1000;
+                pending = chunk(next);
+                pos = 0;
+            }
+        }
+        let (backlog, pauses, overflows) = session
+            .peek(|st, _| (st.ep.ctrl_backlog(PathId(0)), st.ep.stats().input_pauses, st.ep.stats().ctrl_overflows));
+        assert!(next < 100_000, "the proxy stopped reading after {next} OPENs");
+        assert!(pauses >= 1);
+        assert_eq!(overflows, 0);
+        assert!((CTRL_PAUSE..CTRL_MAX).contains(&backlog), "{backlog}");
+        assert!(!run.is_finished(), "the subflow stays up");
+        assert!(session.peek(|st, _| st.ep.conn_count()) <= 500);
+        // The peer reads its RESETs: the proxy reads again.
+        let drain = tokio::spawn(async move {
+            let mut buf = vec![0u8; 1 << 16];
+            while peer_rd.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        });
+        let before = session.peek(|st, _| st.ep.stats().conns_opened);
+        let mut rest = pending[pos..].to_vec();
+        for _ in 0..20 {
+            if let Err(e) = peer_wr.write_all(&rest).await {
+                panic!("write after {next} OPENs: {e}; the subflow ended: {:?}", run.await);
+            }
+            next += 1000;
+            rest = chunk(next);
+        }
+        let after = session.peek(|st, _| st.ep.stats().conns_opened);
+        assert!(after > before, "{before} -> {after}");
+        session.close();
+        drop(peer_wr);
+        let _ = run.await;
+        drain.abort();
+        refuse.abort();
+    }
+}

@@ -52,8 +52,13 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The largest record the spool takes, bytes.
-pub const MAX_RECORD_BYTES: usize = 1 << 20;
+/// The largest record the spool takes, bytes: what one `TELEMETRY` frame
+/// carries.
+pub const MAX_RECORD_BYTES: usize = polycorn_core::wire::MAX_TELEMETRY_PAYLOAD;
+/// The largest record a spool file may hold: versions before 2026-11-27 took
+/// records up to 1 MiB; such a record is read (not taken for a torn tail),
+/// and the relay drops it when it comes up for sending.
+const MAX_STORED_RECORD_BYTES: usize = 1 << 20;
 const FRAME_HEADER: u64 = 16;
 const ACK_ENTRY: usize = 13;
 const KIND_ACK: u8 = 1;
@@ -281,7 +286,7 @@ fn scan_segment(data: &[u8]) -> (Vec<(u64, u64, u32)>, usize) {
         let seq_bytes = &data[at + 8..at + 16];
         let seq = u64::from_le_bytes(seq_bytes.try_into().expect("8 bytes"));
         let start = at + FRAME_HEADER as usize;
-        if len > MAX_RECORD_BYTES || data.len() - start < len {
+        if len > MAX_STORED_RECORD_BYTES || data.len() - start < len {
             break;
         }
         let payload = &data[start..start + len];

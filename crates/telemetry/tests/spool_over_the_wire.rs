@@ -76,7 +76,7 @@ fn relay_shell(relay: &mut Endpoint, spool: &mut Spool) {
 
 fn send(relay: &mut Endpoint, spool: &mut Spool, now: Instant) {
     for o in spool.next_to_send(now, 64).unwrap() {
-        relay.send_telemetry(o.seq, Bytes::from(o.payload));
+        relay.send_telemetry(o.seq, Bytes::from(o.payload)).unwrap();
     }
 }
 
