@@ -665,7 +665,22 @@ pub enum RecvError {
     FlowControl { end: u64, limit: u64 },
     #[error("peer moved the end of the stream from {old} to {new}")]
     FinChanged { old: u64, new: u64 },
+    #[error(
+        "peer sent {pieces} separate out-of-order pieces ({bytes} bytes): reassembly would cost more than the window"
+    )]
+    Fragmented { pieces: usize, bytes: u64 },
 }
+
+/// What one out-of-order piece costs beyond its bytes (its map entry, its
+/// allocation's header), counted against the window so that a peer sending
+/// tiny pieces with gaps between them cannot make reassembly cost many
+/// times the window.
+pub const PIECE_OVERHEAD: u64 = 64;
+
+/// Out-of-order pieces may cost ([`PIECE_OVERHEAD`] each) this much beyond
+/// the window before the peer breaks the protocol: 1024 pieces. A sender
+/// of whole segments (16 KiB) needs one piece per gap, so 1024 gaps.
+pub const PIECE_OVERHEAD_SLACK: u64 = 64 * 1024;
 
 /// What either side may send on a new connection before the peer's first
 /// WINDOW frame: a protocol constant, so the two ends never disagree about
@@ -754,9 +769,8 @@ impl RecvStream {
             };
             let piece = &data[(start - offset) as usize..(stop - offset) as usize];
             if !piece.is_empty() {
+                self.store_piece(start, piece)?;
                 new_bytes += piece.len() as u64;
-                self.ooo_bytes += piece.len() as u64;
-                self.ooo.insert(start, piece.to_vec());
             }
             start = stop;
         }
@@ -773,6 +787,46 @@ impl RecvStream {
             }
         }
         Ok(new_bytes)
+    }
+
+    /// Hold `piece` at `start` (a gap between held pieces, or above them):
+    /// appended to the piece that ends at `start` and joined with the one
+    /// that begins where it ends, so contiguous arrivals above a gap share
+    /// one allocation. Refused when the pieces would cost more than the
+    /// window allows ([`PIECE_OVERHEAD`]).
+    fn store_piece(&mut self, start: u64, piece: &[u8]) -> Result<(), RecvError> {
+        let end = start + piece.len() as u64;
+        let joins_prev = self.ooo.range(..start).next_back().is_some_and(|(&o, v)| o + v.len() as u64 == start);
+        let joins_next = self.ooo.contains_key(&end);
+        if !joins_prev && !joins_next {
+            let pieces = self.ooo.len() + 1;
+            let cost = self.ooo_bytes + piece.len() as u64 + pieces as u64 * PIECE_OVERHEAD;
+            let allowed = self.advertised.saturating_sub(self.read_off) + PIECE_OVERHEAD_SLACK;
+            if cost > allowed {
+                return Err(RecvError::Fragmented { pieces, bytes: self.ooo_bytes });
+            }
+        }
+        self.ooo_bytes += piece.len() as u64;
+        let next = if joins_next { self.ooo.remove(&end) } else { None };
+        if joins_prev {
+            let (_, prev) = self.ooo.range_mut(..start).next_back().expect("checked above");
+            prev.extend_from_slice(piece);
+            if let Some(n) = next {
+                prev.extend_from_slice(&n);
+            }
+        } else {
+            let mut v = piece.to_vec();
+            if let Some(n) = next {
+                v.extend_from_slice(&n);
+            }
+            self.ooo.insert(start, v);
+        }
+        Ok(())
+    }
+
+    /// Out-of-order pieces held (each its own allocation).
+    pub fn out_of_order_pieces(&self) -> usize {
+        self.ooo.len()
     }
 
     /// Head-of-line stall bookkeeping, after [`Self::insert`]: a stall is a
