@@ -528,6 +528,20 @@ fn buffer_options(o: &Opts) -> polycorn_net::config::BufferOptions {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let r = run().await;
+    // After a panic the shutdown above was its doing: exit 70 so that the
+    // supervisor restarts the relay (polycorn_net::panics).
+    let code = polycorn_net::panics::exit_code(0);
+    if code != 0 {
+        if let Err(e) = &r {
+            eprintln!("polycorn-relay: {e:#}");
+        }
+        std::process::exit(code);
+    }
+    r
+}
+
+async fn run() -> anyhow::Result<()> {
     let s = match settings() {
         Ok(v) => Arc::new(v),
         Err(e) => {
@@ -536,6 +550,7 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     polycorn_net::telemetry::init_logging("info", s.opts.log_json.unwrap_or(false));
+    polycorn_net::panics::install("relay");
     let session_id = std::collections::hash_map::RandomState::new().hash_one((Instant::now(), std::process::id()));
     let mut cfg = EndpointConfig::new(Role::Relay);
     buffer_options(&s.opts).apply(&mut cfg, DEFAULT_RELAY_BUDGET).map_err(anyhow::Error::msg)?;

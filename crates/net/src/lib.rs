@@ -13,11 +13,14 @@
 //! - [`hof`]: train positions from telemetry, for handover-failure prediction.
 //! - [`segtrace`]: the opt-in segment trace written to a file (`--trace-dir`).
 //! - [`telemetry`]: logging set-up shared by both binaries.
+//! - [`panics`]: a panic anywhere becomes a logged, counted, clean shutdown
+//!   that `/healthz` reports.
 
 pub mod config;
 pub mod hof;
 pub mod metrics;
 pub mod mptcp_conn;
+pub mod panics;
 pub mod relay;
 pub mod segtrace;
 pub mod session;
@@ -28,7 +31,8 @@ pub mod telemetry;
 pub use session::{ConnStream, Session, SessionEvent};
 pub use subflow::Transport;
 
-/// Resolves on SIGINT or SIGTERM: the shells' graceful-shutdown trigger.
+/// Resolves on SIGINT or SIGTERM, or once a task panicked
+/// ([`panics::install`]): the shells' graceful-shutdown trigger.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
@@ -36,11 +40,15 @@ pub async fn shutdown_signal() {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
+                _ = panics::panicked() => {}
             }
         }
         // Without a SIGTERM handler, Ctrl-C still works.
         Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = panics::panicked() => {}
+            }
         }
     }
 }

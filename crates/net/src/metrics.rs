@@ -349,14 +349,23 @@ fn write_flow_control(w: &mut Writer, ep: &Endpoint) {
 /// Readiness as the shell sees it.
 pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// Serve `/metrics`, `/healthz` (liveness) and `/readyz` (at least one path
-/// up) on `addr` until `shutdown` resolves.
+/// Serve `/metrics`, `/healthz` (liveness: 503 once a task panicked) and
+/// `/readyz` (at least one path up) on `addr` until `shutdown` resolves.
 pub async fn serve(
     addr: SocketAddr,
     sources: Vec<Source>,
     ready: Ready,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let mut sources = sources;
+    sources.push(Arc::new(|w: &mut Writer| {
+        w.counter(
+            "polycorn_panics",
+            "Tasks that panicked (the process then shuts down for its supervisor to restart it).",
+            vec![],
+            crate::panics::count() as f64,
+        )
+    }));
     let mut reg = Registry::default();
     reg.register_collector(Box::new(SnapshotCollector { sources }));
     let reg = Arc::new(reg);
@@ -378,7 +387,16 @@ pub async fn serve(
                 }
             }),
         )
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/healthz",
+            get(|| async {
+                if crate::panics::count() > 0 {
+                    (StatusCode::SERVICE_UNAVAILABLE, "a task panicked: shutting down\n")
+                } else {
+                    (StatusCode::OK, "ok\n")
+                }
+            }),
+        )
         .route(
             "/readyz",
             get(move || {
