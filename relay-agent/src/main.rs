@@ -364,6 +364,10 @@ fn radio_sources_configured(o: &Opts) -> bool {
     o.replay_events.is_some() || o.gpsd.is_some() || o.modems.as_ref().is_some_and(|m| !m.is_empty())
 }
 
+fn default_metrics_listen() -> SocketAddr {
+    "127.0.0.1:9465".parse().expect("valid")
+}
+
 /// Opens passenger connections through the session.
 #[derive(Clone)]
 struct TunnelDialer(Session);
@@ -732,11 +736,15 @@ async fn run() -> anyhow::Result<()> {
     }
     let rules = match (&s.opts.lan_interface, s.opts.listen_transparent) {
         (Some(lan), Some(t)) => {
+            // Passengers must not read the relay's metrics (the image
+            // listens on every address so that Prometheus can scrape it).
+            let metrics = s.opts.metrics_listen.unwrap_or_else(default_metrics_listen);
             let r = InterceptRules {
                 lan_if: lan.clone(),
                 tcp_redirect_port: t.port(),
                 dns_port: s.opts.listen_dns.map_or(0, |d| d.port()),
                 udp_policy: s.udp_policy,
+                guard_tcp_ports: if metrics.ip().is_loopback() { Vec::new() } else { vec![metrics.port()] },
             };
             r.install().with_context(|| format!("installing interception rules on {lan}"))?;
             info!(%lan, "interception rules installed");
@@ -753,7 +761,7 @@ async fn run() -> anyhow::Result<()> {
         Some(st) => st.last_ok.load(std::sync::atomic::Ordering::Relaxed),
         None => rs.with(|st, _| !st.ep.up_paths().is_empty()),
     });
-    let metrics_addr = s.opts.metrics_listen.unwrap_or_else(|| "127.0.0.1:9465".parse().expect("valid"));
+    let metrics_addr = s.opts.metrics_listen.unwrap_or_else(default_metrics_listen);
     tasks.spawn(async move {
         if let Err(e) = metrics::serve(metrics_addr, sources, ready, stop(stop_rx)).await {
             warn!(error = %e, "metrics endpoint failed");

@@ -23,6 +23,9 @@
 //!   without forwarding the packet would never reach INPUT or FORWARD.
 //!   UDP to the train's own, broadcast and multicast addresses (DHCP, mDNS,
 //!   NTP to the train) is left to the train's input policy.
+//! - **filter input**: TCP to [`InterceptRules::guard_tcp_ports`] on the
+//!   train itself (the relay's metrics and health endpoint) is reset, so
+//!   passengers cannot read the relay's metrics.
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
@@ -58,12 +61,22 @@ pub struct InterceptRules {
     pub dns_port: u16,
     /// Non-DNS UDP handling.
     pub udp_policy: UdpPolicy,
+    /// TCP ports of the train's own services that passengers must not
+    /// reach (the relay's metrics and health endpoint): connections to them
+    /// from the passenger interface are reset.
+    pub guard_tcp_ports: Vec<u16>,
 }
 
 impl InterceptRules {
     /// Rules for `lan_if` with the default [`UdpPolicy::RejectQuic`].
     pub fn new(lan_if: impl Into<String>, tcp_redirect_port: u16, dns_port: u16) -> Self {
-        Self { lan_if: lan_if.into(), tcp_redirect_port, dns_port, udp_policy: UdpPolicy::default() }
+        Self {
+            lan_if: lan_if.into(),
+            tcp_redirect_port,
+            dns_port,
+            udp_policy: UdpPolicy::default(),
+            guard_tcp_ports: Vec::new(),
+        }
     }
 
     /// Checks what goes into the script: an interface name the kernel would
@@ -115,6 +128,14 @@ impl InterceptRules {
                 let _ = writeln!(s, "        udp dport 443 reject with icmpx type port-unreachable");
             }
             let _ = writeln!(s, "        drop");
+            let _ = writeln!(s, "    }}");
+        }
+        if !self.guard_tcp_ports.is_empty() {
+            let ports: Vec<String> = self.guard_tcp_ports.iter().map(u16::to_string).collect();
+            let _ = writeln!(s, "    chain guard {{");
+            let _ = writeln!(s, "        type filter hook input priority filter; policy accept;");
+            let _ = writeln!(s, "        iifname != \"{lan}\" return");
+            let _ = writeln!(s, "        tcp dport {{ {} }} reject with tcp reset", ports.join(", "));
             let _ = writeln!(s, "    }}");
         }
         let _ = writeln!(s, "}}");
@@ -194,6 +215,20 @@ table inet polycorn_relay {
 }
 "#;
         assert_eq!(r.nft_script(), expected);
+    }
+
+    #[test]
+    fn guarded_ports_are_reset_for_passengers_only() {
+        let r = InterceptRules { guard_tcp_ports: vec![9465, 8080], ..InterceptRules::new("lan0", 15001, 0) };
+        let s = r.nft_script();
+        let guard = "    chain guard {
+        type filter hook input priority filter; policy accept;
+        iifname != \"lan0\" return
+        tcp dport { 9465, 8080 } reject with tcp reset
+    }
+";
+        assert!(s.contains(guard), "{s}");
+        assert!(!InterceptRules::new("lan0", 15001, 0).nft_script().contains("chain guard"));
     }
 
     #[test]

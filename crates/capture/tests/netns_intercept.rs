@@ -179,17 +179,28 @@ fn nft_has_table() -> bool {
 
 /// The train side: rules, relay, DNS forwarder, and a local service on
 /// `local_port` that must stay reachable (not intercepted).
-fn train(ready: std::sync::mpsc::Sender<(u16, u16, u16)>, done: tokio::sync::oneshot::Receiver<()>) -> TrainReport {
+fn train(
+    ready: std::sync::mpsc::Sender<(u16, u16, u16, u16)>,
+    done: tokio::sync::oneshot::Receiver<()>,
+) -> TrainReport {
     runtime().block_on(async move {
         let dialer = RecordingDialer { echo: echo_server().await, dns: dns_upstream().await, dialed: Arc::default() };
         let listener = TcpListener::bind("[::]:0").await.unwrap();
         let dns_socket = UdpSocket::bind("[::]:0").await.unwrap();
         let local = TcpListener::bind("[::]:0").await.unwrap();
+        // Like the relay's metrics endpoint: the train's, not the passengers'.
+        let guarded = TcpListener::bind("[::]:0").await.unwrap();
         let ports = (
             listener.local_addr().unwrap().port(),
             dns_socket.local_addr().unwrap().port(),
             local.local_addr().unwrap().port(),
+            guarded.local_addr().unwrap().port(),
         );
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = guarded.accept().await {
+                let _ = s.write_all(b"metrics").await;
+            }
+        });
         tokio::spawn(async move {
             while let Ok((mut s, _)) = local.accept().await {
                 let _ = s.write_all(b"local").await;
@@ -200,6 +211,7 @@ fn train(ready: std::sync::mpsc::Sender<(u16, u16, u16)>, done: tokio::sync::one
         // replaces rather than stacks.
         InterceptRules::new("lan0", ports.0, 0).install().expect("install without DNS");
         let mut rules = InterceptRules::new("lan0", ports.0, ports.1);
+        rules.guard_tcp_ports = vec![ports.3];
         for policy in [UdpPolicy::Allow, UdpPolicy::DropAll, UdpPolicy::RejectQuic, UdpPolicy::RejectQuic] {
             rules.udp_policy = policy;
             rules.install().unwrap_or_else(|e| panic!("install {policy:?}: {e}"));
@@ -232,7 +244,7 @@ fn train(ready: std::sync::mpsc::Sender<(u16, u16, u16)>, done: tokio::sync::one
 }
 
 /// The passenger side; panics on the first wrong behaviour.
-fn passenger((relay_port, _dns_port, local_port): (u16, u16, u16)) {
+fn passenger((relay_port, _dns_port, local_port, guarded_port): (u16, u16, u16, u16)) {
     runtime().block_on(async move {
         // Intercepted TCP to an address the train cannot route to, with a
         // half-close: the echo comes back after our FIN.
@@ -252,6 +264,16 @@ fn passenger((relay_port, _dns_port, local_port): (u16, u16, u16)) {
         let mut back = Vec::new();
         timeout(STEP, c.read_to_end(&mut back)).await.unwrap().unwrap();
         assert_eq!(back, b"local");
+
+        // A guarded service of the train (the relay's metrics) is reset.
+        match timeout(STEP, TcpStream::connect((LAN, guarded_port))).await.expect("a reset, not a timeout") {
+            Ok(mut c) => {
+                let mut back = Vec::new();
+                let _ = timeout(STEP, c.read_to_end(&mut back)).await;
+                assert!(back.is_empty(), "a passenger read {back:?} from a guarded port");
+            }
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}"),
+        }
 
         // Straight to the relay port: not redirected, so refused (loop
         // protection), without data. The reset may even beat the end of
