@@ -67,6 +67,9 @@ TAIL_JSON = "bench/out/hsr-tail.json"
 #: The same schemes on 12 of those trips with the next build (receive window start and growth),
 #: each scheme against itself (``polycorn_bench.ab``).
 WINDOW_AB_JSON = "bench/out/hsr-window-ab.json"
+#: The default pipeline beside hrsch (early table), hrsch@mean and minrtt on the precision
+#: profile's 31 trips (issue 20, 2026-11-27): the default pipeline's headline.
+DEFAULT_JSON = "bench/out/hsr-default.json"
 #: Recovery after failed handovers alone (``PROFILE=recovery``).
 RECOVERY_JSON = "bench/out/hsr-recovery.json"
 #: hof-reject's holds replayed on that run (``polycorn_bench.holds --all``).
@@ -1597,6 +1600,62 @@ def tail_headline(src: Sources) -> str:
     return _gain_headline(src.load(TAIL_JSON), scheme, "variants", what, "`hrsch+stale`")
 
 
+def default_precision(src: Sources) -> str:
+    """results.md: the default pipeline against minrtt and hrsch per size on the precision
+    profile's trips, with the trips' interval and the verdicts against the paper and our goal."""
+    d = src.load(DEFAULT_JSON)
+    default = d["default_scheme"]
+    dv = d["default_vs_baselines"]
+    rows = []
+    for label, e in dv["minrtt"].items():
+        h = dv["hrsch"][label]
+        rows.append(
+            [
+                "overall" if label == "overall" else SIZE_LABELS.get(label, label),
+                ratio_ci(e["ratio"], e.get("ci95_trips")),
+                num(e["paper"]),
+                words(e["verdict"]),
+                num(e.get("goal")),
+                goal_words(e.get("goal_verdict")),
+                ratio_ci(h["ratio"], h.get("ci95_trips")),
+            ]
+        )
+    out = table(
+        [
+            "size",
+            f"`{default}` / minrtt [trips' 95 % CI]",
+            "paper",
+            "vs the paper",
+            "goal",
+            "vs the goal",
+            f"`{default}` / hrsch [trips' 95 % CI]",
+        ],
+        rows,
+    )
+    o = dv["minrtt"]["overall"]
+    out += (
+        f"\n\n{o['n_pairs']} paired downloads on {o.get('n_trips')} trips "
+        f"({', '.join(d.get('seeds', [])[:1])} to {', '.join(d.get('seeds', [])[-1:])}); "
+        f"commit `{d.get('commit')}`; verdicts from the trips' interval."
+    )
+    return out
+
+
+def default_headline(src: Sources) -> str:
+    """README: the default pipeline against minrtt on the precision profile's trips (inline)."""
+    d = src.load(DEFAULT_JSON)
+    o = d["default_vs_baselines"]["minrtt"]["overall"]
+    s = d["default_vs_baselines"]["minrtt"]["256KB"]
+    ci, sci = o["ci95_trips"], s["ci95_trips"]
+    return (
+        f"the default pipeline `{d['default_scheme']}` moves {num(o['ratio'])}× `minrtt` "
+        f"[trips' 95 % CI {num(ci[0])}, {num(ci[1])}] over {o.get('n_trips')} held-out trips "
+        f"({o['n_pairs']} paired downloads; the paper's HRSCH {num(o['paper'])}×: "
+        f"{verdict_text(o['verdict'])}), {num(s['ratio'])}× [{num(sci[0])}, {num(sci[1])}] on "
+        f"256 KB downloads ({num(s['paper'])}×: {verdict_text(s['verdict'])})"
+    )
+
+
 def ab_table(src: Sources, rel: str = WINDOW_AB_JSON) -> str:
     """results.md: two builds on the same trips, each scheme's bulk goodput in build B over
     build A (``polycorn_bench.ab``), overall with the trips' interval and per size, and each
@@ -1673,6 +1732,10 @@ REGIONS: dict[str, Region] = {
     "hsr-recovery-run": Region(on(RECOVERY_JSON, full_recovery)),
     "hsr-recovery-variants": Region(on(RECOVERY_JSON, recovery_variants)),
     "hsr-holds": Region(holds),
+    "default-precision": Region(default_precision),
+    "default-headline": Region(default_headline, inline=True),
+    "default-mechanisms": Region(functools.partial(mechanisms, rel=DEFAULT_JSON)),
+    "default-variants": Region(functools.partial(variants_table, rel=DEFAULT_JSON)),
 }
 
 #: Regions of the full run on the current railway (``hsr.json``; the first railway's full

@@ -25,6 +25,7 @@ use tokio::net::TcpStream;
 use tracing::{info, warn};
 
 mod kafka;
+mod policy;
 mod table_topic;
 
 /// The tests against a real broker run in parallel; the ones that stop the
@@ -87,11 +88,25 @@ struct Opts {
     /// Prometheus metrics and health endpoints [default: 127.0.0.1:9464].
     #[arg(long, env = "POLYCORN_PROXY_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
-    /// Destinations the proxy refuses to connect to, comma-separated CIDRs
-    /// [default: 127.0.0.0/8,::1/128,0.0.0.0/8,169.254.0.0/16,fe80::/10,224.0.0.0/4].
+    /// Destinations the proxy refuses to connect to, comma-separated CIDRs;
+    /// replaces the default list, which refuses the proxy's own host and the
+    /// networks it may run in: unspecified and "this network" (0.0.0.0/8,
+    /// ::/128), loopback (127.0.0.0/8, ::1/128), private (10.0.0.0/8,
+    /// 172.16.0.0/12, 192.168.0.0/16, fc00::/7, fec0::/10), CGNAT
+    /// (100.64.0.0/10), link-local (169.254.0.0/16, fe80::/10), multicast
+    /// (224.0.0.0/4, ff00::/8), reserved and broadcast (240.0.0.0/4), IETF
+    /// and documentation ranges. IPv6 addresses that carry an IPv4 address
+    /// (::ffff:a.b.c.d, ::a.b.c.d, NAT64 64:ff9b::/96 and 64:ff9b:1::/48,
+    /// 6to4 2002::/16) are checked as that IPv4 address too. Open a network
+    /// with --allow rather than replacing this list.
     #[arg(long, env = "POLYCORN_PROXY_DENY", value_delimiter = ',')]
     deny: Option<Vec<IpNet>>,
-    /// If set, the only destinations allowed, comma-separated CIDRs.
+    /// Destinations allowed although a --deny network contains them,
+    /// comma-separated CIDRs, e.g. `10.99.0.0/24` for an origin on a
+    /// private network: the most specific entry of either list that contains
+    /// the destination decides, and an allow entry wins a tie with a deny
+    /// entry of the same prefix length, so `--allow 0.0.0.0/0` re-opens
+    /// nothing. Only some networks: `--deny 0.0.0.0/0,::/0 --allow NETS`.
     #[arg(long, env = "POLYCORN_PROXY_ALLOW", value_delimiter = ',')]
     allow: Option<Vec<IpNet>>,
     /// Upstream connect timeout in seconds [default: 10].
@@ -184,8 +199,8 @@ struct Settings {
     /// kernel-mptcp-conn's connection cap.
     max_conns: usize,
     metrics_listen: SocketAddr,
-    deny: Vec<IpNet>,
-    allow: Option<Vec<IpNet>>,
+    /// `--deny` and `--allow`.
+    policy: policy::Policy,
     connect_timeout: Duration,
     /// Every session's endpoint starts from this; clones share its memory
     /// budget, so a relay that reconnects does not get a second one.
@@ -230,12 +245,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
         .context("loading the proxy's TLS material")?;
     let scheduler = o.scheduler.unwrap_or_else(|| polycorn_core::sched::DEFAULT_PIPELINE.into());
     build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
-    let deny = o.deny.unwrap_or_else(|| {
-        ["127.0.0.0/8", "::1/128", "0.0.0.0/8", "169.254.0.0/16", "fe80::/10", "224.0.0.0/4"]
-            .iter()
-            .map(|s| s.parse().expect("valid default CIDR"))
-            .collect()
-    });
+    let policy = policy::Policy::new(o.deny, o.allow);
     let mut endpoint = EndpointConfig::new(Role::Proxy);
     polycorn_net::config::BufferOptions {
         conn_window: o.conn_window,
@@ -274,8 +284,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
                 .map_err(anyhow::Error::msg)?,
             max_conns,
             metrics_listen: o.metrics_listen.unwrap_or_else(|| "127.0.0.1:9464".parse().expect("valid")),
-            deny,
-            allow: o.allow,
+            policy,
             connect_timeout: Duration::from_secs_f64(timeout),
             endpoint,
             failure_table: o.failure_table,
@@ -319,7 +328,7 @@ struct Proxy {
 
 impl Proxy {
     fn allowed(&self, dst: SocketAddr) -> bool {
-        destination_allowed(&self.s.deny, self.s.allow.as_deref(), dst)
+        self.s.policy.allows(dst)
     }
 
     /// The session for `hello`, replacing an older one of a restarted relay.
@@ -598,14 +607,6 @@ fn table_sources(
     Ok(Some(hub))
 }
 
-/// The destination policy: never a denied network; only allowed ones when an
-/// allow list is set.
-fn destination_allowed(deny: &[IpNet], allow: Option<&[IpNet]>, dst: SocketAddr) -> bool {
-    // ::ffff:127.0.0.1 is 127.0.0.1: compare the canonical form.
-    let ip = dst.ip().to_canonical();
-    !deny.iter().any(|n| n.contains(&ip)) && allow.is_none_or(|a| a.iter().any(|n| n.contains(&ip)))
-}
-
 fn stream_reset(stream: polycorn_net::ConnStream, code: u32) {
     stream.reset(code);
 }
@@ -759,26 +760,51 @@ async fn main() -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    fn policy(deny: &[&str], allow: Option<&[&str]>) -> impl Fn(&str) -> bool {
-        let deny: Vec<IpNet> = deny.iter().map(|s| s.parse().unwrap()).collect();
-        let allow: Option<Vec<IpNet>> = allow.map(|a| a.iter().map(|s| s.parse().unwrap()).collect());
-        move |dst: &str| destination_allowed(&deny, allow.as_deref(), dst.parse().unwrap())
+    /// The policy the flags make, asked about `host:port` destinations.
+    fn policy(args: &[&str]) -> impl Fn(&str) -> bool {
+        let o = Opts::try_parse_from([&["polycorn-proxy"], args].concat()).expect("flags");
+        let p = policy::Policy::new(o.deny, o.allow);
+        move |dst: &str| p.allows(dst.parse().expect("socket address"))
     }
 
     #[test]
-    fn loopback_is_refused_in_every_spelling() {
-        let ok = policy(&["127.0.0.0/8", "::1/128"], None);
-        assert!(!ok("127.0.0.1:80"));
-        assert!(!ok("[::ffff:127.0.0.1]:80"), "IPv4-mapped loopback is loopback");
-        assert!(!ok("[::1]:80"));
+    fn the_default_policy_refuses_the_proxys_host_and_private_networks() {
+        let ok = policy(&[]);
+        for dst in [
+            "[::]:7777",
+            "0.0.0.0:7777",
+            "127.0.0.1:80",
+            "[::1]:80",
+            "[::ffff:127.0.0.1]:80",
+            "[64:ff9b::7f00:1]:80",
+            "[64:ff9b::a00:1]:80",
+            "10.0.0.1:9092",
+            "172.20.0.5:5432",
+            "192.168.0.7:9090",
+        ] {
+            assert!(!ok(dst), "{dst} must be refused by default");
+        }
+        assert!(ok("93.184.216.34:443"));
+        assert!(ok("[2606:4700:4700::1111]:443"));
+    }
+
+    #[test]
+    fn allow_reopens_a_private_network_without_restating_the_deny_list() {
+        let ok = policy(&["--allow", "10.99.0.0/24"]);
         assert!(ok("10.99.0.10:80"));
+        assert!(ok("[::ffff:10.99.0.10]:80"));
+        assert!(!ok("10.98.0.10:80"));
+        assert!(!ok("127.0.0.1:80"));
+        assert!(!ok("[::]:80"));
+        assert!(ok("93.184.216.34:443"));
     }
 
     #[test]
-    fn an_allow_list_admits_only_its_networks() {
-        let ok = policy(&[], Some(&["10.99.0.0/24"]));
+    fn deny_everything_allow_some_admits_only_those() {
+        let ok = policy(&["--deny", "0.0.0.0/0,::/0", "--allow", "10.99.0.0/24"]);
         assert!(ok("10.99.0.10:80"));
         assert!(!ok("10.98.0.10:80"));
+        assert!(!ok("93.184.216.34:443"));
     }
 
     #[test]
