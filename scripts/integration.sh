@@ -183,13 +183,25 @@ other_train_refused() {
 }
 check "a relay with another train's certificate is refused" other_train_refused
 
-policy_refuses_loopback() {
-    # The proxy is no open relay: asked (through SOCKS5) for its own
-    # loopback, which its default policy denies, it refuses and says so.
-    ! PAX curl -fsS --max-time 5 -o /dev/null --socks5 "$RELAY_SOCKS" "http://127.0.0.1:9464/metrics" &&
-        grep -q "destination refused by policy" "$PC_STATE/logs/proxy.log"
+policy_refuses_its_host_and_private_networks() {
+    # The proxy is no open relay: asked (through SOCKS5) for its own host in
+    # any spelling (loopback, IPv4-mapped, NAT64, unspecified) or for a
+    # private network other than the origins' (start_proxy's --allow), which
+    # its default policy denies, it refuses each and says so.
+    local dst from n=0 want=0
+    from=$(($(wc -l <"$PC_STATE/logs/proxy.log") + 1))
+    for dst in 127.0.0.1:9464 '[::ffff:127.0.0.1]:9464' '[64:ff9b::7f00:1]:9464' '[::]:9464' 10.0.0.1:80; do
+        want=$((want + 1))
+        ! PAX curl -fsS --max-time 5 -o /dev/null --socks5 "$RELAY_SOCKS" "http://$dst/metrics" || {
+            echo "  $dst answered"
+            return 1
+        }
+    done
+    n=$(tail -n "+$from" "$PC_STATE/logs/proxy.log" | grep -c "destination refused by policy")
+    echo "  refused by policy: $n of $want"
+    ((n == want))
 }
-check "the proxy refuses destinations its policy denies" policy_refuses_loopback
+check "the proxy refuses destinations its policy denies" policy_refuses_its_host_and_private_networks
 
 metrics_exported() {
     local m p

@@ -12,6 +12,11 @@ PROXY_METRICS=127.0.0.1:9464
 RELAY_METRICS=127.0.0.1:9465
 RELAY_TPROXY_PORT=15001
 RELAY_SOCKS=10.66.0.1:1080
+# The testbed's "Internet", where the origin servers listen (inet0 in
+# NS_CLOUD, testbed/netns/up.sh): a private network, which the proxy's
+# default destination policy refuses. start_proxy re-opens it, and only it,
+# with --allow (the rest of 10.0.0.0/8, loopback, ... stay refused).
+ORIGIN_NET=10.99.0.0/24
 
 # Development certificates: the served train, and a second train the proxy
 # must refuse.
@@ -25,7 +30,7 @@ start_proxy() {
     mkdir -p "$PC_STATE/run" "$PC_STATE/logs"
     ip netns exec "$NS_CLOUD" "$BIN/polycorn-proxy" --train-id "$TRAIN_ID" --listen "0.0.0.0:$PROXY_PORT" \
         --ca "$PKI_DIR/ca.crt" --cert "$PKI_DIR/proxy.crt" --key "$PKI_DIR/proxy.key" \
-        --metrics-listen "$PROXY_METRICS" "$@" >>"$PC_STATE/logs/proxy.log" 2>&1 &
+        --metrics-listen "$PROXY_METRICS" --allow "$ORIGIN_NET" "$@" >>"$PC_STATE/logs/proxy.log" 2>&1 &
     echo $! >"$PC_STATE/run/proxy.pid"
 }
 
