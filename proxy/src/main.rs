@@ -94,8 +94,8 @@ struct Opts {
     /// ::/128), loopback (127.0.0.0/8, ::1/128), private (10.0.0.0/8,
     /// 172.16.0.0/12, 192.168.0.0/16, fc00::/7, fec0::/10), CGNAT
     /// (100.64.0.0/10), link-local (169.254.0.0/16, fe80::/10), multicast
-    /// (224.0.0.0/4, ff00::/8), reserved and broadcast (240.0.0.0/4), IETF
-    /// and documentation ranges. IPv6 addresses that carry an IPv4 address
+    /// (224.0.0.0/4, ff00::/8), reserved and broadcast (240.0.0.0/4), IETF,
+    /// benchmarking and documentation ranges. IPv6 addresses that carry an IPv4 address
     /// (::ffff:a.b.c.d, ::a.b.c.d, NAT64 64:ff9b::/96 and 64:ff9b:1::/48,
     /// 6to4 2002::/16) are checked as that IPv4 address too. Open a network
     /// with --allow rather than replacing this list.
