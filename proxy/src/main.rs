@@ -22,7 +22,7 @@ use polycorn_net::subflow::{self, Congestion, Hello, Transport};
 use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
 use polycorn_net::{merge_options, Session, SessionEvent};
 use tokio::net::TcpStream;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 mod kafka;
 mod policy;
@@ -324,7 +324,19 @@ struct Proxy {
     sink: Option<Arc<kafka::KafkaSink>>,
     /// Records acknowledged and discarded for want of a sink.
     telemetry_discarded: std::sync::atomic::AtomicU64,
+    /// Subflows before authentication (TLS handshake and HELLO): at most
+    /// [`MAX_HANDSHAKES`] at once, each holding a permit for 10 s at most.
+    handshakes: Arc<tokio::sync::Semaphore>,
+    /// Connections closed at once because that many were being set up.
+    handshakes_refused: std::sync::atomic::AtomicU64,
 }
+
+/// Subflows in their TLS handshake or HELLO at once (before the peer is
+/// authenticated). A train sets up one per carrier, a few more after a
+/// restart; beyond this, a new TCP connection is closed at once, so that
+/// unauthenticated peers cannot hold the proxy's file descriptors and
+/// handshake work (10 s and two descriptors each) without bound.
+const MAX_HANDSHAKES: usize = 64;
 
 impl Proxy {
     fn allowed(&self, dst: SocketAddr) -> bool {
@@ -488,7 +500,12 @@ impl Proxy {
         }
     }
 
-    async fn accept_subflow(self: Arc<Self>, tcp: TcpStream, peer: SocketAddr) -> anyhow::Result<()> {
+    async fn accept_subflow(
+        self: Arc<Self>,
+        tcp: TcpStream,
+        peer: SocketAddr,
+        handshake: tokio::sync::OwnedSemaphorePermit,
+    ) -> anyhow::Result<()> {
         subflow::tune(&tcp)?;
         let probe = subflow::UnsentProbe::new(&tcp)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(self.s.tls.clone());
@@ -515,6 +532,7 @@ impl Proxy {
         }
         let session = self.session_for(&hello)?;
         subflow::server_ack(&mut tls, &hello, self.instance).await?;
+        drop(handshake); // authenticated: no longer counts as a handshake
         let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
         info!(%peer, path = %hello.path, name = %hello.path_name, %cc, "subflow up");
         let r = session.run_path(hello.path, tls, Some(probe)).await;
@@ -525,6 +543,12 @@ impl Proxy {
 
 fn write_telemetry_metrics(w: &mut metrics::Writer, p: &Proxy) {
     use std::sync::atomic::Ordering::Relaxed;
+    w.counter(
+        "polycorn_proxy_handshakes_refused",
+        "TCP connections closed at once because MAX_HANDSHAKES subflows were already in their TLS handshake or HELLO.",
+        vec![],
+        p.handshakes_refused.load(Relaxed) as f64,
+    );
     w.counter(
         "polycorn_proxy_telemetry_discarded",
         "Telemetry records acknowledged and discarded because no --kafka-brokers is set.",
@@ -621,6 +645,20 @@ async fn relay(mut a: polycorn_net::ConnStream, mut b: TcpStream) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let r = run().await;
+    // After a panic the shutdown above was its doing: exit 70 so that the
+    // supervisor restarts the proxy (polycorn_net::panics).
+    let code = polycorn_net::panics::exit_code(0);
+    if code != 0 {
+        if let Err(e) = &r {
+            eprintln!("polycorn-proxy: {e:#}");
+        }
+        std::process::exit(code);
+    }
+    r
+}
+
+async fn run() -> anyhow::Result<()> {
     let (s, json) = match settings() {
         Ok(v) => v,
         Err(e) => {
@@ -629,6 +667,7 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     polycorn_net::telemetry::init_logging("info", json);
+    polycorn_net::panics::install("proxy");
     let listener = subflow::listen(s.listen, s.transport, &s.congestion)?;
     info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, subflow_cc = %s.congestion, "proxy started");
     let metrics_addr = s.metrics_listen;
@@ -655,6 +694,8 @@ async fn main() -> anyhow::Result<()> {
         table: Mutex::new(None),
         routes: polycorn_net::hof::SharedRoutes::default(),
         telemetry_malformed: Default::default(),
+        handshakes: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
+        handshakes_refused: Default::default(),
     });
 
     let p = proxy.clone();
@@ -733,9 +774,14 @@ async fn main() -> anyhow::Result<()> {
                     continue;
                 }
             };
+            let Ok(handshake) = proxy.handshakes.clone().try_acquire_owned() else {
+                proxy.handshakes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                debug!(%peer, "too many subflows in their handshake: connection closed");
+                continue;
+            };
             let p = proxy.clone();
             tokio::spawn(async move {
-                if let Err(e) = p.accept_subflow(tcp, peer).await {
+                if let Err(e) = p.accept_subflow(tcp, peer, handshake).await {
                     warn!(%peer, error = %format!("{e:#}"), "subflow refused");
                 }
             });

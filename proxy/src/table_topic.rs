@@ -55,6 +55,10 @@ impl ClientContext for TableContext {
 
 impl ConsumerContext for TableContext {}
 
+/// The key of every table message: the trainer publishes one table for the
+/// fleet.
+pub const KEY: &[u8] = b"fleet";
+
 /// What to do with one message of the topic.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Delivery<'a> {
@@ -62,13 +66,17 @@ pub enum Delivery<'a> {
     Table(&'a [u8]),
     /// A tombstone (no value): not a table, ignored.
     Tombstone,
+    /// Under another key than [`KEY`]: not the trainer's, refused.
+    OtherKey,
 }
 
-/// The pure step: a message's value is a table unless it is a tombstone.
-pub fn delivery(payload: Option<&[u8]>) -> Delivery<'_> {
-    match payload {
-        Some(p) => Delivery::Table(p),
-        None => Delivery::Tombstone,
+/// The pure step: a message's value under [`KEY`] is a table unless it is a
+/// tombstone.
+pub fn delivery<'a>(key: Option<&[u8]>, payload: Option<&'a [u8]>) -> Delivery<'a> {
+    match (key, payload) {
+        (k, _) if k != Some(KEY) => Delivery::OtherKey,
+        (_, Some(p)) => Delivery::Table(p),
+        (_, None) => Delivery::Tombstone,
     }
 }
 
@@ -108,9 +116,14 @@ impl TableTopic {
         let header_version = m.headers().and_then(|hs| {
             hs.iter().find(|h| h.key == "polycorn-version").and_then(|h| h.value).map(String::from_utf8_lossy)
         });
-        match delivery(m.payload()) {
+        match delivery(m.key(), m.payload()) {
             Delivery::Tombstone => {
                 debug!(%origin, "failure-location table topic: tombstone ignored");
+                None
+            }
+            Delivery::OtherKey => {
+                let key = m.key().map(String::from_utf8_lossy);
+                self.hub.refuse(SourceKind::Kafka, &origin, &format!("message key {key:?}, not \"fleet\""));
                 None
             }
             Delivery::Table(body) => {
@@ -148,9 +161,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tombstone_is_not_a_table() {
-        assert_eq!(delivery(None), Delivery::Tombstone);
-        assert_eq!(delivery(Some(b"{}")), Delivery::Table(b"{}"));
+    fn a_tombstone_is_not_a_table_and_only_the_fleet_key_carries_one() {
+        assert_eq!(delivery(Some(KEY), None), Delivery::Tombstone);
+        assert_eq!(delivery(Some(KEY), Some(b"{}")), Delivery::Table(b"{}"));
+        assert_eq!(delivery(Some(b"fleet2"), Some(b"{}")), Delivery::OtherKey);
+        assert_eq!(delivery(None, Some(b"{}")), Delivery::OtherKey);
     }
 
     /// Waits (a hang guard, not a timing assertion) until `done` holds.

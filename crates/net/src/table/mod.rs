@@ -8,7 +8,10 @@
 //!   parse is refused (the table in use stays); a parsed table is used only
 //!   when its version is higher than the one in use, except from the file,
 //!   which may replace the table with any valid version (an operator who
-//!   edits the file means it, as before the other sources existed).
+//!   edits the file means it, as before the other sources existed). A
+//!   network source may not move the version more than
+//!   [`MAX_VERSION_STEP`] past the one in use: one message with version
+//!   2^64 − 1 would otherwise freeze every proxy's table for good.
 //! - [`Tables`] is the pure state: the version in use and the statistics,
 //!   overall and per source.
 //! - [`TableHub`] is the shell all sources of a process share: it logs each
@@ -64,8 +67,16 @@ pub enum Verdict {
     Malformed(String),
 }
 
+/// The most a table from the network (API, Kafka) may move the version past
+/// the one in use; the trainer adds 1 per table it publishes. A larger jump
+/// is refused as malformed: a faulty or hostile producer's, or a LinkDB
+/// restored from elsewhere, which an operator confirms by putting that
+/// table into `--failure-table` (the file may set any version).
+pub const MAX_VERSION_STEP: u64 = 10_000;
+
 /// The rule: parse `body`; use it if it is the first table, comes from the
-/// file, or is newer than the table in use (`in_use`, its version).
+/// file, or is newer than the table in use (`in_use`, its version) by at
+/// most [`MAX_VERSION_STEP`].
 pub fn judge(in_use: Option<u64>, source: SourceKind, body: &[u8]) -> Verdict {
     let text = match std::str::from_utf8(body) {
         Ok(t) => t,
@@ -77,6 +88,11 @@ pub fn judge(in_use: Option<u64>, source: SourceKind, body: &[u8]) -> Verdict {
     };
     match in_use {
         Some(v) if source != SourceKind::File && f.version <= v => Verdict::NotNewer { offered: f.version, in_use: v },
+        Some(v) if source != SourceKind::File && f.version - v > MAX_VERSION_STEP => Verdict::Malformed(format!(
+            "version {} is more than {MAX_VERSION_STEP} past the one in use ({v}); \
+             to move to it, give it to --failure-table",
+            f.version
+        )),
         _ => Verdict::Apply(f.to_table(), Routes::new(&f.routes)),
     }
 }
@@ -306,6 +322,14 @@ impl TableHub {
         }
     }
 
+    /// Refuse what `source` delivered without judging a table (not one:
+    /// a Kafka message under another key): counted and logged like a
+    /// malformed table.
+    pub fn refuse(&self, source: SourceKind, origin: &str, reason: &str) {
+        self.lock().stats.sources.entry(source).or_default().rejected += 1;
+        warn!(source = source.label(), origin, reason, "failure-location table refused; keeping the previous one");
+    }
+
     /// `source` failed to fetch (the caller logs why).
     pub fn source_error(&self, source: SourceKind) {
         self.lock().source_error(source);
@@ -350,6 +374,24 @@ pub(crate) mod tests {
             });
         }
         f.to_json()
+    }
+
+    #[test]
+    fn a_network_source_cannot_jump_the_version_out_of_reach() {
+        let poisoned = table(u64::MAX, 1);
+        for source in [SourceKind::Http, SourceKind::Kafka] {
+            let v = judge(Some(5), source, poisoned.as_bytes());
+            assert!(matches!(&v, Verdict::Malformed(e) if e.contains("more than 10000 past")), "{v:?}");
+            assert_eq!(applied(judge(Some(5), source, table(5 + MAX_VERSION_STEP, 1).as_bytes())), 10_005);
+        }
+        // The operator's file may move to any version.
+        assert_eq!(applied(judge(Some(5), SourceKind::File, poisoned.as_bytes())), u64::MAX);
+        // Refused tables leave the one in use.
+        let mut t = Tables::default();
+        applied(t.offer(SourceKind::Kafka, table(5, 1).as_bytes()));
+        assert!(matches!(t.offer(SourceKind::Kafka, poisoned.as_bytes()), Verdict::Malformed(_)));
+        assert_eq!(applied(t.offer(SourceKind::Kafka, table(6, 1).as_bytes())), 6);
+        assert_eq!(t.stats().source(SourceKind::Kafka).rejected, 1);
     }
 
     fn applied(v: Verdict) -> u64 {
