@@ -20,7 +20,7 @@ define run_integration
 	bash scripts/integration-telemetry.sh
 endef
 
-.PHONY: help setup build test integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test fuzz fuzz-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -39,6 +39,7 @@ test: setup ## what CI runs: no reference outside the repository, fmt check, cli
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked --release
+	$(MAKE) --no-print-directory fuzz-smoke
 	$(MAKE) --no-print-directory lint-py test-py
 	$(MAKE) --no-print-directory validate-platform
 	$(MAKE) --no-print-directory build
@@ -46,6 +47,21 @@ test: setup ## what CI runs: no reference outside the repository, fmt check, cli
 	$(run_integration)
 	$(MAKE) --no-print-directory test-first-start
 	$(MAKE) --no-print-directory test-compose
+
+# Coverage-guided fuzzing (fuzz/, honggfuzz on the stable toolchain; its own
+# lockfile, outside the workspace; docs/testing.md#fuzzing). The smoke run
+# replays the committed corpus, its mutations and random inputs in a plain
+# cargo test, then runs every target under honggfuzz for FUZZ_SMOKE_SECONDS.
+FUZZ_SMOKE_SECONDS ?= 10
+FUZZ_SECONDS ?= 300
+fuzz-smoke: ## fuzz targets on their corpus + random inputs (cargo test), then FUZZ_SMOKE_SECONDS (10) each under honggfuzz; fails on a crash
+	bash scripts/setup.sh fuzz >/dev/null
+	cd fuzz && $(CARGO) fmt --check && $(CARGO) test --release --locked
+	python3 scripts/fuzz.py --seconds $(FUZZ_SMOKE_SECONDS) --json fuzz/hfuzz_workspace/smoke.json
+
+fuzz: ## every fuzz target FUZZ_SECONDS (300) under honggfuzz -> bench/out/fuzz.json (execs, seconds, crashes, edges per target)
+	bash scripts/setup.sh fuzz
+	python3 scripts/fuzz.py --seconds $(FUZZ_SECONDS) --json bench/out/fuzz.json
 
 integration: build ## only the integration tests (integration.sh, integration-hsr.sh, integration-telemetry.sh)
 	$(run_integration)

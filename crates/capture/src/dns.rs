@@ -156,7 +156,7 @@ async fn forward<D: Dialer>(query: &[u8], from: SocketAddr, upstream: SocketAddr
 }
 
 /// A datagram that can be a DNS query: a full header with QR = 0.
-fn is_query(msg: &[u8]) -> bool {
+pub fn is_query(msg: &[u8]) -> bool {
     msg.len() >= HEADER_LEN && msg[2] & 0x80 == 0
 }
 
