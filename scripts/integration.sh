@@ -90,6 +90,15 @@ socks_intact() {
 }
 check "SOCKS5 client downloads through the pair intact" socks_intact
 
+# A name given to SOCKS5 (socks5h) is resolved through the tunnel by the
+# origin's resolver (dnsmasq: origin.test), not by the train's own.
+socks_name_through_tunnel() {
+    local got
+    got=$(PAX curl -fsS --max-time 60 --socks5-hostname "$RELAY_SOCKS" "http://origin.test/files/1MiB.bin" | sha_of) &&
+        [[ $got == "$(want_sha 1MiB.bin)" ]]
+}
+check "a SOCKS5 name (socks5h) is resolved through the tunnel and served" socks_name_through_tunnel
+
 # Throughput against a known capacity. The testbed's carriers are bare veth
 # pairs, whose speed is whatever the CPU manages, so for the iperf3 checks
 # each carrier gets a fixed capacity: a token bucket of CARRIER_MBIT in each

@@ -69,7 +69,10 @@ struct Opts {
     /// redirects passengers' port 53 here when --lan-interface is set).
     #[arg(long, env = "POLYCORN_RELAY_LISTEN_DNS")]
     listen_dns: Option<SocketAddr>,
-    /// Resolver the proxy side reaches, queried over DNS-over-TCP through the tunnel.
+    /// Resolver the proxy side reaches, queried over DNS-over-TCP through the
+    /// tunnel: by the DNS forwarder (--listen-dns) and for SOCKS5 domain
+    /// names (without it, SOCKS5 names are resolved by the train's own
+    /// resolver, outside the tunnel; a warning says so).
     #[arg(long, env = "POLYCORN_RELAY_DNS_UPSTREAM")]
     dns_upstream: Option<SocketAddr>,
     /// Passenger-facing interface: when set, the relay installs its
@@ -311,8 +314,8 @@ fn settings() -> anyhow::Result<Settings> {
     if o.telemetry_spool_max_bytes.is_some_and(|b| b < spool::MIN_MAX_BYTES) {
         bail!("--telemetry-spool-max-bytes must be at least {}", spool::MIN_MAX_BYTES);
     }
-    if o.listen_dns.is_some() != o.dns_upstream.is_some() {
-        bail!("--listen-dns and --dns-upstream go together");
+    if o.listen_dns.is_some() && o.dns_upstream.is_none() {
+        bail!("--listen-dns needs --dns-upstream (where the queries go, through the tunnel)");
     }
     if o.lan_interface.is_some() && o.listen_transparent.is_none() {
         bail!("--lan-interface needs --listen-transparent (where intercepted connections go)");
@@ -416,7 +419,8 @@ impl Dialer for MptcpConnDialer {
 #[derive(Default)]
 struct Listeners {
     transparent: Option<(tokio::net::TcpListener, RelayOpts)>,
-    socks: Option<(tokio::net::TcpListener, RelayOpts)>,
+    /// With the resolver for SOCKS5 names (`--dns-upstream`) if any.
+    socks: Option<(tokio::net::TcpListener, RelayOpts, Option<SocketAddr>)>,
     dns: Option<(tokio::net::UdpSocket, SocketAddr, RelayOpts)>,
 }
 
@@ -433,8 +437,21 @@ fn spawn_capture<D: Dialer>(
     if let Some((l, o)) = l.transparent {
         tasks.spawn(polycorn_capture::serve_transparent(l, dialer.clone(), o, stop(stop_rx.clone())));
     }
-    if let Some((l, o)) = l.socks {
-        tasks.spawn(polycorn_capture::serve_socks5(l, dialer.clone(), o, stop(stop_rx.clone())));
+    match l.socks {
+        Some((l, o, Some(upstream))) => {
+            let resolver = polycorn_capture::TunnelResolver::new(dialer.clone(), upstream);
+            tasks.spawn(polycorn_capture::serve_socks5_with_resolver(
+                l,
+                dialer.clone(),
+                resolver,
+                o,
+                stop(stop_rx.clone()),
+            ));
+        }
+        Some((l, o, None)) => {
+            tasks.spawn(polycorn_capture::serve_socks5(l, dialer.clone(), o, stop(stop_rx.clone())));
+        }
+        None => {}
     }
     if let Some((sock, upstream, o)) = l.dns {
         tasks.spawn(polycorn_capture::serve_dns(sock, upstream, dialer, o, stop(stop_rx.clone())));
@@ -722,8 +739,14 @@ async fn run() -> anyhow::Result<()> {
         info!(%addr, "transparent capture listening");
     }
     if let Some(addr) = s.opts.listen_socks {
-        listeners.socks = Some((bind(addr).await?, opts_for("socks5")));
-        info!(%addr, "SOCKS5 listening");
+        listeners.socks = Some((bind(addr).await?, opts_for("socks5"), s.opts.dns_upstream));
+        match s.opts.dns_upstream {
+            Some(upstream) => info!(%addr, %upstream, "SOCKS5 listening; names resolved through the tunnel"),
+            None => warn!(
+                %addr,
+                "SOCKS5 listening; without --dns-upstream its names are resolved by the train's own resolver, outside the tunnel"
+            ),
+        }
     }
     if let (Some(addr), Some(upstream)) = (s.opts.listen_dns, s.opts.dns_upstream) {
         let sock = tokio::net::UdpSocket::bind(addr).await.with_context(|| format!("binding {addr}"))?;

@@ -36,6 +36,8 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
@@ -153,6 +155,80 @@ async fn forward<D: Dialer>(query: &[u8], from: SocketAddr, upstream: SocketAddr
     // Tell the upstream we are done; errors here do not matter.
     let _ = stream.shutdown().await;
     Ok(response)
+}
+
+/// Resolves SOCKS5 domain names through the tunnel, as the forwarder
+/// answers passengers' own queries: an A and an AAAA query, each over its
+/// own stream dialed through the [`Dialer`] to `upstream` (DNS over TCP),
+/// built and parsed with `hickory-proto`. Without it, SOCKS5 names would be
+/// resolved by the train's own resolver, outside the tunnel (which the train
+/// may not have, and which would leak the passenger's names to whatever
+/// network the train is on).
+#[derive(Clone)]
+pub struct TunnelResolver<D> {
+    dialer: D,
+    upstream: SocketAddr,
+    /// On whose behalf the streams are dialed (the tunnel counts them).
+    user: std::net::IpAddr,
+}
+
+impl<D: Dialer> TunnelResolver<D> {
+    pub fn new(dialer: D, upstream: SocketAddr) -> Self {
+        TunnelResolver { dialer, upstream, user: std::net::Ipv6Addr::UNSPECIFIED.into() }
+    }
+
+    async fn query(&self, name: &Name, rtype: RecordType) -> io::Result<Vec<std::net::IpAddr>> {
+        static NEXT_ID: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(1);
+        let mut msg = Message::new();
+        msg.set_id(NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+            .set_message_type(MessageType::Query)
+            .set_op_code(OpCode::Query)
+            .set_recursion_desired(true)
+            .add_query(Query::query(name.clone(), rtype));
+        let bytes = msg.to_vec().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let from = SocketAddr::new(self.user, 0);
+        let response = forward(&bytes, from, self.upstream, &self.dialer).await?;
+        let answer =
+            Message::from_vec(&response).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        if answer.response_code() != ResponseCode::NoError && answer.response_code() != ResponseCode::NXDomain {
+            return Err(io::Error::other(format!("{rtype} {name}: the resolver answered {}", answer.response_code())));
+        }
+        Ok(answer
+            .answers()
+            .iter()
+            .filter_map(|r| match r.data() {
+                RData::A(a) => Some(std::net::IpAddr::V4(a.0)),
+                RData::AAAA(a) => Some(std::net::IpAddr::V6(a.0)),
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+impl<D: Dialer> crate::socks5::Resolver for TunnelResolver<D> {
+    async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+            return Ok(vec![SocketAddr::new(ip, port)]);
+        }
+        let mut name = Name::from_ascii(host)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host:?}: {e}")))?;
+        name.set_fqdn(true);
+        let (v4, v6) = tokio::join!(self.query(&name, RecordType::A), self.query(&name, RecordType::AAAA));
+        // IPv4 first (the carriers' networks are mostly IPv4), then IPv6;
+        // one family failing is fine if the other answered.
+        let mut out: Vec<SocketAddr> = Vec::new();
+        let mut err = None;
+        for r in [v4, v6] {
+            match r {
+                Ok(ips) => out.extend(ips.into_iter().map(|ip| SocketAddr::new(ip, port))),
+                Err(e) => err = Some(e),
+            }
+        }
+        match (out.is_empty(), err) {
+            (true, Some(e)) => Err(e),
+            _ => Ok(out),
+        }
+    }
 }
 
 /// A datagram that can be a DNS query: a full header with QR = 0.
@@ -400,5 +476,63 @@ mod tests {
         assert_eq!(servfail(&q), None);
         let r = servfail(&query(1)).unwrap();
         assert_eq!(&r[..4], &[0, 1, 0x81, 0x82]);
+    }
+
+    /// A DNS-over-TCP upstream that answers `train.example.` with one A and
+    /// one AAAA record and every other name with NXDOMAIN.
+    async fn resolving_upstream() -> SocketAddr {
+        use hickory_proto::rr::rdata::{A, AAAA};
+        use hickory_proto::rr::Record;
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut len = [0u8; 2];
+                    s.read_exact(&mut len).await.unwrap();
+                    let mut q = vec![0u8; u16::from_be_bytes(len) as usize];
+                    s.read_exact(&mut q).await.unwrap();
+                    let q = Message::from_vec(&q).unwrap();
+                    let question = q.queries()[0].clone();
+                    let mut r = Message::new();
+                    r.set_id(q.id()).set_message_type(MessageType::Response).add_query(question.clone());
+                    if question.name().to_ascii() == "train.example." {
+                        let data = match question.query_type() {
+                            RecordType::A => RData::A(A::new(10, 99, 0, 10)),
+                            _ => RData::AAAA(AAAA::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 10)),
+                        };
+                        r.add_answer(Record::from_rdata(question.name().clone(), 60, data));
+                    } else {
+                        r.set_response_code(ResponseCode::NXDomain);
+                    }
+                    let body = r.to_vec().unwrap();
+                    let mut out = (body.len() as u16).to_be_bytes().to_vec();
+                    out.extend_from_slice(&body);
+                    s.write_all(&out).await.unwrap();
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn socks5_names_are_resolved_through_the_tunnel() {
+        use crate::socks5::Resolver;
+        let dialed = Arc::new(Mutex::new(Vec::new()));
+        let dialer = LocalDialer { target: resolving_upstream().await, dialed: dialed.clone() };
+        let upstream: SocketAddr = UPSTREAM.parse().unwrap();
+        let r = TunnelResolver::new(dialer, upstream);
+        let got = r.resolve("train.example", 443).await.unwrap();
+        assert_eq!(got, vec!["10.99.0.10:443".parse::<SocketAddr>().unwrap(), "[2001:db8::a]:443".parse().unwrap()]);
+        // Both queries went through the dialer (the tunnel) to the upstream.
+        let d = dialed.lock().unwrap().clone();
+        assert_eq!(d.len(), 2);
+        assert!(d.iter().all(|(_, dst)| *dst == upstream));
+        // An unknown name resolves to nothing (host unreachable for SOCKS5);
+        // a literal address needs no query; a bad name is an error.
+        assert!(r.resolve("nowhere.example", 80).await.unwrap().is_empty());
+        assert_eq!(r.resolve("192.0.2.7", 80).await.unwrap(), vec!["192.0.2.7:80".parse::<SocketAddr>().unwrap()]);
+        assert_eq!(dialed.lock().unwrap().len(), 4);
+        assert!(r.resolve(&"a".repeat(300), 80).await.is_err());
     }
 }

@@ -39,7 +39,7 @@ pub mod socks5;
 pub mod transparent;
 
 pub use copy::copy_bidirectional_bursts;
-pub use dns::serve_dns;
+pub use dns::{serve_dns, TunnelResolver};
 pub use relay::relay;
 pub use rules::{InterceptRules, UdpPolicy};
 pub use socks5::{handle_socks5, serve_socks5, serve_socks5_with_resolver, Resolver, Socks5Error, SystemResolver};
