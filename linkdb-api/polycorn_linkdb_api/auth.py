@@ -6,9 +6,18 @@ or ``X-API-Key: <key>``. The server knows only its SHA-256 (hex), from
 file ``POLYCORN_API_KEYS_FILE`` (one entry a line, ``#`` comments). Make a key
 and its entry with ``polycorn-linkdb-api hash-key NAME SCOPE``.
 
-Scopes: ``read`` (every GET) and ``admin`` (publishing failure tables;
-implies ``read``). A missing or unknown key is 401 with ``WWW-Authenticate``;
-a known key without the scope is 403.
+Scopes, each implying the ones before it:
+
+- ``table``: only ``GET /v1/failure-table``, the current failure-location
+  table. This is the key every relay and proxy holds
+  (``--failure-table-api-key-file``): there are many of them, on trains and
+  in the cloud, so their key must not read the fleet's GPS tracks,
+  handovers or trips;
+- ``read``: every GET (implies ``table``);
+- ``admin``: publishing failure tables (implies ``read`` and ``table``).
+
+A missing or unknown key is 401 with ``WWW-Authenticate``; a known key
+without the scope is 403.
 
 Keys are high-entropy random strings, so one unsalted SHA-256 is enough (no
 password stretching needed) and a dictionary lookup by hash leaks nothing
@@ -30,13 +39,15 @@ from polycorn_linkdb_api.errors import ForbiddenError, UnauthenticatedError
 
 
 class Scope(enum.StrEnum):
+    table = "table"
     read = "read"
     admin = "admin"
 
 
 IMPLIES: dict[Scope, frozenset[Scope]] = {
-    Scope.read: frozenset({Scope.read}),
-    Scope.admin: frozenset({Scope.read, Scope.admin}),
+    Scope.table: frozenset({Scope.table}),
+    Scope.read: frozenset({Scope.table, Scope.read}),
+    Scope.admin: frozenset({Scope.table, Scope.read, Scope.admin}),
 }
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -74,7 +85,10 @@ def parse_entries(text: str, origin: str) -> dict[str, Principal]:
         if not _NAME.match(name):
             raise ValueError(f"{origin}, entry {n}: bad name {name!r} (letters, digits, _.@-)")
         if scope not in Scope.__members__:
-            raise ValueError(f"{origin}, entry {n}: scope {scope!r} is not read or admin")
+            raise ValueError(
+                f"{origin}, entry {n}: scope {scope!r} is not one of "
+                + ", ".join(Scope.__members__)
+            )
         digest = digest.lower()
         if not _HEX64.match(digest):
             raise ValueError(

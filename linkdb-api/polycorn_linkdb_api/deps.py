@@ -19,6 +19,15 @@ _bearer = HTTPBearer(auto_error=False, description="an API key as a bearer token
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="an API key")
 
 
+async def table_scope(
+    request: Request,
+    _b: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    _k: Annotated[str | None, Depends(_api_key)],
+) -> Principal:
+    keys: KeyStore = request.app.state.keys
+    return keys.require(request, Scope.table)
+
+
 async def read_scope(
     request: Request,
     _b: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -37,6 +46,8 @@ async def admin_scope(
     return keys.require(request, Scope.admin)
 
 
+# `table` is the relays' and proxies' key: the current failure table only.
+TableReader = Annotated[Principal, Depends(table_scope)]
 Reader = Annotated[Principal, Depends(read_scope)]
 Admin = Annotated[Principal, Depends(admin_scope)]
 

@@ -1,7 +1,7 @@
 """``polycorn-linkdb-api``: serve the API, make API keys, dump OpenAPI.
 
     polycorn-linkdb-api serve [--host 127.0.0.1] [--port 8080] [--workers 1]
-    polycorn-linkdb-api hash-key NAME {read,admin}   # new key + its config entry
+    polycorn-linkdb-api hash-key NAME {table,read,admin}  # new key + its config entry
     polycorn-linkdb-api hash-key --key KEY NAME SCOPE # entry for an existing key
     polycorn-linkdb-api openapi                       # the OpenAPI document (JSON)
 
@@ -39,7 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     hk = sub.add_parser("hash-key", help="make an API key and its POLYCORN_API_KEYS entry")
     hk.add_argument("name")
-    hk.add_argument("scope", choices=[s.value for s in Scope])
+    hk.add_argument(
+        "scope",
+        choices=[s.value for s in Scope],
+        help="table: GET /v1/failure-table only (relays and proxies); read: every GET; "
+        "admin: also publishing tables",
+    )
     hk.add_argument("--key", help="hash this key instead of making a new one")
     sub.add_parser("openapi", help="print the OpenAPI document")
     a = p.parse_args(argv)

@@ -15,8 +15,10 @@ from polycorn_schema.testing import fresh_database
 
 READ_KEY = "test-read-key"
 ADMIN_KEY = "test-admin-key"
+TABLE_KEY = "test-table-key"
 READ = {"Authorization": f"Bearer {READ_KEY}"}
 ADMIN = {"X-API-Key": ADMIN_KEY}
+TABLE = {"X-API-Key": TABLE_KEY}
 
 # Two trains along a line from (116.0, 39.0) eastwards; 300 handovers of train
 # t1 (every 10 s, 0.001° apart), 100 of t2 on another carrier; cells keyed by
@@ -90,7 +92,10 @@ def seeded(database: str) -> str:
 
 
 def settings_for(url: str, **api: object) -> Settings:
-    keys = f"reader:read:{hash_key(READ_KEY)},boss:admin:{hash_key(ADMIN_KEY)}"
+    keys = (
+        f"reader:read:{hash_key(READ_KEY)},boss:admin:{hash_key(ADMIN_KEY)},"
+        f"proxy:table:{hash_key(TABLE_KEY)}"
+    )
     return Settings(DatabaseSettings(url=url, pool_size=4), ApiSettings(keys=keys, **api))  # type: ignore[arg-type]
 
 

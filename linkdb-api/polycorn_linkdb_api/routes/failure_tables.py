@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from psycopg import AsyncConnection
 
-from polycorn_linkdb_api.deps import Admin, Reader, db
+from polycorn_linkdb_api.deps import Admin, Reader, TableReader, db
 from polycorn_linkdb_api.errors import ConflictError, InvalidInputError, InvalidParam, NotFoundError
 from polycorn_linkdb_api.failure_table import (
     TableFile,
@@ -103,11 +103,12 @@ IfNoneMatch = Annotated[
     summary="The current failure-location table (for the proxies)",
 )
 async def current_table(
-    request: Request, _who: Reader, if_none_match: IfNoneMatch = None
+    request: Request, _who: TableReader, if_none_match: IfNoneMatch = None
 ) -> Response:
     """The highest published version, in the proxies' file format. Poll with
     `If-None-Match: <ETag>`: 304 while it is unchanged. 404 until a first
-    table is published (a proxy then runs without one)."""
+    table is published (a proxy then runs without one). The one route a
+    `table` key (the relays' and proxies') may read."""
     max_age = request.app.state.settings.api.table_max_age_s
     async with db(request) as conn:
         row = await fetchone(
