@@ -183,6 +183,11 @@ NOTES.txt and from the Envoy ConfigMap, so that `helm template` fails too.
 {{- if and .Values.proxy.failureTable.api.enabled (not .Values.proxy.failureTable.api.apiKeySecret) }}
 {{- fail "proxy.failureTable.api.apiKeySecret is required with proxy.failureTable.api.enabled" }}
 {{- end }}
+{{- with .Values.proxy.failureTable.api }}
+{{- if and .enabled (hasPrefix "http://" (default (include "polycorn.linkdbApiUrl" $) .url)) (not .insecureHttp) }}
+{{- fail (printf "proxy.failureTable.api: the proxies would send their API key in clear text to %s; set proxy.failureTable.api.url to an https:// URL (the Envoy edge), or set proxy.failureTable.api.insecureHttp=true to accept plain http inside the cluster (values.yaml says when that is acceptable)" (default (include "polycorn.linkdbApiUrl" $) .url)) }}
+{{- end }}
+{{- end }}
 {{- if and .Values.envoy.enabled (eq .Values.envoy.trains.routing "sni") (or (eq (int .Values.envoy.trains.port) (int .Values.envoy.api.port)) (eq (int .Values.envoy.trains.port) (int .Values.envoy.api.containerPort)) (eq (int .Values.envoy.trains.port) (int .Values.envoy.statsPort)) (eq (int .Values.envoy.trains.port) (int .Values.envoy.adminPort))) }}
 {{- fail "envoy.trains.port must differ from envoy.api.port, envoy.api.containerPort, envoy.statsPort and envoy.adminPort" }}
 {{- end }}

@@ -168,8 +168,45 @@ def test_api_is_https_with_local_rate_limiting_and_cert_from_a_secret() -> None:
     hcm = chain["filters"][0]["typed_config"]
     names = [f["name"] for f in hcm["http_filters"]]
     assert names == ["envoy.filters.http.local_ratelimit", "envoy.filters.http.router"]
-    bucket = hcm["http_filters"][0]["typed_config"]["token_bucket"]
-    assert bucket == {"max_tokens": 200, "tokens_per_fill": 100, "fill_interval": "1s"}
+    rl = hcm["http_filters"][0]["typed_config"]
+    # Per client address, one bucket for keyed and one for keyless requests
+    # (dynamic descriptors), never one global bucket that a flood exhausts.
+    assert rl["always_consume_default_token_bucket"] is False
+    assert rl["max_dynamic_descriptors"] == 20000
+    buckets = {
+        tuple((e["key"], e["value"]) for e in d["entries"]): d["token_bucket"]
+        for d in rl["descriptors"]
+    }
+    assert buckets == {
+        (("api_key", "absent"), ("remote_address", "")): {
+            "max_tokens": 10,
+            "tokens_per_fill": 5,
+            "fill_interval": "1s",
+        },
+        (("api_key", "present"), ("remote_address", "")): {
+            "max_tokens": 100,
+            "tokens_per_fill": 50,
+            "fill_interval": "1s",
+        },
+    }
+    keyless, keyed = rl["rate_limits"]
+    for r, value, expect in ((keyless, "absent", True), (keyed, "present", False)):
+        match, addr = r["actions"]
+        assert addr == {"remote_address": {}}
+        hv = match["header_value_match"]
+        assert (hv["descriptor_value"], hv["expect_match"]) == (value, expect)
+        assert hv["headers"] == [
+            {"name": "x-api-key", "present_match": False},
+            {"name": "authorization", "present_match": False},
+        ]
+    # Only /v1/ reaches the API: /metrics, /docs, /openapi.json, /redoc stay inside.
+    (vh,) = hcm["route_config"]["virtual_hosts"]
+    to_api = [r for r in vh["routes"] if "route" in r]
+    assert [r["match"] for r in to_api] == [{"prefix": "/v1/"}]
+    assert to_api[0]["route"]["cluster"] == "linkdb_api"
+    assert vh["routes"][-1]["match"] == {"prefix": "/"}
+    assert vh["routes"][-1]["direct_response"]["status"] == 404
+    assert hcm["normalize_path"] is True and hcm["merge_slashes"] is True
     dep = named(objs, "Deployment", "polycorn-envoy")
     vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert vols["api-tls"]["secret"]["secretName"] == "api-tls"
@@ -179,6 +216,28 @@ def test_api_is_https_with_local_rate_limiting_and_cert_from_a_secret() -> None:
     ]
     hcm = api["filter_chains"][0]["filters"][0]["typed_config"]
     assert [f["name"] for f in hcm["http_filters"]] == ["envoy.filters.http.router"]
+
+
+def test_the_table_key_is_sent_over_http_only_when_allowed() -> None:
+    api = {"enabled": True, "apiKeySecret": "proxy-table-key"}
+    name = "polycorn-proxy-train-0042"
+    # The in-cluster default is plain http: refused without insecureHttp.
+    err = render_error({"trains": TRAINS[:1], "proxy": {"failureTable": {"api": api}}})
+    assert "clear text" in err and "insecureHttp" in err
+    ok = render(
+        {"trains": TRAINS[:1], "proxy": {"failureTable": {"api": {**api, "insecureHttp": True}}}}
+    )
+    args = container(ok, "StatefulSet", name)["args"]
+    url = flag(args, "failure-table-url")
+    assert url is not None and url.startswith("http://polycorn-linkdb-api.")
+    assert "--failure-table-insecure-http" in args
+    # https: no flag needed, none passed (insecureHttp or not).
+    for insecure in (False, True):
+        over_tls = {**api, "url": "https://linkdb.example.net", "insecureHttp": insecure}
+        objs = render({"trains": TRAINS[:1], "proxy": {"failureTable": {"api": over_tls}}})
+        args = container(objs, "StatefulSet", name)["args"]
+        assert flag(args, "failure-table-url") == "https://linkdb.example.net"
+        assert "--failure-table-insecure-http" not in args
 
 
 def test_a_new_train_rolls_envoy() -> None:
