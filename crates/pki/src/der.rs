@@ -25,6 +25,7 @@ pub(crate) const COMMON_NAME: &[u64] = &[2, 5, 4, 3];
 const TAG_SEQUENCE: u8 = 0x30;
 const TAG_SET: u8 = 0x31;
 const TAG_OID: u8 = 0x06;
+const TAG_INTEGER: u8 = 0x02;
 
 /// Reads one TLV from the front of `input`, returning (tag, value, rest).
 fn read_tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), &'static str> {
@@ -197,6 +198,35 @@ pub(crate) fn subject_key_identifier(cert_der: &[u8]) -> Result<Option<Vec<u8>>,
         return Err("subjectKeyIdentifier is not an OCTET STRING");
     }
     Ok(Some(key_id.to_vec()))
+}
+
+/// Returns the serial number of the certificate `cert_der`: the content
+/// octets of its INTEGER, without the leading zero octet DER adds to keep a
+/// positive number positive (so it reads as the certificate's hex serial).
+pub(crate) fn serial_number(cert_der: &[u8]) -> Result<Vec<u8>, &'static str> {
+    let (tag, cert, _) = read_tlv(cert_der)?;
+    if tag != TAG_SEQUENCE {
+        return Err("certificate is not a SEQUENCE");
+    }
+    let (tag, tbs, _) = read_tlv(cert)?;
+    if tag != TAG_SEQUENCE {
+        return Err("tbsCertificate is not a SEQUENCE");
+    }
+    let (mut tag, mut value, rest) = read_tlv(tbs)?;
+    if tag == 0xa0 {
+        // [0] version
+        (tag, value, _) = read_tlv(rest)?;
+    }
+    if tag != TAG_INTEGER || value.is_empty() {
+        return Err("serialNumber is not an INTEGER");
+    }
+    if value[0] & 0x80 != 0 {
+        return Err("serialNumber is negative");
+    }
+    match value {
+        [0, rest @ ..] if !rest.is_empty() => Ok(rest.to_vec()),
+        _ => Ok(value.to_vec()),
+    }
 }
 
 /// Returns the keyIdentifier of the authorityKeyIdentifier extension, if any.

@@ -207,6 +207,51 @@ pub enum PkiError {
         cause: rustls::Error,
     },
 
+    /// A serial number given to `revoke` is not usable.
+    #[error(
+        "invalid serial number `{serial}`: {reason}; give the hex serial printed by `openssl x509 -noout -serial`"
+    )]
+    InvalidSerial {
+        /// The offending text.
+        serial: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// A certificate to revoke was not issued by the CA given.
+    #[error(
+        "the certificate in `{path}` was not issued by this CA (its issuer is not the CA's subject); \
+         point --ca-dir at the CA that issued it"
+    )]
+    NotIssuedByCa {
+        /// The certificate file.
+        path: PathBuf,
+    },
+
+    /// `revoked.json` of a CA directory does not parse.
+    #[error(
+        "could not read the revocation state `{path}`: {detail}; restore it from a backup (its \
+         serials are also listed in the last ca.crl: `openssl crl -noout -text -in ca.crl`)"
+    )]
+    BadRevocationState {
+        /// The file.
+        path: PathBuf,
+        /// The parser's explanation.
+        detail: String,
+    },
+
+    /// A CRL file is unusable (does not parse, or is not signed by the CA).
+    #[error(
+        "cannot use the CRL `{path}`: {detail}; re-sign it with `polycorn-pki crl --ca-dir <CA dir>` \
+         and give the proxy the ca.crl written next to the CA that signed its train certificates"
+    )]
+    BadCrl {
+        /// The CRL file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+
     /// A certificate verifier could not be built from the CA.
     #[error("could not build the {what} verifier from the CA `{path}`: {cause}")]
     Verifier {

@@ -69,7 +69,7 @@ fn ensure_dir(dir: &Path) -> Result<(), PkiError> {
 }
 
 /// Writes `contents` to `path` atomically; `secret` files get mode 0600.
-fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiError> {
+pub(crate) fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), PkiError> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));

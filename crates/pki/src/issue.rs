@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, DnValue, ExtendedKeyUsagePurpose, IsCa, Issuer,
-    KeyIdMethod, KeyPair, KeyUsagePurpose, PublicKeyData, SanType, PKCS_ECDSA_P256_SHA256,
+    KeyIdMethod, KeyPair, KeyUsagePurpose, PublicKeyData, SanType, SerialNumber, PKCS_ECDSA_P256_SHA256,
 };
 use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
@@ -170,16 +170,21 @@ pub fn generate_ca(name: &str, days: u32) -> Result<GeneratedCa, PkiError> {
 
 /// A CA ready to sign: its key, its subject rebuilt for rcgen, and roots for
 /// self-checking what it issues.
-struct LoadedCa {
-    issuer: Issuer<'static, KeyPair>,
+pub(crate) struct LoadedCa {
+    pub(crate) issuer: Issuer<'static, KeyPair>,
     roots: Arc<RootCertStore>,
+    /// The CA's subject (DER contents of the `Name`), to recognise what it issued.
+    pub(crate) subject: Vec<u8>,
+    /// The CA's subjectKeyIdentifier, if it has one: CRLs name it in their
+    /// authorityKeyIdentifier.
+    pub(crate) key_id: Option<Vec<u8>>,
 }
 
 fn unusable(detail: impl Into<String>) -> PkiError {
     PkiError::UnusableCa { dir: PathBuf::from("<memory>"), detail: detail.into() }
 }
 
-fn open_ca(ca: &GeneratedCa) -> Result<LoadedCa, PkiError> {
+pub(crate) fn open_ca(ca: &GeneratedCa) -> Result<LoadedCa, PkiError> {
     let cert_der = CertificateDer::from_pem_slice(ca.cert_pem.as_bytes())
         .map_err(|e| unusable(format!("the CA certificate is not valid PEM ({e})")))?;
     let key =
@@ -220,16 +225,17 @@ fn open_ca(ca: &GeneratedCa) -> Result<LoadedCa, PkiError> {
     // subjectKeyIdentifier (OpenSSL refuses the chain otherwise). CAs made
     // by `generate_ca` use rcgen's default (truncated SHA-256), others may
     // not.
-    if let Some(ski) =
-        der::subject_key_identifier(&cert_der).map_err(|e| unusable(format!("the CA extensions do not parse ({e})")))?
-    {
-        params.key_identifier_method = KeyIdMethod::PreSpecified(ski);
+    let key_id = der::subject_key_identifier(&cert_der)
+        .map_err(|e| unusable(format!("the CA extensions do not parse ({e})")))?;
+    if let Some(ski) = &key_id {
+        params.key_identifier_method = KeyIdMethod::PreSpecified(ski.clone());
     }
     let issuer = Issuer::new(params, key);
+    let subject = parsed.subject().to_vec();
 
     let mut roots = RootCertStore::empty();
     roots.add(cert_der).map_err(|e| unusable(format!("the CA certificate is not a usable trust anchor ({e})")))?;
-    Ok(LoadedCa { issuer, roots: Arc::new(roots) })
+    Ok(LoadedCa { issuer, roots: Arc::new(roots), subject, key_id })
 }
 
 /// Checks that `ca` can sign: PEM parses, key matches, subject is readable.
@@ -252,9 +258,28 @@ fn leaf_params(
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![eku];
     params.use_authority_key_identifier_extension = true;
+    params.serial_number = Some(random_serial()?);
     params.not_before = not_before;
     params.not_after = not_after;
     Ok(params)
+}
+
+/// A random, positive 128-bit serial number.
+///
+/// rcgen's default serial is a hash of the subject's public key: unique as
+/// long as every certificate gets a fresh key, which `sign_leaf` does. A
+/// random serial does not depend on that, and is what RFC 5280 / the CA/B
+/// rules expect; revocation (`polycorn-pki revoke`) identifies a certificate
+/// by it.
+fn random_serial() -> Result<SerialNumber, PkiError> {
+    let mut bytes = [0u8; 16];
+    crate::provider().secure_random.fill(&mut bytes).map_err(|_| PkiError::Generate {
+        what: "a random serial number".into(),
+        cause: rcgen::Error::RingUnspecified,
+    })?;
+    bytes[0] &= 0x7f; // positive
+    bytes[0] |= 0x40; // and always 16 octets long
+    Ok(SerialNumber::from(bytes.to_vec()))
 }
 
 fn sign_leaf(

@@ -50,12 +50,17 @@
 //! This is a development PKI: there is no revocation and no intermediate CA;
 //! the CA key is a plain file.
 
+mod crl;
 mod der;
 mod error;
 mod files;
 mod issue;
 mod tls;
 
+pub use crl::{
+    read_revocation_state, resign_crl, revoke, serial_issued_by, sign_crl, CrlReport, RevocationState, RevokeReason,
+    RevokedEntry, Serial, CRL_FILE, DEFAULT_CRL_DAYS, REVOKED_FILE,
+};
 pub use error::PkiError;
 pub use files::{
     load_ca, write_ca, write_dev_bundle, write_issued, CertPaths, DevBundle, CA_CERT_FILE, CA_KEY_FILE, DEV_PROXY_NAME,
@@ -64,6 +69,9 @@ pub use issue::{
     generate_ca, issue_proxy, issue_train, train_san, validate_train_id, GeneratedCa, IssuedCert, DEFAULT_CA_DAYS,
     DEFAULT_CA_NAME, DEFAULT_LEAF_DAYS, DEV_PROXY_SANS, ORGANIZATION, TRAIN_DOMAIN,
 };
-pub use tls::{client_config, load_certs, load_key, server_config, train_id_of, ALPN_PROTOCOL};
+pub use tls::{
+    client_config, load_certs, load_crls, load_key, server_config, server_config_with_crl, train_id_of, CrlStatus,
+    CrlWatch, ALPN_PROTOCOL,
+};
 
 pub(crate) use tls::provider;

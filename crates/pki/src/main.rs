@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use polycorn_pki::{
-    generate_ca, issue_proxy, issue_train, load_ca, write_ca, write_dev_bundle, write_issued, DEFAULT_CA_DAYS,
-    DEFAULT_CA_NAME, DEFAULT_LEAF_DAYS,
+    generate_ca, issue_proxy, issue_train, load_ca, resign_crl, revoke, serial_issued_by, write_ca, write_dev_bundle,
+    write_issued, CrlReport, RevokeReason, Serial, DEFAULT_CA_DAYS, DEFAULT_CA_NAME, DEFAULT_CRL_DAYS,
+    DEFAULT_LEAF_DAYS,
 };
 
 /// Polycorn development PKI.
@@ -15,7 +16,9 @@ use polycorn_pki::{
 /// One CA signs one certificate per train (CN = train id, DNS SAN
 /// `<train-id>.trains.polycorn`, clientAuth) and the proxy server
 /// certificates (serverAuth). All keys are ECDSA P-256 and are written with
-/// mode 0600.
+/// mode 0600. Certificates are revoked with `revoke`, which keeps the list in
+/// the CA directory (revoked.json) and writes the signed CRL the proxy loads
+/// (ca.crl, `polycorn-proxy --crl`).
 #[derive(Debug, Parser)]
 #[command(name = "polycorn-pki", version, about, long_about)]
 struct Cli {
@@ -85,6 +88,48 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Revoke a certificate: add its serial to DIR/revoked.json and write a
+    /// freshly signed DIR/ca.crl.
+    ///
+    /// Give the certificate file (it must have been issued by this CA) or its
+    /// serial (hex, as `openssl x509 -noout -serial` prints it). The new CRL
+    /// has the next CRL number and a nextUpdate --days ahead. Copy ca.crl to
+    /// every proxy (`polycorn-proxy --crl`; it reloads the file when it
+    /// changes): from then on a handshake with the revoked certificate fails.
+    /// Re-issuing a train's certificate does not revoke the old one: revoke
+    /// it (reason superseded) once the train has the new one.
+    Revoke {
+        /// Directory holding the CA's ca.crt and ca.key; revoked.json and
+        /// ca.crl are kept there.
+        #[arg(long, value_name = "DIR")]
+        ca_dir: PathBuf,
+        /// The certificate to revoke (PEM, e.g. train-0042.crt).
+        #[arg(long, value_name = "FILE", required_unless_present = "serial", conflicts_with = "serial")]
+        cert: Option<PathBuf>,
+        /// The serial number of the certificate to revoke (hex).
+        #[arg(long, value_name = "HEX")]
+        serial: Option<String>,
+        /// Why it is revoked.
+        #[arg(long, value_enum, default_value = "unspecified")]
+        reason: RevokeReason,
+        /// Days until the CRL's nextUpdate: re-sign (`crl`) before then.
+        #[arg(long, value_name = "DAYS", default_value_t = DEFAULT_CRL_DAYS)]
+        days: u32,
+    },
+    /// Re-sign the CA's CRL: write DIR/ca.crl from DIR/revoked.json (an empty
+    /// CRL if nothing was revoked yet) with the next CRL number.
+    ///
+    /// A CRL carries a nextUpdate (--days ahead); the proxy warns once it has
+    /// passed but keeps applying it. Re-sign at least every --days / 2 (e.g.
+    /// weekly with the default 30 days) and copy ca.crl to the proxies.
+    Crl {
+        /// Directory holding the CA's ca.crt and ca.key.
+        #[arg(long, value_name = "DIR")]
+        ca_dir: PathBuf,
+        /// Days until the CRL's nextUpdate.
+        #[arg(long, value_name = "DAYS", default_value_t = DEFAULT_CRL_DAYS)]
+        days: u32,
+    },
     /// Write a development bundle (CA, proxy and train certificates) into OUT.
     ///
     /// Writes OUT/ca.crt and OUT/ca.key (reused if OUT already has a CA, so
@@ -125,6 +170,28 @@ fn main() -> Result<()> {
             println!("wrote {}", paths.cert.display());
             println!("wrote {} (mode 0600)", paths.key.display());
         }
+        Command::Revoke { ca_dir, cert, serial, reason, days } => {
+            let (serial, name) = match (cert, serial) {
+                (Some(cert), _) => {
+                    let ca = load_ca(&ca_dir).context("revoke failed")?;
+                    serial_issued_by(&ca, &cert).context("revoke failed")?
+                }
+                (None, Some(hex)) => (Serial::from_hex(&hex).context("revoke failed")?, None),
+                (None, None) => anyhow::bail!("revoke needs --cert FILE or --serial HEX"),
+            };
+            let report = revoke(&ca_dir, &serial, name.clone(), reason, days).context("revoke failed")?;
+            let what = name.map_or_else(String::new, |n| format!(" ({n})"));
+            if report.newly_revoked {
+                println!("revoked serial {serial}{what}");
+            } else {
+                println!("serial {serial}{what} was already revoked");
+            }
+            print_crl(&report);
+        }
+        Command::Crl { ca_dir, days } => {
+            let report = resign_crl(&ca_dir, days).context("crl failed")?;
+            print_crl(&report);
+        }
         Command::Dev { out, trains } => {
             let bundle = write_dev_bundle(&out, &trains).context("dev failed")?;
             let ca_state = if bundle.reused_ca { "reused" } else { "generated" };
@@ -136,6 +203,17 @@ fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn print_crl(report: &CrlReport) {
+    println!("wrote {}", report.state.display());
+    println!(
+        "wrote {} (CRL number {}, {} revoked, next update at Unix time {}: re-sign before then)",
+        report.crl.display(),
+        report.crl_number,
+        report.revoked,
+        report.next_update
+    );
 }
 
 #[cfg(test)]
