@@ -58,6 +58,12 @@ struct Opts {
     /// This proxy's private key (PEM).
     #[arg(long, env = "POLYCORN_PROXY_KEY")]
     key: Option<PathBuf>,
+    /// CRL of the CA (PEM, `ca.crl` written by `polycorn-pki revoke` / `crl`):
+    /// a train certificate it lists fails the handshake. Checked against the
+    /// CA at start (an unusable CRL is an error) and re-read when the file
+    /// changes (an unusable new file is refused, the previous CRL kept).
+    #[arg(long, env = "POLYCORN_PROXY_CRL")]
+    crl: Option<PathBuf>,
     /// Downlink scheduler: a built-in composition (hrsch+, hrsch+stale, hrsch,
     /// minrtt, roundrobin, redundant, blest, ecf, single-path, the HRSCH
     /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er, and the
@@ -191,6 +197,8 @@ struct Settings {
     train_id: String,
     listen: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
+    /// `--crl`, watched for changes; taken by `run`.
+    crl: Option<polycorn_pki::CrlWatch>,
     scheduler: String,
     pipelines: BTreeMap<String, PipelineToml>,
     transport: Transport,
@@ -226,6 +234,9 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, subflow_cc, max_conns, metrics_listen, deny, allow,
         connect_timeout_s, conn_window, conn_window_initial, conn_send_buffer, mem_budget, log_json, failure_table, kafka_brokers, kafka_topic,
         kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file, trace_dir, trace_max_bytes);
+    if o.crl.is_none() {
+        o.crl = f.crl.take();
+    }
     let pipelines = std::mem::take(&mut f.pipelines);
     let table_topic = match (o.failure_table_topic.take(), &o.kafka_brokers) {
         (Some(topic), Some(b)) => Some((b.clone(), topic)),
@@ -241,8 +252,9 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;
     let need = |p: Option<PathBuf>, flag: &str| p.with_context(|| format!("--{flag} is required"));
     let (ca, cert, key) = (need(o.ca, "ca")?, need(o.cert, "cert")?, need(o.key, "key")?);
-    let tls = polycorn_pki::server_config(&ca, &cert, &key, std::slice::from_ref(&train_id))
-        .context("loading the proxy's TLS material")?;
+    let (tls, crl) =
+        polycorn_pki::server_config_with_crl(&ca, &cert, &key, std::slice::from_ref(&train_id), o.crl.as_deref())
+            .context("loading the proxy's TLS material")?;
     let scheduler = o.scheduler.unwrap_or_else(|| polycorn_core::sched::DEFAULT_PIPELINE.into());
     build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
     let policy = policy::Policy::new(o.deny, o.allow);
@@ -274,6 +286,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             train_id,
             listen: o.listen.unwrap_or_else(|| "0.0.0.0:4433".parse().expect("valid")),
             tls,
+            crl,
             scheduler,
             pipelines,
             transport,
@@ -631,6 +644,35 @@ fn table_sources(
     Ok(Some(hub))
 }
 
+/// `--crl`: re-read the CRL file when it changes (every
+/// `polycorn_net::table::file::CHECK_EVERY`, like the failure-location
+/// table file); warn hourly while its nextUpdate has passed.
+async fn watch_crl(mut crl: polycorn_pki::CrlWatch, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let every = polycorn_net::table::file::CHECK_EVERY;
+    let expiry_every = (3600.0 / every.as_secs_f64()).max(1.0) as u64;
+    let mut n = 0u64;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        n += 1;
+        match crl.check() {
+            Some(Ok(st)) if st.expired => {
+                warn!(crl = %crl.path().display(), "new CRL in use, but its next update has passed: re-sign it (polycorn-pki crl)")
+            }
+            Some(Ok(st)) => info!(crl = %crl.path().display(), crls = st.crls, "new CRL in use"),
+            Some(Err(e)) => {
+                warn!(crl = %crl.path().display(), error = %e, "new CRL refused; the previous one stays in use")
+            }
+            None if n % expiry_every == 0 && crl.expired_now() => {
+                warn!(crl = %crl.path().display(), "the CRL's next update has passed: re-sign it (polycorn-pki crl) and copy it here")
+            }
+            None => {}
+        }
+    }
+}
+
 fn stream_reset(stream: polycorn_net::ConnStream, code: u32) {
     stream.reset(code);
 }
@@ -659,7 +701,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let (s, json) = match settings() {
+    let (mut s, json) = match settings() {
         Ok(v) => v,
         Err(e) => {
             eprintln!("polycorn-proxy: {e:#}");
@@ -669,6 +711,15 @@ async fn run() -> anyhow::Result<()> {
     polycorn_net::telemetry::init_logging("info", json);
     polycorn_net::panics::install("proxy");
     let listener = subflow::listen(s.listen, s.transport, &s.congestion)?;
+    let crl = s.crl.take();
+    if let Some(c) = &crl {
+        let st = c.status();
+        if st.expired {
+            warn!(crl = %c.path().display(), "the CRL's next update has passed: re-sign it (polycorn-pki crl); it still applies");
+        } else {
+            info!(crl = %c.path().display(), crls = st.crls, "revoked train certificates are refused (CRL)");
+        }
+    }
     info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, subflow_cc = %s.congestion, "proxy started");
     let metrics_addr = s.metrics_listen;
     let instance = std::hash::BuildHasher::hash_one(
@@ -734,6 +785,9 @@ async fn run() -> anyhow::Result<()> {
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut m_stop = stop_rx.clone();
+    if let Some(c) = crl {
+        tokio::spawn(watch_crl(c, stop_rx.clone()));
+    }
     if let Some(hub) = table_sources(&proxy, &stop_rx)? {
         sources.push(hub.metrics());
     }
