@@ -47,8 +47,15 @@
 //! Every issued certificate is verified against its CA, with the same
 //! verifier the peer will use, before it is returned.
 //!
-//! This is a development PKI: there is no revocation and no intermediate CA;
-//! the CA key is a plain file.
+//! # Revoking
+//!
+//! [`revoke`] lists a serial in the CA directory's `revoked.json` and writes
+//! the CA-signed CRL `ca.crl`; [`resign_crl`] renews it. The proxy loads it
+//! with [`server_config_with_crl`], whose [`CrlWatch`] reloads it when the
+//! file changes.
+//!
+//! This is a development PKI: there is no intermediate CA and no OCSP; the
+//! CA key is a plain file.
 
 mod crl;
 mod der;
