@@ -163,6 +163,11 @@ struct Opts {
     /// File holding the LinkDB API key sent as `X-API-Key` with --failure-table-url.
     #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_API_KEY_FILE")]
     failure_table_api_key_file: Option<PathBuf>,
+    /// Send the API key over a plain http:// --failure-table-url to a host
+    /// that is not loopback (refused at start-up without it): only where
+    /// the network to the API is trusted, e.g. a Service inside the cluster.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_PROXY_FAILURE_TABLE_INSECURE_HTTP")]
+    failure_table_insecure_http: Option<bool>,
     /// Kafka bootstrap servers for the train's telemetry, e.g.
     /// `kafka-0:9092,kafka-1:9092`. Without it telemetry has no sink: it is
     /// acknowledged on receipt and discarded (counted).
@@ -233,7 +238,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, subflow_cc, max_conns, metrics_listen, deny, allow,
         connect_timeout_s, conn_window, conn_window_initial, conn_send_buffer, mem_budget, log_json, failure_table, kafka_brokers, kafka_topic,
-        kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file, trace_dir, trace_max_bytes);
+        kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, trace_dir, trace_max_bytes);
     if o.crl.is_none() {
         o.crl = f.crl.take();
     }
@@ -247,6 +252,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
         o.failure_table_url.as_deref(),
         o.failure_table_poll_s,
         o.failure_table_api_key_file.as_deref(),
+        o.failure_table_insecure_http.unwrap_or(false),
     )
     .map_err(anyhow::Error::msg)?;
     let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;

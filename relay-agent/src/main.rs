@@ -155,6 +155,11 @@ struct Opts {
     /// File holding the LinkDB API key sent as `X-API-Key` with --failure-table-url.
     #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE_API_KEY_FILE")]
     failure_table_api_key_file: Option<PathBuf>,
+    /// Send the API key over a plain http:// --failure-table-url to a host
+    /// that is not loopback (refused at start-up without it): only where
+    /// the network to the API is trusted, e.g. a Service inside the cluster.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_FAILURE_TABLE_INSECURE_HTTP")]
+    failure_table_insecure_http: Option<bool>,
     /// Testbed radio source: replay a polycorn-tracegen event log
     /// (events.jsonl) as GPS fixes, serving cells, signal samples and
     /// handovers; carrier k of the log is the k-th --path.
@@ -276,7 +281,7 @@ fn settings() -> anyhow::Result<Settings> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, subflow_cc, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, max_conns_per_passenger, log_json,
-        failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, replay_events, replay_epoch_unix_ms, replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms,
+        failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, replay_events, replay_epoch_unix_ms, replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms,
         handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume, trace_dir, trace_max_bytes);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
@@ -339,6 +344,7 @@ fn settings() -> anyhow::Result<Settings> {
         o.failure_table_url.as_deref(),
         o.failure_table_poll_s,
         o.failure_table_api_key_file.as_deref(),
+        o.failure_table_insecure_http.unwrap_or(false),
     )
     .map_err(anyhow::Error::msg)?;
     let trace = polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir.clone(), o.trace_max_bytes)

@@ -9,6 +9,11 @@
 //! malformed body's too, so a bad table is refused (and counted) once, not
 //! on every poll. [`HttpSource`] is the shell: hyper over rustls (ring),
 //! trusting the Mozilla roots (webpki-roots) and the system's store.
+//!
+//! The API key is never sent in clear text by accident: with a key, an
+//! `http://` URL is refused at start-up unless its host is a loopback
+//! address or `--failure-table-insecure-http` says the network to it is
+//! trusted (e.g. a Kubernetes Service inside the cluster).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -92,19 +97,30 @@ pub struct HttpOpts {
 }
 
 impl HttpOpts {
-    /// From the flags; `None` without a URL (then the other two must be unset).
+    /// From the flags; `None` without a URL (then the others must be unset).
+    /// `insecure_http` is `--failure-table-insecure-http`: without it, a key
+    /// is never sent over `http://` to a host that is not loopback.
     pub fn from_flags(
         url: Option<&str>,
         poll_s: Option<f64>,
         api_key_file: Option<&Path>,
+        insecure_http: bool,
     ) -> Result<Option<HttpOpts>, String> {
         let Some(url) = url else {
-            if poll_s.is_some() || api_key_file.is_some() {
-                return Err("--failure-table-poll-s and --failure-table-api-key-file need --failure-table-url".into());
+            if poll_s.is_some() || api_key_file.is_some() || insecure_http {
+                return Err("--failure-table-poll-s, --failure-table-api-key-file and --failure-table-insecure-http need --failure-table-url".into());
             }
             return Ok(None);
         };
-        table_uri(url)?;
+        let uri = table_uri(url)?;
+        if api_key_file.is_some() && uri.scheme_str() == Some("http") && !insecure_http && !is_loopback(&uri) {
+            return Err(format!(
+                "--failure-table-url {url:?}: refusing to send the API key (--failure-table-api-key-file) in clear \
+                 text over http:// to {:?}, which is not a loopback address; use an https:// URL, or add \
+                 --failure-table-insecure-http if the network to it is trusted (e.g. a Service inside the cluster)",
+                uri.host().unwrap_or_default()
+            ));
+        }
         let every = match poll_s {
             None => DEFAULT_POLL,
             Some(s) if (1.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
@@ -138,6 +154,13 @@ pub fn table_uri(url: &str) -> Result<Uri, String> {
     }
     let base = url.trim_end_matches('/');
     format!("{base}{CURRENT_TABLE_PATH}").parse().map_err(|e| format!("--failure-table-url {url:?}: {e}"))
+}
+
+/// `localhost`, 127.0.0.0/8 or ::1: a request that never leaves the machine.
+fn is_loopback(uri: &Uri) -> bool {
+    let Some(host) = uri.host() else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
@@ -324,13 +347,41 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("key");
         std::fs::write(&key, "s3cret\n").unwrap();
-        let o = HttpOpts::from_flags(Some("http://api:8000"), None, Some(&key)).unwrap().unwrap();
+        let o = HttpOpts::from_flags(Some("https://api:8000"), None, Some(&key), false).unwrap().unwrap();
         assert_eq!((o.every, o.api_key.as_deref()), (DEFAULT_POLL, Some("s3cret")));
-        assert_eq!(HttpOpts::from_flags(None, None, None), Ok(None));
-        assert!(HttpOpts::from_flags(None, Some(5.0), None).unwrap_err().contains("need --failure-table-url"));
-        assert!(HttpOpts::from_flags(Some("http://a"), Some(0.0), None).unwrap_err().contains("poll-s"));
+        assert_eq!(HttpOpts::from_flags(None, None, None, false), Ok(None));
+        assert!(HttpOpts::from_flags(None, Some(5.0), None, false).unwrap_err().contains("need --failure-table-url"));
+        assert!(HttpOpts::from_flags(None, None, None, true).unwrap_err().contains("need --failure-table-url"));
+        assert!(HttpOpts::from_flags(Some("http://a"), Some(0.0), None, false).unwrap_err().contains("poll-s"));
         let missing = dir.path().join("nope");
-        assert!(HttpOpts::from_flags(Some("http://a"), None, Some(&missing)).unwrap_err().contains("nope"));
+        assert!(HttpOpts::from_flags(Some("https://a"), None, Some(&missing), false).unwrap_err().contains("nope"));
+    }
+
+    #[test]
+    fn a_key_is_not_sent_over_plain_http_beyond_loopback_without_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "s3cret\n").unwrap();
+        let opts = |url: &str, insecure: bool| HttpOpts::from_flags(Some(url), None, Some(&key), insecure);
+        for url in
+            ["http://api:8000", "http://10.0.0.5/v1/failure-table", "http://linkdb.example", "http://[fd00::1]:80"]
+        {
+            let e = opts(url, false).unwrap_err();
+            assert!(e.contains("--failure-table-insecure-http") && e.contains("https://"), "{url}: {e}");
+            assert!(!e.contains("s3cret"), "the key is never in an error");
+            assert!(opts(url, true).unwrap().is_some(), "{url}: allowed with the flag");
+        }
+        for url in [
+            "http://127.0.0.1:8000",
+            "http://127.8.9.1",
+            "http://localhost:8000/",
+            "http://[::1]:8000",
+            "https://api:8000",
+        ] {
+            assert!(opts(url, false).unwrap().is_some(), "{url}: loopback or https needs no flag");
+        }
+        // Without a key there is nothing to leak: plain http is allowed.
+        assert!(HttpOpts::from_flags(Some("http://10.0.0.5"), None, None, false).unwrap().is_some());
     }
 
     #[test]
