@@ -70,6 +70,9 @@ WINDOW_AB_JSON = "bench/out/hsr-window-ab.json"
 #: The default pipeline beside hrsch (early table), hrsch@mean and minrtt on the precision
 #: profile's 31 trips (issue 20, 2026-11-27): the default pipeline's headline.
 DEFAULT_JSON = "bench/out/hsr-default.json"
+#: The kernel-MPTCP baselines after the tunnel's fix (no endpoint RTO or window over kernel
+#: MPTCP) beside minrtt and the default pipeline, precision profile (2026-11-27).
+KERNEL_MPTCP_JSON = "bench/out/hsr-kernel-mptcp.json"
 #: Recovery after failed handovers alone (``PROFILE=recovery``).
 RECOVERY_JSON = "bench/out/hsr-recovery.json"
 #: hof-reject's holds replayed on that run (``polycorn_bench.holds --all``).
@@ -1736,6 +1739,7 @@ REGIONS: dict[str, Region] = {
     "default-headline": Region(default_headline, inline=True),
     "default-mechanisms": Region(functools.partial(mechanisms, rel=DEFAULT_JSON)),
     "default-variants": Region(functools.partial(variants_table, rel=DEFAULT_JSON)),
+    "kernel-mptcp-precision": Region(functools.partial(mechanisms, rel=KERNEL_MPTCP_JSON)),
 }
 
 #: Regions of the full run on the current railway (``hsr.json``; the first railway's full
