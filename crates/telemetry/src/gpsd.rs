@@ -160,7 +160,10 @@ pub fn parse_time_unix_ms(s: &str) -> Option<i64> {
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
     let mut t = hms.splitn(3, ':').map(|x| x.parse::<i64>().ok());
     let (h, mi, sec) = (t.next()??, t.next()??, t.next()??);
-    if !(1..=12).contains(&mo)
+    // Years outside 1..=9999 (ISO 8601's four digits) are refused: a year
+    // like 1969260370 made the milliseconds overflow (found by fuzz/).
+    if !(1..=9999).contains(&y)
+        || !(1..=12).contains(&mo)
         || !(1..=31).contains(&day)
         || h > 23
         || mi > 59
@@ -289,7 +292,16 @@ mod tests {
         assert_eq!(parse_time_unix_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_time_unix_ms("2000-03-01T00:00:00.5Z"), Some(951_868_800_500));
         assert_eq!(parse_time_unix_ms("2024-02-29T23:59:59.999Z"), Some(1_709_251_199_999));
-        for bad in ["2024-13-01T00:00:00Z", "2024-01-01T00:00:00", "yesterday", "2024-01-01T00:00:00.x1Z", "--T::Z"] {
+        for bad in [
+            "2024-13-01T00:00:00Z",
+            "2024-01-01T00:00:00",
+            "yesterday",
+            "2024-01-01T00:00:00.x1Z",
+            "--T::Z",
+            // Found by fuzz/: the milliseconds of this year overflow an i64.
+            "1969260370-01-01T00:00:03Z",
+            "-5-01-01T00:00:00Z",
+        ] {
             assert_eq!(parse_time_unix_ms(bad), None, "{bad}");
         }
     }
