@@ -693,17 +693,7 @@ async fn relay(mut a: polycorn_net::ConnStream, mut b: TcpStream) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let r = run().await;
-    // After a panic the shutdown above was its doing: exit 70 so that the
-    // supervisor restarts the proxy (polycorn_net::panics).
-    let code = polycorn_net::panics::exit_code(0);
-    if code != 0 {
-        if let Err(e) = &r {
-            eprintln!("polycorn-proxy: {e:#}");
-        }
-        std::process::exit(code);
-    }
-    r
+    polycorn_net::panics::finish("polycorn-proxy", run().await)
 }
 
 async fn run() -> anyhow::Result<()> {

@@ -555,17 +555,7 @@ fn buffer_options(o: &Opts) -> polycorn_net::config::BufferOptions {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let r = run().await;
-    // After a panic the shutdown above was its doing: exit 70 so that the
-    // supervisor restarts the relay (polycorn_net::panics).
-    let code = polycorn_net::panics::exit_code(0);
-    if code != 0 {
-        if let Err(e) = &r {
-            eprintln!("polycorn-relay: {e:#}");
-        }
-        std::process::exit(code);
-    }
-    r
+    polycorn_net::panics::finish("polycorn-relay", run().await)
 }
 
 async fn run() -> anyhow::Result<()> {

@@ -2402,6 +2402,12 @@ mod tests {
         out
     }
 
+    fn decoded(bytes: &[u8]) -> Vec<Frame> {
+        let mut d = FrameDecoder::new();
+        d.push(bytes);
+        std::iter::from_fn(|| d.next_frame().unwrap().map(|f| f.frame)).collect()
+    }
+
     #[test]
     fn a_million_pings_leave_one_pong_queued() {
         let now = Instant::now();
@@ -2414,14 +2420,13 @@ mod tests {
         }
         let mut out = Vec::new();
         proxy.poll_transmit(PathId(0), now, &mut out, 1 << 20);
-        let mut d = FrameDecoder::new();
-        d.push(&out);
-        let mut pongs = Vec::new();
-        while let Some(f) = d.next_frame().unwrap() {
-            if let Frame::Pong { id, .. } = f.frame {
-                pongs.push(id);
-            }
-        }
+        let pongs: Vec<u64> = decoded(&out)
+            .into_iter()
+            .filter_map(|f| match f {
+                Frame::Pong { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect();
         assert_eq!(pongs, vec![999_999], "the newest PING is answered, once");
         assert!(!proxy.input_paused(PathId(0)));
     }
@@ -2630,14 +2635,13 @@ mod tests {
         assert_eq!(proxy.stats().conns_refused, 2);
         let mut out = Vec::new();
         proxy.poll_transmit(PathId(0), now, &mut out, 1 << 20);
-        let mut d = FrameDecoder::new();
-        d.push(&out);
-        let mut resets = Vec::new();
-        while let Some(f) = d.next_frame().unwrap() {
-            if let Frame::Reset { conn, code } = f.frame {
-                resets.push((conn.0, code));
-            }
-        }
+        let resets: Vec<(u32, u32)> = decoded(&out)
+            .into_iter()
+            .filter_map(|f| match f {
+                Frame::Reset { conn, code } => Some((conn.0, code)),
+                _ => None,
+            })
+            .collect();
         assert_eq!(resets, vec![(3, RESET_REFUSED_LIMIT), (4, RESET_REFUSED_LIMIT)]);
     }
 }

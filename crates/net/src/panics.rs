@@ -78,3 +78,18 @@ pub fn exit_code(ok: i32) -> i32 {
         ok
     }
 }
+
+/// A binary's `main` ends with this: after a panic the shutdown was its
+/// doing, so the process exits with status 70 (printing `r`'s error, if
+/// any, as `component: error`) for the supervisor to restart it; otherwise
+/// `r` is returned as it is.
+pub fn finish<E: std::fmt::Display>(component: &str, r: Result<(), E>) -> Result<(), E> {
+    let code = exit_code(0);
+    if code != 0 {
+        if let Err(e) = &r {
+            eprintln!("{component}: {e:#}");
+        }
+        std::process::exit(code);
+    }
+    r
+}
