@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -19,31 +19,24 @@ _bearer = HTTPBearer(auto_error=False, description="an API key as a bearer token
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="an API key")
 
 
-async def table_scope(
-    request: Request,
-    _b: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    _k: Annotated[str | None, Depends(_api_key)],
-) -> Principal:
-    keys: KeyStore = request.app.state.keys
-    return keys.require(request, Scope.table)
+def _requires(scope: Scope) -> Callable[..., Awaitable[Principal]]:
+    """A dependency that admits a key with ``scope`` (or one implying it)."""
+
+    async def dependency(
+        request: Request,
+        _b: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+        _k: Annotated[str | None, Depends(_api_key)],
+    ) -> Principal:
+        keys: KeyStore = request.app.state.keys
+        return keys.require(request, scope)
+
+    dependency.__name__ = f"{scope.name}_scope"
+    return dependency
 
 
-async def read_scope(
-    request: Request,
-    _b: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    _k: Annotated[str | None, Depends(_api_key)],
-) -> Principal:
-    keys: KeyStore = request.app.state.keys
-    return keys.require(request, Scope.read)
-
-
-async def admin_scope(
-    request: Request,
-    _b: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    _k: Annotated[str | None, Depends(_api_key)],
-) -> Principal:
-    keys: KeyStore = request.app.state.keys
-    return keys.require(request, Scope.admin)
+table_scope = _requires(Scope.table)
+read_scope = _requires(Scope.read)
+admin_scope = _requires(Scope.admin)
 
 
 # `table` is the relays' and proxies' key: the current failure table only.
