@@ -13,12 +13,21 @@
 #                                               --partitions 4 --replication-factor 1)
 #
 # State lives in $POLYCORN_INFRA_DIR (default /tmp/polycorn-infra). Ports:
-# POLYCORN_PG_PORT (25432), POLYCORN_KAFKA_PORT (29092; controller +1),
-# POLYCORN_PROM_PORT (29090). Exports for clients:
+# POLYCORN_PG_PORT (25432), POLYCORN_KAFKA_PORT (29092 PLAINTEXT; controller
+# +1; SASL_SSL +2), POLYCORN_PROM_PORT (29090). Exports for clients:
 #   POLYCORN_DATABASE_URL=postgresql://postgres@127.0.0.1:25432/linkdb
 #   POLYCORN_KAFKA_BOOTSTRAP=127.0.0.1:29092
 #   POLYCORN_PROMETHEUS_URL=http://127.0.0.1:29090
 #   POLYCORN_PROM_TARGETS_DIR=<state>/prom/targets
+# and for the authenticated paths (docs/security.md):
+#   POLYCORN_INFRA_TLS_CA=<state>/tls/ca.crt     signs the servers' certificates
+#                                                (localhost, 127.0.0.1)
+#   POLYCORN_KAFKA_SASL_BOOTSTRAP=127.0.0.1:29094 SASL_SSL, SCRAM-SHA-512, ACLs
+#                                                of services/kafka/acls.txt
+#   POLYCORN_KAFKA_USERS_DIR=<state>/kafka/users  <user>.password of proxy,
+#                                                ingest and trainer
+# PostgreSQL takes TLS too (ssl=on, the same certificate): sslmode=verify-full
+# with sslrootcert=$POLYCORN_INFRA_TLS_CA.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,6 +35,8 @@ STATE=${POLYCORN_INFRA_DIR:-/tmp/polycorn-infra}
 PG_PORT=${POLYCORN_PG_PORT:-25432}
 KAFKA_PORT=${POLYCORN_KAFKA_PORT:-29092}
 KAFKA_CTRL_PORT=$((KAFKA_PORT + 1))
+KAFKA_SASL_PORT=$((KAFKA_PORT + 2))
+KAFKA_USERS=(proxy ingest trainer)
 PROM_PORT=${POLYCORN_PROM_PORT:-29090}
 # The defaults (and every script's private instance) sit below Linux's
 # ephemeral range (ip_local_port_range, 32768-60999 by default): a server
@@ -36,7 +47,7 @@ PROM_PORT=${POLYCORN_PROM_PORT:-29090}
 ephemeral_warn() {
     local lo hi p
     read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
-    for p in "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CTRL_PORT" "$PROM_PORT"; do
+    for p in "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CTRL_PORT" "$KAFKA_SASL_PORT" "$PROM_PORT"; do
         if ((p >= lo && p <= hi)); then
             echo "infra: WARNING: port $p is in the ephemeral range $lo-$hi; a server may fail to bind at random" >&2
         fi
@@ -59,6 +70,30 @@ ready() {
         || die "not ready: python -m polycorn_schema.startup $*"
 }
 
+# ---------------------------------------------------------------- TLS
+
+# A test CA and one server certificate (localhost, 127.0.0.1) for Kafka's
+# SASL_SSL listener and PostgreSQL; made once per state directory.
+tls_up() {
+    local d=$STATE/tls
+    [[ -f $d/kafka.pem ]] && return 0
+    command -v openssl >/dev/null || die "openssl missing: run make setup"
+    mkdir -p "$d"
+    (
+        umask 077
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/ca.key" -out "$d/ca.crt" -days 3650 \
+            -subj "/CN=Polycorn infra test CA" -addext basicConstraints=critical,CA:TRUE \
+            -addext keyUsage=critical,keyCertSign,cRLSign
+        openssl req -newkey rsa:2048 -nodes -keyout "$d/server.key" -out "$d/server.csr" -subj /CN=localhost
+        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$d/server.ext"
+        openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 825 \
+            -extfile "$d/server.ext" -out "$d/server.crt"
+        cat "$d/server.key" "$d/server.crt" >"$d/kafka.pem.tmp" && mv "$d/kafka.pem.tmp" "$d/kafka.pem"
+    ) >"$STATE/tls.log" 2>&1 || { cat "$STATE/tls.log" >&2; die "making the TLS certificates failed"; }
+    chmod 644 "$d/ca.crt" "$d/server.crt"
+    log "TLS: CA $d/ca.crt, server certificate for localhost and 127.0.0.1"
+}
+
 # ---------------------------------------------------------------- PostgreSQL
 
 pg_running() { su postgres -c "$PGBIN/pg_ctl -D $STATE/pg/data status" >/dev/null 2>&1; }
@@ -73,8 +108,17 @@ pg_up() {
         su postgres -c "$PGBIN/initdb -D $STATE/pg/data -A trust -U postgres -E UTF8 --locale=C.UTF-8" >"$STATE/pg/initdb.log"
         cat "$ROOT/services/postgis/postgresql.conf" >>"$STATE/pg/data/postgresql.conf"
     fi
+    # TLS with the infra CA's server certificate (plain connections stay
+    # allowed); a server started before without it is restarted once.
+    tls_up
+    install -o postgres -g postgres -m 600 "$STATE/tls/server.key" "$STATE/pg/server.key"
+    install -o postgres -g postgres -m 644 "$STATE/tls/server.crt" "$STATE/pg/server.crt"
+    if pg_running && [[ $(psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc 'show ssl' 2>/dev/null) != on ]]; then
+        log "restarting PostgreSQL with TLS"
+        pg_down
+    fi
     if ! pg_running; then
-        su postgres -c "$PGBIN/pg_ctl -D $STATE/pg/data -l $STATE/pg/pg.log -o '-p $PG_PORT -k $STATE/pg' -w -t 60 start" >/dev/null \
+        su postgres -c "$PGBIN/pg_ctl -D $STATE/pg/data -l $STATE/pg/pg.log -o '-p $PG_PORT -k $STATE/pg -c ssl=on -c ssl_cert_file=$STATE/pg/server.crt -c ssl_key_file=$STATE/pg/server.key' -w -t 60 start" >/dev/null \
             || { tail -20 "$STATE/pg/pg.log" >&2; die "PostgreSQL did not start"; }
     fi
     # pg_ctl -w returns once the server accepts connections; a query is the proof.
@@ -86,7 +130,8 @@ pg_up() {
         -qc 'create extension if not exists postgis' \
         || die "PostGIS could not be enabled in database linkdb"
     ready --timeout-s 60 pg --url "postgresql://postgres@127.0.0.1:$PG_PORT/linkdb" --postgis
-    log "PostgreSQL + PostGIS on 127.0.0.1:$PG_PORT (database linkdb)"
+    ready --timeout-s 60 pg --url "postgresql://postgres@127.0.0.1:$PG_PORT/linkdb?sslmode=verify-full&sslrootcert=$STATE/tls/ca.crt"
+    log "PostgreSQL + PostGIS on 127.0.0.1:$PG_PORT (database linkdb; TLS with $STATE/tls/ca.crt)"
 }
 
 pg_down() {
@@ -108,12 +153,27 @@ kafka_topic_cmd() { kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-s
 kafka_up() {
     [[ -f $KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar ]] || die "Kafka jars missing in $KAFKA_LIBS: run make setup"
     mkdir -p "$STATE/kafka"
-    local conf=$STATE/kafka/server.properties
+    local conf=$STATE/kafka/server.properties users=$STATE/kafka/users u
+    tls_up
     sed -e "s|@PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$KAFKA_CTRL_PORT|g" -e "s|@DATA@|$STATE/kafka/data|g" \
+        -e "s|@SASL_PORT@|$KAFKA_SASL_PORT|g" -e "s|@TLS@|$STATE/tls|g" \
         "$ROOT/services/kafka/server.properties.in" >"$conf"
+    # A random password per SCRAM user, kept with the broker's data.
+    mkdir -p "$users" && chmod 700 "$users"
+    for u in "${KAFKA_USERS[@]}"; do
+        [[ -s $users/$u.password ]] || (umask 077 && openssl rand -hex 24 >"$users/$u.password")
+    done
     if [[ ! -f $STATE/kafka/data/meta.properties ]]; then
+        # The users exist from the first start (KRaft: SCRAM credentials in
+        # the bootstrap metadata); a broker formatted before gets them from
+        # kafka_acl below.
+        local scram=()
+        for u in "${KAFKA_USERS[@]}"; do
+            scram+=(--add-scram "SCRAM-SHA-512=[name=$u,password=$(<"$users/$u.password")]")
+        done
         kafka_java kafka.tools.StorageTool format -t "$(kafka_java kafka.tools.StorageTool random-uuid)" -c "$conf" \
-            >"$STATE/kafka/format.log" 2>&1 || { cat "$STATE/kafka/format.log" >&2; die "Kafka storage format failed"; }
+            "${scram[@]}" >"$STATE/kafka/format.log" 2>&1 \
+            || { cat "$STATE/kafka/format.log" >&2; die "Kafka storage format failed"; }
     fi
     if ! pid_alive "$STATE/kafka/pid"; then
         : >"$STATE/kafka/kafka.log"
@@ -133,7 +193,13 @@ kafka_up() {
     # topics have leaders and a consumer group commits an offset on every
     # partition of __consumer_offsets (polycorn_schema.startup).
     ready kafka --bootstrap "127.0.0.1:$KAFKA_PORT" --topics-file "$ROOT/services/kafka/topics.txt"
-    log "Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT"
+    # The users' credentials and ACLs (services/kafka/acls.txt), then every
+    # user logs in over SASL_SSL: polycorn_schema.kafka_acl.
+    uv run --project "$ROOT" --all-packages --locked --quiet python -m polycorn_schema.kafka_acl \
+        --bootstrap "127.0.0.1:$KAFKA_PORT" --acls-file "$ROOT/services/kafka/acls.txt" --users-dir "$users" \
+        --check-bootstrap "127.0.0.1:$KAFKA_SASL_PORT" --check-ca "$STATE/tls/ca.crt" \
+        || die "Kafka's users and ACLs could not be set (polycorn_schema.kafka_acl)"
+    log "Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (PLAINTEXT), 127.0.0.1:$KAFKA_SASL_PORT (SASL_SSL: ${KAFKA_USERS[*]})"
 }
 
 kafka_down() {
@@ -180,6 +246,9 @@ export POLYCORN_DATABASE_URL=postgresql://postgres@127.0.0.1:$PG_PORT/linkdb
 export POLYCORN_KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
 export POLYCORN_PROMETHEUS_URL=http://127.0.0.1:$PROM_PORT
 export POLYCORN_PROM_TARGETS_DIR=$STATE/prom/targets
+export POLYCORN_INFRA_TLS_CA=$STATE/tls/ca.crt
+export POLYCORN_KAFKA_SASL_BOOTSTRAP=127.0.0.1:$KAFKA_SASL_PORT
+export POLYCORN_KAFKA_USERS_DIR=$STATE/kafka/users
 EOV
 }
 

@@ -101,8 +101,9 @@ component_lint() {
 
 component_rust() {
     # The proxy's Kafka client (rdkafka) builds its vendored librdkafka with
-    # the C toolchain and make.
-    need_apt build-essential
+    # the C toolchain and make, against the system OpenSSL (TLS and
+    # SASL/SCRAM to Kafka: libssl-dev, found with pkg-config).
+    need_apt build-essential libssl-dev pkg-config
     after_install check_rust
 }
 
@@ -169,7 +170,8 @@ check_rust() {
 KAFKA_VERSION=4.3.1
 
 component_infra() {
-    need_apt postgresql-15 postgresql-15-postgis-3 postgresql-client-15 prometheus openjdk-17-jre-headless maven
+    # openssl: scripts/infra.sh makes the test CA and the servers' TLS certificates.
+    need_apt postgresql-15 postgresql-15-postgis-3 postgresql-client-15 prometheus openjdk-17-jre-headless maven openssl
     after_install check_kafka
 }
 

@@ -14,7 +14,10 @@
     polycorn-ingest learn-route --route-id ID [--train T ...] [--since ISO] [--until ISO]
 
 ``--bootstrap`` defaults to ``POLYCORN_KAFKA_BOOTSTRAP``, ``--database-url``
-to ``POLYCORN_DATABASE_URL``. ``docs/ingest.md`` has the guarantees.
+to ``POLYCORN_DATABASE_URL``. ``run`` and ``produce-testbed`` take the Kafka
+security options (``--kafka-security-protocol SASL_SSL --kafka-sasl-username
+... --kafka-sasl-password-file ... --kafka-ssl-ca ...``; ``polycorn_schema.
+kafka_security``). ``docs/ingest.md`` has the guarantees.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.records import MAX_TIME_MS, MIN_TIME_MS
 from polycorn_ingest.sink import LinkDbSink, TransientDbError
 from polycorn_ingest.testbed import records
+from polycorn_schema import kafka_security
 from polycorn_schema.linkdb.cli import upgrade
 
 log = logging.getLogger("polycorn_ingest")
@@ -83,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
             help="Kafka bootstrap servers (env POLYCORN_KAFKA_BOOTSTRAP)",
         )
         sp.add_argument("--topic", default="polycorn.telemetry.v1")
+        kafka_security.add_arguments(sp)
 
     run = sub.add_parser("run", help="consume telemetry into LinkDB")
     kafka(run)
@@ -225,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         return _learn_route(p, a)
     if not a.bootstrap:
         p.error("no Kafka: give --bootstrap or set POLYCORN_KAFKA_BOOTSTRAP")
-    return _run(a)
+    return _run(a, kafka_security.parse(p, a))
 
 
 def _migrate(sink: LinkDbSink) -> None:
@@ -240,7 +245,7 @@ def _migrate(sink: LinkDbSink) -> None:
             delay = min(delay * 2, 30)
 
 
-def _run(a: argparse.Namespace) -> int:
+def _run(a: argparse.Namespace, kafka: dict[str, str]) -> int:
     metrics = Metrics()
     if a.metrics_addr:
         metrics.serve(a.metrics_addr)
@@ -254,7 +259,9 @@ def _run(a: argparse.Namespace) -> int:
         dlq_topic=a.dlq_topic,
         batch_max=a.batch_max,
         batch_timeout_s=a.batch_timeout_s,
+        kafka=dict(kafka),
     )
+    log.info("Kafka %s as %s", a.bootstrap, kafka.get("sasl.username", "no user"))
     ing = Ingestor(cfg, sink, metrics)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -421,6 +428,7 @@ def _produce_testbed(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     prod = Producer(
         {
             "bootstrap.servers": a.bootstrap,
+            **kafka_security.parse(p, a),
             "linger.ms": 20,
             "enable.idempotence": True,
             "message.timeout.ms": 120_000,

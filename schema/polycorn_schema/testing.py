@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+from polycorn_schema.kafka_security import KafkaSecurity
 from polycorn_schema.linkdb.cli import upgrade
 from polycorn_schema.startup import pg_connect
 
@@ -27,8 +30,59 @@ def base_url() -> str:
 
 
 def with_database(url: str, dbname: str) -> str:
-    head, _, _ = url.rpartition("/")
-    return f"{head}/{dbname}"
+    """``url`` naming database ``dbname`` (its query, e.g. sslmode, kept)."""
+    u = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(u._replace(path=f"/{dbname}"))
+
+
+def infra_env(var: str) -> str:
+    v = os.environ.get(var)
+    if not v:
+        raise RuntimeError(
+            f"{var} is not set: start the servers with `scripts/infra.sh up pg kafka` and "
+            'run `eval "$(scripts/infra.sh env)"` (make test-py does both)'
+        )
+    return v
+
+
+def kafka_bootstrap() -> str:
+    """The infra broker's PLAINTEXT listener (``POLYCORN_KAFKA_BOOTSTRAP``):
+    User:ANONYMOUS, a super user."""
+    return infra_env("POLYCORN_KAFKA_BOOTSTRAP")
+
+
+def tls_ca() -> Path:
+    """The CA of the infra servers' certificates (``POLYCORN_INFRA_TLS_CA``)."""
+    return Path(infra_env("POLYCORN_INFRA_TLS_CA"))
+
+
+def tls_url(url: str, *, host: str | None = None, **params: str) -> str:
+    """``url`` with ``sslmode=verify-full`` and the infra CA as
+    ``sslrootcert`` (and ``host`` in place of its host, other libpq
+    parameters from ``params``)."""
+    u = urllib.parse.urlsplit(url)
+    if host is not None:
+        user = u.netloc.rpartition("@")[0]
+        u = u._replace(netloc=f"{user}@{host}:{u.port}" if user else f"{host}:{u.port}")
+    q = dict(urllib.parse.parse_qsl(u.query))
+    q |= {"sslmode": "verify-full", "sslrootcert": str(tls_ca()), **params}
+    return urllib.parse.urlunsplit(u._replace(query=urllib.parse.urlencode(q)))
+
+
+def kafka_sasl_bootstrap() -> str:
+    """The infra broker's SASL_SSL listener (``POLYCORN_KAFKA_SASL_BOOTSTRAP``)."""
+    return infra_env("POLYCORN_KAFKA_SASL_BOOTSTRAP")
+
+
+def kafka_user(user: str, *, password_file: Path | None = None) -> KafkaSecurity:
+    """SASL_SSL as one of the infra broker's users (proxy, ingest, trainer)."""
+    users = Path(infra_env("POLYCORN_KAFKA_USERS_DIR"))
+    return KafkaSecurity(
+        protocol="SASL_SSL",
+        username=user,
+        password_file=password_file or users / f"{user}.password",
+        ca=tls_ca(),
+    )
 
 
 @contextmanager

@@ -14,7 +14,10 @@ re-assembles the table from the latest model of every cell (after sharded
 runs) and sends the current table to Kafka again. ``--database-url``
 defaults to ``POLYCORN_DATABASE_URL``, ``--bootstrap`` to
 ``POLYCORN_KAFKA_BOOTSTRAP`` (without one, tables stay in LinkDB, where the
-API serves them). Exit status: 0 done, 1 the run failed, 2 bad usage.
+API serves them); ``run`` and ``publish`` take the Kafka security options
+(``--kafka-security-protocol SASL_SSL --kafka-sasl-username ...
+--kafka-sasl-password-file ... --kafka-ssl-ca ...``; ``polycorn_schema.
+kafka_security``). Exit status: 0 done, 1 the run failed, 2 bad usage.
 ``docs/trainer.md`` has the method.
 """
 
@@ -30,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from polycorn_schema import kafka_security
 from polycorn_schema.failure_table import TOPIC
 from polycorn_trainer.data import Shard
 from polycorn_trainer.fit import Params
@@ -102,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
             help="Kafka bootstrap servers (env POLYCORN_KAFKA_BOOTSTRAP); none: LinkDB only",
         )
         sp.add_argument("--topic", default=TOPIC, help=f"compacted table topic (default {TOPIC})")
+        kafka_security.add_arguments(sp)
 
     def model(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--shard", type=_shard, default=Shard(), help="I/N: this worker's cells")
@@ -146,7 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _options(a: argparse.Namespace, store: bool, publish: bool) -> Options:
+def _options(
+    a: argparse.Namespace, store: bool, publish: bool, kafka: dict[str, str] | None = None
+) -> Options:
     params = Params(
         min_failures=a.min_failures,
         min_failure_rate=a.min_failure_rate,
@@ -162,6 +169,7 @@ def _options(a: argparse.Namespace, store: bool, publish: bool) -> Options:
         publish=publish,
         bootstrap=getattr(a, "bootstrap", None),
         topic=getattr(a, "topic", TOPIC),
+        kafka=kafka or {},
         db_wait_s=a.db_wait_s,
     )
 
@@ -182,9 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not a.database_url:
         p.error("no database: give --database-url or set POLYCORN_DATABASE_URL")
+    # Security options only where there is a Kafka (validate has none).
+    kafka = kafka_security.parse(p, a) if hasattr(a, "kafka_security_protocol") else {}
     try:
         if a.cmd == "publish":
-            t = publish_only(a.database_url, a.bootstrap, a.topic, db_wait_s=a.db_wait_s)
+            t = publish_only(
+                a.database_url, a.bootstrap, a.topic, db_wait_s=a.db_wait_s, kafka=kafka
+            )
             print(
                 json.dumps(
                     None
@@ -198,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             _write_summary(a.summary_json, s)
             print(json.dumps(s["validation"], indent=2))
             return 0
-        o = _options(a, store=True, publish=not a.no_publish)
+        o = _options(a, store=True, publish=not a.no_publish, kafka=kafka)
         metrics = Metrics()
         if a.metrics_addr:
             metrics.serve(a.metrics_addr)

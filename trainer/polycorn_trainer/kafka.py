@@ -23,11 +23,20 @@ class PublishError(RuntimeError):
 
 
 def produce_table(
-    bootstrap: str, topic: str, body: bytes, *, version: int, etag: str, timeout_s: float = 30.0
+    bootstrap: str,
+    topic: str,
+    body: bytes,
+    *,
+    version: int,
+    etag: str,
+    timeout_s: float = 30.0,
+    kafka: dict[str, str] | None = None,
 ) -> None:
+    """``kafka``: the security settings (``polycorn_schema.kafka_security``)."""
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
+            **(kafka or {}),
             "enable.idempotence": True,
             "acks": "all",
             "message.timeout.ms": int(timeout_s * 1000),

@@ -32,6 +32,8 @@ class Options:
     publish: bool = True
     bootstrap: str | None = None
     topic: str = "polycorn.failure-tables.v1"
+    # Kafka security settings (polycorn_schema.kafka_security); {}: PLAINTEXT.
+    kafka: dict[str, str] = field(default_factory=dict)
     progress_every_s: float = 5.0
     # How long to wait for a starting PostgreSQL before a run fails.
     db_wait_s: float = 60.0
@@ -159,7 +161,12 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
             log.info("no cell has a failure location yet: no table published")
     if published is not None and o.bootstrap:
         produce_table(
-            o.bootstrap, o.topic, published.body, version=published.version, etag=published.etag
+            o.bootstrap,
+            o.topic,
+            published.body,
+            version=published.version,
+            etag=published.etag,
+            kafka=o.kafka,
         )
         log.info("table v%d produced to %s", published.version, o.topic)
     elif published is not None:
@@ -225,7 +232,12 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
 
 
 def publish_only(
-    url: str, bootstrap: str | None, topic: str, *, db_wait_s: float = 60.0
+    url: str,
+    bootstrap: str | None,
+    topic: str,
+    *,
+    db_wait_s: float = 60.0,
+    kafka: dict[str, str] | None = None,
 ) -> Published | None:
     """Re-assembles the table from the latest cell models and publishes it
     (after sharded runs, or to re-send the current table to Kafka)."""
@@ -233,6 +245,11 @@ def publish_only(
         published = publish_table(conn, None)
     if published is not None and bootstrap:
         produce_table(
-            bootstrap, topic, published.body, version=published.version, etag=published.etag
+            bootstrap,
+            topic,
+            published.body,
+            version=published.version,
+            etag=published.etag,
+            kafka=kafka,
         )
     return published
