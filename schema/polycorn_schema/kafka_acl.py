@@ -5,8 +5,8 @@
         [--check-bootstrap SASL_BROKERS --check-ca CA.pem]
 
 Applies the ACL file (every line an ALLOW ACL; the ACLs of the file's
-principals that it does not list are deleted, so the file is the whole truth
-for them), creates or updates a SCRAM-SHA-512 credential for every
+principals and of the users that it does not list are deleted, so the file is
+the whole truth for them), creates or updates a SCRAM-SHA-512 credential for every
 ``DIR/<user>.password`` (the password is the file's first line), then, with
 ``--check-bootstrap``, waits (bounded) until every user authenticates over
 SASL_SSL there. ``scripts/infra.sh up kafka`` runs it against its broker's
@@ -106,8 +106,9 @@ def apply(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[int, int]:
-    """Upsert the users' credentials, create the ACLs and delete the other
-    ACLs of the same principals. Returns (ACLs created or kept, deleted)."""
+    """Upsert the users' credentials, create the ACLs and delete every other
+    ACL of the same principals (those of the ACLs and the users). Returns
+    (ACLs created or kept, deleted)."""
 
     def upsert() -> None:
         if not users:
@@ -126,7 +127,7 @@ def apply(
 
     def prune() -> int:
         want = {_key(b) for b in acls}
-        principals = {b.principal for b in acls}
+        principals = {b.principal for b in acls} | {f"User:{u}" for u in users}
         # None matches any name, principal and host (the stubs say str).
         everything = AclBindingFilter(
             ResourceType.ANY,
