@@ -20,7 +20,7 @@ define run_integration
 	bash scripts/integration-telemetry.sh
 endef
 
-.PHONY: help setup build test fuzz fuzz-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -34,7 +34,7 @@ build: setup ## release build of the whole workspace
 
 # --release: the integration tests push 100 MB through the proxies, and the
 # unit tests then share the release build's artifacts.
-test: setup ## what CI runs: no reference outside the repository, fmt check, clippy, unit tests (release), Python lint and tests, platform validation, the trace generator's CI validation, integration tests, a first start from nothing, the compose testbed
+test: setup ## what CI runs: no reference outside the repository, fmt check, clippy, unit tests (release), Python lint and tests, platform validation, the trace generator's CI validation, integration tests, a few fault-campaign episodes, a first start from nothing, the compose testbed
 	python3 scripts/check_self_contained.py
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
@@ -45,6 +45,7 @@ test: setup ## what CI runs: no reference outside the repository, fmt check, cli
 	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory validate-tracegen VAL_PROFILE=ci
 	$(run_integration)
+	$(MAKE) --no-print-directory chaos-smoke
 	$(MAKE) --no-print-directory test-first-start
 	$(MAKE) --no-print-directory test-compose
 
@@ -62,6 +63,20 @@ fuzz-smoke: ## fuzz targets on their corpus + random inputs (cargo test), then F
 fuzz: ## every fuzz target FUZZ_SECONDS (300) under honggfuzz -> bench/out/fuzz.json (execs, seconds, crashes, edges per target)
 	bash scripts/setup.sh fuzz
 	python3 scripts/fuzz.py --seconds $(FUZZ_SECONDS) --json bench/out/fuzz.json
+
+# The randomized fault campaign (testbed/chaos; docs/testing.md#fault-campaign):
+# one testbed (prefix ch) with its own PostgreSQL and Kafka (ports 25472 and
+# 29142, state in /tmp/polycorn-infra-chaos), episode i drawn from seed
+# CHAOS_SEED + i. A failing episode prints `make chaos CHAOS_SEED=<its seed>
+# CHAOS_EPISODES=1`. chaos-smoke: the few fixed-seed episodes `make test` runs
+# (prefix chs, ports 25482 and 29152: it can run beside a campaign).
+CHAOS_EPISODES ?= 100
+CHAOS_SEED ?= 1
+chaos: build ## fault campaign: CHAOS_EPISODES (100) seeded episodes (kill/restart relay, proxy, Kafka, PostgreSQL, ingest, trainer; link flaps; spool disk full) under passenger downloads and chat, invariants judged -> bench/out/chaos.json; fails on a violation
+	$(UVW) python -m polycorn_chaos --episodes $(CHAOS_EPISODES) --seed $(CHAOS_SEED) --out bench/out/chaos.json
+
+chaos-smoke: build ## 3 fixed-seed fault-campaign episodes under pytest (in make test, ~3 min)
+	$(UVW) pytest -q testbed/chaos/episodes
 
 integration: build ## only the integration tests (integration.sh, integration-hsr.sh, integration-telemetry.sh)
 	$(run_integration)
@@ -161,10 +176,10 @@ lint-refs: ## nothing in the repository references files outside it (scripts/che
 
 # Python: the uv projects, each with its lockfile: bench/ (benchmark analysis)
 # and the cloud services' workspace at the root (schema/, ingest/,
-# linkdb-api/; uv.lock).
+# linkdb-api/, trainer/, and the fault campaign testbed/chaos/; uv.lock).
 UV := uv run --project bench --locked --quiet
 UVW := uv run --all-packages --locked --quiet
-PY_WS := schema ingest linkdb-api trainer
+PY_WS := schema ingest linkdb-api trainer testbed/chaos
 # Benchmark helpers run with the workspace (scripts/bench-trainer.sh).
 PY_SCRIPTS := $(wildcard scripts/*.py)
 lint-py: setup ## ruff (check + format) and mypy --strict on the Python code

@@ -1,0 +1,1 @@
+"""Polycorn's randomized fault campaign (make chaos; docs/testing.md#fault-campaign)."""

@@ -1,0 +1,5 @@
+import sys
+
+from polycorn_chaos.campaign import main
+
+sys.exit(main())
