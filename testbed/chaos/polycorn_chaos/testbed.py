@@ -319,37 +319,46 @@ class Testbed:
             )
 
         self._mount_spool_fs()
-        self.epoch_ms = int(time.time() * 1000) + 3000
-        log(f"topology {s.prefix} up (epoch {self.epoch_ms})")
         env = dict(os.environ, PC_PREFIX=s.prefix, TRAIN_ID=s.train_id, BIN=str(s.bin))
-        run(
-            [
-                "bash",
-                "testbed/topology.sh",
-                "up",
-                "--trip",
-                str(trip),
-                "--scheme",
-                s.scheme,
-                "--epoch-unix-ms",
-                str(self.epoch_ms),
-                "--forward-port",
-                str(s.kafka_port),
-                "--relay-arg",
-                "--replay-resume",
-                "--proxy-arg",
-                f"--kafka-brokers=127.0.0.1:{s.kafka_port}",
-                "--proxy-arg",
-                f"--kafka-topic={self.topic}",
-                "--proxy-arg",
-                f"--kafka-dlq-topic={self.dlq}",
-                "--proxy-arg",
-                f"--failure-table-topic={self.tables}",
-            ],
-            env=env,
-            timeout=180,
-            cwd=s.tree,
-        )
+        # The emulator must load the trip's traces within topology.sh's 10 s:
+        # on a loaded machine a long trip may not; another try usually does.
+        for attempt in range(5):
+            self.epoch_ms = int(time.time() * 1000) + 3000
+            log(f"topology {s.prefix} up (epoch {self.epoch_ms})")
+            try:
+                run(
+                    [
+                        "bash",
+                        "testbed/topology.sh",
+                        "up",
+                        "--trip",
+                        str(trip),
+                        "--scheme",
+                        s.scheme,
+                        "--epoch-unix-ms",
+                        str(self.epoch_ms),
+                        "--forward-port",
+                        str(s.kafka_port),
+                        "--relay-arg",
+                        "--replay-resume",
+                        "--proxy-arg",
+                        f"--kafka-brokers=127.0.0.1:{s.kafka_port}",
+                        "--proxy-arg",
+                        f"--kafka-topic={self.topic}",
+                        "--proxy-arg",
+                        f"--kafka-dlq-topic={self.dlq}",
+                        "--proxy-arg",
+                        f"--failure-table-topic={self.tables}",
+                    ],
+                    env=env,
+                    timeout=180,
+                    cwd=s.tree,
+                )
+                break
+            except CommandFailed as e:
+                if attempt == 4:
+                    raise
+                log(f"topology.sh up failed, again: {e}")
         logs = s.state / "logs"
         for name, ns in (("relay", s.ns_train), ("proxy", s.ns_cloud)):
             pid = int((s.state / "run" / f"{name}.pid").read_text())
@@ -517,7 +526,7 @@ class Testbed:
 
     def metrics(self, name: str) -> dict[str, float] | None:
         ns, base = self.endpoint(name)
-        code, body = self.http(ns, f"{base}/metrics", timeout=3.0)
+        code, body = self.http(ns, f"{base}/metrics", timeout=5.0)
         if code != 200:
             return None
         try:
