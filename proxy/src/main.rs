@@ -168,6 +168,14 @@ struct Opts {
     /// the network to the API is trusted, e.g. a Service inside the cluster.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_PROXY_FAILURE_TABLE_INSECURE_HTTP")]
     failure_table_insecure_http: Option<bool>,
+    /// The trainer's table-signing public key(s) (PEM, `polycorn-pki
+    /// table-key`; several PUBLIC KEY blocks while a key is rotated): every
+    /// table, from the file (signature in FILE.sig), the API or Kafka, must
+    /// carry a signature that one of them verifies, or it is refused and
+    /// the table in use stays. Without it tables are accepted unsigned
+    /// (warned at start).
+    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_VERIFY_KEY")]
+    failure_table_verify_key: Option<PathBuf>,
     /// Kafka bootstrap servers for the train's telemetry, e.g.
     /// `kafka-0:9092,kafka-1:9092`. Without it telemetry has no sink: it is
     /// acknowledged on receipt and discarded (counted).
@@ -218,6 +226,8 @@ struct Settings {
     /// Every session's endpoint starts from this; clones share its memory
     /// budget, so a relay that reconnects does not get a second one.
     endpoint: EndpointConfig,
+    /// `--failure-table-verify-key`: the keys tables must be signed with.
+    table_verifier: Option<polycorn_net::table::signature::Verifier>,
     failure_table: Option<PathBuf>,
     /// `--failure-table-url` and its options.
     table_url: Option<HttpOpts>,
@@ -279,6 +289,11 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     if !(timeout > 0.0 && timeout < 3600.0) {
         bail!("--connect-timeout-s must be between 0 and 3600 seconds, got {timeout}");
     }
+    if o.failure_table_verify_key.is_none() {
+        o.failure_table_verify_key = f.failure_table_verify_key.take();
+    }
+    let table_verifier = polycorn_net::table::signature::Verifier::from_flag(o.failure_table_verify_key.as_deref())
+        .map_err(anyhow::Error::msg)?;
     let trace =
         polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir, o.trace_max_bytes).map_err(anyhow::Error::msg)?;
     let max_conns = o.max_conns.unwrap_or(endpoint.max_conns);
@@ -306,6 +321,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             policy,
             connect_timeout: Duration::from_secs_f64(timeout),
             endpoint,
+            table_verifier,
             failure_table: o.failure_table,
             table_url,
             table_topic,
@@ -626,7 +642,7 @@ fn table_sources(
         return Ok(None);
     }
     let p = proxy.clone();
-    let hub = TableHub::with_routes(proxy.routes.clone(), move |t: polycorn_core::FailureTable| {
+    let hub = TableHub::build(proxy.routes.clone(), s.table_verifier.clone(), move |t: polycorn_core::FailureTable| {
         *p.table.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.clone());
         let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, s)) = &cur.session {

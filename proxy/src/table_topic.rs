@@ -1,7 +1,8 @@
 //! `--failure-table-topic`: the trainer's failure-location tables from Kafka
 //! (topic `polycorn.failure-tables.v1`: one partition, compacted, key
-//! `fleet`, value = the table's canonical JSON, headers `polycorn-version`
-//! and `polycorn-etag`; the trainer contract, docs/telemetry.md).
+//! `fleet`, value = the table's canonical JSON, headers `polycorn-version`,
+//! `polycorn-etag` and `polycorn-signature` (with `--failure-table-verify-key`
+//! the value must verify with it); the trainer contract, docs/telemetry.md).
 //!
 //! Every proxy must see the whole topic, so there is no consumer group at
 //! work: partition 0 is assigned at offset Beginning and nothing is ever
@@ -15,7 +16,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use polycorn_net::table::{Offered, SourceKind, TableHub};
+use polycorn_net::table::{signature, Offered, SourceKind, TableHub};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -113,9 +114,9 @@ impl TableTopic {
     fn on_message(&self, m: &rdkafka::message::BorrowedMessage<'_>) -> Option<Offered> {
         self.hub.source_ok(SourceKind::Kafka);
         let origin = format!("{}:{}@{}", self.topic, m.partition(), m.offset());
-        let header_version = m.headers().and_then(|hs| {
-            hs.iter().find(|h| h.key == "polycorn-version").and_then(|h| h.value).map(String::from_utf8_lossy)
-        });
+        let header = |name: &str| m.headers().and_then(|hs| hs.iter().find(|h| h.key == name).and_then(|h| h.value));
+        let header_version = header("polycorn-version").map(String::from_utf8_lossy);
+        let signature = header(signature::KAFKA_HEADER);
         match delivery(m.key(), m.payload()) {
             Delivery::Tombstone => {
                 debug!(%origin, "failure-location table topic: tombstone ignored");
@@ -128,7 +129,7 @@ impl TableTopic {
             }
             Delivery::Table(body) => {
                 debug!(%origin, header_version = ?header_version, bytes = body.len(), "failure-location table message");
-                Some(self.hub.offer(SourceKind::Kafka, &origin, body))
+                Some(self.hub.offer(SourceKind::Kafka, &origin, body, signature))
             }
         }
     }

@@ -160,6 +160,14 @@ struct Opts {
     /// the network to the API is trusted, e.g. a Service inside the cluster.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_FAILURE_TABLE_INSECURE_HTTP")]
     failure_table_insecure_http: Option<bool>,
+    /// The trainer's table-signing public key(s) (PEM, `polycorn-pki
+    /// table-key`; several PUBLIC KEY blocks while a key is rotated): every
+    /// table, from the file (signature in FILE.sig) or the API, must carry a
+    /// signature that one of them verifies, or it is refused and the table
+    /// in use stays. Without it tables are accepted unsigned (warned at
+    /// start).
+    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE_VERIFY_KEY")]
+    failure_table_verify_key: Option<PathBuf>,
     /// Testbed radio source: replay a polycorn-tracegen event log
     /// (events.jsonl) as GPS fixes, serving cells, signal samples and
     /// handovers; carrier k of the log is the k-th --path.
@@ -272,6 +280,8 @@ struct Settings {
     detector: polycorn_telemetry::handover::DetectorConfig,
     /// `--failure-table-url` and its options.
     table_url: Option<HttpOpts>,
+    /// `--failure-table-verify-key`: the keys tables must be signed with.
+    table_verifier: Option<polycorn_net::table::signature::Verifier>,
     /// `--trace-dir` and `--trace-max-bytes`.
     trace: Option<polycorn_net::segtrace::TraceOptions>,
 }
@@ -281,7 +291,7 @@ fn settings() -> anyhow::Result<Settings> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, subflow_cc, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, max_conns_per_passenger, log_json,
-        failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, replay_events, replay_epoch_unix_ms, replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms,
+        failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, failure_table_verify_key, replay_events, replay_epoch_unix_ms, replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms,
         handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume, trace_dir, trace_max_bytes);
     let pipelines = std::mem::take(&mut f.pipelines);
     let train_id = o.train_id.clone().context("--train-id is required")?;
@@ -347,6 +357,8 @@ fn settings() -> anyhow::Result<Settings> {
         o.failure_table_insecure_http.unwrap_or(false),
     )
     .map_err(anyhow::Error::msg)?;
+    let table_verifier = polycorn_net::table::signature::Verifier::from_flag(o.failure_table_verify_key.as_deref())
+        .map_err(anyhow::Error::msg)?;
     let trace = polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir.clone(), o.trace_max_bytes)
         .map_err(anyhow::Error::msg)?;
     Ok(Settings {
@@ -364,6 +376,7 @@ fn settings() -> anyhow::Result<Settings> {
         modems,
         detector,
         table_url,
+        table_verifier,
     })
 }
 
@@ -584,7 +597,9 @@ async fn run() -> anyhow::Result<()> {
     // The failure-location table's sources, before any path is up.
     let tables = (s.opts.failure_table.is_some() || s.table_url.is_some()).then(|| {
         let ts = session.clone();
-        TableHub::new(move |t| ts.with(|st, _| st.ep.set_failure_table(t)))
+        TableHub::build(Default::default(), s.table_verifier.clone(), move |t| {
+            ts.with(|st, _| st.ep.set_failure_table(t))
+        })
     });
     let table_file = match (&s.opts.failure_table, &tables) {
         (Some(path), Some(hub)) => Some(FileSource::open(path, hub.clone()).map_err(anyhow::Error::msg)?),

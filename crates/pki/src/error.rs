@@ -191,6 +191,13 @@ pub enum PkiError {
         allowed: String,
     },
 
+    /// The failure-table signing key could not be made.
+    #[error("could not generate the failure-table signing key: {detail}")]
+    TableKey {
+        /// What failed.
+        detail: String,
+    },
+
     /// `server_config` was called without any allowed train.
     #[error(
         "no allowed train given to the proxy TLS configuration; a proxy serves exactly one \

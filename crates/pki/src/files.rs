@@ -58,6 +58,11 @@ pub struct DevBundle {
     pub trains: BTreeMap<String, (PathBuf, PathBuf)>,
     /// True if an existing CA in `dir` was reused rather than generated.
     pub reused_ca: bool,
+    /// `table-signing.key` / `table-signing.pub`: the failure-table
+    /// signing key pair (kept when both exist).
+    pub table_key: crate::TableKeyPaths,
+    /// True if an existing table signing key was kept.
+    pub reused_table_key: bool,
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PkiError + 'a {
@@ -167,7 +172,10 @@ pub fn load_ca(dir: &Path) -> Result<GeneratedCa, PkiError> {
 /// * `proxy.crt` / `proxy.key` — SANs `proxy.polycorn`, `localhost`,
 ///   `127.0.0.1`, `::1` (re-issued on every call);
 /// * `<train>.crt` / `<train>.key` for every train id (re-issued on every
-///   call).
+///   call);
+/// * `table-signing.key` / `table-signing.pub` — the failure-table signing
+///   key pair (the trainer signs, relays and proxies verify), kept if both
+///   already exist.
 ///
 /// Re-running it with the same directory keeps the CA, so certificates handed
 /// out earlier stay valid.
@@ -205,7 +213,15 @@ pub fn write_dev_bundle(dir: &Path, trains: &[String]) -> Result<DevBundle, PkiE
         train_paths.insert(train.clone(), (paths.cert, paths.key));
     }
 
+    let table_key = crate::table_key_paths(dir);
+    let reused_table_key = table_key.private_key.exists() && table_key.public_key.exists();
+    if !reused_table_key {
+        crate::write_table_key(dir, true)?;
+    }
+
     Ok(DevBundle {
+        table_key,
+        reused_table_key,
         dir: dir.to_owned(),
         ca_cert,
         ca_key,

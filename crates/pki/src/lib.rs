@@ -62,6 +62,7 @@ mod der;
 mod error;
 mod files;
 mod issue;
+mod table_key;
 mod tls;
 
 pub use crl::{
@@ -75,6 +76,11 @@ pub use files::{
 pub use issue::{
     generate_ca, issue_proxy, issue_train, train_san, validate_train_id, GeneratedCa, IssuedCert, DEFAULT_CA_DAYS,
     DEFAULT_CA_NAME, DEFAULT_LEAF_DAYS, DEV_PROXY_SANS, ORGANIZATION, TRAIN_DOMAIN,
+};
+pub use table_key::{
+    generate_table_key, load_table_verify_keys, parse_table_verify_keys, public_key_pem, table_key_from_seed,
+    table_key_paths, write_table_key, TableKeyPair, TableKeyPaths, TablePublicKey, TABLE_SIGNING_KEY_FILE,
+    TABLE_VERIFY_KEY_FILE,
 };
 pub use tls::{
     client_config, load_certs, load_crls, load_key, server_config, server_config_with_crl, train_id_of, CrlStatus,

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use polycorn_pki::{
     generate_ca, issue_proxy, issue_train, load_ca, resign_crl, revoke, serial_issued_by, write_ca, write_dev_bundle,
-    write_issued, CrlReport, RevokeReason, Serial, DEFAULT_CA_DAYS, DEFAULT_CA_NAME, DEFAULT_CRL_DAYS,
+    write_issued, write_table_key, CrlReport, RevokeReason, Serial, DEFAULT_CA_DAYS, DEFAULT_CA_NAME, DEFAULT_CRL_DAYS,
     DEFAULT_LEAF_DAYS,
 };
 
@@ -130,12 +130,32 @@ enum Command {
         #[arg(long, value_name = "DAYS", default_value_t = DEFAULT_CRL_DAYS)]
         days: u32,
     },
-    /// Write a development bundle (CA, proxy and train certificates) into OUT.
+    /// Generate the failure-table signing key pair: OUT/table-signing.key
+    /// (Ed25519, PKCS#8 PEM, mode 0600) and OUT/table-signing.pub (its public
+    /// key, SubjectPublicKeyInfo PEM).
+    ///
+    /// The trainer signs every table it publishes with the private key
+    /// (`polycorn-trainer run --table-signing-key`); relays and proxies
+    /// verify with the public key (`--failure-table-verify-key`). To rotate,
+    /// make a new pair elsewhere, append its .pub to the verify-key file of
+    /// every relay and proxy, then switch the trainer (docs/operations.md).
+    TableKey {
+        /// Directory to write the key pair into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Replace an existing key pair (relays and proxies that verify with
+        /// the old public key then refuse the new tables).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write a development bundle (CA, proxy and train certificates, the
+    /// failure-table signing key) into OUT.
     ///
     /// Writes OUT/ca.crt and OUT/ca.key (reused if OUT already has a CA, so
     /// earlier certificates stay valid), OUT/proxy.crt and OUT/proxy.key (SANs
     /// proxy.polycorn, localhost, 127.0.0.1 and ::1) and OUT/<ID>.crt and
-    /// OUT/<ID>.key for every --train. Proxy and train certificates are
+    /// OUT/<ID>.key for every --train, and OUT/table-signing.key and .pub
+    /// (kept if they exist, like the CA). Proxy and train certificates are
     /// re-issued on every run.
     Dev {
         /// Bundle directory (created if missing).
@@ -192,6 +212,11 @@ fn main() -> Result<()> {
             let report = resign_crl(&ca_dir, days).context("crl failed")?;
             print_crl(&report);
         }
+        Command::TableKey { out, force } => {
+            let paths = write_table_key(&out, force).context("table-key failed")?;
+            println!("wrote {} (mode 0600): the trainer's --table-signing-key", paths.private_key.display());
+            println!("wrote {}: relays' and proxies' --failure-table-verify-key", paths.public_key.display());
+        }
         Command::Dev { out, trains } => {
             let bundle = write_dev_bundle(&out, &trains).context("dev failed")?;
             let ca_state = if bundle.reused_ca { "reused" } else { "generated" };
@@ -200,6 +225,12 @@ fn main() -> Result<()> {
             for (train, (cert, key)) in &bundle.trains {
                 println!("train {train}: {} {}", cert.display(), key.display());
             }
+            let key_state = if bundle.reused_table_key { "reused" } else { "generated" };
+            println!(
+                "failure-table signing key ({key_state}): {} {}",
+                bundle.table_key.private_key.display(),
+                bundle.table_key.public_key.display()
+            );
         }
     }
     Ok(())

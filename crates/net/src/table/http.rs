@@ -7,7 +7,10 @@
 //! that fails, counts in `polycorn_failure_table_source_errors` and is
 //! retried at the next poll. The ETag of every 200 is remembered, a
 //! malformed body's too, so a bad table is refused (and counted) once, not
-//! on every poll. [`HttpSource`] is the shell: hyper over rustls (ring),
+//! on every poll; but not a table refused for its signature
+//! (`X-Polycorn-Signature`, [`super::signature`]): the trainer may re-sign
+//! the same bytes (a new key), so the next poll fetches it again.
+//! [`HttpSource`] is the shell: hyper over rustls (ring),
 //! trusting the Mozilla roots (webpki-roots) and the system's store.
 //!
 //! The API key is never sent in clear text by accident: with a key, an
@@ -29,7 +32,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{SourceKind, TableHub};
+use super::{Offered, SourceKind, TableHub};
 
 /// Default `--failure-table-poll-s`.
 pub const DEFAULT_POLL: Duration = Duration::from_secs(30);
@@ -64,6 +67,12 @@ impl HttpPoll {
     /// gave it (the API's is a quoted strong validator, `"<sha256>"`).
     pub fn if_none_match(&self) -> Option<&str> {
         self.etag.as_deref()
+    }
+
+    /// Forget the validator: the next poll fetches the table again (its
+    /// signature was refused, and a new one does not change the ETag).
+    pub fn forget(&mut self) {
+        self.etag = None;
     }
 
     /// A response: its status, `ETag` header and body.
@@ -225,7 +234,8 @@ impl HttpSource {
         &self.uri
     }
 
-    async fn fetch(&self) -> Result<(u16, Option<String>, Bytes), String> {
+    /// (status, ETag, signature, body).
+    async fn fetch(&self) -> Result<(u16, Option<String>, Option<Bytes>, Bytes), String> {
         let mut req = Request::get(self.uri.clone());
         if let Some(tag) = self.poll.if_none_match() {
             req = req.header(IF_NONE_MATCH, tag);
@@ -238,6 +248,7 @@ impl HttpSource {
             let resp = self.client.request(req).await.map_err(|e| format!("{e:#}: {}", source_chain(&e)))?;
             let status = resp.status();
             let etag = resp.headers().get(ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let sig = resp.headers().get(super::signature::HTTP_HEADER).map(|v| Bytes::copy_from_slice(v.as_bytes()));
             let body = if status == StatusCode::NOT_MODIFIED {
                 Bytes::new()
             } else {
@@ -247,7 +258,7 @@ impl HttpSource {
                     .map_err(|e| format!("reading the body: {e}"))?
                     .to_bytes()
             };
-            Ok((status.as_u16(), etag, body))
+            Ok((status.as_u16(), etag, sig, body))
         };
         tokio::time::timeout(REQUEST_TIMEOUT, exchange)
             .await
@@ -257,7 +268,7 @@ impl HttpSource {
     /// One poll: fetch and hand a new table to the hub.
     pub async fn poll_once(&mut self) {
         let origin = self.uri.to_string();
-        let (status, etag, body) = match self.fetch().await {
+        let (status, etag, sig, body) = match self.fetch().await {
             Ok(r) => r,
             Err(e) => {
                 self.hub.source_error(SourceKind::Http);
@@ -269,7 +280,9 @@ impl HttpSource {
             Fetched::Table(body) => {
                 self.hub.source_ok(SourceKind::Http);
                 self.said_no_table = false;
-                self.hub.offer(SourceKind::Http, &origin, &body);
+                if let Offered::BadSignature(_) = self.hub.offer(SourceKind::Http, &origin, &body, sig.as_deref()) {
+                    self.poll.forget();
+                }
             }
             Fetched::NotModified => {
                 self.hub.source_ok(SourceKind::Http);
@@ -402,6 +415,8 @@ mod tests {
     enum Mode {
         /// 200 with this body and ETag, 304 when If-None-Match matches it.
         Serve(String, &'static str),
+        /// The same, with this `X-Polycorn-Signature`.
+        Signed(String, &'static str, String),
         NotFound,
         Broken,
     }
@@ -429,6 +444,12 @@ mod tests {
                             (axum::http::StatusCode::NOT_MODIFIED, [("etag", etag)]).into_response()
                         }
                         Mode::Serve(body, etag) => ([("etag", etag)], body).into_response(),
+                        Mode::Signed(_, etag, _) if inm.as_deref() == Some(etag) => {
+                            (axum::http::StatusCode::NOT_MODIFIED, [("etag", etag)]).into_response()
+                        }
+                        Mode::Signed(body, etag, sig) => {
+                            ([("etag", etag.to_string()), ("x-polycorn-signature", sig)], body).into_response()
+                        }
                         Mode::NotFound => (axum::http::StatusCode::NOT_FOUND, "{\"title\":\"none\"}").into_response(),
                         Mode::Broken => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
                     };
@@ -499,5 +520,42 @@ mod tests {
         src.poll_once().await;
         let s = hub.stats().source(SourceKind::Http);
         assert_eq!((s.errors, s.last_ok_unix_s), (1, None));
+    }
+
+    /// With a verify key: the signature comes in `X-Polycorn-Signature`; a
+    /// table refused for it is fetched again at the next poll (no
+    /// If-None-Match), so the same bytes re-signed (a new key) are taken
+    /// although their ETag did not change.
+    #[tokio::test]
+    async fn a_table_refused_for_its_signature_is_fetched_again() {
+        use crate::table::signature::tests::Signer;
+        use crate::table::tests::table;
+        let (trainer, forger) = (Signer::new(1), Signer::new(2));
+        let sig = |s: &Signer, body: &str| String::from_utf8(s.sign(body.as_bytes())).unwrap();
+        let api = Arc::new(std::sync::Mutex::new(Api { mode: Mode::NotFound, seen: Vec::new() }));
+        let base = serve_api(api.clone()).await;
+        let set = |m: Mode| api.lock().unwrap().mode = m;
+        let last = || api.lock().unwrap().seen.last().cloned().unwrap();
+        let hub = TableHub::build(Default::default(), Some(trainer.verifier()), |_| {});
+        let mut src = HttpSource::new(&base, None, hub.clone()).unwrap();
+
+        let (t1, t2) = (table(1, 1), table(2, 1));
+        set(Mode::Signed(t1.clone(), "\"e1\"", sig(&trainer, &t1)));
+        src.poll_once().await;
+        assert_eq!(hub.stats().version, Some(1), "a signed table is taken");
+        set(Mode::Signed(t2.clone(), "\"e2\"", sig(&forger, &t2)));
+        src.poll_once().await;
+        src.poll_once().await;
+        assert_eq!(last(), (None, None, 200), "fetched again, without If-None-Match");
+        assert_eq!(hub.stats().source(SourceKind::Http).unverified, 2);
+        set(Mode::Serve(t2.clone(), "\"e2\""));
+        src.poll_once().await;
+        assert_eq!(hub.stats().source(SourceKind::Http).unverified, 3, "no signature header at all");
+        assert_eq!(hub.stats().version, Some(1), "the table in use stays");
+        set(Mode::Signed(t2.clone(), "\"e2\"", sig(&trainer, &t2)));
+        src.poll_once().await;
+        assert_eq!(hub.stats().version, Some(2), "the same bytes, re-signed, are taken");
+        src.poll_once().await;
+        assert_eq!(last(), (Some("\"e2\"".into()), None, 304), "then polled with its ETag again");
     }
 }

@@ -4,7 +4,10 @@
 //! compacted Kafka topic (`--failure-table-topic`, the proxy's
 //! `table_topic` module). Several may run at once.
 //!
-//! - [`judge`] is the pure rule every source obeys: a table that does not
+//! - [`judge`] is the pure rule every source obeys: with
+//!   `--failure-table-verify-key` ([`signature::Verifier`]), a table whose
+//!   detached signature does not verify with one of the trainer's keys is
+//!   refused before it is parsed; a table that does not
 //!   parse is refused (the table in use stays); a parsed table is used only
 //!   when its version is higher than the one in use, except from the file,
 //!   which may replace the table with any valid version (an operator who
@@ -21,6 +24,7 @@
 
 pub mod file;
 pub mod http;
+pub mod signature;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -33,6 +37,7 @@ use tracing::{debug, info, warn};
 
 use crate::hof::SharedRoutes;
 use crate::metrics::{Source, Writer};
+use signature::Verifier;
 
 /// Where a table came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -65,6 +70,9 @@ pub enum Verdict {
     NotNewer { offered: u64, in_use: u64 },
     /// Malformed (the reason): refused; the table in use stays.
     Malformed(String),
+    /// Not signed, or not by a key of `--failure-table-verify-key` (the
+    /// reason): refused unparsed; the table in use stays.
+    BadSignature(String),
 }
 
 /// The most a table from the network (API, Kafka) may move the version past
@@ -74,10 +82,23 @@ pub enum Verdict {
 /// table into `--failure-table` (the file may set any version).
 pub const MAX_VERSION_STEP: u64 = 10_000;
 
-/// The rule: parse `body`; use it if it is the first table, comes from the
-/// file, or is newer than the table in use (`in_use`, its version) by at
-/// most [`MAX_VERSION_STEP`].
-pub fn judge(in_use: Option<u64>, source: SourceKind, body: &[u8]) -> Verdict {
+/// The rule: with a `verifier`, `signature` (as the source carried it,
+/// base64) must be one of its keys' over exactly `body`; then parse `body`
+/// and use it if it is the first table, comes from the file, or is newer
+/// than the table in use (`in_use`, its version) by at most
+/// [`MAX_VERSION_STEP`].
+pub fn judge(
+    in_use: Option<u64>,
+    source: SourceKind,
+    body: &[u8],
+    signature: Option<&[u8]>,
+    verifier: Option<&Verifier>,
+) -> Verdict {
+    if let Some(v) = verifier {
+        if let Err(e) = v.verify(body, signature) {
+            return Verdict::BadSignature(e);
+        }
+    }
     let text = match std::str::from_utf8(body) {
         Ok(t) => t,
         Err(e) => return Verdict::Malformed(format!("not UTF-8 text: {e}")),
@@ -102,8 +123,10 @@ pub fn judge(in_use: Option<u64>, source: SourceKind, body: &[u8]) -> Verdict {
 pub struct SourceStats {
     /// Tables from it put in use.
     pub loads: u64,
-    /// Malformed tables from it refused.
+    /// Tables from it refused: malformed, or (of these) [`Self::unverified`].
     pub rejected: u64,
+    /// Of the refused, those without a signature that verifies.
+    pub unverified: u64,
     /// Valid tables from it not newer than the one in use.
     pub not_newer: u64,
     /// Failed fetches: HTTP errors and bad statuses, Kafka errors.
@@ -158,7 +181,7 @@ impl TableStats {
         w.counter("polycorn_failure_table_loads", "Failure-location tables put in use.", vec![], self.loads() as f64);
         w.counter(
             "polycorn_failure_table_rejected",
-            "Failure-location tables refused as malformed; the previous table stayed in use.",
+            "Failure-location tables refused (malformed, or unsigned with --failure-table-verify-key); the previous table stayed in use.",
             vec![],
             self.rejected() as f64,
         );
@@ -170,12 +193,17 @@ impl TableStats {
                 l(),
                 s.loads as f64,
             );
-            w.counter(
-                "polycorn_failure_table_source_rejected",
-                "Malformed failure-location tables refused, by source.",
-                l(),
-                s.rejected as f64,
-            );
+            for (reason, n) in [("malformed", s.rejected - s.unverified), ("signature", s.unverified)] {
+                let mut l = l();
+                l.push(("reason".to_string(), reason.to_string()));
+                w.counter(
+                    "polycorn_failure_table_source_rejected",
+                    "Failure-location tables refused, by source and reason: malformed (or under another Kafka key), \
+                     signature (none, or none that --failure-table-verify-key verifies).",
+                    l,
+                    n as f64,
+                );
+            }
             w.counter(
                 "polycorn_failure_table_source_not_newer",
                 "Valid failure-location tables ignored because their version was not higher than the one in use, by source.",
@@ -200,16 +228,24 @@ impl TableStats {
     }
 }
 
-/// The pure state: the version in use and the statistics.
+/// The pure state: the version in use, the statistics, and the keys
+/// tables must be signed with (none: unsigned tables are accepted).
 #[derive(Debug, Default)]
 pub struct Tables {
     stats: TableStats,
+    verifier: Option<Verifier>,
 }
 
 impl Tables {
-    /// Judge a table from `source` and count the verdict.
-    pub fn offer(&mut self, source: SourceKind, body: &[u8]) -> Verdict {
-        let v = judge(self.stats.version, source, body);
+    /// Tables that must be signed by one of `verifier`'s keys.
+    pub fn verified(verifier: Verifier) -> Tables {
+        Tables { verifier: Some(verifier), ..Tables::default() }
+    }
+
+    /// Judge a table from `source` (with its signature, if it came with
+    /// one) and count the verdict.
+    pub fn offer(&mut self, source: SourceKind, body: &[u8], signature: Option<&[u8]>) -> Verdict {
+        let v = judge(self.stats.version, source, body, signature, self.verifier.as_ref());
         let s = self.stats.sources.entry(source).or_default();
         match &v {
             Verdict::Apply(t, _) => {
@@ -219,6 +255,10 @@ impl Tables {
             }
             Verdict::NotNewer { .. } => s.not_newer += 1,
             Verdict::Malformed(_) => s.rejected += 1,
+            Verdict::BadSignature(_) => {
+                s.rejected += 1;
+                s.unverified += 1;
+            }
         }
         v
     }
@@ -247,6 +287,18 @@ pub enum Offered {
     NotNewer,
     /// Refused as malformed, with the reason.
     Malformed(String),
+    /// Refused: no signature that `--failure-table-verify-key` verifies.
+    BadSignature(String),
+}
+
+impl Offered {
+    /// Refused (malformed or unverified): the reason.
+    pub fn refusal(&self) -> Option<&str> {
+        match self {
+            Offered::Malformed(e) | Offered::BadSignature(e) => Some(e),
+            Offered::Applied(_) | Offered::NotNewer => None,
+        }
+    }
 }
 
 type Apply = Box<dyn Fn(FailureTable) + Send + Sync>;
@@ -269,13 +321,38 @@ impl std::fmt::Debug for TableHub {
 }
 
 impl TableHub {
+    /// A hub that accepts unsigned tables (tests).
     pub fn new(apply: impl Fn(FailureTable) + Send + Sync + 'static) -> Arc<TableHub> {
-        Self::with_routes(SharedRoutes::default(), apply)
+        Self::build(SharedRoutes::default(), None, apply)
     }
 
-    /// A hub that puts each applied table's route lines into `routes`.
-    pub fn with_routes(routes: SharedRoutes, apply: impl Fn(FailureTable) + Send + Sync + 'static) -> Arc<TableHub> {
-        Arc::new(TableHub { tables: Mutex::default(), apply: Box::new(apply), routes })
+    /// A hub that puts each applied table's route lines into `routes`
+    /// and, with a `verifier` (`--failure-table-verify-key`), takes only
+    /// tables signed by one of its keys. Without one it warns, once, that
+    /// tables are accepted unsigned.
+    pub fn build(
+        routes: SharedRoutes,
+        verifier: Option<Verifier>,
+        apply: impl Fn(FailureTable) + Send + Sync + 'static,
+    ) -> Arc<TableHub> {
+        let tables = match verifier {
+            Some(v) => {
+                info!(
+                    keys = v.keys(),
+                    verify_key = v.origin(),
+                    "failure-location tables must be signed by the trainer's key"
+                );
+                Tables::verified(v)
+            }
+            None => {
+                warn!(
+                    "no --failure-table-verify-key: failure-location tables are accepted unsigned, from anyone \
+                     who can write the table's file, topic or API"
+                );
+                Tables::default()
+            }
+        };
+        Arc::new(TableHub { tables: Mutex::new(tables), apply: Box::new(apply), routes })
     }
 
     /// The route lines of the table in use.
@@ -288,12 +365,12 @@ impl TableHub {
     }
 
     /// A table `source` delivered (`origin`: the file, URL or topic
-    /// position, for the log): judged, logged, counted, and put in use if
-    /// the rule says so.
-    pub fn offer(&self, source: SourceKind, origin: &str, body: &[u8]) -> Offered {
+    /// position, for the log) with its `signature` if it carried one:
+    /// judged, logged, counted, and put in use if the rule says so.
+    pub fn offer(&self, source: SourceKind, origin: &str, body: &[u8], signature: Option<&[u8]>) -> Offered {
         let mut tables = self.lock();
         let src = source.label();
-        match tables.offer(source, body) {
+        match tables.offer(source, body, signature) {
             Verdict::Apply(t, routes) => {
                 let version = t.version();
                 info!(
@@ -318,6 +395,10 @@ impl TableHub {
             Verdict::Malformed(e) => {
                 warn!(source = src, origin, error = %e, "malformed failure-location table refused; keeping the previous one");
                 Offered::Malformed(e)
+            }
+            Verdict::BadSignature(e) => {
+                warn!(source = src, origin, error = %e, "failure-location table without a valid signature refused; keeping the previous one");
+                Offered::BadSignature(e)
             }
         }
     }
@@ -380,17 +461,17 @@ pub(crate) mod tests {
     fn a_network_source_cannot_jump_the_version_out_of_reach() {
         let poisoned = table(u64::MAX, 1);
         for source in [SourceKind::Http, SourceKind::Kafka] {
-            let v = judge(Some(5), source, poisoned.as_bytes());
+            let v = judge(Some(5), source, poisoned.as_bytes(), None, None);
             assert!(matches!(&v, Verdict::Malformed(e) if e.contains("more than 10000 past")), "{v:?}");
-            assert_eq!(applied(judge(Some(5), source, table(5 + MAX_VERSION_STEP, 1).as_bytes())), 10_005);
+            assert_eq!(applied(judge(Some(5), source, table(5 + MAX_VERSION_STEP, 1).as_bytes(), None, None)), 10_005);
         }
         // The operator's file may move to any version.
-        assert_eq!(applied(judge(Some(5), SourceKind::File, poisoned.as_bytes())), u64::MAX);
+        assert_eq!(applied(judge(Some(5), SourceKind::File, poisoned.as_bytes(), None, None)), u64::MAX);
         // Refused tables leave the one in use.
         let mut t = Tables::default();
-        applied(t.offer(SourceKind::Kafka, table(5, 1).as_bytes()));
-        assert!(matches!(t.offer(SourceKind::Kafka, poisoned.as_bytes()), Verdict::Malformed(_)));
-        assert_eq!(applied(t.offer(SourceKind::Kafka, table(6, 1).as_bytes())), 6);
+        applied(t.offer(SourceKind::Kafka, table(5, 1).as_bytes(), None));
+        assert!(matches!(t.offer(SourceKind::Kafka, poisoned.as_bytes(), None), Verdict::Malformed(_)));
+        assert_eq!(applied(t.offer(SourceKind::Kafka, table(6, 1).as_bytes(), None)), 6);
         assert_eq!(t.stats().source(SourceKind::Kafka).rejected, 1);
     }
 
@@ -404,37 +485,42 @@ pub(crate) mod tests {
     #[test]
     fn only_a_newer_version_replaces_the_table_from_the_network_sources() {
         for src in [SourceKind::Http, SourceKind::Kafka] {
-            assert_eq!(applied(judge(None, src, table(5, 1).as_bytes())), 5, "the first table is used");
-            assert_eq!(applied(judge(Some(4), src, table(5, 1).as_bytes())), 5);
-            assert!(matches!(judge(Some(5), src, table(5, 1).as_bytes()), Verdict::NotNewer { offered: 5, in_use: 5 }));
-            assert!(matches!(judge(Some(6), src, table(5, 1).as_bytes()), Verdict::NotNewer { .. }));
+            assert_eq!(applied(judge(None, src, table(5, 1).as_bytes(), None, None)), 5, "the first table is used");
+            assert_eq!(applied(judge(Some(4), src, table(5, 1).as_bytes(), None, None)), 5);
+            assert!(matches!(
+                judge(Some(5), src, table(5, 1).as_bytes(), None, None),
+                Verdict::NotNewer { offered: 5, in_use: 5 }
+            ));
+            assert!(matches!(judge(Some(6), src, table(5, 1).as_bytes(), None, None), Verdict::NotNewer { .. }));
         }
     }
 
     #[test]
     fn the_file_may_replace_the_table_with_any_valid_version() {
-        assert_eq!(applied(judge(Some(9), SourceKind::File, table(2, 1).as_bytes())), 2);
-        assert!(matches!(judge(Some(9), SourceKind::File, b"{"), Verdict::Malformed(_)));
+        assert_eq!(applied(judge(Some(9), SourceKind::File, table(2, 1).as_bytes(), None, None)), 2);
+        assert!(matches!(judge(Some(9), SourceKind::File, b"{", None, None), Verdict::Malformed(_)));
     }
 
     #[test]
     fn malformed_tables_are_refused_with_the_reason() {
-        let Verdict::Malformed(why) = judge(None, SourceKind::Kafka, b"\xff\xfe") else { panic!() };
+        let Verdict::Malformed(why) = judge(None, SourceKind::Kafka, b"\xff\xfe", None, None) else { panic!() };
         assert!(why.contains("UTF-8"), "{why}");
-        let Verdict::Malformed(why) = judge(None, SourceKind::Http, b"{\"format\":\"x\"}") else { panic!() };
+        let Verdict::Malformed(why) = judge(None, SourceKind::Http, b"{\"format\":\"x\"}", None, None) else {
+            panic!()
+        };
         assert!(why.contains("not a failure-location table"), "{why}");
         let wrong = table(3, 1).replace("polycorn-failure-table/1", "other/9");
-        let Verdict::Malformed(why) = judge(None, SourceKind::Http, wrong.as_bytes()) else { panic!() };
+        let Verdict::Malformed(why) = judge(None, SourceKind::Http, wrong.as_bytes(), None, None) else { panic!() };
         assert!(why.contains("other/9"), "{why}");
     }
 
     #[test]
     fn the_statistics_count_each_verdict_per_source_and_keep_the_table_in_use() {
         let mut t = Tables::default();
-        applied(t.offer(SourceKind::File, table(3, 2).as_bytes()));
-        applied(t.offer(SourceKind::Kafka, table(4, 5).as_bytes()));
-        assert!(matches!(t.offer(SourceKind::Kafka, b"garbage"), Verdict::Malformed(_)));
-        assert!(matches!(t.offer(SourceKind::Http, table(4, 1).as_bytes()), Verdict::NotNewer { .. }));
+        applied(t.offer(SourceKind::File, table(3, 2).as_bytes(), None));
+        applied(t.offer(SourceKind::Kafka, table(4, 5).as_bytes(), None));
+        assert!(matches!(t.offer(SourceKind::Kafka, b"garbage", None), Verdict::Malformed(_)));
+        assert!(matches!(t.offer(SourceKind::Http, table(4, 1).as_bytes(), None), Verdict::NotNewer { .. }));
         t.source_error(SourceKind::Http);
         t.source_ok(SourceKind::Http, 17.5);
         let s = t.stats();
@@ -452,10 +538,10 @@ pub(crate) mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s2 = seen.clone();
         let hub = TableHub::new(move |t| s2.lock().unwrap().push(t.version()));
-        assert_eq!(hub.offer(SourceKind::Kafka, "t:0", table(1, 1).as_bytes()), Offered::Applied(1));
-        assert!(matches!(hub.offer(SourceKind::Kafka, "t:1", b"nope"), Offered::Malformed(_)));
-        assert_eq!(hub.offer(SourceKind::Http, "u", table(2, 1).as_bytes()), Offered::Applied(2));
-        assert_eq!(hub.offer(SourceKind::Kafka, "t:2", table(1, 1).as_bytes()), Offered::NotNewer);
+        assert_eq!(hub.offer(SourceKind::Kafka, "t:0", table(1, 1).as_bytes(), None), Offered::Applied(1));
+        assert!(matches!(hub.offer(SourceKind::Kafka, "t:1", b"nope", None), Offered::Malformed(_)));
+        assert_eq!(hub.offer(SourceKind::Http, "u", table(2, 1).as_bytes(), None), Offered::Applied(2));
+        assert_eq!(hub.offer(SourceKind::Kafka, "t:2", table(1, 1).as_bytes(), None), Offered::NotNewer);
         assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
 
         let text = crate::metrics::tests::encode(vec![hub.metrics()]);
@@ -466,8 +552,65 @@ pub(crate) mod tests {
             "polycorn_failure_table_rejected_total{} 1.0",
             "polycorn_failure_table_source_loads_total{source=\"kafka\"} 1.0",
             "polycorn_failure_table_source_loads_total{source=\"http\"} 1.0",
-            "polycorn_failure_table_source_rejected_total{source=\"kafka\"} 1.0",
+            "polycorn_failure_table_source_rejected_total{source=\"kafka\",reason=\"malformed\"} 1.0",
+            "polycorn_failure_table_source_rejected_total{source=\"kafka\",reason=\"signature\"} 0.0",
             "polycorn_failure_table_source_not_newer_total{source=\"kafka\"} 1.0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
+        }
+    }
+
+    /// With `--failure-table-verify-key`, from every source: the trainer's
+    /// signature over the exact bytes is taken; no signature, another
+    /// key's, another table's, or a flipped byte of the body is refused
+    /// (counted as `reason="signature"`) and the table in use stays.
+    #[test]
+    fn with_a_verify_key_only_tables_signed_by_the_trainer_are_used() {
+        use signature::tests::Signer;
+        let (trainer, forger) = (Signer::new(1), Signer::new(2));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let hub = TableHub::build(SharedRoutes::default(), Some(trainer.verifier()), move |t| {
+            s2.lock().unwrap().push(t.version())
+        });
+        for (i, source) in [SourceKind::Kafka, SourceKind::Http, SourceKind::File].into_iter().enumerate() {
+            let v = 1 + 10 * i as u64;
+            let good = table(v, 1);
+            let sig = trainer.sign(good.as_bytes());
+            assert_eq!(hub.offer(source, "o", good.as_bytes(), Some(&sig)), Offered::Applied(v), "{source:?}");
+
+            let next = table(v + 1, 2);
+            let mut flipped = next.clone().into_bytes();
+            let at = next.find("\"cell\": 9").unwrap() + "\"cell\": ".len();
+            flipped[at] = b'8'; // cell 9 -> 8: still a valid table
+            let refused = [
+                (next.as_bytes().to_vec(), None, "not signed"),
+                (next.as_bytes().to_vec(), Some(forger.sign(next.as_bytes())), "does not verify"),
+                (next.as_bytes().to_vec(), Some(sig.clone()), "does not verify"), // another table's
+                (flipped.clone(), Some(trainer.sign(next.as_bytes())), "does not verify"),
+                (b"garbage".to_vec(), None, "not signed"), // refused before it is parsed
+            ];
+            for (body, s, why) in &refused {
+                let o = hub.offer(source, "o", body, s.as_deref());
+                assert!(matches!(&o, Offered::BadSignature(e) if e.contains(why)), "{source:?} {why}: {o:?}");
+                assert_eq!(hub.stats().version, Some(v), "{source:?}: the table in use stays");
+            }
+            let st = hub.stats().source(source);
+            assert_eq!((st.loads, st.rejected, st.unverified), (1, 5, 5), "{source:?}");
+            // The signed next table is taken after all that.
+            let o = hub.offer(source, "o", next.as_bytes(), Some(&trainer.sign(next.as_bytes())));
+            assert_eq!(o, Offered::Applied(v + 1));
+        }
+        assert_eq!(*seen.lock().unwrap(), vec![1, 2, 11, 12, 21, 22]);
+        // A signed but malformed table is malformed, not unverified.
+        let o = hub.offer(SourceKind::Http, "o", b"{}", Some(&trainer.sign(b"{}")));
+        assert!(matches!(o, Offered::Malformed(_)), "{o:?}");
+        let text = crate::metrics::tests::encode(vec![hub.metrics()]);
+        for line in [
+            "polycorn_failure_table_rejected_total{} 16.0",
+            "polycorn_failure_table_source_rejected_total{source=\"http\",reason=\"signature\"} 5.0",
+            "polycorn_failure_table_source_rejected_total{source=\"http\",reason=\"malformed\"} 1.0",
+            "polycorn_failure_table_source_rejected_total{source=\"kafka\",reason=\"signature\"} 5.0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
         }
