@@ -7,13 +7,14 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from polycorn_linkdb_api.app import create_app
 from polycorn_schema.testing import fresh_database
 
-from .conftest import ADMIN, READ, settings_for
+from .conftest import ADMIN, READ, TABLE, settings_for
 
 FORMAT = "polycorn-failure-table/1"
 
@@ -214,3 +215,46 @@ def test_a_table_the_rust_writer_made_is_accepted_as_is(fresh: TestClient) -> No
     )
     assert r.status_code == 201, r.text
     assert fresh.get("/v1/failure-table", headers=READ).json() == json.loads(text)
+
+
+def test_the_stored_bytes_are_served_verbatim_with_their_signature() -> None:
+    """A table stored with its bytes (the trainer's, migration 0009) is
+    served exactly as stored, with its signature in X-Polycorn-Signature:
+    a signature is over those bytes, whatever a re-serialisation of the
+    JSONB body would give (here: the space, the order and the field the API
+    does not know are kept). A table stored without bytes (before 0009) is
+    re-serialised as before, and a table without a signature has no
+    signature header."""
+    data = (
+        b'{"version": 1, "format":"polycorn-failure-table/1","source":"trainer",'
+        b'"entries":[{"cell":7,"direction":"increasing","position_m":100.5,"x":1}]}'
+    )
+    with fresh_database() as url:
+        with psycopg.connect(url) as c:
+            c.execute(
+                "INSERT INTO failure_tables (version, etag, entries, body, note, body_bytes, "
+                "signature) VALUES (1, %s, 1, %s, 'trainer', %s, 'c2lnbmF0dXJl')",
+                (hashlib.sha256(data).hexdigest(), data.decode(), data),
+            )
+        with TestClient(create_app(settings_for(url))) as client:
+            for path, headers in (("/v1/failure-table", TABLE), ("/v1/failure-tables/1", READ)):
+                r = client.get(path, headers=headers)
+                assert r.status_code == 200 and r.content == data, path
+                assert r.headers["x-polycorn-signature"] == "c2lnbmF0dXJl"
+                assert r.headers["etag"] == f'"{hashlib.sha256(data).hexdigest()}"'
+            # Published through the API: stored bytes, no signature.
+            r = client.post("/v1/failure-tables", json=table(E1), headers=ADMIN)
+            assert r.status_code == 201, r.text
+            cur = client.get("/v1/failure-table", headers=TABLE)
+            assert cur.json()["version"] == 2 and "x-polycorn-signature" not in cur.headers
+        with psycopg.connect(url) as c:
+            stored = c.execute("SELECT body_bytes FROM failure_tables WHERE version = 2").fetchone()
+            assert stored is not None and bytes(stored[0]) == cur.content
+            # A row from before migration 0009: re-serialised from its body.
+            c.execute("UPDATE failure_tables SET body_bytes = NULL, signature = NULL")
+        with TestClient(create_app(settings_for(url))) as client:
+            old = client.get("/v1/failure-tables/1", headers=READ)
+            assert old.content == (
+                b'{"entries":[{"cell":7,"direction":"increasing","position_m":100.5}],'
+                b'"format":"polycorn-failure-table/1","source":"trainer","version":1}'
+            )

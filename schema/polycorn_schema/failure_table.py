@@ -15,6 +15,12 @@ trainer) stores and sends the same bytes:
   same version.
 - :data:`KAFKA_KEY`: the one key of the compacted topic
   ``polycorn.failure-tables.v1`` (compaction keeps the latest table).
+- :data:`HEADER_SIGNATURE` (Kafka) and :data:`HTTP_SIGNATURE_HEADER` (the
+  API): the trainer's detached Ed25519 signature of exactly those bytes,
+  base64 (standard alphabet, padded), stored in ``failure_tables.signature``
+  beside the bytes themselves (``failure_tables.body_bytes``). Relays and
+  proxies with ``--failure-table-verify-key`` take no table without it
+  (``crates/net/src/table/signature.rs``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ TOPIC = "polycorn.failure-tables.v1"
 KAFKA_KEY = b"fleet"
 HEADER_VERSION = "polycorn-version"
 HEADER_ETAG = "polycorn-etag"
+HEADER_SIGNATURE = "polycorn-signature"
+HTTP_SIGNATURE_HEADER = "X-Polycorn-Signature"
 
 
 def canonical(body: dict[str, Any]) -> bytes:

@@ -17,7 +17,11 @@ defaults to ``POLYCORN_DATABASE_URL``, ``--bootstrap`` to
 API serves them); ``run`` and ``publish`` take the Kafka security options
 (``--kafka-security-protocol SASL_SSL --kafka-sasl-username ...
 --kafka-sasl-password-file ... --kafka-ssl-ca ...``; ``polycorn_schema.
-kafka_security``). Exit status: 0 done, 1 the run failed, 2 bad usage.
+kafka_security``) and ``--table-signing-key FILE`` (env
+``POLYCORN_TRAINER_TABLE_SIGNING_KEY``): the Ed25519 key every table is
+signed with (``polycorn-pki table-key``; without it tables are published
+unsigned, and relays and proxies with ``--failure-table-verify-key`` refuse
+them). Exit status: 0 done, 1 the run failed, 2 bad usage.
 ``docs/trainer.md`` has the method.
 """
 
@@ -39,6 +43,7 @@ from polycorn_trainer.data import Shard
 from polycorn_trainer.fit import Params
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, publish_only, run
+from polycorn_trainer.signing import TableSigner
 
 log = logging.getLogger("polycorn_trainer")
 
@@ -106,6 +111,14 @@ def _parser() -> argparse.ArgumentParser:
             help="Kafka bootstrap servers (env POLYCORN_KAFKA_BOOTSTRAP); none: LinkDB only",
         )
         sp.add_argument("--topic", default=TOPIC, help=f"compacted table topic (default {TOPIC})")
+        key = os.environ.get("POLYCORN_TRAINER_TABLE_SIGNING_KEY")
+        sp.add_argument(
+            "--table-signing-key",
+            type=Path,
+            default=Path(key) if key else None,
+            help="Ed25519 private key (PEM or 32-byte seed; polycorn-pki table-key) that signs "
+            "every table published (env POLYCORN_TRAINER_TABLE_SIGNING_KEY); none: unsigned",
+        )
         kafka_security.add_arguments(sp)
 
     def model(sp: argparse.ArgumentParser) -> None:
@@ -152,7 +165,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _options(
-    a: argparse.Namespace, store: bool, publish: bool, kafka: dict[str, str] | None = None
+    a: argparse.Namespace,
+    store: bool,
+    publish: bool,
+    kafka: dict[str, str] | None = None,
+    signer: TableSigner | None = None,
 ) -> Options:
     params = Params(
         min_failures=a.min_failures,
@@ -170,8 +187,24 @@ def _options(
         bootstrap=getattr(a, "bootstrap", None),
         topic=getattr(a, "topic", TOPIC),
         kafka=kafka or {},
+        signer=signer,
         db_wait_s=a.db_wait_s,
     )
+
+
+def _signer(a: argparse.Namespace) -> TableSigner | None:
+    """The signing key of ``run`` and ``publish``; a warning without one."""
+    path: Path | None = getattr(a, "table_signing_key", None)
+    if path is not None:
+        signer = TableSigner.load(path)
+        log.info("failure-location tables are signed with %s", path)
+        return signer
+    if a.cmd == "publish" or (a.cmd == "run" and not a.no_publish):
+        log.warning(
+            "no --table-signing-key: tables are published unsigned; relays and proxies with "
+            "--failure-table-verify-key refuse them"
+        )
+    return None
 
 
 def _write_summary(path: Path | None, summary: dict[str, Any]) -> None:
@@ -193,9 +226,15 @@ def main(argv: list[str] | None = None) -> int:
     # Security options only where there is a Kafka (validate has none).
     kafka = kafka_security.parse(p, a) if hasattr(a, "kafka_security_protocol") else {}
     try:
+        signer = _signer(a)
         if a.cmd == "publish":
             t = publish_only(
-                a.database_url, a.bootstrap, a.topic, db_wait_s=a.db_wait_s, kafka=kafka
+                a.database_url,
+                a.bootstrap,
+                a.topic,
+                db_wait_s=a.db_wait_s,
+                kafka=kafka,
+                signer=signer,
             )
             print(
                 json.dumps(
@@ -210,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             _write_summary(a.summary_json, s)
             print(json.dumps(s["validation"], indent=2))
             return 0
-        o = _options(a, store=True, publish=not a.no_publish, kafka=kafka)
+        o = _options(a, store=True, publish=not a.no_publish, kafka=kafka, signer=signer)
         metrics = Metrics()
         if a.metrics_addr:
             metrics.serve(a.metrics_addr)

@@ -1,10 +1,11 @@
 """Producing failure-location tables to the compacted Kafka topic.
 
 One key (``fleet``), so compaction keeps the latest table; the value is the
-table's canonical JSON (the bytes the API serves), with its version and ETag
-in headers. Idempotent producer, ``acks=all``; :func:`produce_table` returns
-only after the broker acknowledged, and raises otherwise, so a run that could
-not reach Kafka fails visibly (the table is in LinkDB all the same, and the
+table's canonical JSON (the bytes the API serves), with its version, ETag and
+(when the trainer has a signing key) signature in headers. Idempotent
+producer, ``acks=all``; :func:`produce_table` returns only after the broker
+acknowledged, and raises otherwise, so a run that could not reach Kafka fails
+visibly (the table is in LinkDB all the same, and the
 next run produces the current table again: the proxies' version rule makes a
 repeat harmless).
 """
@@ -15,7 +16,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
-from polycorn_schema.failure_table import HEADER_ETAG, HEADER_VERSION, KAFKA_KEY
+from polycorn_schema.failure_table import (
+    HEADER_ETAG,
+    HEADER_SIGNATURE,
+    HEADER_VERSION,
+    KAFKA_KEY,
+)
 
 
 class PublishError(RuntimeError):
@@ -29,10 +35,12 @@ def produce_table(
     *,
     version: int,
     etag: str,
+    signature: str | None = None,
     timeout_s: float = 30.0,
     kafka: dict[str, str] | None = None,
 ) -> None:
-    """``kafka``: the security settings (``polycorn_schema.kafka_security``)."""
+    """``signature``: the table's (base64), sent in ``polycorn-signature``;
+    ``kafka``: the security settings (``polycorn_schema.kafka_security``)."""
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -52,11 +60,17 @@ def produce_table(
         if err is not None:
             errors.append(err)
 
+    headers: list[tuple[str, str | bytes | None]] = [
+        (HEADER_VERSION, str(version).encode()),
+        (HEADER_ETAG, etag.encode()),
+    ]
+    if signature is not None:
+        headers.append((HEADER_SIGNATURE, signature.encode()))
     p.produce(
         topic,
         key=KAFKA_KEY,
         value=body,
-        headers=[(HEADER_VERSION, str(version).encode()), (HEADER_ETAG, etag.encode())],
+        headers=headers,
         on_delivery=report,
     )
     left = p.flush(timeout_s + 5)

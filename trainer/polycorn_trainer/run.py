@@ -1,5 +1,6 @@
 """One trainer run: load a shard's cells, fit and validate them in parallel,
-store the model, publish the table (LinkDB, then Kafka)."""
+store the model, publish the table (LinkDB, then Kafka), signed with
+``Options.signer`` when the trainer has a signing key."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from polycorn_trainer.data import Shard, load_cells
 from polycorn_trainer.fit import CellData, CellResult, Counts, Params, fit_many
 from polycorn_trainer.kafka import produce_table
 from polycorn_trainer.metrics import Metrics
+from polycorn_trainer.signing import TableSigner
 from polycorn_trainer.store import Published, publish_table, store_model
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,8 @@ class Options:
     topic: str = "polycorn.failure-tables.v1"
     # Kafka security settings (polycorn_schema.kafka_security); {}: PLAINTEXT.
     kafka: dict[str, str] = field(default_factory=dict)
+    # --table-signing-key: signs every table published; None: unsigned.
+    signer: TableSigner | None = None
     progress_every_s: float = 5.0
     # How long to wait for a starting PostgreSQL before a run fails.
     db_wait_s: float = 60.0
@@ -154,7 +158,7 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
                     handovers,
                 )
             if o.publish:
-                published = publish_table(conn, model_id)
+                published = publish_table(conn, model_id, o.signer)
         elif o.publish:
             raise ValueError("publishing needs a stored model")
         if o.publish and published is None:
@@ -166,6 +170,7 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
             published.body,
             version=published.version,
             etag=published.etag,
+            signature=published.signature,
             kafka=o.kafka,
         )
         log.info("table v%d produced to %s", published.version, o.topic)
@@ -238,11 +243,12 @@ def publish_only(
     *,
     db_wait_s: float = 60.0,
     kafka: dict[str, str] | None = None,
+    signer: TableSigner | None = None,
 ) -> Published | None:
     """Re-assembles the table from the latest cell models and publishes it
     (after sharded runs, or to re-send the current table to Kafka)."""
     with pg_connect(url, timeout_s=db_wait_s) as conn:
-        published = publish_table(conn, None)
+        published = publish_table(conn, None, signer)
     if published is not None and bootstrap:
         produce_table(
             bootstrap,
@@ -250,6 +256,7 @@ def publish_only(
             published.body,
             version=published.version,
             etag=published.etag,
+            signature=published.signature,
             kafka=kafka,
         )
     return published

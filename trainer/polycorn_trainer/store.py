@@ -7,9 +7,12 @@ run (or shard) fitted it, so sharded workers need no coordinator: each one
 publishes after its run and the last to finish publishes the union.
 Publication takes linkdb-api's advisory lock, gets version = previous + 1,
 and stores the canonical body with its ETag — the bytes the API serves and
-the Kafka message carries. An assembled table equal to the current one is
-not published again (no version churn); :func:`publish_table` then reports
-the current one.
+the Kafka message carries (``body_bytes``, verbatim) — and, with a signing
+key, their signature (``signature``; :mod:`polycorn_trainer.signing`). An
+assembled table equal to the current one is not published again (no version
+churn); :func:`publish_table` then reports the current one, signed again
+with the key given when its stored signature is not that key's (a new key:
+the proxies that verify with it must get the current table signed by it).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from polycorn_schema.failure_table import FORMAT, PUBLISH_LOCK, canonical, etag_
 from polycorn_trainer import __version__
 from polycorn_trainer.data import CELL_ROUTE
 from polycorn_trainer.fit import CellResult
+from polycorn_trainer.signing import TableSigner
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,7 @@ class Published:
     etag: str
     body: bytes  # canonical
     new: bool  # false: the assembled table equalled the current one
+    signature: str | None = None  # base64 Ed25519 of body; None: unsigned
 
 
 def store_model(
@@ -178,16 +183,53 @@ def assemble(conn: psycopg.Connection) -> tuple[list[dict[str, Any]], int]:
     return entries, skipped
 
 
-def current_table(conn: psycopg.Connection) -> tuple[int, dict[str, Any], str] | None:
+@dataclass(frozen=True)
+class Current:
+    version: int
+    body: dict[str, Any]
+    etag: str
+    data: bytes | None  # body_bytes; None: stored before migration 0009
+    signature: str | None
+
+
+def current_table(conn: psycopg.Connection) -> Current | None:
     row = conn.execute(
-        "SELECT version, body, etag FROM failure_tables ORDER BY version DESC LIMIT 1"
+        "SELECT version, body, etag, body_bytes, signature FROM failure_tables "
+        "ORDER BY version DESC LIMIT 1"
     ).fetchone()
-    return (int(row[0]), row[1], str(row[2])) if row else None
+    if row is None:
+        return None
+    data = bytes(row[3]) if row[3] is not None else None
+    return Current(int(row[0]), row[1], str(row[2]), data, row[4])
 
 
-def publish_table(conn: psycopg.Connection, model_id: int | None) -> Published | None:
-    """Assembles and stores the next table (module docstring). ``None`` when
-    no cell has a failure location and no table was ever published."""
+def _republish(
+    conn: psycopg.Connection, cur: Current, entries: int, signer: TableSigner | None
+) -> Published:
+    """The current table unchanged; signed with ``signer`` when its stored
+    signature is not that key's (or it has none), and given its stored bytes
+    when it was stored without them."""
+    data = cur.data if cur.data is not None else canonical(cur.body)
+    etag = cur.etag if cur.data is not None else etag_of(data)
+    signature = cur.signature
+    if signer is not None:
+        signature = signer.sign(data)  # Ed25519 is deterministic: same key, same signature
+    if (signature, data, etag) != (cur.signature, cur.data, cur.etag):
+        conn.execute(
+            "UPDATE failure_tables SET body_bytes = %s, signature = %s, etag = %s "
+            "WHERE version = %s",
+            (data, signature, etag, cur.version),
+        )
+        log.info("failure-location table v%d signed with %s", cur.version, signer and signer.origin)
+    return Published(cur.version, entries, etag, data, new=False, signature=signature)
+
+
+def publish_table(
+    conn: psycopg.Connection, model_id: int | None, signer: TableSigner | None = None
+) -> Published | None:
+    """Assembles and stores the next table (module docstring), signed with
+    ``signer``. ``None`` when no cell has a failure location and no table
+    was ever published."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (PUBLISH_LOCK,))
         entries, skipped = assemble(conn)
@@ -197,15 +239,13 @@ def publish_table(conn: psycopg.Connection, model_id: int | None) -> Published |
         cur = current_table(conn)
         if (
             cur is not None
-            and cur[1].get("entries") == entries
-            and cur[1].get("routes", []) == routes
+            and cur.body.get("entries") == entries
+            and cur.body.get("routes", []) == routes
         ):
-            version, body, etag = cur
-            data = canonical(body)
-            return Published(version, len(entries), etag, data, new=False)
+            return _republish(conn, cur, len(entries), signer)
         if cur is None and not entries:
             return None
-        version = (cur[0] if cur else 0) + 1
+        version = (cur.version if cur else 0) + 1
         body = {
             "format": FORMAT,
             "version": version,
@@ -217,10 +257,17 @@ def publish_table(conn: psycopg.Connection, model_id: int | None) -> Published |
             body["routes"] = routes
         data = canonical(body)
         etag = etag_of(data)
+        signature = signer.sign(data) if signer is not None else None
         conn.execute(
-            "INSERT INTO failure_tables (version, model_id, etag, entries, body, note) "
-            "VALUES (%s, %s, %s, %s, %s, %s)",
-            (version, model_id, etag, len(entries), data.decode(), "trainer"),
+            "INSERT INTO failure_tables "
+            "(version, model_id, etag, entries, body, note, body_bytes, signature) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            (version, model_id, etag, len(entries), data.decode(), "trainer", data, signature),
         )
-    log.info("failure-location table v%d published: %d entries", version, len(entries))
-    return Published(version, len(entries), etag, data, new=True)
+    log.info(
+        "failure-location table v%d published: %d entries, %s",
+        version,
+        len(entries),
+        "signed" if signature else "unsigned",
+    )
+    return Published(version, len(entries), etag, data, new=True, signature=signature)

@@ -10,6 +10,8 @@ import math
 import os
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,13 +19,23 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
 from polycorn_ingest.routes import RouteSpec, store
 from polycorn_linkdb_api.app import create_app
 from polycorn_linkdb_api.auth import hash_key
 from polycorn_linkdb_api.settings import ApiSettings, DatabaseSettings, Settings
-from polycorn_schema.failure_table import HEADER_ETAG, HEADER_VERSION, KAFKA_KEY, etag_of
+from polycorn_schema.failure_table import (
+    HEADER_ETAG,
+    HEADER_SIGNATURE,
+    HEADER_VERSION,
+    HTTP_SIGNATURE_HEADER,
+    KAFKA_KEY,
+    etag_of,
+)
 from polycorn_schema.startup import kafka_create_topics
 from polycorn_schema.testing import fresh_database
 from polycorn_trainer import cli
@@ -31,6 +43,7 @@ from polycorn_trainer.data import Shard, load_cells
 from polycorn_trainer.fit import Params
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, run
+from polycorn_trainer.signing import TableSigner, verify
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 CELLS = 12  # per carrier, increasing direction; cell k's edge at 2000 * k
@@ -202,6 +215,8 @@ def test_run_stores_publishes_and_api_serves_the_same_bytes(db: str, topic: str)
     key, value, headers = msgs[0]
     assert key == KAFKA_KEY and value == r.content
     assert headers[HEADER_VERSION] == b"1" and headers[HEADER_ETAG] == etag.encode()
+    assert HEADER_SIGNATURE not in headers, "no signing key: unsigned"
+    assert HTTP_SIGNATURE_HEADER not in r.headers
     # The metrics say what happened.
     assert m.registry.get_sample_value("polycorn_trainer_runs_total", {"result": "ok"}) == 1
     assert m.registry.get_sample_value("polycorn_trainer_table_version") == 1
@@ -346,3 +361,101 @@ def test_routed_cells_publish_their_route_point_and_line(db: str) -> None:
     (line,) = body["routes"]
     assert line["id"] == "r1" and len(line["coords"]) == len(line["measures"])
     assert line["measures"][0] == 0.0 and abs(line["measures"][-1] - 0.3 * m_per_deg) < 100
+
+
+def write_signing_key(path: Path, *, seed_only: bool = False) -> Ed25519PrivateKey:
+    """A new Ed25519 key in ``path``: PEM PKCS#8 (polycorn-pki table-key's
+    form) or the raw 32-byte seed."""
+    key = Ed25519PrivateKey.generate()
+    if seed_only:
+        data = key.private_bytes(
+            serialization.Encoding.Raw,
+            serialization.PrivateFormat.Raw,
+            serialization.NoEncryption(),
+        )
+    else:
+        data = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    path.write_bytes(data)
+    return key
+
+
+def test_published_tables_are_signed_and_the_api_serves_the_signature(
+    db: str, topic: str, tmp_path: Path
+) -> None:
+    """With --table-signing-key: the Kafka message's ``polycorn-signature``
+    header verifies with the public key over exactly the message's value,
+    LinkDB keeps the bytes and the signature, and the API serves the same
+    bytes with the same signature. A new key (a rotation) re-signs the
+    current table without a new version."""
+    seed(db)
+    key = write_signing_key(tmp_path / "table-signing.key")
+    signer = TableSigner.load(tmp_path / "table-signing.key")
+    o = Options(workers=1, bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic)
+    s = run(db, replace(o, signer=signer))
+    assert s["table"] is not None and s["table"]["version"] == 1
+
+    [(k, value, headers)] = read_topic(topic)
+    assert k == KAFKA_KEY
+    sig = headers[HEADER_SIGNATURE]
+    verify(key.public_key(), value, sig)  # raises InvalidSignature otherwise
+    with pytest.raises(InvalidSignature):
+        verify(Ed25519PrivateKey.generate().public_key(), value, sig)
+    with pytest.raises(InvalidSignature):
+        verify(key.public_key(), value.replace(b'"version":1', b'"version":2'), sig)
+    with psycopg.connect(db) as c:
+        stored = c.execute(
+            "SELECT body_bytes, signature FROM failure_tables WHERE version = 1"
+        ).fetchone()
+    assert stored is not None and bytes(stored[0]) == value and stored[1] == sig.decode()
+    with api(db) as client:
+        r = client.get("/v1/failure-table", headers={"X-API-Key": "k"})
+        assert r.status_code == 200 and r.content == value
+        assert r.headers[HTTP_SIGNATURE_HEADER] == sig.decode()
+        r1 = client.get("/v1/failure-tables/1", headers={"X-API-Key": "k"})
+        assert r1.content == value and r1.headers[HTTP_SIGNATURE_HEADER] == sig.decode()
+        etag = r.headers["etag"]
+        r304 = client.get("/v1/failure-table", headers={"X-API-Key": "k", "If-None-Match": etag})
+        assert r304.status_code == 304
+
+    # A new key (the seed form this time): the same table, re-signed.
+    new_key = write_signing_key(tmp_path / "new.key", seed_only=True)
+    s2 = run(db, replace(o, signer=TableSigner.load(tmp_path / "new.key")))
+    assert s2["table"] is not None and s2["table"]["version"] == 1 and not s2["table"]["new"]
+    _, value2, headers2 = read_topic(topic)[-1]
+    assert value2 == value
+    verify(new_key.public_key(), value2, headers2[HEADER_SIGNATURE])
+    with pytest.raises(InvalidSignature):
+        verify(key.public_key(), value2, headers2[HEADER_SIGNATURE])
+    with api(db) as client:
+        r = client.get("/v1/failure-table", headers={"X-API-Key": "k"})
+        assert r.headers["etag"] == etag, "the bytes did not change"
+        assert r.headers[HTTP_SIGNATURE_HEADER] == headers2[HEADER_SIGNATURE].decode()
+
+    # Without a key the table is sent with the signature LinkDB holds.
+    run(db, o)
+    _, value3, headers3 = read_topic(topic)[-1]
+    assert value3 == value and headers3[HEADER_SIGNATURE] == headers2[HEADER_SIGNATURE]
+
+
+def test_a_bad_signing_key_fails_the_run_with_one_line(
+    db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "p256.key"
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    bad.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    for path, why in ((bad, "not an Ed25519 key"), (tmp_path / "missing", "missing")):
+        rc = cli.main(["run", "--once", "--database-url", db, "--table-signing-key", str(path)])
+        assert rc == 1
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, err

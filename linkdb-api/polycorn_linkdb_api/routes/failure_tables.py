@@ -1,5 +1,11 @@
 """The failure-location tables: the current one for the proxies to poll
-(ETag / If-None-Match → 304), any version, the list, and publication."""
+(ETag / If-None-Match → 304), any version, the list, and publication.
+
+A table is served as the exact bytes its publisher stored
+(``failure_tables.body_bytes``), with the trainer's signature of them in
+``X-Polycorn-Signature`` when it has one; tables stored before those
+columns existed are re-serialised from ``body`` (their ETag was computed
+from those canonical bytes)."""
 
 from __future__ import annotations
 
@@ -29,7 +35,12 @@ from polycorn_linkdb_api.routes.common import (
     page,
 )
 from polycorn_linkdb_api.schemas import TableList, TableMeta
-from polycorn_schema.failure_table import PUBLISH_LOCK, canonical, etag_of
+from polycorn_schema.failure_table import (
+    HTTP_SIGNATURE_HEADER,
+    PUBLISH_LOCK,
+    canonical,
+    etag_of,
+)
 
 router = APIRouter(prefix="/v1", tags=["failure tables"])
 
@@ -38,6 +49,13 @@ NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
 }
 ETAG_HEADER = {
     "ETag": {"description": "strong validator: SHA-256 of the body", "schema": {"type": "string"}}
+}
+SIGNATURE_HEADER = {
+    HTTP_SIGNATURE_HEADER: {
+        "description": "the trainer's Ed25519 signature of exactly the body, base64 "
+        "(absent: the table is unsigned)",
+        "schema": {"type": "string"},
+    }
 }
 
 
@@ -57,11 +75,15 @@ class BodyCache:
         if hit is not None:
             return hit
         row = await fetchone(
-            conn, "SELECT body FROM failure_tables WHERE version = :v", {"v": version}
+            conn,
+            "SELECT body_bytes, body FROM failure_tables WHERE version = :v",
+            {"v": version},
         )
         if row is None:
             raise NotFoundError(f"no failure-location table version {version}")
-        data = reserialise(row[0])
+        # The stored bytes verbatim (they are what is signed); re-serialised
+        # only for a table stored before migration 0009.
+        data = bytes(row[0]) if row[0] is not None else reserialise(row[1])
         self._d[version] = data
         while len(self._d) > self._size:
             self._d.popitem(last=False)
@@ -74,12 +96,16 @@ async def _serve(
     *,
     version: int,
     etag: str,
+    signature: str | None,
     if_none: str | None,
     cache_control: str,
 ) -> Response:
-    """304 without touching the body; else the cached bytes (read and
-    re-serialised once per version and worker)."""
+    """304 without touching the body; else the cached bytes (read once per
+    version and worker). The signature is not cached: the trainer re-signs
+    a table when its key changes."""
     headers = {"ETag": f'"{etag}"', "Cache-Control": cache_control}
+    if signature is not None:
+        headers[HTTP_SIGNATURE_HEADER] = signature
     if if_none_match(if_none, etag):
         return Response(status_code=304, headers=headers)
     cache: BodyCache = request.app.state.table_cache
@@ -99,7 +125,12 @@ IfNoneMatch = Annotated[
     "/failure-table",
     response_model=TableFile,
     response_class=JSONTextResponse,
-    responses={**NOT_MODIFIED, **AUTH_ERRORS, **NOT_FOUND},
+    responses={
+        200: {"headers": {**ETAG_HEADER, **SIGNATURE_HEADER}},
+        **NOT_MODIFIED,
+        **AUTH_ERRORS,
+        **NOT_FOUND,
+    },
     summary="The current failure-location table (for the proxies)",
 )
 async def current_table(
@@ -107,12 +138,15 @@ async def current_table(
 ) -> Response:
     """The highest published version, in the proxies' file format. Poll with
     `If-None-Match: <ETag>`: 304 while it is unchanged. 404 until a first
-    table is published (a proxy then runs without one). The one route a
-    `table` key (the relays' and proxies') may read."""
+    table is published (a proxy then runs without one). The body is the
+    exact bytes published; `X-Polycorn-Signature` is the trainer's signature
+    of them (relays and proxies with `--failure-table-verify-key` need it).
+    The one route a `table` key (the relays' and proxies') may read."""
     max_age = request.app.state.settings.api.table_max_age_s
     async with db(request) as conn:
         row = await fetchone(
-            conn, "SELECT version, etag FROM failure_tables ORDER BY version DESC LIMIT 1"
+            conn,
+            "SELECT version, etag, signature FROM failure_tables ORDER BY version DESC LIMIT 1",
         )
         if row is None:
             raise NotFoundError("no failure-location table has been published yet")
@@ -121,6 +155,7 @@ async def current_table(
             conn,
             version=row[0],
             etag=row[1],
+            signature=row[2],
             if_none=if_none_match,
             cache_control=f"private, max-age={max_age}, must-revalidate",
         )
@@ -130,7 +165,12 @@ async def current_table(
     "/failure-tables/{version}",
     response_model=TableFile,
     response_class=JSONTextResponse,
-    responses={**NOT_MODIFIED, **AUTH_ERRORS, **NOT_FOUND},
+    responses={
+        200: {"headers": {**ETAG_HEADER, **SIGNATURE_HEADER}},
+        **NOT_MODIFIED,
+        **AUTH_ERRORS,
+        **NOT_FOUND,
+    },
     summary="One version of the failure-location table",
 )
 async def table_version(
@@ -142,7 +182,9 @@ async def table_version(
     """A published version; versions never change, so it may be cached for good."""
     async with db(request) as conn:
         row = await fetchone(
-            conn, "SELECT etag FROM failure_tables WHERE version = :v", {"v": version}
+            conn,
+            "SELECT etag, signature FROM failure_tables WHERE version = :v",
+            {"v": version},
         )
         if row is None:
             raise NotFoundError(f"no failure-location table version {version}")
@@ -151,6 +193,7 @@ async def table_version(
             conn,
             version=version,
             etag=row[0],
+            signature=row[1],
             if_none=if_none_match,
             cache_control="private, max-age=31536000, immutable",
         )
@@ -236,8 +279,8 @@ async def publish_table(
         etag = etag_of(data)
         meta = await fetchone(
             conn,
-            "INSERT INTO failure_tables (version, model_id, etag, entries, body, note) "
-            "VALUES (:v, :m, :e, :n, CAST(:b AS jsonb), :note) "
+            "INSERT INTO failure_tables (version, model_id, etag, entries, body, note, body_bytes) "
+            "VALUES (:v, :m, :e, :n, CAST(:b AS jsonb), :note, :data) "
             f"RETURNING {META.replace('f.', '')}",
             {
                 "v": version,
@@ -246,6 +289,7 @@ async def publish_table(
                 "n": len(table.entries),
                 "b": json.dumps(body),
                 "note": note,
+                "data": data,
             },
         )
         if meta is None:  # INSERT ... RETURNING always returns the row

@@ -46,6 +46,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -400,7 +401,7 @@ class FailureTable(Base):
 
     ``version`` grows by one per publication; ``etag`` is a hash of ``body``
     that the API serves for conditional polling. The current table is the
-    highest version.
+    highest version. ``body_bytes`` and ``signature``: migration 0009.
     """
 
     __tablename__ = "failure_tables"
@@ -411,6 +412,11 @@ class FailureTable(Base):
     entries: Mapped[int] = mapped_column(Integer)
     body: Mapped[dict[str, Any]] = mapped_column(JSONB)
     note: Mapped[str] = mapped_column(Text, default="")
+    # The exact bytes published (served verbatim, signed); NULL for tables
+    # stored before migration 0009 (the API re-serialises ``body``).
+    body_bytes: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # The trainer's Ed25519 signature of ``body_bytes``, base64; NULL: unsigned.
+    signature: Mapped[str | None] = mapped_column(Text)
 
 
 # The partitioned tables, for migrations and ingest's partition upkeep.
