@@ -364,6 +364,23 @@ struct Proxy {
     handshakes: Arc<tokio::sync::Semaphore>,
     /// Connections closed at once because that many were being set up.
     handshakes_refused: std::sync::atomic::AtomicU64,
+    /// Subflows refused (a failed TLS handshake, HELLO, another train): all
+    /// counted; those that failed before authentication logged at warn
+    /// once a minute at most (anyone on the Internet can cause one).
+    subflows_refused: std::sync::atomic::AtomicU64,
+    refused_log: polycorn_net::lograte::Every,
+}
+
+/// Marks a subflow refused before its peer was authenticated (the TLS
+/// handshake failed or timed out): anyone on the Internet can cause that, so
+/// it is logged at warn once a minute at most.
+#[derive(Debug)]
+struct Unauthenticated(&'static str);
+
+impl std::fmt::Display for Unauthenticated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
 }
 
 /// Subflows in their TLS handshake or HELLO at once (before the peer is
@@ -413,7 +430,7 @@ impl Proxy {
         Ok(session)
     }
 
-    async fn events(self: Arc<Self>, session: Session, mut rx: tokio::sync::mpsc::UnboundedReceiver<SessionEvent>) {
+    async fn events(self: Arc<Self>, session: Session, mut rx: polycorn_net::session::Events) {
         // The train's position, from its GPS telemetry, for the downlink's
         // handover-failure prediction.
         let mut tracker = polycorn_core::TrainTracker::new();
@@ -544,10 +561,13 @@ impl Proxy {
         subflow::tune(&tcp)?;
         let probe = subflow::UnsentProbe::new(&tcp)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(self.s.tls.clone());
-        let mut tls = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
-            .await
-            .context("TLS handshake timed out")?
-            .context("TLS handshake")?;
+        let mut tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => return Err(anyhow::Error::new(e).context(Unauthenticated("TLS handshake"))),
+            Err(_) => {
+                return Err(anyhow::anyhow!("no TLS handshake within 10 s").context(Unauthenticated("TLS handshake")))
+            }
+        };
         let cert_train = {
             let (_, conn) = tls.get_ref();
             let certs = conn.peer_certificates().context("no client certificate")?;
@@ -583,6 +603,12 @@ fn write_telemetry_metrics(w: &mut metrics::Writer, p: &Proxy) {
         "TCP connections closed at once because MAX_HANDSHAKES subflows were already in their TLS handshake or HELLO.",
         vec![],
         p.handshakes_refused.load(Relaxed) as f64,
+    );
+    w.counter(
+        "polycorn_proxy_subflows_refused",
+        "Subflows refused: a failed TLS handshake (logged at warn once a minute at most), a failed HELLO, another train.",
+        vec![],
+        p.subflows_refused.load(Relaxed) as f64,
     );
     w.counter(
         "polycorn_proxy_telemetry_discarded",
@@ -759,6 +785,8 @@ async fn run() -> anyhow::Result<()> {
         telemetry_malformed: Default::default(),
         handshakes: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
         handshakes_refused: Default::default(),
+        subflows_refused: Default::default(),
+        refused_log: polycorn_net::lograte::Every::new(Duration::from_secs(60)),
     });
 
     let p = proxy.clone();
@@ -766,7 +794,7 @@ async fn run() -> anyhow::Result<()> {
         let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, s)) = &cur.session {
             let names = cur.path_names.clone();
-            s.with(|st, now| metrics::write_endpoint(w, &st.ep, &names, now));
+            s.with(|st, now| metrics::write_session(w, st, &names, now));
         } else {
             // No train connected: the budget every session will share.
             metrics::write_budget(w, &p.s.endpoint.budget);
@@ -847,8 +875,22 @@ async fn run() -> anyhow::Result<()> {
             };
             let p = proxy.clone();
             tokio::spawn(async move {
-                if let Err(e) = p.accept_subflow(tcp, peer, handshake).await {
-                    warn!(%peer, error = %format!("{e:#}"), "subflow refused");
+                if let Err(e) = p.clone().accept_subflow(tcp, peer, handshake).await {
+                    p.subflows_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if e.downcast_ref::<Unauthenticated>().is_none() {
+                        // A peer with a fleet certificate: every refusal is
+                        // worth an operator's look.
+                        warn!(%peer, error = %format!("{e:#}"), "subflow refused");
+                    } else if let Some(left_out) = p.refused_log.check(Instant::now()) {
+                        warn!(
+                            %peer,
+                            error = %format!("{e:#}"),
+                            left_out,
+                            "subflow refused before authentication (logged once a minute at most; left_out: since the last line)"
+                        );
+                    } else {
+                        debug!(%peer, error = %format!("{e:#}"), "subflow refused before authentication");
+                    }
                 }
             });
         }

@@ -1,6 +1,7 @@
 //! Unauthenticated peers cannot hold the proxy's handshake slots without
 //! bound: beyond 64 connections in their TLS handshake, a new one is closed
-//! at once and counted (runs the real binary).
+//! at once and counted; nor fill its log: failed handshakes are counted and
+//! logged once a minute at most (runs the real binary).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -34,14 +35,14 @@ fn counter(metrics: &str, name: &str) -> Option<f64> {
     metrics.lines().find_map(|l| l.strip_prefix(&format!("{name}{{}} ")).and_then(|v| v.trim().parse().ok()))
 }
 
-#[test]
-fn connections_beyond_the_handshake_cap_are_closed_at_once_and_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let b = polycorn_pki::write_dev_bundle(dir.path(), &["t1".to_string()]).unwrap();
+/// A proxy for train t1 on free ports, writing its log to `log`; returns
+/// it with its subflow and metrics addresses once both listen.
+fn start(dir: &std::path::Path, log: Stdio) -> (Proxy, SocketAddr, SocketAddr) {
+    let b = polycorn_pki::write_dev_bundle(dir, &["t1".to_string()]).unwrap();
     let (port, mport) = (free_port(), free_port());
     let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{mport}").parse().unwrap();
-    let _proxy = Proxy(
+    let proxy = Proxy(
         Command::new(env!("CARGO_BIN_EXE_polycorn-proxy"))
             .args(["--train-id", "t1", "--listen", &listen.to_string(), "--metrics-listen", &metrics.to_string()])
             .arg("--ca")
@@ -50,8 +51,9 @@ fn connections_beyond_the_handshake_cap_are_closed_at_once_and_counted() {
             .arg(&b.proxy_cert)
             .arg("--key")
             .arg(&b.proxy_key)
+            .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("the proxy binary starts"),
     );
@@ -61,6 +63,13 @@ fn connections_beyond_the_handshake_cap_are_closed_at_once_and_counted() {
         assert!(Instant::now() < give_up, "the proxy never listened");
         std::thread::sleep(Duration::from_millis(100));
     }
+    (proxy, listen, metrics)
+}
+
+#[test]
+fn connections_beyond_the_handshake_cap_are_closed_at_once_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_proxy, listen, metrics) = start(dir.path(), Stdio::null());
     // That probe connection took a handshake slot for up to 10 s; hold 64
     // more that never speak TLS.
     let mut held = Vec::new();
@@ -85,4 +94,35 @@ fn connections_beyond_the_handshake_cap_are_closed_at_once_and_counted() {
     let refused = counter(&text, "polycorn_proxy_handshakes_refused_total").expect("the counter is exported");
     assert!(refused >= 5.0, "refused {refused}");
     drop(held);
+}
+
+#[test]
+fn failed_handshakes_are_counted_and_logged_once_a_minute_at_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("proxy.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let (proxy, listen, metrics) = start(dir.path(), Stdio::from(log));
+    // The readiness probe's connection fails its handshake too (it closes
+    // without a byte); 30 more speak HTTP instead of TLS.
+    for _ in 0..30 {
+        let mut c = TcpStream::connect(listen).unwrap();
+        c.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 64];
+        let _ = c.read(&mut buf); // the proxy's TLS alert, then EOF
+    }
+    let give_up = Instant::now() + Duration::from_secs(60);
+    let refused = loop {
+        let text = get(metrics, "/metrics").expect("metrics");
+        let n = counter(&text, "polycorn_proxy_subflows_refused_total").expect("the counter is exported");
+        if n >= 31.0 || Instant::now() > give_up {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(refused, 31.0, "every failed handshake counts");
+    drop(proxy);
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    let lines = text.lines().filter(|l| l.contains("subflow refused") && l.contains("WARN")).count();
+    assert_eq!(lines, 1, "one line for 31 failures within a minute:\n{text}");
 }

@@ -727,7 +727,7 @@ async fn run() -> anyhow::Result<()> {
     let mut sources: Vec<Source> = std::mem::take(&mut sources_pre);
     let names: Vec<(PathId, String)> = paths.iter().map(|p| (p.id, p.name.clone())).collect();
     let ms = session.clone();
-    sources.push(Arc::new(move |w| ms.with(|st, now| metrics::write_endpoint(w, &st.ep, &names, now))));
+    sources.push(Arc::new(move |w| ms.with(|st, now| metrics::write_session(w, st, &names, now))));
     if let Some(d) = &conn_dialer {
         let st = d.stats().clone();
         sources.push(Arc::new(move |w| st.write_relay(w)));

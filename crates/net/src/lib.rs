@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod hof;
+pub mod lograte;
 pub mod metrics;
 pub mod mptcp_conn;
 pub mod panics;
@@ -28,7 +29,7 @@ pub mod subflow;
 pub mod table;
 pub mod telemetry;
 
-pub use session::{ConnStream, Session, SessionEvent};
+pub use session::{ConnStream, Events, Session, SessionEvent};
 pub use subflow::Transport;
 
 /// Resolves on SIGINT or SIGTERM, or once a task panicked

@@ -86,6 +86,23 @@ impl prometheus_client::collector::Collector for SnapshotCollector {
     }
 }
 
+/// Write a session's statistics: its endpoint's ([`write_endpoint`]) and the
+/// shell's event queue's.
+pub fn write_session(
+    w: &mut Writer,
+    st: &crate::session::State,
+    path_names: &[(PathId, String)],
+    now: std::time::Instant,
+) {
+    write_endpoint(w, &st.ep, path_names, now);
+    w.counter(
+        "polycorn_session_events_dropped",
+        "Events (new connections, telemetry records) dropped because the queue to the shell was full: connections are reset, records resent by the relay.",
+        Labels::new(),
+        st.events_dropped as f64,
+    );
+}
+
 /// Write the endpoint's statistics. `path_names` labels each path.
 pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, String)], now: std::time::Instant) {
     let s = ep.stats();

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -47,9 +48,40 @@ pub enum SessionEvent {
     },
 }
 
+/// Events queued for the shell at most; beyond it an event is dropped
+/// (counted in [`State::events_dropped`]) by its kind's rule in
+/// [`Session::with`]: a connection is reset, a telemetry record is left
+/// unacknowledged (the relay sends it again), a status is only logged anyway.
+/// The shell's event loops never wait on anything but the queue, so this is
+/// reached only by a peer that asks faster than a runtime thread can answer.
+pub const EVENT_QUEUE: usize = 4096;
+/// Telemetry payload bytes queued for the shell at most (a record is up to
+/// 64 KiB: [`EVENT_QUEUE`] records alone could hold 256 MiB).
+pub const EVENT_TELEMETRY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The shell's side of a session's event queue.
+pub struct Events {
+    rx: mpsc::Receiver<SessionEvent>,
+    telemetry_bytes: Arc<AtomicUsize>,
+}
+
+impl Events {
+    /// The next event; None once the session is gone.
+    pub async fn recv(&mut self) -> Option<SessionEvent> {
+        let ev = self.rx.recv().await?;
+        if let SessionEvent::Telemetry { payload, .. } | SessionEvent::TelemetryDuplicate { payload, .. } = &ev {
+            self.telemetry_bytes.fetch_sub(payload.len(), Ordering::Relaxed);
+        }
+        Some(ev)
+    }
+}
+
 /// The locked part of a session.
 pub struct State {
     pub ep: Endpoint,
+    /// Events dropped because the shell's queue was full ([`EVENT_QUEUE`],
+    /// [`EVENT_TELEMETRY_BYTES`]).
+    pub events_dropped: u64,
     read_wakers: HashMap<ConnId, Waker>,
     write_wakers: HashMap<ConnId, Waker>,
     armed: Option<Instant>,
@@ -68,7 +100,9 @@ struct Inner {
     path_drained: Vec<Notify>,
     timer: Notify,
     closed: Notify,
-    events: mpsc::UnboundedSender<SessionEvent>,
+    events: mpsc::Sender<SessionEvent>,
+    /// Telemetry payload bytes in `events`.
+    telemetry_bytes: Arc<AtomicUsize>,
 }
 
 /// Cheap to clone; every clone drives the same endpoint.
@@ -91,11 +125,13 @@ impl WeakSession {
 impl Session {
     /// Wrap `ep`; returns the session and the shell's event stream. Spawns
     /// the timer task on the current runtime.
-    pub fn new(ep: Endpoint) -> (Session, mpsc::UnboundedReceiver<SessionEvent>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    pub fn new(ep: Endpoint) -> (Session, Events) {
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let telemetry_bytes = Arc::new(AtomicUsize::new(0));
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 ep,
+                events_dropped: 0,
                 read_wakers: HashMap::new(),
                 write_wakers: HashMap::new(),
                 armed: None,
@@ -108,10 +144,11 @@ impl Session {
             timer: Notify::new(),
             closed: Notify::new(),
             events: tx,
+            telemetry_bytes: telemetry_bytes.clone(),
         });
         let s = Session { inner };
         tokio::spawn(s.clone().timer_task());
-        (s, rx)
+        (s, Events { rx, telemetry_bytes })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -153,19 +190,21 @@ impl Session {
                 }
                 Event::PathDead(p) => self.inner.path_dead[p.index()].notify_one(),
                 Event::ConnOpened { conn, user, dst } => {
-                    let _ = self.inner.events.send(SessionEvent::ConnOpened { conn, user, dst });
+                    if !self.event(st, SessionEvent::ConnOpened { conn, user, dst }) {
+                        st.ep.reset(conn, RESET_OVERLOADED, now);
+                    }
                 }
                 Event::Telemetry { seq, payload } => {
-                    let _ = self.inner.events.send(SessionEvent::Telemetry { seq, payload });
+                    self.event(st, SessionEvent::Telemetry { seq, payload });
                 }
                 Event::TelemetryDuplicate { seq, payload } => {
-                    let _ = self.inner.events.send(SessionEvent::TelemetryDuplicate { seq, payload });
+                    self.event(st, SessionEvent::TelemetryDuplicate { seq, payload });
                 }
                 Event::TelemetryAcked { seq } => {
-                    let _ = self.inner.events.send(SessionEvent::TelemetryAcked { seq });
+                    self.event(st, SessionEvent::TelemetryAcked { seq });
                 }
                 Event::PathStatus { path, state, cell } => {
-                    let _ = self.inner.events.send(SessionEvent::PathStatus { path, state, cell });
+                    self.event(st, SessionEvent::PathStatus { path, state, cell });
                 }
             }
         }
@@ -182,6 +221,34 @@ impl Session {
             if st.armed.is_none_or(|a| t < a) {
                 st.armed = Some(t);
                 self.inner.timer.notify_one();
+            }
+        }
+    }
+
+    /// Queue `ev` for the shell; false (and counted) when the queue is full
+    /// or, for telemetry, holds [`EVENT_TELEMETRY_BYTES`] already. A shell
+    /// that has dropped its receiver takes nothing, and that is no loss.
+    fn event(&self, st: &mut State, ev: SessionEvent) -> bool {
+        let bytes = match &ev {
+            SessionEvent::Telemetry { payload, .. } | SessionEvent::TelemetryDuplicate { payload, .. } => payload.len(),
+            _ => 0,
+        };
+        let queued = &self.inner.telemetry_bytes;
+        if bytes > 0 && queued.fetch_add(bytes, Ordering::Relaxed) + bytes > EVENT_TELEMETRY_BYTES {
+            queued.fetch_sub(bytes, Ordering::Relaxed);
+            st.events_dropped += 1;
+            return false;
+        }
+        match self.inner.events.try_send(ev) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                queued.fetch_sub(bytes, Ordering::Relaxed);
+                st.events_dropped += 1;
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                queued.fetch_sub(bytes, Ordering::Relaxed);
+                true
             }
         }
     }
@@ -486,6 +553,9 @@ pub const RESET_ABORTED: u32 = 1;
 pub const RESET_CONNECT_FAILED: u32 = 2;
 pub const RESET_REFUSED_BY_POLICY: u32 = 3;
 pub use polycorn_core::endpoint::RESET_REFUSED_LIMIT;
+/// A connection whose OPEN arrived while the shell's event queue was full
+/// ([`EVENT_QUEUE`]).
+pub const RESET_OVERLOADED: u32 = 5;
 
 #[cfg(test)]
 mod tests {
@@ -494,6 +564,79 @@ mod tests {
     use polycorn_core::wire::Frame;
     use polycorn_core::{EndpointConfig, Registry, Role};
     use tokio::io::AsyncWriteExt;
+
+    /// A shell that does not keep up with its events (here: never reads
+    /// them) holds at most EVENT_QUEUE of them and EVENT_TELEMETRY_BYTES of
+    /// telemetry: new connections beyond are reset, records left
+    /// unacknowledged, and both counted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shell_that_does_not_keep_up_holds_a_bounded_queue_of_events() {
+        let pipeline = Registry::with_builtins().build("minrtt").unwrap();
+        let ep = Endpoint::new(EndpointConfig::new(Role::Proxy), pipeline, Instant::now());
+        let (session, mut events) = Session::new(ep);
+        let (peer, ours) = tokio::io::duplex(1 << 20);
+        let run = tokio::spawn({
+            let session = session.clone();
+            async move { session.run_path(PathId(0), ours, None).await }
+        });
+        let (mut peer_rd, mut peer_wr) = tokio::io::split(peer);
+        let drain = tokio::spawn(async move {
+            let mut buf = vec![0u8; 1 << 16];
+            while peer_rd.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        });
+        let dst: std::net::SocketAddr = "10.0.0.1:22".parse().unwrap();
+        let mut out = Vec::new();
+        // More OPENs than the queue holds (fewer than the connection cap).
+        for c in 1..=(EVENT_QUEUE as u32 + 1000) {
+            Frame::Open { conn: ConnId(c), user: UserId([c as u8; 16]), dst }.encode(&mut out);
+        }
+        // Telemetry records of 60 KB: 4 MiB hold 69 of them.
+        let payload = Bytes::from(vec![7u8; 60_000]);
+        for seq in 1..=200u64 {
+            Frame::Telemetry { seq, payload: payload.clone() }.encode(&mut out);
+        }
+        peer_wr.write_all(&out).await.unwrap();
+        let queued = || session.peek(|st, _| st.events_dropped);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while session.peek(|st, _| st.ep.stats().telemetry_received) < 200 {
+            assert!(Instant::now() < deadline, "the proxy did not read every frame");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(queued(), 1000 + 200, "1000 OPENs and every record: the queue was full of connections");
+        assert_eq!(events.rx.len(), EVENT_QUEUE);
+        // The connections beyond the queue were reset, not left waiting for
+        // a shell that never heard of them.
+        assert_eq!(session.peek(|st, _| st.ep.conn_count()), EVENT_QUEUE);
+        // The shell reads: every event it gets is a connection, then room
+        // for telemetry, held to its byte bound.
+        let mut n = 0;
+        while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await {
+            assert!(matches!(ev, SessionEvent::ConnOpened { .. }), "{ev:?}");
+            n += 1;
+            if n == EVENT_QUEUE {
+                break;
+            }
+        }
+        assert_eq!(n, EVENT_QUEUE);
+        assert_eq!(events.telemetry_bytes.load(Ordering::Relaxed), 0);
+        let mut out = Vec::new();
+        for seq in 201..=400u64 {
+            Frame::Telemetry { seq, payload: payload.clone() }.encode(&mut out);
+        }
+        peer_wr.write_all(&out).await.unwrap();
+        while session.peek(|st, _| st.ep.stats().telemetry_received) < 400 {
+            assert!(Instant::now() < deadline, "the proxy did not read every frame");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let held = EVENT_TELEMETRY_BYTES / 60_000;
+        assert_eq!(events.rx.len(), held);
+        assert_eq!(events.telemetry_bytes.load(Ordering::Relaxed), held * 60_000);
+        assert_eq!(queued(), 1000 + 200 + (200 - held as u64));
+        session.close();
+        drop(peer_wr);
+        let _ = run.await;
+        drain.abort();
+    }
 
     /// A relay that floods OPENs, to a destination the proxy refuses or past
     /// the connection cap, and never reads the RESETs: the proxy stops
