@@ -20,7 +20,7 @@ define run_integration
 	bash scripts/integration-telemetry.sh
 endef
 
-.PHONY: help setup build test fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -134,6 +134,16 @@ bench-matching: setup ## map matching cost per fix: batched vs per-train candida
 bench-trainer: setup ## trainer: validation on generated fleets vs the paper, refit time and peak memory at 10k cells / 1M handovers -> bench/out/trainer.json
 	bash scripts/infra.sh up pg kafka
 	bash scripts/bench-trainer.sh
+
+# One cloud node under a fleet's load (issue 22): a proxy per train as the
+# chart runs them, real relays with passenger traffic, Kafka and ingest on the
+# infra of scripts/infra.sh; per fleet size of FLEET_TRAINS, FLEET_SECONDS
+# measured. Method: docs/benchmarks.md, "Fleet load".
+FLEET_TRAINS ?= 10,25,50,100
+FLEET_CONNS ?= 100
+FLEET_SECONDS ?= 60
+bench-fleet: build ## fleet load: FLEET_TRAINS (10,25,50,100) trains x FLEET_CONNS (100) passenger connections, FLEET_SECONDS (60) each -> bench/out/fleet.json (CPU and RSS per train, Kafka, ingest lag, trains per node)
+	FLEET_TRAINS=$(FLEET_TRAINS) FLEET_CONNS=$(FLEET_CONNS) FLEET_SECONDS=$(FLEET_SECONDS) bash scripts/bench-fleet.sh
 
 # The platform (issue 7): what cannot run here (Kubernetes, Envoy, Grafana)
 # is checked with the strongest offline validator; docs/operations.md.

@@ -41,7 +41,7 @@ from polycorn_bench.verdict import verdict_text
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The files whose regions are generated, relative to the repository root.
-FILES = ("README.md", "docs/results.md", "docs/trainer.md")
+FILES = ("README.md", "docs/results.md", "docs/trainer.md", "docs/operations.md")
 HSR_JSON = "bench/out/hsr.json"
 #: The full profile on the first railway (preset pc-gateway-300-v1, per-packet loss; the run of
 #: 2026-11-25/26): the sections of results.md that describe it read this frozen copy, while
@@ -77,6 +77,8 @@ KERNEL_MPTCP_JSON = "bench/out/hsr-kernel-mptcp.json"
 RECOVERY_JSON = "bench/out/hsr-recovery.json"
 #: hof-reject's holds replayed on that run (``polycorn_bench.holds --all``).
 HOLDS_JSON = "bench/out/hsr-holds.json"
+#: ``make bench-fleet``: one cloud node under 10 … 100 trains.
+FLEET_JSON = "bench/out/fleet.json"
 
 #: The default pipeline of the runs whose JSON does not name it (written before
 #: ``default_scheme`` was recorded, when it was ``hrsch+stale``); newer files name theirs.
@@ -1082,6 +1084,119 @@ class Region:
     inline: bool = False
 
 
+def _fleet_load(d: dict[str, Any]) -> str:
+    ld = d["load"]
+    return (
+        f"{d['conns_per_train']} passenger connections per train "
+        f"({ld['bulk_conns_per_train']} downloads paced at "
+        f"{ld['bulk_rate_bytes_per_s'] // 1024} KiB/s, the rest chat)"
+    )
+
+
+def fleet_table(src: Sources) -> str:
+    """results.md: the fleet load per fleet size, then the straight-line fit."""
+    d = src.load(FLEET_JSON)
+    rows = [
+        [
+            str(r["trains"]),
+            num(r["cpu_per_train_pct"], 2),
+            f"{num(r['proxy_rss_mb_p50'], 1)} / {num(r['proxy_rss_mb_p99'], 1)}",
+            num(r["proxy_rss_growth_mb_max"], 1),
+            num(r["cloud_cpu_pct"], 0),
+            f"{num(r['ingest_lag_p50_ms'], 0)} / {num(r['ingest_lag_p99_ms'], 0)}",
+            f"{num(r['kafka_records_per_s'], 0)} / {num(r['kafka_bytes_per_s'] / 1000, 1)}",
+            num(r["chat_rtt_ms_p99"], 1),
+            f"{r['machine_busy_pct']:.0f} % ({num(r['loadavg_1m'][1], 1)})",
+            ("pass" if r["ok"] else "**fail**") + (" (saturated)" if r["saturated"] else ""),
+        ]
+        for r in d["runs"]
+    ]
+    rows += [
+        [str(b["trains"]), f"did not run: {b['error']}", *[""] * 7, "**fail** (saturated)"]
+        for b in d.get("did_not_run", [])
+    ]
+    s = d["sizing"]
+    t = table(
+        [
+            "trains",
+            "proxy CPU per train (% of a core)",
+            "proxy RSS p50 / p99 (MB)",
+            "RSS growth, max (MB)",
+            "cloud node CPU (% of a core)",
+            "ingest lag p50 / p99 (ms)",
+            "Kafka records/s / kB/s",
+            "chat round trip p99 (ms)",
+            "machine busy (load)",
+            "checks",
+        ],
+        rows,
+    )
+    return (
+        f"{t}\n\n"
+        f"{_fleet_load(d)}, {d['load']['window_s']:g} s measured per size, on "
+        f"{d['environment']['cpus']} cores (binaries of commit "
+        f"{d['environment']['binaries_commit']}). "
+        f"Straight line through the sizes the machine carried "
+        f"({', '.join(str(n) for n in s['fitted_sizes'])} trains): the proxies cost "
+        f"{num(s['proxy_cpu_pct_per_train'], 2)} % of a core and "
+        f"{num(s['proxy_rss_mb_per_train'], 1)} MB per train; the cloud node (proxies, Kafka, "
+        f"ingest, PostgreSQL) {num(s['cloud_cpu_pct_per_train'], 2)} % of a core per train "
+        f"on top of {num(s['cloud_cpu_pct_fixed'], 1)} %."
+    )
+
+
+def fleet_sizing(src: Sources) -> str:
+    """operations.md: how many trains a node holds, measured against the chart's requests."""
+    d = src.load(FLEET_JSON)
+    s = d["sizing"]
+    req = s["chart_proxy_resources"]["requests"]
+    rows = [
+        [
+            f"{n['cores']} cores, {n['gib']} GiB",
+            str(n["trains_by_cpu"]),
+            str(n["trains_by_memory"]),
+            f"**{n['trains']}**",
+            str(n["trains_by_chart_requests"]),
+        ]
+        for n in s["nodes"]
+    ]
+    return (
+        table(
+            [
+                "node",
+                "trains by CPU (70 %)",
+                "trains by memory (70 %)",
+                "holds",
+                f"the chart's requests ({req['cpu']}, {req['memory']}) schedule",
+            ],
+            rows,
+        )
+        + f"\n\nAt {_fleet_load(d)}: {num(s['cloud_cpu_pct_per_train'], 2)} % of a core and "
+        f"{num(s['proxy_rss_mb_p99_max'], 1)} MB (proxy p99 RSS) per train, "
+        f"{num(s['trains_per_core'], 0)} trains per core and {num(s['trains_per_gib'], 0)} per "
+        f"GiB at 70 % (`bench/out/fleet.json`)."
+    )
+
+
+def fleet_headline(src: Sources) -> str:
+    """results.md: the largest fleet the machine carried, in one sentence."""
+    d = src.load(FLEET_JSON)
+    r = next(r for r in d["runs"] if r["trains"] == d["trains"])
+    over = d["saturated_sizes"] + [b["trains"] for b in d.get("did_not_run", [])]
+    failed = d["saturated_failed"] + [b["trains"] for b in d.get("did_not_run", [])]
+    return (
+        f"the largest fleet this 2-core machine carried next to its own load, {r['trains']} "
+        f"trains with {_fleet_load(d)}, cost the proxies {num(r['cpu_per_train_pct'], 2)} % of a "
+        f"core per train, each proxy's RSS stayed at or below {num(r['proxy_rss_mb_p99'], 1)} MB "
+        f"(p99), and ingest lag (train clock to LinkDB commit) was "
+        f"{num(r['ingest_lag_p99_ms'], 0)} ms at p99, with Kafka taking "
+        f"{num(r['kafka_records_per_s'], 0)} records/s; "
+        + ("every check passed" if d["ok"] else "**a check failed**")
+        + f". Sizes of {', '.join(str(n) for n in over)} trains saturated the machine "
+        f"(of those, {', '.join(str(n) for n in failed) or 'none'} failed checks)"
+    )
+
+
 #: Every region the docs may hold, by NAME.
 def trainer_curve(src: Sources) -> str:
     """docs/trainer.md: the table thresholds' precision against coverage (development routes)."""
@@ -1740,6 +1855,9 @@ REGIONS: dict[str, Region] = {
     "default-mechanisms": Region(functools.partial(mechanisms, rel=DEFAULT_JSON)),
     "default-variants": Region(functools.partial(variants_table, rel=DEFAULT_JSON)),
     "kernel-mptcp-precision": Region(functools.partial(mechanisms, rel=KERNEL_MPTCP_JSON)),
+    "fleet": Region(fleet_table),
+    "fleet-sizing": Region(fleet_sizing),
+    "fleet-headline": Region(fleet_headline, inline=True),
 }
 
 #: Regions of the full run on the current railway (``hsr.json``; the first railway's full
