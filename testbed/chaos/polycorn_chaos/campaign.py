@@ -255,7 +255,9 @@ class Campaign:
         if problems:
             bad.append(Violation("campaign", f"workload: {problems}"))
         t_counts, t_bad = check_transfers(transfers, tb.sums)
-        c_counts, c_bad = check_chat(chat, plan.workload.chat_users, plan.workload.chat_messages)
+        c_counts, c_bad = check_chat(
+            chat, plan.workload.chat_users, plan.workload.chat_messages, pax.deadline_ms
+        )
         bad += t_bad + c_bad
         self.crashes(crashed, bad)
 

@@ -77,13 +77,22 @@ def check_transfers(
 # ------------------------------------------------------------------ chat
 
 
+# A chat message sent and then neither answered nor failed (no reset, no
+# EOF) for this long sits on a connection left hanging: the passenger's app
+# waits forever. The endpoint gives up on a dead path after 10 s and resends
+# elsewhere, so a live path answers well within it.
+HANG_S = 25
+
+
 def check_chat(
-    records: Sequence[dict[str, Any]], users: int, messages: int
+    records: Sequence[dict[str, Any]], users: int, messages: int, deadline_ms: float | None = None
 ) -> tuple[Counter[str], list[Violation]]:
     """polycorn-loadgen im's records: one per message, each answered right or failed with a reason.
 
     A reply naming another message is a misdelivered byte stream, not a
-    visible failure: it is a violation.
+    visible failure: it is a violation. So is a message that was sent and
+    then waited HANG_S or more for the run's deadline (``deadline_ms``, trip
+    ms) with neither a reply nor an error: its connection was left hanging.
     """
     counts: Counter[str] = Counter()
     bad: list[Violation] = []
@@ -109,6 +118,21 @@ def check_chat(
             counts["answered"] += 1
         elif not isinstance(err, str) or not err:
             bad.append(Violation("chat-intact", f"message failed without a reason: {r}"))
+        elif (
+            err == "deadline"
+            and deadline_ms is not None
+            and r.get("send_ms") is not None
+            and deadline_ms - float(r["send_ms"]) >= HANG_S * 1000
+        ):
+            counts["hanging"] += 1
+            bad.append(
+                Violation(
+                    "chat-intact",
+                    f"user {r['user']} message {r['msg']} sent at trip {r['send_ms'] / 1000:.1f} s "
+                    f"got neither a reply nor an error for {HANG_S} s and more (connection left "
+                    "hanging)",
+                )
+            )
         elif err.startswith("reply names message"):
             counts["misdelivered"] += 1
             bad.append(Violation("chat-intact", f"user {r['user']} message {r['msg']}: {err}"))

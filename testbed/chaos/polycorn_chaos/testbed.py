@@ -535,19 +535,28 @@ class Testbed:
             return None
 
     def dead_letters(self) -> int:
-        from confluent_kafka import Consumer, TopicPartition
+        """Records in the dead-letter topic (a few tries: right after a broker
+        restart its metadata may not know the partition yet)."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         c = Consumer(
             {
                 "bootstrap.servers": f"127.0.0.1:{self.s.kafka_port}",
-                "group.id": f"dlqcheck-{self.run_id}",
+                "group.id": f"dlq-{self.run_id}",
             }
         )
         try:
-            lo, hi = c.get_watermark_offsets(TopicPartition(self.dlq, 0), timeout=10)
+            for attempt in range(5):
+                try:
+                    lo, hi = c.get_watermark_offsets(TopicPartition(self.dlq, 0), timeout=10)
+                    return int(hi - lo)
+                except KafkaException:
+                    if attempt == 4:
+                        raise
+                    time.sleep(2)
         finally:
             c.close()
-        return int(hi - lo)
+        raise AssertionError("unreachable")
 
     def linkdb_rows(self) -> tuple[list[tuple[str, int]], list[int]]:
         t = self.s.train_id

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from polycorn_chaos.checks import ROOT, Transfer
+from polycorn_chaos.checks import HANG_S, ROOT, Transfer
 from polycorn_chaos.plan import Workload
 from polycorn_chaos.testbed import Testbed
 
@@ -90,8 +90,10 @@ class Passengers:
         ]
         trip_s = (time.time() * 1000 - tb.epoch_ms) / 1000
         start_s = int(trip_s) + 1
-        # Room for the messages, and for the faults to delay them.
-        deadline_s = start_s + int(w.window_s) + 12
+        # Room for the messages, for the faults to delay them, and for a
+        # message left without reply or error to show as hanging (checks.py).
+        deadline_s = start_s + int(w.window_s) + HANG_S + 5
+        self.deadline_ms = deadline_s * 1000.0
         self.chat_out = out
         out.unlink(missing_ok=True)
         self.chat = subprocess.Popen(

@@ -66,6 +66,26 @@ def test_chat_misdelivered_missing_duplicated_or_silent_is_a_violation() -> None
     assert "without a reason" in check_chat(silent, 1, 2)[1][0].detail
 
 
+def test_a_chat_message_left_hanging_is_a_violation() -> None:
+    # Seeded fault: sent, then neither answered nor broken until the deadline.
+    hung = {
+        "user": 0,
+        "msg": 0,
+        "ok": False,
+        "error": "deadline",
+        "recv_ms": None,
+        "send_ms": 1_000.0,
+    }
+    counts, bad = check_chat([hung], 1, 1, deadline_ms=40_000.0)
+    assert counts["hanging"] == 1 and "hanging" in bad[0].detail
+    # Sent shortly before the deadline: a visible failure, not a hang.
+    late = dict(hung, send_ms=30_000.0)
+    assert check_chat([late], 1, 1, deadline_ms=40_000.0)[1] == []
+    # Never sent: the deadline came first.
+    unsent = dict(hung, send_ms=None)
+    assert check_chat([unsent], 1, 1, deadline_ms=40_000.0)[1] == []
+
+
 def trip(tmp_path: Path) -> TripTelemetry:
     events = [
         {"event": "gps", "t_ms": 1000},
