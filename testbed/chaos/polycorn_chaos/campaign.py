@@ -493,6 +493,7 @@ def run_campaign(
     results: list[dict[str, Any]] = []
     extra: list[Violation] = []
     started = time.monotonic()
+    camp: Campaign | None = None
     try:
         tb.up()
         camp = Campaign(tb, TripTelemetry.load(s.work / "trip" / "events.jsonl", tb.epoch_ms))
@@ -503,6 +504,11 @@ def run_campaign(
         extra = camp.memory_violations()
         for v in extra:
             log(f"!! {v}")
+    except KeyboardInterrupt:
+        # Stopped by hand: the episodes so far are the report.
+        log(f"interrupted after {len(results)} episodes")
+        if camp is not None:
+            extra = camp.memory_violations()
     except Exception:
         tb_txt = traceback.format_exc()
         log(tb_txt)
