@@ -19,6 +19,9 @@ use super::{Offered, SourceKind, TableHub};
 /// How often the file is checked for changes.
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 
+/// A file's mtime and size.
+type Stamp = Option<(SystemTime, u64)>;
+
 /// A failure-location table file, watched for changes (size or mtime).
 #[derive(Debug)]
 pub struct FileSource {
@@ -26,11 +29,11 @@ pub struct FileSource {
     /// `FILE.sig`.
     sig_path: PathBuf,
     /// Of the file and its signature.
-    stamp: (Option<(SystemTime, u64)>, Option<(SystemTime, u64)>),
+    stamp: (Stamp, Stamp),
     hub: Arc<TableHub>,
 }
 
-fn stamp_of(path: &Path) -> Option<(SystemTime, u64)> {
+fn stamp_of(path: &Path) -> Stamp {
     let m = std::fs::metadata(path).ok()?;
     Some((m.modified().ok()?, m.len()))
 }
