@@ -14,6 +14,7 @@
 //! never records.
 
 use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,165 @@ const CONFIRMED_REMEMBERED: usize = 65536;
 /// idempotent); after that the record counts as failed, stays
 /// unacknowledged, and the relay's resend produces it again.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How the proxy's Kafka clients (the telemetry producer and the table
+/// consumer) reach the brokers: `--kafka-security-protocol` and its options
+/// (docs/security.md, "Kafka"). The password is read from its file at
+/// start-up and never printed (`Debug` shows only the user name).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KafkaSecurity {
+    /// librdkafka's `security.protocol`: `plaintext`, `ssl`,
+    /// `sasl_plaintext` or `sasl_ssl`.
+    protocol: &'static str,
+    /// (mechanism, user name, password) with a SASL protocol.
+    sasl: Option<(String, String, String)>,
+    /// CA certificate(s) of the brokers (PEM), with a TLS protocol.
+    ca: Option<PathBuf>,
+    /// Client certificate and key (PEM) for mutual TLS.
+    cert_key: Option<(PathBuf, PathBuf)>,
+}
+
+impl std::fmt::Debug for KafkaSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSecurity")
+            .field("protocol", &self.protocol())
+            .field("sasl", &self.sasl.as_ref().map(|(m, u, _)| format!("{m} as {u}")))
+            .field("ca", &self.ca)
+            .field("cert_key", &self.cert_key)
+            .finish()
+    }
+}
+
+/// The SASL mechanisms the proxy offers (librdkafka with OpenSSL).
+pub const SASL_MECHANISMS: [&str; 2] = ["SCRAM-SHA-512", "SCRAM-SHA-256"];
+
+/// The flags of [`KafkaSecurity::from_flags`], as given.
+#[derive(Debug, Default)]
+pub struct KafkaSecurityFlags<'a> {
+    pub protocol: Option<&'a str>,
+    pub mechanism: Option<&'a str>,
+    pub username: Option<&'a str>,
+    pub password_file: Option<&'a Path>,
+    pub ca: Option<&'a Path>,
+    pub cert: Option<&'a Path>,
+    pub key: Option<&'a Path>,
+}
+
+impl KafkaSecurity {
+    /// From the flags; an inconsistent combination (a user name without a
+    /// SASL protocol, a CA without TLS, a certificate without its key, ...)
+    /// is an error rather than silently ignored.
+    pub fn from_flags(f: &KafkaSecurityFlags<'_>) -> Result<KafkaSecurity, String> {
+        let protocol = match f.protocol.unwrap_or("PLAINTEXT").to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => "plaintext",
+            "SSL" => "ssl",
+            "SASL_PLAINTEXT" => "sasl_plaintext",
+            "SASL_SSL" => "sasl_ssl",
+            other => {
+                return Err(format!(
+                    "--kafka-security-protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, got {other:?}"
+                ))
+            }
+        };
+        let (sasl, tls) = (protocol.starts_with("sasl"), protocol.ends_with("ssl"));
+        let sasl = if sasl {
+            let mechanism = f.mechanism.unwrap_or(SASL_MECHANISMS[0]).to_ascii_uppercase();
+            if !SASL_MECHANISMS.contains(&mechanism.as_str()) {
+                return Err(format!("--kafka-sasl-mechanism must be one of {SASL_MECHANISMS:?}, got {mechanism:?}"));
+            }
+            let user = f.username.filter(|u| !u.is_empty()).ok_or_else(|| {
+                format!("--kafka-security-protocol {} needs --kafka-sasl-username", protocol.to_ascii_uppercase())
+            })?;
+            let file = f.password_file.ok_or_else(|| {
+                format!("--kafka-security-protocol {} needs --kafka-sasl-password-file", protocol.to_ascii_uppercase())
+            })?;
+            Some((mechanism, user.to_string(), read_password(file)?))
+        } else {
+            for (given, flag) in [
+                (f.mechanism.is_some(), "--kafka-sasl-mechanism"),
+                (f.username.is_some(), "--kafka-sasl-username"),
+                (f.password_file.is_some(), "--kafka-sasl-password-file"),
+            ] {
+                if given {
+                    return Err(format!("{flag} needs --kafka-security-protocol SASL_SSL (or SASL_PLAINTEXT)"));
+                }
+            }
+            None
+        };
+        if !tls {
+            for (given, flag) in [
+                (f.ca.is_some(), "--kafka-ssl-ca"),
+                (f.cert.is_some(), "--kafka-ssl-cert"),
+                (f.key.is_some(), "--kafka-ssl-key"),
+            ] {
+                if given {
+                    return Err(format!("{flag} needs --kafka-security-protocol SSL or SASL_SSL"));
+                }
+            }
+        }
+        let cert_key = match (f.cert, f.key) {
+            (Some(c), Some(k)) => Some((c.to_path_buf(), k.to_path_buf())),
+            (None, None) => None,
+            _ => return Err("--kafka-ssl-cert and --kafka-ssl-key go together (mutual TLS)".into()),
+        };
+        Ok(KafkaSecurity { protocol, sasl, ca: f.ca.map(Path::to_path_buf), cert_key })
+    }
+
+    /// The protocol, as in the flag (`PLAINTEXT`, `SASL_SSL`, ...).
+    pub fn protocol(&self) -> String {
+        if self.protocol.is_empty() {
+            "PLAINTEXT".into()
+        } else {
+            self.protocol.to_ascii_uppercase()
+        }
+    }
+
+    /// The user name with SASL.
+    pub fn username(&self) -> Option<&str> {
+        self.sasl.as_ref().map(|(_, u, _)| u.as_str())
+    }
+
+    /// Set these options on a librdkafka client configuration.
+    pub fn apply(&self, c: &mut ClientConfig) {
+        if self.protocol.is_empty() {
+            return;
+        }
+        c.set("security.protocol", self.protocol);
+        if let Some((mechanism, user, password)) = &self.sasl {
+            c.set("sasl.mechanism", mechanism).set("sasl.username", user).set("sasl.password", password);
+        }
+        if let Some(ca) = &self.ca {
+            c.set("ssl.ca.location", ca.to_string_lossy());
+        }
+        if let Some((cert, key)) = &self.cert_key {
+            c.set("ssl.certificate.location", cert.to_string_lossy()).set("ssl.key.location", key.to_string_lossy());
+        }
+        if self.protocol.ends_with("ssl") {
+            // librdkafka's default, stated: the broker's certificate must
+            // name the host dialled.
+            c.set("ssl.endpoint.identification.algorithm", "https");
+        }
+    }
+}
+
+/// A password file: its first line (a trailing newline is not part of it).
+fn read_password(file: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("reading --kafka-sasl-password-file {}: {e}", file.display()))?;
+    let password = text.lines().next().unwrap_or_default();
+    if password.is_empty() {
+        return Err(format!("--kafka-sasl-password-file {} is empty", file.display()));
+    }
+    Ok(password.to_string())
+}
+
+/// A librdkafka configuration for `brokers` with `security` applied.
+pub fn client_config(brokers: &str, security: &KafkaSecurity) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    security.apply(&mut c);
+    c
+}
 
 /// Where a record goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,19 +316,25 @@ pub struct KafkaSink {
 impl KafkaSink {
     /// An idempotent producer to `brokers` (librdkafka connects in the
     /// background: a broker that is down now is not an error).
-    pub fn new(brokers: &str, topic: &str, dlq_topic: &str, train_id: &str) -> anyhow::Result<KafkaSink> {
-        Self::with_delivery_timeout(brokers, topic, dlq_topic, train_id, DELIVERY_TIMEOUT)
+    pub fn new(
+        brokers: &str,
+        security: &KafkaSecurity,
+        topic: &str,
+        dlq_topic: &str,
+        train_id: &str,
+    ) -> anyhow::Result<KafkaSink> {
+        Self::with_delivery_timeout(brokers, security, topic, dlq_topic, train_id, DELIVERY_TIMEOUT)
     }
 
     pub fn with_delivery_timeout(
         brokers: &str,
+        security: &KafkaSecurity,
         topic: &str,
         dlq_topic: &str,
         train_id: &str,
         delivery_timeout: Duration,
     ) -> anyhow::Result<KafkaSink> {
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+        let producer: FutureProducer = client_config(brokers, security)
             .set("client.id", format!("polycorn-proxy-{train_id}"))
             .set("enable.idempotence", "true")
             .set("acks", "all")
@@ -251,6 +417,7 @@ impl KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn record(train: &str) -> Vec<u8> {
         v1::Record {
@@ -286,6 +453,98 @@ mod tests {
         assert!(why.contains("train-0099") && why.contains("train-0001"), "{why}");
         let empty = v1::Record { train_id: "train-0001".into(), ..Default::default() }.encode_to_vec();
         assert_eq!(i.on_record(3, &empty), Decision::Produce(Target::DeadLetter("record has no body".into())));
+    }
+
+    fn flags(protocol: &str) -> KafkaSecurityFlags<'_> {
+        KafkaSecurityFlags { protocol: Some(protocol), ..Default::default() }
+    }
+
+    fn config(s: &KafkaSecurity) -> BTreeMap<String, String> {
+        let c = client_config("b:9093", s);
+        c.config_map().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn sasl_ssl_takes_the_password_from_its_file_and_sets_every_option() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("password");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        let ca = dir.path().join("ca.crt");
+        let s = KafkaSecurity::from_flags(&KafkaSecurityFlags {
+            username: Some("proxy"),
+            password_file: Some(&pw),
+            ca: Some(&ca),
+            ..flags("sasl_ssl")
+        })
+        .unwrap();
+        let c = config(&s);
+        assert_eq!(c["security.protocol"], "sasl_ssl");
+        assert_eq!(c["sasl.mechanism"], "SCRAM-SHA-512");
+        assert_eq!(c["sasl.username"], "proxy");
+        // config_map() hides the password; the client gets it as it is.
+        assert_eq!(c["sasl.password"], "[sanitized for safety]");
+        let raw = client_config("b:9093", &s);
+        assert_eq!(raw.get("sasl.password"), Some("s3cret"), "the first line, without its newline");
+        assert_eq!(c["ssl.ca.location"], ca.to_string_lossy());
+        assert_eq!(c["ssl.endpoint.identification.algorithm"], "https");
+        assert_eq!(s.protocol(), "SASL_SSL");
+        assert!(!format!("{s:?}").contains("s3cret"), "Debug never shows the password: {s:?}");
+        // The default is what it always was: no security option at all.
+        assert_eq!(config(&KafkaSecurity::default()).keys().collect::<Vec<_>>(), ["bootstrap.servers"]);
+        let plain = KafkaSecurity::from_flags(&KafkaSecurityFlags::default()).unwrap();
+        assert_eq!(config(&plain)["security.protocol"], "plaintext");
+    }
+
+    #[test]
+    fn inconsistent_security_flags_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("password");
+        std::fs::write(&pw, "x").unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let p = Path::new("/nonexistent/x.pem");
+        let cases: Vec<(KafkaSecurityFlags<'_>, &str)> = vec![
+            (flags("tls"), "must be PLAINTEXT, SSL"),
+            (flags("SASL_SSL"), "needs --kafka-sasl-username"),
+            (KafkaSecurityFlags { username: Some("proxy"), ..flags("SASL_SSL") }, "needs --kafka-sasl-password-file"),
+            (
+                KafkaSecurityFlags { username: Some("proxy"), password_file: Some(&empty), ..flags("SASL_SSL") },
+                "is empty",
+            ),
+            (
+                KafkaSecurityFlags { username: Some("proxy"), password_file: Some(p), ..flags("SASL_SSL") },
+                "reading --kafka-sasl-password-file",
+            ),
+            (
+                KafkaSecurityFlags {
+                    username: Some("proxy"),
+                    password_file: Some(&pw),
+                    mechanism: Some("PLAIN"),
+                    ..flags("SASL_SSL")
+                },
+                "--kafka-sasl-mechanism must be one of",
+            ),
+            (KafkaSecurityFlags { username: Some("proxy"), ..flags("SSL") }, "--kafka-sasl-username needs"),
+            (KafkaSecurityFlags { password_file: Some(&pw), ..Default::default() }, "--kafka-sasl-password-file needs"),
+            (
+                KafkaSecurityFlags {
+                    username: Some("proxy"),
+                    password_file: Some(&pw),
+                    ca: Some(p),
+                    ..flags("SASL_PLAINTEXT")
+                },
+                "--kafka-ssl-ca needs",
+            ),
+            (KafkaSecurityFlags { cert: Some(p), ..flags("SSL") }, "go together"),
+        ];
+        for (f, want) in cases {
+            let e = KafkaSecurity::from_flags(&f).expect_err(want);
+            assert!(e.contains(want), "{f:?}: {e}");
+        }
+        // mTLS alone (SSL with a client certificate) is fine.
+        let s = KafkaSecurity::from_flags(&KafkaSecurityFlags { cert: Some(p), key: Some(p), ..flags("ssl") }).unwrap();
+        assert_eq!(config(&s)["ssl.certificate.location"], "/nonexistent/x.pem");
+        assert_eq!(s.username(), None);
     }
 
     #[test]
@@ -403,7 +662,7 @@ mod tests {
             let b = bootstrap();
             let (topic, dlq) = (unique("telemetry"), unique("dlq"));
             create_topics(&b, &[&topic, &dlq]).await;
-            let sink = Arc::new(KafkaSink::new(&b, &topic, &dlq, TRAIN).unwrap());
+            let sink = Arc::new(KafkaSink::new(&b, &KafkaSecurity::default(), &topic, &dlq, TRAIN).unwrap());
             let mut ingest = Ingest::new(TRAIN, 100);
             let seqs: Vec<u64> = (1..=20).collect();
             assert_eq!(
@@ -463,8 +722,10 @@ mod tests {
                 |c: &str| assert!(std::process::Command::new("sh").arg("-c").arg(c).status().unwrap().success(), "{c}");
             let mut ingest = Ingest::new(TRAIN, 100);
             let seqs: Vec<u64> = (1..=10).collect();
-            let live =
-                Arc::new(KafkaSink::with_delivery_timeout(&b, &topic, &dlq, TRAIN, Duration::from_secs(3)).unwrap());
+            let plain = KafkaSecurity::default();
+            let live = Arc::new(
+                KafkaSink::with_delivery_timeout(&b, &plain, &topic, &dlq, TRAIN, Duration::from_secs(3)).unwrap(),
+            );
             let down = match &cmds {
                 (Some(stop), Some(_)) => {
                     eprintln!("stopping the broker: {stop}");
@@ -478,7 +739,8 @@ mod tests {
                     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
                     let dead = format!("127.0.0.1:{port}");
                     Arc::new(
-                        KafkaSink::with_delivery_timeout(&dead, &topic, &dlq, TRAIN, Duration::from_secs(3)).unwrap(),
+                        KafkaSink::with_delivery_timeout(&dead, &plain, &topic, &dlq, TRAIN, Duration::from_secs(3))
+                            .unwrap(),
                     )
                 }
             };

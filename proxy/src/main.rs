@@ -188,6 +188,33 @@ struct Opts {
     /// `polycorn-error` header [default: polycorn.telemetry.dlq].
     #[arg(long, env = "POLYCORN_PROXY_KAFKA_DLQ_TOPIC")]
     kafka_dlq_topic: Option<String>,
+    /// How the Kafka clients (telemetry producer, table consumer) reach the
+    /// brokers: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (docs/security.md,
+    /// "Kafka") [default: PLAINTEXT].
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SECURITY_PROTOCOL")]
+    kafka_security_protocol: Option<String>,
+    /// SASL mechanism with SASL_SSL or SASL_PLAINTEXT: SCRAM-SHA-512 or
+    /// SCRAM-SHA-256 [default: SCRAM-SHA-512].
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SASL_MECHANISM")]
+    kafka_sasl_mechanism: Option<String>,
+    /// SASL user name: the Kafka principal `User:NAME` that the ACLs name.
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SASL_USERNAME")]
+    kafka_sasl_username: Option<String>,
+    /// File holding the SASL password (its first line): the password itself
+    /// is never a flag.
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SASL_PASSWORD_FILE")]
+    kafka_sasl_password_file: Option<PathBuf>,
+    /// CA certificate(s) (PEM) that sign the brokers' certificates, with SSL
+    /// or SASL_SSL [default: the system's trust store]. The broker's
+    /// certificate must name the host dialled.
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SSL_CA")]
+    kafka_ssl_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS to Kafka; needs --kafka-ssl-key.
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SSL_CERT")]
+    kafka_ssl_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM, unencrypted).
+    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SSL_KEY")]
+    kafka_ssl_key: Option<PathBuf>,
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_PROXY_LOG_JSON")]
     log_json: Option<bool>,
@@ -235,6 +262,8 @@ struct Settings {
     table_topic: Option<(String, String)>,
     /// (brokers, topic, dead-letter topic), when telemetry goes to Kafka.
     kafka: Option<(String, String, String)>,
+    /// How both Kafka clients authenticate.
+    kafka_security: kafka::KafkaSecurity,
     /// `--trace-dir` and `--trace-max-bytes`.
     trace: Option<polycorn_net::segtrace::TraceOptions>,
 }
@@ -248,7 +277,8 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, subflow_cc, max_conns, metrics_listen, deny, allow,
         connect_timeout_s, conn_window, conn_window_initial, conn_send_buffer, mem_budget, log_json, failure_table, kafka_brokers, kafka_topic,
-        kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, trace_dir, trace_max_bytes);
+        kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, trace_dir, trace_max_bytes,
+        kafka_security_protocol, kafka_sasl_mechanism, kafka_sasl_username, kafka_sasl_password_file, kafka_ssl_ca, kafka_ssl_cert, kafka_ssl_key);
     if o.crl.is_none() {
         o.crl = f.crl.take();
     }
@@ -258,6 +288,16 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
         (Some(_), None) => bail!("--failure-table-topic needs --kafka-brokers (the Kafka the trainer publishes to)"),
         (None, _) => None,
     };
+    let kafka_security = kafka::KafkaSecurity::from_flags(&kafka::KafkaSecurityFlags {
+        protocol: o.kafka_security_protocol.as_deref(),
+        mechanism: o.kafka_sasl_mechanism.as_deref(),
+        username: o.kafka_sasl_username.as_deref(),
+        password_file: o.kafka_sasl_password_file.as_deref(),
+        ca: o.kafka_ssl_ca.as_deref(),
+        cert: o.kafka_ssl_cert.as_deref(),
+        key: o.kafka_ssl_key.as_deref(),
+    })
+    .map_err(anyhow::Error::msg)?;
     let table_url = HttpOpts::from_flags(
         o.failure_table_url.as_deref(),
         o.failure_table_poll_s,
@@ -332,6 +372,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
                     o.kafka_dlq_topic.unwrap_or_else(|| kafka::DEFAULT_DLQ_TOPIC.into()),
                 )
             }),
+            kafka_security,
         },
         o.log_json.unwrap_or(false),
     ))
@@ -685,7 +726,7 @@ fn table_sources(
         tokio::spawn(src.run(o.every, stop.clone()));
     }
     if let Some((brokers, topic)) = &s.table_topic {
-        let c = table_topic::TableTopic::new(brokers, topic, &s.train_id, hub.clone())?;
+        let c = table_topic::TableTopic::new(brokers, &s.kafka_security, topic, &s.train_id, hub.clone())?;
         info!(%brokers, %topic, "failure-location table: following the Kafka topic from its beginning (the data plane does not wait for it)");
         tokio::spawn(c.run(stop.clone()));
     }
@@ -766,8 +807,8 @@ async fn run() -> anyhow::Result<()> {
     );
     let sink = match &s.kafka {
         Some((brokers, topic, dlq)) => {
-            info!(%brokers, %topic, dlq_topic = %dlq, "telemetry goes to Kafka");
-            Some(Arc::new(kafka::KafkaSink::new(brokers, topic, dlq, &s.train_id)?))
+            info!(%brokers, %topic, dlq_topic = %dlq, security = %s.kafka_security.protocol(), user = ?s.kafka_security.username(), "telemetry goes to Kafka");
+            Some(Arc::new(kafka::KafkaSink::new(brokers, &s.kafka_security, topic, dlq, &s.train_id)?))
         }
         None => {
             warn!("no --kafka-brokers: telemetry has no sink; records are acknowledged and discarded");

@@ -17,13 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use polycorn_net::table::{signature, Offered, SourceKind, TableHub};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::watch;
 use tracing::{debug, warn};
+
+use crate::kafka::{client_config, KafkaSecurity};
 
 /// Kafka errors are logged at warn at most this often (librdkafka reports
 /// every reconnection attempt while a broker is down); all are counted.
@@ -91,10 +92,15 @@ pub struct TableTopic {
 impl TableTopic {
     /// A consumer of partition 0 of `topic` from its beginning. Connects in
     /// the background: a broker that is down now is not an error.
-    pub fn new(brokers: &str, topic: &str, train_id: &str, hub: Arc<TableHub>) -> anyhow::Result<TableTopic> {
+    pub fn new(
+        brokers: &str,
+        security: &KafkaSecurity,
+        topic: &str,
+        train_id: &str,
+        hub: Arc<TableHub>,
+    ) -> anyhow::Result<TableTopic> {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let consumer: StreamConsumer<TableContext> = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+        let consumer: StreamConsumer<TableContext> = client_config(brokers, security)
             .set("client.id", format!("polycorn-proxy-{train_id}-tables"))
             // Never joined nor committed to (assign, not subscribe).
             .set("group.id", format!("polycorn-proxy-tables-{train_id}-{}-{nanos}", std::process::id()))
@@ -185,7 +191,14 @@ mod tests {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let hub = TableHub::new(|_| {});
         let started = Instant::now();
-        let c = TableTopic::new(&format!("127.0.0.1:{port}"), "polycorn.failure-tables.v1", "t", hub.clone()).unwrap();
+        let c = TableTopic::new(
+            &format!("127.0.0.1:{port}"),
+            &KafkaSecurity::default(),
+            "polycorn.failure-tables.v1",
+            "t",
+            hub.clone(),
+        )
+        .unwrap();
         assert!(started.elapsed() < Duration::from_secs(5), "creating the consumer does not wait for Kafka");
         let (stop_tx, stop) = watch::channel(false);
         let task = tokio::spawn(c.run(stop));
@@ -201,6 +214,7 @@ mod tests {
         use super::*;
         use polycorn_telemetry::failure_table::{Direction, Entry, FailureTableFile};
         use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        use rdkafka::config::ClientConfig;
         use rdkafka::message::{Header, OwnedHeaders};
         use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -262,7 +276,7 @@ mod tests {
             let applied = Arc::new(Mutex::new(Vec::new()));
             let a = applied.clone();
             let hub = TableHub::new(move |t| a.lock().unwrap().push(t.version()));
-            let c = TableTopic::new(b, topic, "train-test", hub.clone()).unwrap();
+            let c = TableTopic::new(b, &KafkaSecurity::default(), topic, "train-test", hub.clone()).unwrap();
             let (stop_tx, stop) = watch::channel(false);
             tokio::spawn(c.run(stop));
             (hub, applied, stop_tx)

@@ -110,7 +110,7 @@ if ! have_image "$rust_image"; then
     ctr=$(pc_buildah from --pull-never "$PC_BASE_IMAGE")
     trap 'pc_buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
     pc_buildah run --network host "$ctr" -- sh -c \
-        'apt-get update -q && apt-get install -y -q build-essential ca-certificates perl python3 >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*'
+        'apt-get update -q && apt-get install -y -q build-essential ca-certificates perl python3 libssl-dev pkg-config >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*'
     # The toolchain without its documentation (share/: 0.8 GB of HTML).
     for d in bin lib libexec etc; do
         [[ -d $toolchain/$d ]] && pc_buildah copy "$ctr" "$toolchain/$d" "/usr/local/rust/$d" >/dev/null
