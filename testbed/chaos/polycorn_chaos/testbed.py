@@ -231,6 +231,8 @@ def _cmdline(pid: int) -> list[str]:
 
 @dataclass
 class Testbed:
+    __test__ = False  # not a pytest test class, whatever its name
+
     s: Settings
     run_id: str = ""
     epoch_ms: int = 0
