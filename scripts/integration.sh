@@ -151,6 +151,16 @@ many_concurrent() {
 }
 check "200 concurrent passenger connections complete intact" many_concurrent
 
+slow_readers_bounded() {
+    # 300 passengers read a large file at 2 KB/s each: the bytes between
+    # the origin and them pile up until the budgets stop them; the proxy
+    # stays within its budget and below its pod's memory limit, and gives
+    # everything back (scripts/slow_readers.py says exactly what it checks).
+    uv run --all-packages --locked --quiet python3 scripts/slow_readers.py --pax-ns "$NS_PAX" --cloud-ns "$NS_CLOUD" --url "$ORIGIN/files/100MiB.bin" \
+        --proxy-pid "$(cat "$PC_STATE/run/proxy.pid")" --proxy-metrics "$PROXY_METRICS"
+}
+check "300 slow-reading downloads: the proxy's memory stays within its budget and pod limit" slow_readers_bounded
+
 carrier_lost_mid_transfer() {
     local out="$PC_STATE/carrier-lost.bin" got
     PAX curl -fsS --max-time 120 --limit-rate 20M "$ORIGIN/files/100MiB.bin" -o "$out" &

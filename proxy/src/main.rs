@@ -413,8 +413,9 @@ struct Proxy {
 }
 
 /// Marks a subflow refused before its peer was authenticated (the TLS
-/// handshake failed or timed out): anyone on the Internet can cause that, so
-/// it is logged at warn once a minute at most.
+/// handshake failed or timed out, other than for a fleet certificate of
+/// another train): anyone on the Internet can cause that, so it is logged at
+/// warn once a minute at most.
 #[derive(Debug)]
 struct Unauthenticated(&'static str);
 
@@ -604,6 +605,9 @@ impl Proxy {
         let acceptor = tokio_rustls::TlsAcceptor::from(self.s.tls.clone());
         let mut tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
             Ok(Ok(tls)) => tls,
+            Ok(Err(e)) if polycorn_pki::authenticated_refusal(&e).is_some() => {
+                return Err(anyhow::Error::new(e).context("TLS handshake"))
+            }
             Ok(Err(e)) => return Err(anyhow::Error::new(e).context(Unauthenticated("TLS handshake"))),
             Err(_) => {
                 return Err(anyhow::anyhow!("no TLS handshake within 10 s").context(Unauthenticated("TLS handshake")))

@@ -83,8 +83,8 @@ pub use table_key::{
     TABLE_VERIFY_KEY_FILE,
 };
 pub use tls::{
-    client_config, load_certs, load_crls, load_key, server_config, server_config_with_crl, train_id_of, CrlStatus,
-    CrlWatch, ALPN_PROTOCOL,
+    authenticated_refusal, client_config, load_certs, load_crls, load_key, server_config, server_config_with_crl,
+    train_id_of, CrlStatus, CrlWatch, ALPN_PROTOCOL,
 };
 
 pub(crate) use tls::provider;

@@ -189,6 +189,17 @@ impl std::error::Error for Refusal {
     }
 }
 
+/// The refusal behind a failed TLS handshake (the `io::Error` tokio-rustls
+/// returns) when the peer's certificate chained to the fleet CA but named no
+/// train, or another train: an authenticated peer, as opposed to anyone who
+/// failed the handshake itself (the proxy logs each of the former, and the
+/// latter at a bounded rate).
+pub fn authenticated_refusal(err: &std::io::Error) -> Option<&PkiError> {
+    let tls = err.get_ref()?.downcast_ref::<rustls::Error>()?;
+    let rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(inner))) = tls else { return None };
+    inner.downcast_ref::<Refusal>().map(|r| &r.0)
+}
+
 fn refuse(err: PkiError) -> rustls::Error {
     rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(Refusal(err)))))
 }
