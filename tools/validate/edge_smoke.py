@@ -53,8 +53,14 @@ CHART = REPO / "charts" / "polycorn"
 TRAINS = ["train-a", "train-b"]
 UNROUTED = "nobody.proxy.polycorn"
 VALUES: dict[str, Any] = {
-    "kafka": {"bootstrap": "kafka:9092"},
-    "postgresql": {"existingSecret": "linkdb-url"},
+    "kafka": {
+        "bootstrap": "kafka:9092",
+        "security": {
+            "caSecret": {"name": "kafka-ca"},
+            "users": {c: {"secret": f"kafka-{c}"} for c in ("proxy", "ingest", "trainer")},
+        },
+    },
+    "postgresql": {"existingSecret": "linkdb-url", "caSecret": {"name": "linkdb-ca"}},
     "proxy": {"caSecret": {"name": "pki-ca"}},
     "envoy": {"api": {"tlsSecret": "api-tls"}},
     "trains": [{"id": t} for t in TRAINS],

@@ -94,13 +94,130 @@ polycorn.io/train: {{ .train.id }}
 {{- required "kafka.bootstrap is required: the Kafka bootstrap servers, host:port[,host:port...]" .Values.kafka.bootstrap }}
 {{- end }}
 
-{{/* POLYCORN_DATABASE_URL from the existing Secret. */}}
+{{/* POLYCORN_DATABASE_URL from the existing Secret; libpq's PGSSLMODE and
+PGSSLROOTCERT (an sslmode or sslrootcert in the URL wins). */}}
 {{- define "polycorn.databaseEnv" -}}
 - name: POLYCORN_DATABASE_URL
   valueFrom:
     secretKeyRef:
       name: {{ required "postgresql.existingSecret is required: a Secret holding LinkDB's postgresql:// URL" .Values.postgresql.existingSecret }}
       key: {{ .Values.postgresql.existingSecretKey }}
+- name: PGSSLMODE
+  value: {{ .Values.postgresql.sslmode }}
+{{- if .Values.postgresql.caSecret.name }}
+- name: PGSSLROOTCERT
+  value: /etc/polycorn/postgresql-ca/ca.crt
+{{- end }}
+{{- end }}
+
+{{/* The PostgreSQL CA's mount and volume (with postgresql.caSecret.name). */}}
+{{- define "polycorn.databaseVolumeMounts" -}}
+{{- if .Values.postgresql.caSecret.name }}
+- name: postgresql-ca
+  mountPath: /etc/polycorn/postgresql-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "polycorn.databaseVolumes" -}}
+{{- with .Values.postgresql.caSecret }}
+{{- if .name }}
+- name: postgresql-ca
+  secret:
+    secretName: {{ .name }}
+    items:
+      - key: {{ .key }}
+        path: ca.crt
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Kafka security of one component as environment variables (the
+proxy's POLYCORN_PROXY_KAFKA_*, the Python services' POLYCORN_KAFKA_*): the
+protocol, the SCRAM user name from its Secret, the files mounted by
+polycorn.kafkaVolumes. Call with (dict "ctx" $ "c" "proxy"|"ingest"|"trainer"). */}}
+{{- define "polycorn.kafkaEnv" -}}
+{{- $s := .ctx.Values.kafka.security }}
+{{- $u := index $s.users .c }}
+{{- $env := ternary "POLYCORN_PROXY_KAFKA_" "POLYCORN_KAFKA_" (eq .c "proxy") -}}
+- name: {{ $env }}SECURITY_PROTOCOL
+  value: {{ $s.protocol }}
+{{- if hasPrefix "SASL_" $s.protocol }}
+- name: {{ $env }}SASL_MECHANISM
+  value: {{ $s.saslMechanism }}
+- name: {{ $env }}SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ required (printf "kafka.security.users.%s.secret is required with kafka.security.protocol %s: a Secret with the %s's SCRAM user (keys username and password)" .c $s.protocol .c) $u.secret }}
+      key: username
+- name: {{ $env }}SASL_PASSWORD_FILE
+  value: /etc/polycorn/kafka/password
+{{- end }}
+{{- if hasSuffix "SSL" $s.protocol }}
+{{- if $s.caSecret.name }}
+- name: {{ $env }}SSL_CA
+  value: /etc/polycorn/kafka-ca/ca.crt
+{{- end }}
+{{- if $u.tlsSecret }}
+- name: {{ $env }}SSL_CERT
+  value: /etc/polycorn/kafka-tls/tls.crt
+- name: {{ $env }}SSL_KEY
+  value: /etc/polycorn/kafka-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "polycorn.kafkaVolumeMounts" -}}
+{{- $s := .ctx.Values.kafka.security }}
+{{- $u := index $s.users .c }}
+{{- if hasPrefix "SASL_" $s.protocol }}
+- name: kafka-credentials
+  mountPath: /etc/polycorn/kafka
+  readOnly: true
+{{- end }}
+{{- if and (hasSuffix "SSL" $s.protocol) $s.caSecret.name }}
+- name: kafka-ca
+  mountPath: /etc/polycorn/kafka-ca
+  readOnly: true
+{{- end }}
+{{- if and (hasSuffix "SSL" $s.protocol) $u.tlsSecret }}
+- name: kafka-tls
+  mountPath: /etc/polycorn/kafka-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "polycorn.kafkaVolumes" -}}
+{{- $s := .ctx.Values.kafka.security }}
+{{- $u := index $s.users .c }}
+{{- if hasPrefix "SASL_" $s.protocol }}
+- name: kafka-credentials
+  secret:
+    secretName: {{ $u.secret }}
+    defaultMode: 0440
+    items:
+      - key: password
+        path: password
+{{- end }}
+{{- if and (hasSuffix "SSL" $s.protocol) $s.caSecret.name }}
+- name: kafka-ca
+  secret:
+    secretName: {{ $s.caSecret.name }}
+    items:
+      - key: {{ $s.caSecret.key }}
+        path: ca.crt
+{{- end }}
+{{- if and (hasSuffix "SSL" $s.protocol) $u.tlsSecret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ $u.tlsSecret }}
+    defaultMode: 0440
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end }}
 {{- end }}
 
 {{- define "polycorn.podSecurityContext" -}}
@@ -167,6 +284,14 @@ NOTES.txt and from the Envoy ConfigMap, so that `helm template` fails too.
 {{- fail (printf "trains: edgePort %v of train %q is used twice" .edgePort .id) }}
 {{- end }}
 {{- $_ := set $ports $p true }}
+{{- end }}
+{{- end }}
+{{- if and (has .Values.postgresql.sslmode (list "verify-ca" "verify-full")) (not .Values.postgresql.caSecret.name) }}
+{{- fail (printf "postgresql.caSecret.name is required with postgresql.sslmode %s: a Secret with the CA certificate of the PostgreSQL server" .Values.postgresql.sslmode) }}
+{{- end }}
+{{- range $c, $u := .Values.kafka.security.users }}
+{{- if and $u.tlsSecret (not (hasSuffix "SSL" $.Values.kafka.security.protocol)) }}
+{{- fail (printf "kafka.security.users.%s.tlsSecret needs kafka.security.protocol SSL or SASL_SSL" $c) }}
 {{- end }}
 {{- end }}
 {{- if and .Values.trains (not .Values.proxy.caSecret.name) }}

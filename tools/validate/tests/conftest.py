@@ -29,8 +29,14 @@ def helm_bin() -> str:
 
 # The least a render needs (ci/minimal-values.yaml without its train).
 BASE: Obj = {
-    "kafka": {"bootstrap": "kafka:9092"},
-    "postgresql": {"existingSecret": "linkdb-url"},
+    "kafka": {
+        "bootstrap": "kafka:9092",
+        "security": {
+            "caSecret": {"name": "kafka-ca"},
+            "users": {c: {"secret": f"kafka-{c}"} for c in ("proxy", "ingest", "trainer")},
+        },
+    },
+    "postgresql": {"existingSecret": "linkdb-url", "caSecret": {"name": "linkdb-ca"}},
     "proxy": {"caSecret": {"name": "pki-ca"}},
     "envoy": {"api": {"tlsSecret": "api-tls"}},
 }

@@ -722,3 +722,106 @@ def test_the_scheduler_enum_is_the_proxys_registry() -> None:
     assert built_in, "no register_pipeline(...) found in the registry"
     assert set(schema["definitions"]["scheduler"]["enum"]) == built_in
     assert "/proxy/scheduler" in render_error({"proxy": {"scheduler": "fastest"}})
+
+
+# ------------------------------------------------------------ Kafka and PostgreSQL security
+
+
+def _env(c: Obj) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
+
+
+def _mounted(spec: Obj, c: Obj, path: str) -> Obj:
+    """The Secret volume mounted in ``c`` at the directory of ``path``."""
+    d, _, file = path.rpartition("/")
+    (m,) = [m for m in c["volumeMounts"] if m["mountPath"] == d]
+    (v,) = [v for v in spec["volumes"] if v["name"] == m["name"]]
+    assert any(i["path"] == file for i in v["secret"]["items"]), (path, v)
+    return dict(v["secret"])
+
+
+def _known_env() -> set[str]:
+    rust = set(re.findall(r'env = "([A-Z_]+)"', (REPO / "proxy/src/main.rs").read_text()))
+    py = (REPO / "schema/polycorn_schema/kafka_security.py").read_text()
+    return rust | set(re.findall(r'"(POLYCORN_KAFKA_[A-Z_]+)"', py))
+
+
+def test_kafka_is_sasl_ssl_and_linkdb_verify_full_by_default() -> None:
+    objs = render({"trains": TRAINS[:1]})
+    known = _known_env()
+    seen = set()
+    for where, spec in pod_specs(objs):
+        (c,) = spec["containers"]
+        env = _env(c)
+        cmd = c["command"][0]
+        if "POLYCORN_DATABASE_URL" in env:
+            assert env["PGSSLMODE"] == "verify-full", where
+            ca = _mounted(spec, c, env["PGSSLROOTCERT"])
+            assert ca["secretName"] == "linkdb-ca", where
+        component = {"polycorn-proxy": "proxy", "polycorn-ingest": "ingest"}.get(cmd)
+        if cmd == "polycorn-trainer":
+            component = "trainer"
+        if component is None:
+            continue
+        seen.add(component)
+        prefix = "POLYCORN_PROXY_KAFKA_" if component == "proxy" else "POLYCORN_KAFKA_"
+        kafka = {k: v for k, v in env.items() if k.startswith(prefix)}
+        assert set(kafka) <= known, f"{where}: unknown {set(kafka) - known}"
+        assert kafka[prefix + "SECURITY_PROTOCOL"] == "SASL_SSL", where
+        assert kafka[prefix + "SASL_MECHANISM"] == "SCRAM-SHA-512", where
+        assert kafka[prefix + "SASL_USERNAME"] == {
+            "secretKeyRef": {"name": f"kafka-{component}", "key": "username"}
+        }, where
+        pw = _mounted(spec, c, kafka[prefix + "SASL_PASSWORD_FILE"])
+        assert pw["secretName"] == f"kafka-{component}", where
+        assert [i["key"] for i in pw["items"]] == ["password"], where
+        assert _mounted(spec, c, kafka[prefix + "SSL_CA"])["secretName"] == "kafka-ca"
+        # The password itself is never an argument or a value.
+        assert not [a for a in c.get("args", []) if "password=" in a.lower()], where
+    assert seen == {"proxy", "ingest", "trainer"}
+
+
+def test_kafka_security_alternatives_and_missing_secrets() -> None:
+    users = {c: {"secret": "", "tlsSecret": ""} for c in ("proxy", "ingest", "trainer")}
+    # PLAINTEXT (a trusted network): no credentials mounted.
+    objs = render(
+        {"trains": TRAINS[:1], "kafka": {"security": {"protocol": "PLAINTEXT", "users": users}}}
+    )
+    c = container(objs, "Deployment", "polycorn-ingest")
+    assert _env(c)["POLYCORN_KAFKA_SECURITY_PROTOCOL"] == "PLAINTEXT"
+    assert not [k for k in _env(c) if k.startswith(("POLYCORN_KAFKA_SASL", "POLYCORN_KAFKA_SSL"))]
+    # Mutual TLS: the component's kubernetes.io/tls Secret.
+    mtls = {**users, "proxy": {"secret": "", "tlsSecret": "proxy-kafka-tls"}}
+    objs = render({"trains": TRAINS[:1], "kafka": {"security": {"protocol": "SSL", "users": mtls}}})
+    sts = named(objs, "StatefulSet", "polycorn-proxy-train-0042")
+    spec = sts["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    env = _env(c)
+    assert (
+        _mounted(spec, c, env["POLYCORN_PROXY_KAFKA_SSL_CERT"])["secretName"] == "proxy-kafka-tls"
+    )
+    assert _mounted(spec, c, env["POLYCORN_PROXY_KAFKA_SSL_KEY"])["secretName"] == "proxy-kafka-tls"
+    assert "POLYCORN_PROXY_KAFKA_SASL_USERNAME" not in env
+    # What is missing is named.
+    err = render_error({"kafka": {"security": {"users": {"trainer": {"secret": ""}}}}})
+    assert (
+        "kafka.security.users.trainer.secret is required with kafka.security.protocol SASL_SSL"
+        in err
+    )
+    err = render_error({"postgresql": {"caSecret": {"name": ""}}})
+    assert "postgresql.caSecret.name is required with postgresql.sslmode verify-full" in err
+    err = render_error(
+        {
+            "kafka": {
+                "security": {"protocol": "SASL_PLAINTEXT", "users": {"ingest": {"tlsSecret": "t"}}}
+            }
+        }
+    )
+    assert (
+        "kafka.security.users.ingest.tlsSecret needs kafka.security.protocol SSL or SASL_SSL" in err
+    )
+    assert "/kafka/security/protocol" in render_error({"kafka": {"security": {"protocol": "TLS"}}})
+    # require (no certificate check) needs no CA.
+    objs = render({"postgresql": {"sslmode": "require", "caSecret": {"name": ""}}})
+    c = container(objs, "Deployment", "polycorn-ingest")
+    assert _env(c)["PGSSLMODE"] == "require" and "PGSSLROOTCERT" not in _env(c)
