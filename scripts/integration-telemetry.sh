@@ -12,6 +12,12 @@
 # topic, and ingest must have survived. Also runs the Kafka-dependent Rust
 # tests (`cargo test -- --ignored`). Ends with "N passed, N failed".
 #
+# As deployed, every service authenticates to Kafka (docs/security.md): the
+# proxy (telemetry producer and table consumer), ingest and the trainer use
+# the broker's SASL_SSL listener as their own SCRAM users, under the ACLs of
+# services/kafka/acls.txt, with the broker certificate checked against the
+# infra CA; the checks' own clients use the PLAINTEXT listener.
+#
 # TRIP_S (default 300) sets the trip length; the fault times scale with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +45,17 @@ export POLYCORN_PROM_PORT=${E2E_PROM_PORT:-29110}
 bash scripts/infra.sh up pg kafka prom
 eval "$(bash scripts/infra.sh env)"
 KAFKA_PORT=${POLYCORN_KAFKA_BOOTSTRAP##*:}
+KAFKA_SASL_PORT=${POLYCORN_KAFKA_SASL_BOOTSTRAP##*:}
+# The Kafka security options of the service USER (proxy, ingest, trainer),
+# one per line.
+kafka_auth() {
+    printf '%s\n' --kafka-security-protocol=SASL_SSL --kafka-sasl-username="$1" \
+        --kafka-sasl-password-file="$POLYCORN_KAFKA_USERS_DIR/$1.password" --kafka-ssl-ca="$POLYCORN_INFRA_TLS_CA"
+}
+mapfile -t INGEST_AUTH < <(kafka_auth ingest)
+mapfile -t TRAINER_AUTH < <(kafka_auth trainer)
+PROXY_AUTH=()
+while read -r a; do PROXY_AUTH+=(--proxy-arg "$a"); done < <(kafka_auth proxy)
 PY() { uv run --all-packages --locked --quiet "$@"; }
 
 TRIP_S=${TRIP_S:-300}
@@ -107,9 +124,9 @@ psql "$DB_URL" -qc "CREATE EXTENSION postgis"
 PY polycorn-linkdb --url "$DB_URL" upgrade
 
 INGEST_METRICS=127.0.0.1:${E2E_INGEST_METRICS_PORT:-9481}
-setsid "$root/.venv/bin/polycorn-ingest" run --bootstrap "$POLYCORN_KAFKA_BOOTSTRAP" --database-url "$DB_URL" \
-    --topic "$TOPIC" --dlq-topic "$DLQ" --group "ingest-$RUN" --metrics-addr "$INGEST_METRICS" \
-    >"$WORK/ingest.log" 2>&1 &
+setsid "$root/.venv/bin/polycorn-ingest" run --bootstrap "$POLYCORN_KAFKA_SASL_BOOTSTRAP" "${INGEST_AUTH[@]}" \
+    --database-url "$DB_URL" --topic "$TOPIC" --dlq-topic "$DLQ" --group "polycorn-ingest-$RUN" \
+    --metrics-addr "$INGEST_METRICS" >"$WORK/ingest.log" 2>&1 &
 INGEST_PID=$!
 ingest_up() {
     local i
@@ -129,10 +146,11 @@ EOJ
 EPOCH=$(($(date +%s%3N) + 3000))
 log "topology up (epoch $EPOCH)"
 PC_PREFIX=$P testbed/topology.sh up --trip "$WORK/trip" --scheme hrsch --epoch-unix-ms "$EPOCH" \
-    --forward-port "$KAFKA_PORT" \
+    --forward-port "$KAFKA_PORT" --forward-port "$KAFKA_SASL_PORT" \
     --relay-arg --replay-resume \
-    --proxy-arg "--kafka-brokers=$POLYCORN_KAFKA_BOOTSTRAP" --proxy-arg "--kafka-topic=$TOPIC" \
-    --proxy-arg "--kafka-dlq-topic=$DLQ" --proxy-arg "--failure-table-topic=$TABLES" >"$WORK/topology.log"
+    --proxy-arg "--kafka-brokers=$POLYCORN_KAFKA_SASL_BOOTSTRAP" --proxy-arg "--kafka-topic=$TOPIC" \
+    --proxy-arg "--kafka-dlq-topic=$DLQ" --proxy-arg "--failure-table-topic=$TABLES" \
+    "${PROXY_AUTH[@]}" >"$WORK/topology.log"
 STATE=/tmp/polycorn-state-$P
 
 trip_t() { echo $((($(date +%s%3N) - EPOCH) / 1000)); }
@@ -268,7 +286,7 @@ learned_table_reaches_the_proxy() {
     # history to validate against and few failures per cell, so any failure
     # enters the table here (--min-failures 1).
     "$root/.venv/bin/polycorn-trainer" --log-level WARNING run --once --database-url "$DB_URL" \
-        --bootstrap "$POLYCORN_KAFKA_BOOTSTRAP" --topic "$TABLES" --min-failures 1 --min-failure-rate 0 \
+        --bootstrap "$POLYCORN_KAFKA_SASL_BOOTSTRAP" "${TRAINER_AUTH[@]}" --topic "$TABLES" --min-failures 1 --min-failure-rate 0 \
         --summary-json "$WORK/trainer.json" 2>"$WORK/trainer.log" || { tail -5 "$WORK/trainer.log"; return 1; }
     local v i
     v=$(jq -r '.table.version // empty' "$WORK/trainer.json")
