@@ -44,7 +44,7 @@ step() { # step NAME CMD...: run, time and report one step
     fi
 }
 
-for p in "$POLYCORN_PG_PORT" "$POLYCORN_KAFKA_PORT" "$((POLYCORN_KAFKA_PORT + 1))" "$POLYCORN_PROM_PORT"; do
+for p in "$POLYCORN_PG_PORT" "$POLYCORN_KAFKA_PORT" "$((POLYCORN_KAFKA_PORT + 1))" "$((POLYCORN_KAFKA_PORT + 2))" "$POLYCORN_PROM_PORT"; do
     if ss -Htln "sport = :$p" | grep -q .; then
         echo "first-start: port $p is in use; set FIRST_START_*_PORT" >&2
         exit 1
