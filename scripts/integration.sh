@@ -265,16 +265,26 @@ kernel_mptcp_transport() {
 check "kernel-mptcp transport carries passenger traffic intact over one MPTCP connection" kernel_mptcp_transport
 
 graceful_shutdown() {
-    # SIGTERM: the relay removes its nftables table and exits by itself
-    # (stop_pid would only escalate to SIGKILL after 3 s).
-    local pid
+    # SIGTERM: the relay closes its passengers' connections, removes its
+    # nftables table and exits by itself (stop_pid would only escalate to
+    # SIGKILL after 3 s). A passenger's download in progress ends at once
+    # (curl fails), instead of waiting on a connection nobody answers.
+    local pid curl_pid ended=0
     pid=$(cat "$PC_STATE/run/relay.pid")
     ip netns exec "$NS_TRAIN" nft list table inet polycorn_relay >/dev/null || return 1
+    PAX curl -sS --max-time 60 --limit-rate 100k -o /dev/null "$ORIGIN/files/100MiB.bin" 2>/dev/null &
+    curl_pid=$!
+    sleep 1
+    kill -0 "$curl_pid" 2>/dev/null || return 1
     kill -TERM "$pid"
     for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    ! kill -0 "$pid" 2>/dev/null && ! ip netns exec "$NS_TRAIN" nft list table inet polycorn_relay >/dev/null 2>&1
+    # The passenger's curl must end well before its own 60 s limit.
+    for _ in $(seq 100); do kill -0 "$curl_pid" 2>/dev/null || { ended=1; break; }; sleep 0.1; done
+    ((ended)) || { kill "$curl_pid" 2>/dev/null; echo "  the passenger's download was left hanging"; }
+    wait "$curl_pid" 2>/dev/null || true
+    ((ended)) && ! kill -0 "$pid" 2>/dev/null && ! ip netns exec "$NS_TRAIN" nft list table inet polycorn_relay >/dev/null 2>&1
 }
-check "on SIGTERM the relay exits and removes its interception rules" graceful_shutdown
+check "on SIGTERM the relay ends its passengers' connections, exits and removes its interception rules" graceful_shutdown
 
 echo
 echo "integration: $pass passed, $fail failed"

@@ -550,6 +550,18 @@ fn capture_metrics(w: &mut Writer, kind: &'static str, st: &polycorn_capture::Ca
     w.counter("polycorn_capture_accepted", "Passenger connections accepted.", l(), s.accepted as f64);
     w.counter("polycorn_capture_refused", "Passenger connections refused.", l(), s.refused as f64);
     w.counter("polycorn_capture_dial_failed", "Tunnel dials that failed.", l(), s.dial_failed as f64);
+    w.counter(
+        "polycorn_capture_handshake_failed",
+        "SOCKS5 clients that sent garbage, closed early or timed out in their handshake.",
+        l(),
+        s.handshake_failed as f64,
+    );
+    w.counter(
+        "polycorn_capture_relay_errors",
+        "Passenger connections whose relaying ended with an I/O error rather than two clean FINs.",
+        l(),
+        s.relay_errors as f64,
+    );
     w.gauge("polycorn_capture_active", "Passenger connections being relayed.", l(), s.active as f64);
     w.counter("polycorn_capture_up_bytes", "Bytes from passengers into the tunnel.", l(), s.bytes_up as f64);
     w.counter("polycorn_capture_down_bytes", "Bytes from the tunnel to passengers.", l(), s.bytes_down as f64);
@@ -735,8 +747,10 @@ async fn run() -> anyhow::Result<()> {
 
     // Each passenger-facing server gets its own counters, exported with a
     // `listener` label.
+    let mut passengers = Vec::new();
     let mut opts_for = |kind: &'static str| {
         let o = RelayOpts { max_conns, ..Default::default() };
+        passengers.push(o.stats.clone());
         let st = o.stats.clone();
         sources.push(Arc::new(move |w| capture_metrics(w, kind, &st)));
         o
@@ -805,13 +819,24 @@ async fn run() -> anyhow::Result<()> {
     polycorn_net::shutdown_signal().await;
     info!("shutting down");
     let _ = stop_tx.send(true);
+    // The passengers' connections end first (reset through the tunnel and
+    // closed towards the passengers) while the interception rules still
+    // translate them: removing the rules drops their conntrack entries, and
+    // a close sent after that never reaches the passenger, who would wait
+    // on a dead connection (found by the fault campaign, `make chaos`).
+    session.close();
+    let give_up = Instant::now() + Duration::from_secs(2);
+    while passengers.iter().any(|st| st.active.load(std::sync::atomic::Ordering::Relaxed) > 0)
+        && Instant::now() < give_up
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     if let Some(r) = rules {
         if let Err(e) = r.remove() {
             warn!(error = %e, "removing interception rules");
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(3), async { while tasks.join_next().await.is_some() {} }).await;
-    session.close();
     Ok(())
 }
 

@@ -93,8 +93,9 @@ pub struct RelayOpts {
     /// passengers who left the train (no FIN, no RST) are eventually reaped.
     /// `None` leaves keepalive off. Default 60 s (then 6 probes 10 s apart).
     pub keepalive: Option<Duration>,
-    /// On shutdown, how long open relays may go on before they are aborted.
-    /// Default zero: they are aborted as soon as the listener stops.
+    /// On shutdown, how long open relays may go on before they are aborted
+    /// (their passengers get a TCP reset). Default zero: they are aborted
+    /// as soon as the listener stops.
     pub drain_timeout: Duration,
     /// DNS queries forwarded at once by [`serve_dns`]; queries beyond are
     /// dropped (and counted), so a flood cannot exhaust the tunnel. Default 256.

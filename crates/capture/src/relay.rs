@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -134,9 +135,13 @@ pub(crate) fn reset_on_close(stream: &TcpStream) {
     }
 }
 
+/// How long connections still open after the drain get to reset their
+/// passenger sockets before their tasks are dropped.
+const ABORT_GRACE: Duration = Duration::from_secs(1);
+
 /// Accepts until `shutdown` resolves, runs `handler` for each connection in
 /// its own task with at most `opts.max_conns` at once, then drains for
-/// `opts.drain_timeout` and aborts what is left.
+/// `opts.drain_timeout` and resets what is left (TCP RST to the passenger).
 pub(crate) async fn accept_loop<F, Fut>(
     listener: TcpListener,
     opts: &RelayOpts,
@@ -149,6 +154,7 @@ pub(crate) async fn accept_loop<F, Fut>(
 {
     let sem = Arc::new(Semaphore::new(opts.max_conns.clamp(1, Semaphore::MAX_PERMITS)));
     let mut tasks = JoinSet::new();
+    let (abort_tx, abort_rx) = tokio::sync::watch::channel(false);
     let mut shutdown = pin!(shutdown);
     let local = listener.local_addr().ok();
     debug!(server = what, ?local, "accepting");
@@ -165,11 +171,25 @@ pub(crate) async fn accept_loop<F, Fut>(
             Ok((stream, peer, permit)) => {
                 CaptureStats::inc(&opts.stats.accepted);
                 let active = ActiveGuard::new(&opts.stats);
+                // A second descriptor of the passenger's socket, so that on
+                // shutdown the socket can be reset (SO_LINGER 0) although
+                // the handler owns the stream; it is closed last, so a
+                // normal close stays a FIN after the data.
+                let socket = stream.as_fd().try_clone_to_owned();
                 let fut = handler(stream, peer);
+                let mut abort = abort_rx.clone();
                 tasks.spawn(async move {
                     let _permit = permit;
                     let _active = active;
-                    fut.await;
+                    tokio::select! {
+                        () = fut => {}
+                        _ = abort.wait_for(|a| *a) => {
+                            if let Ok(fd) = &socket {
+                                let _ = SockRef::from(fd).set_linger(Some(Duration::ZERO));
+                            }
+                        }
+                    }
+                    drop(socket);
                 });
             }
             Err(e) => {
@@ -184,12 +204,23 @@ pub(crate) async fn accept_loop<F, Fut>(
     let open = tasks.len();
     if open > 0 {
         debug!(server = what, open, drain = ?opts.drain_timeout, "shutting down");
-        let _ = tokio::time::timeout(opts.drain_timeout, async {
+        let drain = async {
             while let Some(res) = tasks.join_next().await {
                 log_join(what, res);
             }
-        })
-        .await;
+        };
+        let _ = tokio::time::timeout(opts.drain_timeout, drain).await;
+        // What is left is reset towards its passenger now, while the
+        // relay's interception rules still translate the connection: a
+        // close after they are gone would never reach the passenger, who
+        // would wait on a dead connection (found by `make chaos`).
+        let _ = abort_tx.send(true);
+        let reset = async {
+            while let Some(res) = tasks.join_next().await {
+                log_join(what, res);
+            }
+        };
+        let _ = tokio::time::timeout(ABORT_GRACE, reset).await;
         tasks.shutdown().await;
     }
 }
