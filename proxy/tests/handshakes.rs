@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 
 struct Proxy(Child);
 
+/// The tests run one at a time: the cap test counts on its proxy answering
+/// well within the 10 s handshake timeout, and a second proxy busy beside it
+/// made that fail now and then.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -68,6 +73,7 @@ fn start(dir: &std::path::Path, log: Stdio) -> (Proxy, SocketAddr, SocketAddr) {
 
 #[test]
 fn connections_beyond_the_handshake_cap_are_closed_at_once_and_counted() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (_proxy, listen, metrics) = start(dir.path(), Stdio::null());
     // That probe connection took a handshake slot for up to 10 s; hold 64
@@ -98,6 +104,7 @@ fn connections_beyond_the_handshake_cap_are_closed_at_once_and_counted() {
 
 #[test]
 fn failed_handshakes_are_counted_and_logged_once_a_minute_at_most() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("proxy.log");
     let log = std::fs::File::create(&log_path).unwrap();
