@@ -13,7 +13,7 @@
 //! the table it has, and the errors count in
 //! `polycorn_failure_table_source_errors{source="kafka"}`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use polycorn_net::table::{signature, Offered, SourceKind, TableHub};
@@ -33,15 +33,13 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 /// Counts and logs librdkafka's errors (broker down, unknown topic, ...).
 pub struct TableContext {
     hub: Arc<TableHub>,
-    last_warn: Mutex<Option<Instant>>,
+    warn_log: polycorn_net::lograte::Every,
 }
 
 impl TableContext {
     fn kafka_error(&self, what: &str) {
         self.hub.source_error(SourceKind::Kafka);
-        let mut last = self.last_warn.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
-            *last = Some(Instant::now());
+        if self.warn_log.check(Instant::now()).is_some() {
             warn!(error = %what, "failure-location table topic: Kafka error; the table in use stays and the consumer retries");
         } else {
             debug!(error = %what, "failure-location table topic: Kafka error");
@@ -108,7 +106,10 @@ impl TableTopic {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
-            .create_with_context(TableContext { hub: hub.clone(), last_warn: Mutex::new(None) })
+            .create_with_context(TableContext {
+                hub: hub.clone(),
+                warn_log: polycorn_net::lograte::Every::new(WARN_EVERY),
+            })
             .map_err(|e| anyhow::anyhow!("creating the Kafka consumer of {topic} at {brokers}: {e}"))?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, 0, Offset::Beginning)
@@ -272,8 +273,8 @@ mod tests {
 
         /// A consumer with its own hub, as a freshly started proxy has:
         /// (hub, versions applied, stop sender).
-        fn follow(b: &str, topic: &str) -> (Arc<TableHub>, Arc<Mutex<Vec<u64>>>, watch::Sender<bool>) {
-            let applied = Arc::new(Mutex::new(Vec::new()));
+        fn follow(b: &str, topic: &str) -> (Arc<TableHub>, Arc<std::sync::Mutex<Vec<u64>>>, watch::Sender<bool>) {
+            let applied = Arc::new(std::sync::Mutex::new(Vec::new()));
             let a = applied.clone();
             let hub = TableHub::new(move |t| a.lock().unwrap().push(t.version()));
             let c = TableTopic::new(b, &KafkaSecurity::default(), topic, "train-test", hub.clone()).unwrap();
