@@ -39,10 +39,10 @@ test: setup ## what CI runs: no reference outside the repository, fmt check, cli
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) test --workspace --locked --release
+	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory fuzz-smoke
 	$(MAKE) --no-print-directory lint-py test-py
 	$(MAKE) --no-print-directory validate-platform
-	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory validate-tracegen VAL_PROFILE=ci
 	$(run_integration)
 	$(MAKE) --no-print-directory chaos-smoke

@@ -23,7 +23,7 @@ KEYS = ("trains", "conns_per_train", "proxy_rss_mb_p99", "cpu_per_train_pct", "i
 def binaries() -> Path:
     missing = [b for b in NEEDED if not (BIN / b).is_file()]
     if missing:
-        # CI builds them before (cargo test --workspace --release); a developer's
+        # make test builds them before test-py (make build); a developer's
         # tree may not have them yet.
         if os.environ.get("CI"):
             pytest.fail(f"{missing} missing in {BIN}")
