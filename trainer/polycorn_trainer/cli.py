@@ -263,22 +263,52 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+class Stopped(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM/SIGINT while a service run is
+    in progress: the run is abandoned (its open transaction rolls back, the
+    fitting workers are stopped). A ``KeyboardInterrupt`` because psycopg
+    cancels a query in progress on the server for that one only."""
+
+
 def _serve(a: argparse.Namespace, o: Options, metrics: Metrics) -> int:
+    """Runs every ``--interval-s`` until SIGTERM/SIGINT. A signal during a
+    run abandons it at once: a run waits up to ``--db-wait-s`` for
+    PostgreSQL and fits for minutes on a large fleet, longer than a
+    platform's grace period (Kubernetes: 30 s by default), and a SIGKILL
+    after it would leave nothing better. Nothing of an abandoned run is
+    half-stored: the model and the table are each one transaction, and a
+    table already in LinkDB but not yet produced to Kafka is produced again
+    by the next run (it republishes the current table)."""
     stop = threading.Event()
+    running = False
 
     def on_signal(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping after the current run", signum)
         stop.set()
+        if running:
+            log.info("signal %d: abandoning the current run and stopping", signum)
+            raise Stopped
+        log.info("signal %d: stopping", signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     log.info("trainer service: a run every %.0f s (shard %s)", a.interval_s, o.shard)
-    while not stop.is_set():
-        try:
-            _write_summary(a.summary_json, run(a.database_url, o, metrics))
-        except Exception as e:
-            log.error("run failed: %s: %s (next run in %.0f s)", type(e).__name__, e, a.interval_s)
-        stop.wait(a.interval_s)
+    try:
+        while not stop.is_set():
+            summary = None
+            running = True
+            try:
+                summary = run(a.database_url, o, metrics)
+            except Exception as e:
+                log.error(
+                    "run failed: %s: %s (next run in %.0f s)", type(e).__name__, e, a.interval_s
+                )
+            finally:
+                running = False
+            if summary is not None:
+                _write_summary(a.summary_json, summary)
+            stop.wait(a.interval_s)
+    except Stopped:
+        log.info("run abandoned")
     return 0
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import select
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,9 +57,45 @@ def _chunks(cells: list[CellData], workers: int) -> list[list[CellData]]:
     return [cells[i : i + size] for i in range(0, len(cells), size)]
 
 
-def fit_all(cells: list[CellData], o: Options) -> list[CellResult]:
+def _exit_with(parent: int) -> None:
+    """A worker's initializer: the worker exits as soon as the trainer
+    process ``parent`` is gone. A SIGKILLed trainer (OOM killer, a second
+    Ctrl-C, a test harness) otherwise leaves its workers fitting for
+    minutes, and the forkserver with them; a container runtime would kill
+    them with the cgroup, a plain host does not. A pidfd, not the parent
+    PID: the workers' parent is the forkserver, and PIDs are reused."""
+    try:
+        fd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        os._exit(1)
+
+    def watch() -> None:
+        select.select([fd], [], [])  # readable when the process has exited
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-trainer", daemon=True).start()
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stops ``pool``'s workers now, fits in progress abandoned (a run
+    interrupted by SIGTERM must not wait for them). The executor keeps its
+    processes in ``_processes`` (3.11; 3.14 adds ``terminate_workers()``)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        p.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+    for p in procs:
+        p.join(5)
+
+
+Fit = Callable[[list[CellData], Params], list[CellResult]]
+
+
+def fit_all(cells: list[CellData], o: Options, fit: Fit = fit_many) -> list[CellResult]:
     """Fits every cell, in worker processes when there is more than one
-    worker and enough cells; logs progress on long runs."""
+    worker and enough cells; logs progress on long runs. Interrupted (an
+    exception in this thread, e.g. the service's SIGTERM), it stops the
+    workers before it lets the exception go."""
     workers = _workers(o.workers)
     total = len(cells)
     t0 = last = time.monotonic()
@@ -74,17 +112,24 @@ def fit_all(cells: list[CellData], o: Options) -> list[CellResult]:
 
     if workers == 1 or total < 64:
         for chunk in _chunks(cells, 1):
-            out.extend(fit_many(chunk, o.params))
+            out.extend(fit(chunk, o.params))
             progress(len(out))
         return out
     ctx = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_exit_with, initargs=(os.getpid(),)
+    )
+    try:
         futures: list[Future[list[CellResult]]] = [
-            pool.submit(fit_many, chunk, o.params) for chunk in _chunks(cells, workers)
+            pool.submit(fit, chunk, o.params) for chunk in _chunks(cells, workers)
         ]
         for f in as_completed(futures):
             out.extend(f.result())
             progress(len(out))
+    except BaseException:
+        _terminate(pool)
+        raise
+    pool.shutdown(wait=True)
     return out
 
 
