@@ -16,8 +16,8 @@
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use polycorn_telemetry::v1;
 use prost::Message as _;
@@ -39,6 +39,9 @@ const CONFIRMED_REMEMBERED: usize = 65536;
 /// idempotent); after that the record counts as failed, stays
 /// unacknowledged, and the relay's resend produces it again.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// A producer that has delivered nothing for this long while its
+/// deliveries failed is replaced by a new one (see [`StallWatch`]).
+pub const REPLACE_AFTER: Duration = Duration::from_secs(60);
 
 /// How the proxy's Kafka clients (the telemetry producer and the table
 /// consumer) reach the brokers: `--kafka-security-protocol` and its options
@@ -293,6 +296,45 @@ pub fn validate(train_id: &str, decoded: &Result<v1::Record, prost::DecodeError>
     }
 }
 
+/// When to replace the producer. The fault campaign once saw librdkafka's
+/// idempotent producer stop delivering for good after a broker stall moved
+/// partition leadership ("new leader not found in cache"; every record
+/// `MessageTimedOut` for 11 minutes, while a new producer delivered to the
+/// same partition at once; docs/testing.md, fault campaign finding 2). A
+/// producer is replaced when its deliveries failed and none succeeded for
+/// `replace_after` since it was created or last delivered. During a real
+/// outage that is once per `replace_after`, which costs nothing: its
+/// records are unacknowledged either way and the relay resends them.
+#[derive(Debug)]
+pub struct StallWatch {
+    replace_after: Duration,
+    since: Instant,
+    failures: u64,
+}
+
+impl StallWatch {
+    pub fn new(replace_after: Duration, now: Instant) -> StallWatch {
+        StallWatch { replace_after, since: now, failures: 0 }
+    }
+
+    /// A delivery report; returns whether to replace the producer now (the
+    /// watch then starts again, as for a new producer).
+    pub fn on_delivery(&mut self, ok: bool, now: Instant) -> bool {
+        if ok {
+            self.since = now;
+            self.failures = 0;
+            return false;
+        }
+        self.failures += 1;
+        if now.saturating_duration_since(self.since) < self.replace_after {
+            return false;
+        }
+        self.since = now;
+        self.failures = 0;
+        true
+    }
+}
+
 /// Producer counters, for metrics.
 #[derive(Debug, Default)]
 pub struct SinkStats {
@@ -302,11 +344,17 @@ pub struct SinkStats {
     pub reacked: AtomicU64,
     pub refused_full: AtomicU64,
     pub inflight: AtomicU64,
+    /// Producers replaced because they stopped delivering ([`StallWatch`]).
+    pub replaced: AtomicU64,
 }
 
 /// The Kafka producer of one proxy.
 pub struct KafkaSink {
-    producer: FutureProducer,
+    /// Replaced when it stops delivering ([`StallWatch`]); `produce` takes
+    /// a clone (an `Arc` inside), so a record is never held up by a swap.
+    producer: RwLock<FutureProducer>,
+    config: ClientConfig,
+    watch: Mutex<StallWatch>,
     topic: String,
     dlq_topic: String,
     train_id: String,
@@ -334,17 +382,33 @@ impl KafkaSink {
         train_id: &str,
         delivery_timeout: Duration,
     ) -> anyhow::Result<KafkaSink> {
-        let producer: FutureProducer = client_config(brokers, security)
+        Self::with_timeouts(brokers, security, topic, dlq_topic, train_id, delivery_timeout, REPLACE_AFTER)
+    }
+
+    /// With the delivery timeout and [`StallWatch`]'s `replace_after` given.
+    pub fn with_timeouts(
+        brokers: &str,
+        security: &KafkaSecurity,
+        topic: &str,
+        dlq_topic: &str,
+        train_id: &str,
+        delivery_timeout: Duration,
+        replace_after: Duration,
+    ) -> anyhow::Result<KafkaSink> {
+        let mut config = client_config(brokers, security);
+        config
             .set("client.id", format!("polycorn-proxy-{train_id}"))
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("message.timeout.ms", delivery_timeout.as_millis().to_string())
             .set("linger.ms", "5")
-            .set("compression.type", "lz4")
-            .create()
-            .map_err(|e| anyhow::anyhow!("creating the Kafka producer for {brokers}: {e}"))?;
+            .set("compression.type", "lz4");
+        let producer: FutureProducer =
+            config.create().map_err(|e| anyhow::anyhow!("creating the Kafka producer for {brokers}: {e}"))?;
         Ok(KafkaSink {
-            producer,
+            producer: RwLock::new(producer),
+            config,
+            watch: Mutex::new(StallWatch::new(replace_after, Instant::now())),
             topic: topic.into(),
             dlq_topic: dlq_topic.into(),
             train_id: train_id.into(),
@@ -352,11 +416,40 @@ impl KafkaSink {
         })
     }
 
+    fn producer(&self) -> FutureProducer {
+        self.producer.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Feeds a delivery report to the [`StallWatch`]; replaces the producer
+    /// when it says so. The old one is dropped on a thread of its own: its
+    /// drop purges what it still holds (those records fail, stay
+    /// unacknowledged and are resent) and waits for librdkafka.
+    fn on_delivery(&self, ok: bool) {
+        let replace = self.watch.lock().unwrap_or_else(|e| e.into_inner()).on_delivery(ok, Instant::now());
+        if !replace {
+            return;
+        }
+        let new: FutureProducer = match self.config.create() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not create a new Kafka producer (the current one stays)");
+                return;
+            }
+        };
+        let old = std::mem::replace(&mut *self.producer.write().unwrap_or_else(|e| e.into_inner()), new);
+        self.stats.replaced.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            "the Kafka producer delivered no telemetry record for a while and its deliveries failed: \
+             replaced by a new one (the relay resends what was not confirmed)"
+        );
+        let _ = std::thread::Builder::new().name("kafka-producer-drop".into()).spawn(move || drop(old));
+    }
+
     /// Wait up to `timeout` for queued records to be delivered (at
     /// shutdown: fewer records for the relay to resend to the next proxy).
     pub fn flush(&self, timeout: Duration) {
         use rdkafka::producer::Producer as _;
-        if let Err(e) = self.producer.flush(timeout) {
+        if let Err(e) = self.producer().flush(timeout) {
             tracing::warn!(error = %e, "telemetry not all delivered to Kafka at shutdown (the relay resends it)");
         }
     }
@@ -383,7 +476,7 @@ impl KafkaSink {
             }
         };
         let rec = FutureRecord::to(topic).key(self.train_id.as_str()).payload(payload).headers(headers);
-        let queued = self.producer.send_result(rec).map_err(|(e, _)| e);
+        let queued = self.producer().send_result(rec).map_err(|(e, _)| e);
         let me = self.clone();
         let dlq = matches!(target, Target::DeadLetter(_));
         let topic = topic.clone();
@@ -398,6 +491,7 @@ impl KafkaSink {
                 Err(e) => Err(e.to_string()),
             };
             me.stats.inflight.fetch_sub(1, Ordering::Relaxed);
+            me.on_delivery(r.is_ok());
             match r {
                 Ok(()) => {
                     let c = if dlq { &me.stats.dlq } else { &me.stats.produced };
@@ -545,6 +639,26 @@ mod tests {
         let s = KafkaSecurity::from_flags(&KafkaSecurityFlags { cert: Some(p), key: Some(p), ..flags("ssl") }).unwrap();
         assert_eq!(config(&s)["ssl.certificate.location"], "/nonexistent/x.pem");
         assert_eq!(s.username(), None);
+    }
+
+    #[test]
+    fn a_producer_is_replaced_after_failing_without_a_delivery_for_replace_after() {
+        let t0 = Instant::now();
+        let s = |x: u64| t0 + Duration::from_secs(x);
+        let mut w = StallWatch::new(Duration::from_secs(60), t0);
+        assert!(!w.on_delivery(false, s(30)), "failing, but not for 60 s yet");
+        assert!(!w.on_delivery(true, s(40)), "a delivery");
+        assert!(!w.on_delivery(false, s(70)), "60 s from the last delivery, not from the start");
+        assert!(!w.on_delivery(false, s(99)));
+        assert!(w.on_delivery(false, s(100)), "no delivery for 60 s, and failures: replace");
+        assert!(!w.on_delivery(false, s(101)), "the new producer gets its 60 s");
+        assert!(!w.on_delivery(false, s(159)));
+        assert!(w.on_delivery(false, s(160)), "still nothing: once per 60 s");
+        // Never a replacement while records are delivered, however many fail.
+        let mut w = StallWatch::new(Duration::from_secs(60), t0);
+        for i in 1..1000 {
+            assert!(!w.on_delivery(i % 10 == 0, s(i)), "at {i} s");
+        }
     }
 
     #[test]
@@ -723,9 +837,11 @@ mod tests {
             let mut ingest = Ingest::new(TRAIN, 100);
             let seqs: Vec<u64> = (1..=10).collect();
             let plain = KafkaSecurity::default();
-            let live = Arc::new(
-                KafkaSink::with_delivery_timeout(&b, &plain, &topic, &dlq, TRAIN, Duration::from_secs(3)).unwrap(),
-            );
+            // replace_after below the delivery timeout: the first failed
+            // delivery (after 3 s) replaces the producer, and the records
+            // then all arrive through the replacement.
+            let (delivery, replace) = (Duration::from_secs(3), Duration::from_secs(2));
+            let live = Arc::new(KafkaSink::with_timeouts(&b, &plain, &topic, &dlq, TRAIN, delivery, replace).unwrap());
             let down = match &cmds {
                 (Some(stop), Some(_)) => {
                     eprintln!("stopping the broker: {stop}");
@@ -738,14 +854,12 @@ mod tests {
                     );
                     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
                     let dead = format!("127.0.0.1:{port}");
-                    Arc::new(
-                        KafkaSink::with_delivery_timeout(&dead, &plain, &topic, &dlq, TRAIN, Duration::from_secs(3))
-                            .unwrap(),
-                    )
+                    Arc::new(KafkaSink::with_timeouts(&dead, &plain, &topic, &dlq, TRAIN, delivery, replace).unwrap())
                 }
             };
             assert!(offer(&down, &mut ingest, &seqs, gps).await.is_empty(), "nothing acked while Kafka is down");
             assert_eq!(down.stats.produce_errors.load(Ordering::Relaxed), 10);
+            assert!(down.stats.replaced.load(Ordering::Relaxed) >= 1, "the failing producer was replaced");
             if let (Some(_), Some(start)) = &cmds {
                 eprintln!("starting the broker: {start}");
                 sh(start);

@@ -693,6 +693,12 @@ fn write_telemetry_metrics(w: &mut metrics::Writer, p: &Proxy) {
         vec![],
         st.refused_full.load(Relaxed) as f64,
     );
+    w.counter(
+        "polycorn_proxy_telemetry_producer_replaced",
+        "Kafka producers replaced because their deliveries failed and none succeeded for a minute.",
+        vec![],
+        st.replaced.load(Relaxed) as f64,
+    );
     w.gauge(
         "polycorn_proxy_telemetry_inflight",
         "Telemetry records sent to Kafka and awaiting confirmation.",
