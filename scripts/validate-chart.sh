@@ -27,7 +27,9 @@
 #      loopback (tools/validate/edge_smoke.py): the real relay-agent dials the
 #      server name NOTES.txt gives it, a front routes by the rendered Envoy
 #      listener's server_names, the real proxy runs the rendered command line
-#      with certificates issued as NOTES.txt says.
+#      with certificates issued as NOTES.txt says and the table verify keys
+#      of the rendered ConfigMap (two `polycorn-pki table-key` public keys),
+#      which it must parse and log.
 # Then the template unit tests (tools/validate/tests, pytest over helm
 # template), and the negative checks: a seeded error for each validator
 # must make it fail, or this script fails.
@@ -257,11 +259,18 @@ if ((${#proxy_args[@]})); then
 fi
 expect_fail "real CLIs: a float flag given a word, a shard out of range$( ((seeded == 4)) && echo ', a proxy timeout given a word')" \
     "cli_args: [0-9]+ command lines parsed .*, $seeded failed" cli_args "${bad_args[@]}" "${proxy_args[@]}"
+# The rendered table verify key with its algorithm identifier changed
+# (Ed25519's OID 1.3.101.112 made 1.3.101.113).
+sed '0,/MCowBQYDK2VwAyEA/s//MCowBQYDK2VxAyEA/' "$base" >"$N/bad-verify-key.yaml"
+expect_fail "real CLIs: a rendered table verify key that is not Ed25519" \
+    "FAIL .*table-signing.pub" cli_args "$N/bad-verify-key.yaml"
 
 # The edge smoke test: a proxy certificate without the train's name.
 if ((have_bins)); then
     expect_fail "edge smoke: a proxy certificate without the name the relay dials" \
         "got no path up|reports no path up" edge_smoke --proxy-san wrong.example
+    expect_fail "edge smoke: a rendered table verify key that is not Ed25519" \
+        "not an Ed25519 public key" edge_smoke --bad-verify-key
 fi
 
 # The template tests: a broken expectation must fail (the suite is not vacuous).

@@ -13,8 +13,12 @@ flag names (``--batch-timeout-s=abc`` or ``--shard=8/8`` fail). Kubernetes'
 (``JOB_COMPLETION_INDEX`` by 0). With ``--proxy-bin``, each proxy's command
 line is given to the real binary followed by ``--help``: clap parses (and
 type-checks) every flag before it reaches ``--help``, so exit status 0 means
-the command line is valid. Exit status: 0 every command line parses, 1 one
-does not, 2 bad usage.
+the command line is valid. Every rendered failure-table verify key
+(the ConfigMap the proxies mount for ``--failure-table-verify-key``) is
+loaded with ``cryptography``, the library the trainer signs with: each
+``PUBLIC KEY`` block must be an Ed25519 key (``--help`` does not read the
+file; tools/validate/edge_smoke.py runs the real proxy on a rendered one).
+Exit status: 0 every command line parses, 1 one does not, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -109,9 +113,38 @@ def containers(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             yield f"{path.name}: {o['kind']} {o['metadata']['name']}", c
 
 
+PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----\n?", re.S)
+
+
+def _verify_keys(text: str) -> int:
+    """The number of Ed25519 public keys in a verify-key file's text."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    blocks = list(PEM_BLOCK.finditer(text))
+    if not blocks:
+        raise ValueError("no PEM block")
+    for i, m in enumerate(blocks, 1):
+        if m.group(1) != "PUBLIC KEY":
+            raise ValueError(f"block {i} is a {m.group(1)}, not a PUBLIC KEY")
+        key = load_pem_public_key(m.group(0).encode())
+        if not isinstance(key, Ed25519PublicKey):
+            raise ValueError(f"block {i} is a {type(key).__name__}, not an Ed25519 key")
+    return len(blocks)
+
+
 def check(path: Path, proxy_bin: Path | None) -> tuple[int, list[str]]:
     n = 0
     errors = []
+    for o in yaml.safe_load_all(path.read_text()):
+        if o and o["kind"] == "ConfigMap" and "table-signing.pub" in o.get("data", {}):
+            where = f"{path.name}: ConfigMap {o['metadata']['name']}"
+            try:
+                _verify_keys(o["data"]["table-signing.pub"])
+            except Exception as e:  # ValueError, cryptography's UnsupportedAlgorithm
+                errors.append(f"{where}: table-signing.pub: {e}")
+                continue
+            n += 1
     for where, c in containers(path):
         (cmd,) = c["command"]
         args = [_expand(a) for a in c.get("args", [])]

@@ -11,7 +11,9 @@ routing table the chart renders. It runs these steps:
    name>``), laid out like the Secrets the pods mount.
 3. Start the real ``polycorn-proxy`` of train A with the command line from
    the rendered StatefulSet. Only the mount paths and the listen addresses
-   change, to loopback.
+   change, to loopback. Its failure-table verify keys are the rendered
+   ConfigMap's: two public keys made by ``polycorn-pki table-key`` (a
+   rotation) given as the value ``tableSigning.verifyKeys``.
 4. Run a small TCP front that reads each ClientHello's server name and
    forwards the connection by the rendered Envoy listener's
    ``filter_chain_match.server_names`` (the same table Envoy gets).
@@ -20,6 +22,8 @@ routing table the chart renders. It runs these steps:
 
 Checks:
 
+- The proxy parses the rendered verify keys, both of them (its start-up log
+  line), before it serves.
 - The relay sends exactly the server name the chart routes on.
 - Train A's proxy gets a path up (/readyz 200).
 - Train B's relay, dialing A's name, is refused by A's proxy (mutual TLS).
@@ -32,7 +36,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import json
 import shutil
 import socket
 import subprocess
@@ -99,9 +105,9 @@ def wait_status(url: str, want: int, seconds: float) -> bool:
 # ------------------------------------------------------------ the rendered chart
 
 
-def render(helm: str) -> list[dict[str, Any]]:
+def render(helm: str, values: dict[str, Any]) -> list[dict[str, Any]]:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-        yaml.safe_dump(VALUES, f)
+        yaml.safe_dump(values, f)
         f.flush()
         out = subprocess.run(
             [helm, "template", "polycorn", str(CHART), "-n", "fleet", "-f", f.name],
@@ -215,12 +221,53 @@ def process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
             p.wait()
 
 
+def sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def table_verify_keys(pki: Path, work: Path) -> str:
+    """Two public keys of ``polycorn-pki table-key``, as the value
+    tableSigning.verifyKeys takes them during a rotation."""
+    pems = []
+    for name in ("table-key-old", "table-key-new"):
+        sh(str(pki), "table-key", "--out", str(work / name))
+        pems.append((work / name / "table-signing.pub").read_text())
+    return "".join(pems)
+
+
+def mount_verify_keys(objs: list[dict[str, Any]], work: Path, corrupt: bool) -> dict[str, Path]:
+    """The rendered verify-key ConfigMap, laid out as the proxy pod mounts it.
+    ``corrupt``: a seeded error, the first key's algorithm identifier changed
+    (still a PUBLIC KEY block, no longer Ed25519)."""
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "table-signing.pub" in o["data"]]
+    text: str = cm["data"]["table-signing.pub"]
+    if corrupt:
+        lines = text.splitlines(keepends=True)
+        der = bytearray(base64.b64decode(lines[1]))
+        der[8] ^= 0x01  # the OID 1.3.101.112 (Ed25519) becomes another
+        lines[1] = base64.b64encode(bytes(der)).decode() + "\n"
+        text = "".join(lines)
+    d = work / "mnt-table-verify"
+    d.mkdir()
+    (d / "table-signing.pub").write_text(text)
+    return {"/etc/polycorn/table-verify": d}
+
+
+def verify_keys_loaded(log: Path) -> int | None:
+    """The number of table verify keys the proxy logged at start (JSON log)."""
+    for line in log.read_text(errors="replace").splitlines():
+        if "must be signed by the trainer" in line:
+            try:
+                keys = json.loads(line).get("fields", {}).get("keys")
+            except ValueError:
+                return None
+            return int(keys) if keys is not None else None
+    return None
+
+
 def make_secrets(pki: Path, work: Path, proxy_name: str, san: str) -> dict[str, Path]:
     """The CA, the trains' and the proxy's certificates, made as NOTES.txt
     says; returns the proxy pod's Secret mounts (mount path -> directory)."""
-
-    def sh(*cmd: str) -> None:
-        subprocess.run(cmd, check=True, capture_output=True)
 
     ca_dir, trains_dir, proxy_dir = (str(work / d) for d in ("ca", "trains", "proxy"))
     sh(str(pki), "init-ca", "--out", ca_dir)
@@ -322,14 +369,24 @@ async def _shutdown(server: asyncio.Server) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def run(helm: str, bins: Path, work: Path, proxy_san: str | None) -> list[str]:
-    objs = render(helm)
+def run(
+    helm: str, bins: Path, work: Path, proxy_san: str | None, bad_verify_key: bool = False
+) -> list[str]:
+    values = {
+        **VALUES,
+        "tableSigning": {
+            "signingKeySecret": {"name": "table-signing"},
+            "verifyKeys": table_verify_keys(bins / "polycorn-pki", work),
+        },
+    }
+    objs = render(helm, values)
     table = sni_table(objs)
     sts = proxy_statefulset(objs, "train-a")
     names_a = [n for n, train in table.items() if train == "train-a"]
     sni_a = names_a[0]
     # --proxy-san: a seeded error (a certificate without the train's name).
     mounts = make_secrets(bins / "polycorn-pki", work, sts["metadata"]["name"], proxy_san or sni_a)
+    mounts |= mount_verify_keys(objs, work, bad_verify_key)
     listen, metrics = free_port(), free_port()
     proxy_url = f"http://127.0.0.1:{metrics}"
     front = SniFront(dict.fromkeys(names_a, ("127.0.0.1", listen)))
@@ -338,6 +395,12 @@ def run(helm: str, bins: Path, work: Path, proxy_san: str | None) -> list[str]:
         if not wait_status(f"{proxy_url}/healthz", 200, 15):
             log = (work / "proxy.log").read_text()[-2000:]
             raise SmokeError(f"the proxy did not come up:\n{log}")
+        keys = verify_keys_loaded(work / "proxy.log")
+        if keys != 2:
+            raise SmokeError(
+                f"the proxy did not log the 2 rendered table verify keys (got {keys}):\n"
+                + (work / "proxy.log").read_text()[-2000:]
+            )
         loop = asyncio.new_event_loop()
         edge = free_port()
         server = loop.run_until_complete(asyncio.start_server(front.handle, "127.0.0.1", edge))
@@ -371,6 +434,11 @@ def main(argv: list[str] | None = None) -> int:
         "--proxy-san",
         help="issue the proxy certificate for this name instead of the train's (a seeded error)",
     )
+    p.add_argument(
+        "--bad-verify-key",
+        action="store_true",
+        help="mount the rendered verify key with its algorithm changed (a seeded error)",
+    )
     a = p.parse_args(argv)
     for b in ("polycorn-proxy", "polycorn-relay", "polycorn-pki"):
         if not (a.bin_dir / b).is_file():
@@ -382,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         work.mkdir(parents=True, exist_ok=True)
         try:
-            failures = run(a.helm, a.bin_dir, work, a.proxy_san)
+            failures = run(a.helm, a.bin_dir, work, a.proxy_san, a.bad_verify_key)
         except (SmokeError, subprocess.CalledProcessError) as e:
             print(f"edge_smoke: FAIL: {e}", file=sys.stderr)
             return 1
@@ -391,8 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     if failures:
         return 1
     print(
-        "edge_smoke: OK: the relay sends the chart's server name; through the SNI front the "
-        "rendered proxy accepts its own train, refuses another; an unrouted name is closed"
+        "edge_smoke: OK: the rendered proxy loads the rendered table verify keys; the relay "
+        "sends the chart's server name; through the SNI front the rendered proxy accepts its "
+        "own train, refuses another; an unrouted name is closed"
     )
     return 0
 

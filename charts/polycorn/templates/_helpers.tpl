@@ -255,6 +255,43 @@ affinity:
 {{- printf "http://%s-linkdb-api.%s.svc.%s:%d" (include "polycorn.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.linkdbApi.port) }}
 {{- end }}
 
+{{/* The ConfigMap of the proxies' table verify key(s) (tableSigning). */}}
+{{- define "polycorn.tableVerifyKeysName" -}}
+{{- printf "%s-table-verify-keys" (include "polycorn.fullname" .) }}
+{{- end }}
+
+{{/* tableSigning.verifyKeys, checked: one or more PUBLIC KEY blocks and
+nothing that looks like a private key (the public half is a value, the
+private half never is). Fails the render otherwise. */}}
+{{- define "polycorn.tableVerifyKeys" -}}
+{{- $s := .Values.tableSigning }}
+{{- $keys := trim $s.verifyKeys }}
+{{- if not $keys }}
+{{- fail "tableSigning.verifyKeys is required with tableSigning.enabled: the PEM text of table-signing.pub from `polycorn-pki table-key` (helm --set-file tableSigning.verifyKeys=DIR/table-signing.pub; docs/operations.md, \"The failure-table signing key\"), or set tableSigning.enabled=false to publish and accept unsigned tables" }}
+{{- end }}
+{{- if contains "PRIVATE KEY" $keys }}
+{{- fail "tableSigning.verifyKeys holds a PRIVATE KEY: give the proxies the public key (table-signing.pub) only; the private key belongs in the Secret tableSigning.signingKeySecret and must be replaced, since it is now in your values" }}
+{{- end }}
+{{- $begins := regexFindAll "-----BEGIN [A-Z0-9 ]+-----" $keys -1 }}
+{{- if not $begins }}
+{{- fail "tableSigning.verifyKeys has no PEM block: give the PEM text of table-signing.pub (-----BEGIN PUBLIC KEY----- ...)" }}
+{{- end }}
+{{- range $begins }}
+{{- if ne . "-----BEGIN PUBLIC KEY-----" }}
+{{- fail (printf "tableSigning.verifyKeys: %s is not a PUBLIC KEY block; only the public keys of `polycorn-pki table-key` (table-signing.pub) go there" .) }}
+{{- end }}
+{{- end }}
+{{- if ne (len $begins) (len (regexFindAll "-----END PUBLIC KEY-----" $keys -1)) }}
+{{- fail "tableSigning.verifyKeys: a PUBLIC KEY block has no END line" }}
+{{- end }}
+{{- $keys }}
+{{- end }}
+
+{{/* The trainer's signing key: its required Secret name. */}}
+{{- define "polycorn.tableSigningSecret" -}}
+{{- required "tableSigning.signingKeySecret.name is required with tableSigning.enabled: a Secret with the trainer's table-signing.key from `polycorn-pki table-key` (kubectl create secret generic NAME --from-file=table-signing.key=DIR/table-signing.key; docs/operations.md, \"The failure-table signing key\"), or set tableSigning.enabled=false to publish and accept unsigned tables" .Values.tableSigning.signingKeySecret.name }}
+{{- end }}
+
 {{/*
 Checks across values that the schema cannot express; rendered once, from
 NOTES.txt and from the Envoy ConfigMap, so that `helm template` fails too.
@@ -293,6 +330,10 @@ NOTES.txt and from the Envoy ConfigMap, so that `helm template` fails too.
 {{- if and $u.tlsSecret (not (hasSuffix "SSL" $.Values.kafka.security.protocol)) }}
 {{- fail (printf "kafka.security.users.%s.tlsSecret needs kafka.security.protocol SSL or SASL_SSL" $c) }}
 {{- end }}
+{{- end }}
+{{- if .Values.tableSigning.enabled }}
+{{- $_ := include "polycorn.tableSigningSecret" . }}
+{{- $_ := include "polycorn.tableVerifyKeys" . }}
 {{- end }}
 {{- if and .Values.trains (not .Values.proxy.caSecret.name) }}
 {{- fail "proxy.caSecret.name is required: a Secret with the CA certificate that signs the train certificates" }}

