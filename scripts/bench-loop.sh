@@ -11,6 +11,9 @@
 # for the recovery after failed handovers):
 #
 #   hrsch-learned  hrsch with the table the trainer learned from the trips
+#                  and signed (a `polycorn-pki table-key` pair made per run:
+#                  the trainer's --table-signing-key, this copy's relay and
+#                  proxy --failure-table-verify-key, as deployed)
 #                  before this one (trip 1: none, LinkDB is empty). Its proxy
 #                  reads it from Kafka (--failure-table-topic, the compacted
 #                  topic, at start and hot-reloaded); its relay gets the same
@@ -157,6 +160,13 @@ prefix_of() { echo "$BENCH_PREFIX$1"; }
 RUN=$WORK/run-$PROFILE
 rm -rf "$RUN"
 mkdir -p "$RUN" "$OUT"
+# The failure-table signing key of this run: the trainer signs every table,
+# the learned copy's relay and proxy take only tables it verifies. (The
+# oracle table of hrsch-truth is the benchmark's stand-in, not a published
+# table: that copy runs without a verify key.)
+TABLE_KEY=$RUN/table-key
+"$BIN/polycorn-pki" table-key --out "$TABLE_KEY" >/dev/null
+VERIFY=--failure-table-verify-key=$TABLE_KEY/table-signing.pub
 
 # The loop's own infrastructure.
 export POLYCORN_INFRA_DIR=/tmp/polycorn-infra-loop
@@ -223,13 +233,17 @@ fi
 
 # ------------------------------------------------------------------ one trip
 
-# latest_table FILE: the newest published table's body into FILE; prints
+# latest_table FILE: the newest published table into FILE, exactly the bytes
+# the trainer signed (body_bytes), and its signature into FILE.sig; prints
 # "version entries", or nothing when none is published yet.
 latest_table() {
     local row
     row=$(psql "$DB_URL" -Atc "select version, entries from failure_tables order by version desc limit 1")
     [[ -n $row ]] || return 0
-    psql "$DB_URL" -Atc "select body::text from failure_tables order by version desc limit 1" >"$1"
+    psql "$DB_URL" -Atc "select encode(body_bytes, 'base64') from failure_tables order by version desc limit 1" |
+        base64 -d >"$1"
+    psql "$DB_URL" -Atc "select signature from failure_tables order by version desc limit 1" >"$1.sig"
+    [[ -s $1 && -s $1.sig ]] || die "the latest table in LinkDB has no stored bytes or no signature"
     tr '|' ' ' <<<"$row"
 }
 
@@ -337,6 +351,7 @@ run_trip() {
         case ${VARIANTS[$i]} in
             hrsch-learned)
                 args+=(--forward-port "$KAFKA_PORT" --proxy-arg "--kafka-brokers=127.0.0.1:$KAFKA_PORT")
+                args+=(--proxy-arg "$VERIFY" --relay-arg "$VERIFY")
                 if [[ $TABLE_SOURCE == topic ]]; then
                     args+=(--proxy-arg "--failure-table-topic=$TABLE_TOPIC")
                     [[ -n $version ]] && args+=(--relay-arg "--failure-table=$tdir/failure-table-learned.json")
@@ -382,6 +397,11 @@ run_trip() {
     proxy_entries=$(metric_of "$m/proxy.metrics" polycorn_failure_table_entries)
     relay_version=$(metric_of "$m/relay.metrics" polycorn_failure_table_version)
     log "trip $k: learned copy's table in use: proxy version $proxy_version ($proxy_entries entries), relay version $relay_version"
+    # Every table the trainer published verified: none refused for its signature.
+    local refused
+    refused=$(cat "$m/proxy.metrics" "$m/relay.metrics" 2>/dev/null |
+        awk '$1 ~ /^polycorn_failure_table_source_rejected_total[{].*reason="signature"/ {s += $2} END {printf "%d", s}')
+    ((refused == 0)) || die "trip $k: the learned copy refused $refused of the trainer's tables for their signature"
     all_down
     for i in "${!VARIANTS[@]}"; do
         cp "/tmp/polycorn-state-$(prefix_of "$i")/logs/emu.log" "$tdir/${VARIANTS[$i]}/logs/" 2>/dev/null || true
@@ -402,7 +422,8 @@ run_trip() {
     if ((HAVE_TRAINER)); then
         # shellcheck disable=SC2086 # TRAINER_ARGS: separate flags on purpose
         PY polycorn-trainer run --once --database-url "$DB_URL" --bootstrap "$POLYCORN_KAFKA_BOOTSTRAP" \
-            --topic "$TABLE_TOPIC" $TRAINER_ARGS --summary-json "$tdir/trainer.json" >"$tdir/trainer.log" 2>&1 || rc=$?
+            --topic "$TABLE_TOPIC" --table-signing-key "$TABLE_KEY/table-signing.key" $TRAINER_ARGS \
+            --summary-json "$tdir/trainer.json" >"$tdir/trainer.log" 2>&1 || rc=$?
         ((rc == 0)) || { tail -20 "$tdir/trainer.log" >&2; die "trip $k: polycorn-trainer run failed ($rc)"; }
         log "trip $k: trainer $(jq -c '{model_id, cells, cells_fitted, handovers, table: (.table // null | if . then {version, entries} else null end)}' "$tdir/trainer.json") in $((($(now_ms) - t0) / 1000))s"
     fi

@@ -15,7 +15,10 @@
 # the trip's telemetry lands in LinkDB and the trainer's next run learns from
 # it too. At the end the LinkDB API says what the fleet knows: the train, its
 # handovers, the cells where handovers failed, the trainer's validation and
-# the table the proxy used. Run by scripts/demo.sh (make demo) after the
+# the table the proxy used. Tables are signed as in a deployment: the
+# trainer signs each with a key of `polycorn-pki table-key`, and the proxy
+# takes only tables that key's public half verifies
+# (--failure-table-verify-key). Run by scripts/demo.sh (make demo) after the
 # side-by-side scheduler comparison; DEMO_TRIP_S sets the trip length (120).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +29,7 @@ uv sync --all-packages --locked --quiet
 
 TRIP_S=${DEMO_TRIP_S:-120}
 P=hf
+STATE_LOGS=/tmp/polycorn-state-$P/logs
 export TRAIN_ID=train-demo
 API_PORT=${DEMO_API_PORT:-18080}
 DB=linkdb_demo
@@ -90,6 +94,10 @@ echo '[{"targets": ["127.0.0.1:19464"], "labels": {"service": "ingest"}},
   {"targets": ["127.0.0.1:'"$API_PORT"'"], "labels": {"service": "linkdb-api"}}]' \
     >"$POLYCORN_PROM_TARGETS_DIR/demo-fleet-$$.json"
 
+# The failure-table signing key: the trainer signs, the proxy verifies.
+TABLE_KEY=$WORK/table-key
+"$BIN/polycorn-pki" table-key --out "$TABLE_KEY" >/dev/null
+
 HISTORY=${DEMO_HISTORY_TRIPS:-24}
 echo
 echo "== the fleet's history: $HISTORY earlier trips of this route, through Kafka and ingest into LinkDB"
@@ -105,7 +113,7 @@ grep -E 'handovers|cells' "$WORK/history.log" | sed 's/^/  /'
 # few minutes of route give each cell only a couple of failures (its own table topic:
 # versions from other LinkDBs on this broker would mask the demo's).
 setsid "$VENV/polycorn-trainer" run --interval-s 30 --database-url "$DB_URL" --topic "$TABLES" \
-    --min-failures 2 --min-failure-rate 0.1 \
+    --min-failures 2 --min-failure-rate 0.1 --table-signing-key "$TABLE_KEY/table-signing.key" \
     --metrics-addr 127.0.0.1:19466 --summary-json "$WORK/trainer.json" >"$WORK/trainer.log" 2>&1 &
 PIDS+=($!)
 for ((i = 0; i < 120; i++)); do [[ -s $WORK/trainer.json ]] && break; sleep 0.5; done
@@ -122,10 +130,11 @@ EPOCH=$(($(date +%s%3N) + 2000))
 PC_PREFIX=$P testbed/topology.sh up --trip "$WORK/trip" --scheme hrsch --epoch-unix-ms "$EPOCH" \
     --forward-port "$KAFKA_PORT" --relay-arg --replay-resume \
     --proxy-arg "--kafka-brokers=$POLYCORN_KAFKA_BOOTSTRAP" --proxy-arg "--kafka-topic=$TOPIC" \
-    --proxy-arg "--kafka-dlq-topic=$DLQ" --proxy-arg "--failure-table-topic=$TABLES" >/dev/null
+    --proxy-arg "--kafka-dlq-topic=$DLQ" --proxy-arg "--failure-table-topic=$TABLES" \
+    --proxy-arg "--failure-table-verify-key=$TABLE_KEY/table-signing.pub" >/dev/null
 echo
 echo "== the live trip"
-echo "train $TRAIN_ID on a ${TRIP_S} s trip at 300 km/h (hrsch, the learned table from Kafka); a passenger downloads 4 MB files meanwhile"
+echo "train $TRAIN_ID on a ${TRIP_S} s trip at 300 km/h (hrsch, the learned table from Kafka, signed by the trainer); a passenger downloads 4 MB files meanwhile"
 
 downloads=0 bytes=0
 while (($(date +%s%3N) < EPOCH + TRIP_S * 1000)); do
@@ -159,8 +168,10 @@ echo "proxy: failure-location table v$(awk '/^polycorn_failure_table_version/ {p
     "hof-reject kept a carrier out $(awk '/schedulerlet="hof-reject",event="rejections"/ {s += $2} END {print s + 0}' <<<"$pm") times"
 if [[ -n $first_table ]]; then
     loads=$(awk '/^polycorn_failure_table_source_loads_total\{source="kafka"\}/ {printf "%d", $2}' <<<"$pm")
-    ((${loads:-0} >= 1)) || fail "the trainer published a table but the proxy loaded none from Kafka"
+    ((${loads:-0} >= 1)) || fail "the trainer published a table but the proxy loaded none from Kafka" "$STATE_LOGS/proxy.log"
 fi
+refused=$(awk '/^polycorn_failure_table_source_rejected_total\{.*reason="signature"/ {s += $2} END {printf "%d", s}' <<<"$pm")
+((refused == 0)) || fail "the proxy refused $refused of the trainer's tables for their signature" "$STATE_LOGS/proxy.log"
 
 # The trainer's next scheduled run learns from the live trip too.
 done_s=$(date +%s)
@@ -203,8 +214,10 @@ if r.status_code == 404:
     print("failure-location table: none published yet (no cell has enough failures)")
 else:
     tab = r.raise_for_status().json()
+    if "x-polycorn-signature" not in r.headers:
+        raise SystemExit("demo-fleet: ERROR: the API serves the trainer's table without its signature")
     print(f"failure-location table v{tab['version']} ({len(tab['entries'])} cells, ETag {r.headers['etag'][:14]}...\"), "
-          f"{tab['source']}; a poll with If-None-Match gets "
+          f"{tab['source']}, signed by the trainer (X-Polycorn-Signature); a poll with If-None-Match gets "
           f"{c.get('/v1/failure-table', headers={'If-None-Match': r.headers['etag']}).status_code}")
 cells = c.get("/v1/cells", params={"limit": 500}).raise_for_status().json()["features"]
 worst = sorted(cells, key=lambda f: -f["properties"]["failure_rate"])[:5]
