@@ -18,7 +18,10 @@
 #      both carriers carrying data;
 #   4. waits for the emulated trip to end and checks LinkDB: every handover
 #      and GPS fix of the trip's radio log exactly once (relay -> proxy ->
-#      Kafka -> ingest -> PostGIS), and the API serving the train;
+#      Kafka -> ingest -> PostGIS), and the API serving the train; then
+#      signed tables: from the trainer's container, a table signed with the
+#      key the pki job gave it reaches the proxy (verify key from the same
+#      job), an unsigned one and one of another key are refused;
 #   5. checks that Prometheus scrapes every target (up == 1, job names of
 #      services/prometheus/prometheus.compose.yml), and that every metric the
 #      alert rules and dashboards name is one the services export;
@@ -44,7 +47,7 @@ for a in "$@"; do
         --keep-up) keep_up=1 ;;
         --purge-cache) purge=1 ;;
         --down) down_only=1 ;;
-        -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "test-compose: unknown argument $a" >&2; exit 2 ;;
     esac
 done
@@ -505,6 +508,65 @@ api_serves_train() {
     [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$POLYCORN_API_PORT/v1/trains") == 401 ]]
 }
 check "linkdb-api (published on 127.0.0.1:$POLYCORN_API_PORT) serves the train from LinkDB, 401 without a key" api_serves_train
+
+# ------------------------------------------------------------------ signed failure tables
+
+# The trainer's container signs with the key the pki job gave it
+# (POLYCORN_TRAINER_TABLE_SIGNING_KEY) and produces to the table topic as
+# the trainer does (polycorn_trainer.kafka.produce_table); the compose trip
+# has no failed handover, so the trainer's own runs publish no table. KIND:
+# signed (the trainer's key), unsigned, other (a key of its own).
+publish_table() { # KIND VERSION
+    dc exec -T trainer python3 - "$1" "$2" <<'PYEOF'
+import base64, json, os, sys
+from pathlib import Path
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from polycorn_trainer.kafka import produce_table
+from polycorn_trainer.signing import TableSigner
+
+kind, version = sys.argv[1], int(sys.argv[2])
+body = json.dumps({"format": "polycorn-failure-table/1", "version": version, "source": f"compose-{kind}",
+                   "entries": [{"cell": 1, "direction": "increasing", "position_m": 100.0}]},
+                  separators=(",", ":")).encode()
+signer = TableSigner.load(Path(os.environ["POLYCORN_TRAINER_TABLE_SIGNING_KEY"]))
+sig = {"signed": signer.sign(body), "unsigned": None,
+       "other": base64.b64encode(Ed25519PrivateKey.generate().sign(body)).decode()}[kind]
+produce_table(os.environ["POLYCORN_KAFKA_BOOTSTRAP"], "polycorn.failure-tables.v1", body,
+              version=version, etag=f'"{kind}-{version}"', signature=sig)
+PYEOF
+}
+proxy_metric() { # NAME [LABEL_REGEX]: sum of the proxy's metric
+    nsenter -t "$(pc_podman inspect -f '{{.State.Pid}}' "$(ctr_of proxy)")" -n \
+        curl -fsS --max-time 2 http://127.0.0.1:9464/metrics 2>/dev/null |
+        awk -v m="$1" -v l="${2:-}" '$1 ~ "^"m"([{]|$)" && $1 ~ l {s += $2} END {printf "%d", s + 0}'
+}
+wait_metric() { # NAME LABEL_REGEX VALUE: until the proxy's metric is VALUE (30 s)
+    local i
+    for ((i = 0; i < 60; i++)); do
+        (($(proxy_metric "$1" "$2") == $3)) && return 0
+        sleep 0.5
+    done
+    return 1
+}
+signed_tables() {
+    local sig='reason="signature"' refused
+    refused=$(proxy_metric polycorn_failure_table_source_rejected_total "$sig")
+    publish_table signed 5000 || { echo "  the trainer's container could not sign and produce a table"; return 1; }
+    wait_metric polycorn_failure_table_version "" 5000 ||
+        { echo "  the proxy did not take the table signed with the trainer's key (version $(proxy_metric polycorn_failure_table_version))"; return 1; }
+    echo "  proxy: table v5000 signed with the trainer's key (pki-trainer) taken"
+    local kind v=5000
+    for kind in unsigned other; do
+        v=$((v + 1))
+        publish_table "$kind" "$v" || return 1
+        refused=$((refused + 1))
+        wait_metric polycorn_failure_table_source_rejected_total "$sig" "$refused" ||
+            { echo "  the $kind table v$v was not refused for its signature"; return 1; }
+        (($(proxy_metric polycorn_failure_table_version) == 5000)) || { echo "  the proxy left v5000 for the $kind v$v"; return 1; }
+        echo "  proxy: the $kind table v$v refused (reason=signature); v5000 stays"
+    done
+}
+check "signed failure tables: the proxy (its verify key from the pki job) takes a table signed with the trainer's key and refuses an unsigned one and one of another key" signed_tables
 
 no_dead_letters() {
     local n
