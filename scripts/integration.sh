@@ -264,25 +264,32 @@ kernel_mptcp_transport() {
 }
 check "kernel-mptcp transport carries passenger traffic intact over one MPTCP connection" kernel_mptcp_transport
 
+# Passenger connections to the origin's web server that are established.
+pax_http_established() { PAX ss -Htn state established "( dst $ORIGIN_ADDR and dport = :80 )" | grep -c . || true; }
+
 graceful_shutdown() {
-    # SIGTERM: the relay closes its passengers' connections, removes its
-    # nftables table and exits by itself (stop_pid would only escalate to
-    # SIGKILL after 3 s). A passenger's download in progress ends at once
-    # (curl fails), instead of waiting on a connection nobody answers.
-    local pid curl_pid ended=0
+    # SIGTERM: the relay resets its passengers' connections while its
+    # interception rules still translate them, removes its nftables table
+    # and exits by itself (stop_pid would only escalate to SIGKILL after
+    # 3 s). A download in progress is judged by the passenger's socket, not
+    # by curl's exit: curl --limit-rate sleeps between reads and notices
+    # the reset only when it reads again, seconds later (an earlier version
+    # timed curl's exit and failed now and then for that reason).
+    local pid curl_pid gone=0
     pid=$(cat "$PC_STATE/run/relay.pid")
     ip netns exec "$NS_TRAIN" nft list table inet polycorn_relay >/dev/null || return 1
     PAX curl -sS --max-time 60 --limit-rate 100k -o /dev/null "$ORIGIN/files/100MiB.bin" 2>/dev/null &
     curl_pid=$!
-    sleep 1
-    kill -0 "$curl_pid" 2>/dev/null || return 1
+    for _ in $(seq 50); do (($(pax_http_established) > 0)) && break; sleep 0.1; done
+    (($(pax_http_established) == 1)) || { echo "  the download did not start"; kill "$curl_pid"; return 1; }
+    sleep 0.5
     kill -TERM "$pid"
     for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    # The passenger's curl must end well before its own 60 s limit.
-    for _ in $(seq 100); do kill -0 "$curl_pid" 2>/dev/null || { ended=1; break; }; sleep 0.1; done
-    ((ended)) || { kill "$curl_pid" 2>/dev/null; echo "  the passenger's download was left hanging"; }
+    for _ in $(seq 30); do (($(pax_http_established) == 0)) && { gone=1; break; }; sleep 0.1; done
+    ((gone)) || echo "  the passenger's connection was left open: no reset reached it"
+    kill "$curl_pid" 2>/dev/null
     wait "$curl_pid" 2>/dev/null || true
-    ((ended)) && ! kill -0 "$pid" 2>/dev/null && ! ip netns exec "$NS_TRAIN" nft list table inet polycorn_relay >/dev/null 2>&1
+    ((gone)) && ! kill -0 "$pid" 2>/dev/null && ! ip netns exec "$NS_TRAIN" nft list table inet polycorn_relay >/dev/null 2>&1
 }
 check "on SIGTERM the relay ends its passengers' connections, exits and removes its interception rules" graceful_shutdown
 
