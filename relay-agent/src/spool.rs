@@ -42,6 +42,9 @@ impl Shared {
     /// Open the spool in `dir` (see `docs/telemetry.md`).
     pub fn open(dir: &Path, max_bytes: u64) -> anyhow::Result<Arc<Shared>> {
         let spool = Spool::open(dir, SpoolConfig::with_max_bytes(max_bytes))?;
+        if let Some(w) = spool.open_warning() {
+            warn!(dir = %dir.display(), error = %w, "telemetry spool: acks.log not compacted (the spool works without it)");
+        }
         let st = spool.stats();
         tracing::info!(dir = %dir.display(), records = st.records, bytes = st.bytes, next_seq = st.next_seq,
             truncated_bytes = st.truncated_bytes, "telemetry spool opened");

@@ -227,6 +227,8 @@ pub struct Spool {
     stats: SpoolStats,
     /// Holds the directory's exclusive lock while the spool is open.
     _lock: File,
+    /// Why compacting acks.log at open failed (the spool works without it).
+    open_warning: Option<String>,
 }
 
 /// Take an exclusive, non-blocking `flock` on `dir/lock`: two relay-agents
@@ -408,9 +410,27 @@ impl Spool {
             dir_dirty: true,
             stats,
             _lock: lock,
+            open_warning: None,
         };
-        spool.compact_acks()?;
+        if let Err(e) = spool.compact_acks() {
+            // Compaction only shrinks acks.log, which is valid as it is: a
+            // full disk must not keep the relay (and so the passengers)
+            // from starting (found by `make chaos`: a relay restarted while
+            // the spool's disk was full exited at once).
+            let _ = fs::remove_file(spool.dir.join("acks.log.tmp"));
+            spool.acks = OpenOptions::new()
+                .append(true)
+                .open(spool.dir.join(ACK_LOG))
+                .map_err(spool.io_err("opening acks.log"))?;
+            spool.open_warning = Some(e.to_string());
+        }
         Ok(spool)
+    }
+
+    /// Why acks.log could not be compacted when the spool was opened (a
+    /// full disk, say); the spool works all the same.
+    pub fn open_warning(&self) -> Option<&str> {
+        self.open_warning.as_deref()
     }
 
     fn io_err(&self, op: &'static str) -> impl Fn(io::Error) -> SpoolError + '_ {
@@ -738,6 +758,35 @@ mod tests {
         assert_eq!(seqs(&out), vec![2, 4, 5], "acked records stay acked");
         assert_eq!(out[0].payload, vec![1u8; 10]);
         assert_eq!(s.append(b"x", Class::Sample).unwrap(), Some(6), "seqs continue");
+    }
+
+    #[test]
+    fn a_spool_whose_acks_cannot_be_compacted_still_opens_and_keeps_its_acks() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        {
+            let mut s = Spool::open(dir.path(), cfg(1 << 20, 4096)).unwrap();
+            for _ in 0..3 {
+                s.append(b"gps", Class::Sample).unwrap();
+            }
+            s.next_to_send(now, 100).unwrap();
+            assert!(s.ack(1).unwrap());
+            s.sync().unwrap();
+        }
+        // acks.log.tmp cannot be written (a directory in its place stands in
+        // for a full disk).
+        fs::create_dir(dir.path().join("acks.log.tmp")).unwrap();
+        {
+            let mut s = Spool::open(dir.path(), cfg(1 << 20, 4096)).unwrap();
+            assert!(s.open_warning().is_some_and(|w| w.contains("acks.log.tmp")), "{:?}", s.open_warning());
+            assert_eq!(seqs(&s.next_to_send(now, 100).unwrap()), vec![2, 3], "seq 1 stays acknowledged");
+            assert!(s.ack(2).unwrap());
+            s.sync().unwrap();
+        }
+        fs::remove_dir(dir.path().join("acks.log.tmp")).unwrap();
+        let mut s = Spool::open(dir.path(), cfg(1 << 20, 4096)).unwrap();
+        assert_eq!(s.open_warning(), None);
+        assert_eq!(seqs(&s.next_to_send(now, 100).unwrap()), vec![3], "the ack logged after the failure counts");
     }
 
     #[test]
