@@ -41,7 +41,13 @@ from polycorn_bench.verdict import verdict_text
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The files whose regions are generated, relative to the repository root.
-FILES = ("README.md", "docs/results.md", "docs/trainer.md", "docs/operations.md")
+FILES = (
+    "README.md",
+    "docs/results.md",
+    "docs/trainer.md",
+    "docs/operations.md",
+    "docs/testing.md",
+)
 HSR_JSON = "bench/out/hsr.json"
 #: The full profile on the first railway (preset pc-gateway-300-v1, per-packet loss; the run of
 #: 2026-11-25/26): the sections of results.md that describe it read this frozen copy, while
@@ -79,6 +85,10 @@ RECOVERY_JSON = "bench/out/hsr-recovery.json"
 HOLDS_JSON = "bench/out/hsr-holds.json"
 #: ``make bench-fleet``: one cloud node under 10 … 100 trains.
 FLEET_JSON = "bench/out/fleet.json"
+#: ``make fuzz``: every fuzz target under honggfuzz (scripts/fuzz.py).
+FUZZ_JSON = "bench/out/fuzz.json"
+#: ``make chaos``: the fault campaign (testbed/chaos).
+CHAOS_JSON = "bench/out/chaos.json"
 
 #: The default pipeline of the runs whose JSON does not name it (written before
 #: ``default_scheme`` was recorded, when it was ``hrsch+stale``); newer files name theirs.
@@ -1093,6 +1103,58 @@ def _fleet_load(d: dict[str, Any]) -> str:
     )
 
 
+def fuzz_table(src: Sources) -> str:
+    """testing.md: executions, coverage and crashes of each fuzz target."""
+    d = src.load(FUZZ_JSON)
+    rows = [
+        [
+            code(t),
+            f"{r['execs']:,}",
+            str(r["seconds"]),
+            f"{r['edges']:,}",
+            f"{r['guards']:,}",
+            f"{r['new_units']:,}",
+            bold(str(r["crashes"]), r["crashes"] > 0),
+        ]
+        for t, r in sorted(d.items())
+    ]
+    return table(["target", "execs", "seconds", "edges", "guards", "new inputs", "crashes"], rows)
+
+
+def _counts(d: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def chaos_summary(src: Sources) -> str:
+    """testing.md: what the last ``make chaos`` ran and found."""
+    d = src.load(CHAOS_JSON)
+    by = d["violations_by_invariant"]
+    rows = [
+        [
+            "episodes",
+            f"{d['episodes']} of {d['episodes_planned']} (seeds {d['seed']}–"
+            f"{d['seed'] + d['episodes_planned'] - 1})",
+        ],
+        ["duration", f"{d['seconds'] / 60:.0f} min"],
+        ["faults", _counts(d["faults"])],
+        ["passenger transfers", _counts(d["transfers"])],
+        ["chat messages", _counts(d["chat"])],
+        ["processes that crashed", str(len(d["crashes"]))],
+        ["violations", f"{d['violations']}" + (f" ({_counts(by)})" if by else "")],
+    ]
+    out = table(["", "`make chaos`"], rows)
+    failing = d.get("failing_episodes", [])
+    if failing:
+        lines = [
+            f"- seed {f['seed']}: "
+            + "; ".join(f"*{v['invariant']}*: {v['detail']}" for v in f["violations"])
+            for f in failing
+        ]
+        out += "\n\nFailing episodes (`make chaos CHAOS_SEED=<seed> CHAOS_EPISODES=1`):\n\n"
+        out += "\n".join(lines)
+    return out
+
+
 def fleet_table(src: Sources) -> str:
     """results.md: the fleet load per fleet size, then the straight-line fit."""
     d = src.load(FLEET_JSON)
@@ -1858,6 +1920,8 @@ REGIONS: dict[str, Region] = {
     "fleet": Region(fleet_table),
     "fleet-sizing": Region(fleet_sizing),
     "fleet-headline": Region(fleet_headline, inline=True),
+    "fuzz": Region(fuzz_table),
+    "chaos": Region(chaos_summary),
 }
 
 #: Regions of the full run on the current railway (``hsr.json``; the first railway's full
