@@ -371,18 +371,7 @@ impl KafkaSink {
         dlq_topic: &str,
         train_id: &str,
     ) -> anyhow::Result<KafkaSink> {
-        Self::with_delivery_timeout(brokers, security, topic, dlq_topic, train_id, DELIVERY_TIMEOUT)
-    }
-
-    pub fn with_delivery_timeout(
-        brokers: &str,
-        security: &KafkaSecurity,
-        topic: &str,
-        dlq_topic: &str,
-        train_id: &str,
-        delivery_timeout: Duration,
-    ) -> anyhow::Result<KafkaSink> {
-        Self::with_timeouts(brokers, security, topic, dlq_topic, train_id, delivery_timeout, REPLACE_AFTER)
+        Self::with_timeouts(brokers, security, topic, dlq_topic, train_id, DELIVERY_TIMEOUT, REPLACE_AFTER)
     }
 
     /// With the delivery timeout and [`StallWatch`]'s `replace_after` given.
