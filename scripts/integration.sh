@@ -176,6 +176,24 @@ carrier_lost_mid_transfer() {
 check "a carrier brought down mid-transfer: the download still completes intact" carrier_lost_mid_transfer
 check "the lost carrier's subflow comes back" wait_paths_up "$PC_CARRIERS"
 
+every_carrier_down_unready() {
+    # With every carrier's interface down the relay drops its subflows as
+    # soon as it sees the interfaces go (crates/net/src/link.rs) and says
+    # "no path up": 5 s is half the endpoint's dead-path timer, so this
+    # fails when only the timer notices. Then the carriers come back.
+    local i c code=000 seen=
+    for ((c = 0; c < PC_CARRIERS; c++)); do testbed/netns/link.sh down "$c" >/dev/null; done
+    for ((i = 0; i < 50; i++)); do
+        code=$(ip netns exec "$NS_TRAIN" curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://$RELAY_METRICS/readyz" || true)
+        [[ $code == 503 ]] && { seen=$((i / 10)).$((i % 10)); break; }
+        sleep 0.1
+    done
+    for ((c = 0; c < PC_CARRIERS; c++)); do testbed/netns/link.sh up "$c" >/dev/null; done
+    echo "  relay /readyz ${seen:+503 after about ${seen} s}${seen:-still $code after 5 s}"
+    [[ -n $seen ]] && wait_paths_up "$PC_CARRIERS"
+}
+check "every carrier down: the relay says not ready at once, and recovers" every_carrier_down_unready
+
 other_train_refused() {
     # The proxy serves train-0001 only: it refuses train-0099's (valid)
     # certificate in the TLS handshake, on every carrier, and that relay

@@ -245,6 +245,8 @@ struct PathSpec {
     id: PathId,
     name: String,
     device: Option<String>,
+    /// The device's link state: the subflow ends when it goes down.
+    link: Option<polycorn_net::link::LinkWatch>,
     proxy: SocketAddr,
 }
 
@@ -256,12 +258,12 @@ fn parse_path(i: usize, s: &str) -> anyhow::Result<PathSpec> {
         bail!("{}", err());
     }
     let proxy: SocketAddr = addr.parse().with_context(err)?;
-    Ok(PathSpec {
-        id: PathId(u8::try_from(i).context("too many paths")?),
-        name: name.into(),
-        device: (!device.is_empty()).then(|| device.to_string()),
-        proxy,
-    })
+    let device = (!device.is_empty()).then(|| device.to_string());
+    let link = match &device {
+        Some(d) => Some(polycorn_net::link::LinkWatch::new(d).with_context(|| format!("--path {s:?}"))?),
+        None => None,
+    };
+    Ok(PathSpec { id: PathId(u8::try_from(i).context("too many paths")?), name: name.into(), device, link, proxy })
 }
 
 struct Settings {
@@ -493,6 +495,17 @@ async fn keep_path(
     let mut backoff = Duration::from_millis(100);
     let connector = tokio_rustls::TlsConnector::from(s.tls.clone());
     loop {
+        // A carrier whose interface is down cannot be dialled: wait for it.
+        if let Some(link) = &spec.link {
+            if let Some(why) = link.unusable() {
+                info!(path = %spec.id, name = %spec.name, "interface {why}: waiting for it");
+                tokio::select! {
+                    _ = link.usable() => {}
+                    _ = stop.changed() => return,
+                }
+                info!(path = %spec.id, name = %spec.name, "interface usable again");
+            }
+        }
         let attempt = async {
             let tcp = subflow::connect(spec.proxy, spec.device.as_deref(), s.transport, &s.congestion).await?;
             let probe = subflow::UnsentProbe::new(&tcp)?;
@@ -527,8 +540,17 @@ async fn keep_path(
                 let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
                 info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, %cc, "subflow up");
                 backoff = Duration::from_millis(100);
+                // The subflow ends as soon as its interface goes down (a
+                // lost modem or SIM), not when the dead-path timer fires:
+                // with every carrier gone, /readyz says so at once.
+                let lost = async {
+                    match &spec.link {
+                        Some(link) => link.lost().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 let r = tokio::select! {
-                    r = session.run_path(spec.id, tls, Some(probe)) => r,
+                    r = session.run_path_until(spec.id, tls, Some(probe), lost) => r,
                     _ = stop.changed() => return,
                 };
                 warn!(path = %spec.id, name = %spec.name, error = ?r.err(), "subflow down");
@@ -898,6 +920,8 @@ mod tests {
             let e = parse_path(0, bad).unwrap_err().to_string();
             assert!(e.contains("NAME=DEVICE@PROXY_ADDR"), "{bad}: {e}");
         }
+        let e = format!("{:#}", parse_path(0, "a=../x@1.2.3.4:1").unwrap_err());
+        assert!(e.contains("not a network interface name"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //!   subflow and a timer; passenger connections as byte streams.
 //! - [`subflow`]: socket options (TCP_NOTSENT_LOWAT, SO_BINDTODEVICE, MPTCP),
 //!   the HELLO handshake.
+//! - [`link`]: a carrier interface's link state, so a subflow ends when its
+//!   modem goes down instead of when the dead-path timer fires.
 //! - [`mptcp_conn`]: the `kernel-mptcp-conn` transport, one kernel MPTCP
 //!   connection per passenger connection (header, relay dial, proxy accept).
 //! - [`metrics`]: Prometheus metrics from the endpoint's plain statistics, and
@@ -18,6 +20,7 @@
 
 pub mod config;
 pub mod hof;
+pub mod link;
 pub mod lograte;
 pub mod metrics;
 pub mod mptcp_conn;

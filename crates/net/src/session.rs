@@ -323,6 +323,25 @@ impl Session {
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
+        self.run_path_until(path, stream, probe, std::future::pending()).await
+    }
+
+    /// [`Session::run_path`], ended also when `lost` completes (with its
+    /// error): the relay's carrier interface went down, so nothing more
+    /// will cross this subflow and waiting for the endpoint's dead-path
+    /// timer would leave the path counted up (and `/readyz` green) for
+    /// seconds. `path_down` runs either way.
+    pub async fn run_path_until<S, L>(
+        &self,
+        path: PathId,
+        stream: S,
+        probe: Option<crate::subflow::UnsentProbe>,
+        lost: L,
+    ) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+        L: std::future::Future<Output = io::Error>,
+    {
         let (mut rd, mut wr) = tokio::io::split(stream);
         let superseded_err = || io::Error::other("superseded by a newer subflow for the same path");
         // Whoever carried this path before stops first.
@@ -404,6 +423,7 @@ impl Session {
             r = writer => r,
             _ = dead => Err(io::Error::new(io::ErrorKind::TimedOut, "path declared dead: nothing heard while data was in flight")),
             _ = &mut superseded => Err(superseded_err()),
+            e = lost => Err(e),
         };
         self.with(|st, now| {
             if st.path_gen[path.index()] == gen {

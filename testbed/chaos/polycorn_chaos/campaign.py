@@ -19,8 +19,9 @@ the invariants are judged (checks.py):
   download, the relay's spool is acknowledged again, within bounds
   (a process that stays up but does not recover is wedged);
 - process-survives: nothing exits that was not killed, unless it exited
-  with an error it reported (dead-and-reported is allowed; it is counted
-  and restarted);
+  with an error it reported (dead-and-reported is allowed for the fleet
+  services, counted and restarted, as their supervisor would); the relay
+  and the proxy carry passengers and may not exit by themselves at all;
 - memory-bounded: the RSS of every process stays under a ceiling and does
   not keep growing over its lifetime.
 
@@ -69,6 +70,16 @@ INGEST_S = 90.0  # LinkDB has every record the relay emitted before it was back
 # The trainer completes a run after a fault on its path: it waits up to 60 s
 # for its database, runs every 30 s, and a run takes seconds.
 TRAINER_S = 120.0
+
+
+# Processes that carry passengers: a train is offline while either is down,
+# so neither may exit on its own, even with a clear error.
+DATA_PLANE = ("relay", "proxy")
+
+
+def last_line(text: str) -> str:
+    lines = [x for x in text.splitlines() if x.strip()]
+    return lines[-1][-300:] if lines else "(no output)"
 
 
 def now_ms() -> int:
@@ -168,6 +179,12 @@ class Campaign:
             log(f"  {name} exited by itself ({status}); restarting")
             if not reported:
                 bad.append(Violation("process-survives", f"{name} exited silently ({status})"))
+            elif name in DATA_PLANE:
+                bad.append(
+                    Violation(
+                        "process-survives", f"{name} exited by itself ({status}): {last_line(tail)}"
+                    )
+                )
             if name == "emu":
                 bad.append(Violation("process-survives", f"the link emulator died ({status})"))
                 continue
@@ -246,8 +263,12 @@ class Campaign:
             if k in ("proxy-kill", "proxy-term"):
                 bad += check_unready_during("relay", "its proxy was down", **win("relay"))
             elif k == "links-all-down":
+                # The relay sees its interfaces go down (crates/net/src/link.rs);
+                # the proxy hears only silence.
                 bad += check_unready_during("relay", "every carrier was down", **win("relay"))
-                bad += check_unready_during("proxy", "every carrier was down", **win("proxy"))
+                bad += check_unready_during(
+                    "proxy", "every carrier was down", **win("proxy", grace=SILENT_GRACE_S)
+                )
             elif k in ("relay-kill", "relay-term"):
                 bad += check_unready_during("proxy", "its relay was down", **win("proxy"))
 

@@ -38,6 +38,11 @@ KINDS: dict[str, tuple[str, int]] = {
 # When a fault starts (s after the workload started) and how long it lasts.
 START_S = (2.0, 6.0)
 DURATION_S = (3.0, 10.0)
+# ... except where the judgement needs longer: with every carrier down the
+# proxy hears nothing (no FIN or RST crosses a dead link) and learns it only
+# from its dead-path timer, so the outage must outlast that timer's bound
+# (campaign.SILENT_GRACE_S) for the proxy's readiness to be judged at all.
+DURATION_BY_KIND = {"links-all-down": (8.0, 18.0)}
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,7 @@ def make_plan(seed: int, carriers: int = 2, kinds: tuple[str, ...] | None = None
         kind = rng.choices(choices, weights=[KINDS[k][1] for k in choices])[0]
         used.add(KINDS[kind][0])
         start = round(rng.uniform(*START_S), 1)
-        duration = round(rng.uniform(*DURATION_S), 1)
+        duration = round(rng.uniform(*DURATION_BY_KIND.get(kind, DURATION_S)), 1)
         carrier = rng.randrange(carriers) if kind in CARRIER_KINDS else 0
         faults.append(Fault(kind, start, duration, carrier))
     faults.sort(key=lambda f: f.start_s)
