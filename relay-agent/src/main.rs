@@ -498,7 +498,7 @@ async fn keep_path(
         // A carrier whose interface is down cannot be dialled: wait for it.
         if let Some(link) = &spec.link {
             if let Some(why) = link.unusable() {
-                info!(path = %spec.id, name = %spec.name, "interface {why}: waiting for it");
+                warn!(path = %spec.id, name = %spec.name, "interface {} is {why}: waiting for it", link.device());
                 tokio::select! {
                     _ = link.usable() => {}
                     _ = stop.changed() => return,

@@ -61,6 +61,11 @@ impl LinkWatch {
         Ok(LinkWatch { dev: dev.to_string(), file: root.join(dev).join("operstate") })
     }
 
+    /// The interface's name.
+    pub fn device(&self) -> &str {
+        &self.dev
+    }
+
     /// Why the interface cannot carry traffic now, or `None` when it can.
     pub fn unusable(&self) -> Option<String> {
         let state = std::fs::read_to_string(&self.file).ok();
