@@ -61,6 +61,12 @@ VARIANTS: Mapping[str, tuple[str, str, str]] = {
     "hrsch+hol+tail": ("hrsch+hol+tail", "hrsch+hol", "tail-filter and tail-reinject"),
     "minrtt+tail": ("minrtt+tail", "minrtt", "tail-reinject"),
     "hrsch+lead100": ("hrsch+lead100", "hrsch+", "HPR's lead from E_GPS 100 m (not 20 m)"),
+    "hrsch+pen": ("hrsch+pen", "hrsch+", "penalise on the default pipeline"),
+    "hrsch+ with hol": (
+        "hrsch+hol+tail",
+        "hrsch+",
+        "opp-reinject and penalise on the default pipeline",
+    ),
     "hrsch@oracle": ("hrsch@oracle", hrsch.HRSCH, "the trip's oracle failure table (not learned)"),
     "hrsch@broad": ("hrsch@broad", hrsch.HRSCH, "the table at 2 failures and 10 % (not 3, 20 %)"),
     "hrsch@early": (
