@@ -76,6 +76,9 @@ WINDOW_AB_JSON = "bench/out/hsr-window-ab.json"
 #: The default pipeline beside hrsch (early table), hrsch@mean and minrtt on the precision
 #: profile's 31 trips (issue 20, 2026-11-27): the default pipeline's headline.
 DEFAULT_JSON = "bench/out/hsr-default.json"
+#: Head-of-line recovery on the default pipeline (issue 20, precision, 2026-11-28): hrsch+,
+#: hrsch+pen and hrsch+hol+tail against minrtt.
+HOL_DEFAULT_JSON = "bench/out/hsr-hol-default.json"
 #: The kernel-MPTCP baselines after the tunnel's fix (no endpoint RTO or window over kernel
 #: MPTCP) beside minrtt and the default pipeline, precision profile (2026-11-27).
 KERNEL_MPTCP_JSON = "bench/out/hsr-kernel-mptcp.json"
@@ -1916,6 +1919,8 @@ REGIONS: dict[str, Region] = {
     "default-headline": Region(default_headline, inline=True),
     "default-mechanisms": Region(functools.partial(mechanisms, rel=DEFAULT_JSON)),
     "default-variants": Region(functools.partial(variants_table, rel=DEFAULT_JSON)),
+    "hol-default-mechanisms": Region(functools.partial(mechanisms, rel=HOL_DEFAULT_JSON)),
+    "hol-default-variants": Region(functools.partial(variants_table, rel=HOL_DEFAULT_JSON)),
     "kernel-mptcp-precision": Region(functools.partial(mechanisms, rel=KERNEL_MPTCP_JSON)),
     "fleet": Region(fleet_table),
     "fleet-sizing": Region(fleet_sizing),
