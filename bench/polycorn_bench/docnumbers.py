@@ -79,6 +79,8 @@ DEFAULT_JSON = "bench/out/hsr-default.json"
 #: Head-of-line recovery on the default pipeline (issue 20, precision, 2026-11-28): hrsch+,
 #: hrsch+pen and hrsch+hol+tail against minrtt.
 HOL_DEFAULT_JSON = "bench/out/hsr-hol-default.json"
+#: Diagnostic CC: CUBIC against BBR on the subflows (out/diagnostics/cc/compare.py).
+CC_JSON = "bench/out/diagnostics/cc/compare.json"
 #: The kernel-MPTCP baselines after the tunnel's fix (no endpoint RTO or window over kernel
 #: MPTCP) beside minrtt and the default pipeline, precision profile (2026-11-27).
 KERNEL_MPTCP_JSON = "bench/out/hsr-kernel-mptcp.json"
@@ -1124,6 +1126,38 @@ def fuzz_table(src: Sources) -> str:
     return table(["target", "execs", "seconds", "edges", "guards", "new inputs", "crashes"], rows)
 
 
+def cc_table(src: Sources) -> str:
+    """results.md: the subflows' congestion control, CUBIC against BBR (diagnostic CC)."""
+    d = src.load(CC_JSON)
+    rows = []
+    for scheme, e in d["schemes"].items():
+        ci = e["ci95_trips"]
+        vm = e["vs_minrtt"]
+        rows.append(
+            [
+                code(scheme),
+                str(e["pairs"]),
+                bold(ratio_ci(e["cubic_over_bbr"], ci), not ci[0] <= 1.0 <= ci[1]),
+                f"{num(e['oracle_ratio']['bbr'])} / {num(e['oracle_ratio']['cubic'])}",
+                f"{ratio_ci(vm['bbr']['ratio_vs_minrtt'], vm['bbr']['ci95_trips'])} / "
+                f"{ratio_ci(vm['cubic']['ratio_vs_minrtt'], vm['cubic']['ci95_trips'])}",
+            ]
+        )
+    return table(
+        [
+            "scheme",
+            "paired downloads",
+            "CUBIC / BBR [trips' 95 % CI]",
+            "× oracle, BBR / CUBIC",
+            "× minrtt within the run, BBR / CUBIC",
+        ],
+        rows,
+    ) + (
+        f"\n\n{len(d['trips'])} trips ({d['trips'][0]} to {d['trips'][-1]}); bold: the interval "
+        "excludes no change."
+    )
+
+
 def _counts(d: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -1921,6 +1955,7 @@ REGIONS: dict[str, Region] = {
     "default-variants": Region(functools.partial(variants_table, rel=DEFAULT_JSON)),
     "hol-default-mechanisms": Region(functools.partial(mechanisms, rel=HOL_DEFAULT_JSON)),
     "hol-default-variants": Region(functools.partial(variants_table, rel=HOL_DEFAULT_JSON)),
+    "cc-subflows": Region(cc_table),
     "kernel-mptcp-precision": Region(functools.partial(mechanisms, rel=KERNEL_MPTCP_JSON)),
     "fleet": Region(fleet_table),
     "fleet-sizing": Region(fleet_sizing),
