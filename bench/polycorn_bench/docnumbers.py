@@ -1139,7 +1139,9 @@ def cc_table(src: Sources) -> str:
                 str(e["pairs"]),
                 bold(ratio_ci(e["cubic_over_bbr"], ci), not ci[0] <= 1.0 <= ci[1]),
                 f"{num(e['oracle_ratio']['bbr'])} / {num(e['oracle_ratio']['cubic'])}",
-                f"{ratio_ci(vm['bbr']['ratio_vs_minrtt'], vm['bbr']['ci95_trips'])} / "
+                "the reference"
+                if scheme == "minrtt"
+                else f"{ratio_ci(vm['bbr']['ratio_vs_minrtt'], vm['bbr']['ci95_trips'])} / "
                 f"{ratio_ci(vm['cubic']['ratio_vs_minrtt'], vm['cubic']['ci95_trips'])}",
             ]
         )
