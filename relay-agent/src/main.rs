@@ -244,10 +244,17 @@ struct Opts {
 struct PathSpec {
     id: PathId,
     name: String,
-    device: Option<String>,
-    /// The device's link state: the subflow ends when it goes down.
+    /// The device the subflow is bound to (SO_BINDTODEVICE), and its link
+    /// state: the subflow ends when it goes down. `None`: not bound.
     link: Option<polycorn_net::link::LinkWatch>,
     proxy: SocketAddr,
+}
+
+impl PathSpec {
+    /// The interface the subflow is bound to, if any.
+    fn device(&self) -> Option<&str> {
+        self.link.as_ref().map(polycorn_net::link::LinkWatch::device)
+    }
 }
 
 fn parse_path(i: usize, s: &str) -> anyhow::Result<PathSpec> {
@@ -258,12 +265,11 @@ fn parse_path(i: usize, s: &str) -> anyhow::Result<PathSpec> {
         bail!("{}", err());
     }
     let proxy: SocketAddr = addr.parse().with_context(err)?;
-    let device = (!device.is_empty()).then(|| device.to_string());
-    let link = match &device {
-        Some(d) => Some(polycorn_net::link::LinkWatch::new(d).with_context(|| format!("--path {s:?}"))?),
-        None => None,
+    let link = match device {
+        "" => None,
+        d => Some(polycorn_net::link::LinkWatch::new(d).with_context(|| format!("--path {s:?}"))?),
     };
-    Ok(PathSpec { id: PathId(u8::try_from(i).context("too many paths")?), name: name.into(), device, link, proxy })
+    Ok(PathSpec { id: PathId(u8::try_from(i).context("too many paths")?), name: name.into(), link, proxy })
 }
 
 struct Settings {
@@ -507,7 +513,7 @@ async fn keep_path(
             }
         }
         let attempt = async {
-            let tcp = subflow::connect(spec.proxy, spec.device.as_deref(), s.transport, &s.congestion).await?;
+            let tcp = subflow::connect(spec.proxy, spec.device(), s.transport, &s.congestion).await?;
             let probe = subflow::UnsentProbe::new(&tcp)?;
             let mut tls = connector.connect(s.proxy_name.clone(), tcp).await?;
             let hello = Hello {
@@ -658,8 +664,9 @@ async fn run() -> anyhow::Result<()> {
         Transport::Tls => s.paths.clone(),
         // One MPTCP connection; the kernel spreads it over its endpoints.
         // Not bound to a device: the binding would pin every subflow the
-        // kernel adds to the first interface.
-        Transport::KernelMptcp => s.paths.iter().take(1).map(|p| PathSpec { device: None, ..p.clone() }).collect(),
+        // kernel adds to the first interface (and without a device, the
+        // first interface going down does not end the whole connection).
+        Transport::KernelMptcp => s.paths.iter().take(1).map(|p| PathSpec { link: None, ..p.clone() }).collect(),
         // No session paths: each passenger connection dials the first
         // path's proxy address itself (unbound, for the same reason).
         Transport::KernelMptcpConn => Vec::new(),
@@ -908,10 +915,10 @@ mod tests {
         let p = parse_path(1, "carrier-b=wwan1@203.0.113.7:4433").unwrap();
         assert_eq!(p.id, PathId(1));
         assert_eq!(p.name, "carrier-b");
-        assert_eq!(p.device.as_deref(), Some("wwan1"));
+        assert_eq!(p.device(), Some("wwan1"));
         assert_eq!(p.proxy, "203.0.113.7:4433".parse().unwrap());
         let p = parse_path(0, "lab=@[::1]:4433").unwrap();
-        assert_eq!(p.device, None, "an empty device means no SO_BINDTODEVICE");
+        assert_eq!(p.device(), None, "an empty device means no SO_BINDTODEVICE");
     }
 
     #[test]
