@@ -53,7 +53,9 @@
 # Environment: PROFILE (default short), SCHEMES (space-separated, must
 # include minrtt; default all below, precision: minrtt hrsch; a scheme
 # NAME@oracle, NAME@broad, NAME@early or NAME@mean runs pipeline NAME with
-# another failure table, see up_topology), BENCH_PREFIX
+# another failure table, and NAME~CC with congestion control CC on its
+# subflows instead of the default, e.g. minrtt~cubic; see up_topology),
+# BENCH_PREFIX
 # (topology prefix, default hb), LINK_SETS (default: the profile's),
 # BENCH_WORK (raw runs, default /tmp/polycorn-bench-hsr), BENCH_OUT (default
 # bench/out; the demo and ci profiles write only under BENCH_WORK), PLOTS
@@ -206,6 +208,8 @@ read -r -a SCHEMES <<<"${SCHEMES:-$DEFAULT_SCHEMES}"
 for s in "${SCHEMES[@]}"; do
     [[ $s != *@* || $s == *@oracle || $s == *@broad || $s == *@early || $s == *@mean ]] \
         || die "scheme '$s': the only table suffixes are @oracle, @broad, @early and @mean"
+    [[ ${s%@*} != *~* || ${s%@*} =~ ^[^~]+~[a-z0-9_]{1,15}$ ]] \
+        || die "scheme '$s': a congestion-control suffix is ~NAME, one kernel algorithm (e.g. minrtt~cubic)"
 done
 # Trips of a link set run in waves of TRIP_PARALLEL, each trip its own block
 # of topologies (prefixes BENCH_PREFIX<slot x topologies + i>) and its own
@@ -605,7 +609,8 @@ collect() {
 # A scheme NAME@oracle is the pipeline NAME with the trip's oracle table
 # (run_trip) instead of the run's, NAME@broad, NAME@early and NAME@mean
 # with the trainer's table at other parameters (make_table): side by side,
-# paired.
+# paired. A scheme NAME~CC (before any @table) runs NAME with relay and
+# proxy --subflow-cc CC, so congestion controls compare in one run.
 up_topology() {
     local i=$1 scheme=$2 epoch=$3 k=$4 tdir=$5 what=$6
     shift 6
@@ -620,7 +625,12 @@ up_topology() {
         table=()
         [[ $tdir == "$RUN/hsr/"* && -f $file ]] && table=(--failure-table "$file")
     fi
-    PC_PREFIX=$(prefix_of "$i") testbed/topology.sh up --trip "$tdir/trip" --scheme "${scheme%@*}" \
+    local pipeline=${scheme%@*} cc=()
+    if [[ $pipeline == *~* ]]; then
+        cc=(--relay-arg "--subflow-cc=${pipeline#*~}" --proxy-arg "--subflow-cc=${pipeline#*~}")
+        pipeline=${pipeline%%~*}
+    fi
+    PC_PREFIX=$(prefix_of "$i") testbed/topology.sh up --trip "$tdir/trip" --scheme "$pipeline" "${cc[@]}" \
         --epoch-unix-ms "$epoch" --seed "$((LOAD_SEED + k))" "${table[@]}" "$@" >/dev/null \
         || die "$what: topology for $scheme failed (logs: /tmp/polycorn-state-$(prefix_of "$i")/logs)"
 }

@@ -16,6 +16,9 @@ Two kinds, both in ``testbed/pipelines.toml``:
   learned table used the mean), ``hrsch@mean`` at their mean (the paper's rule; since then),
   each against the learned table;
   ``hrsch+lead100`` the default pipeline with ``hof-reject``'s E_GPS at 100 m.
+* **Congestion control**: ``NAME~cubic`` is pipeline NAME with CUBIC on its subflows
+  (scripts/bench-hsr.sh: relay and proxy ``--subflow-cc``) against NAME with the default,
+  BBR, in the same run.
 * **Tail rules** (issue 20, not in the paper): ``tail-filter`` in place of ``tail-reject``,
   with or without ``tail-reinject``, on ``hrsch+stale``, ``hrsch+hol`` or ``minrtt``; the
   gain is over the pipeline without them.
@@ -67,6 +70,8 @@ VARIANTS: Mapping[str, tuple[str, str, str]] = {
         "hrsch+",
         "opp-reinject and penalise on the default pipeline",
     ),
+    "minrtt~cubic": ("minrtt~cubic", "minrtt", "CUBIC on the subflows (not BBR)"),
+    "hrsch+~cubic": ("hrsch+~cubic", "hrsch+", "CUBIC on the subflows (not BBR)"),
     "hrsch@oracle": ("hrsch@oracle", hrsch.HRSCH, "the trip's oracle failure table (not learned)"),
     "hrsch@broad": ("hrsch@broad", hrsch.HRSCH, "the table at 2 failures and 10 % (not 3, 20 %)"),
     "hrsch@early": (
