@@ -49,7 +49,7 @@ from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.records import MAX_TIME_MS, MIN_TIME_MS
 from polycorn_ingest.sink import LinkDbSink, TransientDbError
 from polycorn_ingest.testbed import records
-from polycorn_schema import kafka_security
+from polycorn_schema import kafka_security, startup
 from polycorn_schema.linkdb.cli import upgrade
 
 log = logging.getLogger("polycorn_ingest")
@@ -102,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-addr",
         default="127.0.0.1:9464",
         help="serve Prometheus /metrics here ('' to disable)",
+    )
+    run.add_argument(
+        "--migrate-timeout-s",
+        type=float,
+        default=300.0,
+        help="with --migrate: wait this long for a starting database, then exit with the "
+        "last error (a broken migration exits at once)",
     )
 
     imp = sub.add_parser(
@@ -233,16 +240,19 @@ def main(argv: list[str] | None = None) -> int:
     return _run(a, kafka_security.parse(p, a))
 
 
-def _migrate(sink: LinkDbSink) -> None:
-    delay = 0.5
-    while True:
-        try:
-            sink.migrate()
-            return
-        except Exception as e:  # the database may still be starting
-            log.warning("migration failed (%s); retrying in %.1f s", e, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 30)
+def _migrate(sink: LinkDbSink, timeout_s: float) -> None:
+    """Bring LinkDB to the latest schema, waiting up to ``timeout_s`` for a
+    database that is still starting. Any other error (a broken migration, a
+    wrong password) ends the service at once with that error: retrying it
+    would only loop."""
+    startup.retry(
+        sink.migrate,
+        what="migrating LinkDB",
+        retriable=startup.pg_retriable,
+        timeout_s=timeout_s,
+        initial_delay_s=0.5,
+        max_delay_s=10.0,
+    )
 
 
 def _run(a: argparse.Namespace, kafka: dict[str, str]) -> int:
@@ -251,7 +261,11 @@ def _run(a: argparse.Namespace, kafka: dict[str, str]) -> int:
         metrics.serve(a.metrics_addr)
     sink = LinkDbSink(a.database_url, trip_gap_s=a.trip_gap_s)
     if a.migrate:
-        _migrate(sink)
+        try:
+            _migrate(sink, a.migrate_timeout_s)
+        except Exception as e:
+            log.error("LinkDB migration failed, not starting: %s", e)
+            return 1
     cfg = IngestConfig(
         bootstrap=a.bootstrap,
         group=a.group,

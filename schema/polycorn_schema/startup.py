@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
+import sqlalchemy.exc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -101,7 +102,11 @@ def kafka_retriable(exc: BaseException) -> bool:
 def pg_retriable(exc: BaseException) -> bool:
     """A PostgreSQL error that means "not up yet": starting, restarting, or
     refusing connections (no server on the port yet). Authentication and
-    missing databases are not."""
+    missing databases are not. An SQLAlchemy error (Alembic's migrations
+    raise those) is judged by the driver's error inside it."""
+    orig = getattr(exc, "orig", None)
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and isinstance(orig, BaseException):
+        exc = orig
     if not isinstance(exc, psycopg.OperationalError):
         return False
     if isinstance(exc, psycopg.errors.CannotConnectNow | psycopg.errors.AdminShutdown):

@@ -11,6 +11,7 @@ import socket
 import psycopg
 import psycopg.errors
 import pytest
+import sqlalchemy.exc
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -136,6 +137,15 @@ def test_pg_classification() -> None:
     )
     assert not pg_retriable(psycopg.errors.UndefinedTable("no such table"))
     assert not pg_retriable(kafka_exc(KafkaError.NOT_COORDINATOR))
+
+
+def test_pg_classification_looks_inside_sqlalchemy_errors() -> None:
+    # Alembic's migrations raise SQLAlchemy's wrappers of the driver's error.
+    refused = psycopg.OperationalError("connection failed: Connection refused")
+    assert pg_retriable(sqlalchemy.exc.OperationalError("SELECT 1", {}, refused))
+    broken = psycopg.errors.SyntaxError('syntax error at or near "CREAT"')
+    assert not pg_retriable(sqlalchemy.exc.ProgrammingError("CREAT TABLE", {}, broken))
+    assert not pg_retriable(sqlalchemy.exc.OperationalError("SELECT 1", {}, ValueError("x")))
 
 
 def test_java_string_hash() -> None:
