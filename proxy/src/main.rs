@@ -269,12 +269,12 @@ struct Settings {
 }
 
 fn parse_transport(s: &str) -> anyhow::Result<Transport> {
-    s.parse().map_err(anyhow::Error::msg)
+    Ok(s.parse()?)
 }
 
 fn settings() -> anyhow::Result<(Settings, bool)> {
     let mut o = Opts::parse();
-    let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
+    let mut f: Opts = load_toml(o.config.as_deref())?;
     merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, subflow_cc, max_conns, metrics_listen, deny, allow,
         connect_timeout_s, conn_window, conn_window_initial, conn_send_buffer, mem_budget, log_json, failure_table, kafka_brokers, kafka_topic,
         kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, trace_dir, trace_max_bytes,
@@ -303,8 +303,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
         o.failure_table_poll_s,
         o.failure_table_api_key_file.as_deref(),
         o.failure_table_insecure_http.unwrap_or(false),
-    )
-    .map_err(anyhow::Error::msg)?;
+    )?;
     let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;
     let need = |p: Option<PathBuf>, flag: &str| p.with_context(|| format!("--{flag} is required"));
     let (ca, cert, key) = (need(o.ca, "ca")?, need(o.cert, "cert")?, need(o.key, "key")?);
@@ -312,7 +311,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
         polycorn_pki::server_config_with_crl(&ca, &cert, &key, std::slice::from_ref(&train_id), o.crl.as_deref())
             .context("loading the proxy's TLS material")?;
     let scheduler = o.scheduler.unwrap_or_else(|| polycorn_core::sched::DEFAULT_PIPELINE.into());
-    build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
+    build_pipeline(&scheduler, &pipelines)?;
     let policy = policy::Policy::new(o.deny, o.allow);
     let mut endpoint = EndpointConfig::new(Role::Proxy);
     polycorn_net::config::BufferOptions {
@@ -321,8 +320,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
         conn_send_buffer: o.conn_send_buffer,
         mem_budget: o.mem_budget,
     }
-    .apply(&mut endpoint, DEFAULT_PROXY_BUDGET)
-    .map_err(anyhow::Error::msg)?;
+    .apply(&mut endpoint, DEFAULT_PROXY_BUDGET)?;
     let transport = parse_transport(o.transport.as_deref().unwrap_or("tls"))?;
     endpoint.path = transport.path_config(endpoint.path);
     let timeout = o.connect_timeout_s.unwrap_or(10.0);
@@ -332,10 +330,8 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     if o.failure_table_verify_key.is_none() {
         o.failure_table_verify_key = f.failure_table_verify_key.take();
     }
-    let table_verifier = polycorn_net::table::signature::Verifier::from_flag(o.failure_table_verify_key.as_deref())
-        .map_err(anyhow::Error::msg)?;
-    let trace =
-        polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir, o.trace_max_bytes).map_err(anyhow::Error::msg)?;
+    let table_verifier = polycorn_net::table::signature::Verifier::from_flag(o.failure_table_verify_key.as_deref())?;
+    let trace = polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir, o.trace_max_bytes)?;
     let max_conns = o.max_conns.unwrap_or(endpoint.max_conns);
     if max_conns == 0 {
         bail!("--max-conns must be at least 1");
@@ -351,11 +347,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             scheduler,
             pipelines,
             transport,
-            congestion: o
-                .subflow_cc
-                .as_deref()
-                .map_or(Ok(Congestion::default()), str::parse)
-                .map_err(anyhow::Error::msg)?,
+            congestion: o.subflow_cc.as_deref().map_or(Ok(Congestion::default()), str::parse)?,
             max_conns,
             metrics_listen: o.metrics_listen.unwrap_or_else(|| "127.0.0.1:9464".parse().expect("valid")),
             policy,
@@ -451,7 +443,7 @@ impl Proxy {
             s.close();
         }
         let cfg = self.s.endpoint.clone();
-        let pipeline = build_pipeline(&self.s.scheduler, &self.s.pipelines).map_err(anyhow::Error::msg)?;
+        let pipeline = build_pipeline(&self.s.scheduler, &self.s.pipelines)?;
         let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
         if let Some(t) = self.table.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             ep.set_failure_table(t);
@@ -727,11 +719,11 @@ fn table_sources(
         }
     });
     if let Some(path) = &s.failure_table {
-        let f = FileSource::open(path, hub.clone()).map_err(anyhow::Error::msg)?;
+        let f = FileSource::open(path, hub.clone())?;
         tokio::spawn(f.run(polycorn_net::table::file::CHECK_EVERY, stop.clone()));
     }
     if let Some(o) = &s.table_url {
-        let src = HttpSource::new(&o.url, o.api_key.as_deref(), hub.clone()).map_err(anyhow::Error::msg)?;
+        let src = HttpSource::new(&o.url, o.api_key.as_deref(), hub.clone())?;
         info!(url = %src.uri(), every_s = o.every.as_secs_f64(), "failure-location table: polling the LinkDB API");
         tokio::spawn(src.run(o.every, stop.clone()));
     }
@@ -797,7 +789,7 @@ async fn run() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    polycorn_net::telemetry::init_logging("info", json);
+    polycorn_net::logging::init("info", json);
     polycorn_net::panics::install("proxy");
     let listener = subflow::listen(s.listen, s.transport, &s.congestion)?;
     let crl = s.crl.take();

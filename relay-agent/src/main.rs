@@ -296,7 +296,7 @@ struct Settings {
 
 fn settings() -> anyhow::Result<Settings> {
     let mut o = Opts::parse();
-    let mut f: Opts = load_toml(o.config.as_deref()).map_err(anyhow::Error::msg)?;
+    let mut f: Opts = load_toml(o.config.as_deref())?;
     merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
         dns_upstream, lan_interface, udp_policy, scheduler, transport, subflow_cc, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, max_conns_per_passenger, log_json,
         failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, failure_table_verify_key, replay_events, replay_epoch_unix_ms, replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms,
@@ -318,19 +318,16 @@ fn settings() -> anyhow::Result<Settings> {
     let proxy_name = rustls::pki_types::ServerName::try_from(name.clone())
         .with_context(|| format!("--proxy-name {name:?} is not a valid DNS name or IP address"))?;
     let scheduler = o.scheduler.clone().unwrap_or_else(|| polycorn_core::sched::DEFAULT_PIPELINE.into());
-    build_pipeline(&scheduler, &pipelines).map_err(anyhow::Error::msg)?;
-    let transport: Transport = o.transport.as_deref().unwrap_or("tls").parse().map_err(anyhow::Error::msg)?;
-    let congestion: Congestion =
-        o.subflow_cc.as_deref().map_or(Ok(Congestion::default()), str::parse).map_err(anyhow::Error::msg)?;
+    build_pipeline(&scheduler, &pipelines)?;
+    let transport: Transport = o.transport.as_deref().unwrap_or("tls").parse()?;
+    let congestion: Congestion = o.subflow_cc.as_deref().map_or(Ok(Congestion::default()), str::parse)?;
     let udp_policy = match o.udp_policy.as_deref().unwrap_or("reject-quic") {
         "reject-quic" => UdpPolicy::RejectQuic,
         "drop-all" => UdpPolicy::DropAll,
         "allow" => UdpPolicy::Allow,
         other => bail!("unknown --udp-policy {other:?}: use reject-quic, drop-all or allow"),
     };
-    buffer_options(&o)
-        .apply(&mut EndpointConfig::new(Role::Relay), DEFAULT_RELAY_BUDGET)
-        .map_err(anyhow::Error::msg)?;
+    buffer_options(&o).apply(&mut EndpointConfig::new(Role::Relay), DEFAULT_RELAY_BUDGET)?;
     if o.max_conns_per_passenger == Some(0) {
         bail!("--max-conns-per-passenger must be at least 1");
     }
@@ -363,12 +360,9 @@ fn settings() -> anyhow::Result<Settings> {
         o.failure_table_poll_s,
         o.failure_table_api_key_file.as_deref(),
         o.failure_table_insecure_http.unwrap_or(false),
-    )
-    .map_err(anyhow::Error::msg)?;
-    let table_verifier = polycorn_net::table::signature::Verifier::from_flag(o.failure_table_verify_key.as_deref())
-        .map_err(anyhow::Error::msg)?;
-    let trace = polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir.clone(), o.trace_max_bytes)
-        .map_err(anyhow::Error::msg)?;
+    )?;
+    let table_verifier = polycorn_net::table::signature::Verifier::from_flag(o.failure_table_verify_key.as_deref())?;
+    let trace = polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir.clone(), o.trace_max_bytes)?;
     Ok(Settings {
         trace,
         train_id,
@@ -619,14 +613,14 @@ async fn run() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    polycorn_net::telemetry::init_logging("info", s.opts.log_json.unwrap_or(false));
+    polycorn_net::logging::init("info", s.opts.log_json.unwrap_or(false));
     polycorn_net::panics::install("relay");
     let session_id = std::collections::hash_map::RandomState::new().hash_one((Instant::now(), std::process::id()));
     let mut cfg = EndpointConfig::new(Role::Relay);
-    buffer_options(&s.opts).apply(&mut cfg, DEFAULT_RELAY_BUDGET).map_err(anyhow::Error::msg)?;
+    buffer_options(&s.opts).apply(&mut cfg, DEFAULT_RELAY_BUDGET)?;
     cfg.path = s.transport.path_config(cfg.path);
     cfg.max_conns_per_user = s.opts.max_conns_per_passenger.unwrap_or(cfg.max_conns_per_user);
-    let pipeline = build_pipeline(&s.scheduler, &s.pipelines).map_err(anyhow::Error::msg)?;
+    let pipeline = build_pipeline(&s.scheduler, &s.pipelines)?;
     let ep = Endpoint::new(cfg, pipeline, Instant::now());
     let (session, mut events) = Session::new(ep);
     if let Some(t) = &s.trace {
@@ -642,12 +636,12 @@ async fn run() -> anyhow::Result<()> {
         })
     });
     let table_file = match (&s.opts.failure_table, &tables) {
-        (Some(path), Some(hub)) => Some(FileSource::open(path, hub.clone()).map_err(anyhow::Error::msg)?),
+        (Some(path), Some(hub)) => Some(FileSource::open(path, hub.clone())?),
         _ => None,
     };
     let table_http = match (&s.table_url, &tables) {
         (Some(o), Some(hub)) => {
-            let src = HttpSource::new(&o.url, o.api_key.as_deref(), hub.clone()).map_err(anyhow::Error::msg)?;
+            let src = HttpSource::new(&o.url, o.api_key.as_deref(), hub.clone())?;
             info!(url = %src.uri(), every_s = o.every.as_secs_f64(), "failure-location table: polling the LinkDB API");
             Some((src, o.every))
         }
@@ -951,7 +945,7 @@ mod tests {
     fn every_transport_is_a_flag_and_a_config_key() {
         for t in ["tls", "kernel-mptcp", "kernel-mptcp-conn"] {
             let o = Opts::try_parse_from(["polycorn-relay", "--transport", t]).unwrap();
-            assert_eq!(o.transport.as_deref().map(str::parse::<Transport>), Some(Ok(t.parse().unwrap())));
+            assert_eq!(o.transport.as_deref().map(|s| s.parse::<Transport>().ok()), Some(Some(t.parse().unwrap())));
             let f: Opts = toml::from_str(&format!("transport = \"{t}\"\n")).unwrap();
             assert_eq!(f.transport.as_deref(), Some(t));
         }

@@ -8,12 +8,18 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
+use crate::Error;
+
 /// Read a TOML options file; unknown keys are an error (typos must not pass
 /// silently).
-pub fn load_toml<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result<T, String> {
+pub fn load_toml<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result<T, Error> {
     let Some(path) = path else { return Ok(T::default()) };
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading config file {}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| format!("parsing config file {}: {e}", path.display()))
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        what: "reading config file",
+        path: path.into(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| Error::ConfigSyntax { path: path.into(), source })
 }
 
 /// Per-connection buffer sizes and the memory budget, as both binaries take
@@ -33,14 +39,14 @@ impl BufferOptions {
     /// window must be at least the protocol's initial limit, which a peer
     /// may use before any WINDOW frame arrives; the send buffer must hold a
     /// full segment; the budget must hold at least one connection's floors.
-    pub fn apply(&self, cfg: &mut polycorn_core::EndpointConfig, budget_default: u64) -> Result<(), String> {
+    pub fn apply(&self, cfg: &mut polycorn_core::EndpointConfig, budget_default: u64) -> Result<(), Error> {
         const GIB: u64 = 1 << 30;
         let min = polycorn_core::conn::INITIAL_MAX_DATA;
         let check = |flag: &str, v: u64, lo: u64, hi: u64| {
             if (lo..=hi).contains(&v) {
                 Ok(v)
             } else {
-                Err(format!("--{flag} must be between {lo} and {hi} bytes, got {v}"))
+                Err(Error::option(format!("--{flag}"), format!("must be between {lo} and {hi} bytes, got {v}")))
             }
         };
         let max = check("conn-window", self.conn_window.unwrap_or(cfg.conn_window_max_bytes), min, GIB)?;
@@ -97,7 +103,7 @@ pub struct PipelineToml {
 pub fn build_pipeline(
     name: &str,
     custom: &std::collections::BTreeMap<String, PipelineToml>,
-) -> Result<polycorn_core::Pipeline, String> {
+) -> Result<polycorn_core::Pipeline, Error> {
     use polycorn_core::sched::{PipelineSpec, Registry, SchedulerletSpec};
     let reg = Registry::with_builtins();
     let r = match custom.get(name) {
@@ -114,7 +120,7 @@ pub fn build_pipeline(
         }
         None => reg.build(name),
     };
-    r.map_err(|e| format!("scheduler {name:?}: {e}"))
+    r.map_err(|source| Error::Scheduler { name: name.into(), source })
 }
 
 #[cfg(test)]
@@ -154,7 +160,7 @@ mod tests {
             (min, min),
             "initial follows a lower cap"
         );
-        let bad = |o: BufferOptions| o.apply(&mut EndpointConfig::new(Role::Relay), 64 << 20).unwrap_err();
+        let bad = |o: BufferOptions| o.apply(&mut EndpointConfig::new(Role::Relay), 64 << 20).unwrap_err().to_string();
         assert!(bad(BufferOptions { conn_window: Some(min - 1), ..Default::default() }).contains("--conn-window"));
         assert!(bad(BufferOptions { conn_window: Some((1 << 30) + 1), ..Default::default() }).contains("--conn-window"));
         let o = BufferOptions { conn_window: Some(1 << 20), conn_window_initial: Some(2 << 20), ..Default::default() };

@@ -14,13 +14,17 @@
 //!   API; the proxy adds Kafka), hot-reloaded under one version rule.
 //! - [`hof`]: train positions from telemetry, for handover-failure prediction.
 //! - [`segtrace`]: the opt-in segment trace written to a file (`--trace-dir`).
-//! - [`telemetry`]: logging set-up shared by both binaries.
+//! - [`logging`]: logging set-up shared by both binaries.
+//! - [`error`]: the typed start-up errors ([`Error`]) of options, config
+//!   files and table sources.
 //! - [`panics`]: a panic anywhere becomes a logged, counted, clean shutdown
 //!   that `/healthz` reports.
 
 pub mod config;
+pub mod error;
 pub mod hof;
 pub mod link;
+pub mod logging;
 pub mod lograte;
 pub mod metrics;
 pub mod mptcp_conn;
@@ -30,8 +34,8 @@ pub mod segtrace;
 pub mod session;
 pub mod subflow;
 pub mod table;
-pub mod telemetry;
 
+pub use error::Error;
 pub use session::{ConnStream, Events, Session, SessionEvent};
 pub use subflow::Transport;
 

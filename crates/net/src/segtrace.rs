@@ -41,18 +41,22 @@ impl TraceOptions {
     /// From `--trace-dir` and `--trace-max-bytes` (both binaries): `None`
     /// without a directory; the directory is created now, so a bad path
     /// fails at start-up rather than at the first session.
-    pub fn from_flags(dir: Option<PathBuf>, max_bytes: Option<u64>) -> Result<Option<Self>, String> {
+    pub fn from_flags(dir: Option<PathBuf>, max_bytes: Option<u64>) -> Result<Option<Self>, crate::Error> {
         let Some(dir) = dir else {
             return match max_bytes {
-                Some(_) => Err("--trace-max-bytes needs --trace-dir".into()),
+                Some(_) => Err(crate::Error::option("--trace-max-bytes", "needs --trace-dir")),
                 None => Ok(None),
             };
         };
         let max_bytes = max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
         if max_bytes < 4096 {
-            return Err(format!("--trace-max-bytes must be at least 4096, got {max_bytes}"));
+            return Err(crate::Error::option("--trace-max-bytes", format!("must be at least 4096, got {max_bytes}")));
         }
-        std::fs::create_dir_all(&dir).map_err(|e| format!("--trace-dir {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(|source| crate::Error::Io {
+            what: "creating --trace-dir",
+            path: dir.clone(),
+            source,
+        })?;
         Ok(Some(TraceOptions { dir, max_bytes }))
     }
 }

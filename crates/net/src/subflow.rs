@@ -83,12 +83,14 @@ pub const KERNEL_MPTCP_RTO: std::time::Duration = std::time::Duration::from_secs
 pub const KERNEL_MPTCP_WINDOW_BYTES: u64 = 32 << 20;
 
 impl std::str::FromStr for Transport {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self, crate::Error> {
         [Transport::Tls, Transport::KernelMptcp, Transport::KernelMptcpConn]
             .into_iter()
             .find(|t| t.name() == s)
-            .ok_or_else(|| format!("unknown transport {s:?}: use {}", Transport::NAMES))
+            .ok_or_else(|| {
+                crate::Error::option(format!("--transport {s:?}"), format!("unknown; use {}", Transport::NAMES))
+            })
     }
 }
 
@@ -119,15 +121,16 @@ impl Default for Congestion {
 }
 
 impl std::str::FromStr for Congestion {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self, crate::Error> {
         // TCP_CA_NAME_MAX is 16 bytes with the terminating NUL.
         let ok = !s.is_empty() && s.len() < 16 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         match s {
             "kernel" => Ok(Congestion::Kernel),
             _ if ok => Ok(Congestion::Named(s.into())),
-            _ => Err(format!(
-                "invalid congestion control {s:?}: a kernel algorithm name (e.g. bbr, cubic; 1 to 15 letters, digits or _) or kernel"
+            _ => Err(crate::Error::option(
+                format!("--subflow-cc {s:?}"),
+                "not a congestion control: a kernel algorithm name (e.g. bbr, cubic; 1 to 15 letters, digits or _) or kernel",
             )),
         }
     }
@@ -370,12 +373,12 @@ mod tests {
 
     #[test]
     fn congestion_control_names_parse_and_bad_ones_are_refused() {
-        assert_eq!("bbr".parse::<Congestion>(), Ok(Congestion::Named("bbr".into())));
-        assert_eq!("kernel".parse::<Congestion>(), Ok(Congestion::Kernel));
+        assert_eq!("bbr".parse::<Congestion>().ok(), Some(Congestion::Named("bbr".into())));
+        assert_eq!("kernel".parse::<Congestion>().ok(), Some(Congestion::Kernel));
         assert_eq!(Congestion::default().to_string(), DEFAULT_CONGESTION);
         for bad in ["", "b b", "cubic\0", "a-very-long-name-x", "../x"] {
-            let e = bad.parse::<Congestion>().unwrap_err();
-            assert!(e.contains("invalid congestion control"), "{bad:?}: {e}");
+            let e = bad.parse::<Congestion>().unwrap_err().to_string();
+            assert!(e.contains("not a congestion control"), "{bad:?}: {e}");
         }
     }
 
@@ -415,9 +418,9 @@ mod tests {
     #[test]
     fn transports_parse_by_their_flag_names() {
         for t in [Transport::Tls, Transport::KernelMptcp, Transport::KernelMptcpConn] {
-            assert_eq!(t.name().parse::<Transport>(), Ok(t));
+            assert_eq!(t.name().parse::<Transport>().ok(), Some(t));
         }
-        let e = "mptcp".parse::<Transport>().unwrap_err();
+        let e = "mptcp".parse::<Transport>().unwrap_err().to_string();
         assert!(e.contains("kernel-mptcp-conn"), "{e}");
     }
 }

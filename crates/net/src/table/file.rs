@@ -50,14 +50,18 @@ fn read_sig(sig_path: &Path) -> Result<Option<Vec<u8>>, std::io::Error> {
 impl FileSource {
     /// Load the file into `hub`; an unreadable, malformed or (with a verify
     /// key) unsigned file is an error naming it.
-    pub fn open(path: &Path, hub: Arc<TableHub>) -> Result<FileSource, String> {
+    pub fn open(path: &Path, hub: Arc<TableHub>) -> Result<FileSource, crate::Error> {
         let sig_path = super::signature::sidecar(path);
         let stamp = (stamp_of(path), stamp_of(&sig_path));
-        let body = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        let sig = read_sig(&sig_path).map_err(|e| format!("reading {}: {e}", sig_path.display()))?;
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| crate::Error::Io { what: "reading", path, source }
+        };
+        let body = std::fs::read(path).map_err(io(path))?;
+        let sig = read_sig(&sig_path).map_err(io(&sig_path))?;
         let origin = path.display().to_string();
-        if let Some(e) = hub.offer(SourceKind::File, &origin, &body, sig.as_deref()).refusal() {
-            return Err(format!("{origin}: {e}"));
+        if let Some(reason) = hub.offer(SourceKind::File, &origin, &body, sig.as_deref()).refusal() {
+            return Err(crate::Error::TableRefused { origin, reason: reason.to_string() });
         }
         Ok(FileSource { path: path.to_path_buf(), sig_path, stamp, hub })
     }
@@ -119,7 +123,7 @@ mod tests {
         std::fs::write(&p, table(3, 1)).unwrap();
         assert_eq!(w.check(), Some(Offered::Applied(3)), "the file may go back to an older version");
         std::fs::write(&p, "garbage").unwrap();
-        let e = FileSource::open(&p, TableHub::new(|_| {})).unwrap_err();
+        let e = FileSource::open(&p, TableHub::new(|_| {})).unwrap_err().to_string();
         assert!(e.contains("table.json"), "a bad file at start is an error naming it: {e}");
     }
 
@@ -136,10 +140,10 @@ mod tests {
         let sig = dir.path().join("table.json.sig");
         let hub = || TableHub::build(Default::default(), Some(trainer.verifier()), |_| {});
         std::fs::write(&p, table(1, 1)).unwrap();
-        let e = FileSource::open(&p, hub()).unwrap_err();
+        let e = FileSource::open(&p, hub()).unwrap_err().to_string();
         assert!(e.contains("table.json") && e.contains("not signed"), "{e}");
         std::fs::write(&sig, forger.sign(table(1, 1).as_bytes())).unwrap();
-        assert!(FileSource::open(&p, hub()).unwrap_err().contains("does not verify"));
+        assert!(FileSource::open(&p, hub()).unwrap_err().to_string().contains("does not verify"));
 
         std::fs::write(&sig, trainer.sign(table(1, 1).as_bytes())).unwrap();
         let hub = hub();

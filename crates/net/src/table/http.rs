@@ -32,6 +32,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::Error;
+
 use super::{Offered, SourceKind, TableHub};
 
 /// Default `--failure-table-poll-s`.
@@ -114,34 +116,48 @@ impl HttpOpts {
         poll_s: Option<f64>,
         api_key_file: Option<&Path>,
         insecure_http: bool,
-    ) -> Result<Option<HttpOpts>, String> {
+    ) -> Result<Option<HttpOpts>, Error> {
         let Some(url) = url else {
             if poll_s.is_some() || api_key_file.is_some() || insecure_http {
-                return Err("--failure-table-poll-s, --failure-table-api-key-file and --failure-table-insecure-http need --failure-table-url".into());
+                return Err(Error::option(
+                    "--failure-table-poll-s, --failure-table-api-key-file and --failure-table-insecure-http",
+                    "need --failure-table-url",
+                ));
             }
             return Ok(None);
         };
         let uri = table_uri(url)?;
         if api_key_file.is_some() && uri.scheme_str() == Some("http") && !insecure_http && !is_loopback(&uri) {
-            return Err(format!(
-                "--failure-table-url {url:?}: refusing to send the API key (--failure-table-api-key-file) in clear \
-                 text over http:// to {:?}, which is not a loopback address; use an https:// URL, or add \
-                 --failure-table-insecure-http if the network to it is trusted (e.g. a Service inside the cluster)",
-                uri.host().unwrap_or_default()
+            return Err(Error::option(
+                format!("--failure-table-url {url:?}"),
+                format!(
+                    "refusing to send the API key (--failure-table-api-key-file) in clear text over http:// to \
+                     {:?}, which is not a loopback address; use an https:// URL, or add \
+                     --failure-table-insecure-http if the network to it is trusted (e.g. a Service inside the cluster)",
+                    uri.host().unwrap_or_default()
+                ),
             ));
         }
         let every = match poll_s {
             None => DEFAULT_POLL,
             Some(s) if (1.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
-            Some(s) => return Err(format!("--failure-table-poll-s must be between 1 and 86400 seconds, got {s}")),
+            Some(s) => {
+                return Err(Error::option(
+                    "--failure-table-poll-s",
+                    format!("must be between 1 and 86400 seconds, got {s}"),
+                ))
+            }
         };
         let api_key = api_key_file
             .map(|p| {
-                let k = std::fs::read_to_string(p)
-                    .map_err(|e| format!("reading --failure-table-api-key-file {}: {e}", p.display()))?;
+                let k = std::fs::read_to_string(p).map_err(|source| Error::Io {
+                    what: "reading --failure-table-api-key-file",
+                    path: p.to_path_buf(),
+                    source,
+                })?;
                 let k = k.trim().to_string();
                 if k.is_empty() {
-                    return Err(format!("--failure-table-api-key-file {} is empty", p.display()));
+                    return Err(Error::option(format!("--failure-table-api-key-file {}", p.display()), "empty"));
                 }
                 Ok(k)
             })
@@ -152,17 +168,18 @@ impl HttpOpts {
 
 /// The URL to poll: `url` itself, or with the API's path appended when it
 /// has none (`https://linkdb.example` means its `/v1/failure-table`).
-pub fn table_uri(url: &str) -> Result<Uri, String> {
-    let uri: Uri = url.parse().map_err(|e| format!("--failure-table-url {url:?}: {e}"))?;
+pub fn table_uri(url: &str) -> Result<Uri, Error> {
+    let flag = || format!("--failure-table-url {url:?}");
+    let uri: Uri = url.parse().map_err(|e| Error::option(flag(), format!("{e}")))?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
-        _ => return Err(format!("--failure-table-url {url:?}: use an http:// or https:// URL")),
+        _ => return Err(Error::option(flag(), "use an http:// or https:// URL")),
     }
     if uri.path() != "/" || uri.query().is_some() {
         return Ok(uri);
     }
     let base = url.trim_end_matches('/');
-    format!("{base}{CURRENT_TABLE_PATH}").parse().map_err(|e| format!("--failure-table-url {url:?}: {e}"))
+    format!("{base}{CURRENT_TABLE_PATH}").parse().map_err(|e| Error::option(flag(), format!("{e}")))
 }
 
 /// `localhost`, 127.0.0.0/8 or ::1: a request that never leaves the machine.
@@ -211,14 +228,15 @@ impl std::fmt::Debug for HttpSource {
 
 impl HttpSource {
     /// `api_key`: sent as `X-API-Key`.
-    pub fn new(url: &str, api_key: Option<&str>, hub: Arc<TableHub>) -> Result<HttpSource, String> {
+    pub fn new(url: &str, api_key: Option<&str>, hub: Arc<TableHub>) -> Result<HttpSource, Error> {
         let uri = table_uri(url)?;
         let api_key = api_key
             .map(|k| {
-                let mut v = HeaderValue::from_str(k.trim())
-                    .map_err(|_| "the failure-table API key is not a valid header value".to_string())?;
+                let mut v = HeaderValue::from_str(k.trim()).map_err(|_| {
+                    Error::option("--failure-table-api-key-file", "the API key is not a valid header value")
+                })?;
                 v.set_sensitive(true);
-                Ok::<_, String>(v)
+                Ok::<_, Error>(v)
             })
             .transpose()?;
         let https = hyper_rustls::HttpsConnectorBuilder::new()
@@ -362,12 +380,24 @@ mod tests {
         std::fs::write(&key, "s3cret\n").unwrap();
         let o = HttpOpts::from_flags(Some("https://api:8000"), None, Some(&key), false).unwrap().unwrap();
         assert_eq!((o.every, o.api_key.as_deref()), (DEFAULT_POLL, Some("s3cret")));
-        assert_eq!(HttpOpts::from_flags(None, None, None, false), Ok(None));
-        assert!(HttpOpts::from_flags(None, Some(5.0), None, false).unwrap_err().contains("need --failure-table-url"));
-        assert!(HttpOpts::from_flags(None, None, None, true).unwrap_err().contains("need --failure-table-url"));
-        assert!(HttpOpts::from_flags(Some("http://a"), Some(0.0), None, false).unwrap_err().contains("poll-s"));
+        assert!(matches!(HttpOpts::from_flags(None, None, None, false), Ok(None)));
+        assert!(HttpOpts::from_flags(None, Some(5.0), None, false)
+            .unwrap_err()
+            .to_string()
+            .contains("need --failure-table-url"));
+        assert!(HttpOpts::from_flags(None, None, None, true)
+            .unwrap_err()
+            .to_string()
+            .contains("need --failure-table-url"));
+        assert!(HttpOpts::from_flags(Some("http://a"), Some(0.0), None, false)
+            .unwrap_err()
+            .to_string()
+            .contains("poll-s"));
         let missing = dir.path().join("nope");
-        assert!(HttpOpts::from_flags(Some("https://a"), None, Some(&missing), false).unwrap_err().contains("nope"));
+        assert!(HttpOpts::from_flags(Some("https://a"), None, Some(&missing), false)
+            .unwrap_err()
+            .to_string()
+            .contains("nope"));
     }
 
     #[test]
@@ -379,7 +409,7 @@ mod tests {
         for url in
             ["http://api:8000", "http://10.0.0.5/v1/failure-table", "http://linkdb.example", "http://[fd00::1]:80"]
         {
-            let e = opts(url, false).unwrap_err();
+            let e = opts(url, false).unwrap_err().to_string();
             assert!(e.contains("--failure-table-insecure-http") && e.contains("https://"), "{url}: {e}");
             assert!(!e.contains("s3cret"), "the key is never in an error");
             assert!(opts(url, true).unwrap().is_some(), "{url}: allowed with the flag");
@@ -406,7 +436,7 @@ mod tests {
             u("https://gw.example/linkdb/v1/failure-table").unwrap(),
             "https://gw.example/linkdb/v1/failure-table"
         );
-        assert!(u("ftp://x/y").unwrap_err().contains("http://"));
+        assert!(u("ftp://x/y").unwrap_err().to_string().contains("http://"));
         assert!(u("not a url").is_err());
     }
 

@@ -96,7 +96,7 @@ pub fn judge(
 ) -> Verdict {
     if let Some(v) = verifier {
         if let Err(e) = v.verify(body, signature) {
-            return Verdict::BadSignature(e);
+            return Verdict::BadSignature(e.to_string());
         }
     }
     let text = match std::str::from_utf8(body) {

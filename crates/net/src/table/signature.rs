@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use ring::signature::{UnparsedPublicKey, ED25519};
 
+pub use crate::error::SignatureError;
+
 /// The Kafka header of a table message that carries its signature.
 pub const KAFKA_HEADER: &str = "polycorn-signature";
 /// The response header of `GET /v1/failure-table` that carries it.
@@ -45,14 +47,13 @@ impl std::fmt::Debug for Verifier {
 impl Verifier {
     /// The keys of `--failure-table-verify-key FILE`; an unreadable file or
     /// one without an Ed25519 public key is an error.
-    pub fn load(path: &Path) -> Result<Verifier, String> {
-        let keys =
-            polycorn_pki::load_table_verify_keys(path).map_err(|e| format!("--failure-table-verify-key: {e}"))?;
+    pub fn load(path: &Path) -> Result<Verifier, crate::Error> {
+        let keys = polycorn_pki::load_table_verify_keys(path).map_err(crate::Error::VerifyKey)?;
         Ok(Verifier { keys, origin: path.display().to_string() })
     }
 
     /// `--failure-table-verify-key`, when given.
-    pub fn from_flag(path: Option<&Path>) -> Result<Option<Verifier>, String> {
+    pub fn from_flag(path: Option<&Path>) -> Result<Option<Verifier>, crate::Error> {
         path.map(Verifier::load).transpose()
     }
 
@@ -72,34 +73,30 @@ impl Verifier {
     /// Whether `signature` (the base64 text as carried; `None`: the source
     /// had none) is a signature of exactly `body` by one of the keys; the
     /// reason when it is not.
-    pub fn verify(&self, body: &[u8], signature: Option<&[u8]>) -> Result<(), String> {
+    pub fn verify(&self, body: &[u8], signature: Option<&[u8]>) -> Result<(), SignatureError> {
         let Some(text) = signature else {
-            return Err("the table is not signed (--failure-table-verify-key requires a signature)".into());
+            return Err(SignatureError::Unsigned);
         };
         let sig = decode(text)?;
         if self.keys.iter().any(|k| UnparsedPublicKey::new(&ED25519, k).verify(body, &sig).is_ok()) {
             Ok(())
         } else {
-            Err(format!(
-                "the signature does not verify with the {} key(s) of --failure-table-verify-key {}",
-                self.keys.len(),
-                self.origin
-            ))
+            Err(SignatureError::NoKeyVerifies { keys: self.keys.len(), origin: self.origin.clone() })
         }
     }
 }
 
 /// The 64 signature bytes of their base64 text.
-fn decode(text: &[u8]) -> Result<Vec<u8>, String> {
+fn decode(text: &[u8]) -> Result<Vec<u8>, SignatureError> {
     if text.len() > MAX_TEXT {
-        return Err(format!("the signature is {} bytes long, not an Ed25519 signature", text.len()));
+        return Err(SignatureError::TooLong(text.len()));
     }
     let trimmed = text.trim_ascii();
     let sig = base64::engine::general_purpose::STANDARD
         .decode(trimmed)
-        .map_err(|e| format!("the signature is not base64: {e}"))?;
+        .map_err(|e| SignatureError::NotBase64(e.to_string()))?;
     if sig.len() != 64 {
-        return Err(format!("the signature has {} bytes, an Ed25519 signature 64", sig.len()));
+        return Err(SignatureError::WrongLength(sig.len()));
     }
     Ok(sig)
 }
@@ -144,17 +141,17 @@ pub(crate) mod tests {
         let with_space = [b"  ".as_slice(), &trainer.sign(body), b"\n"].concat();
         v.verify(body, Some(&with_space)).expect("surrounding whitespace (a .sig file's newline) is ignored");
 
-        let e = v.verify(body, None).unwrap_err();
+        let e = v.verify(body, None).unwrap_err().to_string();
         assert!(e.contains("not signed"), "{e}");
-        let e = v.verify(body, Some(&other.sign(body))).unwrap_err();
+        let e = v.verify(body, Some(&other.sign(body))).unwrap_err().to_string();
         assert!(e.contains("does not verify with the 1 key(s)"), "another key: {e}");
         let mut flipped = body.to_vec();
         flipped[2] ^= 1;
         assert!(v.verify(&flipped, Some(&trainer.sign(body))).is_err(), "a flipped byte of the body");
         assert!(v.verify(body, Some(&trainer.sign(b"{\"version\":2}"))).is_err(), "another table's signature");
-        assert!(v.verify(body, Some(b"!!")).unwrap_err().contains("not base64"));
-        assert!(v.verify(body, Some(b"AAAA")).unwrap_err().contains("3 bytes"));
-        assert!(v.verify(body, Some(&[b'A'; 4096])).unwrap_err().contains("4096 bytes long"));
+        assert!(v.verify(body, Some(b"!!")).unwrap_err().to_string().contains("not base64"));
+        assert!(v.verify(body, Some(b"AAAA")).unwrap_err().to_string().contains("3 bytes"));
+        assert!(v.verify(body, Some(&[b'A'; 4096])).unwrap_err().to_string().contains("4096 bytes long"));
 
         // Several keys (a rotation): either verifies.
         let both = Verifier::from_keys(vec![trainer.1.public_key, other.1.public_key], "two");
@@ -172,7 +169,7 @@ pub(crate) mod tests {
         assert_eq!(v.keys(), 2);
         assert!(Verifier::from_flag(None).unwrap().is_none());
         std::fs::write(&p, "nothing").unwrap();
-        assert!(Verifier::load(&p).unwrap_err().contains("--failure-table-verify-key"));
+        assert!(Verifier::load(&p).unwrap_err().to_string().contains("--failure-table-verify-key"));
         assert!(Verifier::load(&dir.path().join("missing")).is_err());
         assert_eq!(sidecar(Path::new("/etc/t/table.json")), Path::new("/etc/t/table.json.sig"));
     }

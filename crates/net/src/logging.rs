@@ -4,7 +4,7 @@
 use tracing_subscriber::EnvFilter;
 
 /// Initialise logging once. `json` selects one JSON object per line.
-pub fn init_logging(default_filter: &str, json: bool) {
+pub fn init(default_filter: &str, json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     use std::io::IsTerminal;
     // Colour only on a terminal: log files and journald get plain text.
