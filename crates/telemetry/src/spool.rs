@@ -231,28 +231,20 @@ pub struct Spool {
     open_warning: Option<String>,
 }
 
-/// Take an exclusive, non-blocking `flock` on `dir/lock`: two relay-agents
-/// appending to one spool would corrupt it.
+/// Take an exclusive, non-blocking `flock` on `dir/lock` (rustix's safe
+/// wrapper): two relay-agents appending to one spool would corrupt it.
 fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
-    use std::os::fd::AsRawFd as _;
     let f = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(dir.join("lock"))
         .map_err(|source| SpoolError::Io { dir: dir.to_path_buf(), op: "opening the lock file", source })?;
-    // SAFETY: flock on a file descriptor we own, which stays open as long
-    // as the returned File; no memory is involved.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r != 0 {
-        let e = io::Error::last_os_error();
-        return Err(if e.kind() == io::ErrorKind::WouldBlock {
-            SpoolError::Locked(dir.to_path_buf())
-        } else {
-            SpoolError::Io { dir: dir.to_path_buf(), op: "locking the directory", source: e }
-        });
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(f),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(SpoolError::Locked(dir.to_path_buf())),
+        Err(e) => Err(SpoolError::Io { dir: dir.to_path_buf(), op: "locking the directory", source: e.into() }),
     }
-    Ok(f)
 }
 
 fn crc(parts: &[&[u8]]) -> u32 {
