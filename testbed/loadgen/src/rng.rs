@@ -9,11 +9,9 @@ pub const TAG_BULK: u64 = 0x6275_6C6B; // "bulk"
 /// Stream tag of IM user `u` is `TAG_IM_USER + u`.
 pub const TAG_IM_USER: u64 = 0x696D_0000_0000; // "im" << 32
 
-/// An independent generator for (`seed`, `tag`): the seed and tag are mixed through one SplitMix64
-/// step, so neighbouring seeds or tags give unrelated streams.
+/// An independent generator for (`seed`, `tag`) ([`SplitMix64::stream`]).
 pub fn stream(seed: u64, tag: u64) -> SplitMix64 {
-    let mut mix = SplitMix64::new(seed ^ tag.wrapping_mul(0xD1B5_4A32_D192_ED03));
-    SplitMix64::new(mix.next_u64())
+    SplitMix64::stream(seed, tag)
 }
 
 #[cfg(test)]

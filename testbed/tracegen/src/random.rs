@@ -5,8 +5,7 @@ use polycorn_emu::SplitMix64;
 /// Derives an independent stream from `seed` and a `tag` (carrier, purpose), so adding a
 /// carrier or a process never changes the draws of another.
 pub fn stream(seed: u64, tag: u64) -> Rng {
-    let mut mix = SplitMix64::new(seed ^ tag.wrapping_mul(0xD1B5_4A32_D192_ED03));
-    Rng(SplitMix64::new(mix.next_u64()))
+    Rng(SplitMix64::stream(seed, tag))
 }
 
 /// Seeded generator with the distributions the model needs.
