@@ -2,7 +2,8 @@
 ``logs/proxy.metrics``), taken by ``scripts/bench-hsr.sh`` at the end of each trip.
 
 Text exposition format: ``# HELP``/``# TYPE``/``# EOF`` comments, then one sample a line,
-``name{label="value",...} value`` (the braces may be absent or empty). Counters are
+``name{label="value",...} value`` (the braces may be absent or empty), read with
+``prometheus_client``'s parser. Counters are
 cumulative over the process, which lives for one trip. Only what the analysis needs is kept:
 each metric's value summed over its label sets, and the number of lines that did not parse.
 """
@@ -10,15 +11,10 @@ each metric's value summed over its label sets, and the number of lines that did
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_SAMPLE = re.compile(
-    r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)"
-    r"(?:\{(?P<labels>[^}]*)\})?"
-    r"\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
-)
+from prometheus_client.parser import text_string_to_metric_families
 
 #: Counters read by the analysis (``_total`` is the exposition's counter suffix).
 REINJECTED = "polycorn_sched_reinjected_bytes"
@@ -63,19 +59,15 @@ class Metrics:
         return not self.values
 
 
-_LABEL = re.compile(r'(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
-
 #: Memory-budget gauges (``polycorn_mem_budget_bytes{level="high"}`` is ``--mem-budget``).
 BUDGET_PEAK = "polycorn_mem_budget_peak_bytes"
 BUDGET_LEVELS = "polycorn_mem_budget_bytes"
 
 
-def parse_labels(raw: str | None) -> dict[str, str]:
-    """``key="value",...`` to a dict (escapes kept as written)."""
-    return {m.group("key"): m.group("value") for m in _LABEL.finditer(raw or "")}
-
-
 def parse_metrics(text: str) -> Metrics:
+    """Parse a snapshot line by line with ``prometheus_client``'s parser (each sample line is
+    a complete exposition of one untyped sample), so that one malformed line is counted and
+    skipped instead of losing the snapshot; NaN and infinite values count as malformed."""
     values: dict[str, float] = {}
     series: dict[str, list[tuple[dict[str, str], float]]] = {}
     bad = 0
@@ -84,21 +76,18 @@ def parse_metrics(text: str) -> Metrics:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        m = _SAMPLE.match(line)
-        value = math.nan
-        if m is not None:
-            try:
-                value = float(m.group("value"))
-            except ValueError:
-                m = None
-        if m is None or not math.isfinite(value):
+        try:
+            samples = [s for fam in text_string_to_metric_families(line) for s in fam.samples]
+        except ValueError:
+            samples = []
+        if len(samples) != 1 or not math.isfinite(samples[0].value):
             bad += 1
             if first_bad is None:
                 first_bad = f"line {i}: {line[:80]!r}"
             continue
-        name = m.group("name")
-        values[name] = values.get(name, 0.0) + value
-        series.setdefault(name, []).append((parse_labels(m.group("labels")), value))
+        sample = samples[0]
+        values[sample.name] = values.get(sample.name, 0.0) + sample.value
+        series.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     return Metrics(values, bad, first_bad, series)
 
 
