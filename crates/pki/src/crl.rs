@@ -22,7 +22,7 @@ use rcgen::{CertificateRevocationListParams, KeyIdMethod, RevocationReason, Revo
 use serde::{Deserialize, Serialize};
 
 use crate::issue::{open_ca, with_ca_dir, GeneratedCa};
-use crate::{der, load_ca, load_certs, PkiError};
+use crate::{load_ca, load_certs, x509, PkiError};
 
 /// File name of the revocation state inside a CA directory.
 pub const REVOKED_FILE: &str = "revoked.json";
@@ -144,9 +144,9 @@ impl Serial {
     /// Reads the serial of the first certificate in the PEM file `cert`.
     pub fn of_cert_file(cert: &Path) -> Result<Serial, PkiError> {
         let der = load_certs(cert)?.remove(0);
-        let octets = der::serial_number(&der).map_err(|e| PkiError::BadCertificate {
+        let octets = x509::serial_number(&der).map_err(|detail| PkiError::BadCertificate {
             what: format!("the certificate in `{}`", cert.display()),
-            detail: e.to_owned(),
+            detail,
         })?;
         Ok(Serial::from_octets(&octets))
     }
@@ -181,8 +181,8 @@ pub fn serial_issued_by(ca: &GeneratedCa, cert: &Path) -> Result<(Serial, Option
     if parsed.issuer() != loaded.subject.as_slice() {
         return Err(PkiError::NotIssuedByCa { path: cert.to_owned() });
     }
-    let name = der::parse_name(parsed.subject()).ok().and_then(|attrs| {
-        attrs.iter().find(|a| a.oid == der::COMMON_NAME).and_then(der::directory_string).map(str::to_owned)
+    let name = x509::subject_attributes(&der).ok().and_then(|attrs| {
+        attrs.iter().find(|a| a.oid == x509::COMMON_NAME).and_then(x509::directory_string).map(str::to_owned)
     });
     Ok((Serial::of_cert_file(cert)?, name))
 }

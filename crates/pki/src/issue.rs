@@ -20,7 +20,7 @@ use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::der;
+use crate::x509;
 use crate::PkiError;
 
 /// Default common name of the development CA.
@@ -200,15 +200,15 @@ pub(crate) fn open_ca(ca: &GeneratedCa) -> Result<LoadedCa, PkiError> {
     // every leaf matches the CA subject byte for byte.
     let mut dn = DistinguishedName::new();
     let attributes =
-        der::parse_name(parsed.subject()).map_err(|e| unusable(format!("the CA subject does not parse ({e})")))?;
+        x509::subject_attributes(&cert_der).map_err(|e| unusable(format!("the CA subject does not parse ({e})")))?;
     for attr in &attributes {
-        let text = std::str::from_utf8(attr.value).map_err(|_| unusable("the CA subject has a non-text attribute"))?;
+        let text = std::str::from_utf8(&attr.value).map_err(|_| unusable("the CA subject has a non-text attribute"))?;
         let value = match attr.tag {
-            0x0c => DnValue::Utf8String(text.to_owned()),
-            0x13 => DnValue::PrintableString(
+            12 => DnValue::Utf8String(text.to_owned()),
+            19 => DnValue::PrintableString(
                 text.try_into().map_err(|_| unusable("the CA subject has a bad PrintableString"))?,
             ),
-            0x16 => DnValue::Ia5String(text.try_into().map_err(|_| unusable("the CA subject has a bad IA5String"))?),
+            22 => DnValue::Ia5String(text.try_into().map_err(|_| unusable("the CA subject has a bad IA5String"))?),
             _ => return Err(unusable("the CA subject uses an unsupported string type")),
         };
         let ty = DnType::from_oid(&attr.oid);
@@ -225,7 +225,7 @@ pub(crate) fn open_ca(ca: &GeneratedCa) -> Result<LoadedCa, PkiError> {
     // subjectKeyIdentifier (OpenSSL refuses the chain otherwise). CAs made
     // by `generate_ca` use rcgen's default (truncated SHA-256), others may
     // not.
-    let key_id = der::subject_key_identifier(&cert_der)
+    let key_id = x509::subject_key_identifier(&cert_der)
         .map_err(|e| unusable(format!("the CA extensions do not parse ({e})")))?;
     if let Some(ski) = &key_id {
         params.key_identifier_method = KeyIdMethod::PreSpecified(ski.clone());
@@ -415,16 +415,16 @@ mod tests {
         let ca_cert = webpki::EndEntityCert::try_from(&ca_der).unwrap();
         let leaf = webpki::EndEntityCert::try_from(&leaf_der).unwrap();
         assert_eq!(leaf.issuer(), ca_cert.subject());
-        assert_eq!(der::authority_key_identifier(&leaf_der).unwrap(), Some(vec![0xab; 20]));
+        assert_eq!(x509::authority_key_identifier(&leaf_der).unwrap(), Some(vec![0xab; 20]));
     }
 
     #[test]
     fn leaves_of_our_own_ca_carry_its_key_id() {
         let ca = generate_ca("Own CA", 30).unwrap();
-        let ski = der::subject_key_identifier(&der_of(&ca.cert_pem))
+        let ski = x509::subject_key_identifier(&der_of(&ca.cert_pem))
             .unwrap()
             .expect("generate_ca writes a subjectKeyIdentifier");
         let issued = issue_proxy(&ca, "p", &["localhost".to_owned()], 30).unwrap();
-        assert_eq!(der::authority_key_identifier(&der_of(&issued.cert_pem)).unwrap(), Some(ski));
+        assert_eq!(x509::authority_key_identifier(&der_of(&issued.cert_pem)).unwrap(), Some(ski));
     }
 }

@@ -58,12 +58,12 @@
 //! CA key is a plain file.
 
 mod crl;
-mod der;
 mod error;
 mod files;
 mod issue;
 mod table_key;
 mod tls;
+mod x509;
 
 pub use crl::{
     read_revocation_state, resign_crl, revoke, serial_issued_by, sign_crl, CrlReport, RevocationState, RevokeReason,

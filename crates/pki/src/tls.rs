@@ -15,8 +15,8 @@ use rustls::{
 };
 use rustls_pki_types::pem::{self, PemObject};
 
-use crate::der;
 use crate::issue::{validate_train_id, TRAIN_DOMAIN};
+use crate::x509;
 use crate::PkiError;
 
 /// The ALPN protocol id both ends require.
@@ -112,12 +112,12 @@ pub fn train_id_of(cert: &CertificateDer<'_>) -> Result<String, PkiError> {
         }
     }
 
-    let attributes = der::parse_name(parsed.subject()).map_err(|e| none(format!("the subject does not parse: {e}")))?;
-    let mut common_names = attributes.iter().filter(|a| a.oid == der::COMMON_NAME);
+    let attributes = x509::subject_attributes(cert).map_err(|e| none(format!("the subject does not parse: {e}")))?;
+    let mut common_names = attributes.iter().filter(|a| a.oid == x509::COMMON_NAME);
     let cn = match (common_names.next(), common_names.next()) {
         (None, _) => None,
         (Some(attr), None) => {
-            Some(der::directory_string(attr).ok_or_else(|| none("the CN is not a text string".into()))?.to_owned())
+            Some(x509::directory_string(attr).ok_or_else(|| none("the CN is not a text string".into()))?.to_owned())
         }
         (Some(_), Some(_)) => return Err(none("the subject has several CNs".into())),
     };
