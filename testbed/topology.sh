@@ -299,6 +299,10 @@ case $cmd in
             [[ -x $BIN/$b ]] || die "$BIN/$b not built: run 'cargo build --release --workspace'"
         done
         topology_down
+        # Each `up` logs afresh: the relay and proxy append to their logs
+        # (restarts within one topology), and a benchmark copies them per
+        # run, so an earlier topology's lines must not be in them.
+        rm -rf "$logs"
         # From here on, a failure leaves nothing behind.
         trap 'topology_down >/dev/null 2>&1 || true' ERR
         "$here/netns/up.sh" >/dev/null

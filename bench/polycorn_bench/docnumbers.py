@@ -79,6 +79,8 @@ DEFAULT_JSON = "bench/out/hsr-default.json"
 #: Head-of-line recovery on the default pipeline (issue 20, precision, 2026-11-28): hrsch+,
 #: hrsch+pen and hrsch+hol+tail against minrtt.
 HOL_DEFAULT_JSON = "bench/out/hsr-hol-default.json"
+#: CUBIC against BBR on the subflows, side by side in one precision run (scheme NAME~cubic).
+CC_SAME_RUN_JSON = "bench/out/hsr-cc.json"
 #: Diagnostic CC: CUBIC against BBR on the subflows (out/diagnostics/cc/compare.py).
 CC_JSON = "bench/out/diagnostics/cc/compare.json"
 #: The kernel-MPTCP baselines after the tunnel's fix (no endpoint RTO or window over kernel
@@ -1958,6 +1960,8 @@ REGIONS: dict[str, Region] = {
     "hol-default-mechanisms": Region(functools.partial(mechanisms, rel=HOL_DEFAULT_JSON)),
     "hol-default-variants": Region(functools.partial(variants_table, rel=HOL_DEFAULT_JSON)),
     "cc-subflows": Region(cc_table),
+    "cc-same-run-mechanisms": Region(functools.partial(mechanisms, rel=CC_SAME_RUN_JSON)),
+    "cc-same-run-variants": Region(functools.partial(variants_table, rel=CC_SAME_RUN_JSON)),
     "kernel-mptcp-precision": Region(functools.partial(mechanisms, rel=KERNEL_MPTCP_JSON)),
     "fleet": Region(fleet_table),
     "fleet-sizing": Region(fleet_sizing),
