@@ -15,8 +15,9 @@ use anyhow::{bail, Context as _};
 use clap::Parser;
 use ipnet::IpNet;
 use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, DEFAULT_PROXY_BUDGET, MAX_PATHS};
-use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
+use polycorn_net::config::{build_pipeline, PipelineToml};
 use polycorn_net::metrics::{self, Source};
+use polycorn_net::options::{self, CommonOpts, CommonSettings};
 use polycorn_net::session::{RESET_CONNECT_FAILED, RESET_REFUSED_BY_POLICY};
 use polycorn_net::subflow::{self, Congestion, Hello, Transport};
 use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
@@ -36,63 +37,29 @@ static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 /// Options: from the file given by `--config`, then `POLYCORN_PROXY_*`
 /// environment variables, then flags (later wins).
 #[derive(Parser, serde::Deserialize, Default, Debug)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 #[command(name = "polycorn-proxy", version, about = "Polycorn cloud proxy: one per train")]
 struct Opts {
-    /// TOML file with any of these options (keys as the long flag names).
-    #[arg(long, env = "POLYCORN_PROXY_CONFIG")]
-    #[serde(skip)]
-    config: Option<PathBuf>,
-    /// The train this proxy serves; subflows from any other train are refused.
-    #[arg(long, env = "POLYCORN_PROXY_TRAIN_ID")]
-    train_id: Option<String>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    common: CommonOpts,
     /// Address to accept subflows on [default: 0.0.0.0:4433].
-    #[arg(long, env = "POLYCORN_PROXY_LISTEN")]
+    #[arg(long)]
     listen: Option<SocketAddr>,
-    /// CA certificate that signs train certificates (PEM).
-    #[arg(long, env = "POLYCORN_PROXY_CA")]
-    ca: Option<PathBuf>,
-    /// This proxy's certificate (PEM).
-    #[arg(long, env = "POLYCORN_PROXY_CERT")]
-    cert: Option<PathBuf>,
-    /// This proxy's private key (PEM).
-    #[arg(long, env = "POLYCORN_PROXY_KEY")]
-    key: Option<PathBuf>,
     /// CRL of the CA (PEM, `ca.crl` written by `polycorn-pki revoke` / `crl`):
     /// a train certificate it lists fails the handshake. Checked against the
     /// CA at start (an unusable CRL is an error) and re-read when the file
     /// changes (an unusable new file is refused, the previous CRL kept).
-    #[arg(long, env = "POLYCORN_PROXY_CRL")]
+    #[arg(long)]
     crl: Option<PathBuf>,
-    /// Downlink scheduler: a built-in composition (hrsch+, hrsch+stale, hrsch,
-    /// minrtt, roundrobin, redundant, blest, ecf, single-path, the HRSCH
-    /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er, and the
-    /// head-of-line ones) or one defined under [pipelines] in the config
-    /// file [default: hrsch+, HRSCH with the stale filter and the tail rules].
-    #[arg(long, env = "POLYCORN_PROXY_SCHEDULER")]
-    scheduler: Option<String>,
-    /// `tls` (one TLS subflow per train interface); `kernel-mptcp` (one
-    /// MPTCP connection scheduled by the kernel, carrying every passenger
-    /// connection); or `kernel-mptcp-conn` (each passenger connection its
-    /// own MPTCP connection with TLS, as OpenMPTCProuter runs it; the
-    /// destination policy and --connect-timeout-s apply, there is no
-    /// session, scheduler or telemetry) [default: tls].
-    #[arg(long, env = "POLYCORN_PROXY_TRANSPORT")]
-    transport: Option<String>,
-    /// Kernel congestion control of the sockets facing the train (TLS
-    /// subflows, MPTCP connections and their subflows): an algorithm name
-    /// (`TCP_CONGESTION`), or `kernel` for the kernel's default. When the
-    /// kernel lacks it, a warning and the default [default: bbr].
-    #[arg(long, env = "POLYCORN_PROXY_SUBFLOW_CC")]
-    subflow_cc: Option<String>,
     /// Most passenger connections of the train at once: beyond it the proxy
     /// refuses an OPEN with a RESET (counted in
     /// polycorn_conns_refused_total); kernel-mptcp-conn: new connections wait
     /// in the listen backlog instead [default: 16384].
-    #[arg(long, env = "POLYCORN_PROXY_MAX_CONNS")]
+    #[arg(long)]
     max_conns: Option<usize>,
     /// Prometheus metrics and health endpoints [default: 127.0.0.1:9464].
-    #[arg(long, env = "POLYCORN_PROXY_METRICS_LISTEN")]
+    #[arg(long)]
     metrics_listen: Option<SocketAddr>,
     /// Destinations the proxy refuses to connect to, comma-separated CIDRs;
     /// replaces the default list, which refuses the proxy's own host and the
@@ -105,7 +72,7 @@ struct Opts {
     /// (::ffff:a.b.c.d, ::a.b.c.d, NAT64 64:ff9b::/96 and 64:ff9b:1::/48,
     /// 6to4 2002::/16) are checked as that IPv4 address too. Open a network
     /// with --allow rather than replacing this list.
-    #[arg(long, env = "POLYCORN_PROXY_DENY", value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',')]
     deny: Option<Vec<IpNet>>,
     /// Destinations allowed although a --deny network contains them,
     /// comma-separated CIDRs, e.g. `10.99.0.0/24` for an origin on a
@@ -113,124 +80,64 @@ struct Opts {
     /// the destination decides, and an allow entry wins a tie with a deny
     /// entry of the same prefix length, so `--allow 0.0.0.0/0` re-opens
     /// nothing. Only some networks: `--deny 0.0.0.0/0,::/0 --allow NETS`.
-    #[arg(long, env = "POLYCORN_PROXY_ALLOW", value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',')]
     allow: Option<Vec<IpNet>>,
     /// Upstream connect timeout in seconds [default: 10].
-    #[arg(long, env = "POLYCORN_PROXY_CONNECT_TIMEOUT_S")]
+    #[arg(long)]
     connect_timeout_s: Option<f64>,
-    /// Most bytes a passenger connection's receive window grows to:
-    /// windows start at --conn-window-initial and double while the window is
-    /// what limits the connection (docs/architecture.md, "Flow control and
-    /// memory") [default: 8388608].
-    #[arg(long, env = "POLYCORN_PROXY_CONN_WINDOW")]
-    conn_window: Option<u64>,
-    /// Receive window a passenger connection starts with; equal to
-    /// --conn-window, windows are fixed [default: 1048576].
-    #[arg(long, env = "POLYCORN_PROXY_CONN_WINDOW_INITIAL")]
-    conn_window_initial: Option<u64>,
-    /// Most bytes a passenger connection holds on its send side: read from
-    /// the passenger and not yet acknowledged by the relay [default: 8388608].
-    #[arg(long, env = "POLYCORN_PROXY_CONN_SEND_BUFFER")]
-    conn_send_buffer: Option<u64>,
     /// Memory shared by every passenger connection's send buffer and
     /// receive window, bytes: windows grow freely below half of it, only to
     /// a fair share below three quarters, and shrink back above; at the
     /// budget no connection gets more than its floor [default: 268435456 (256 MiB)].
-    #[arg(long, env = "POLYCORN_PROXY_MEM_BUDGET")]
+    #[arg(long)]
     mem_budget: Option<u64>,
-    /// Failure-location table (JSON, docs/schedulerlets.md "HRSCH") for
-    /// handover-failure-aware path rejection on the downlink; reloaded when
-    /// the file changes (a malformed new file is refused, the old table kept).
-    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE")]
-    failure_table: Option<PathBuf>,
     /// Follow the trainer's compacted Kafka topic of failure-location
     /// tables (e.g. `polycorn.failure-tables.v1`; needs --kafka-brokers):
     /// read from the beginning at start, then followed; a table is used when
     /// its version is higher than the one in use. The data plane does not
     /// wait for it. With --failure-table too, the file may still replace the
     /// table with any version when it changes.
-    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_TOPIC")]
+    #[arg(long)]
     failure_table_topic: Option<String>,
-    /// Poll the LinkDB API for the failure-location table, e.g.
-    /// `https://linkdb.example/v1/failure-table` (a URL without a path gets
-    /// `/v1/failure-table`), with If-None-Match; a table is used when its
-    /// version is higher than the one in use.
-    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_URL")]
-    failure_table_url: Option<String>,
-    /// Seconds between polls of --failure-table-url [default: 30].
-    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_POLL_S")]
-    failure_table_poll_s: Option<f64>,
-    /// File holding the LinkDB API key sent as `X-API-Key` with --failure-table-url.
-    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_API_KEY_FILE")]
-    failure_table_api_key_file: Option<PathBuf>,
-    /// Send the API key over a plain http:// --failure-table-url to a host
-    /// that is not loopback (refused at start-up without it): only where
-    /// the network to the API is trusted, e.g. a Service inside the cluster.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_PROXY_FAILURE_TABLE_INSECURE_HTTP")]
-    failure_table_insecure_http: Option<bool>,
-    /// The trainer's table-signing public key(s) (PEM, `polycorn-pki
-    /// table-key`; several PUBLIC KEY blocks while a key is rotated): every
-    /// table, from the file (signature in FILE.sig), the API or Kafka, must
-    /// carry a signature that one of them verifies, or it is refused and
-    /// the table in use stays. Without it tables are accepted unsigned
-    /// (warned at start).
-    #[arg(long, env = "POLYCORN_PROXY_FAILURE_TABLE_VERIFY_KEY")]
-    failure_table_verify_key: Option<PathBuf>,
     /// Kafka bootstrap servers for the train's telemetry, e.g.
     /// `kafka-0:9092,kafka-1:9092`. Without it telemetry has no sink: it is
     /// acknowledged on receipt and discarded (counted).
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_BROKERS")]
+    #[arg(long)]
     kafka_brokers: Option<String>,
     /// Topic for telemetry records [default: polycorn.telemetry.v1].
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_TOPIC")]
+    #[arg(long)]
     kafka_topic: Option<String>,
     /// Dead-letter topic for malformed records, reason in the
     /// `polycorn-error` header [default: polycorn.telemetry.dlq].
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_DLQ_TOPIC")]
+    #[arg(long)]
     kafka_dlq_topic: Option<String>,
     /// How the Kafka clients (telemetry producer, table consumer) reach the
     /// brokers: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (docs/security.md,
     /// "Kafka") [default: PLAINTEXT].
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SECURITY_PROTOCOL")]
+    #[arg(long)]
     kafka_security_protocol: Option<String>,
     /// SASL mechanism with SASL_SSL or SASL_PLAINTEXT: SCRAM-SHA-512 or
     /// SCRAM-SHA-256 [default: SCRAM-SHA-512].
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SASL_MECHANISM")]
+    #[arg(long)]
     kafka_sasl_mechanism: Option<String>,
     /// SASL user name: the Kafka principal `User:NAME` that the ACLs name.
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SASL_USERNAME")]
+    #[arg(long)]
     kafka_sasl_username: Option<String>,
     /// File holding the SASL password (its first line): the password itself
     /// is never a flag.
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SASL_PASSWORD_FILE")]
+    #[arg(long)]
     kafka_sasl_password_file: Option<PathBuf>,
     /// CA certificate(s) (PEM) that sign the brokers' certificates, with SSL
     /// or SASL_SSL [default: the system's trust store]. The broker's
     /// certificate must name the host dialled.
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SSL_CA")]
+    #[arg(long)]
     kafka_ssl_ca: Option<PathBuf>,
     /// Client certificate (PEM) for mutual TLS to Kafka; needs --kafka-ssl-key.
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SSL_CERT")]
+    #[arg(long)]
     kafka_ssl_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM, unencrypted).
-    #[arg(long, env = "POLYCORN_PROXY_KAFKA_SSL_KEY")]
+    #[arg(long)]
     kafka_ssl_key: Option<PathBuf>,
-    /// Log as JSON lines.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_PROXY_LOG_JSON")]
-    log_json: Option<bool>,
-    /// Write a segment trace to DIR: every DATA frame sent and received
-    /// with its path, acknowledgements, timeouts, stale paths and
-    /// reinjections, and each path's state every 100 ms, as JSON lines
-    /// (docs/benchmarks.md, "Where stalls come from"). Off by default.
-    #[arg(long, env = "POLYCORN_PROXY_TRACE_DIR")]
-    trace_dir: Option<PathBuf>,
-    /// Stop the segment trace after this many bytes [default: 1 GiB].
-    #[arg(long, env = "POLYCORN_PROXY_TRACE_MAX_BYTES")]
-    trace_max_bytes: Option<u64>,
-    /// Custom pipelines (config file only).
-    #[arg(skip)]
-    #[serde(default)]
-    pipelines: BTreeMap<String, PipelineToml>,
 }
 
 struct Settings {
@@ -268,21 +175,30 @@ struct Settings {
     trace: Option<polycorn_net::segtrace::TraceOptions>,
 }
 
-fn parse_transport(s: &str) -> anyhow::Result<Transport> {
-    Ok(s.parse()?)
-}
+/// Help texts of shared options that say more for the proxy.
+const PROXY_HELP: &[(&str, &str)] = &[
+    ("train_id", "The train this proxy serves; subflows from any other train are refused."),
+    ("ca", "CA certificate that signs train certificates (PEM)."),
+    ("cert", "This proxy's certificate (PEM)."),
+    ("key", "This proxy's private key (PEM)."),
+    (
+        "transport",
+        "`tls` (one TLS subflow per train interface); `kernel-mptcp` (one MPTCP connection scheduled by the \
+         kernel, carrying every passenger connection); or `kernel-mptcp-conn` (each passenger connection its own \
+         MPTCP connection with TLS, as OpenMPTCProuter runs it; the destination policy and --connect-timeout-s \
+         apply, there is no session, scheduler or telemetry) [default: tls].",
+    ),
+];
 
 fn settings() -> anyhow::Result<(Settings, bool)> {
-    let mut o = Opts::parse();
-    let mut f: Opts = load_toml(o.config.as_deref())?;
-    merge_options!(o, f; train_id, listen, ca, cert, key, scheduler, transport, subflow_cc, max_conns, metrics_listen, deny, allow,
-        connect_timeout_s, conn_window, conn_window_initial, conn_send_buffer, mem_budget, log_json, failure_table, kafka_brokers, kafka_topic,
-        kafka_dlq_topic, failure_table_topic, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, trace_dir, trace_max_bytes,
-        kafka_security_protocol, kafka_sasl_mechanism, kafka_sasl_username, kafka_sasl_password_file, kafka_ssl_ca, kafka_ssl_cert, kafka_ssl_key);
-    if o.crl.is_none() {
-        o.crl = f.crl.take();
-    }
-    let pipelines = std::mem::take(&mut f.pipelines);
+    let mut o: Opts = options::parse("PROXY", PROXY_HELP);
+    let mut f: Opts = options::load_file(o.common.config.as_deref(), &options::command::<Opts>("PROXY", &[]))?;
+    o.common.merge(&mut f.common);
+    merge_options!(o, f; listen, crl, max_conns, metrics_listen, deny, allow, connect_timeout_s, mem_budget,
+        kafka_brokers, kafka_topic, kafka_dlq_topic, failure_table_topic, kafka_security_protocol, kafka_sasl_mechanism,
+        kafka_sasl_username, kafka_sasl_password_file, kafka_ssl_ca, kafka_ssl_cert, kafka_ssl_key);
+    let CommonSettings { train_id, scheduler, pipelines, transport, congestion, table_url, table_verifier, trace } =
+        o.common.settings()?;
     let table_topic = match (o.failure_table_topic.take(), &o.kafka_brokers) {
         (Some(topic), Some(b)) => Some((b.clone(), topic)),
         (Some(_), None) => bail!("--failure-table-topic needs --kafka-brokers (the Kafka the trainer publishes to)"),
@@ -298,40 +214,18 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
         key: o.kafka_ssl_key.as_deref(),
     })
     .map_err(anyhow::Error::msg)?;
-    let table_url = HttpOpts::from_flags(
-        o.failure_table_url.as_deref(),
-        o.failure_table_poll_s,
-        o.failure_table_api_key_file.as_deref(),
-        o.failure_table_insecure_http.unwrap_or(false),
-    )?;
-    let train_id = o.train_id.context("--train-id is required (the train this proxy serves)")?;
-    let need = |p: Option<PathBuf>, flag: &str| p.with_context(|| format!("--{flag} is required"));
-    let (ca, cert, key) = (need(o.ca, "ca")?, need(o.cert, "cert")?, need(o.key, "key")?);
+    let (ca, cert, key) = o.common.tls_files()?;
     let (tls, crl) =
         polycorn_pki::server_config_with_crl(&ca, &cert, &key, std::slice::from_ref(&train_id), o.crl.as_deref())
             .context("loading the proxy's TLS material")?;
-    let scheduler = o.scheduler.unwrap_or_else(|| polycorn_core::sched::DEFAULT_PIPELINE.into());
-    build_pipeline(&scheduler, &pipelines)?;
     let policy = policy::Policy::new(o.deny, o.allow);
     let mut endpoint = EndpointConfig::new(Role::Proxy);
-    polycorn_net::config::BufferOptions {
-        conn_window: o.conn_window,
-        conn_window_initial: o.conn_window_initial,
-        conn_send_buffer: o.conn_send_buffer,
-        mem_budget: o.mem_budget,
-    }
-    .apply(&mut endpoint, DEFAULT_PROXY_BUDGET)?;
-    let transport = parse_transport(o.transport.as_deref().unwrap_or("tls"))?;
+    o.common.buffers(o.mem_budget).apply(&mut endpoint, DEFAULT_PROXY_BUDGET)?;
     endpoint.path = transport.path_config(endpoint.path);
     let timeout = o.connect_timeout_s.unwrap_or(10.0);
     if !(timeout > 0.0 && timeout < 3600.0) {
         bail!("--connect-timeout-s must be between 0 and 3600 seconds, got {timeout}");
     }
-    if o.failure_table_verify_key.is_none() {
-        o.failure_table_verify_key = f.failure_table_verify_key.take();
-    }
-    let table_verifier = polycorn_net::table::signature::Verifier::from_flag(o.failure_table_verify_key.as_deref())?;
-    let trace = polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir, o.trace_max_bytes)?;
     let max_conns = o.max_conns.unwrap_or(endpoint.max_conns);
     if max_conns == 0 {
         bail!("--max-conns must be at least 1");
@@ -347,14 +241,14 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             scheduler,
             pipelines,
             transport,
-            congestion: o.subflow_cc.as_deref().map_or(Ok(Congestion::default()), str::parse)?,
+            congestion,
             max_conns,
             metrics_listen: o.metrics_listen.unwrap_or_else(|| "127.0.0.1:9464".parse().expect("valid")),
             policy,
             connect_timeout: Duration::from_secs_f64(timeout),
             endpoint,
             table_verifier,
-            failure_table: o.failure_table,
+            failure_table: o.common.failure_table,
             table_url,
             table_topic,
             kafka: o.kafka_brokers.map(|b| {
@@ -366,7 +260,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             }),
             kafka_security,
         },
-        o.log_json.unwrap_or(false),
+        o.common.log_json.unwrap_or(false),
     ))
 }
 
@@ -1004,21 +898,41 @@ mod tests {
         assert!(!ok("93.184.216.34:443"));
     }
 
+    /// The options of a config file with `text`, read as the proxy reads it.
+    fn file_opts(text: &str) -> Result<Opts, polycorn_net::Error> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("proxy.toml");
+        std::fs::write(&path, text).unwrap();
+        options::load_file(Some(&path), &options::command::<Opts>("PROXY", &[]))
+    }
+
     #[test]
     fn every_transport_parses() {
         for t in ["tls", "kernel-mptcp", "kernel-mptcp-conn"] {
-            assert_eq!(parse_transport(t).unwrap().name(), t);
+            assert_eq!(t.parse::<Transport>().unwrap().name(), t);
         }
-        let e = parse_transport("mptcp").unwrap_err().to_string();
+        let e = "mptcp".parse::<Transport>().unwrap_err().to_string();
         assert!(e.contains("kernel-mptcp-conn"), "{e}");
-        let o: Opts = toml::from_str("transport = \"kernel-mptcp-conn\"\nmax-conns = 10\n").unwrap();
-        assert_eq!((o.transport.as_deref(), o.max_conns), (Some("kernel-mptcp-conn"), Some(10)));
+        let o = file_opts("transport = \"kernel-mptcp-conn\"\nmax-conns = 10\n").unwrap();
+        assert_eq!((o.common.transport.as_deref(), o.max_conns), (Some("kernel-mptcp-conn"), Some(10)));
     }
 
     #[test]
     fn the_config_file_uses_the_flag_names() {
-        let o: Opts = toml::from_str("train-id = \"t\"\ndeny = [\"10.0.0.0/8\"]\n").unwrap();
+        let o = file_opts("train-id = \"t\"\ndeny = [\"10.0.0.0/8\"]\n").unwrap();
         assert_eq!(o.deny.unwrap().len(), 1);
-        assert!(toml::from_str::<Opts>("listen = 5\n").is_err());
+        assert!(file_opts("listen = 5\n").is_err());
+        assert!(file_opts("kafka-brokerz = \"k:9092\"\n").is_err(), "typos are errors");
+        // A relay-only option is not a proxy key.
+        assert!(file_opts("path = [\"a=car0@10.0.0.1:4433\"]\n").is_err());
+    }
+
+    #[test]
+    fn every_option_has_its_proxy_variable() {
+        let cmd = options::command::<Opts>("PROXY", PROXY_HELP);
+        for a in cmd.get_arguments() {
+            let want = format!("POLYCORN_PROXY_{}", a.get_id().as_str().to_ascii_uppercase());
+            assert_eq!(a.get_env().and_then(|e| e.to_str()), Some(want.as_str()), "--{:?}", a.get_long());
+        }
     }
 }

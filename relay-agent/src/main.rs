@@ -16,9 +16,10 @@ use anyhow::{bail, Context as _};
 use clap::Parser;
 use polycorn_capture::{Dialer, InterceptRules, RelayOpts, UdpPolicy};
 use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, DEFAULT_RELAY_BUDGET, MAX_PATHS};
-use polycorn_net::config::{build_pipeline, load_toml, PipelineToml};
+use polycorn_net::config::{build_pipeline, PipelineToml};
 use polycorn_net::metrics::{self, Source, Writer};
 use polycorn_net::mptcp_conn::{self, ConnDialer};
+use polycorn_net::options::{self, CommonOpts, CommonSettings};
 use polycorn_net::subflow::{self, Congestion, Hello, Transport};
 use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
 use polycorn_net::{merge_options, ConnStream, Session, SessionEvent};
@@ -31,213 +32,117 @@ mod spool;
 /// Options: from the file given by `--config`, then `POLYCORN_RELAY_*`
 /// environment variables, then flags (later wins).
 #[derive(Parser, serde::Deserialize, Default, Debug)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 #[command(name = "polycorn-relay", version, about = "Polycorn relay-agent: one per train gateway")]
 struct Opts {
-    /// TOML file with any of these options (keys as the long flag names).
-    #[arg(long, env = "POLYCORN_RELAY_CONFIG")]
-    #[serde(skip)]
-    config: Option<PathBuf>,
-    /// This train's id; must match its certificate.
-    #[arg(long, env = "POLYCORN_RELAY_TRAIN_ID")]
-    train_id: Option<String>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    common: CommonOpts,
     /// One subflow per cellular interface: `NAME=DEVICE@PROXY_ADDR`, e.g.
     /// `carrier-a=wwan0@203.0.113.7:4433` (DEVICE may be empty to skip
     /// SO_BINDTODEVICE). Repeat the flag, or comma-separate.
-    #[arg(long = "path", env = "POLYCORN_RELAY_PATHS", value_delimiter = ',')]
+    #[arg(long = "path", value_delimiter = ',')]
     #[serde(rename = "path")]
     paths: Option<Vec<String>>,
     /// Name the proxy's certificate must carry [default: proxy.polycorn].
-    #[arg(long, env = "POLYCORN_RELAY_PROXY_NAME")]
+    #[arg(long)]
     proxy_name: Option<String>,
-    /// CA certificate that signs the proxy's certificate (PEM).
-    #[arg(long, env = "POLYCORN_RELAY_CA")]
-    ca: Option<PathBuf>,
-    /// This train's certificate (PEM).
-    #[arg(long, env = "POLYCORN_RELAY_CERT")]
-    cert: Option<PathBuf>,
-    /// This train's private key (PEM).
-    #[arg(long, env = "POLYCORN_RELAY_KEY")]
-    key: Option<PathBuf>,
     /// Transparent-capture listener (nftables REDIRECT target), e.g. 0.0.0.0:15001.
-    #[arg(long, env = "POLYCORN_RELAY_LISTEN_TRANSPARENT")]
+    #[arg(long)]
     listen_transparent: Option<SocketAddr>,
     /// SOCKS5 listener for explicit use, e.g. 10.66.0.1:1080.
-    #[arg(long, env = "POLYCORN_RELAY_LISTEN_SOCKS")]
+    #[arg(long)]
     listen_socks: Option<SocketAddr>,
     /// UDP DNS listener for passengers, e.g. 0.0.0.0:5353 (nftables
     /// redirects passengers' port 53 here when --lan-interface is set).
-    #[arg(long, env = "POLYCORN_RELAY_LISTEN_DNS")]
+    #[arg(long)]
     listen_dns: Option<SocketAddr>,
     /// Resolver the proxy side reaches, queried over DNS-over-TCP through the
     /// tunnel: by the DNS forwarder (--listen-dns) and for SOCKS5 domain
     /// names (without it, SOCKS5 names are resolved by the train's own
     /// resolver, outside the tunnel; a warning says so).
-    #[arg(long, env = "POLYCORN_RELAY_DNS_UPSTREAM")]
+    #[arg(long)]
     dns_upstream: Option<SocketAddr>,
     /// Passenger-facing interface: when set, the relay installs its
     /// nftables interception rules (table inet polycorn_relay) on it and
     /// removes them on exit. Needs CAP_NET_ADMIN.
-    #[arg(long, env = "POLYCORN_RELAY_LAN_INTERFACE")]
+    #[arg(long)]
     lan_interface: Option<String>,
     /// Passenger UDP other than DNS: `reject-quic` (reject UDP 443 so apps
     /// fall back to TCP, drop the rest), `drop-all` or `allow` [default: reject-quic].
-    #[arg(long, env = "POLYCORN_RELAY_UDP_POLICY")]
+    #[arg(long)]
     udp_policy: Option<String>,
-    /// Uplink scheduler: a built-in composition (hrsch+, hrsch+stale, hrsch,
-    /// minrtt, roundrobin, redundant, blest, ecf, single-path, the HRSCH
-    /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er, and the
-    /// head-of-line ones) or one under [pipelines] in the config file
-    /// [default: hrsch+, HRSCH with the stale filter and the tail rules].
-    #[arg(long, env = "POLYCORN_RELAY_SCHEDULER")]
-    scheduler: Option<String>,
-    /// `tls` (one TLS subflow per interface); `kernel-mptcp` (one MPTCP
-    /// connection to the first path's proxy address carrying every
-    /// passenger connection; the kernel adds subflows on its configured
-    /// endpoints); or `kernel-mptcp-conn` (each passenger connection its own
-    /// MPTCP connection with TLS to the first path's proxy address, as
-    /// OpenMPTCProuter runs it: no Polycorn session, so no scheduler and no
-    /// telemetry upload) [default: tls].
-    #[arg(long, env = "POLYCORN_RELAY_TRANSPORT")]
-    transport: Option<String>,
-    /// Kernel congestion control of the sockets facing the proxy (TLS
-    /// subflows, MPTCP connections and their subflows): an algorithm name
-    /// (`TCP_CONGESTION`), or `kernel` for the kernel's default. When the
-    /// kernel lacks it, a warning and the default [default: bbr].
-    #[arg(long, env = "POLYCORN_RELAY_SUBFLOW_CC")]
-    subflow_cc: Option<String>,
     /// Prometheus metrics and health endpoints [default: 127.0.0.1:9465].
-    #[arg(long, env = "POLYCORN_RELAY_METRICS_LISTEN")]
+    #[arg(long)]
     metrics_listen: Option<SocketAddr>,
-    /// Most bytes a passenger connection's receive window grows to:
-    /// windows start at --conn-window-initial and double while the window is
-    /// what limits the connection (docs/architecture.md, "Flow control and
-    /// memory") [default: 8388608].
-    #[arg(long, env = "POLYCORN_RELAY_CONN_WINDOW")]
-    conn_window: Option<u64>,
-    /// Receive window a passenger connection starts with; equal to
-    /// --conn-window, windows are fixed [default: 1048576].
-    #[arg(long, env = "POLYCORN_RELAY_CONN_WINDOW_INITIAL")]
-    conn_window_initial: Option<u64>,
-    /// Most bytes a passenger connection holds on its send side: read from
-    /// the passenger and not yet acknowledged by the proxy [default: 8388608].
-    #[arg(long, env = "POLYCORN_RELAY_CONN_SEND_BUFFER")]
-    conn_send_buffer: Option<u64>,
     /// Memory shared by every passenger connection's send buffer and
     /// receive window, bytes: windows grow freely below half of it, only to
     /// a fair share below three quarters, and shrink back above; at the
     /// budget no connection gets more than its floor [default: 67108864 (64 MiB)].
-    #[arg(long, env = "POLYCORN_RELAY_MEM_BUDGET")]
+    #[arg(long)]
     mem_budget: Option<u64>,
     /// Most passenger connections at once per listener [default: 4096].
-    #[arg(long, env = "POLYCORN_RELAY_MAX_CONNS")]
+    #[arg(long)]
     max_conns: Option<usize>,
     /// Most connections of one passenger (one LAN address) at once, so one
     /// passenger cannot take every slot; beyond it a connection is refused
     /// (a TCP reset; counted in polycorn_conns_refused_total) [default: 1024].
-    #[arg(long, env = "POLYCORN_RELAY_MAX_CONNS_PER_PASSENGER")]
+    #[arg(long)]
     max_conns_per_passenger: Option<usize>,
-    /// Failure-location table (JSON, docs/schedulerlets.md "HRSCH") for
-    /// handover-failure-aware path rejection on the uplink; reloaded when
-    /// the file changes (a malformed new file is refused, the old table kept).
-    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE")]
-    failure_table: Option<PathBuf>,
-    /// Poll the LinkDB API for the failure-location table, e.g.
-    /// `https://linkdb.example/v1/failure-table` (a URL without a path gets
-    /// `/v1/failure-table`), with If-None-Match; a table is used when its
-    /// version is higher than the one in use. With --failure-table too, the
-    /// file may still replace the table with any version when it changes.
-    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE_URL")]
-    failure_table_url: Option<String>,
-    /// Seconds between polls of --failure-table-url [default: 30].
-    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE_POLL_S")]
-    failure_table_poll_s: Option<f64>,
-    /// File holding the LinkDB API key sent as `X-API-Key` with --failure-table-url.
-    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE_API_KEY_FILE")]
-    failure_table_api_key_file: Option<PathBuf>,
-    /// Send the API key over a plain http:// --failure-table-url to a host
-    /// that is not loopback (refused at start-up without it): only where
-    /// the network to the API is trusted, e.g. a Service inside the cluster.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_FAILURE_TABLE_INSECURE_HTTP")]
-    failure_table_insecure_http: Option<bool>,
-    /// The trainer's table-signing public key(s) (PEM, `polycorn-pki
-    /// table-key`; several PUBLIC KEY blocks while a key is rotated): every
-    /// table, from the file (signature in FILE.sig) or the API, must carry a
-    /// signature that one of them verifies, or it is refused and the table
-    /// in use stays. Without it tables are accepted unsigned (warned at
-    /// start).
-    #[arg(long, env = "POLYCORN_RELAY_FAILURE_TABLE_VERIFY_KEY")]
-    failure_table_verify_key: Option<PathBuf>,
     /// Testbed radio source: replay a polycorn-tracegen event log
     /// (events.jsonl) as GPS fixes, serving cells, signal samples and
     /// handovers; carrier k of the log is the k-th --path.
-    #[arg(long, env = "POLYCORN_RELAY_REPLAY_EVENTS")]
+    #[arg(long)]
     replay_events: Option<PathBuf>,
     /// Unix ms of the replayed trip's time zero (the link emulator's
     /// --epoch-unix-ms) [default: when the relay starts].
-    #[arg(long, env = "POLYCORN_RELAY_REPLAY_EPOCH_UNIX_MS")]
+    #[arg(long)]
     replay_epoch_unix_ms: Option<i64>,
     /// Replay source: detect handovers from the log's raw cell and link
     /// stream (as the live sources do) instead of replaying its labels.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_REPLAY_DETECT")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     replay_detect: Option<bool>,
     /// Replay source: send fixes and handovers with latitude and longitude
     /// only (no position along the track), as a GPS receiver does; HPR then
     /// places them on the failure-location table's route lines.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_REPLAY_GPS_ONLY")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     replay_gps_only: Option<bool>,
     /// Read position fixes from gpsd at ADDR (host:port) [default when
     /// given without a value: 127.0.0.1:2947].
-    #[arg(long, num_args = 0..=1, default_missing_value = radio::gpsd::DEFAULT_ADDR, env = "POLYCORN_RELAY_GPSD")]
+    #[arg(long, num_args = 0..=1, default_missing_value = radio::gpsd::DEFAULT_ADDR)]
     gpsd: Option<String>,
     /// Poll ModemManager modem MODEM_INDEX for path PATH_NAME's serving
     /// cell, registration and RSRP: `PATH_NAME=MODEM_INDEX`, e.g.
     /// `carrier-a=0`. Repeat the flag, or comma-separate.
-    #[arg(long = "modem", env = "POLYCORN_RELAY_MODEMS", value_delimiter = ',')]
+    #[arg(long = "modem", value_delimiter = ',')]
     #[serde(rename = "modem")]
     modems: Option<Vec<String>>,
     /// The mmcli program to run [default: mmcli].
-    #[arg(long, env = "POLYCORN_RELAY_MMCLI")]
+    #[arg(long)]
     mmcli: Option<String>,
     /// How often each modem is polled, ms [default: 1000].
-    #[arg(long, env = "POLYCORN_RELAY_MMCLI_INTERVAL_MS")]
+    #[arg(long)]
     mmcli_interval_ms: Option<u64>,
     /// A loss of service at least this long is a failed handover, a shorter
     /// one a successful handover's interruption (docs/radio-sources.md)
     /// [default: 1000].
-    #[arg(long, env = "POLYCORN_RELAY_HANDOVER_FAILURE_THRESHOLD_MS")]
+    #[arg(long)]
     handover_failure_threshold_ms: Option<u64>,
     /// Directory of the durable telemetry spool (docs/telemetry.md); one
     /// relay-agent per directory. Opened only when a radio source runs
     /// [default: /var/lib/polycorn/spool].
-    #[arg(long, env = "POLYCORN_RELAY_TELEMETRY_SPOOL")]
+    #[arg(long)]
     telemetry_spool: Option<PathBuf>,
     /// Upper bound on the spool's size on disk, bytes; past it the oldest
     /// samples are dropped first, handover events last [default: 67108864].
-    #[arg(long, env = "POLYCORN_RELAY_TELEMETRY_SPOOL_MAX_BYTES")]
+    #[arg(long)]
     telemetry_spool_max_bytes: Option<u64>,
     /// Replay source: after a restart, report the events of the log since
     /// the newest record the spool took before it (and the whole log on a
     /// first start) instead of only those from now on, as a modem that
     /// keeps its own history would. Duplicates are harmless downstream.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_REPLAY_RESUME")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     replay_resume: Option<bool>,
-    /// Log as JSON lines.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "POLYCORN_RELAY_LOG_JSON")]
-    log_json: Option<bool>,
-    /// Write a segment trace to DIR: every DATA frame sent and received
-    /// with its path, acknowledgements, timeouts, stale paths and
-    /// reinjections, and each path's state every 100 ms, as JSON lines
-    /// (docs/benchmarks.md, "Where stalls come from"). Off by default.
-    #[arg(long, env = "POLYCORN_RELAY_TRACE_DIR")]
-    trace_dir: Option<PathBuf>,
-    /// Stop the segment trace after this many bytes [default: 1 GiB].
-    #[arg(long, env = "POLYCORN_RELAY_TRACE_MAX_BYTES")]
-    trace_max_bytes: Option<u64>,
-    /// Custom pipelines (config file only).
-    #[arg(skip)]
-    #[serde(default)]
-    pipelines: BTreeMap<String, PipelineToml>,
 }
 
 #[derive(Clone, Debug)]
@@ -294,15 +199,32 @@ struct Settings {
     trace: Option<polycorn_net::segtrace::TraceOptions>,
 }
 
+/// Help texts of shared options that say more for the relay.
+const RELAY_HELP: &[(&str, &str)] = &[
+    ("train_id", "This train's id; must match its certificate."),
+    ("ca", "CA certificate that signs the proxy's certificate (PEM)."),
+    ("cert", "This train's certificate (PEM)."),
+    ("key", "This train's private key (PEM)."),
+    (
+        "transport",
+        "`tls` (one TLS subflow per interface); `kernel-mptcp` (one MPTCP connection to the first path's proxy \
+         address carrying every passenger connection; the kernel adds subflows on its configured endpoints); or \
+         `kernel-mptcp-conn` (each passenger connection its own MPTCP connection with TLS to the first path's proxy \
+         address, as OpenMPTCProuter runs it: no Polycorn session, so no scheduler and no telemetry upload) \
+         [default: tls].",
+    ),
+];
+
 fn settings() -> anyhow::Result<Settings> {
-    let mut o = Opts::parse();
-    let mut f: Opts = load_toml(o.config.as_deref())?;
-    merge_options!(o, f; train_id, paths, proxy_name, ca, cert, key, listen_transparent, listen_socks, listen_dns,
-        dns_upstream, lan_interface, udp_policy, scheduler, transport, subflow_cc, metrics_listen, conn_window, conn_window_initial, conn_send_buffer, mem_budget, max_conns, max_conns_per_passenger, log_json,
-        failure_table, failure_table_url, failure_table_poll_s, failure_table_api_key_file, failure_table_insecure_http, failure_table_verify_key, replay_events, replay_epoch_unix_ms, replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms,
-        handover_failure_threshold_ms, telemetry_spool, telemetry_spool_max_bytes, replay_resume, trace_dir, trace_max_bytes);
-    let pipelines = std::mem::take(&mut f.pipelines);
-    let train_id = o.train_id.clone().context("--train-id is required")?;
+    let mut o: Opts = options::parse("RELAY", RELAY_HELP);
+    let mut f: Opts = options::load_file(o.common.config.as_deref(), &options::command::<Opts>("RELAY", &[]))?;
+    o.common.merge(&mut f.common);
+    merge_options!(o, f; paths, proxy_name, listen_transparent, listen_socks, listen_dns, dns_upstream, lan_interface,
+        udp_policy, metrics_listen, mem_budget, max_conns, max_conns_per_passenger, replay_events, replay_epoch_unix_ms,
+        replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms, handover_failure_threshold_ms,
+        telemetry_spool, telemetry_spool_max_bytes, replay_resume);
+    let CommonSettings { train_id, scheduler, pipelines, transport, congestion, table_url, table_verifier, trace } =
+        o.common.settings()?;
     let specs = o.paths.clone().unwrap_or_default();
     if specs.is_empty() {
         bail!("at least one --path NAME=DEVICE@PROXY_ADDR is required");
@@ -311,23 +233,18 @@ fn settings() -> anyhow::Result<Settings> {
         bail!("at most {MAX_PATHS} paths are supported, got {}", specs.len());
     }
     let paths = specs.iter().enumerate().map(|(i, s)| parse_path(i, s)).collect::<anyhow::Result<Vec<_>>>()?;
-    let need = |p: &Option<PathBuf>, flag: &str| p.clone().with_context(|| format!("--{flag} is required"));
-    let tls = polycorn_pki::client_config(&need(&o.ca, "ca")?, &need(&o.cert, "cert")?, &need(&o.key, "key")?)
-        .context("loading the train's TLS material")?;
+    let (ca, cert, key) = o.common.tls_files()?;
+    let tls = polycorn_pki::client_config(&ca, &cert, &key).context("loading the train's TLS material")?;
     let name = o.proxy_name.clone().unwrap_or_else(|| "proxy.polycorn".into());
     let proxy_name = rustls::pki_types::ServerName::try_from(name.clone())
         .with_context(|| format!("--proxy-name {name:?} is not a valid DNS name or IP address"))?;
-    let scheduler = o.scheduler.clone().unwrap_or_else(|| polycorn_core::sched::DEFAULT_PIPELINE.into());
-    build_pipeline(&scheduler, &pipelines)?;
-    let transport: Transport = o.transport.as_deref().unwrap_or("tls").parse()?;
-    let congestion: Congestion = o.subflow_cc.as_deref().map_or(Ok(Congestion::default()), str::parse)?;
     let udp_policy = match o.udp_policy.as_deref().unwrap_or("reject-quic") {
         "reject-quic" => UdpPolicy::RejectQuic,
         "drop-all" => UdpPolicy::DropAll,
         "allow" => UdpPolicy::Allow,
         other => bail!("unknown --udp-policy {other:?}: use reject-quic, drop-all or allow"),
     };
-    buffer_options(&o).apply(&mut EndpointConfig::new(Role::Relay), DEFAULT_RELAY_BUDGET)?;
+    o.common.buffers(o.mem_budget).apply(&mut EndpointConfig::new(Role::Relay), DEFAULT_RELAY_BUDGET)?;
     if o.max_conns_per_passenger == Some(0) {
         bail!("--max-conns-per-passenger must be at least 1");
     }
@@ -355,14 +272,6 @@ fn settings() -> anyhow::Result<Settings> {
             .handover_failure_threshold_ms
             .unwrap_or(polycorn_telemetry::handover::DEFAULT_FAILURE_THRESHOLD_MS),
     };
-    let table_url = HttpOpts::from_flags(
-        o.failure_table_url.as_deref(),
-        o.failure_table_poll_s,
-        o.failure_table_api_key_file.as_deref(),
-        o.failure_table_insecure_http.unwrap_or(false),
-    )?;
-    let table_verifier = polycorn_net::table::signature::Verifier::from_flag(o.failure_table_verify_key.as_deref())?;
-    let trace = polycorn_net::segtrace::TraceOptions::from_flags(o.trace_dir.clone(), o.trace_max_bytes)?;
     Ok(Settings {
         trace,
         train_id,
@@ -591,15 +500,6 @@ fn capture_metrics(w: &mut Writer, kind: &'static str, st: &polycorn_capture::Ca
     w.counter("polycorn_capture_dns_failed", "DNS queries that failed.", l(), s.dns_failed as f64);
 }
 
-fn buffer_options(o: &Opts) -> polycorn_net::config::BufferOptions {
-    polycorn_net::config::BufferOptions {
-        conn_window: o.conn_window,
-        conn_window_initial: o.conn_window_initial,
-        conn_send_buffer: o.conn_send_buffer,
-        mem_budget: o.mem_budget,
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     polycorn_net::panics::finish("polycorn-relay", run().await)
@@ -613,11 +513,11 @@ async fn run() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    polycorn_net::logging::init("info", s.opts.log_json.unwrap_or(false));
+    polycorn_net::logging::init("info", s.opts.common.log_json.unwrap_or(false));
     polycorn_net::panics::install("relay");
     let session_id = std::collections::hash_map::RandomState::new().hash_one((Instant::now(), std::process::id()));
     let mut cfg = EndpointConfig::new(Role::Relay);
-    buffer_options(&s.opts).apply(&mut cfg, DEFAULT_RELAY_BUDGET)?;
+    s.opts.common.buffers(s.opts.mem_budget).apply(&mut cfg, DEFAULT_RELAY_BUDGET)?;
     cfg.path = s.transport.path_config(cfg.path);
     cfg.max_conns_per_user = s.opts.max_conns_per_passenger.unwrap_or(cfg.max_conns_per_user);
     let pipeline = build_pipeline(&s.scheduler, &s.pipelines)?;
@@ -629,13 +529,13 @@ async fn run() -> anyhow::Result<()> {
         info!(file = %file.display(), "segment trace on");
     }
     // The failure-location table's sources, before any path is up.
-    let tables = (s.opts.failure_table.is_some() || s.table_url.is_some()).then(|| {
+    let tables = (s.opts.common.failure_table.is_some() || s.table_url.is_some()).then(|| {
         let ts = session.clone();
         TableHub::build(Default::default(), s.table_verifier.clone(), move |t| {
             ts.with(|st, _| st.ep.set_failure_table(t))
         })
     });
-    let table_file = match (&s.opts.failure_table, &tables) {
+    let table_file = match (&s.opts.common.failure_table, &tables) {
         (Some(path), Some(hub)) => Some(FileSource::open(path, hub.clone())?),
         _ => None,
     };
@@ -925,15 +825,22 @@ mod tests {
         assert!(e.contains("not a network interface name"), "{e}");
     }
 
+    /// The options of a config file with `text`, read as the relay reads it.
+    fn file_opts(text: &str) -> Result<Opts, polycorn_net::Error> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.toml");
+        std::fs::write(&path, text).unwrap();
+        options::load_file(Some(&path), &options::command::<Opts>("RELAY", &[]))
+    }
+
     #[test]
     fn the_config_file_uses_the_flag_names() {
-        let o: Opts =
-            toml::from_str("train-id = \"train-0001\"\npath = [\"a=car0@10.77.0.2:4433\"]\nscheduler = \"blest\"\n")
-                .unwrap();
+        let o = file_opts("train-id = \"train-0001\"\npath = [\"a=car0@10.77.0.2:4433\"]\nscheduler = \"blest\"\n")
+            .unwrap();
         assert_eq!(o.paths.unwrap().len(), 1);
-        assert_eq!(o.scheduler.as_deref(), Some("blest"));
-        assert!(toml::from_str::<Opts>("trian-id = \"x\"\n").is_err(), "typos are errors");
-        let o: Opts = toml::from_str(
+        assert_eq!(o.common.scheduler.as_deref(), Some("blest"));
+        assert!(file_opts("trian-id = \"x\"\n").is_err(), "typos are errors");
+        let o = file_opts(
             "gpsd = \"127.0.0.1:2947\"\nmodem = [\"a=0\", \"b=1\"]\nmmcli = \"/usr/bin/mmcli\"\nmmcli-interval-ms = 500\nreplay-detect = true\n",
         )
         .unwrap();
@@ -942,12 +849,32 @@ mod tests {
     }
 
     #[test]
+    fn every_option_has_its_relay_variable() {
+        let cmd = options::command::<Opts>("RELAY", RELAY_HELP);
+        for a in cmd.get_arguments() {
+            let want = format!("POLYCORN_RELAY_{}", a.get_id().as_str().to_ascii_uppercase());
+            assert_eq!(a.get_env().and_then(|e| e.to_str()), Some(want.as_str()), "--{:?}", a.get_long());
+        }
+        let names = |id: &str| {
+            cmd.get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned())
+        };
+        // The documented names (docs/operations.md) of options that moved into the shared struct.
+        assert_eq!(names("paths").unwrap(), "POLYCORN_RELAY_PATHS");
+        assert_eq!(names("modems").unwrap(), "POLYCORN_RELAY_MODEMS");
+        assert_eq!(names("failure_table_verify_key").unwrap(), "POLYCORN_RELAY_FAILURE_TABLE_VERIFY_KEY");
+    }
+
+    #[test]
     fn every_transport_is_a_flag_and_a_config_key() {
         for t in ["tls", "kernel-mptcp", "kernel-mptcp-conn"] {
             let o = Opts::try_parse_from(["polycorn-relay", "--transport", t]).unwrap();
-            assert_eq!(o.transport.as_deref().map(|s| s.parse::<Transport>().ok()), Some(Some(t.parse().unwrap())));
-            let f: Opts = toml::from_str(&format!("transport = \"{t}\"\n")).unwrap();
-            assert_eq!(f.transport.as_deref(), Some(t));
+            let parsed = o.common.transport.as_deref().map(|s| s.parse::<Transport>().ok());
+            assert_eq!(parsed, Some(Some(t.parse().unwrap())));
+            let f = file_opts(&format!("transport = \"{t}\"\n")).unwrap();
+            assert_eq!(f.common.transport.as_deref(), Some(t));
         }
         assert!("kernel-mptcp-connection".parse::<Transport>().is_err());
     }

@@ -15,6 +15,8 @@
 //! - [`hof`]: train positions from telemetry, for handover-failure prediction.
 //! - [`segtrace`]: the opt-in segment trace written to a file (`--trace-dir`).
 //! - [`logging`]: logging set-up shared by both binaries.
+//! - [`options`]: the options both binaries share, and how they are read
+//!   (flags, `POLYCORN_<BINARY>_*` variables, the config file).
 //! - [`error`]: the typed start-up errors ([`Error`]) of options, config
 //!   files and table sources.
 //! - [`panics`]: a panic anywhere becomes a logged, counted, clean shutdown
@@ -28,6 +30,7 @@ pub mod logging;
 pub mod lograte;
 pub mod metrics;
 pub mod mptcp_conn;
+pub mod options;
 pub mod panics;
 pub mod relay;
 pub mod segtrace;
