@@ -9,6 +9,9 @@ Files, per link set ``LS`` (only those with data are written):
 * ``LS-handovers.png``: ratio vs minrtt by handovers during the flow;
 * ``LS-ablation.png``: goodput gain over minrtt of each HRSCH mechanism alone and of hrsch,
   with the paper's gains.
+
+Every scheme keeps one colour, marker and hatch across plots and runs (``styles``), and the
+run's default pipeline is drawn with a black edge or a thicker line and labelled "(default)".
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from polycorn_bench.analysis import HANDOVER_BINS, OVERALL
+from polycorn_bench.styles import label as scheme_label
+from polycorn_bench.styles import style
 
 DPI = 120
 
@@ -41,6 +46,8 @@ def _grouped_bars(
     per_scheme: dict[str, dict[str, Any]],
     key: str,
     ci_key: str | None,
+    *,
+    default: str | None,
 ) -> None:
     schemes = list(per_scheme)
     width = 0.8 / max(1, len(schemes))
@@ -58,20 +65,33 @@ def _grouped_bars(
             else:
                 lo.append(0.0)
                 hi.append(0.0)
+        st = style(scheme, default)
         ax.bar(
             x + (i - (len(schemes) - 1) / 2) * width,
             vals,
             width,
-            label=scheme,
+            label=scheme_label(scheme, default),
             yerr=[lo, hi] if ci_key else None,
             capsize=2,
+            color=st.color,
+            hatch=st.hatch,
+            edgecolor=st.edgecolor,
+            linewidth=1.2 if st.default else 0.0,
+            zorder=st.zorder,
         )
     ax.set_xticks(x, groups)
     ax.grid(axis="y", alpha=0.3)
 
 
 def _legend_outside(ax: Any) -> None:
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), title="scheme")
+    n = len(ax.get_legend_handles_labels()[1])
+    ax.legend(
+        fontsize="small",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        title="scheme",
+        ncol=max(1, -(-n // 14)),
+    )
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -83,11 +103,12 @@ def _save(fig: Any, path: Path) -> Path:
 
 def plot_link_set(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path) -> list[Path]:
     written: list[Path] = []
+    default = doc.get("default_scheme")
     bulk = ls.get("bulk", {})
     if bulk:
         groups = _labels(doc, bulk)
         fig, ax = plt.subplots(figsize=(10.5, 4.5))
-        _grouped_bars(ax, groups, bulk, "ratio_vs_minrtt", "ci95")
+        _grouped_bars(ax, groups, bulk, "ratio_vs_minrtt", "ci95", default=default)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xlabel("download size")
         ax.set_ylabel("goodput / minrtt goodput\n(geometric mean of pairs, 95 % CI)")
@@ -96,7 +117,7 @@ def plot_link_set(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path)
         written.append(_save(fig, out / f"{name}-ratio-minrtt.png"))
 
         fig, ax = plt.subplots(figsize=(10.5, 4.5))
-        _grouped_bars(ax, groups, bulk, "ratio_vs_oracle", None)
+        _grouped_bars(ax, groups, bulk, "ratio_vs_oracle", None, default=default)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xlabel("download size")
         ax.set_ylabel("oracle time / actual time\n(geometric mean, 1 = oracle)")
@@ -116,7 +137,16 @@ def plot_link_set(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path)
             for scheme, per in goodputs.items():
                 v = np.sort(np.asarray(per.get(label, []), dtype=float))
                 if len(v):
-                    ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=scheme)
+                    st = style(scheme, default)
+                    ax.step(
+                        v,
+                        np.arange(1, len(v) + 1) / len(v),
+                        where="post",
+                        label=scheme_label(scheme, default),
+                        color=st.color,
+                        linewidth=st.linewidth,
+                        zorder=st.zorder,
+                    )
             ax.set_title(label)
             ax.set_xlabel("goodput (Mbit/s)")
             ax.set_ylabel("fraction of downloads")
@@ -134,7 +164,16 @@ def plot_link_set(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path)
             for scheme, per in im.items():
                 us = sorted(per, key=int)
                 ys = [np.nan if per[u][key] is None else per[u][key] for u in us]
-                ax.plot([int(u) for u in us], ys, marker="o", label=scheme)
+                st = style(scheme, default)
+                ax.plot(
+                    [int(u) for u in us],
+                    ys,
+                    marker=st.marker,
+                    label=scheme_label(scheme, default),
+                    color=st.color,
+                    linewidth=st.linewidth,
+                    zorder=st.zorder,
+                )
             ax.set_xticks(sorted({int(u) for per in im.values() for u in per}))
             ax.set_xlabel("concurrent IM users")
             ax.set_ylabel(f"{title} (ms)")
@@ -147,7 +186,7 @@ def plot_link_set(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path)
     by_ho = ls.get("bulk_by_handovers")
     if by_ho:
         fig, ax = plt.subplots(figsize=(10.5, 4.5))
-        _grouped_bars(ax, list(HANDOVER_BINS), by_ho, "ratio_vs_minrtt", "ci95")
+        _grouped_bars(ax, list(HANDOVER_BINS), by_ho, "ratio_vs_minrtt", "ci95", default=default)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xlabel("handovers during the minrtt download (all sizes)")
         ax.set_ylabel("goodput / minrtt goodput\n(geometric mean of pairs, 95 % CI)")
@@ -188,3 +227,28 @@ def plot_all(doc: dict[str, Any], out: Path) -> list[Path]:
     for name, ls in doc.get("link_sets", {}).items():
         written += plot_link_set(doc, name, ls, out)
     return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m polycorn_bench.plots HSR_JSON OUT_DIR [--only NAME ...]``: the plots of a
+    results document (e.g. ``bench/out/hsr.json``) redrawn from the document alone, so the
+    figures the docs show come from ``bench/out``."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("doc", type=Path)
+    p.add_argument("out", type=Path)
+    p.add_argument("--only", nargs="*", default=None, help="keep only these file names")
+    a = p.parse_args(argv)
+    written = plot_all(json.loads(a.doc.read_text(encoding="utf-8")), a.out)
+    for path in written:
+        if a.only is not None and path.name not in a.only:
+            path.unlink()
+        else:
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
