@@ -21,7 +21,7 @@ use polycorn_core::sched::TrainTracker;
 use polycorn_core::wire::LinkState;
 use polycorn_core::PathId;
 use polycorn_net::Session;
-use polycorn_telemetry::replay::{parse_events, TestbedEvent};
+use polycorn_telemetry::events::{parse_events, TripEvent};
 use polycorn_telemetry::spool::Class;
 use polycorn_telemetry::{testbed_cell_id, v1};
 use prost::Message as _;
@@ -117,7 +117,7 @@ fn now_unix_ms() -> i64 {
 /// Events before the replay starts are not reported, except the state they
 /// leave (each carrier's serving cell, the last fix), reported at once: a
 /// relay started or restarted mid-trip knows where it is.
-pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEvent)> {
+pub fn events_of(log: &[TripEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEvent)> {
     let n = opts.path_names.len();
     let name = |c: u32| opts.path_names.get(c as usize).cloned().unwrap_or_default();
     let mut out = Vec::new();
@@ -129,7 +129,7 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
     for e in log {
         let t = opts.epoch_unix_ms + e.t_ms().unwrap_or(0) as i64;
         match *e {
-            TestbedEvent::Gps { lat, lon, speed_mps, heading_deg, accuracy_m, track_m, .. } => {
+            TripEvent::Gps { lat, lon, speed_mps, heading_deg, accuracy_m, track_m, .. } => {
                 let fix = v1::GpsFix {
                     lat_deg: lat,
                     lon_deg: lon,
@@ -143,7 +143,7 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
                     out.push((t, RadioEvent::Gps { time_unix_ms: t, fix }));
                 }
             }
-            TestbedEvent::Rsrp { measured_ms, carrier, cell, rsrp_dbm, .. } if (carrier as usize) < n => {
+            TripEvent::Rsrp { measured_ms, carrier, cell, rsrp_dbm, .. } if (carrier as usize) < n => {
                 let cell_id = testbed_cell_id(carrier, cell);
                 // The first report names the cell the trip starts in.
                 if cells[carrier as usize].is_none() {
@@ -160,15 +160,15 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
                 };
                 out.push((t, RadioEvent::Signal { time_unix_ms: t, sample }));
             }
-            TestbedEvent::CellChange { carrier, cell, .. } if (carrier as usize) < n => {
+            TripEvent::CellChange { carrier, cell, .. } if (carrier as usize) < n => {
                 let cell_id = testbed_cell_id(carrier, cell);
                 cells[carrier as usize] = Some(cell_id);
                 out.push((t, RadioEvent::Cell { time_unix_ms: t, path: PathId(carrier as u8), cell_id }));
             }
-            TestbedEvent::HandoverStart { carrier, track_m, rsrp_dbm, .. } if (carrier as usize) < n => {
+            TripEvent::HandoverStart { carrier, track_m, rsrp_dbm, .. } if (carrier as usize) < n => {
                 last_start[carrier as usize] = Some((track_m, rsrp_dbm, last_fix));
             }
-            TestbedEvent::HandoverEnd { carrier, from_cell, to_cell, ref outcome, duration_ms, .. }
+            TripEvent::HandoverEnd { carrier, from_cell, to_cell, outcome, duration_ms, .. }
                 if (carrier as usize) < n =>
             {
                 let start = last_start[carrier as usize].take();
@@ -186,11 +186,8 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
                     start_lon_deg: fix.lon_deg,
                     start_track_m: track.filter(|_| !opts.gps_only && !opts.no_gps),
                     rsrp_dbm: rsrp,
-                    outcome: if outcome == "success" {
-                        v1::HandoverOutcome::Success
-                    } else {
-                        v1::HandoverOutcome::Failure
-                    } as i32,
+                    outcome: if outcome.failed() { v1::HandoverOutcome::Failure } else { v1::HandoverOutcome::Success }
+                        as i32,
                     duration_ms: u32::try_from(duration_ms).unwrap_or(u32::MAX),
                 };
                 out.push((t, RadioEvent::Handover { time_unix_ms: t, event }));
@@ -202,7 +199,7 @@ pub fn events_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, RadioEven
 }
 
 /// Read and parse a testbed event log; errors name the file and line.
-pub fn load_log(file: &std::path::Path) -> anyhow::Result<Vec<TestbedEvent>> {
+pub fn load_log(file: &std::path::Path) -> anyhow::Result<Vec<TripEvent>> {
     use anyhow::Context as _;
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     parse_events(&text).with_context(|| format!("{}: not a testbed event log", file.display()))
@@ -211,7 +208,7 @@ pub fn load_log(file: &std::path::Path) -> anyhow::Result<Vec<TestbedEvent>> {
 /// Replay a testbed event log in real time into `tx`.
 pub async fn replay(
     opts: ReplayOpts,
-    log: Vec<TestbedEvent>,
+    log: Vec<TripEvent>,
     tx: mpsc::Sender<RadioEvent>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -356,10 +353,10 @@ mod tests {
             r#"{"event":"gps","t_ms":0,"lat":1,"lon":2,"speed_mps":80,"heading_deg":0,"accuracy_m":20,"track_m":0}
 {"event":"rsrp","t_ms":60,"measured_ms":0,"carrier":0,"cell":0,"rsrp_dbm":-100}
 {"event":"rsrp","t_ms":70,"measured_ms":0,"carrier":2,"cell":0,"rsrp_dbm":-100}
-{"event":"handover_start","t_ms":900,"carrier":0,"from_cell":0,"to_cell":1,"track_m":75,"rsrp_dbm":-110}
+{"event":"handover_start","t_ms":900,"carrier":0,"from_cell":0,"to_cell":1,"track_m":75,"delta_m":0,"rsrp_dbm":-110}
 {"event":"gps","t_ms":1000,"lat":1.001,"lon":2,"speed_mps":80,"heading_deg":0,"accuracy_m":20,"track_m":80}
 {"event":"gps","t_ms":2000,"lat":1.002,"lon":2,"speed_mps":80,"heading_deg":0,"accuracy_m":20,"track_m":160}
-{"event":"handover_end","t_ms":2900,"carrier":0,"from_cell":0,"to_cell":1,"outcome":"failure","ho_type":3,"duration_ms":2000,"blackout":"flush","track_m":75}
+{"event":"handover_end","t_ms":2900,"carrier":0,"from_cell":0,"to_cell":1,"outcome":"nas","ho_type":3,"duration_ms":2000,"blackout":"flush","track_m":75}
 {"event":"cell_change","t_ms":2900,"carrier":0,"cell":1}
 "#,
         )

@@ -2,7 +2,7 @@
 //!
 //! - [`v1`]: the telemetry record schema (`schema/telemetry/v1/telemetry.proto`).
 //! - [`failure_table`]: the failure-location table file.
-//! - [`replay`]: the testbed's event log as a radio and position source.
+//! - [`events`]: the testbed's trip event log (`events.jsonl`), one type for its writer and its readers.
 //! - [`handover`]: handover detection and outcome labelling from serving
 //!   cells, registration and link state (sans-IO).
 //! - [`gpsd`]: gpsd's JSON protocol, parsed into position fixes (sans-IO).
@@ -12,11 +12,11 @@
 //! - [`testbed_cell_id`]: how the testbed's per-carrier cell indices map to
 //!   the cell IDs the data plane and the failure-location tables use.
 
+pub mod events;
 pub mod failure_table;
 pub mod gpsd;
 pub mod handover;
 pub mod mmcli;
-pub mod replay;
 pub mod route_match;
 pub mod spool;
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use polycorn_core::PathId;
 use polycorn_net::metrics::Writer;
+use polycorn_telemetry::events::TripEvent;
 use polycorn_telemetry::handover::{DetectorConfig, HandoverDetector, Observation};
-use polycorn_telemetry::replay::TestbedEvent;
 use polycorn_telemetry::{testbed_cell_id, v1};
 use tokio::sync::mpsc;
 
@@ -166,7 +166,7 @@ pub async fn run(mut stage: DetectStage, mut rx: mpsc::Receiver<SourceEvent>, tx
 /// link back up on the new cell. `handover_end`, which carries the label,
 /// is not used. The testbed has no registration state: every observation
 /// is registered.
-pub fn raw_stream_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, SourceEvent)> {
+pub fn raw_stream_of(log: &[TripEvent], opts: &ReplayOpts) -> Vec<(i64, SourceEvent)> {
     let n = opts.path_names.len();
     let mut cells: Vec<Option<u64>> = vec![None; n];
     let mut out = Vec::new();
@@ -183,7 +183,7 @@ pub fn raw_stream_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, Sourc
             },
         };
         match *e {
-            TestbedEvent::Gps { lat, lon, speed_mps, heading_deg, accuracy_m, track_m, .. } => {
+            TripEvent::Gps { lat, lon, speed_mps, heading_deg, accuracy_m, track_m, .. } => {
                 let fix = v1::GpsFix {
                     lat_deg: lat,
                     lon_deg: lon,
@@ -194,7 +194,7 @@ pub fn raw_stream_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, Sourc
                 };
                 out.push((t, SourceEvent::Radio(RadioEvent::Gps { time_unix_ms: t, fix })));
             }
-            TestbedEvent::Rsrp { measured_ms, carrier, cell, rsrp_dbm, .. } if (carrier as usize) < n => {
+            TripEvent::Rsrp { measured_ms, carrier, cell, rsrp_dbm, .. } if (carrier as usize) < n => {
                 let cell_id = testbed_cell_id(carrier, cell);
                 if cells[carrier as usize].is_none() {
                     cells[carrier as usize] = Some(cell_id);
@@ -210,12 +210,12 @@ pub fn raw_stream_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, Sourc
                 };
                 out.push((t, SourceEvent::Radio(RadioEvent::Signal { time_unix_ms: t, sample })));
             }
-            TestbedEvent::HandoverStart { carrier, .. } if (carrier as usize) < n => {
+            TripEvent::HandoverStart { carrier, .. } if (carrier as usize) < n => {
                 if let Some(cell) = cells[carrier as usize] {
                     out.push((t, observed(carrier, cell, false)));
                 }
             }
-            TestbedEvent::CellChange { carrier, cell, .. } if (carrier as usize) < n => {
+            TripEvent::CellChange { carrier, cell, .. } if (carrier as usize) < n => {
                 let cell_id = testbed_cell_id(carrier, cell);
                 cells[carrier as usize] = Some(cell_id);
                 out.push((t, observed(carrier, cell_id, true)));
@@ -228,7 +228,7 @@ pub fn raw_stream_of(log: &[TestbedEvent], opts: &ReplayOpts) -> Vec<(i64, Sourc
 
 /// The replay's radio events with handovers detected from the raw stream
 /// ([`raw_stream_of`]) instead of the log's labels.
-pub fn detected_events_of(log: &[TestbedEvent], opts: &ReplayOpts, cfg: DetectorConfig) -> Vec<(i64, RadioEvent)> {
+pub fn detected_events_of(log: &[TripEvent], opts: &ReplayOpts, cfg: DetectorConfig) -> Vec<(i64, RadioEvent)> {
     let mut stage = DetectStage::new(cfg, opts.path_names.clone(), Arc::default());
     raw_stream_of(log, opts).into_iter().flat_map(|(t, e)| stage.on_event(e).into_iter().map(move |r| (t, r))).collect()
 }
@@ -237,7 +237,7 @@ pub fn detected_events_of(log: &[TestbedEvent], opts: &ReplayOpts, cfg: Detector
 mod tests {
     use super::*;
     use crate::radio::tests::opts;
-    use polycorn_telemetry::replay::parse_events;
+    use polycorn_telemetry::events::parse_events;
     use v1::HandoverOutcome as O;
 
     fn observed(path: u8, t: i64, cell_id: u64, registration: v1::RegistrationState, link_up: bool) -> SourceEvent {
@@ -274,12 +274,12 @@ mod tests {
         let log = parse_events(
             r#"{"event":"gps","t_ms":0,"lat":1,"lon":2,"speed_mps":80,"heading_deg":0,"accuracy_m":20,"track_m":0}
 {"event":"rsrp","t_ms":60,"measured_ms":0,"carrier":0,"cell":0,"rsrp_dbm":-100}
-{"event":"handover_start","t_ms":900,"carrier":0,"from_cell":0,"to_cell":1,"track_m":75,"rsrp_dbm":-110}
+{"event":"handover_start","t_ms":900,"carrier":0,"from_cell":0,"to_cell":1,"track_m":75,"delta_m":0,"rsrp_dbm":-110}
 {"event":"handover_end","t_ms":950,"carrier":0,"from_cell":0,"to_cell":1,"outcome":"success","ho_type":1,"duration_ms":50,"blackout":"hold","track_m":75}
 {"event":"cell_change","t_ms":950,"carrier":0,"cell":1}
 {"event":"gps","t_ms":1000,"lat":1.1,"lon":2,"speed_mps":80,"heading_deg":0,"accuracy_m":20,"track_m":80}
 {"event":"rsrp","t_ms":1060,"measured_ms":1000,"carrier":0,"cell":1,"rsrp_dbm":-112}
-{"event":"handover_start","t_ms":5000,"carrier":0,"from_cell":1,"to_cell":2,"track_m":400,"rsrp_dbm":-115}
+{"event":"handover_start","t_ms":5000,"carrier":0,"from_cell":1,"to_cell":2,"track_m":400,"delta_m":0,"rsrp_dbm":-115}
 {"event":"handover_end","t_ms":7500,"carrier":0,"from_cell":1,"to_cell":2,"outcome":"nas","ho_type":3,"duration_ms":2500,"blackout":"flush","track_m":400}
 {"event":"cell_change","t_ms":7500,"carrier":0,"cell":2}
 "#,

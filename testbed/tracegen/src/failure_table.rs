@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
+use polycorn_telemetry::events::TripEvent;
 use polycorn_telemetry::failure_table::{Direction, Entry, FailureTableFile};
 use polycorn_telemetry::testbed_cell_id;
 use serde::Deserialize;
@@ -65,26 +66,12 @@ struct Tag {
     event: String,
 }
 
-#[derive(Deserialize)]
-struct Gps {
-    t_ms: u64,
-    track_m: f64,
-    speed_mps: f64,
-}
-
-#[derive(Deserialize)]
+/// A handover start, until its end is read.
 struct HoStart {
     t_ms: u64,
     carrier: u32,
     from_cell: u32,
     track_m: f64,
-}
-
-#[derive(Deserialize)]
-struct HoEnd {
-    carrier: u32,
-    from_cell: u32,
-    outcome: String,
 }
 
 fn line_error(file: &str, line: usize, msg: impl fmt::Display) -> Error {
@@ -128,33 +115,33 @@ pub fn parse_events(text: &str, file: &str) -> Result<TripHandovers, Error> {
         let tag: Tag = serde_json::from_str(raw).map_err(|e| {
             line_error(file, line, format_args!("not an event (a JSON object with an \"event\"): {}", json_message(&e)))
         })?;
-        match tag.event.as_str() {
-            "gps" => {
-                let g: Gps = parse_line(raw, file, line, "gps")?;
-                if !g.track_m.is_finite() {
+        // Only the kinds read here are parsed: another kind, even malformed, is not ours to judge.
+        if !matches!(tag.event.as_str(), "gps" | "handover_start" | "handover_end") {
+            continue;
+        }
+        let event: TripEvent = parse_line(raw, file, line, &tag.event)?;
+        match event {
+            TripEvent::Gps { t_ms, track_m, speed_mps, .. } => {
+                if !track_m.is_finite() {
                     return Err(line_error(file, line, "gps track_m is not a finite number"));
                 }
-                gps.push((g.t_ms, g.track_m, g.speed_mps));
+                gps.push((t_ms, track_m, speed_mps));
             }
-            "handover_start" => {
-                let s: HoStart = parse_line(raw, file, line, "handover_start")?;
-                if !s.track_m.is_finite() {
+            TripEvent::HandoverStart { t_ms, carrier, from_cell, track_m, .. } => {
+                if !track_m.is_finite() {
                     return Err(line_error(file, line, "handover_start track_m is not a finite number"));
                 }
-                if open.insert(s.carrier, s).is_some() {
+                if open.insert(carrier, HoStart { t_ms, carrier, from_cell, track_m }).is_some() {
                     // The previous one of this carrier never ended.
                     skipped += 1;
                 }
             }
-            "handover_end" => {
-                let e: HoEnd = parse_line(raw, file, line, "handover_end")?;
-                match open.remove(&e.carrier) {
-                    Some(s) if s.from_cell == e.from_cell => done.push((s, e.outcome != "success")),
-                    // Not the open one's end: both are incomplete.
-                    Some(_) => skipped += 2,
-                    None => skipped += 1,
-                }
-            }
+            TripEvent::HandoverEnd { carrier, from_cell, outcome, .. } => match open.remove(&carrier) {
+                Some(s) if s.from_cell == from_cell => done.push((s, outcome.failed())),
+                // Not the open one's end: both are incomplete.
+                Some(_) => skipped += 2,
+                None => skipped += 1,
+            },
             _ => {}
         }
     }

@@ -162,7 +162,7 @@ fn failure_table_score(table: PathBuf, events: Vec<PathBuf>, window_m: f64) -> R
 fn nmea(events: PathBuf, epoch_unix_ms: i64, from_unix_ms: Option<i64>, out: PathBuf) -> Result<(), Error> {
     let file = events_file(events);
     let text = std::fs::read_to_string(&file)?;
-    let ev = polycorn_telemetry::replay::parse_events(&text)
+    let ev = polycorn_telemetry::events::parse_events(&text)
         .map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))?;
     let log = polycorn_tracegen::nmea::nmea_log(&ev, epoch_unix_ms, from_unix_ms.unwrap_or(i64::MIN))
         .map_err(Error::Invalid)?;

@@ -1,7 +1,5 @@
 //! The trip simulation (hsr-facts §15.2–§15.6) at a 10 ms step.
 
-use serde::{Deserialize, Serialize};
-
 use crate::preset::{CarrierParams, FailureModel, FailureV2, Preset};
 use crate::random::{normal_sf, stream, GammaQuantile, Rng};
 
@@ -132,33 +130,8 @@ impl Layout {
     }
 }
 
-/// Handover outcome (§6.2 / §15.3.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// Type I, successful: queue held.
-    Success,
-    /// Type II, radio-link failure: queue held.
-    Rlf,
-    /// Type III, NAS recovery: queue flushed.
-    Nas,
-}
-
-impl Outcome {
-    /// M19's type number.
-    pub fn ho_type(self) -> u8 {
-        match self {
-            Outcome::Success => 1,
-            Outcome::Rlf => 2,
-            Outcome::Nas => 3,
-        }
-    }
-
-    /// Whether the handover failed (type II or III).
-    pub fn failed(self) -> bool {
-        self != Outcome::Success
-    }
-}
+/// Handover outcome (§6.2 / §15.3.3): the event log's type.
+pub use polycorn_telemetry::events::Outcome;
 
 /// One handover of one carrier.
 #[derive(Debug, Clone, PartialEq)]

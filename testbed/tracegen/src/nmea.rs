@@ -10,7 +10,7 @@
 //! fix's accuracy over 5 m (a receiver's typical user range error), so a
 //! 20 m fix reads HDOP 4.0.
 
-use polycorn_telemetry::replay::TestbedEvent;
+use polycorn_telemetry::events::TripEvent;
 use time::OffsetDateTime;
 
 /// A receiver's user-equivalent range error, m: accuracy = HDOP × this.
@@ -36,10 +36,10 @@ fn degrees_minutes(x: f64, width: usize, pos: char, neg: char) -> (String, char)
 
 /// The NMEA log of the GPS events of a trip whose time zero is
 /// `epoch_unix_ms`, from the first fix at or after `from_unix_ms`.
-pub fn nmea_log(events: &[TestbedEvent], epoch_unix_ms: i64, from_unix_ms: i64) -> Result<String, String> {
+pub fn nmea_log(events: &[TripEvent], epoch_unix_ms: i64, from_unix_ms: i64) -> Result<String, String> {
     let mut out = String::new();
     for e in events {
-        let TestbedEvent::Gps { t_ms, lat, lon, speed_mps, heading_deg, accuracy_m, .. } = *e else {
+        let TripEvent::Gps { t_ms, lat, lon, speed_mps, heading_deg, accuracy_m, .. } = *e else {
             continue;
         };
         let t = epoch_unix_ms + t_ms as i64;
@@ -65,8 +65,8 @@ pub fn nmea_log(events: &[TestbedEvent], epoch_unix_ms: i64, from_unix_ms: i64) 
 mod tests {
     use super::*;
 
-    fn gps(t_ms: u64, lat: f64, lon: f64) -> TestbedEvent {
-        TestbedEvent::Gps { t_ms, lat, lon, speed_mps: 83.3, heading_deg: 160.0, accuracy_m: 20.0, track_m: 0.0 }
+    fn gps(t_ms: u64, lat: f64, lon: f64) -> TripEvent {
+        TripEvent::Gps { t_ms, lat, lon, speed_mps: 83.3, heading_deg: 160.0, accuracy_m: 20.0, track_m: 0.0 }
     }
 
     /// Parse a sentence back: checksum, fields.
@@ -91,7 +91,7 @@ mod tests {
     fn fixes_become_rmc_and_gga_with_their_utc_time_and_position() {
         let ev = vec![
             gps(0, 39.864905, 116.378909),
-            TestbedEvent::CellChange { t_ms: 500, carrier: 0, cell: 1 },
+            TripEvent::CellChange { t_ms: 500, carrier: 0, cell: 1 },
             gps(1000, -33.5, -70.25),
         ];
         // 2024-05-01T08:00:00.250Z

@@ -8,6 +8,11 @@ use polycorn_emu::{Blackout, BlackoutKind, DelaySchedule, GeParams, Interpolatio
 use serde::{Deserialize, Serialize};
 
 use crate::model::{gps_error, gps_rng, Outcome, Trip, TripConfig, STEP_MS};
+
+/// A carrier or cell index as the event log writes it.
+fn idx(i: usize) -> u32 {
+    u32::try_from(i).expect("carrier and cell indices fit in u32")
+}
 use crate::preset::Preset;
 use crate::Error;
 
@@ -19,109 +24,8 @@ pub const TRACK_ORIGIN: (f64, f64) = (39.865, 116.379);
 /// See [`TRACK_ORIGIN`]; degrees clockwise from north.
 pub const TRACK_HEADING_DEG: f64 = 160.0;
 
-/// One line of `events.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum Event {
-    /// 1 Hz GPS fix with bounded error.
-    Gps {
-        /// Time, ms.
-        t_ms: u64,
-        /// Latitude, degrees.
-        lat: f64,
-        /// Longitude, degrees.
-        lon: f64,
-        /// Speed, m/s (exact).
-        speed_mps: f64,
-        /// Heading, degrees clockwise from north.
-        heading_deg: f64,
-        /// Error bound, metres.
-        accuracy_m: f64,
-        /// True position along the track, metres (ground truth, not a GPS output).
-        track_m: f64,
-    },
-    /// An RSRP report, logged at its report time.
-    Rsrp {
-        /// Report time, ms.
-        t_ms: u64,
-        /// Measurement time, ms.
-        measured_ms: u64,
-        /// Carrier index.
-        carrier: usize,
-        /// Serving cell.
-        cell: usize,
-        /// RSRP, dBm.
-        rsrp_dbm: f64,
-    },
-    /// A handover starts: the carrier's link goes dark.
-    HandoverStart {
-        /// Time, ms.
-        t_ms: u64,
-        /// Carrier index.
-        carrier: usize,
-        /// Source cell.
-        from_cell: usize,
-        /// Target cell.
-        to_cell: usize,
-        /// Position along the track where the blackout starts (the UE leaves the source cell),
-        /// metres.
-        track_m: f64,
-        /// Trigger jitter δ past the cell boundary, metres.
-        delta_m: f64,
-        /// True RSRP at the blackout start (v1: at the trigger, the same place), dBm.
-        rsrp_dbm: f64,
-        /// Failure model v2: where the handover was triggered, metres (a too-late failure's
-        /// blackout starts later, at the coverage edge). Absent for v1.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        trigger_track_m: Option<f64>,
-        /// Failure model v2, failures only: too late (true) or a random radio-link failure.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        too_late: Option<bool>,
-    },
-    /// A handover ends: the link is back on the target cell.
-    HandoverEnd {
-        /// Time, ms.
-        t_ms: u64,
-        /// Carrier index.
-        carrier: usize,
-        /// Source cell.
-        from_cell: usize,
-        /// Target cell.
-        to_cell: usize,
-        /// Outcome.
-        outcome: Outcome,
-        /// M19 type (1, 2, 3).
-        ho_type: u8,
-        /// Blackout length, ms.
-        duration_ms: u64,
-        /// `hold` or `flush`.
-        blackout: String,
-        /// Position along the track at the start, metres.
-        track_m: f64,
-    },
-    /// The carrier's serving cell changed (at the end of each handover).
-    CellChange {
-        /// Time, ms.
-        t_ms: u64,
-        /// Carrier index.
-        carrier: usize,
-        /// New serving cell.
-        cell: usize,
-    },
-}
-
-impl Event {
-    /// The event's time, ms.
-    pub fn t_ms(&self) -> u64 {
-        match self {
-            Event::Gps { t_ms, .. }
-            | Event::Rsrp { t_ms, .. }
-            | Event::HandoverStart { t_ms, .. }
-            | Event::HandoverEnd { t_ms, .. }
-            | Event::CellChange { t_ms, .. } => *t_ms,
-        }
-    }
-}
+/// One line of `events.jsonl`: the shared type of `polycorn-telemetry`.
+pub use polycorn_telemetry::events::TripEvent as Event;
 
 /// Per-carrier summary in `trip.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -310,8 +214,8 @@ pub fn events(cfg: &TripConfig, trip: &Trip) -> Vec<Event> {
             ev.push(Event::Rsrp {
                 t_ms: r.reported_ms,
                 measured_ms: r.measured_ms,
-                carrier: i,
-                cell: r.cell,
+                carrier: idx(i),
+                cell: idx(r.cell),
                 rsrp_dbm: r.rsrp_dbm,
             });
         }
@@ -319,9 +223,9 @@ pub fn events(cfg: &TripConfig, trip: &Trip) -> Vec<Event> {
             let to_cell = ho.from_cell + 1;
             ev.push(Event::HandoverStart {
                 t_ms: ho.start_ms,
-                carrier: i,
-                from_cell: ho.from_cell,
-                to_cell,
+                carrier: idx(i),
+                from_cell: idx(ho.from_cell),
+                to_cell: idx(to_cell),
                 track_m: ho.x_m,
                 delta_m: ho.delta_m,
                 rsrp_dbm: (ho.rsrp_dbm * 10.0).round() / 10.0,
@@ -330,16 +234,16 @@ pub fn events(cfg: &TripConfig, trip: &Trip) -> Vec<Event> {
             });
             ev.push(Event::HandoverEnd {
                 t_ms: ho.end_ms,
-                carrier: i,
-                from_cell: ho.from_cell,
-                to_cell,
+                carrier: idx(i),
+                from_cell: idx(ho.from_cell),
+                to_cell: idx(to_cell),
                 outcome: ho.outcome,
                 ho_type: ho.outcome.ho_type(),
                 duration_ms: ho.end_ms - ho.start_ms,
                 blackout: if ho.flush { "flush" } else { "hold" }.into(),
                 track_m: ho.x_m,
             });
-            ev.push(Event::CellChange { t_ms: ho.end_ms, carrier: i, cell: to_cell });
+            ev.push(Event::CellChange { t_ms: ho.end_ms, carrier: idx(i), cell: idx(to_cell) });
         }
     }
     ev.sort_by_key(Event::t_ms);

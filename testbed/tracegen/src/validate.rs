@@ -117,7 +117,7 @@ fn handovers(t: &LoadedTrip) -> Vec<HoRow> {
             }
             Event::HandoverEnd { carrier, from_cell, outcome, duration_ms, track_m, .. } => {
                 let s = starts.get(&(*carrier, *from_cell)).copied().unwrap_or(0);
-                out.push((*carrier, *from_cell, s, *duration_ms, *outcome, *track_m));
+                out.push((*carrier as usize, *from_cell as usize, s, *duration_ms, *outcome, *track_m));
             }
             _ => {}
         }

@@ -86,7 +86,7 @@ fn the_route_line_passes_through_the_true_track_and_is_the_same_for_every_trip_o
 
 #[test]
 fn a_table_with_the_route_places_the_trips_gps_only_fixes_at_their_track_position() {
-    use polycorn_telemetry::replay::{parse_events, TestbedEvent};
+    use polycorn_telemetry::events::{parse_events, TripEvent};
     use polycorn_telemetry::route_match::{Matcher, Routes};
     let dir = tmp("route-table");
     let c = cfg(Preset::pc_gateway_300(), 6, 3, 180, 1);
@@ -103,7 +103,7 @@ fn a_table_with_the_route_places_the_trips_gps_only_fixes_at_their_track_positio
     let err = c.preset.gps_error_max_m;
     let mut n = 0;
     for e in parse_events(&std::fs::read_to_string(dir.join("events.jsonl")).unwrap()).unwrap() {
-        if let TestbedEvent::Gps { t_ms, lat, lon, track_m, .. } = e {
+        if let TripEvent::Gps { t_ms, lat, lon, track_m, .. } = e {
             let got = m.locate(lat, lon, t_ms as i64).expect("on the line");
             assert!((got.measure_m - track_m).abs() <= err + 1.0, "t {t_ms}: {} vs {track_m}", got.measure_m);
             n += 1;
@@ -231,7 +231,7 @@ fn telemetry_is_bounded_and_consistent_with_handovers() {
     let ev = polycorn_tracegen::events(&c, &trip);
     assert!(ev.windows(2).all(|w| w[0].t_ms() <= w[1].t_ms()), "events sorted by time");
     let (lat0, lon0) = (39.865f64, 116.379f64);
-    let mut cell = [0usize; 2];
+    let mut cell = [0u32; 2];
     for e in &ev {
         match e {
             polycorn_tracegen::Event::Gps { lat, lon, track_m, accuracy_m, .. } => {
@@ -242,21 +242,23 @@ fn telemetry_is_bounded_and_consistent_with_handovers() {
             }
             polycorn_tracegen::Event::Rsrp { t_ms, measured_ms, carrier, cell: serving, .. } => {
                 assert!((*measured_ms..=measured_ms + 200).contains(t_ms), "RSRP reported 0–200 ms late");
-                assert!(*serving <= cell[*carrier] && serving + 2 >= cell[*carrier], "RSRP names the serving cell");
+                let c = cell[*carrier as usize];
+                assert!(*serving <= c && serving + 2 >= c, "RSRP names the serving cell");
             }
             polycorn_tracegen::Event::HandoverStart { carrier, from_cell, to_cell, .. } => {
-                assert_eq!(*from_cell, cell[*carrier], "a handover leaves the serving cell");
+                assert_eq!(*from_cell, cell[*carrier as usize], "a handover leaves the serving cell");
                 assert_eq!(*to_cell, from_cell + 1);
             }
-            polycorn_tracegen::Event::CellChange { carrier, cell: new, .. } => cell[*carrier] = *new,
+            polycorn_tracegen::Event::CellChange { carrier, cell: new, .. } => cell[*carrier as usize] = *new,
             polycorn_tracegen::Event::HandoverEnd { outcome, ho_type, blackout, .. } => {
                 assert_eq!(*ho_type, outcome.ho_type());
                 assert_eq!(blackout == "flush", *outcome == Outcome::Nas);
             }
+            polycorn_tracegen::Event::Other => panic!("the generator writes no unknown event kind"),
         }
     }
     for (i, c) in trip.carriers.iter().enumerate() {
-        assert_eq!(cell[i], c.handovers.len(), "one cell change per handover");
+        assert_eq!(cell[i] as usize, c.handovers.len(), "one cell change per handover");
         assert!(c.handovers.windows(2).all(|w| w[0].end_ms <= w[1].start_ms), "blackouts never overlap");
     }
 }
