@@ -20,7 +20,7 @@ use polycorn_net::metrics::{self, Source};
 use polycorn_net::options::{self, CommonOpts, CommonSettings};
 use polycorn_net::session::{RESET_CONNECT_FAILED, RESET_REFUSED_BY_POLICY};
 use polycorn_net::subflow::{self, Congestion, Hello, Transport};
-use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
+use polycorn_net::table::{http::HttpOpts, FileAndApi, TableHub};
 use polycorn_net::{merge_options, Session, SessionEvent};
 use tokio::net::TcpStream;
 use tracing::{debug, info, warn};
@@ -612,14 +612,8 @@ fn table_sources(
             s.with(|st, _| st.ep.set_failure_table(t));
         }
     });
-    if let Some(path) = &s.failure_table {
-        let f = FileSource::open(path, hub.clone())?;
-        tokio::spawn(f.run(polycorn_net::table::file::CHECK_EVERY, stop.clone()));
-    }
-    if let Some(o) = &s.table_url {
-        let src = HttpSource::new(&o.url, o.api_key.as_deref(), hub.clone())?;
-        info!(url = %src.uri(), every_s = o.every.as_secs_f64(), "failure-location table: polling the LinkDB API");
-        tokio::spawn(src.run(o.every, stop.clone()));
+    for t in FileAndApi::open(&hub, s.failure_table.as_deref(), s.table_url.as_ref())?.tasks(stop) {
+        tokio::spawn(t);
     }
     if let Some((brokers, topic)) = &s.table_topic {
         let c = table_topic::TableTopic::new(brokers, &s.kafka_security, topic, &s.train_id, hub.clone())?;

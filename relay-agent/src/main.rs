@@ -21,7 +21,7 @@ use polycorn_net::metrics::{self, Source, Writer};
 use polycorn_net::mptcp_conn::{self, ConnDialer};
 use polycorn_net::options::{self, CommonOpts, CommonSettings};
 use polycorn_net::subflow::{self, Congestion, Hello, Transport};
-use polycorn_net::table::{file::FileSource, http::HttpOpts, http::HttpSource, TableHub};
+use polycorn_net::table::{http::HttpOpts, FileAndApi, TableHub};
 use polycorn_net::{merge_options, ConnStream, Session, SessionEvent};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -401,7 +401,7 @@ async fn keep_path(
     proxy: KnownProxy,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = polycorn_net::backoff::Backoff::reconnect();
     let connector = tokio_rustls::TlsConnector::from(s.tls.clone());
     loop {
         // A carrier whose interface is down cannot be dialled: wait for it.
@@ -448,7 +448,7 @@ async fn keep_path(
                 }
                 let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
                 info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, %cc, "subflow up");
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 // The subflow ends as soon as its interface goes down (a
                 // lost modem or SIM), not when the dead-path timer fires:
                 // with every carrier gone, /readyz says so at once.
@@ -468,10 +468,9 @@ async fn keep_path(
             Err(_) => warn!(path = %spec.id, name = %spec.name, "subflow connect timed out"),
         }
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.next_wait()) => {}
             _ = stop.changed() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 
@@ -535,17 +534,9 @@ async fn run() -> anyhow::Result<()> {
             ts.with(|st, _| st.ep.set_failure_table(t))
         })
     });
-    let table_file = match (&s.opts.common.failure_table, &tables) {
-        (Some(path), Some(hub)) => Some(FileSource::open(path, hub.clone())?),
-        _ => None,
-    };
-    let table_http = match (&s.table_url, &tables) {
-        (Some(o), Some(hub)) => {
-            let src = HttpSource::new(&o.url, o.api_key.as_deref(), hub.clone())?;
-            info!(url = %src.uri(), every_s = o.every.as_secs_f64(), "failure-location table: polling the LinkDB API");
-            Some((src, o.every))
-        }
-        _ => None,
+    let table_sources = match &tables {
+        Some(hub) => Some(FileAndApi::open(hub, s.opts.common.failure_table.as_deref(), s.table_url.as_ref())?),
+        None => None,
     };
     info!(train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, subflow_cc = %s.congestion, paths = s.paths.len(), session = session_id, "relay started");
 
@@ -602,11 +593,8 @@ async fn run() -> anyhow::Result<()> {
     if let Some(hub) = &tables {
         sources_pre.push(hub.metrics());
     }
-    if let Some(f) = table_file {
-        tasks.spawn(f.run(polycorn_net::table::file::CHECK_EVERY, stop_rx.clone()));
-    }
-    if let Some((src, every)) = table_http {
-        tasks.spawn(src.run(every, stop_rx.clone()));
+    for t in table_sources.map(|t| t.tasks(&stop_rx)).unwrap_or_default() {
+        tasks.spawn(t);
     }
     // Radio sources: the replay feeds `apply` directly; gpsd and the
     // modems go through the handover detector first. All end in one channel.

@@ -15,6 +15,7 @@
 //! - [`hof`]: train positions from telemetry, for handover-failure prediction.
 //! - [`segtrace`]: the opt-in segment trace written to a file (`--trace-dir`).
 //! - [`logging`]: logging set-up shared by both binaries.
+//! - [`backoff`]: the reconnect loops' doubling backoff (sans-IO).
 //! - [`options`]: the options both binaries share, and how they are read
 //!   (flags, `POLYCORN_<BINARY>_*` variables, the config file).
 //! - [`error`]: the typed start-up errors ([`Error`]) of options, config
@@ -22,6 +23,7 @@
 //! - [`panics`]: a panic anywhere becomes a logged, counted, clean shutdown
 //!   that `/healthz` reports.
 
+pub mod backoff;
 pub mod config;
 pub mod error;
 pub mod hof;

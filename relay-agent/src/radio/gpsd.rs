@@ -27,7 +27,7 @@ pub async fn run(
     counters: Arc<RadioCounters>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = polycorn_net::backoff::Backoff::reconnect();
     let mut stats = GpsdStats::default();
     loop {
         let conn = tokio::select! {
@@ -38,7 +38,7 @@ pub async fn run(
             Ok(Ok(mut sock)) => {
                 RadioCounters::add(&counters.gpsd_connects, 1);
                 info!(%addr, "gpsd connected");
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 let r = tokio::select! {
                     r = session(&mut sock, &tx, &counters, &mut stats) => r,
                     _ = stop.changed() => return,
@@ -55,10 +55,9 @@ pub async fn run(
             Err(_) => warn!(%addr, "connecting to gpsd timed out"),
         }
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.next_wait()) => {}
             _ = stop.changed() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 

@@ -434,6 +434,51 @@ impl TableHub {
     }
 }
 
+/// The sources both binaries share, `--failure-table` (a file) and
+/// `--failure-table-url` (the LinkDB API), opened and ready to run; the
+/// proxy adds its Kafka topic itself.
+pub struct FileAndApi {
+    file: Option<file::FileSource>,
+    api: Option<(http::HttpSource, std::time::Duration)>,
+}
+
+impl FileAndApi {
+    /// Open the file (an unreadable, malformed or unsigned file at start is
+    /// an error naming it) and the API client, both feeding `hub`.
+    pub fn open(
+        hub: &Arc<TableHub>,
+        file: Option<&std::path::Path>,
+        api: Option<&http::HttpOpts>,
+    ) -> Result<FileAndApi, crate::Error> {
+        let file = file.map(|path| file::FileSource::open(path, hub.clone())).transpose()?;
+        let api = match api {
+            Some(o) => {
+                let src = http::HttpSource::new(&o.url, o.api_key.as_deref(), hub.clone())?;
+                info!(url = %src.uri(), every_s = o.every.as_secs_f64(), "failure-location table: polling the LinkDB API");
+                Some((src, o.every))
+            }
+            None => None,
+        };
+        Ok(FileAndApi { file, api })
+    }
+
+    /// The sources' tasks, each running until `stop`: the caller spawns
+    /// them where its other tasks run.
+    pub fn tasks(
+        self,
+        stop: &tokio::sync::watch::Receiver<bool>,
+    ) -> Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+        let mut out: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
+        if let Some(f) = self.file {
+            out.push(Box::pin(f.run(file::CHECK_EVERY, stop.clone())));
+        }
+        if let Some((src, every)) = self.api {
+            out.push(Box::pin(src.run(every, stop.clone())));
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
