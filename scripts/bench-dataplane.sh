@@ -47,7 +47,7 @@ if ((MPTCP_SUBFLOWS < 1 || MPTCP_SUBFLOWS > PC_CARRIERS)); then
     exit 2
 fi
 if [[ ! -x $BIN/polycorn-relay || ! -x $BIN/polycorn-proxy || ! -x $BIN/polycorn-pki ]]; then
-    cargo build --release --locked -p relay-agent -p polycorn-proxy -p polycorn-pki
+    cargo build --release --locked -p polycorn-relay -p polycorn-proxy -p polycorn-pki
 fi
 # Run private copies: a rebuild of target/release during the run (others
 # work in this tree) must not mix two versions of the pair in one result.

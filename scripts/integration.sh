@@ -13,7 +13,7 @@ source testbed/netns/lib.sh
 source scripts/lib-pair.sh
 
 if [[ ! -x $BIN/polycorn-relay || ! -x $BIN/polycorn-proxy ]]; then
-    cargo build --release --locked -p relay-agent -p polycorn-proxy -p polycorn-pki
+    cargo build --release --locked -p polycorn-relay -p polycorn-proxy -p polycorn-pki
 fi
 
 pass=0 fail=0

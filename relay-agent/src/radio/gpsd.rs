@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn the_nmea_fixture_is_what_the_generator_writes() {
-        // Regenerate with: POLYCORN_REGEN_FIXTURES=1 cargo test -p relay-agent nmea_fixture
+        // Regenerate with: POLYCORN_REGEN_FIXTURES=1 cargo test -p polycorn-relay nmea_fixture
         if std::env::var_os("POLYCORN_REGEN_FIXTURES").is_some() {
             std::fs::write(fixture_path(), trip_nmea()).unwrap();
         }
