@@ -1233,8 +1233,9 @@ def trainer() -> Json:
 # ------------------------------------------------------------------ ingest and API
 
 
-def services() -> Json:
-    b = Board()
+def _ingest_panels(b: Board) -> None:
+    """The ingest row: the health stats of both services, then consumption, rows written,
+    lag, batch time and errors."""
     b.row("ingest")
     b.add(
         stat(
@@ -1384,6 +1385,10 @@ def services() -> Json:
         8,
         8,
     )
+
+
+def _api_panels(b: Board) -> None:
+    """The linkdb-api row: requests, responses by status and latency by route."""
     b.row("linkdb-api")
     rate = "rate(polycorn_api_request_duration_seconds_count[$__rate_interval])"
     b.add(
@@ -1427,6 +1432,10 @@ def services() -> Json:
         8,
         8,
     )
+
+
+def _pipeline_panels(b: Board) -> None:
+    """The telemetry pipeline row: the proxies' production to Kafka and the relays' spools."""
     b.row("Telemetry pipeline (relay spool -> proxy -> Kafka)")
     b.add(
         timeseries(
@@ -1474,6 +1483,13 @@ def services() -> Json:
         12,
         8,
     )
+
+
+def services() -> Json:
+    b = Board()
+    _ingest_panels(b)
+    _api_panels(b)
+    _pipeline_panels(b)
     return dashboard(
         "polycorn-services",
         "Polycorn / Ingest and API health",

@@ -70,6 +70,297 @@ def _plain_vs_paper(ci: Any, paper: Any, n: Any, lower_is_better: bool = False) 
     return verdict_text(verdict(ci, paper, n, lower_is_better=lower_is_better))
 
 
+def _vs_baselines_lines(doc: dict[str, Any], vs: Any) -> list[str]:
+    """The HRSCH section's part on hrsch against each baseline."""
+    out: list[str] = []
+    labels = _ordered_labels(doc, vs)
+    out += [
+        "**hrsch against each baseline**: geometric mean of the paired goodput ratios "
+        "hrsch/baseline [95 % CI of the pairs], n pairs; with two trips or more, the "
+        "interval that resamples trips after 'trips'; the paper's number (against minrtt "
+        "only) in brackets with the verdict of an interval against it (above / below the "
+        "paper: the whole interval above / below its number; consistent: its number "
+        "inside), from 10 trips on the trips' interval, else the pairs'.",
+        "",
+    ]
+    rows = []
+    for base, per in vs.items():
+        row = [f"`{base}`"]
+        for lbl in labels:
+            s = per.get(lbl)
+            if s is None:
+                row.append("–")
+                continue
+            cell = f"{_f(s['ratio'])}{_ci(s['ci95'])}, n {s['n_pairs']}"
+            if s.get("ci95_trips"):
+                cell += f", trips{_ci(s['ci95_trips'])}"
+            if s.get("paper") is not None:
+                cell += (
+                    f" (paper {s['paper']:.2f}: "
+                    f"{_vs_paper(_verdict_ci(s), s['paper'], s['n_pairs'])})"
+                )
+            row.append(cell)
+        rows.append(row)
+    out += _table(["hrsch vs", *labels], rows)
+    out += [
+        "",
+        "Ratio of means and arithmetic mean of the ratios (the paper's 'average goodput "
+        "ratio'), overall: "
+        + "; ".join(
+            f"`{b}` {_f(p.get(OVERALL, {}).get('ratio_of_means'))} / "
+            f"{_f(p.get(OVERALL, {}).get('mean_of_ratios'))}"
+            for b, p in vs.items()
+        )
+        + ".",
+        "",
+    ]
+    return out
+
+
+def _ablation_lines(abl: Any) -> list[str]:
+    """The HRSCH section's part on the ablation of each mechanism."""
+    out: list[str] = []
+    out += [
+        "**Ablation**: goodput gain over minrtt of minrtt plus one HRSCH mechanism (all "
+        "sizes pooled; geometric mean of paired ratios − 1 [95 % CI]; ratio of means − 1).",
+        "",
+    ]
+    rows = []
+    for scheme, a in abl.items():
+        rows.append(
+            [
+                a["mechanism"],
+                f"`{scheme}`",
+                str(a["n_pairs"]),
+                _pct(a["gain"]) + _pct_ci(a["ci95"]),
+                _pct(a["gain_ratio_of_means"]),
+                _pct(a["paper_gain"]),
+                _vs_paper(a["ci95"], a["paper_gain"], a["n_pairs"]),
+            ]
+        )
+    out += _table(
+        [
+            "mechanism",
+            "scheme",
+            "n",
+            "gain [95 % CI]",
+            "gain (means)",
+            "paper",
+            "vs the paper",
+        ],
+        rows,
+    )
+    out += [
+        "",
+        "The paper prints the four gains as '7.0 %, 18.8 %, 4.2 % and 2.9 %'; the mapping "
+        "to mechanisms (ORI 18.8 %, TPR 4.2 %) is the slides' (hsr-facts §12.3), and its "
+        "16 % 'together' is below ORI's own gain.",
+        "",
+    ]
+    return out
+
+
+def _extra_traffic_lines(extra: Any) -> list[str]:
+    """The HRSCH section's part on extra traffic of reinjection and redundancy."""
+    out: list[str] = []
+    out += [
+        "**Extra traffic** (whole trips, bulk and IM): reinjected and redundant passenger "
+        "bytes (downlink from the proxy's scheduler, uplink from the relay's) per byte "
+        "delivered to or taken from the passengers (the relay's capture counters); "
+        "duplicates: the share of those extra copies the receiving end already had.",
+        "",
+    ]
+    rows = []
+    for scheme, e in extra.items():
+        if e is None:
+            rows.append([f"`{scheme}`", "–", "–", "–", "–", "–", "–"])
+            continue
+        rows.append(
+            [
+                f"`{scheme}`",
+                _f(e["goodput_bytes"] / 1e6, 1),
+                _f(e["reinjected_bytes"] / 1e6, 2),
+                _pct(e["reinjected_share"], 2, sign=False),
+                "–" if e["redundant_bytes"] is None else _f(e["redundant_bytes"] / 1e6, 2),
+                _pct(e["redundant_share"], 2, sign=False),
+                _pct(e.get("duplicate_share_of_extra"), 1, sign=False),
+            ]
+        )
+    out += _table(
+        [
+            "scheme",
+            "goodput MB",
+            "reinjected MB",
+            "reinjected",
+            "redundant MB",
+            "redundant",
+            "duplicates",
+        ],
+        rows,
+    )
+    out.append("")
+    null = [s for s, e in extra.items() if e is None]
+    if null:
+        out += [
+            "No counters for "
+            + ", ".join(f"`{s}`" for s in null)
+            + " (kernel-scheduled, or no usable metrics snapshot).",
+            "",
+        ]
+    return out
+
+
+def _reinjection_overhead_lines(ls: dict[str, Any], ro: Any) -> list[str]:
+    """The HRSCH section's part on the reinjection overhead against the paper."""
+    out: list[str] = []
+    paper = PAPER["reinjection_overhead"]
+    ro_cmp = ls.get("reinjection_overhead_vs_paper") or {}
+    out += [
+        "**Extended reinjection overhead** (reinjected bytes / goodput bytes, whole trips; "
+        "95 % interval from a bootstrap over trips; lower is cheaper, so 'above the paper' "
+        "means an interval wholly below the paper's number):",
+        "",
+    ]
+    rows = []
+    for k in REINJECTION_K:
+        if k not in ro:
+            continue
+        c = ro_cmp.get(k, {})
+        ci, n = c.get("ci95"), c.get("n")
+        rows.append(
+            [
+                k,
+                f"`{REINJECTION_K[k]}`",
+                _pct(ro[k], 2, sign=False) + _pct_ci_unsigned(ci),
+                _pct(paper[k], 1, sign=False),
+                _vs_paper(ci, paper[k], n, lower_is_better=True),
+            ]
+        )
+    out += _table(["k", "scheme", "ours [95 % CI]", "paper", "vs the paper"], rows)
+    out.append("")
+    return out
+
+
+def _im_lines(im: Any) -> list[str]:
+    """The HRSCH section's part on instant messaging against the paper."""
+    out: list[str] = []
+    paper = PAPER["im_hrsch"]
+    out += [
+        "**Instant messaging**: relative change of hrsch's delivery time against "
+        "single-path and minrtt (negative = hrsch faster / fairer).",
+        "",
+    ]
+    rows = []
+    entries = [*im["by_users"].items(), ("average", im["average"]), ("paper", paper)]
+    for users, e in entries:
+        sp, mr = e.get("vs_single_path", {}), e.get("vs_minrtt", {})
+        rows.append(
+            [
+                users,
+                *[_pct(sp.get(k)) for k in ("mean", "p90", "cov")],
+                *[_pct(mr.get(k)) for k in ("mean", "p90", "cov")],
+            ]
+        )
+    out += _table(
+        [
+            "users",
+            "mean vs single-path",
+            "p90",
+            "CoV",
+            "mean vs minrtt",
+            "p90",
+            "CoV",
+        ],
+        rows,
+    )
+    avg = im["average"]
+    avg_ci = im.get("average_ci95") or {}
+    n_trips = im.get("n_trips")
+    out += [
+        "",
+        "The averages against the paper's, with 95 % intervals from a bootstrap over "
+        + ("the trips" if n_trips is None else f"{n_trips} trip{'' if n_trips == 1 else 's'}")
+        + " (lower is better: 'above the paper' means an interval wholly below the "
+        "paper's number):",
+        "",
+    ]
+    rows = []
+    for ref in ("vs_single_path", "vs_minrtt"):
+        for k in ("mean", "p90", "cov"):
+            ci = avg_ci.get(ref, {}).get(k)
+            rows.append(
+                [
+                    ref.removeprefix("vs_").replace("_", "-"),
+                    {"mean": "mean", "p90": "p90", "cov": "CoV"}[k],
+                    _pct(avg[ref][k]) + _pct_ci(ci),
+                    _pct(paper[ref][k], 0),
+                    _vs_paper(ci, paper[ref][k], n_trips, lower_is_better=True)
+                    if avg[ref][k] is not None
+                    else "no data",
+                ]
+            )
+    out += _table(["against", "delay", "hrsch, average [95 % CI]", "paper", "vs the paper"], rows)
+    out.append("")
+    return out
+
+
+def _hof_recovery_lines(hof: Any) -> list[str]:
+    """The HRSCH section's part on recovery after failed handovers."""
+    out: list[str] = []
+    paper = PAPER["hof_recovery"]
+    out += [
+        f"**Recovery after handover failures**: {hof['n_failures']} failed handovers; "
+        f"goodput in the {HOF_WINDOW_MS / 1000:g} s from each failure's handover_start of "
+        "the download in flight in both schemes, a bulk download or the backlog phase's "
+        "always-busy one (bytes received / time active in the "
+        f"window; pairs active less than {HOF_MIN_ACTIVE_MS:g} ms dropped), against "
+        "minrtt on the same failure and download.",
+        "",
+    ]
+    rows = []
+    for scheme, b in hof.get("by_scheme", {}).items():
+        rows.append(
+            [
+                f"`{scheme}`",
+                str(b["n"]),
+                str(b.get("n_bulk", 0)),
+                str(b.get("n_backlog", 0)),
+                f"{_f(b['goodput_mbps_mean'])} / {_f(b['minrtt_goodput_mbps_mean'])}",
+                f"{_f(b['goodput_mbps_median'])} / {_f(b['minrtt_goodput_mbps_median'])}",
+                _f(b["ratio_of_means"]) + _ci(b["ci95"]),
+                _f(b["ratio_of_medians"]),
+            ]
+        )
+    out += _table(
+        [
+            "scheme",
+            "n",
+            "n bulk",
+            "n backlog",
+            "mean Mbit/s (scheme / minrtt)",
+            "median",
+            "ratio of means [95 % CI]",
+            "ratio of medians",
+        ],
+        rows,
+    )
+    mean_ci = hof.get("hrsch_vs_minrtt_mean_ci95")
+    median_ci = hof.get("hrsch_vs_minrtt_median_ci95")
+    out += [
+        "",
+        f"hrsch vs minrtt: ratio of means {_f(hof['hrsch_vs_minrtt_mean'])}{_ci(mean_ci)} "
+        f"(paper {paper['hrsch_vs_minrtt_mean']:.1f}: "
+        f"{_vs_paper(mean_ci, paper['hrsch_vs_minrtt_mean'], hof['n'])}), "
+        f"ratio of medians {_f(hof['hrsch_vs_minrtt_median'])}{_ci(median_ci)} "
+        f"(paper {paper['hrsch_vs_minrtt_median']:.1f}: "
+        f"{_vs_paper(median_ci, paper['hrsch_vs_minrtt_median'], hof['n'])}), "
+        f"n = {hof['n']} ({hof.get('n_bulk', 0)} bulk, {hof.get('n_backlog', 0)} "
+        "backlog).",
+        "",
+    ]
+    return out
+
+
 def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
     """The HRSCH issue's evidence for one link set; empty when none of it is there."""
     keys = ("hrsch_vs_baselines", "ablation", "im_hrsch", "reinjection_overhead", "hof_recovery")
@@ -90,272 +381,21 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
         out = ["### Extra traffic", ""]
     vs = ls.get("hrsch_vs_baselines")
     if vs:
-        labels = _ordered_labels(doc, vs)
-        out += [
-            "**hrsch against each baseline**: geometric mean of the paired goodput ratios "
-            "hrsch/baseline [95 % CI of the pairs], n pairs; with two trips or more, the "
-            "interval that resamples trips after 'trips'; the paper's number (against minrtt "
-            "only) in brackets with the verdict of an interval against it (above / below the "
-            "paper: the whole interval above / below its number; consistent: its number "
-            "inside), from 10 trips on the trips' interval, else the pairs'.",
-            "",
-        ]
-        rows = []
-        for base, per in vs.items():
-            row = [f"`{base}`"]
-            for lbl in labels:
-                s = per.get(lbl)
-                if s is None:
-                    row.append("–")
-                    continue
-                cell = f"{_f(s['ratio'])}{_ci(s['ci95'])}, n {s['n_pairs']}"
-                if s.get("ci95_trips"):
-                    cell += f", trips{_ci(s['ci95_trips'])}"
-                if s.get("paper") is not None:
-                    cell += (
-                        f" (paper {s['paper']:.2f}: "
-                        f"{_vs_paper(_verdict_ci(s), s['paper'], s['n_pairs'])})"
-                    )
-                row.append(cell)
-            rows.append(row)
-        out += _table(["hrsch vs", *labels], rows)
-        out += [
-            "",
-            "Ratio of means and arithmetic mean of the ratios (the paper's 'average goodput "
-            "ratio'), overall: "
-            + "; ".join(
-                f"`{b}` {_f(p.get(OVERALL, {}).get('ratio_of_means'))} / "
-                f"{_f(p.get(OVERALL, {}).get('mean_of_ratios'))}"
-                for b, p in vs.items()
-            )
-            + ".",
-            "",
-        ]
+        out += _vs_baselines_lines(doc, vs)
     abl = ls.get("ablation")
     if abl:
-        out += [
-            "**Ablation**: goodput gain over minrtt of minrtt plus one HRSCH mechanism (all "
-            "sizes pooled; geometric mean of paired ratios − 1 [95 % CI]; ratio of means − 1).",
-            "",
-        ]
-        rows = []
-        for scheme, a in abl.items():
-            rows.append(
-                [
-                    a["mechanism"],
-                    f"`{scheme}`",
-                    str(a["n_pairs"]),
-                    _pct(a["gain"]) + _pct_ci(a["ci95"]),
-                    _pct(a["gain_ratio_of_means"]),
-                    _pct(a["paper_gain"]),
-                    _vs_paper(a["ci95"], a["paper_gain"], a["n_pairs"]),
-                ]
-            )
-        out += _table(
-            [
-                "mechanism",
-                "scheme",
-                "n",
-                "gain [95 % CI]",
-                "gain (means)",
-                "paper",
-                "vs the paper",
-            ],
-            rows,
-        )
-        out += [
-            "",
-            "The paper prints the four gains as '7.0 %, 18.8 %, 4.2 % and 2.9 %'; the mapping "
-            "to mechanisms (ORI 18.8 %, TPR 4.2 %) is the slides' (hsr-facts §12.3), and its "
-            "16 % 'together' is below ORI's own gain.",
-            "",
-        ]
+        out += _ablation_lines(abl)
     if extra:
-        out += [
-            "**Extra traffic** (whole trips, bulk and IM): reinjected and redundant passenger "
-            "bytes (downlink from the proxy's scheduler, uplink from the relay's) per byte "
-            "delivered to or taken from the passengers (the relay's capture counters); "
-            "duplicates: the share of those extra copies the receiving end already had.",
-            "",
-        ]
-        rows = []
-        for scheme, e in extra.items():
-            if e is None:
-                rows.append([f"`{scheme}`", "–", "–", "–", "–", "–", "–"])
-                continue
-            rows.append(
-                [
-                    f"`{scheme}`",
-                    _f(e["goodput_bytes"] / 1e6, 1),
-                    _f(e["reinjected_bytes"] / 1e6, 2),
-                    _pct(e["reinjected_share"], 2, sign=False),
-                    "–" if e["redundant_bytes"] is None else _f(e["redundant_bytes"] / 1e6, 2),
-                    _pct(e["redundant_share"], 2, sign=False),
-                    _pct(e.get("duplicate_share_of_extra"), 1, sign=False),
-                ]
-            )
-        out += _table(
-            [
-                "scheme",
-                "goodput MB",
-                "reinjected MB",
-                "reinjected",
-                "redundant MB",
-                "redundant",
-                "duplicates",
-            ],
-            rows,
-        )
-        out.append("")
-        null = [s for s, e in extra.items() if e is None]
-        if null:
-            out += [
-                "No counters for "
-                + ", ".join(f"`{s}`" for s in null)
-                + " (kernel-scheduled, or no usable metrics snapshot).",
-                "",
-            ]
+        out += _extra_traffic_lines(extra)
     ro = ls.get("reinjection_overhead")
     if ro:
-        paper = PAPER["reinjection_overhead"]
-        ro_cmp = ls.get("reinjection_overhead_vs_paper") or {}
-        out += [
-            "**Extended reinjection overhead** (reinjected bytes / goodput bytes, whole trips; "
-            "95 % interval from a bootstrap over trips; lower is cheaper, so 'above the paper' "
-            "means an interval wholly below the paper's number):",
-            "",
-        ]
-        rows = []
-        for k in REINJECTION_K:
-            if k not in ro:
-                continue
-            c = ro_cmp.get(k, {})
-            ci, n = c.get("ci95"), c.get("n")
-            rows.append(
-                [
-                    k,
-                    f"`{REINJECTION_K[k]}`",
-                    _pct(ro[k], 2, sign=False) + _pct_ci_unsigned(ci),
-                    _pct(paper[k], 1, sign=False),
-                    _vs_paper(ci, paper[k], n, lower_is_better=True),
-                ]
-            )
-        out += _table(["k", "scheme", "ours [95 % CI]", "paper", "vs the paper"], rows)
-        out.append("")
+        out += _reinjection_overhead_lines(ls, ro)
     im = ls.get("im_hrsch")
     if im:
-        paper = PAPER["im_hrsch"]
-        out += [
-            "**Instant messaging**: relative change of hrsch's delivery time against "
-            "single-path and minrtt (negative = hrsch faster / fairer).",
-            "",
-        ]
-        rows = []
-        entries = [*im["by_users"].items(), ("average", im["average"]), ("paper", paper)]
-        for users, e in entries:
-            sp, mr = e.get("vs_single_path", {}), e.get("vs_minrtt", {})
-            rows.append(
-                [
-                    users,
-                    *[_pct(sp.get(k)) for k in ("mean", "p90", "cov")],
-                    *[_pct(mr.get(k)) for k in ("mean", "p90", "cov")],
-                ]
-            )
-        out += _table(
-            [
-                "users",
-                "mean vs single-path",
-                "p90",
-                "CoV",
-                "mean vs minrtt",
-                "p90",
-                "CoV",
-            ],
-            rows,
-        )
-        avg = im["average"]
-        avg_ci = im.get("average_ci95") or {}
-        n_trips = im.get("n_trips")
-        out += [
-            "",
-            "The averages against the paper's, with 95 % intervals from a bootstrap over "
-            + ("the trips" if n_trips is None else f"{n_trips} trip{'' if n_trips == 1 else 's'}")
-            + " (lower is better: 'above the paper' means an interval wholly below the "
-            "paper's number):",
-            "",
-        ]
-        rows = []
-        for ref in ("vs_single_path", "vs_minrtt"):
-            for k in ("mean", "p90", "cov"):
-                ci = avg_ci.get(ref, {}).get(k)
-                rows.append(
-                    [
-                        ref.removeprefix("vs_").replace("_", "-"),
-                        {"mean": "mean", "p90": "p90", "cov": "CoV"}[k],
-                        _pct(avg[ref][k]) + _pct_ci(ci),
-                        _pct(paper[ref][k], 0),
-                        _vs_paper(ci, paper[ref][k], n_trips, lower_is_better=True)
-                        if avg[ref][k] is not None
-                        else "no data",
-                    ]
-                )
-        out += _table(
-            ["against", "delay", "hrsch, average [95 % CI]", "paper", "vs the paper"], rows
-        )
-        out.append("")
+        out += _im_lines(im)
     hof = ls.get("hof_recovery")
     if hof:
-        paper = PAPER["hof_recovery"]
-        out += [
-            f"**Recovery after handover failures**: {hof['n_failures']} failed handovers; "
-            f"goodput in the {HOF_WINDOW_MS / 1000:g} s from each failure's handover_start of "
-            "the download in flight in both schemes, a bulk download or the backlog phase's "
-            "always-busy one (bytes received / time active in the "
-            f"window; pairs active less than {HOF_MIN_ACTIVE_MS:g} ms dropped), against "
-            "minrtt on the same failure and download.",
-            "",
-        ]
-        rows = []
-        for scheme, b in hof.get("by_scheme", {}).items():
-            rows.append(
-                [
-                    f"`{scheme}`",
-                    str(b["n"]),
-                    str(b.get("n_bulk", 0)),
-                    str(b.get("n_backlog", 0)),
-                    f"{_f(b['goodput_mbps_mean'])} / {_f(b['minrtt_goodput_mbps_mean'])}",
-                    f"{_f(b['goodput_mbps_median'])} / {_f(b['minrtt_goodput_mbps_median'])}",
-                    _f(b["ratio_of_means"]) + _ci(b["ci95"]),
-                    _f(b["ratio_of_medians"]),
-                ]
-            )
-        out += _table(
-            [
-                "scheme",
-                "n",
-                "n bulk",
-                "n backlog",
-                "mean Mbit/s (scheme / minrtt)",
-                "median",
-                "ratio of means [95 % CI]",
-                "ratio of medians",
-            ],
-            rows,
-        )
-        mean_ci = hof.get("hrsch_vs_minrtt_mean_ci95")
-        median_ci = hof.get("hrsch_vs_minrtt_median_ci95")
-        out += [
-            "",
-            f"hrsch vs minrtt: ratio of means {_f(hof['hrsch_vs_minrtt_mean'])}{_ci(mean_ci)} "
-            f"(paper {paper['hrsch_vs_minrtt_mean']:.1f}: "
-            f"{_vs_paper(mean_ci, paper['hrsch_vs_minrtt_mean'], hof['n'])}), "
-            f"ratio of medians {_f(hof['hrsch_vs_minrtt_median'])}{_ci(median_ci)} "
-            f"(paper {paper['hrsch_vs_minrtt_median']:.1f}: "
-            f"{_vs_paper(median_ci, paper['hrsch_vs_minrtt_median'], hof['n'])}), "
-            f"n = {hof['n']} ({hof.get('n_bulk', 0)} bulk, {hof.get('n_backlog', 0)} "
-            "backlog).",
-            "",
-        ]
+        out += _hof_recovery_lines(hof)
     for key, text in notes.items():
         if key not in CAPACITY_NOTES:  # with their own sections
             out += [f"*{key}: {text}.*", ""]

@@ -71,8 +71,9 @@ def test_every_variant_is_a_testbed_pipeline() -> None:
     toml = (Path(__file__).resolve().parents[2] / "testbed/pipelines.toml").read_text("utf-8")
     built_in = {"hrsch", "minrtt", "hrsch+hol", "hrsch+", STALE}
     for scheme, base, _ in VARIANTS.values():
-        # bench-hsr.sh: NAME@oracle (@broad) is the pipeline NAME with another table.
-        for s in (scheme.split("@")[0], base.split("@")[0]):
+        # bench-hsr.sh: NAME@oracle (@broad) is the pipeline NAME with another table,
+        # NAME~CC the pipeline NAME with another congestion control.
+        for s in (scheme.split("@")[0].split("~")[0], base.split("@")[0].split("~")[0]):
             assert s in built_in or f'[pipelines."{s}"]' in toml or f"[pipelines.{s}]" in toml, s
 
 
