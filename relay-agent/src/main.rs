@@ -504,6 +504,133 @@ async fn main() -> anyhow::Result<()> {
     polycorn_net::panics::finish("polycorn-relay", run().await)
 }
 
+/// The radio sources (the trip replay, gpsd, the modems): the replay feeds
+/// `radio::apply` directly; gpsd and the modems go through the handover
+/// detector first. All end in one channel. Nothing when none is configured.
+fn start_radio(
+    s: &Arc<Settings>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    session: &Session,
+    spool: Option<Arc<spool::Shared>>,
+    tables: Option<&TableHub>,
+    sources_pre: &mut Vec<Source>,
+    stop_rx: &watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let live = s.opts.gpsd.is_some() || !s.modems.is_empty();
+    if s.opts.replay_events.is_some() || live {
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        let spool = spool.expect("opened when a radio source runs");
+        let resume = s.opts.replay_events.is_some() && s.opts.replay_resume.unwrap_or(false);
+        let spool_dir = spool.dir();
+        let position = resume.then(|| spool_dir.join(radio::REPLAY_POSITION_FILE));
+        let names: Vec<String> = s.paths.iter().map(|p| p.name.clone()).collect();
+        let routes = tables.map(TableHub::routes);
+        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), spool, rx, names.clone(), position, routes));
+        if let Some(file) = s.opts.replay_events.clone() {
+            let epoch_unix_ms =
+                s.opts.replay_epoch_unix_ms.unwrap_or_else(|| polycorn_net::hof::unix_ms(std::time::SystemTime::now()));
+            let opts = radio::ReplayOpts {
+                file,
+                epoch_unix_ms,
+                path_names: names.clone(),
+                detect: s.opts.replay_detect.unwrap_or(false).then_some(s.detector),
+                gps_only: s.opts.replay_gps_only.unwrap_or(false),
+                // gpsd is the receiver: the log's fixes come from it (the
+                // testbed's gpsfake plays them), not from the replay.
+                no_gps: s.opts.gpsd.is_some(),
+                resume_from_unix_ms: resume.then(|| radio::resume_point(&spool_dir, epoch_unix_ms)),
+            };
+            let log = radio::load_log(&opts.file)?;
+            tasks.spawn(radio::replay(opts, log, tx.clone(), stop_rx.clone()));
+        }
+        if live {
+            let counters = Arc::new(radio::detect::RadioCounters::default());
+            let c = counters.clone();
+            sources_pre.push(Arc::new(move |w: &mut Writer| c.write(w)));
+            let (src_tx, src_rx) = tokio::sync::mpsc::channel(1024);
+            let stage = radio::detect::DetectStage::new(s.detector, names, counters.clone());
+            tasks.spawn(radio::detect::run(stage, src_rx, tx));
+            if let Some(addr) = s.opts.gpsd.clone() {
+                tasks.spawn(radio::gpsd::run(addr, src_tx.clone(), counters.clone(), stop_rx.clone()));
+            }
+            if !s.modems.is_empty() {
+                let opts = radio::mmcli::MmcliOpts {
+                    cmd: s.opts.mmcli.clone().unwrap_or_else(|| "mmcli".into()),
+                    modems: s.modems.clone(),
+                    interval: Duration::from_millis(s.opts.mmcli_interval_ms.unwrap_or(1000)),
+                };
+                tasks.spawn(radio::mmcli::run(opts, src_tx, counters, stop_rx.clone()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The passenger-facing listeners (`--listen-transparent`, `--listen-socks`,
+/// `--listen-dns`), bound; each server gets its own counters, exported with a
+/// `listener` label (pushed to `sources`), whose stats are returned too.
+async fn open_listeners(
+    s: &Settings,
+    max_conns: usize,
+    sources: &mut Vec<Source>,
+) -> anyhow::Result<(Listeners, Vec<Arc<polycorn_capture::CaptureStats>>)> {
+    let mut passengers = Vec::new();
+    let mut opts_for = |kind: &'static str| {
+        let o = RelayOpts { max_conns, ..Default::default() };
+        passengers.push(o.stats.clone());
+        let st = o.stats.clone();
+        sources.push(Arc::new(move |w| capture_metrics(w, kind, &st)));
+        o
+    };
+    let bind = |addr: SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))
+    };
+    let mut listeners = Listeners::default();
+    if let Some(addr) = s.opts.listen_transparent {
+        listeners.transparent = Some((bind(addr).await?, opts_for("transparent")));
+        info!(%addr, "transparent capture listening");
+    }
+    if let Some(addr) = s.opts.listen_socks {
+        listeners.socks = Some((bind(addr).await?, opts_for("socks5"), s.opts.dns_upstream));
+        match s.opts.dns_upstream {
+            Some(upstream) => info!(%addr, %upstream, "SOCKS5 listening; names resolved through the tunnel"),
+            None => warn!(
+                %addr,
+                "SOCKS5 listening; without --dns-upstream its names are resolved by the train's own resolver, outside the tunnel"
+            ),
+        }
+    }
+    if let (Some(addr), Some(upstream)) = (s.opts.listen_dns, s.opts.dns_upstream) {
+        let sock = tokio::net::UdpSocket::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        listeners.dns = Some((sock, upstream, opts_for("dns")));
+        info!(%addr, %upstream, "DNS listening");
+    }
+    Ok((listeners, passengers))
+}
+
+/// `--lan-interface`: the nftables interception rules, installed (removed
+/// again at shutdown).
+fn install_rules(s: &Settings) -> anyhow::Result<Option<InterceptRules>> {
+    Ok(match (&s.opts.lan_interface, s.opts.listen_transparent) {
+        (Some(lan), Some(t)) => {
+            // Passengers must not read the relay's metrics (the image
+            // listens on every address so that Prometheus can scrape it).
+            let metrics = s.opts.metrics_listen.unwrap_or_else(default_metrics_listen);
+            let r = InterceptRules {
+                lan_if: lan.clone(),
+                tcp_redirect_port: t.port(),
+                dns_port: s.opts.listen_dns.map_or(0, |d| d.port()),
+                udp_policy: s.udp_policy,
+                guard_tcp_ports: if metrics.ip().is_loopback() { Vec::new() } else { vec![metrics.port()] },
+            };
+            r.install().with_context(|| format!("installing interception rules on {lan}"))?;
+            info!(%lan, "interception rules installed");
+            Some(r)
+        }
+        _ => None,
+    })
+}
+
 async fn run() -> anyhow::Result<()> {
     let s = match settings() {
         Ok(v) => Arc::new(v),
@@ -596,55 +723,7 @@ async fn run() -> anyhow::Result<()> {
     for t in table_sources.map(|t| t.tasks(&stop_rx)).unwrap_or_default() {
         tasks.spawn(t);
     }
-    // Radio sources: the replay feeds `apply` directly; gpsd and the
-    // modems go through the handover detector first. All end in one channel.
-    let live = s.opts.gpsd.is_some() || !s.modems.is_empty();
-    if s.opts.replay_events.is_some() || live {
-        let (tx, rx) = tokio::sync::mpsc::channel(1024);
-        let spool = spool.clone().expect("opened above when a radio source runs");
-        let resume = s.opts.replay_events.is_some() && s.opts.replay_resume.unwrap_or(false);
-        let spool_dir = spool.dir();
-        let position = resume.then(|| spool_dir.join(radio::REPLAY_POSITION_FILE));
-        let names: Vec<String> = s.paths.iter().map(|p| p.name.clone()).collect();
-        let routes = tables.as_ref().map(|h| h.routes());
-        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), spool, rx, names.clone(), position, routes));
-        if let Some(file) = s.opts.replay_events.clone() {
-            let epoch_unix_ms =
-                s.opts.replay_epoch_unix_ms.unwrap_or_else(|| polycorn_net::hof::unix_ms(std::time::SystemTime::now()));
-            let opts = radio::ReplayOpts {
-                file,
-                epoch_unix_ms,
-                path_names: names.clone(),
-                detect: s.opts.replay_detect.unwrap_or(false).then_some(s.detector),
-                gps_only: s.opts.replay_gps_only.unwrap_or(false),
-                // gpsd is the receiver: the log's fixes come from it (the
-                // testbed's gpsfake plays them), not from the replay.
-                no_gps: s.opts.gpsd.is_some(),
-                resume_from_unix_ms: resume.then(|| radio::resume_point(&spool_dir, epoch_unix_ms)),
-            };
-            let log = radio::load_log(&opts.file)?;
-            tasks.spawn(radio::replay(opts, log, tx.clone(), stop_rx.clone()));
-        }
-        if live {
-            let counters = Arc::new(radio::detect::RadioCounters::default());
-            let c = counters.clone();
-            sources_pre.push(Arc::new(move |w: &mut Writer| c.write(w)));
-            let (src_tx, src_rx) = tokio::sync::mpsc::channel(1024);
-            let stage = radio::detect::DetectStage::new(s.detector, names, counters.clone());
-            tasks.spawn(radio::detect::run(stage, src_rx, tx));
-            if let Some(addr) = s.opts.gpsd.clone() {
-                tasks.spawn(radio::gpsd::run(addr, src_tx.clone(), counters.clone(), stop_rx.clone()));
-            }
-            if !s.modems.is_empty() {
-                let opts = radio::mmcli::MmcliOpts {
-                    cmd: s.opts.mmcli.clone().unwrap_or_else(|| "mmcli".into()),
-                    modems: s.modems.clone(),
-                    interval: Duration::from_millis(s.opts.mmcli_interval_ms.unwrap_or(1000)),
-                };
-                tasks.spawn(radio::mmcli::run(opts, src_tx, counters, stop_rx.clone()));
-            }
-        }
-    }
+    start_radio(&s, &mut tasks, &session, spool.clone(), tables.as_deref(), &mut sources_pre, &stop_rx)?;
 
     let max_conns = s.opts.max_conns.unwrap_or(4096);
     let mut sources: Vec<Source> = std::mem::take(&mut sources_pre);
@@ -656,61 +735,12 @@ async fn run() -> anyhow::Result<()> {
         sources.push(Arc::new(move |w| st.write_relay(w)));
     }
 
-    // Each passenger-facing server gets its own counters, exported with a
-    // `listener` label.
-    let mut passengers = Vec::new();
-    let mut opts_for = |kind: &'static str| {
-        let o = RelayOpts { max_conns, ..Default::default() };
-        passengers.push(o.stats.clone());
-        let st = o.stats.clone();
-        sources.push(Arc::new(move |w| capture_metrics(w, kind, &st)));
-        o
-    };
-    let bind = |addr: SocketAddr| async move {
-        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))
-    };
-    let mut listeners = Listeners::default();
-    if let Some(addr) = s.opts.listen_transparent {
-        listeners.transparent = Some((bind(addr).await?, opts_for("transparent")));
-        info!(%addr, "transparent capture listening");
-    }
-    if let Some(addr) = s.opts.listen_socks {
-        listeners.socks = Some((bind(addr).await?, opts_for("socks5"), s.opts.dns_upstream));
-        match s.opts.dns_upstream {
-            Some(upstream) => info!(%addr, %upstream, "SOCKS5 listening; names resolved through the tunnel"),
-            None => warn!(
-                %addr,
-                "SOCKS5 listening; without --dns-upstream its names are resolved by the train's own resolver, outside the tunnel"
-            ),
-        }
-    }
-    if let (Some(addr), Some(upstream)) = (s.opts.listen_dns, s.opts.dns_upstream) {
-        let sock = tokio::net::UdpSocket::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        listeners.dns = Some((sock, upstream, opts_for("dns")));
-        info!(%addr, %upstream, "DNS listening");
-    }
+    let (listeners, passengers) = open_listeners(&s, max_conns, &mut sources).await?;
     match &conn_dialer {
         None => spawn_capture(&mut tasks, TunnelDialer(session.clone()), listeners, &stop_rx),
         Some(d) => spawn_capture(&mut tasks, MptcpConnDialer(d.clone()), listeners, &stop_rx),
     }
-    let rules = match (&s.opts.lan_interface, s.opts.listen_transparent) {
-        (Some(lan), Some(t)) => {
-            // Passengers must not read the relay's metrics (the image
-            // listens on every address so that Prometheus can scrape it).
-            let metrics = s.opts.metrics_listen.unwrap_or_else(default_metrics_listen);
-            let r = InterceptRules {
-                lan_if: lan.clone(),
-                tcp_redirect_port: t.port(),
-                dns_port: s.opts.listen_dns.map_or(0, |d| d.port()),
-                udp_policy: s.udp_policy,
-                guard_tcp_ports: if metrics.ip().is_loopback() { Vec::new() } else { vec![metrics.port()] },
-            };
-            r.install().with_context(|| format!("installing interception rules on {lan}"))?;
-            info!(%lan, "interception rules installed");
-            Some(r)
-        }
-        _ => None,
-    };
+    let rules = install_rules(&s)?;
 
     let rs = session.clone();
     let conn_stats = conn_dialer.as_ref().map(|d| d.stats().clone());
