@@ -189,7 +189,7 @@ lint-refs: ## nothing in the repository references files outside it (scripts/che
 # linkdb-api/, trainer/, and the fault campaign testbed/chaos/; uv.lock).
 UV := uv run --project bench --locked --quiet
 UVW := uv run --all-packages --locked --quiet
-PY_WS := schema ingest linkdb-api trainer testbed/chaos
+PY_WS := schema ingest linkdb-api trainer testbed/chaos testbed/harness
 # Benchmark helpers run with the workspace (scripts/bench-trainer.sh).
 PY_SCRIPTS := $(wildcard scripts/*.py)
 lint-py: setup ## ruff (check + format) and mypy --strict on the Python code

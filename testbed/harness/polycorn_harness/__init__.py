@@ -1,0 +1,23 @@
+"""Polycorn's test and benchmark harness (issue 23).
+
+The integration suites drive real processes in network namespaces. What they
+share lives here, so that a suite is a short pytest module:
+
+* :mod:`polycorn_harness.wait`: waiting on a condition with a timeout (never a
+  fixed sleep for synchronisation).
+* :mod:`polycorn_harness.metrics`: Prometheus and OpenMetrics expositions read
+  with ``prometheus_client``'s parsers.
+* :mod:`polycorn_harness.topology`: one copy of the emulated HSR topology
+  (``testbed/topology.sh``, namespaces, emulator, origin, relay/proxy pair) as
+  a context manager, torn down whatever happens, and the check that nothing
+  of it is left.
+* :mod:`polycorn_harness.fixtures`: the pytest fixtures (release binaries, a
+  generated trip, a topology factory), loaded by a suite's ``conftest.py``.
+
+docs/testing.md, "The harness", shows how to add a suite.
+"""
+
+from pathlib import Path
+
+#: The repository root.
+ROOT = Path(__file__).resolve().parents[3]

@@ -1,0 +1,145 @@
+"""One copy of the emulated HSR topology (``testbed/topology.sh``): three
+network namespaces (``PREFIX-pax``, ``PREFIX-train``, ``PREFIX-cloud``), the
+link emulator replaying a trip, the origin servers and a relay/proxy pair.
+Bash keeps the namespace plumbing; this module starts, inspects and tears
+it down, and checks that nothing of it is left."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from polycorn_harness import ROOT, metrics
+
+TOPOLOGY = ROOT / "testbed" / "topology.sh"
+#: The origin's address, as topology.sh gives it (testbed/netns/lib.sh).
+ORIGIN = "10.99.0.10"
+#: The proxy's metrics inside the cloud namespace.
+PROXY_METRICS = "127.0.0.1:9464"
+
+
+class CommandFailedError(AssertionError):
+    """A command of the testbed exited non-zero; the message has its stderr's tail."""
+
+
+def run(
+    cmd: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` to completion (from the repository root); raise
+    :class:`CommandFailedError` with its stderr's tail when it fails."""
+    r = subprocess.run(
+        list(cmd), cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-15:])
+        raise CommandFailedError(f"{' '.join(cmd[:6])} exited {r.returncode}:\n{tail}")
+    return r
+
+
+@dataclass
+class Topology:
+    """A topology under ``prefix``, replaying the trip in ``trip``."""
+
+    prefix: str
+    trip: Path
+    bin_dir: Path
+    started: bool = field(default=False, init=False)
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PC_PREFIX": self.prefix, "BIN": str(self.bin_dir)}
+
+    @property
+    def state(self) -> Path:
+        return Path(f"/tmp/polycorn-state-{self.prefix}")
+
+    def ns(self, which: str) -> str:
+        """The namespace ``pax``, ``train`` or ``cloud``."""
+        return f"{self.prefix}-{which}"
+
+    def up(
+        self,
+        scheme: str = "minrtt",
+        *,
+        epoch_unix_ms: int | None = None,
+        failure_table: Path | None = None,
+        relay_args: Sequence[str] = (),
+        gpsd: bool = False,
+    ) -> Topology:
+        """``topology.sh up``: everything started and the relay's first path up."""
+        cmd = [str(TOPOLOGY), "up", "--trip", str(self.trip), "--scheme", scheme]
+        if epoch_unix_ms is not None:
+            cmd += ["--epoch-unix-ms", str(epoch_unix_ms)]
+        if failure_table is not None:
+            cmd += ["--failure-table", str(failure_table)]
+        for a in relay_args:
+            cmd += ["--relay-arg", a]
+        if gpsd:
+            cmd.append("--gpsd")
+        self.started = True
+        run(cmd, env=self.env(), timeout=300)
+        return self
+
+    def down(self) -> None:
+        """``topology.sh down``; works whatever state ``up`` left."""
+        run([str(TOPOLOGY), "down"], env=self.env(), timeout=120)
+        self.started = False
+
+    def exec(
+        self, which: str, cmd: Sequence[str], *, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """``cmd`` inside namespace ``which``."""
+        return run(["ip", "netns", "exec", self.ns(which), *cmd], timeout=timeout)
+
+    def popen(self, which: str, cmd: Sequence[str]) -> subprocess.Popen[bytes]:
+        """``cmd`` inside namespace ``which``, in the background."""
+        return subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(which), *cmd],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def metrics(self, which: str = "cloud", addr: str = PROXY_METRICS) -> str:
+        """The exposition of ``/metrics`` at ``addr`` in namespace ``which``."""
+        return self.exec(
+            which, ["curl", "-fsS", "--max-time", "5", f"http://{addr}/metrics"]
+        ).stdout
+
+    def metric(self, name: str, which: str = "cloud", **labels: str) -> float | None:
+        return metrics.value(self.metrics(which), name, **labels)
+
+
+def leftovers(prefix: str) -> list[str]:
+    """Whatever of topology ``prefix`` survives: its namespaces, processes
+    naming it, the emulator's TUN devices in the root namespace."""
+    left = [f"namespace {p.name}" for p in Path("/run/netns").glob(f"{prefix}-*")]
+    ps = subprocess.run(
+        ["pgrep", "-af", "--", f"{prefix}-(train|cloud|pax)|polycorn-state-{prefix}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    left += [f"process {line}" for line in ps.stdout.splitlines() if "pgrep" not in line]
+    links = subprocess.run(
+        ["ip", "-o", "link", "show", "type", "tun"], capture_output=True, text=True, check=False
+    )
+    for line in links.stdout.splitlines():
+        dev = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if dev.startswith(("car", "cpx")) or (dev.startswith("pe") and dev[2:3].isdigit()):
+            left.append(f"tun {dev}")
+    return left
+
+
+@contextmanager
+def topology(prefix: str, trip: Path, bin_dir: Path, **up: object) -> Iterator[Topology]:
+    """A topology that is up inside the ``with`` and down after it, whatever happens."""
+    t = Topology(prefix, trip, bin_dir)
+    try:
+        t.up(**up)  # type: ignore[arg-type]
+        yield t
+    finally:
+        t.down()

@@ -1,0 +1,3 @@
+"""The namespace suites (root, real processes): fixtures from the harness."""
+
+pytest_plugins = ["polycorn_harness.fixtures"]

@@ -1,0 +1,231 @@
+"""The HSR testbed (was scripts/integration-hsr.sh): the topology runner on
+emulated links replaying a generated trip, its teardown after a crash and
+after Ctrl-C, placing a train by GPS alone, and ``make bench-hsr`` end to end
+on its smallest profile (ci)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from polycorn_harness import ROOT
+from polycorn_harness.metrics import value
+from polycorn_harness.topology import ORIGIN, Topology, leftovers, run
+from polycorn_harness.wait import wait_until
+
+P = "pcith"
+Topologies = Callable[[str, Path], Topology]
+
+
+def test_a_download_crosses_relay_emulated_links_and_proxy_intact(
+    topologies: Topologies, make_trip: Callable[..., Path]
+) -> None:
+    t = topologies(P, make_trip(1, 3, 120)).up("minrtt")
+    got = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            t.ns("pax"),
+            "curl",
+            "-fsS",
+            "--max-time",
+            "60",
+            f"http://{ORIGIN}/files/bench-256KB.bin",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=90,
+    ).stdout
+    want = (t.state / "origin/www/files/bench-256KB.bin").read_bytes()
+    assert hashlib.sha256(got).hexdigest() == hashlib.sha256(want).hexdigest()
+    # The carriers really are the emulator's TUN devices.
+    assert "tun" in t.exec("train", ["ip", "-d", "link", "show", "car0"]).stdout
+
+
+def test_down_after_a_sigkill_of_its_caller_leaves_nothing(
+    bin_dir: Path, make_trip: Callable[..., Path]
+) -> None:
+    # The caller of `up` dies without any cleanup (SIGKILL); `down` must
+    # still remove everything it started.
+    env = {**os.environ, "PC_PREFIX": P, "BIN": str(bin_dir)}
+    trip = make_trip(1, 3, 120)
+    runner = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f'testbed/topology.sh up --trip "{trip}" --scheme kernel-mptcp >/dev/null '
+            "&& exec sleep 1000",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        comm = Path(f"/proc/{runner.pid}/comm")
+        wait_until("topology.sh up finished", lambda: comm.read_text().strip() == "sleep", 120)
+        assert leftovers(P), "it really was up"
+    finally:
+        runner.kill()
+        runner.wait()
+    run(["testbed/topology.sh", "down"], env=env)
+    assert leftovers(P) == []
+
+
+def test_gps_only_and_gpsd_hold_carriers_as_the_replay_does(
+    topologies: Topologies, make_trip: Callable[..., Path], bin_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 21. The same trip and oracle table (with the trip's route line) on
+    three topologies side by side: one replaying the track position, one GPS
+    only (the proxy places the train by map matching onto the table's route),
+    one on a real gpsd (gpsfake plays the trip's fixes as NMEA in real time).
+    The proxy's hof-reject must hold a carrier as often (at least once) and
+    for about as long (within 20 %) on each."""
+    trip = make_trip(7, 1001, 420, "--preset", "pc-gateway-300")
+    table = tmp_path / "gps-table.json"
+    run(
+        [
+            str(bin_dir / "polycorn-tracegen"),
+            "failure-table",
+            "--events",
+            str(trip),
+            "--out",
+            str(table),
+            "--min-failures",
+            "1",
+            "--min-failure-rate",
+            "0",
+            "--route",
+            str(trip / "route.geojson"),
+        ]
+    )
+    epoch = int(time.time() * 1000)
+    kinds = {
+        "replay": topologies(f"{P}a", trip).up("hrsch", epoch_unix_ms=epoch, failure_table=table),
+        "gps only": topologies(f"{P}b", trip).up(
+            "hrsch", epoch_unix_ms=epoch, failure_table=table, relay_args=["--replay-gps-only"]
+        ),
+        "gpsd": topologies(f"{P}c", trip).up(
+            "hrsch", epoch_unix_ms=epoch, failure_table=table, gpsd=True
+        ),
+    }
+    loops = [
+        t.popen(
+            "pax",
+            [
+                "timeout",
+                "400",
+                "bash",
+                "-c",
+                "while :; do curl -s -o /dev/null --max-time 120 "
+                f"http://{ORIGIN}/files/100MiB.bin; done",
+            ],
+        )
+        for t in kinds.values()
+    ]
+    for p in loops:
+        p.wait(timeout=460)
+    held: dict[str, tuple[float, float]] = {}
+    for kind, t in kinds.items():
+        text = t.metrics()
+        ev = "polycorn_sched_schedulerlet_events_total"
+        rej = value(text, ev, schedulerlet="hof-reject", event="rejections") or 0.0
+        ms = value(text, ev, schedulerlet="hof-reject", event="held_ms") or 0.0
+        held[kind] = (rej, ms)
+    print(f"hof-reject on the proxy (holds, ms held): {held}")
+    rej0, ms0 = held["replay"]
+    assert rej0 > 0
+    for kind in ("gps only", "gpsd"):
+        rej, ms = held[kind]
+        assert rej == rej0, kind
+        assert 0.8 * ms0 <= ms <= 1.2 * ms0, kind
+
+
+def _bench(tmp: Path, log: Path, schemes: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "BENCH_PREFIX": "hbit",
+        "BENCH_WORK": str(tmp),
+        "PROFILE": "ci",
+        "SCHEMES": schemes,
+    }
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            ["bash", "scripts/bench-hsr.sh"], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+
+
+def test_bench_hsr_ci_runs_every_phase_and_leaves_nothing(tmp_path: Path) -> None:
+    """make bench-hsr PROFILE=ci: minrtt, hrsch (with a stand-in failure table
+    and the radio replay), kernel-mptcp and kernel-mptcp-conn side by side:
+    results for every size, the backlog, concurrency and budget-sweep phases,
+    no budget exceeded, nothing left behind."""
+    log = tmp_path / "bench.log"
+    proc = _bench(tmp_path / "bench", log, "minrtt hrsch kernel-mptcp kernel-mptcp-conn")
+    assert proc.wait(timeout=3600) == 0, log.read_text()[-3000:]
+    doc = json.loads((tmp_path / "bench/out/hsr.json").read_text())
+    assert doc["profile"] == "ci" and len(doc["bulk"]) == 4 and len(doc["im"]) == 4
+    assert (
+        min(per[size]["n"] for per in doc["bulk"].values() for size in ("256KB", "1MB", "4MB")) >= 1
+    )
+    assert doc["bulk"]["minrtt"]["overall"]["ratio_vs_minrtt"] == 1
+    # hrsch ran with the stand-in table and the relay's radio replay: the proxy
+    # loaded the table, got the train's telemetry and exports hof-reject's counters.
+    run_json = json.loads((tmp_path / "bench/run-ci/run.json").read_text())
+    assert run_json["failure_table"]["previous_trips"] >= 1
+    (m,) = (tmp_path / "bench/run-ci/hsr").glob("*/hrsch/logs/proxy.metrics")
+    text = m.read_text()
+    assert value(text, "polycorn_failure_table_loads_total") == 1
+    assert (value(text, "polycorn_telemetry_received_records_total") or 0) > 0
+    assert (
+        value(
+            text,
+            "polycorn_sched_schedulerlet_events_total",
+            schedulerlet="hof-reject",
+            event="rejections",
+        )
+        is not None
+    )
+    # The backlog: an always-busy download for every scheme, with bytes.
+    assert all(b["n"] >= 1 and b["bytes"] > 0 for b in doc["backlog"].values()), doc["backlog"]
+    # Concurrency (1, 10, 100 passengers) and the budget sweep; no budget exceeded.
+    conc = doc["concurrency"]
+    assert sorted(conc) == ["1", "10", "100"]
+    assert all(c["minrtt"]["goodput_mbps_total"] > 0 for c in conc.values())
+    assert 0 < conc["100"]["minrtt"]["jain"] <= 1
+    assert len(doc["budget_sweep"]) >= 2
+    assert all(s["minrtt"]["backlog_goodput_mbps"] > 0 for s in doc["budget_sweep"].values())
+    assert doc["budget_check"]["ok"] is True
+    assert [x for k in range(8) for x in leftovers(f"hbit{k}")] == []
+
+
+def test_ctrl_c_during_bench_hsr_tears_every_topology_down(tmp_path: Path) -> None:
+    log = tmp_path / "bench-int.log"
+    proc = _bench(tmp_path / "bench-int", log, "minrtt kernel-mptcp")
+    try:
+        wait_until(
+            "bench-hsr started its load",
+            lambda: "load from trip time" in log.read_text() or proc.poll() is not None,
+            600,
+        )
+        assert proc.poll() is None, log.read_text()[-2000:]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=300)
+    assert rc != 0
+    assert leftovers("hbit0") + leftovers("hbit1") == []
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_of_the_suites_prefixes() -> None:
+    """Each test starts without a topology of this suite's prefixes."""
+    for p in (P, f"{P}a", f"{P}b", f"{P}c"):
+        if leftovers(p):
+            run(["testbed/topology.sh", "down"], env={**os.environ, "PC_PREFIX": p})
