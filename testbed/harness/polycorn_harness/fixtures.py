@@ -13,6 +13,11 @@ import pytest
 from polycorn_harness import ROOT
 from polycorn_harness.topology import Topology, run
 
+#: ``make_trip(route_seed, trip_seed, duration_s, *generate_args)``.
+MakeTrip = Callable[..., Path]
+#: ``topologies(prefix, trip)``.
+Topologies = Callable[[str, Path], Topology]
+
 #: The release binaries the testbed runs.
 BINARIES = (
     "polycorn-emu",
@@ -69,7 +74,7 @@ def make_trip(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Callab
 
 
 @pytest.fixture
-def topologies(bin_dir: Path) -> Iterator[Callable[[str, Path], Topology]]:
+def topologies(bin_dir: Path) -> Iterator[Topologies]:
     """``topologies(prefix, trip)``: a :class:`Topology` (not yet up); every
     one made is torn down after the test, whatever happened."""
     made: list[Topology] = []
@@ -82,3 +87,20 @@ def topologies(bin_dir: Path) -> Iterator[Callable[[str, Path], Topology]]:
     yield make
     for t in made:
         t.down()
+
+
+@pytest.fixture(scope="session")
+def infra() -> dict[str, str]:
+    """PostgreSQL + PostGIS, Kafka and Prometheus for real (``scripts/infra.sh
+    up``: started, or reused when running, and waited for), and the
+    environment that names them (``POLYCORN_DATABASE_URL``,
+    ``POLYCORN_KAFKA_BOOTSTRAP``, ...). ``POLYCORN_INFRA_DIR`` and the
+    ``POLYCORN_*_PORT`` variables choose another set of servers."""
+    run(["bash", "scripts/infra.sh", "up"], timeout=600)
+    out = run(["bash", "scripts/infra.sh", "env"]).stdout
+    env = dict(os.environ)
+    for line in out.splitlines():
+        name, sep, val = line.removeprefix("export ").partition("=")
+        if sep:
+            env[name] = val.strip("'\"")
+    return env

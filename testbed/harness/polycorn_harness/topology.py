@@ -67,9 +67,13 @@ class Topology:
         epoch_unix_ms: int | None = None,
         failure_table: Path | None = None,
         relay_args: Sequence[str] = (),
+        proxy_args: Sequence[str] = (),
+        forward_ports: Sequence[int] = (),
         gpsd: bool = False,
     ) -> Topology:
-        """``topology.sh up``: everything started and the relay's first path up."""
+        """``topology.sh up``: everything started and the relay's first path up.
+        ``forward_ports``: 127.0.0.1:PORT in the cloud namespace reaches the root
+        namespace's (the Kafka of ``scripts/infra.sh``, for the proxy)."""
         cmd = [str(TOPOLOGY), "up", "--trip", str(self.trip), "--scheme", scheme]
         if epoch_unix_ms is not None:
             cmd += ["--epoch-unix-ms", str(epoch_unix_ms)]
@@ -77,6 +81,10 @@ class Topology:
             cmd += ["--failure-table", str(failure_table)]
         for a in relay_args:
             cmd += ["--relay-arg", a]
+        for a in proxy_args:
+            cmd += ["--proxy-arg", a]
+        for port in forward_ports:
+            cmd += ["--forward-port", str(port)]
         if gpsd:
             cmd.append("--gpsd")
         self.started = True

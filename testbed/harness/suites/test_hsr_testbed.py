@@ -11,22 +11,21 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from polycorn_harness import ROOT
+from polycorn_harness.fixtures import MakeTrip, Topologies
 from polycorn_harness.metrics import value
-from polycorn_harness.topology import ORIGIN, Topology, leftovers, run
+from polycorn_harness.topology import ORIGIN, leftovers, run
 from polycorn_harness.wait import wait_until
 
 P = "pcith"
-Topologies = Callable[[str, Path], Topology]
 
 
 def test_a_download_crosses_relay_emulated_links_and_proxy_intact(
-    topologies: Topologies, make_trip: Callable[..., Path]
+    topologies: Topologies, make_trip: MakeTrip
 ) -> None:
     t = topologies(P, make_trip(1, 3, 120)).up("minrtt")
     got = subprocess.run(
@@ -52,7 +51,7 @@ def test_a_download_crosses_relay_emulated_links_and_proxy_intact(
 
 
 def test_down_after_a_sigkill_of_its_caller_leaves_nothing(
-    bin_dir: Path, make_trip: Callable[..., Path]
+    bin_dir: Path, make_trip: MakeTrip
 ) -> None:
     # The caller of `up` dies without any cleanup (SIGKILL); `down` must
     # still remove everything it started.
@@ -80,7 +79,7 @@ def test_down_after_a_sigkill_of_its_caller_leaves_nothing(
 
 
 def test_gps_only_and_gpsd_hold_carriers_as_the_replay_does(
-    topologies: Topologies, make_trip: Callable[..., Path], bin_dir: Path, tmp_path: Path
+    topologies: Topologies, make_trip: MakeTrip, bin_dir: Path, tmp_path: Path
 ) -> None:
     """Issue 21. The same trip and oracle table (with the trip's route line) on
     three topologies side by side: one replaying the track position, one GPS
