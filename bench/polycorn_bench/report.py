@@ -119,8 +119,7 @@ def _vs_baselines_lines(doc: dict[str, Any], vs: Any) -> list[str]:
 
 def _ablation_lines(abl: Any) -> list[str]:
     """The HRSCH section's part on the ablation of each mechanism."""
-    out: list[str] = []
-    out += [
+    out = [
         "**Ablation**: goodput gain over minrtt of minrtt plus one HRSCH mechanism (all "
         "sizes pooled; geometric mean of paired ratios − 1 [95 % CI]; ratio of means − 1).",
         "",
@@ -162,8 +161,7 @@ def _ablation_lines(abl: Any) -> list[str]:
 
 def _extra_traffic_lines(extra: Any) -> list[str]:
     """The HRSCH section's part on extra traffic of reinjection and redundancy."""
-    out: list[str] = []
-    out += [
+    out = [
         "**Extra traffic** (whole trips, bulk and IM): reinjected and redundant passenger "
         "bytes (downlink from the proxy's scheduler, uplink from the relay's) per byte "
         "delivered to or taken from the passengers (the relay's capture counters); "

@@ -30,12 +30,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.openmetrics.parser import (
-    text_string_to_metric_families as openmetrics_families,
-)
-from prometheus_client.parser import text_string_to_metric_families
-
 from polycorn_chaos.checks import ROOT
+from polycorn_harness import metrics
+from polycorn_harness.topology import BINARIES
 
 
 def log(msg: str) -> None:
@@ -130,17 +127,8 @@ class CommandFailed(subprocess.SubprocessError):
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Sample name -> sum over its label sets (the shape prom_metric.py reads)."""
-    fams = (
-        openmetrics_families(text)  # type: ignore[no-untyped-call]
-        if text.rstrip().endswith("# EOF")
-        else text_string_to_metric_families(text)
-    )
-    out: dict[str, float] = {}
-    for fam in fams:
-        for s in fam.samples:
-            out[s.name] = out.get(s.name, 0.0) + float(s.value)
-    return out
+    """Sample name -> sum over its label sets (the harness's reading)."""
+    return metrics.sums(text)
 
 
 @dataclass
@@ -258,14 +246,7 @@ class Testbed:
     def up(self) -> None:
         s = self.s
         s.work.mkdir(parents=True, exist_ok=True)
-        for b in (
-            "polycorn-emu",
-            "polycorn-relay",
-            "polycorn-proxy",
-            "polycorn-pki",
-            "polycorn-loadgen",
-            "polycorn-tracegen",
-        ):
+        for b in BINARIES:
             if not (s.bin / b).is_file():
                 raise RuntimeError(f"{s.bin / b} missing: make build")
         log(

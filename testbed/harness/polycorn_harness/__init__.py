@@ -12,7 +12,7 @@ share lives here, so that a suite is a short pytest module:
   a context manager, torn down whatever happens, and the check that nothing
   of it is left.
 * :mod:`polycorn_harness.fixtures`: the pytest fixtures (release binaries, a
-  generated trip, a topology factory), loaded by a suite's ``conftest.py``.
+  generated trip, a topology factory, the real servers), a pytest plugin.
 
 docs/testing.md, "The harness", shows how to add a suite.
 """

@@ -1,5 +1,5 @@
-"""pytest fixtures of the namespace testbed. A suite's ``conftest.py`` loads
-them with ``pytest_plugins = ["polycorn_harness.fixtures"]``."""
+"""pytest fixtures of the namespace testbed, registered as a pytest plugin
+(the package's ``pytest11`` entry point), so every suite has them."""
 
 from __future__ import annotations
 
@@ -11,22 +11,12 @@ from pathlib import Path
 import pytest
 
 from polycorn_harness import ROOT
-from polycorn_harness.topology import Topology, run
+from polycorn_harness.topology import BINARIES, Topology, run
 
 #: ``make_trip(route_seed, trip_seed, duration_s, *generate_args)``.
 MakeTrip = Callable[..., Path]
 #: ``topologies(prefix, trip)``.
 Topologies = Callable[[str, Path], Topology]
-
-#: The release binaries the testbed runs.
-BINARIES = (
-    "polycorn-emu",
-    "polycorn-relay",
-    "polycorn-proxy",
-    "polycorn-pki",
-    "polycorn-loadgen",
-    "polycorn-tracegen",
-)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,15 @@ from polycorn_harness import ROOT, metrics
 TOPOLOGY = ROOT / "testbed" / "topology.sh"
 #: The origin's address, as topology.sh gives it (testbed/netns/lib.sh).
 ORIGIN = "10.99.0.10"
+#: The release binaries the testbed runs.
+BINARIES = (
+    "polycorn-emu",
+    "polycorn-relay",
+    "polycorn-proxy",
+    "polycorn-pki",
+    "polycorn-loadgen",
+    "polycorn-tracegen",
+)
 #: The proxy's metrics inside the cloud namespace.
 PROXY_METRICS = "127.0.0.1:9464"
 
