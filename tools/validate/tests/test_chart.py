@@ -654,12 +654,30 @@ def test_images_default_to_the_app_version() -> None:
 # ------------------------------------------------------------ flow control
 
 
+#: The options both binaries share: a clap struct flattened into each `struct Opts`.
+COMMON_OPTS = REPO / "crates/net/src/options.rs"
+
+
+def _opts_bodies(path: Path) -> list[str]:
+    """The clap option structs of a binary: its `struct Opts`, and the shared
+    `struct CommonOpts` when Opts flattens it."""
+    text = path.read_text()
+    bodies = [text.split("struct Opts {", 1)[1].split("\n}\n", 1)[0]]
+    if "common: CommonOpts" in bodies[0]:
+        common = COMMON_OPTS.read_text()
+        bodies.append(common.split("pub struct CommonOpts {", 1)[1].split("\n}\n", 1)[0])
+    return bodies
+
+
 def _rust_defaults(path: Path) -> dict[str, int]:
     """Flag -> the numeric ``[default: N]`` its doc comment gives, in the clap
-    `struct Opts`."""
-    body = path.read_text().split("struct Opts {", 1)[1].split("\n}\n", 1)[0]
-    pattern = r"\[default: (\d+)[^\]]*\][^\n]*\n\s*#\[arg\([^\]]*\)\]\s*(\w+):"
-    return {"--" + f.replace("_", "-"): int(d) for d, f in re.findall(pattern, body)}
+    option structs."""
+    pattern = r"\[default: (\d+)[^\]]*\][^\n]*\n\s*#\[arg\([^\]]*\)\]\s*(?:pub )?(\w+):"
+    return {
+        "--" + f.replace("_", "-"): int(d)
+        for body in _opts_bodies(path)
+        for d, f in re.findall(pattern, body)
+    }
 
 
 FLOW_FLAGS = {
@@ -739,17 +757,23 @@ def _python_cli(path: Path) -> tuple[set[str], set[str]]:
     return flags, subs
 
 
+def _rust_fields(path: Path) -> dict[str, str]:
+    """Long flag -> field name, of the clap option structs."""
+    out = {}
+    for body in _opts_bodies(path):
+        pattern = r"#\[arg\(([^\]]*)\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub )?(\w+):"
+        for m in re.finditer(pattern, body):
+            attrs, field = m.group(1), m.group(2)
+            if "long" not in attrs:
+                continue
+            named_long = re.search(r'long\s*=\s*"([^"]+)"', attrs)
+            out["--" + (named_long.group(1) if named_long else field.replace("_", "-"))] = field
+    return out
+
+
 def _rust_cli(path: Path) -> set[str]:
-    """Long flags of the clap `struct Opts`."""
-    body = path.read_text().split("struct Opts {", 1)[1].split("\n}\n", 1)[0]
-    flags = set()
-    for m in re.finditer(r"#\[arg\(([^\]]*)\)\]\s*(?:#\[[^\]]*\]\s*)*(\w+):", body):
-        attrs, field = m.group(1), m.group(2)
-        if "long" not in attrs:
-            continue
-        named_long = re.search(r'long\s*=\s*"([^"]+)"', attrs)
-        flags.add("--" + (named_long.group(1) if named_long else field.replace("_", "-")))
-    return flags
+    """Long flags of the clap option structs."""
+    return set(_rust_fields(path))
 
 
 def _scripts() -> dict[str, str]:
@@ -887,7 +911,9 @@ def _mounted(spec: Obj, c: Obj, path: str) -> Obj:
 
 
 def _known_env() -> set[str]:
-    rust = set(re.findall(r'env = "([A-Z_]+)"', (REPO / "proxy/src/main.rs").read_text()))
+    # polycorn_net::options::command: POLYCORN_PROXY_ and the field's name, upper case.
+    fields = _rust_fields(REPO / "proxy/src/main.rs").values()
+    rust = {f"POLYCORN_PROXY_{f.upper()}" for f in fields}
     py = (REPO / "schema/polycorn_schema/kafka_security.py").read_text()
     return rust | set(re.findall(r'"(POLYCORN_KAFKA_[A-Z_]+)"', py))
 
