@@ -3,8 +3,9 @@
     prom_metric.py SOURCE SAMPLE_NAME [--label NAME=VALUE]...
 
 SOURCE is a URL, a file, or ``-`` (standard input). The exposition is parsed
-with ``prometheus_client``'s parser (the OpenMetrics one when the text ends
-with ``# EOF``, as the Rust services serve it). Prints the sum of the samples
+with the harness's reading (``polycorn_harness.metrics``: ``prometheus_client``'s
+parsers, the OpenMetrics one when the text ends with ``# EOF``, as the Rust
+services serve it). Prints the sum of the samples
 named SAMPLE_NAME exactly (a counter's ``..._total``, a gauge's name) whose
 labels include every ``--label``, as a number (an integer when it is one).
 Exits 1, printing nothing to standard output, when the source cannot be read
@@ -16,14 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 import urllib.request
-from collections.abc import Iterable
 from pathlib import Path
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics.parser import (
-    text_string_to_metric_families as openmetrics_families,
-)
-from prometheus_client.parser import text_string_to_metric_families
+from polycorn_harness import metrics
+from polycorn_harness.metrics import families
+
+__all__ = ["families", "value"]
 
 
 def read(source: str) -> str:
@@ -35,21 +34,9 @@ def read(source: str) -> str:
     return Path(source).read_text()
 
 
-def families(text: str) -> Iterable[Metric]:
-    if text.rstrip().endswith("# EOF"):
-        # prometheus_client's OpenMetrics parser has no annotations.
-        fams: Iterable[Metric] = openmetrics_families(text)  # type: ignore[no-untyped-call]
-        return fams
-    return text_string_to_metric_families(text)
-
-
 def value(text: str, name: str, labels: dict[str, str]) -> float | None:
-    found: float | None = None
-    for fam in families(text):
-        for s in fam.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                found = (found or 0.0) + s.value
-    return found
+    """The harness's reading (polycorn_harness.metrics.value)."""
+    return metrics.value(text, name, **labels)
 
 
 def main(argv: list[str] | None = None) -> int:
