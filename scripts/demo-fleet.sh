@@ -161,16 +161,18 @@ for ((i = 0; i < 60; i++)); do
 done
 ((n >= w)) || fail "LinkDB has $n of the live trip's $w handovers 60 s after the spool drained" "$WORK/ingest.log"
 
-# What the proxy did with the table during the trip.
-pm=$(ip netns exec "$P-cloud" curl -fsS --max-time 2 http://127.0.0.1:9464/metrics 2>/dev/null || true)
-echo "proxy: failure-location table v$(awk '/^polycorn_failure_table_version/ {printf "%d", $2}' <<<"$pm") in use" \
-    "($(awk '/^polycorn_failure_table_source_loads_total\{source="kafka"\}/ {printf "%d", $2}' <<<"$pm") loaded from Kafka);" \
-    "hof-reject kept a carrier out $(awk '/schedulerlet="hof-reject",event="rejections"/ {s += $2} END {print s + 0}' <<<"$pm") times"
+# What the proxy did with the table during the trip, read with the harness's
+# parser (scripts/prom_metric.py); a metric the proxy does not export reads 0.
+ip netns exec "$P-cloud" curl -fsS --max-time 2 http://127.0.0.1:9464/metrics >"$WORK/proxy.metrics" 2>/dev/null || true
+pmetric() { PY python3 scripts/prom_metric.py "$WORK/proxy.metrics" "$@" 2>/dev/null || echo 0; }
+table_version=$(pmetric polycorn_failure_table_version)
+loads=$(pmetric polycorn_failure_table_source_loads_total --label source=kafka)
+echo "proxy: failure-location table v$table_version in use ($loads loaded from Kafka);" \
+    "hof-reject kept a carrier out $(pmetric polycorn_sched_schedulerlet_events_total --label schedulerlet=hof-reject --label event=rejections) times"
 if [[ -n $first_table ]]; then
-    loads=$(awk '/^polycorn_failure_table_source_loads_total\{source="kafka"\}/ {printf "%d", $2}' <<<"$pm")
-    ((${loads:-0} >= 1)) || fail "the trainer published a table but the proxy loaded none from Kafka" "$STATE_LOGS/proxy.log"
+    ((loads >= 1)) || fail "the trainer published a table but the proxy loaded none from Kafka" "$STATE_LOGS/proxy.log"
 fi
-refused=$(awk '/^polycorn_failure_table_source_rejected_total\{.*reason="signature"/ {s += $2} END {printf "%d", s}' <<<"$pm")
+refused=$(pmetric polycorn_failure_table_source_rejected_total --label reason=signature)
 ((refused == 0)) || fail "the proxy refused $refused of the trainer's tables for their signature" "$STATE_LOGS/proxy.log"
 
 # The trainer's next scheduled run learns from the live trip too.
