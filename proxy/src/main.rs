@@ -191,8 +191,7 @@ const PROXY_HELP: &[(&str, &str)] = &[
 ];
 
 fn settings() -> anyhow::Result<(Settings, bool)> {
-    let mut o: Opts = options::parse("PROXY", PROXY_HELP);
-    let mut f: Opts = options::load_file(o.common.config.as_deref(), &options::command::<Opts>("PROXY", &[]))?;
+    let (mut o, mut f) = options::read::<Opts>("PROXY", PROXY_HELP, |o| o.common.config.as_deref())?;
     o.common.merge(&mut f.common);
     merge_options!(o, f; listen, crl, max_conns, metrics_listen, deny, allow, connect_timeout_s, mem_budget,
         kafka_brokers, kafka_topic, kafka_dlq_topic, failure_table_topic, kafka_security_protocol, kafka_sasl_mechanism,

@@ -216,8 +216,7 @@ const RELAY_HELP: &[(&str, &str)] = &[
 ];
 
 fn settings() -> anyhow::Result<Settings> {
-    let mut o: Opts = options::parse("RELAY", RELAY_HELP);
-    let mut f: Opts = options::load_file(o.common.config.as_deref(), &options::command::<Opts>("RELAY", &[]))?;
+    let (mut o, mut f) = options::read::<Opts>("RELAY", RELAY_HELP, |o| o.common.config.as_deref())?;
     o.common.merge(&mut f.common);
     merge_options!(o, f; paths, proxy_name, listen_transparent, listen_socks, listen_dns, dns_upstream, lan_interface,
         udp_policy, metrics_listen, mem_budget, max_conns, max_conns_per_passenger, replay_events, replay_epoch_unix_ms,

@@ -1,7 +1,8 @@
 //! The errors this crate returns at start-up: options and configuration
 //! files that do not hold, and the failure-table sources that cannot open.
-//! Each keeps its cause (`std::error::Error::source`), so a binary's
-//! `anyhow` report shows the whole chain.
+//! Each keeps its cause as `std::error::Error::source`, not in its own
+//! message, so a binary's `anyhow` report (`{:#}`) shows the whole chain
+//! once.
 
 use std::path::PathBuf;
 
@@ -17,7 +18,7 @@ pub enum Error {
         reason: String,
     },
     /// A file a flag names that could not be read or created.
-    #[error("{what} {}: {source}", path.display())]
+    #[error("{what} {}", path.display())]
     Io {
         /// What the file is, e.g. `reading config file`.
         what: &'static str,
@@ -26,21 +27,21 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A configuration file that is not valid TOML for these options.
-    #[error("parsing config file {}: {source}", path.display())]
+    #[error("parsing config file {}", path.display())]
     ConfigSyntax {
         path: PathBuf,
         #[source]
         source: toml::de::Error,
     },
     /// A pipeline that does not compose.
-    #[error("scheduler {name:?}: {source}")]
+    #[error("scheduler {name:?}")]
     Scheduler {
         name: String,
         #[source]
         source: polycorn_core::sched::ConfigError,
     },
     /// `--failure-table-verify-key` unreadable or without a key.
-    #[error("--failure-table-verify-key: {0}")]
+    #[error("--failure-table-verify-key")]
     VerifyKey(#[source] polycorn_pki::PkiError),
     /// A failure-location table refused at start-up (malformed, or not
     /// signed by a verify key); `origin` names the source.
@@ -86,7 +87,11 @@ mod tests {
         assert!(matches!(&e, Error::Io { what: "reading config file", .. }), "{e:?}");
         let io = e.source().and_then(|s| s.downcast_ref::<std::io::Error>()).expect("the io::Error is the source");
         assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
-        assert!(e.to_string().starts_with("reading config file /nonexistent/polycorn.toml: "), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "reading config file /nonexistent/polycorn.toml",
+            "the cause is the source, not repeated"
+        );
 
         let e = crate::config::build_pipeline("no-such-pipeline", &Default::default()).unwrap_err();
         assert!(matches!(&e, Error::Scheduler { name, .. } if name == "no-such-pipeline"), "{e:?}");

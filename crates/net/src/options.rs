@@ -1,8 +1,7 @@
 //! The options the relay-agent and the proxy share, declared once
 //! ([`CommonOpts`], flattened into each binary's own options), and the one
 //! way both read them: flags, then `POLYCORN_<BINARY>_<FLAG>` environment
-//! variables, then the TOML file of `--config` (earlier wins; [`parse`],
-//! [`load_file`]).
+//! variables, then the TOML file of `--config` (earlier wins; [`read`]).
 //!
 //! Environment variable names follow one rule, so neither binary spells
 //! them out: the option's name (its field) in upper case, after the
@@ -25,7 +24,7 @@ use crate::Error;
 
 /// Options of both binaries. Help texts name what differs by role in
 /// terms of "this endpoint" and "the peer"; a binary may replace a text
-/// ([`parse`]'s `help`).
+/// ([`command`]'s `help`).
 #[derive(clap::Args, serde::Deserialize, Default, Debug, Clone)]
 #[serde(rename_all = "kebab-case")]
 pub struct CommonOpts {
@@ -222,11 +221,22 @@ pub fn command<T: clap::CommandFactory>(prefix: &str, help: &[(&'static str, &'s
     cmd
 }
 
-/// Parse the command line and environment ([`command`]); exits with
-/// clap's message on an error or for `--help`, as `Parser::parse` does.
-pub fn parse<T: clap::CommandFactory + clap::FromArgMatches>(prefix: &str, help: &[(&'static str, &'static str)]) -> T {
-    let matches = command::<T>(prefix, help).get_matches();
-    T::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+/// The options of the command line and environment ([`command`]; clap's
+/// message and exit on an error or for `--help`, as `Parser::parse` does),
+/// and those of the file they name with `--config` ([`load_file`]; `config`
+/// reads it from the parsed options): the caller merges the two, flags first.
+pub fn read<T>(
+    prefix: &str,
+    help: &[(&'static str, &'static str)],
+    config: impl FnOnce(&T) -> Option<&Path>,
+) -> Result<(T, T), Error>
+where
+    T: clap::CommandFactory + clap::FromArgMatches + serde::de::DeserializeOwned + Default,
+{
+    let mut cmd = command::<T>(prefix, help);
+    let cli = T::from_arg_matches(&cmd.get_matches_mut()).unwrap_or_else(|e| e.exit());
+    let file = load_file(config(&cli), &cmd)?;
+    Ok((cli, file))
 }
 
 /// Read the options file (`None`: no file, every option unset). Its keys
