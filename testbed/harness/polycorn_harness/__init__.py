@@ -8,9 +8,9 @@ share lives here, so that a suite is a short pytest module:
 * :mod:`polycorn_harness.metrics`: Prometheus and OpenMetrics expositions read
   with ``prometheus_client``'s parsers.
 * :mod:`polycorn_harness.topology`: one copy of the emulated HSR topology
-  (``testbed/topology.sh``, namespaces, emulator, origin, relay/proxy pair) as
-  a context manager, torn down whatever happens, and the check that nothing
-  of it is left.
+  (``testbed/topology.sh``, namespaces, emulator, origin, relay/proxy pair),
+  torn down by the ``topologies`` fixture whatever happens, and the check
+  that nothing of it is left.
 * :mod:`polycorn_harness.fixtures`: the pytest fixtures (release binaries, a
   generated trip, a topology factory, the real servers), a pytest plugin.
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from polycorn_harness import ROOT, metrics
@@ -56,7 +55,6 @@ class Topology:
     prefix: str
     trip: Path
     bin_dir: Path
-    started: bool = field(default=False, init=False)
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "PC_PREFIX": self.prefix, "BIN": str(self.bin_dir)}
@@ -96,14 +94,12 @@ class Topology:
             cmd += ["--forward-port", str(port)]
         if gpsd:
             cmd.append("--gpsd")
-        self.started = True
         run(cmd, env=self.env(), timeout=300)
         return self
 
     def down(self) -> None:
         """``topology.sh down``; works whatever state ``up`` left."""
         run([str(TOPOLOGY), "down"], env=self.env(), timeout=120)
-        self.started = False
 
     def exec(
         self, which: str, cmd: Sequence[str], *, timeout: float = 120
@@ -149,14 +145,3 @@ def leftovers(prefix: str) -> list[str]:
         if dev.startswith(("car", "cpx")) or (dev.startswith("pe") and dev[2:3].isdigit()):
             left.append(f"tun {dev}")
     return left
-
-
-@contextmanager
-def topology(prefix: str, trip: Path, bin_dir: Path, **up: object) -> Iterator[Topology]:
-    """A topology that is up inside the ``with`` and down after it, whatever happens."""
-    t = Topology(prefix, trip, bin_dir)
-    try:
-        t.up(**up)  # type: ignore[arg-type]
-        yield t
-    finally:
-        t.down()

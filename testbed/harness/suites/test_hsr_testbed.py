@@ -18,7 +18,7 @@ import pytest
 from polycorn_harness import ROOT
 from polycorn_harness.fixtures import MakeTrip, Topologies
 from polycorn_harness.metrics import value
-from polycorn_harness.topology import ORIGIN, leftovers, run
+from polycorn_harness.topology import ORIGIN, Topology, leftovers, run
 from polycorn_harness.wait import wait_until
 
 P = "pcith"
@@ -55,17 +55,16 @@ def test_down_after_a_sigkill_of_its_caller_leaves_nothing(
 ) -> None:
     # The caller of `up` dies without any cleanup (SIGKILL); `down` must
     # still remove everything it started.
-    env = {**os.environ, "PC_PREFIX": P, "BIN": str(bin_dir)}
-    trip = make_trip(1, 3, 120)
+    t = Topology(P, make_trip(1, 3, 120), bin_dir)
     runner = subprocess.Popen(
         [
             "bash",
             "-c",
-            f'testbed/topology.sh up --trip "{trip}" --scheme kernel-mptcp >/dev/null '
+            f'testbed/topology.sh up --trip "{t.trip}" --scheme kernel-mptcp >/dev/null '
             "&& exec sleep 1000",
         ],
         cwd=ROOT,
-        env=env,
+        env=t.env(),
     )
     try:
         comm = Path(f"/proc/{runner.pid}/comm")
@@ -74,7 +73,7 @@ def test_down_after_a_sigkill_of_its_caller_leaves_nothing(
     finally:
         runner.kill()
         runner.wait()
-    run(["testbed/topology.sh", "down"], env=env)
+    t.down()
     assert leftovers(P) == []
 
 
