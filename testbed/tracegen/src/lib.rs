@@ -22,7 +22,7 @@ pub use output::{
     blackouts, events, mahimahi, route_geojson, schedule, summary, track_point, write, CarrierSummary, Event,
     OPPORTUNITY_BYTES,
 };
-pub use preset::{CarrierParams, FailureModel, FailureV2, Preset};
+pub use preset::{CarrierParams, FailureModel, FailureV2, HandoverLoss, Preset};
 pub use random::{erfc, normal_sf, GammaQuantile, Rng};
 
 /// Anything that can go wrong while writing or validating trips.

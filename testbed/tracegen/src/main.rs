@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use polycorn_telemetry::failure_table::FailureTableFile;
 use polycorn_tracegen::failure_table::{self as ft, Thresholds};
 use polycorn_tracegen::validate::{report, report_per_trip, validate};
-use polycorn_tracegen::{generate, write, Error, FailureModel, Preset, TripConfig};
+use polycorn_tracegen::{generate, write, Error, FailureModel, HandoverLoss, Preset, TripConfig};
 
 #[derive(Parser)]
 #[command(name = "polycorn-tracegen", version, about = "Synthetic HSR multi-carrier link traces (hsr-facts §15)")]
@@ -40,8 +40,10 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
         /// Override a parameter of failure model v2 (KEY=JSON value, e.g. `overlap_mean_m=300` or
-        /// `sigma_cell=[1.0,1.3]`); for fitting experiments on development routes. trip.json
-        /// records the parameters used.
+        /// `sigma_cell=[1.0,1.3]`) or of the loss around handovers (`handover_loss.rate=0.7`,
+        /// `handover_loss.before_ms=150`, `handover_loss.after_ms=150`, starting from 70 % and
+        /// 150 ms); for fitting experiments on development routes. trip.json records the
+        /// parameters used.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
     },
@@ -191,7 +193,11 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             };
             for kv in &set {
+                let hl = kv.strip_prefix("handover_loss.").and_then(|kv| kv.split_once('='));
                 let r = match (&mut preset.failure_model, kv.split_once('=')) {
+                    _ if hl.is_some() => {
+                        hl.map_or(Ok(()), |(k, v)| preset.handover_loss.get_or_insert(HandoverLoss::DEFAULT).set(k, v))
+                    }
                     (FailureModel::V2(f), Some((k, v))) => f.set(k, v),
                     (FailureModel::V2(_), None) => Err(format!("--set {kv:?}: expected KEY=VALUE")),
                     (FailureModel::V1, _) => {

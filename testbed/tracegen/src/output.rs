@@ -117,8 +117,9 @@ fn text_of(ms: &[u64]) -> String {
 }
 
 /// The emulator schedule of carrier `i`: one-way delay per 10 ms step (step interpolation,
-/// rounded to 0.1 ms, repeated values skipped), a constant Gilbert–Elliott chain, and one
-/// blackout per handover (hold for types I/II, flush for III).
+/// rounded to 0.1 ms, repeated values skipped), the carrier's Gilbert–Elliott chain with the
+/// preset's loss windows around handovers ([`crate::HandoverLoss`]), and one blackout per
+/// handover (hold for types I/II, flush for III).
 pub fn schedule(cfg: &TripConfig, trip: &Trip, i: usize) -> Result<Schedule, Error> {
     let ct = &trip.carriers[i];
     let c = cfg.preset.carrier(i);
@@ -132,7 +133,22 @@ pub fn schedule(cfg: &TripConfig, trip: &Trip, i: usize) -> Result<Schedule, Err
         }
     }
     let delay = DelaySchedule::new(points, Interpolation::Step)?;
-    let loss = LossSchedule::new(vec![(Duration::ZERO, GeParams::from_mean(c.loss_rate, cfg.preset.mean_bad_run)?)])?;
+    let base = GeParams::from_mean(c.loss_rate, cfg.preset.mean_bad_run)?;
+    let mut loss_points = vec![(Duration::ZERO, base)];
+    if let Some(hl) = cfg.preset.handover_loss {
+        // Independent loss at `rate` inside a window: the chain stays in its good state there.
+        let window = GeParams::new(0.0, 1.0, hl.rate, hl.rate)?;
+        let duration_ms = cfg.duration_s * 1000;
+        for (a, b) in hl.windows(&blackouts(trip, i), duration_ms) {
+            let (a, b) = (Duration::from_millis(a), Duration::from_millis(b));
+            match loss_points.last_mut() {
+                Some(last) if last.0 == a => last.1 = window,
+                _ => loss_points.push((a, window)),
+            }
+            loss_points.push((b, base));
+        }
+    }
+    let loss = LossSchedule::new(loss_points)?;
     let blackouts = ct
         .handovers
         .iter()

@@ -108,8 +108,94 @@ pub struct Preset {
     pub rsrp_shadow_sd_db: f64,
     /// Where and why handovers fail: `V1` (the first model) or `V2` (§15.3 item 2a).
     pub failure_model: FailureModel,
+    /// Loss around every handover's interruption (hsr-facts §5.1, S18); `None` (every preset):
+    /// none. An experiment's knob (`--set handover_loss.KEY=VALUE`): it was measured not to
+    /// produce the RTOs of §15.8 item 12 (docs/hsr-model.md, "Loss around handovers").
+    pub handover_loss: Option<HandoverLoss>,
     /// The two carrier parameter sets; carrier i uses `carriers[i % 2]`.
     pub carriers: [CarrierParams; 2],
+}
+
+/// Loss bursts around handovers (hsr-facts §5.1: S18 measured a packet loss rate of 0 without a
+/// handoff and above 70 % during one, and "packet loss bursts often happen around moments when
+/// handoffs occur"; PC: performance "already starts to degrade when approaching the handover
+/// point"; M19 and PC: lost uplink ACKs and the spurious RTOs they cause). Every handover of a
+/// carrier, successful or failed, has a window of `rate` loss, in both directions, from
+/// `before_ms` before its interruption starts to `after_ms` after it ends (the interruption itself
+/// keeps its blackout semantics: held for types I and II, flushed for III). The seeds give the
+/// level, not the length. Tried as the source of §15.8 item 12's RTOs on development routes
+/// (`scripts/fit_handover_loss.py`): Linux BBR recovers such losses without a timeout, so no
+/// preset uses it (docs/hsr-model.md, "Loss around handovers").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandoverLoss {
+    /// Loss probability of a packet inside the window (S18: above 70 %).
+    pub rate: f64,
+    /// Window before the interruption starts, ms (fitted).
+    pub before_ms: u64,
+    /// Window after the interruption ends, ms (fitted).
+    pub after_ms: u64,
+}
+
+impl HandoverLoss {
+    /// What `--set handover_loss.KEY=VALUE` starts from: S18's level, 150 ms on each side.
+    pub const DEFAULT: HandoverLoss = HandoverLoss { rate: 0.7, before_ms: 150, after_ms: 150 };
+
+    /// Sets one parameter by name (`polycorn-tracegen generate --set handover_loss.KEY=VALUE`).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let bad = |e: &dyn std::fmt::Display| format!("handover_loss.{key}={value}: {e}");
+        match key {
+            "rate" => {
+                let v: f64 = value.parse().map_err(|e| bad(&e))?;
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(bad(&"not in [0, 1]"));
+                }
+                self.rate = v;
+            }
+            "before_ms" => self.before_ms = value.parse().map_err(|e| bad(&e))?,
+            "after_ms" => self.after_ms = value.parse().map_err(|e| bad(&e))?,
+            _ => return Err(format!("unknown handover-loss parameter {key:?}; known: rate, before_ms, after_ms")),
+        }
+        Ok(())
+    }
+
+    /// The loss windows `[from, to)`, ms, of handover interruptions `[start, end)`, merged where
+    /// they overlap and cut where another interruption lies (its blackout rules there), within
+    /// `[0, duration_ms)`.
+    pub fn windows(&self, interruptions: &[(u64, u64)], duration_ms: u64) -> Vec<(u64, u64)> {
+        let mut raw: Vec<(u64, u64)> = Vec::with_capacity(interruptions.len() * 2);
+        for &(s, e) in interruptions {
+            raw.push((s.saturating_sub(self.before_ms), s));
+            raw.push((e, e.saturating_add(self.after_ms).min(duration_ms)));
+        }
+        raw.retain(|&(a, b)| a < b);
+        raw.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(raw.len());
+        for (a, b) in raw {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let mut blackouts: Vec<(u64, u64)> = interruptions.to_vec();
+        blackouts.sort_unstable();
+        let mut out = Vec::with_capacity(merged.len());
+        for (mut a, b) in merged {
+            for &(s, e) in &blackouts {
+                if e <= a || s >= b {
+                    continue;
+                }
+                if s > a {
+                    out.push((a, s));
+                }
+                a = a.max(e);
+            }
+            if a < b {
+                out.push((a, b));
+            }
+        }
+        out
+    }
 }
 
 /// The failure model (hsr-facts §15.3 items 2, 2a and 3).
@@ -294,6 +380,7 @@ impl Preset {
             rsrp_period_ms: 500,
             rsrp_shadow_sd_db: 4.0,
             failure_model: FailureModel::V2(FailureV2::DEFAULT),
+            handover_loss: None,
             carriers: [PC_A, PC_B],
         }
     }
@@ -392,5 +479,45 @@ impl Preset {
             }
         }
         t[t.len() - 1].1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: HandoverLoss = HandoverLoss { rate: 0.7, before_ms: 100, after_ms: 50 };
+
+    #[test]
+    fn windows_surround_each_interruption_but_not_the_interruption() {
+        assert_eq!(L.windows(&[(1_000, 1_040)], 10_000), vec![(900, 1_000), (1_040, 1_090)]);
+    }
+
+    #[test]
+    fn windows_merge_and_stop_at_another_interruption_and_the_trip_ends() {
+        // The second handover's pre-window starts inside the first one's post-window, and the
+        // first one's post-window runs into the second interruption.
+        let w = L.windows(&[(1_000, 1_040), (1_100, 1_130), (9_990, 9_995)], 10_000);
+        assert_eq!(w, vec![(900, 1_000), (1_040, 1_100), (1_130, 1_180), (9_890, 9_990), (9_995, 10_000)]);
+        // At the trip start the pre-window is cut at 0.
+        assert_eq!(L.windows(&[(30, 60)], 10_000), vec![(0, 30), (60, 110)]);
+    }
+
+    #[test]
+    fn set_checks_names_and_ranges() {
+        let mut l = L;
+        l.set("before_ms", "250").unwrap();
+        l.set("rate", "0.9").unwrap();
+        assert_eq!((l.before_ms, l.rate), (250, 0.9));
+        assert!(l.set("rate", "1.5").is_err());
+        assert!(l.set("length", "3").is_err());
+        assert!(l.set("after_ms", "-1").is_err());
+    }
+
+    #[test]
+    fn no_preset_loses_packets_around_handovers() {
+        for name in Preset::NAMES {
+            assert_eq!(Preset::by_name(name).unwrap().handover_loss, None, "{name}");
+        }
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use polycorn_emu::{BlackoutKind, Schedule, Trace};
-use polycorn_tracegen::{generate, mahimahi, validate::validate, write, Outcome, Preset, TripConfig};
+use polycorn_tracegen::{generate, mahimahi, validate::validate, write, HandoverLoss, Outcome, Preset, TripConfig};
 
 fn cfg(preset: Preset, route_seed: u64, trip_seed: u64, duration_s: u64, carriers: usize) -> TripConfig {
     TripConfig { preset, route_seed, trip_seed, duration_s, carriers }
@@ -178,6 +178,46 @@ fn traces_and_schedules_parse_with_polycorn_emu_and_validate_runs() {
     let report = validate(std::slice::from_ref(&dir)).unwrap();
     assert!(report.contains("failure share") && report.contains("not checked here"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn loss_around_handovers_is_in_the_schedule_and_nothing_else_changes() {
+    let plain = cfg(Preset::pc_gateway_300(), 5, 6, 180, 2);
+    let mut lossy = plain.clone();
+    lossy.preset.handover_loss = Some(HandoverLoss { rate: 0.7, before_ms: 100, after_ms: 200 });
+    let (a, b) = (tmp("holoss-a"), tmp("holoss-b"));
+    let trip = generate(&lossy);
+    write(&plain, &generate(&plain), &a).unwrap();
+    write(&lossy, &trip, &b).unwrap();
+    let (fa, fb) = (files(&a), files(&b));
+    for (name, bytes) in &fa {
+        if !name.ends_with(".schedule") && name != "trip.json" {
+            assert_eq!(bytes, &fb[name], "{name}: the knob changes only the schedules");
+        }
+    }
+    for i in 0..2 {
+        let s = Schedule::parse(std::str::from_utf8(&fb[&format!("c{i}.schedule")]).unwrap()).unwrap();
+        let base = Schedule::parse(std::str::from_utf8(&fa[&format!("c{i}.schedule")]).unwrap()).unwrap();
+        let hos = &trip.carriers[i].handovers;
+        assert!(!hos.is_empty());
+        let at = |ms: u64| s.loss.at(std::time::Duration::from_millis(ms)).unwrap();
+        let quiet = base.loss.at(std::time::Duration::ZERO).unwrap();
+        for h in hos {
+            // Inside the windows (away from other handovers' blackouts) the loss is 70 %.
+            let near =
+                |t: u64| hos.iter().any(|o| t + 400 >= o.start_ms && t <= o.end_ms + 400 && o.start_ms != h.start_ms);
+            if h.start_ms >= 100 && !near(h.start_ms) {
+                assert_eq!((at(h.start_ms - 1).loss_good, at(h.start_ms - 100).loss_bad), (0.7, 0.7));
+                assert_eq!(at(h.start_ms - 101), quiet, "before the window: the carrier's own chain");
+                assert_eq!(at(h.start_ms), quiet, "the interruption keeps its blackout rule");
+                assert_eq!((at(h.end_ms).loss_good, at(h.end_ms + 199).loss_good), (0.7, 0.7));
+                assert_eq!(at(h.end_ms + 200), quiet);
+            }
+        }
+    }
+    for d in [a, b] {
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
 
 #[test]
