@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from polycorn_harness import ROOT
+from polycorn_harness.infra import up as infra_up
 from polycorn_harness.topology import BINARIES, Topology, run
 
 #: ``make_trip(route_seed, trip_seed, duration_s, *generate_args)``.
@@ -85,12 +86,6 @@ def infra() -> dict[str, str]:
     up``: started, or reused when running, and waited for), and the
     environment that names them (``POLYCORN_DATABASE_URL``,
     ``POLYCORN_KAFKA_BOOTSTRAP``, ...). ``POLYCORN_INFRA_DIR`` and the
-    ``POLYCORN_*_PORT`` variables choose another set of servers."""
-    run(["bash", "scripts/infra.sh", "up"], timeout=600)
-    out = run(["bash", "scripts/infra.sh", "env"]).stdout
-    env = dict(os.environ)
-    for line in out.splitlines():
-        name, sep, val = line.removeprefix("export ").partition("=")
-        if sep:
-            env[name] = val.strip("'\"")
-    return env
+    ``POLYCORN_*_PORT`` variables choose another set of servers; a suite that
+    restarts its servers starts its own with :func:`polycorn_harness.infra.up`."""
+    return infra_up()
