@@ -19,5 +19,5 @@
 # KEEP_WORK=1 (keep the work directory). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA -q \
+exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA \
     testbed/harness/suites/telemetry "$@"
