@@ -253,15 +253,15 @@ db_handovers() { psql "$DB_URL" -Atc "select count(*) from handovers where train
 # handover_end of the carriers it has paths for.
 event_handovers() { jq -s --argjson n "$CARRIERS" '[.[] | select(.event == "handover_end" and .carrier < $n)] | length' "$1"; }
 
-metric_of() { # FILE NAME: a metric's value in a snapshot, or null
-    local v
-    v=$(awk -v m="$2" '$1 ~ "^"m"([{]|$)" {print $2; exit}' "$1" 2>/dev/null)
-    echo "${v:-null}"
+# Metrics are read with prometheus_client's parsers (scripts/prom_metric.py,
+# the harness's reading), never with awk.
+metric_of() { # FILE NAME [--label K=V]...: a metric's value (summed) in a snapshot, or null
+    PY python3 scripts/prom_metric.py "$@" 2>/dev/null || echo null
 }
 
-relay_metric() { # PREFIX NAME: sum of the relay's metric
+relay_metric() { # PREFIX NAME: sum of the relay's metric, 0 when it does not answer
     ip netns exec "$1-train" curl -fsS --max-time 2 http://127.0.0.1:9465/metrics 2>/dev/null |
-        awk -v m="$2" '$1 ~ "^"m"([{]|$)" {s += $2} END {print s + 0}'
+        PY python3 scripts/prom_metric.py - "$2" 2>/dev/null || echo 0
 }
 
 # run_load DIR INDEX EPOCH START_S BACKLOG_END_S: the plan of one copy.
@@ -399,8 +399,12 @@ run_trip() {
     log "trip $k: learned copy's table in use: proxy version $proxy_version ($proxy_entries entries), relay version $relay_version"
     # Every table the trainer published verified: none refused for its signature.
     local refused
-    refused=$(cat "$m/proxy.metrics" "$m/relay.metrics" 2>/dev/null |
-        awk '$1 ~ /^polycorn_failure_table_source_rejected_total[{].*reason="signature"/ {s += $2} END {printf "%d", s}')
+    local r v
+    refused=0
+    for r in proxy relay; do
+        v=$(metric_of "$m/$r.metrics" polycorn_failure_table_source_rejected_total --label reason=signature)
+        [[ $v == null ]] || refused=$((refused + v))
+    done
     ((refused == 0)) || die "trip $k: the learned copy refused $refused of the trainer's tables for their signature"
     all_down
     for i in "${!VARIANTS[@]}"; do

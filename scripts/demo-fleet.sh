@@ -148,7 +148,7 @@ echo "trip over: $downloads downloads, $((bytes / 1000000)) MB through the train
 # Telemetry confirmed by Kafka leaves the spool; then ingest catches up.
 for ((i = 0; i < 120; i++)); do
     left=$(ip netns exec "$P-train" curl -fsS --max-time 2 http://127.0.0.1:9465/metrics 2>/dev/null |
-        awk '/^polycorn_telemetry_spool_records/ {printf "%d", $2}')
+        PY python3 scripts/prom_metric.py - polycorn_telemetry_spool_records 2>/dev/null || true)
     [[ $left == 0 ]] && break
     sleep 0.5
 done

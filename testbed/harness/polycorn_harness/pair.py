@@ -131,6 +131,29 @@ class Pair:
     def origin_file(self, name: str) -> bytes:
         return (self.state / "origin" / "www" / "files" / name).read_bytes()
 
+    def start_download(
+        self, path: str, *, rate: str, out: Path | str = "/dev/null", timeout_s: int = 120
+    ) -> subprocess.Popen[bytes]:
+        """A passenger's ``curl`` of the origin's ``path`` at ``rate`` (curl's
+        ``--limit-rate``), in the background, into ``out``."""
+        return subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.ns("pax"),
+                "curl",
+                "-fsS",
+                "--max-time",
+                str(timeout_s),
+                "--limit-rate",
+                rate,
+                "-o",
+                str(out),
+                f"{ORIGIN}{path}",
+            ]
+        )
+
     def download(self, path: str, *curl_args: str, timeout: float = 120) -> bytes:
         """A passenger's ``curl`` of the origin's ``path``; fails on an HTTP or transfer error."""
         return self.exec(

@@ -181,23 +181,7 @@ def test_300_slow_readers_keep_the_proxy_within_its_budget_and_pod_limit(pair: P
 
 def test_a_carrier_brought_down_mid_transfer_leaves_the_download_intact(pair: Pair) -> None:
     out = pair.state / "carrier-lost.bin"
-    curl = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            pair.ns("pax"),
-            "curl",
-            "-fsS",
-            "--max-time",
-            "120",
-            "--limit-rate",
-            "20M",
-            f"{ORIGIN}/files/100MiB.bin",
-            "-o",
-            str(out),
-        ]
-    )
+    curl = pair.start_download("/files/100MiB.bin", rate="20M", out=out)
     try:
         # Mid-transfer: some megabytes in, most still to come.
         wait_until(
@@ -389,24 +373,7 @@ def test_on_sigterm_the_relay_ends_its_passengers_connections_and_removes_its_ru
     (curl --limit-rate sleeps between reads and notices the reset seconds later)."""
     pid = pair.pid("relay")
     assert _nft_table(pair)
-    curl = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            pair.ns("pax"),
-            "curl",
-            "-sS",
-            "--max-time",
-            "60",
-            "--limit-rate",
-            "100k",
-            "-o",
-            "/dev/null",
-            f"{ORIGIN}/files/100MiB.bin",
-        ],
-        stderr=subprocess.DEVNULL,
-    )
+    curl = pair.start_download("/files/100MiB.bin", rate="100k", timeout_s=60)
     try:
         wait_until("the download started", lambda: _pax_http_established(pair) == 1, 5)
         os.kill(pid, signal.SIGTERM)
