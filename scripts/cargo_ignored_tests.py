@@ -12,7 +12,8 @@ joined by ``::``: ``polycorn_proxy::kafka::tests::broker::records_reach_kafka``.
 
 Every expected test must have run and passed (``ok``); a test that ran but is
 not expected fails the check too, so that a new ``#[ignore]`` test must be
-added to the caller's list (scripts/integration-telemetry.sh) and cannot be
+added to the caller's list (``IGNORED_TESTS`` of
+testbed/harness/suites/telemetry/test_fleet_telemetry.py) and cannot be
 skipped silently. A non-zero RC with every test passing (a build error in a
 crate without ignored tests, a crashed test binary) fails as well. Prints one
 line per test and every problem; exits 1 on any.
@@ -62,7 +63,7 @@ def check(log: str, status: int, expect: list[str]) -> list[str]:
     for name in sorted(set(got) - set(expect)):
         problems.append(
             f"unexpected ignored test ran ({got[name]}): {name} "
-            "(add it to the expected list of scripts/integration-telemetry.sh)"
+            "(add it to IGNORED_TESTS in testbed/harness/suites/telemetry/test_fleet_telemetry.py)"
         )
     if status != 0 and not problems:
         problems.append(f"cargo test exited {status} although every expected test passed")

@@ -5,7 +5,7 @@
         --signing-key DIR/table-signing.key --verify-key DIR/table-signing.pub \\
         --metrics-cmd "ip netns exec NS curl -fsS --max-time 2 http://127.0.0.1:9464/metrics"
 
-Run by scripts/integration-telemetry.sh after the trainer (``run --once
+Run by the telemetry suite (testbed/harness/suites/telemetry) after the trainer (``run --once
 --table-signing-key``) has published table V to TOPIC and the proxy, which
 follows TOPIC with the public key, has loaded it. The writer here is
 someone who can write the topic (the broker's PLAINTEXT listener; in a

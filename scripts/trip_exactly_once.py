@@ -11,7 +11,7 @@ Every ``handover_end`` of carriers 0 and 1 (carrier ``carrier-<i>``, start =
 epoch + t_ms - duration_ms) and every ``gps`` event (epoch + t_ms) must be
 there exactly once, and nothing else; an empty trip fails too. Prints the
 counts (and a few examples of what is missing or extra) and exits 1 on any
-difference. Used by scripts/integration-telemetry.sh (the namespace testbed)
+difference. Used by the telemetry suite (testbed/harness/suites/telemetry, the namespace testbed)
 and scripts/test-compose.sh (the compose testbed).
 """
 
