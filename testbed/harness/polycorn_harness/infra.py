@@ -15,18 +15,28 @@ from collections.abc import Mapping, Sequence
 from polycorn_harness.topology import run
 
 
-def up(overrides: Mapping[str, str] | None = None, services: Sequence[str] = ()) -> dict[str, str]:
-    """``infra.sh up [SERVICES]`` (every server when none is named): started, or reused
-    when running, and waited for; returns ``os.environ`` with ``overrides`` and the
-    servers' variables (``infra.sh env``)."""
+def environment(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``os.environ`` with ``overrides`` and the variables that name the servers
+    (``infra.sh env``), whether they run yet or not."""
     env = {**os.environ, **(overrides or {})}
-    run(["bash", "scripts/infra.sh", "up", *services], env=env, timeout=600)
     out = run(["bash", "scripts/infra.sh", "env"], env=env).stdout
     for line in out.splitlines():
         name, sep, val = line.removeprefix("export ").partition("=")
         if sep:
             env[name] = val.strip("'\"")
     return env
+
+
+def start(env: Mapping[str, str], services: Sequence[str] = ()) -> None:
+    """``infra.sh up [SERVICES]`` (every server when none is named): started, or reused
+    when running, and waited for."""
+    run(["bash", "scripts/infra.sh", "up", *services], env=dict(env), timeout=600)
+
+
+def up(overrides: Mapping[str, str] | None = None, services: Sequence[str] = ()) -> dict[str, str]:
+    """:func:`start`, then :func:`environment`."""
+    start({**os.environ, **(overrides or {})}, services)
+    return environment(overrides)
 
 
 def restart(env: Mapping[str, str], service: str) -> None:
