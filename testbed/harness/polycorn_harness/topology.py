@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from polycorn_harness import ROOT, metrics
@@ -50,14 +50,21 @@ def run(
 
 @dataclass
 class Topology:
-    """A topology under ``prefix``, replaying the trip in ``trip``."""
+    """A topology under ``prefix``, replaying the trip in ``trip``; ``extra_env`` goes
+    to topology.sh (e.g. ``TRAIN_ID``, the relay's train)."""
 
     prefix: str
     trip: Path
     bin_dir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "PC_PREFIX": self.prefix, "BIN": str(self.bin_dir)}
+        return {
+            **os.environ,
+            **self.extra_env,
+            "PC_PREFIX": self.prefix,
+            "BIN": str(self.bin_dir),
+        }
 
     @property
     def state(self) -> Path:

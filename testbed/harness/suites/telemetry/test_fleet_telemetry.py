@@ -275,7 +275,7 @@ def trip(servers: dict[str, str], make_trip: MakeTrip, bin_dir: Path) -> Iterato
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stopped whole at the end
         )
-    t = Topology(P, make_trip(2, 5, TRIP_S), bin_dir)
+    t = Topology(P, make_trip(2, 5, TRIP_S), bin_dir, {"TRAIN_ID": TRAIN_ID})
     blackout = False
     try:
         wait_until(
@@ -290,7 +290,6 @@ def trip(servers: dict[str, str], make_trip: MakeTrip, bin_dir: Path) -> Iterato
         )
         epoch = int(time.time() * 1000) + 3000
         log(f"topology up (epoch {epoch})")
-        os.environ["TRAIN_ID"] = TRAIN_ID
         t.up(
             "hrsch",
             epoch_unix_ms=epoch,
@@ -352,7 +351,6 @@ def trip(servers: dict[str, str], make_trip: MakeTrip, bin_dir: Path) -> Iterato
     finally:
         if blackout:
             _blackout(t, False)
-        os.environ.pop("TRAIN_ID", None)
         if ingest.poll() is None:
             os.killpg(ingest.pid, signal.SIGTERM)
             ingest.wait(30)
