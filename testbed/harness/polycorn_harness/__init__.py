@@ -21,3 +21,5 @@ from pathlib import Path
 
 #: The repository root.
 ROOT = Path(__file__).resolve().parents[3]
+#: The uv workspace's environment, where the Python services' commands are.
+VENV = ROOT / ".venv" / "bin"

@@ -12,17 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polycorn_harness import ROOT, metrics
-from polycorn_harness.topology import PROXY_METRICS, run
+from polycorn_harness.topology import ORIGIN as ORIGIN_ADDR
+from polycorn_harness.topology import PROXY_METRICS, RELAY_METRICS, run, scrape
 from polycorn_harness.wait import wait_until
 
 PAIR = ROOT / "testbed" / "netns" / "pair.sh"
 LINK = ROOT / "testbed" / "netns" / "link.sh"
 #: As scripts/lib-pair.sh and testbed/netns/lib.sh give them.
-RELAY_METRICS = "127.0.0.1:9465"
 RELAY_SOCKS = "10.66.0.1:1080"
 LAN_ADDR = "10.66.0.1"
-ORIGIN_ADDR = "10.99.0.10"
 ORIGIN = f"http://{ORIGIN_ADDR}"
+
+__all__ = ["LAN_ADDR", "ORIGIN", "ORIGIN_ADDR", "RELAY_SOCKS", "Pair", "sha256"]
 
 
 def sha256(data: bytes) -> str:
@@ -97,10 +98,7 @@ class Pair:
 
     def metrics_text(self, which: str, addr: str) -> str | None:
         """``/metrics`` at ``addr`` in namespace ``which``; ``None`` when it does not answer."""
-        r = self.exec(
-            which, ["curl", "-fsS", "--max-time", "2", f"http://{addr}/metrics"], check=False
-        )
-        return r.stdout.decode() if r.returncode == 0 else None
+        return scrape(self.ns(which), addr, timeout_s=2)
 
     def relay_metrics(self) -> str | None:
         return self.metrics_text("train", RELAY_METRICS)

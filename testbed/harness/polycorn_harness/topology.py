@@ -26,8 +26,9 @@ BINARIES = (
     "polycorn-loadgen",
     "polycorn-tracegen",
 )
-#: The proxy's metrics inside the cloud namespace.
+#: The proxy's metrics inside the cloud namespace, the relay's inside the train's.
 PROXY_METRICS = "127.0.0.1:9464"
+RELAY_METRICS = "127.0.0.1:9465"
 
 
 class CommandFailedError(AssertionError):
@@ -124,13 +125,39 @@ class Topology:
         )
 
     def metrics(self, which: str = "cloud", addr: str = PROXY_METRICS) -> str:
-        """The exposition of ``/metrics`` at ``addr`` in namespace ``which``."""
-        return self.exec(
-            which, ["curl", "-fsS", "--max-time", "5", f"http://{addr}/metrics"]
-        ).stdout
+        """The exposition of ``/metrics`` at ``addr`` in namespace ``which``;
+        :class:`CommandFailedError` when nothing answers."""
+        text = scrape(self.ns(which), addr)
+        if text is None:
+            raise CommandFailedError(f"no /metrics at {addr} in namespace {self.ns(which)}")
+        return text
 
     def metric(self, name: str, which: str = "cloud", **labels: str) -> float | None:
         return metrics.value(self.metrics(which), name, **labels)
+
+
+def scrape(ns: str, addr: str, *, timeout_s: float = 5) -> str | None:
+    """The exposition of ``/metrics`` at ``addr`` inside namespace ``ns``; ``None``
+    when nothing answers (a process not listening yet, or gone)."""
+    r = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "curl",
+            "-fsS",
+            "--max-time",
+            f"{timeout_s:g}",
+            f"http://{addr}/metrics",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s + 30,
+        check=False,
+    )
+    return r.stdout if r.returncode == 0 else None
 
 
 def leftovers(prefix: str) -> list[str]:

@@ -30,11 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from polycorn_harness import ROOT, infra
+from polycorn_harness import ROOT, VENV, infra
 from polycorn_harness.topology import run
 from polycorn_harness.wait import wait_until
-
-VENV = ROOT / ".venv" / "bin"
 
 
 @dataclass

@@ -43,17 +43,15 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-from polycorn_harness import ROOT, infra, metrics
+from polycorn_harness import ROOT, VENV, infra, metrics
 from polycorn_harness.fixtures import MakeTrip
-from polycorn_harness.topology import CommandFailedError, Topology, run
+from polycorn_harness.topology import RELAY_METRICS, Topology, run, scrape
 from polycorn_harness.wait import wait_until
 from polycorn_schema.startup import kafka_create_topics, pg_connect
 
 P = "pcite"
 TRAIN_ID = "train-e2e"
 TRIP_S = int(os.environ.get("TRIP_S", "300"))
-VENV = ROOT / ".venv" / "bin"
-RELAY_METRICS = "127.0.0.1:9465"
 #: Every #[ignore] test of the workspace (the broker tests need Kafka; the rest are
 #: exploration studies in virtual time, run so that they keep working). The list is
 #: exact: a missing one, a failed one, or one not listed fails the check
@@ -175,11 +173,8 @@ class Trip:
 
     def relay_metric(self, name: str) -> float | None:
         """The relay's metric ``name``; ``None`` while the relay does not answer."""
-        try:
-            text = self.topology.metrics("train", RELAY_METRICS)
-        except CommandFailedError:
-            return None
-        return metrics.value(text, name)
+        text = scrape(self.topology.ns("train"), RELAY_METRICS)
+        return None if text is None else metrics.value(text, name)
 
     def proxy_metric(self, name: str) -> float | None:
         return self.topology.metric(name)
