@@ -32,30 +32,16 @@ DEV_ROUTE = 1
 DEV_TRIPS = (1, 2)
 
 
-def _setting_args(setting: str, preset: str) -> tuple[str, list[str]]:
-    """(preset, --set arguments) of one setting: ``none`` or ``key=value,key=value``."""
+def _set_args(setting: str) -> list[str]:
+    """The ``--set`` arguments of one setting: ``none`` or ``key=value,key=value``."""
     if setting == "none":
-        return preset, []
+        return []
     args: list[str] = []
     for kv in setting.split(","):
         if "=" not in kv:
             raise SystemExit(f"setting {setting!r}: expected none or KEY=VALUE[,KEY=VALUE]")
         args += ["--set", f"handover_loss.{kv}"]
-    return preset, args
-
-
-def generate(
-    b: vt.Build, preset: str, sets: Sequence[str], *, trips: Sequence[int], seconds: int, work: Path
-) -> list[Path]:
-    dirs = []
-    for t in trips:
-        d = work / f"r{DEV_ROUTE}-t{t}"
-        cmd: list[str | Path] = [b.binaries["polycorn-tracegen"], "generate", "--preset", preset]
-        cmd += ["--route-seed", str(DEV_ROUTE), "--trip-seed", str(t)]
-        cmd += ["--duration-s", str(seconds + 10), "--carriers", "2", "--out", d, *sets]
-        vt._run(cmd)
-        dirs.append(d)
-    return dirs
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,29 +55,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     b = vt.build(args.work)
-    cc = vt._congestion_control()
-    results = []
-    # One plan per setting, all started before any is awaited: tcp_runs waits for its own runs,
-    # so the settings run one after the other unless their runs share one call. They do:
-    # every setting's trips go into one list and one plan with distinct prefixes.
-    dirs: list[Path] = []
-    owners: list[str] = []
+    fleet = vt.Fleet(
+        "dev",
+        args.preset,
+        tuple((DEV_ROUTE, t) for t in args.trips),
+        "fitting the loss around handovers",
+        duration_s=args.seconds + 10,
+    )
+    # Every setting's trips in one set of runs, so that all settings run at once.
+    owner: dict[Path, str] = {}
+    tracegen = b.binaries["polycorn-tracegen"]
     for k, setting in enumerate(args.setting):
-        preset, sets = _setting_args(setting, args.preset)
-        ds = generate(
-            b, preset, sets, trips=args.trips, seconds=args.seconds, work=args.work / f"s{k}"
-        )
-        dirs += ds
-        owners += [setting] * len(ds)
-    plan = vt.TcpPlan(trips=len(dirs), seconds=args.seconds, prefix="pcf")
-    vt.tcp_runs(b, dirs, plan, args.work)
-    runs_by_setting: dict[str, list[vt.TcpRun]] = {}
-    for ti, (d, owner) in enumerate(zip(dirs, owners, strict=True), 1):
-        for c in (0, 1):
-            r = vt.TcpRun(f"{plan.prefix}{ti}c{c}", c, d, None, Path())  # type: ignore[arg-type]
-            runs_by_setting.setdefault(owner, []).append(r)
+        for d in vt.generate(tracegen, fleet, args.work / f"s{k}", _set_args(setting)):
+            owner[d] = setting
+    plan = vt.TcpPlan(trips=len(owner), seconds=args.seconds, prefix="pcf")
+    runs, cc = vt.run_tcp(b, list(owner), plan, args.work)
+    results = []
     for setting in args.setting:
-        s = vt.summarize_tcp(args.work / "tcp", runs_by_setting[setting], args.seconds, cc)
+        mine = [r for r in runs if owner[r.trip_dir] == setting]
+        s = vt.summarize_tcp(args.work / "tcp", mine, args.seconds, cc)
         results.append({"setting": setting, "item12": s})
         for label in ("A", "B"):
             x = s.get(label, {})

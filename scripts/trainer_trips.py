@@ -24,6 +24,10 @@ from pathlib import Path
 
 from polycorn_trainer.fit import Params
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import validate_tracegen as vt
+
 ROOT = Path(__file__).resolve().parent.parent
 TRACEGEN = ROOT / "target" / "release" / "polycorn-tracegen"
 PRESET = "pc-gateway-300"
@@ -36,12 +40,6 @@ PAPER = {
     "failure_early": 0.181,
     "success_correct": 0.782,
 }
-
-
-def _generate(route: int, trip: int, out: Path) -> subprocess.Popen[bytes]:
-    cmd = [str(TRACEGEN), "generate", "--preset", PRESET, "--route-seed", str(route)]
-    cmd += ["--trip-seed", str(trip), "--duration-s", str(TRIP_S), "--carriers", "2"]
-    return subprocess.Popen([*cmd, "--out", str(out)], stdout=subprocess.DEVNULL)
 
 
 def _commit() -> str:
@@ -65,10 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     routes: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="polycorn-trainer-trips-") as tmp:
         for route, seeds in ROUTES.items():
-            dirs = [Path(tmp) / f"r{route}-t{t}" for t in seeds]
-            procs = [_generate(route, t, d) for t, d in zip(seeds, dirs, strict=True)]
-            if any(p.wait() != 0 for p in procs):
-                print(f"polycorn-tracegen failed on route {route}", file=sys.stderr)
+            trips = tuple((route, t) for t in seeds)
+            fleet = vt.Fleet(f"r{route}", PRESET, trips, "trainer", duration_s=TRIP_S)
+            try:
+                dirs = vt.generate(TRACEGEN, fleet, Path(tmp))
+            except vt.RunError as e:
+                print(e, file=sys.stderr)
                 return 1
             r = subprocess.run(
                 [sys.executable, "-m", "polycorn_trainer.trips", *map(str, dirs)],

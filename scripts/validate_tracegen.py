@@ -1098,13 +1098,15 @@ def _run(cmd: Sequence[str | Path]) -> str:
     return r.stdout
 
 
-def generate(b: Build, fleet: Fleet, work: Path) -> list[Path]:
+def generate(tracegen: Path, fleet: Fleet, work: Path, extra: Sequence[str] = ()) -> list[Path]:
+    """The fleet's trips under ``work`` (``polycorn-tracegen generate``, two at a time);
+    ``extra`` goes to every command (e.g. ``--set KEY=VALUE``)."""
     dirs = fleet.dirs(work)
     procs: list[subprocess.Popen[bytes]] = []
     for (r, t), d in zip(fleet.trips, dirs, strict=True):
         if d.exists():
             shutil.rmtree(d)
-        cmd = [b.binaries["polycorn-tracegen"], "generate", "--preset", fleet.preset]
+        cmd: list[str | Path] = [tracegen, "generate", "--preset", fleet.preset]
         cmd += [
             "--route-seed",
             str(r),
@@ -1113,7 +1115,7 @@ def generate(b: Build, fleet: Fleet, work: Path) -> list[Path]:
             "--duration-s",
             str(fleet.duration_s),
         ]
-        cmd += ["--carriers", str(fleet.carriers), "--out", d]
+        cmd += ["--carriers", str(fleet.carriers), "--out", d, *extra]
         procs.append(
             subprocess.Popen(
                 [str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -1208,6 +1210,15 @@ def _stop(r: TcpRun) -> None:
 
 def tcp_runs(b: Build, fleet_dirs: Sequence[Path], plan: TcpPlan, work: Path) -> dict[str, Any]:
     """Item 12's iperf3 flows (one per trip and carrier, all at once), summarised."""
+    runs, cc = run_tcp(b, fleet_dirs, plan, work)
+    return summarize_tcp(work / "tcp", runs, plan.seconds, cc)
+
+
+def run_tcp(
+    b: Build, fleet_dirs: Sequence[Path], plan: TcpPlan, work: Path
+) -> tuple[list[TcpRun], str]:
+    """Item 12's iperf3 flows, one per trip and carrier, all at once, into ``work/tcp``:
+    the runs (each ended well, or :class:`RunError`) and the congestion control."""
     missing = [t for t in ("iperf3", "nstat", "ip") if shutil.which(t) is None]
     if os.geteuid() != 0 or missing:
         why = f"missing {', '.join(missing)}: run `make setup`" if missing else "not root"
@@ -1264,7 +1275,7 @@ def tcp_runs(b: Build, fleet_dirs: Sequence[Path], plan: TcpPlan, work: Path) ->
         log(f"{r.prefix}: tcp_run.sh failed (exit status {r.proc.returncode}; {r.log}):\n{tail}")
     if failed:
         raise RunError(f"{len(failed)} of {len(runs)} iperf3 runs of item 12 failed (above)")
-    return summarize_tcp(tcpdir, runs, plan.seconds, cc)
+    return runs, cc
 
 
 def _failures_in(events: Path, carrier: int, until_ms: int) -> tuple[int, int, int]:
@@ -1465,7 +1476,7 @@ def compute(b: Build, fleets: Mapping[str, Fleet], work: Path, with_trainer: boo
     out = Computed()
     for name, f in fleets.items():
         log(f"{name}: {len(f.trips)} trips of {f.preset} ({f.seeds_text()})")
-        dirs = generate(b, f, work)
+        dirs = generate(b.binaries["polycorn-tracegen"], f, work)
         pooled, per_trip, text = validate_fleet(b, dirs)
         out.results[name], out.per_trip[name], out.texts[name] = pooled, per_trip, text
         if with_trainer and name == "pc":
