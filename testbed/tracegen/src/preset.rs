@@ -143,19 +143,12 @@ impl HandoverLoss {
 
     /// Sets one parameter by name (`polycorn-tracegen generate --set handover_loss.KEY=VALUE`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let bad = |e: &dyn std::fmt::Display| format!("handover_loss.{key}={value}: {e}");
-        match key {
-            "rate" => {
-                let v: f64 = value.parse().map_err(|e| bad(&e))?;
-                if !(0.0..=1.0).contains(&v) {
-                    return Err(bad(&"not in [0, 1]"));
-                }
-                self.rate = v;
-            }
-            "before_ms" => self.before_ms = value.parse().map_err(|e| bad(&e))?,
-            "after_ms" => self.after_ms = value.parse().map_err(|e| bad(&e))?,
-            _ => return Err(format!("unknown handover-loss parameter {key:?}; known: rate, before_ms, after_ms")),
+        let mut next = *self;
+        set_by_name(&mut next, "handover-loss", key, value)?;
+        if !(0.0..=1.0).contains(&next.rate) {
+            return Err(format!("handover_loss.{key}={value}: not in [0, 1]"));
         }
+        *self = next;
         Ok(())
     }
 
@@ -196,6 +189,27 @@ impl HandoverLoss {
         }
         out
     }
+}
+
+/// Sets field `key` of a parameter struct to `value` (a JSON value) through its serde form,
+/// so that `--set` knows every field by its name and type without a list of its own; `what`
+/// names the struct in the error for an unknown key.
+fn set_by_name<T: Serialize + serde::de::DeserializeOwned>(
+    params: &mut T,
+    what: &str,
+    key: &str,
+    value: &str,
+) -> Result<(), String> {
+    let mut v = serde_json::to_value(&*params).map_err(|e| e.to_string())?;
+    let obj = v.as_object_mut().ok_or("not an object")?;
+    if !obj.contains_key(key) {
+        return Err(format!("unknown {what} parameter {key:?}; known: {:?}", obj.keys().collect::<Vec<_>>()));
+    }
+    let parsed: serde_json::Value =
+        serde_json::from_str(value).map_err(|e| format!("{key}={value}: not a JSON value: {e}"))?;
+    obj.insert(key.to_string(), parsed);
+    *params = serde_json::from_value(v).map_err(|e| format!("{key}={value}: {e}"))?;
+    Ok(())
 }
 
 /// The failure model (hsr-facts §15.3 items 2, 2a and 3).
@@ -256,19 +270,7 @@ impl FailureV2 {
     /// Sets one parameter by name (`polycorn-tracegen generate --set`, for fitting experiments
     /// on development routes; `trip.json` records the result).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let mut v = serde_json::to_value(&*self).map_err(|e| e.to_string())?;
-        let obj = v.as_object_mut().ok_or("not an object")?;
-        if !obj.contains_key(key) {
-            return Err(format!(
-                "unknown failure-model parameter {key:?}; known: {:?}",
-                obj.keys().collect::<Vec<_>>()
-            ));
-        }
-        let parsed: serde_json::Value =
-            serde_json::from_str(value).map_err(|e| format!("{key}={value}: not a JSON value: {e}"))?;
-        obj.insert(key.to_string(), parsed);
-        *self = serde_json::from_value(v).map_err(|e| format!("{key}={value}: {e}"))?;
-        Ok(())
+        set_by_name(self, "failure-model", key, value)
     }
 
     /// The fitted default (docs/hsr-model.md, "Failure model v2").
