@@ -32,7 +32,7 @@ from typing import Any
 
 from polycorn_chaos.checks import ROOT
 from polycorn_harness import metrics
-from polycorn_harness.topology import BINARIES
+from polycorn_harness.topology import BINARIES, get
 
 
 def log(msg: str) -> None:
@@ -465,30 +465,7 @@ class Testbed:
                 return int(e.code), ""
             except (OSError, ValueError):
                 return 0, ""
-        r = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "curl",
-                "-sS",
-                "--max-time",
-                str(timeout),
-                "-w",
-                "\n%{http_code}",
-                url,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=timeout + 5,
-        )
-        body, _, code = r.stdout.rpartition("\n")
-        try:
-            return int(code), body
-        except ValueError:
-            return 0, ""
+        return get(ns, url, timeout_s=timeout)
 
     def endpoint(self, name: str) -> tuple[str | None, str]:
         s = self.s

@@ -136,9 +136,9 @@ class Topology:
         return metrics.value(self.metrics(which), name, **labels)
 
 
-def scrape(ns: str, addr: str, *, timeout_s: float = 5) -> str | None:
-    """The exposition of ``/metrics`` at ``addr`` inside namespace ``ns``; ``None``
-    when nothing answers (a process not listening yet, or gone)."""
+def get(ns: str, url: str, *, timeout_s: float = 2.0) -> tuple[int, str]:
+    """``(status, body)`` of a GET of ``url`` from inside namespace ``ns``; status 0 when
+    nothing answered."""
     r = subprocess.run(
         [
             "ip",
@@ -146,10 +146,12 @@ def scrape(ns: str, addr: str, *, timeout_s: float = 5) -> str | None:
             "exec",
             ns,
             "curl",
-            "-fsS",
+            "-sS",
             "--max-time",
             f"{timeout_s:g}",
-            f"http://{addr}/metrics",
+            "-w",
+            "\n%{http_code}",
+            url,
         ],
         cwd=ROOT,
         capture_output=True,
@@ -157,7 +159,15 @@ def scrape(ns: str, addr: str, *, timeout_s: float = 5) -> str | None:
         timeout=timeout_s + 30,
         check=False,
     )
-    return r.stdout if r.returncode == 0 else None
+    body, _, code = r.stdout.rpartition("\n")
+    return (int(code), body) if code.isdigit() else (0, "")
+
+
+def scrape(ns: str, addr: str, *, timeout_s: float = 5) -> str | None:
+    """The exposition of ``/metrics`` at ``addr`` inside namespace ``ns``; ``None``
+    when nothing answers (a process not listening yet, or gone)."""
+    code, body = get(ns, f"http://{addr}/metrics", timeout_s=timeout_s)
+    return body if code == 200 else None
 
 
 def leftovers(prefix: str) -> list[str]:

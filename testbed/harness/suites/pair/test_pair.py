@@ -25,6 +25,7 @@ from polycorn_harness.pair import (
     Pair,
     sha256,
 )
+from polycorn_harness.topology import get
 from polycorn_harness.wait import WaitTimeoutError, wait_until
 
 P = os.environ.get("PC_PREFIX", "pcit")
@@ -205,23 +206,8 @@ def test_the_lost_carriers_subflow_comes_back(pair: Pair) -> None:
 
 
 def _readyz(pair: Pair, addr: str) -> tuple[int, str]:
-    r = pair.exec(
-        "train",
-        [
-            "curl",
-            "-s",
-            "--max-time",
-            "1",
-            "-o",
-            "-",
-            "-w",
-            "\n%{http_code}",
-            f"http://{addr}/readyz",
-        ],
-        check=False,
-    )
-    body, _, code = r.stdout.decode().rpartition("\n")
-    return int(code or 0), body.strip()
+    code, body = get(pair.ns("train"), f"http://{addr}/readyz", timeout_s=1)
+    return code, body.strip()
 
 
 def test_every_carrier_down_makes_the_relay_unready_at_once_and_it_recovers(pair: Pair) -> None:
