@@ -1901,8 +1901,8 @@ def handover_loss_rows(run_dir: Path = HANDOVER_LOSS_RUNS) -> list[str]:
         "| Goodput |",
         "|---|---|---|---|---|---|---|",
     ]
-    for path in sorted(run_dir.glob("fit-*.json")):
-        run = json.loads(path.read_text())
+    runs = [(p, json.loads(p.read_text())) for p in sorted(run_dir.glob("fit-*.json"))]
+    for path, run in runs:
         for r in run["results"]:
             for c in ("A", "B"):
                 a = r["item12"].get(c)
@@ -1927,8 +1927,7 @@ def handover_loss_rows(run_dir: Path = HANDOVER_LOSS_RUNS) -> list[str]:
         + "; ".join(
             f"{p.stem}: route {d['route']}, trips {', '.join(map(str, d['trips']))}, "
             f"{d['seconds']} s of {d['cc']}"
-            for p in sorted(run_dir.glob("fit-*.json"))
-            for d in [json.loads(p.read_text())]
+            for p, d in runs
         )
         + "."
     )
