@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 from polycorn_chaos.checks import (
-    ROOT,
     TelemetryLedger,
     TripTelemetry,
     Violation,
@@ -57,6 +56,7 @@ from polycorn_chaos.checks import (
 from polycorn_chaos.plan import KINDS, Fault, Plan, make_plan
 from polycorn_chaos.testbed import Settings, Testbed, log
 from polycorn_chaos.workload import Passengers, download
+from polycorn_harness import ROOT
 
 # Bounds (seconds). Waits end as soon as their condition holds; the bounds
 # only decide when "not yet" becomes a violation.

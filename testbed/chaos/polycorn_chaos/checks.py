@@ -8,15 +8,13 @@ that says ready while its proxy is dead) and sees each fail.
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[3]
+from polycorn_harness.trip import Expected
 
 
 @dataclass(frozen=True)
@@ -144,45 +142,20 @@ def check_chat(
 # ------------------------------------------------------------------ telemetry
 
 
-def _script(name: str) -> Any:
-    """A module of scripts/ (they are scripts, not a package), by path."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @dataclass(frozen=True)
 class TripTelemetry:
-    """What LinkDB must hold of a trip: the keys scripts/trip_exactly_once.py
-    expects, each with the wall-clock ms at which the relay's replay emits it."""
+    """What LinkDB must hold of a trip: the keys :mod:`polycorn_harness.trip` expects,
+    each with the wall-clock ms at which the relay's replay emits it."""
 
     handovers: tuple[tuple[tuple[str, int], int], ...]
     fixes: tuple[tuple[int, int], ...]
 
     @classmethod
     def load(cls, events: Path, epoch_ms: int) -> TripTelemetry:
-        expected = cast(
-            Callable[[Path, int], tuple[list[tuple[str, int]], list[int]]],
-            _script("trip_exactly_once").expected,
-        )
-        carriers = int(_script("trip_exactly_once").CARRIERS)
-        ho_keys, fix_keys = expected(events, epoch_ms)
-        # Emission times in the same order as trip_exactly_once walks the log.
-        ho_emit: list[int] = []
-        fix_emit: list[int] = []
-        for line in events.read_text().splitlines():
-            if not line.strip():
-                continue
-            e = json.loads(line)
-            if e["event"] == "handover_end" and e["carrier"] < carriers:
-                ho_emit.append(epoch_ms + e["t_ms"])
-            elif e["event"] == "gps":
-                fix_emit.append(epoch_ms + e["t_ms"])
-        assert len(ho_emit) == len(ho_keys) and len(fix_emit) == len(fix_keys)
+        e = Expected.load(events, epoch_ms)
         return cls(
-            tuple(zip(ho_keys, ho_emit, strict=True)), tuple(zip(fix_keys, fix_emit, strict=True))
+            tuple(zip(e.handovers, e.handover_emit_ms, strict=True)),
+            tuple(zip(e.fixes, e.fix_emit_ms, strict=True)),
         )
 
 

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from polycorn_chaos.checks import ROOT
-from polycorn_harness import metrics
+from polycorn_harness import ROOT, metrics
 from polycorn_harness.topology import BINARIES, get
 
 

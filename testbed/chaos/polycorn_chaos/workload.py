@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from polycorn_chaos.checks import HANG_S, ROOT, Transfer
+from polycorn_chaos.checks import HANG_S, Transfer
 from polycorn_chaos.plan import Workload
 from polycorn_chaos.testbed import Testbed
+from polycorn_harness import ROOT
 
 ORIGIN = "10.99.0.10"
 IM_PORT = 7100

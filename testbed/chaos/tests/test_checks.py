@@ -100,9 +100,9 @@ def trip(tmp_path: Path) -> TripTelemetry:
     return TripTelemetry.load(f, 10_000)
 
 
-def test_trip_keys_are_trip_exactly_once_s(tmp_path: Path) -> None:
+def test_trip_keys_are_the_harness_s(tmp_path: Path) -> None:
     t = trip(tmp_path)
-    # carrier 2 is not one of trip_exactly_once.py's carriers; start = end - duration.
+    # carrier 2 is not one of polycorn_harness.trip's carriers; start = end - duration.
     assert t.handovers == ((("carrier-0", 11_400), 11_500),)
     assert [k for k, _ in t.fixes] == [11_000, 12_000, 13_000, 19_000]
 

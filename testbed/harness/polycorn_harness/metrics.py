@@ -36,9 +36,10 @@ def samples(text: str) -> list[Sample]:
     ]
 
 
-def value(text: str, name: str, **labels: str) -> float | None:
+def value(text: str, name: str, /, **labels: str) -> float | None:
     """The sum of the samples named ``name`` (a counter's ``..._total``) whose labels
-    include ``labels``; ``None`` when there is none (a missing metric is not 0)."""
+    include ``labels``; ``None`` when there is none (a missing metric is not 0). A label
+    may itself be called ``name`` (the services' per-path metrics have one)."""
     hits = [
         s.value
         for s in samples(text)
@@ -53,3 +54,19 @@ def sums(text: str) -> dict[str, float]:
     for s in samples(text):
         out[s.name] = out.get(s.name, 0.0) + s.value
     return out
+
+
+def targets_up(doc: Mapping[str, object], jobs: Iterable[str]) -> tuple[bool, str]:
+    """Prometheus's ``/api/v1/targets?state=active`` answer ``doc``: does every job of
+    ``jobs`` have targets, and is every target up? With a line per job."""
+    data = doc.get("data")
+    active = data.get("activeTargets", []) if isinstance(data, Mapping) else []
+    seen: dict[str, list[tuple[str, str, str]]] = {}
+    for t in active:
+        seen.setdefault(t["labels"]["job"], []).append(
+            (t["health"], t["scrapeUrl"], t.get("lastError", ""))
+        )
+    want = set(jobs)
+    report = "\n".join(f"{job}: {seen.get(job, 'absent')}" for job in sorted(set(seen) | want))
+    ok = want <= set(seen) and all(h == "up" for ts in seen.values() for h, _, _ in ts)
+    return ok, report

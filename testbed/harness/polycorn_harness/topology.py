@@ -139,12 +139,15 @@ class Topology:
 def get(ns: str, url: str, *, timeout_s: float = 2.0) -> tuple[int, str]:
     """``(status, body)`` of a GET of ``url`` from inside namespace ``ns``; status 0 when
     nothing answered."""
+    return get_via(["ip", "netns", "exec", ns], url, timeout_s=timeout_s)
+
+
+def get_via(enter: Sequence[str], url: str, *, timeout_s: float = 2.0) -> tuple[int, str]:
+    """:func:`get` from wherever the command prefix ``enter`` runs curl (``ip netns exec
+    NS``, or ``nsenter -t PID -n`` for a container's namespace)."""
     r = subprocess.run(
         [
-            "ip",
-            "netns",
-            "exec",
-            ns,
+            *enter,
             "curl",
             "-sS",
             "--max-time",

@@ -1,11 +1,15 @@
-"""The harness's own pieces, without namespaces: waiting, metrics parsing."""
+"""The harness's own pieces, without namespaces: waiting, metrics parsing, the
+trip judge."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from polycorn_harness.metrics import sums, value
+from polycorn_harness.metrics import sums, targets_up, value
 from polycorn_harness.topology import leftovers
+from polycorn_harness.trip import Expected, exactly_once
 from polycorn_harness.wait import WaitTimeoutError, wait_until
 
 OPENMETRICS = """# HELP polycorn_path_up Path up.
@@ -58,3 +62,41 @@ def test_both_exposition_formats_are_read() -> None:
 
 def test_nothing_is_left_of_a_topology_that_never_was() -> None:
     assert leftovers("pc-never-started") == []
+
+
+def test_targets_up_needs_every_job_and_every_target_up() -> None:
+    def doc(*targets: tuple[str, str]) -> dict[str, object]:
+        return {
+            "data": {
+                "activeTargets": [
+                    {"labels": {"job": j}, "health": h, "scrapeUrl": f"http://{j}/metrics"}
+                    for j, h in targets
+                ]
+            }
+        }
+
+    assert targets_up(doc(("a", "up"), ("b", "up")), ["a", "b"])[0]
+    ok, report = targets_up(doc(("a", "up"), ("b", "down")), ["a", "b"])
+    assert not ok and "down" in report
+    ok, report = targets_up(doc(("a", "up")), ["a", "c"])
+    assert not ok and "c: absent" in report
+    assert not targets_up({"status": "error"}, ["a"])[0]
+
+
+def test_exactly_once_takes_the_trip_and_nothing_else(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    events.write_text(
+        '{"event":"gps","t_ms":1000}\n'
+        '{"event":"handover_end","carrier":0,"t_ms":5000,"duration_ms":40}\n'
+        '{"event":"handover_end","carrier":2,"t_ms":6000,"duration_ms":40}\n'
+    )
+    want = Expected.load(events, 0)
+    assert want.handovers == (("carrier-0", 4960),) and want.handover_emit_ms == (5000,)
+    assert exactly_once(want, [("carrier-0", 4960)], [1000])[0]
+    # seeded faults: a duplicated fix, the wrong carrier, a missing handover
+    assert not exactly_once(want, [("carrier-0", 4960)], [1000, 1000])[0]
+    assert not exactly_once(want, [("carrier-1", 4960)], [1000])[0]
+    ok, report = exactly_once(want, [], [1000])
+    assert not ok and "missing 1" in report
+    # an empty trip proves nothing
+    assert not exactly_once(Expected((), (), (), ()), [], [])[0]
