@@ -14,13 +14,11 @@ build caches are machine caches and stay (``purge`` removes them too).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -30,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from polycorn_harness import ROOT
+from polycorn_harness.process import setup_var, stop_process
 from polycorn_harness.topology import get_via, run
 from polycorn_harness.wait import wait_until
 
@@ -57,14 +56,6 @@ ONE_SHOTS = ("pki", "migrate", "kafka-init")
 
 def log(msg: str) -> None:
     print(f"[compose {time.strftime('%T')}] {msg}", file=sys.stderr, flush=True)
-
-
-def setup_var(name: str) -> str:
-    """A pinned version of scripts/setup.sh (``NAME=value``)."""
-    m = re.search(rf"^{name}=(\S+)$", (ROOT / "scripts" / "setup.sh").read_text(), re.M)
-    if m is None:
-        raise KeyError(f"scripts/setup.sh sets no {name}")
-    return m.group(1).strip("'\"")
 
 
 @dataclass(frozen=True)
@@ -565,23 +556,6 @@ def revision() -> str:
         check=False,
     )
     return r.stdout.strip() or "unknown"
-
-
-def stop_process(pid: int, grace_s: float = 5) -> None:
-    """SIGTERM, then SIGKILL after ``grace_s``."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
 
 
 def main(argv: Sequence[str]) -> int:

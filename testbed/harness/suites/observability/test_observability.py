@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from polycorn_harness import ROOT
-from polycorn_harness.compose import stop_process
+from polycorn_harness.process import stop_process
 from polycorn_harness.wait import wait_until
 
 RULES = sorted((ROOT / "services" / "prometheus" / "rules").glob("*.yml"))
