@@ -5,6 +5,7 @@
 #
 #   pair.sh up                       namespaces, the origin servers, the
 #                                    development PKI, the proxy, the main relay
+#   pair.sh up-bare                  the same without the proxy and the relay
 #   pair.sh start-proxy [ARG]...     the proxy (extra flags appended)
 #   pair.sh start-main-relay [ARG]...
 #                                    the usual relay: transparent capture,
@@ -30,13 +31,15 @@ source scripts/lib-pair.sh
 cmd=${1:-}
 shift || true
 case $cmd in
-    up)
+    up | up-bare)
         testbed/netns/up.sh >/dev/null
         testbed/origin/start.sh >/dev/null
         rm -rf "$PC_STATE/logs"
         pair_pki
-        start_proxy
-        start_main_relay
+        if [[ $cmd == up ]]; then
+            start_proxy
+            start_main_relay
+        fi
         ;;
     start-proxy) start_proxy "$@" ;;
     start-main-relay) start_main_relay "$@" ;;
@@ -60,7 +63,7 @@ case $cmd in
         testbed/netns/down.sh >/dev/null 2>&1 || true
         ;;
     *)
-        echo "usage: pair.sh up|start-proxy|start-main-relay|start-relay|stop|down [ARG]..." >&2
+        echo "usage: pair.sh up|up-bare|start-proxy|start-main-relay|start-relay|stop|down [ARG]..." >&2
         exit 2
         ;;
 esac

@@ -62,6 +62,11 @@ class Pair:
         self._pair("up", timeout=300)
         return self
 
+    def up_bare(self) -> Pair:
+        """Namespaces, origin and PKI; no proxy or relay yet."""
+        self._pair("up-bare", timeout=300)
+        return self
+
     def down(self) -> None:
         self._pair("down")
 
