@@ -7,6 +7,7 @@ it down, and checks that nothing of it is left."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -85,10 +86,12 @@ class Topology:
         proxy_args: Sequence[str] = (),
         forward_ports: Sequence[int] = (),
         gpsd: bool = False,
+        seed: int | None = None,
     ) -> Topology:
         """``topology.sh up``: everything started and the relay's first path up.
         ``forward_ports``: 127.0.0.1:PORT in the cloud namespace reaches the root
-        namespace's (the Kafka of ``scripts/infra.sh``, for the proxy)."""
+        namespace's (the Kafka of ``scripts/infra.sh``, for the proxy). ``seed``: the
+        emulator's (topology.sh's ``--seed``, 1 when not given)."""
         cmd = [str(TOPOLOGY), "up", "--trip", str(self.trip), "--scheme", scheme]
         if epoch_unix_ms is not None:
             cmd += ["--epoch-unix-ms", str(epoch_unix_ms)]
@@ -102,6 +105,8 @@ class Topology:
             cmd += ["--forward-port", str(port)]
         if gpsd:
             cmd.append("--gpsd")
+        if seed is not None:
+            cmd += ["--seed", str(seed)]
         run(cmd, env=self.env(), timeout=300)
         return self
 
@@ -134,6 +139,22 @@ class Topology:
 
     def metric(self, name: str, which: str = "cloud", **labels: str) -> float | None:
         return metrics.value(self.metrics(which), name, **labels)
+
+    def collect(self, out: Path) -> None:
+        """What a benchmark keeps of a run: the relay's and the proxy's ``/metrics``
+        (``logs/relay.metrics``, ``logs/proxy.metrics``; absent when one does not
+        answer) and every log of the topology, under ``out/logs``."""
+        logs = out / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for name, which, addr in (
+            ("relay", "train", RELAY_METRICS),
+            ("proxy", "cloud", PROXY_METRICS),
+        ):
+            text = scrape(self.ns(which), addr, timeout_s=2)
+            if text is not None:
+                (logs / f"{name}.metrics").write_text(text)
+        for f in (self.state / "logs").glob("*.log"):
+            shutil.copy2(f, logs / f.name)
 
 
 def get(ns: str, url: str, *, timeout_s: float = 2.0) -> tuple[int, str]:

@@ -1,0 +1,652 @@
+"""make bench-loop: the closed fleet loop on the testbed, trip after trip, and its
+learning curve (was the body of scripts/bench-loop.sh, now its entry point, whose
+comment describes the method, the profiles, the seeds and every variable).
+
+N trips of the same route, one after the other. Each trip runs four copies of the
+topology side by side (the harness's :class:`~polycorn_harness.topology.Topology`,
+prefixes hl0..hl3, one wall-clock epoch), with the same load plan as make bench-hsr:
+``hrsch-learned`` (the table the trainer learned and signed from the trips before,
+through Kafka, ingest and LinkDB), ``minrtt``, ``hrsch-none`` and ``hrsch-truth``
+(the oracle table). After each trip: the learned relay's spool drains, ingest loads
+the trip, ``polycorn-trainer run --once`` publishes the next table. Its own
+PostgreSQL and Kafka (harness ``infra``, /tmp/polycorn-infra-loop, ports 25452,
+29112, 29120), wiped at the start and at the end.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polycorn_harness import ROOT, VENV, infra, metrics
+from polycorn_harness.process import stop_process
+from polycorn_harness.topology import BINARIES, RELAY_METRICS, Topology, run, scrape
+from polycorn_harness.trip import Expected
+from polycorn_harness.wait import WaitTimeoutError, wait_until
+from polycorn_schema.startup import pg_connect
+
+LOAD_SEED = 424242
+CARRIERS = 2
+ORIGIN = "10.99.0.10"
+TRAIN = "train-loop"
+TABLE_TOPIC = "polycorn.failure-tables.v1"
+VARIANTS = ("hrsch-learned", "minrtt", "hrsch-none", "hrsch-truth")
+LEARNED = 0  # the copy on the real telemetry path
+N_SIZES = 3
+NOMINAL_WARMUP_S = 30
+BACKLOG_PATH = "/files/100MiB.bin"
+BACKLOG_SIZE = 104857600
+TRIP_SPACING_S = 10
+INFRA = {
+    "POLYCORN_INFRA_DIR": "/tmp/polycorn-infra-loop",
+    "POLYCORN_PG_PORT": "25452",
+    "POLYCORN_KAFKA_PORT": "29112",
+    "POLYCORN_PROM_PORT": "29120",
+}
+#: Per profile: trips, downloads per size, slot seconds, backlog seconds, seed base.
+#: ci: trip seeds 2103-2104, whose first 73 s have a failed handover each (failure
+#: model v2), so that trip 2 runs with a learned table. report: 32 trips (seeds
+#: 2001-2032), about 2.5 h.
+PROFILES = {
+    "ci": {"trips": 2, "per_size": 1, "slot_s": 6, "backlog_s": 20, "seed_base": 2102},
+    "report": {"trips": 32, "per_size": 3, "slot_s": 12, "backlog_s": 120, "seed_base": 2000},
+}
+DIAGNOSTIC_VARS = (
+    "ROUTE_SEED",
+    "TRIP_SEED_BASE",
+    "LOOP_TABLE_SOURCE",
+    "LOOP_ALLOW_NO_TRAINER",
+    "LOOP_TRAINER_ARGS",
+    "TRACEGEN_PRESET",
+    "PC_EMU_LOSS_KEYING",
+    "LOOP_POSITIONS",
+)
+
+
+class LoopError(RuntimeError):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%T')}] bench-loop: {msg}", file=sys.stderr, flush=True)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Settings:
+    profile: str
+    diagnostic: bool
+    bin: Path
+    work: Path
+    out: Path
+    plots: Path
+    route_seed: int
+    preset: str
+    table_source: str
+    positions: str
+    trainer_args: list[str]
+    ingest_metrics: str
+    prefix: str
+    trips: int
+    per_size: int
+    slot_s: int
+    backlog_s: int
+    trip_seed_base: int
+
+    @property
+    def bulk_s(self) -> int:
+        return self.per_size * N_SIZES * self.slot_s
+
+    @property
+    def trip_s(self) -> int:
+        # The backlog window ends 5 s before the trip does whatever the real warm-up
+        # took, so the relay replays the whole event log before teardown.
+        return NOMINAL_WARMUP_S + self.bulk_s + self.backlog_s + 5
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        e = os.environ.get
+        profile = e("PROFILE", "report")
+        if profile not in PROFILES:
+            raise LoopError(f"PROFILE must be report or ci, got {profile!r}")
+        p = PROFILES[profile]
+        diagnostic = any(e(v) for v in DIAGNOSTIC_VARS)
+        work = Path(e("BENCH_WORK", "/tmp/polycorn-bench-loop"))
+        if profile == "ci" or diagnostic:
+            out = Path(e("BENCH_OUT", str(work / "out")))
+            plots = Path(e("PLOTS", str(out / f"plots-{profile}")))
+        else:
+            out = Path(e("BENCH_OUT", str(ROOT / "bench" / "out")))
+            plots = Path(e("PLOTS", str(ROOT / "docs" / "img" / "loop")))
+        s = cls(
+            profile=profile,
+            diagnostic=diagnostic,
+            bin=Path(e("BIN", str(ROOT / "target" / "release"))),
+            work=work,
+            out=out,
+            plots=plots,
+            route_seed=_nonneg("ROUTE_SEED", e("ROUTE_SEED", "7")),
+            preset=e("TRACEGEN_PRESET", "pc-gateway-300"),
+            table_source=e("LOOP_TABLE_SOURCE", "topic"),
+            positions=e("LOOP_POSITIONS", "track"),
+            # The trainer's table thresholds: over a handful of trips no cell reaches
+            # its default 3 failures; one is enough here, the 15 % rule stays
+            # (docs/results.md, "Learning loop").
+            trainer_args=shlex.split(e("LOOP_TRAINER_ARGS", "--min-failures 1")),
+            ingest_metrics=e("LOOP_INGEST_METRICS", "127.0.0.1:9482"),
+            prefix=e("BENCH_PREFIX", "hl"),
+            trips=int(p["trips"]),
+            per_size=int(p["per_size"]),
+            slot_s=int(p["slot_s"]),
+            backlog_s=int(p["backlog_s"]),
+            trip_seed_base=_nonneg("TRIP_SEED_BASE", e("TRIP_SEED_BASE", str(p["seed_base"]))),
+        )
+        trips = e("LOOP_TRIPS")
+        if trips is not None:
+            if not re.fullmatch(r"[1-9][0-9]*", trips):
+                raise LoopError(f"LOOP_TRIPS must be a positive integer, got {trips!r}")
+            s.trips = int(trips)
+        if s.table_source not in ("topic", "file"):
+            raise LoopError(f"LOOP_TABLE_SOURCE must be topic or file, got {s.table_source!r}")
+        if s.positions not in ("track", "gps"):
+            raise LoopError(f"LOOP_POSITIONS must be track or gps, got {s.positions!r}")
+        if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", s.prefix):
+            raise LoopError(f"BENCH_PREFIX must be 1-8 lower-case letters/digits: {s.prefix!r}")
+        return s
+
+
+def _nonneg(name: str, v: str) -> int:
+    if not v.isdigit():
+        raise LoopError(f"{name} must be a non-negative integer, got {v!r}")
+    return int(v)
+
+
+class Loop:
+    def __init__(self, s: Settings, env: dict[str, str], run_dir: Path) -> None:
+        self.s, self.env, self.run = s, env, run_dir
+        self.db = env["POLYCORN_DATABASE_URL"]
+        self.kafka_port = int(env["POLYCORN_KAFKA_PORT"])
+        self.table_key = run_dir / "table-key"
+        self.verify = f"--failure-table-verify-key={self.table_key}/table-signing.pub"
+        self.have_trainer = True
+        self.handovers_want = 0
+        self.last_trip_end_ms = 0
+        self.trip_ids: list[str] = []
+
+    def topology(self, i: int, trip: Path) -> Topology:
+        return Topology(f"{self.s.prefix}{i}", trip, self.s.bin, {"TRAIN_ID": TRAIN})
+
+    def all_down(self, trip: Path) -> None:
+        threads = [
+            threading.Thread(target=self.topology(i, trip).down) for i in range(len(VARIANTS))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def sql(self, q: str) -> list[tuple[Any, ...]]:
+        with pg_connect(self.db) as c:
+            return list(c.execute(q).fetchall())
+
+    def latest_table(self, out: Path) -> tuple[int, int] | None:
+        """The newest published table into ``out``, exactly the bytes the trainer signed,
+        and its signature into ``out.sig``; (version, entries), or None."""
+        rows = self.sql(
+            "select version, entries, encode(body_bytes, 'base64'), signature "
+            "from failure_tables order by version desc limit 1"
+        )
+        if not rows:
+            return None
+        version, entries, body, sig = rows[0]
+        if not body or not sig:
+            raise LoopError("the latest table in LinkDB has no stored bytes or no signature")
+        out.write_bytes(base64.b64decode(body))
+        Path(f"{out}.sig").write_text(f"{sig}\n")
+        return int(version), int(entries)
+
+    def db_handovers(self) -> int:
+        n = self.sql(f"select count(*) from handovers where train_id = '{TRAIN}'")[0][0]
+        return int(n)
+
+    def wait_ingest(self, want: int) -> int:
+        """Until LinkDB holds ``want`` handovers of the train, or the count stops
+        growing for 30 s (at most 120 s); the count."""
+        seen = {"n": -1, "since": time.monotonic()}
+
+        def done() -> bool:
+            n = self.db_handovers()
+            if n != seen["n"]:
+                seen["n"], seen["since"] = n, time.monotonic()
+            return n >= want or time.monotonic() - seen["since"] >= 30
+
+        with contextlib.suppress(WaitTimeoutError):
+            wait_until("ingest's handovers", done, 120, every_s=0.5)
+        return self.db_handovers()
+
+    def start_ingest(self) -> subprocess.Popen[bytes]:
+        # Fixes come every second within a trip, and trips are at least TRIP_SPACING_S
+        # apart: with a trip gap between the two, each emulated trip is one LinkDB trip
+        # (the trainer validates leaving one trip out).
+        logf = (self.run / "ingest.log").open("w")
+        p = subprocess.Popen(
+            [
+                str(VENV / "polycorn-ingest"),
+                "run",
+                "--bootstrap",
+                self.env["POLYCORN_KAFKA_BOOTSTRAP"],
+                "--database-url",
+                self.db,
+                "--group",
+                "ingest-loop",
+                "--metrics-addr",
+                self.s.ingest_metrics,
+                "--trip-gap-s",
+                "5",
+            ],
+            env=self.env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+        def answers() -> bool:
+            if p.poll() is not None:
+                tail = (self.run / "ingest.log").read_text()[-2000:]
+                raise LoopError(f"polycorn-ingest exited:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"http://{self.s.ingest_metrics}/metrics", timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        wait_until("polycorn-ingest's metrics", answers, 60, every_s=0.2)
+        return p
+
+    def run_load(self, d: Path, i: int, epoch: int, start: int, backlog_end: int) -> None:
+        """The load plan of one copy: bulk downloads, then the backlogged download."""
+        s = self.s
+        ns = ["ip", "netns", "exec", f"{s.prefix}{i}-pax", str(s.bin / "polycorn-loadgen")]
+        common = ["--origin", f"{ORIGIN}:80", "--epoch-unix-ms", str(epoch)]
+        bulk_end = start + s.bulk_s
+        with (d / "loadgen.log").open("a") as logf:
+            for kind, args in (
+                (
+                    "bulk",
+                    ["--seed", str(LOAD_SEED), "--window-s", f"{start}:{bulk_end}"]
+                    + ["--per-size", str(s.per_size), "--out", str(d / "bulk.jsonl")],
+                ),
+                (
+                    "backlog",
+                    ["--window-s", f"{bulk_end}:{backlog_end}", "--path", BACKLOG_PATH]
+                    + ["--size", str(BACKLOG_SIZE), "--out", str(d / "backlog.jsonl")],
+                ),
+            ):
+                rc = subprocess.run(
+                    [*ns, kind, *common, *args], stdout=logf, stderr=subprocess.STDOUT, check=False
+                ).returncode
+                if rc != 0:
+                    log(f"{d}: {kind} exited with {rc}")
+
+    def relay_metric(self, i: int, name: str) -> float:
+        text = scrape(f"{self.s.prefix}{i}-train", RELAY_METRICS, timeout_s=2)
+        return (metrics.value(text, name) or 0.0) if text else 0.0
+
+    def trip(self, k: int) -> None:
+        s = self.s
+        seed = s.trip_seed_base + k
+        tid = f"r{s.route_seed}-t{seed}"
+        tdir = self.run / "hsr" / tid
+        tdir.mkdir(parents=True)
+        trip = tdir / "trip"
+        log(f"trip {k}/{s.trips} ({tid}): generating {s.trip_s}s")
+        run(
+            [str(s.bin / "polycorn-tracegen"), "generate", "--preset", s.preset]
+            + ["--route-seed", str(s.route_seed), "--trip-seed", str(seed)]
+            + ["--duration-s", str(s.trip_s), "--carriers", str(CARRIERS), "--out", str(trip)]
+        )
+        route_args: list[str] = []
+        if s.positions == "gps":
+            route_args = ["--route", str(trip / "route.geojson")]
+            if k == 1:
+                # The line before the first fix arrives (fixes are matched as they are
+                # stored); every trip of the route has the same line.
+                r = run(
+                    [str(VENV / "polycorn-ingest"), "import-routes", str(trip / "route.geojson")]
+                    + ["--database-url", self.db],
+                    env=self.env,
+                )
+                (self.run / "import-routes.json").write_text(r.stdout)
+                log(f"route imported: {r.stdout.strip()[:200]}")
+        truth = tdir / "failure-table-truth.json"
+        run(
+            [str(s.bin / "polycorn-tracegen"), "failure-table", "--events"]
+            + [str(trip / "events.jsonl"), "--min-failures", "1", "--min-failure-rate", "0"]
+            + [*route_args, "--out", str(truth)]
+        )
+        truth_n = len(json.loads(truth.read_text())["entries"])
+
+        # The learned table as the trainer left it after the previous trip.
+        learned_file = tdir / "failure-table-learned.json"
+        learned = self.latest_table(learned_file)
+        if learned:
+            log(
+                f"trip {k}: learned table version {learned[0]}, {learned[1]} entries; "
+                f"oracle table {truth_n} entries"
+            )
+        else:
+            log(f"trip {k}: no learned table yet (empty LinkDB); oracle table {truth_n} entries")
+
+        # The previous trip's last fix is at its epoch + trip_s.
+        wait_until(
+            "the trip spacing",
+            lambda: now_ms() >= self.last_trip_end_ms + TRIP_SPACING_S * 1000,
+            s.trip_s + 60,
+            every_s=0.5,
+        )
+        epoch = now_ms()
+        self.last_trip_end_ms = epoch + s.trip_s * 1000
+        log(f"trip {k}: building {len(VARIANTS)} topologies (epoch {epoch})")
+        for i, variant in enumerate(VARIANTS):
+            # Every copy replays the radio log from the trip's start (--replay-resume,
+            # a modem's history), so all carry the same telemetry; only the learned
+            # copy's proxy has a sink.
+            relay = ["--replay-resume"] + (["--replay-gps-only"] if s.positions == "gps" else [])
+            proxy: list[str] = []
+            forward: list[int] = []
+            table: Path | None = None
+            if variant == "hrsch-learned":
+                forward = [self.kafka_port]
+                proxy += [f"--kafka-brokers=127.0.0.1:{self.kafka_port}", self.verify]
+                relay.append(self.verify)
+                if s.table_source == "topic":
+                    proxy.append(f"--failure-table-topic={TABLE_TOPIC}")
+                    if learned:
+                        relay.append(f"--failure-table={learned_file}")
+                elif learned:
+                    table = learned_file
+            elif variant == "hrsch-truth":
+                table = truth
+            topo = self.topology(i, trip)
+            try:
+                topo.up(
+                    variant.split("-")[0],
+                    epoch_unix_ms=epoch,
+                    failure_table=table,
+                    relay_args=relay,
+                    proxy_args=proxy,
+                    forward_ports=forward,
+                    seed=LOAD_SEED + k,
+                )
+            except AssertionError as e:
+                raise LoopError(
+                    f"trip {k}: topology for {variant} failed (logs: {topo.state}/logs): {e}"
+                ) from e
+        backlog_end = s.trip_s - 5
+        warm = max(15, (now_ms() - epoch) // 1000 + 5)
+        if backlog_end - warm - s.bulk_s < 10:
+            raise LoopError(
+                f"topologies took {warm}s to come up: no time left for the backlog phase"
+            )
+        log(
+            f"trip {k}: load from trip time {warm}s: {s.per_size * N_SIZES} downloads in "
+            f"{s.bulk_s}s, backlog until {backlog_end}s"
+        )
+        threads = []
+        for i, variant in enumerate(VARIANTS):
+            (tdir / variant).mkdir()
+            threads.append(
+                threading.Thread(
+                    target=self.run_load, args=(tdir / variant, i, epoch, warm, backlog_end)
+                )
+            )
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # The rest of the event log, then the learned relay's spool empties (every
+        # record confirmed by the proxy after Kafka).
+        end = epoch + s.trip_s * 1000 + 1000
+        wait_until("the trip's end", lambda: now_ms() >= end, s.trip_s + 60, every_s=0.5)
+        spool: float = -1
+
+        def drained() -> bool:
+            nonlocal spool
+            spool = self.relay_metric(LEARNED, "polycorn_telemetry_spool_records")
+            return spool == 0
+
+        try:
+            wait_until("the learned relay's spool empty", drained, 60, every_s=0.5)
+        except WaitTimeoutError:
+            log(f"trip {k}: WARNING: the learned relay's spool still holds {spool:.0f} records")
+        for i, variant in enumerate(VARIANTS):
+            self.topology(i, trip).collect(tdir / variant)
+        # Which table the learned copy's endpoints had in use at the end.
+        m = tdir / VARIANTS[LEARNED] / "logs"
+
+        def snap(which: str, name: str, **labels: str) -> float | None:
+            f = m / f"{which}.metrics"
+            return metrics.value(f.read_text(), name, **labels) if f.exists() else None
+
+        in_use = {
+            "proxy_version": snap("proxy", "polycorn_failure_table_version"),
+            "proxy_entries": snap("proxy", "polycorn_failure_table_entries"),
+            "relay_version": snap("relay", "polycorn_failure_table_version"),
+        }
+        pv, pe, rv = (_num(in_use[x]) for x in ("proxy_version", "proxy_entries", "relay_version"))
+        log(f"trip {k}: learned copy's table in use: proxy version {pv} ({pe} entries), relay {rv}")
+        # Every table the trainer published verified: none refused for its signature.
+        refused = sum(
+            snap(w, "polycorn_failure_table_source_rejected_total", reason="signature") or 0
+            for w in ("proxy", "relay")
+        )
+        if refused:
+            raise LoopError(f"trip {k}: the learned copy refused {refused:.0f} tables")
+        self.all_down(trip)
+        for i, variant in enumerate(VARIANTS):
+            emu_log = self.topology(i, trip).state / "logs" / "emu.log"
+            if emu_log.exists():
+                (tdir / variant / "logs" / "emu.log").write_bytes(emu_log.read_bytes())
+
+        # LinkDB has the trip, then the trainer learns the next table.
+        trip_ho = len(Expected.load(trip / "events.jsonl", 0).handovers)
+        self.handovers_want += trip_ho
+        got = self.wait_ingest(self.handovers_want)
+        db_trips = self.sql(f"select count(*) from trips where train_id = '{TRAIN}'")[0][0]
+        log(
+            f"trip {k}: handovers in the event log {trip_ho} (all trips {self.handovers_want}), "
+            f"in LinkDB {got}; LinkDB trips of {TRAIN}: {db_trips}"
+        )
+        if got != self.handovers_want:
+            want = self.handovers_want
+            log(f"trip {k}: WARNING: LinkDB has {got} handovers, the event logs {want}")
+        trainer: Any = None
+        if self.have_trainer:
+            t0 = now_ms()
+            with (tdir / "trainer.log").open("w") as logf:
+                rc = subprocess.run(
+                    [str(VENV / "polycorn-trainer"), "run", "--once", "--database-url", self.db]
+                    + ["--bootstrap", self.env["POLYCORN_KAFKA_BOOTSTRAP"], "--topic", TABLE_TOPIC]
+                    + ["--table-signing-key", str(self.table_key / "table-signing.key")]
+                    + [*s.trainer_args, "--summary-json", str(tdir / "trainer.json")],
+                    env=self.env,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                ).returncode
+            if rc != 0:
+                tail = (tdir / "trainer.log").read_text()[-2000:]
+                raise LoopError(f"trip {k}: polycorn-trainer run failed ({rc}):\n{tail}")
+            trainer = json.loads((tdir / "trainer.json").read_text())
+            pub = trainer.get("table")
+            brief = {
+                "model_id": trainer.get("model_id"),
+                "cells": trainer.get("cells"),
+                "cells_fitted": trainer.get("cells_fitted"),
+                "handovers": trainer.get("handovers"),
+                "table": {"version": pub["version"], "entries": pub["entries"]} if pub else None,
+            }
+            log(f"trip {k}: trainer {json.dumps(brief)} in {(now_ms() - t0) // 1000}s")
+        else:
+            (tdir / "trainer.json").write_text("null\n")
+        rec = {
+            "trip": k,
+            "id": tid,
+            "trip_seed": seed,
+            "epoch_unix_ms": epoch,
+            "load_start_s": warm,
+            "backlog_end_s": backlog_end,
+            "learned_table": {"version": learned[0], "entries": learned[1]} if learned else None,
+            "handovers": {
+                "trip_events": trip_ho,
+                "events_all_trips": self.handovers_want,
+                "linkdb": got,
+                "linkdb_trips": db_trips,
+            },
+            "in_use_at_end": {k_: _num(v) for k_, v in in_use.items()},
+            "learned_relay_spool_left": _num(spool),
+            "trainer_after": trainer,
+        }
+        (tdir / "loop-trip.json").write_text(json.dumps(rec, indent=2) + "\n")
+        self.trip_ids.append(tid)
+
+
+def _num(v: float | None) -> int | float | None:
+    """A metric's value as JSON shows it: an integer when it is one."""
+    if v is None:
+        return None
+    return int(v) if float(v).is_integer() else v
+
+
+def main() -> int:
+    if os.geteuid() != 0:
+        log("ERROR: must run as root (network namespaces)")
+        return 1
+    s = Settings.from_env()
+    missing = [b for b in BINARIES if not (s.bin / b).exists()]
+    if missing:
+        raise LoopError(f"{s.bin}/{missing[0]} missing: run 'make build'")
+    if s.table_source == "topic":
+        helptext = run([str(s.bin / "polycorn-proxy"), "--help"]).stdout
+        if "--failure-table-topic" not in helptext:
+            raise LoopError(f"{s.bin}/polycorn-proxy has no --failure-table-topic")
+    run_dir = s.work / f"run-{s.profile}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    s.out.mkdir(parents=True, exist_ok=True)
+    # The failure-table signing key of this run: the trainer signs every table, the
+    # learned copy's relay and proxy take only tables it verifies. (The oracle table
+    # of hrsch-truth is the benchmark's stand-in, not a published table.)
+    run([str(s.bin / "polycorn-pki"), "table-key", "--out", str(run_dir / "table-key")])
+
+    log(f"infrastructure in {INFRA['POLYCORN_INFRA_DIR']}, fresh")
+    env = infra.environment(INFRA)
+    ingest: subprocess.Popen[bytes] | None = None
+    loop: Loop | None = None
+    try:
+        infra.wipe(env)
+        env = infra.up(INFRA, ["pg", "kafka"])
+        run([str(VENV / "polycorn-linkdb"), "--url", env["POLYCORN_DATABASE_URL"], "upgrade"])
+        topics = run(["bash", "scripts/infra.sh", "topics", "--list"], env=env).stdout.split()
+        if TABLE_TOPIC not in topics:
+            raise LoopError(f"topic {TABLE_TOPIC} missing (services/kafka/topics.txt)")
+        loop = Loop(s, env, run_dir)
+        ingest = loop.start_ingest()
+        if not (VENV / "polycorn-trainer").exists():
+            if os.environ.get("LOOP_ALLOW_NO_TRAINER") != "1":
+                raise LoopError("polycorn-trainer is not in the workspace")
+            log("WARNING: no polycorn-trainer: nothing is learned (diagnostic run)")
+            loop.have_trainer = False
+        # The commit the run starts from (a report run takes hours).
+        commit = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip() or "unknown"
+        first, last = s.trip_seed_base + 1, s.trip_seed_base + s.trips
+        log(
+            f"profile {s.profile}: {s.trips} trips of {s.trip_s}s, route {s.route_seed}, trip "
+            f"seeds {first}..{last}, table source {s.table_source}, positions {s.positions}"
+        )
+        t_start = now_ms()
+        for k in range(1, s.trips + 1):
+            loop.trip(k)
+            log(f"trip {k} done; {(now_ms() - t_start) // 1000}s so far")
+    finally:
+        log("tearing down")
+        if loop is not None:
+            loop.all_down(run_dir)
+        if ingest is not None:
+            # ingest runs in its own process group: stop all of it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(ingest.pid, signal.SIGTERM)
+            stop_process(ingest.pid)
+        infra.wipe(env)
+
+    assert loop is not None
+    desc = (
+        f"polycorn-tracegen {s.preset}, {CARRIERS} carriers, route seed {s.route_seed}, "
+        f"trip seeds {first}..{last}, in order"
+    )
+    if s.diagnostic:
+        desc = f"DIAGNOSTIC: {desc}"
+    run_json = {
+        "profile": s.profile,
+        "diagnostic": s.diagnostic,
+        "commit": commit,
+        "schemes": list(VARIANTS),
+        "bulk": {
+            "per_size": s.per_size,
+            "sizes": {"256KB": 262144, "1MB": 1048576, "4MB": 4194304},
+            "slot_s": s.slot_s,
+        },
+        "im": {"users": []},
+        "backlog": {"seconds_nominal": s.backlog_s, "path": BACKLOG_PATH, "link_sets": ["hsr"]},
+        "buffer_bytes": 3000000,
+        "load_seed": LOAD_SEED,
+        "trip_s": s.trip_s,
+        "route_seed": s.route_seed,
+        "loop": {
+            "train_id": TRAIN,
+            "table_source": s.table_source,
+            "trainer_args": shlex.join(s.trainer_args),
+            "positions": s.positions,
+        },
+        "link_sets": {"hsr": {"trips": loop.trip_ids, "description": desc}},
+    }
+    (run_dir / "run.json").write_text(json.dumps(run_json, indent=2) + "\n")
+    log(f"analysing {run_dir}")
+    s.plots.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["uv", "run", "--project", "bench", "--locked", "--quiet", "python", "-m"]
+        + ["polycorn_bench.loop", str(run_dir), "--out", str(s.out / "loop.json")]
+        + ["--md", str(s.out / "loop.md"), "--plots", str(s.plots)],
+        cwd=ROOT,
+        check=True,
+    )
+    log(
+        f"results: {s.out}/loop.json, {s.out}/loop.md, plot in {s.plots}; raw records in "
+        f"{run_dir}; {(now_ms() - t_start) // 1000}s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except LoopError as e:
+        log(f"ERROR: {e}")
+        sys.exit(1)
