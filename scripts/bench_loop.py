@@ -443,7 +443,8 @@ class Loop:
 
         def snap(which: str, name: str, **labels: str) -> float | None:
             f = m / f"{which}.metrics"
-            return metrics.value(f.read_text(), name, **labels) if f.exists() else None
+            text = f.read_text() if f.exists() else ""
+            return metrics.value(text, name, **labels) if text else None
 
         in_use = {
             "proxy_version": snap("proxy", "polycorn_failure_table_version"),

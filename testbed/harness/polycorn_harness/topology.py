@@ -142,7 +142,7 @@ class Topology:
 
     def collect(self, out: Path) -> None:
         """What a benchmark keeps of a run: the relay's and the proxy's ``/metrics``
-        (``logs/relay.metrics``, ``logs/proxy.metrics``; absent when one does not
+        (``logs/relay.metrics``, ``logs/proxy.metrics``; empty when one does not
         answer) and every log of the topology, under ``out/logs``."""
         logs = out / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -151,8 +151,7 @@ class Topology:
             ("proxy", "cloud", PROXY_METRICS),
         ):
             text = scrape(self.ns(which), addr, timeout_s=2)
-            if text is not None:
-                (logs / f"{name}.metrics").write_text(text)
+            (logs / f"{name}.metrics").write_text(text or "")
         for f in (self.state / "logs").glob("*.log"):
             shutil.copy2(f, logs / f.name)
 
