@@ -35,7 +35,7 @@ from typing import Any
 
 from polycorn_harness import ROOT
 from polycorn_harness.pair import ORIGIN_ADDR, Pair
-from polycorn_harness.process import stop_process
+from polycorn_harness.process import git_commit, stop_process
 from polycorn_harness.topology import run
 from polycorn_harness.wait import WaitTimeoutError, wait_until
 
@@ -533,7 +533,7 @@ def main() -> int:
     bench = Bench(a, work)
     bench.raw.write_text("")
     (a.out / "dataplane-top.txt").write_text("")
-    commit = git("rev-parse", "HEAD").stdout.strip() or "unknown"
+    commit = git_commit(short=False)
     dirty = git("diff", "--no-ext-diff", "--quiet", "HEAD", "--").returncode != 0
     started, load_start = utc(), " ".join(Path("/proc/loadavg").read_text().split()[:3])
     t_start = time.monotonic()

@@ -22,13 +22,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from polycorn_harness import ROOT, VENV, infra
+from polycorn_harness.process import git_commit, now_ms
 from polycorn_harness.topology import BINARIES, Topology, run, scrape
 from polycorn_schema.startup import pg_connect
 
@@ -145,10 +145,6 @@ class BenchError(RuntimeError):
 
 def log(msg: str) -> None:
     print(f"bench-hsr: {msg}", file=sys.stderr, flush=True)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _int(name: str, v: str, *, positive: bool = False) -> int:
@@ -933,7 +929,7 @@ def main() -> int:
     s = Settings.from_env()
     # The commit the run starts from (HEAD at the end may be later: others work in
     # this tree while a full run takes hours).
-    s.commit = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip() or "unknown"
+    s.commit = git_commit()
     missing = [b for b in BINARIES if not (s.bin / b).exists()]
     if missing:
         raise BenchError(f"{s.bin}/{missing[0]} missing: run 'make build'")

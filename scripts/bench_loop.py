@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from polycorn_harness import ROOT, VENV, infra, metrics
-from polycorn_harness.process import stop_process
+from polycorn_harness.process import git_commit, now_ms, stop_process
 from polycorn_harness.topology import BINARIES, RELAY_METRICS, Topology, run, scrape
 from polycorn_harness.trip import Expected
 from polycorn_harness.wait import WaitTimeoutError, wait_until
@@ -83,10 +83,6 @@ class LoopError(RuntimeError):
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%T')}] bench-loop: {msg}", file=sys.stderr, flush=True)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -576,7 +572,7 @@ def main() -> int:
             log("WARNING: no polycorn-trainer: nothing is learned (diagnostic run)")
             loop.have_trainer = False
         # The commit the run starts from (a report run takes hours).
-        commit = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip() or "unknown"
+        commit = git_commit()
         first, last = s.trip_seed_base + 1, s.trip_seed_base + s.trips
         log(
             f"profile {s.profile}: {s.trips} trips of {s.trip_s}s, route {s.route_seed}, trip "

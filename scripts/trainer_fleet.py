@@ -60,6 +60,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from polycorn_harness import ROOT, infra
+from polycorn_harness.process import git_commit
 from polycorn_ingest.testbed import records
 from polycorn_schema.startup import kafka_create_topics, kafka_retriable, pg_connect, retry
 from polycorn_trainer.fit import Params
@@ -773,9 +774,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     # measured process tree is the trainer's.
     trainer = str(Path(sys.executable).parent / "polycorn-trainer")
     meta = {
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip(),
+        "commit": git_commit(),
         "dirty": bool(
             subprocess.run(
                 ["git", "status", "--porcelain", "--untracked-files=no"],

@@ -9,7 +9,7 @@ regenerated from the same seeds, with every reading of hsr-facts §15.8 item 14.
 Needs ``target/release/polycorn-tracegen`` (``make build``); about two minutes on 2 cores.
 """
 
-# ruff: noqa: S603, S607
+# ruff: noqa: S603
 from __future__ import annotations
 
 import argparse
@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from polycorn_harness.process import git_commit
 from polycorn_trainer.fit import Params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,17 +41,6 @@ PAPER = {
     "failure_early": 0.181,
     "success_correct": 0.782,
 }
-
-
-def _commit() -> str:
-    r = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return r.stdout.strip() or "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -95,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(trainer_params); the generator's were fixed on development routes 1-3 before "
             "these routes were generated. Written by scripts/trainer_trips.py."
         ),
-        "commit": _commit(),
+        "commit": git_commit(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
         "trainer_params": params,
         "paper": PAPER,

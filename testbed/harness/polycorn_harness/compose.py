@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from polycorn_harness import ROOT
-from polycorn_harness.process import setup_var, stop_process
+from polycorn_harness.process import git_commit, setup_var, stop_process
 from polycorn_harness.topology import get_via, run
 from polycorn_harness.wait import wait_until
 
@@ -236,17 +236,7 @@ class Fleet:
     def podman(
         self, *args: str, timeout: float = 120, check: bool = True, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run(
-            self.images.podman(*args),
-            cwd=ROOT,
-            env=self.env(),
-            input=stdin,
-            stdin=None if stdin is not None else subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        r = self._run(self.images.podman(*args), timeout, stdin)
         if check and r.returncode != 0:
             raise AssertionError(f"podman {' '.join(args[:4])} exited {r.returncode}: {r.stderr}")
         return r
@@ -255,8 +245,13 @@ class Fleet:
         self, *args: str, timeout: float = 300, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         """``docker-compose ARGS`` against the podman API (not checked)."""
+        return self._run(["docker-compose", "--no-ansi", *args], timeout, stdin)
+
+    def _run(
+        self, cmd: list[str], timeout: float, stdin: str | None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["docker-compose", "--no-ansi", *args],
+            cmd,
             cwd=ROOT,
             env=self.env(),
             input=stdin,
@@ -313,7 +308,7 @@ class Fleet:
                     "-t",
                     name,
                     "--build-arg",
-                    f"REVISION={revision()}",
+                    f"REVISION={git_commit()}",
                     *args,
                     str(context),
                 ),
@@ -545,17 +540,6 @@ def image_of(service: str) -> tuple[str, str]:
     if service in ("proxy", "emu"):
         return "Dockerfile.rust", service
     return "Dockerfile.python", service
-
-
-def revision() -> str:
-    r = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return r.stdout.strip() or "unknown"
 
 
 def main(argv: Sequence[str]) -> int:

@@ -1,5 +1,5 @@
-"""Processes and pinned tools: stopping a process with a grace period, the versions
-scripts/setup.sh pins."""
+"""Processes and the tree: stopping a process with a grace period, the versions
+scripts/setup.sh pins, the commit a run starts from, the wall clock in ms."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 import time
 
 from polycorn_harness import ROOT
@@ -35,3 +36,15 @@ def stop_process(pid: int, grace_s: float = 5) -> None:
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def git_commit(*, short: bool = True) -> str:
+    """The commit the tree is at (``unknown`` outside a git checkout)."""
+    cmd = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    return r.stdout.strip() or "unknown"
+
+
+def now_ms() -> int:
+    """Wall-clock UNIX time in ms (the testbed's trip epochs)."""
+    return time.time_ns() // 1_000_000
