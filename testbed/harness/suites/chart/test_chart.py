@@ -155,6 +155,16 @@ def rendered(out: Path) -> dict[str, Path]:
     return done
 
 
+#: The template unit tests, in the validators' own environment.
+TEMPLATE_TESTS = [
+    VENV / "bin" / "python",
+    "-m",
+    "pytest",
+    "-p",
+    "no:cacheprovider",
+    "tools/validate/tests",
+]
+
 NAMES = [v.name.removesuffix("-values.yaml") for v in SCENARIOS]
 
 
@@ -225,12 +235,7 @@ def test_the_template_unit_tests() -> None:
     print(
         ok(
             [
-                VENV / "bin" / "python",
-                "-m",
-                "pytest",
-                "-p",
-                "no:cacheprovider",
-                "tools/validate/tests",
+                *TEMPLATE_TESTS,
             ],
             POLYCORN_HELM=str(BIN / "helm"),
         )[-2000:]
@@ -429,12 +434,7 @@ def test_the_edge_smoke_test_rejects(args: tuple[str, ...], says: str) -> None:
 def test_the_template_tests_fail_on_a_seeded_wrong_expectation() -> None:
     rejects(
         [
-            VENV / "bin" / "python",
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "tools/validate/tests",
+            *TEMPLATE_TESTS,
             "-k",
             "seeded_failure",
         ],
