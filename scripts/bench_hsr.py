@@ -948,6 +948,9 @@ def main() -> int:
     s.out.mkdir(parents=True, exist_ok=True)
     b = Bench(s, run_dir)
     tcp = TcpMem()
+    # Both, explicitly: a process started in the background of a non-interactive
+    # shell inherits SIGINT ignored, and Python then leaves it ignored.
+    signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)
     tcp.raise_()
     sets: dict[str, Any] = {}

@@ -537,6 +537,10 @@ def main() -> int:
         log("ERROR: must run as root (network namespaces)")
         return 1
     s = Settings.from_env()
+    # Ctrl-C and SIGTERM tear everything down (the finally below), also when this
+    # process inherited SIGINT ignored (started in the background of a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     missing = [b for b in BINARIES if not (s.bin / b).exists()]
     if missing:
         raise LoopError(f"{s.bin}/{missing[0]} missing: run 'make build'")

@@ -471,6 +471,7 @@ class Demo:
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="polycorn-demo-fleet.", dir="/tmp"))
     demo = Demo(work)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
     try:
         demo.start()
