@@ -35,7 +35,7 @@ from typing import Any
 
 from polycorn_harness import ROOT
 from polycorn_harness.pair import ORIGIN_ADDR, Pair
-from polycorn_harness.process import git_commit, stop_process
+from polycorn_harness.process import cpu_ticks, git_commit, machine_busy_ticks, stop_process
 from polycorn_harness.topology import run
 from polycorn_harness.wait import WaitTimeoutError, wait_until
 
@@ -96,12 +96,11 @@ class Proc:
 
     def ticks(self) -> int | None:
         """utime + stime, all threads, in clock ticks."""
+        pid = self.pid()
         try:
-            stat = Path(f"/proc/{self.pid()}/stat").read_text()
+            return None if pid is None else cpu_ticks(pid)
         except OSError:
             return None
-        f = stat.rsplit(") ", 1)[1].split()  # comm may hold spaces
-        return int(f[11]) + int(f[12])
 
     def ctx_switches(self) -> int | None:
         """Voluntary + involuntary context switches of all its threads."""
@@ -124,13 +123,6 @@ class Proc:
             return None
         m = re.search(r"^VmRSS:\s+(\d+)", status, re.M)
         return int(m.group(1)) if m else None
-
-
-def machine_ticks() -> int:
-    """Busy ticks of the whole machine (every CPU, every namespace: includes softirq
-    work of the veths, the iperf3 ends and any other load)."""
-    cpu = Path("/proc/stat").read_text().splitlines()[0].split()
-    return sum(int(cpu[i]) for i in (1, 2, 3, 6, 7, 8))
 
 
 def delta(a: int | None, b: int | None) -> int | None:
@@ -250,11 +242,21 @@ class Bench:
         th = threading.Thread(target=sampler, daemon=True)
         th.start()
         rx0, px0 = self.relay.ctx_switches(), self.proxy.ctx_switches()
-        r0, p0, m0, t0 = self.relay.ticks(), self.proxy.ticks(), machine_ticks(), time.time_ns()
+        r0, p0, m0, t0 = (
+            self.relay.ticks(),
+            self.proxy.ticks(),
+            machine_busy_ticks(),
+            time.time_ns(),
+        )
         r = subprocess.run(
             self.iperf_client(scheme, *flags), capture_output=True, text=True, check=False
         )
-        t1, r1, p1, m1 = time.time_ns(), self.relay.ticks(), self.proxy.ticks(), machine_ticks()
+        t1, r1, p1, m1 = (
+            time.time_ns(),
+            self.relay.ticks(),
+            self.proxy.ticks(),
+            machine_busy_ticks(),
+        )
         rx1, px1 = self.relay.ctx_switches(), self.proxy.ctx_switches()
         th.join()
         try:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from polycorn_harness import ROOT
-from polycorn_harness.process import stop_process
+from polycorn_harness.process import cpu_ticks, machine_busy_ticks, stop_process
 from polycorn_harness.topology import run
 from polycorn_harness.wait import wait_until
 
@@ -55,19 +55,6 @@ def car_addr(i: int) -> str:
 
 def cpx_addr(i: int) -> str:
     return f"10.77.{i}.2"
-
-
-def emu_ticks(pid: int) -> int:
-    """utime + stime of a process, all threads (/proc/PID/stat fields 14 and 15)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat.rsplit(") ", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def machine_busy_ticks() -> int:
-    """user + nice + system + irq + softirq + steal of the whole machine."""
-    cpu = Path("/proc/stat").read_text().splitlines()[0].split()
-    return sum(int(cpu[i]) for i in (1, 2, 3, 6, 7, 8))
 
 
 class Testbed:
@@ -153,7 +140,7 @@ class Testbed:
         a = self.a
         assert self.proc is not None
         log(f"{n} carrier(s), {direction}, {a.seconds}s, {rate} Mbit/s each")
-        t0, m0 = emu_ticks(self.proc.pid), machine_busy_ticks()
+        t0, m0 = cpu_ticks(self.proc.pid), machine_busy_ticks()
         procs = []
         for i in range(n):
             out = (self.work / f"iperf-{n}-{direction}-{i}.json").open("w")
@@ -172,7 +159,7 @@ class Testbed:
             if p.wait() != 0:
                 raise AssertionError(f"iperf3 exited {p.returncode}: {out.name}")
             out.close()
-        t1, m1 = emu_ticks(self.proc.pid), machine_busy_ticks()
+        t1, m1 = cpu_ticks(self.proc.pid), machine_busy_ticks()
         per, retr = [], []
         for i in range(n):
             r = json.loads((self.work / f"iperf-{n}-{direction}-{i}.json").read_text())["end"]

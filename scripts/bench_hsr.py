@@ -29,7 +29,14 @@ from typing import Any
 
 from polycorn_harness import ROOT, VENV, infra
 from polycorn_harness.process import git_commit, now_ms
-from polycorn_harness.topology import BINARIES, Topology, run, scrape
+from polycorn_harness.topology import (
+    BINARIES,
+    PROXY_METRICS,
+    RELAY_METRICS,
+    Topology,
+    run,
+    scrape,
+)
 from polycorn_schema.startup import pg_connect
 
 ALL_PHASES = ("bulk", "im", "backlog", "concurrency", "sweep")
@@ -635,8 +642,8 @@ class Bench:
         topo = Topology(prefix, self.run, self.s.bin)
         (d / "logs").mkdir(parents=True, exist_ok=True)
         for name, which, addr in (
-            ("relay", "train", "127.0.0.1:9465"),
-            ("proxy", "cloud", "127.0.0.1:9464"),
+            ("relay", "train", RELAY_METRICS),
+            ("proxy", "cloud", PROXY_METRICS),
         ):
             text = scrape(topo.ns(which), addr, timeout_s=2)
             (d / "logs" / f"concurrency-{n}.{name}.metrics").write_text(text or "")

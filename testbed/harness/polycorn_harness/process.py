@@ -1,5 +1,6 @@
 """Processes and the tree: stopping a process with a grace period, the versions
-scripts/setup.sh pins, the commit a run starts from, the wall clock in ms."""
+scripts/setup.sh pins, the commit a run starts from, the wall clock in ms, and the
+CPU tick counters of /proc the benchmarks read."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 from polycorn_harness import ROOT
 
@@ -48,3 +50,18 @@ def git_commit(*, short: bool = True) -> str:
 def now_ms() -> int:
     """Wall-clock UNIX time in ms (the testbed's trip epochs)."""
     return time.time_ns() // 1_000_000
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process, all its threads, in clock ticks (/proc/PID/stat
+    fields 14 and 15; the command name before them may hold spaces). OSError when the
+    process is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def machine_busy_ticks() -> int:
+    """Busy ticks of the whole machine (user + nice + system + irq + softirq + steal
+    over every CPU and every namespace)."""
+    cpu = Path("/proc/stat").read_text().splitlines()[0].split()
+    return sum(int(cpu[i]) for i in (1, 2, 3, 6, 7, 8))
