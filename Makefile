@@ -20,7 +20,7 @@ define run_integration
 	bash scripts/integration-telemetry.sh
 endef
 
-.PHONY: help setup build test fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test check test-deep fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -32,22 +32,22 @@ setup: ## install/check system packages and the Rust toolchain (root, Debian 12)
 build: setup ## release build of the whole workspace
 	$(CARGO) build --release --workspace --locked
 
-# --release: the integration tests push 100 MB through the proxies, and the
-# unit tests then share the release build's artifacts.
-test: setup ## what CI runs: no reference outside the repository, fmt check, clippy, unit tests (release), Python lint and tests, platform validation, the trace generator's CI validation, integration tests, a few fault-campaign episodes, a first start from nothing, the compose testbed
-	python3 scripts/check_self_contained.py
-	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
-	$(CARGO) test --workspace --locked --release
-	$(MAKE) --no-print-directory build
-	$(MAKE) --no-print-directory fuzz-smoke
-	$(MAKE) --no-print-directory lint-py test-py
-	$(MAKE) --no-print-directory validate-platform
-	$(MAKE) --no-print-directory validate-tracegen VAL_PROFILE=ci
-	$(run_integration)
-	$(MAKE) --no-print-directory chaos-smoke
-	$(MAKE) --no-print-directory test-first-start
-	$(MAKE) --no-print-directory test-compose
+# The stages of `make test`, `make check` and `make test-deep` are data in
+# scripts/test_stages.py, which times each one, prints the table at the end
+# and writes it to target/test-times.json (docs/testing.md). Run part of one
+# with STAGES (only these) or SKIP: `make test STAGES=clippy,cargo-test`.
+STAGES ?=
+SKIP ?=
+RUN_STAGES = python3 scripts/test_stages.py $(1) --only "$(STAGES)" --skip "$(SKIP)"
+
+test: ## what CI runs (45 min on 2 cores): setup, static checks, one release build, unit and property tests, fuzz smoke, Python lint and tests, platform validation, the trace generator, integration suites, fault-campaign episodes, a first start, the compose fleet; per-stage times -> target/test-times.json
+	$(call RUN_STAGES,test)
+
+check: ## the inner loop before a commit (minutes on a warm build): fmt, feature check, clippy, unit tests, Python lint and tests
+	$(call RUN_STAGES,check)
+
+test-deep: ## what make test samples, at depth: property tests and virtual-time scenarios with many more cases, every fuzz target for minutes, the integration suites' full-length trips
+	$(call RUN_STAGES,deep)
 
 # Coverage-guided fuzzing (fuzz/, honggfuzz on the stable toolchain; its own
 # lockfile, outside the workspace; docs/testing.md#fuzzing). The smoke run
@@ -207,9 +207,12 @@ test-py: setup ## pytest of the Python code: bench analysis, and the services ag
 	bash scripts/infra.sh up pg kafka
 	eval "$$(bash scripts/infra.sh env)" && $(UVW) pytest -q $(wildcard $(addsuffix /tests,$(PY_WS)))
 
-lint-rust: setup ## cargo fmt --check and clippy -D warnings
+# clippy in the release profile: its build scripts and proc-macros are then
+# the ones the release build uses, compiled once for both.
+lint-rust: setup ## cargo fmt --check, the feature check and clippy -D warnings
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	python3 scripts/check_features.py
+	$(CARGO) clippy --release --workspace --all-targets --locked -- -D warnings
 
 lint-sh: setup ## shellcheck every shell script
 	shellcheck -x $(SH_SCRIPTS)

@@ -13,7 +13,7 @@
 # against the running services. A thin entry point of the harness suite
 # testbed/harness/suites/telemetry (docs/testing.md, item 8). Needs root.
 #
-# Env: TRIP_S (300; the fault times scale with it), E2E_INFRA_DIR,
+# Env: TRIP_S (200, 300 under make test-deep; the fault times scale with it), E2E_INFRA_DIR,
 # E2E_PG_PORT, E2E_KAFKA_PORT, E2E_PROM_PORT (its servers),
 # OBSERVABILITY_UPDATE_FIXTURES=1 (refresh the committed /metrics dumps),
 # KEEP_WORK=1 (keep the work directory). Extra arguments go to pytest.

@@ -585,6 +585,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(crate::testing::cases(256)))]
         #[test]
         fn decoder_never_panics_on_garbage(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
             let mut d = FrameDecoder::new();

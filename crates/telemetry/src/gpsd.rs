@@ -322,6 +322,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::cases(256)))]
         #[test]
         fn no_input_panics(bytes in prop::collection::vec(any::<u8>(), 0..400), cuts in prop::collection::vec(0usize..400, 0..5)) {
             let mut b = LineBuffer::default();

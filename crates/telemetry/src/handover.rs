@@ -426,6 +426,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::cases(256)))]
         /// An event-driven source (every change observed when it happens)
         /// gets back exactly what happened: outcome, cells, start, duration,
         /// position and RSRP at the start.

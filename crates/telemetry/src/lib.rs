@@ -29,6 +29,14 @@ pub fn testbed_cell_id(carrier: u32, cell: u32) -> u64 {
     (u64::from(carrier) + 1) << 32 | u64::from(cell)
 }
 
+/// A property test's number of cases: `ci`, times `POLYCORN_TEST_DEPTH` when
+/// set (`make test-deep`; polycorn_core::testing::cases says more).
+#[cfg(test)]
+fn cases(ci: u32) -> u32 {
+    std::env::var("POLYCORN_TEST_DEPTH")
+        .map_or(ci, |v| ci * v.parse::<std::num::NonZeroU32>().expect("POLYCORN_TEST_DEPTH: a positive integer").get())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -977,7 +977,7 @@ mod tests {
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig::with_cases(64))]
+            #![proptest_config(ProptestConfig::with_cases(crate::cases(64)))]
             /// Every handover event that was not dropped ends up delivered
             /// (in the receiver's dedup log) exactly once, and every
             /// delivered record was acknowledged in the end.

@@ -637,8 +637,15 @@ fn real_mahimahi_traces_deliver_1500_bytes_per_line_per_period() {
     }
 }
 
+/// A property test's number of cases: `ci`, times `POLYCORN_TEST_DEPTH` when
+/// set (`make test-deep`; polycorn_core::testing::cases says more).
+fn cases(ci: u32) -> u32 {
+    std::env::var("POLYCORN_TEST_DEPTH")
+        .map_or(ci, |v| ci * v.parse::<std::num::NonZeroU32>().expect("POLYCORN_TEST_DEPTH: a positive integer").get())
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(cases(64)))]
 
     #[test]
     fn next_event_never_goes_back_and_the_link_drains_completely(

@@ -17,7 +17,13 @@ share lives here, so that a suite is a short pytest module:
 docs/testing.md, "The harness", shows how to add a suite.
 """
 
+import os
 from pathlib import Path
+
+#: ``make test-deep`` (``POLYCORN_TEST_DEPTH`` above 1): the suites run their
+#: full-length trips instead of the shorter ones of ``make test``
+#: (docs/testing.md, "make test-deep").
+DEEP = int(os.environ.get("POLYCORN_TEST_DEPTH", "1")) > 1
 
 #: The repository root.
 ROOT = Path(__file__).resolve().parents[3]

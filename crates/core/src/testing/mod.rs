@@ -56,6 +56,24 @@ pub use pipe::{Blackouts, DirSpec, Link, Pipe, PipeStats};
 pub use rng::SplitMix64;
 pub use trace::{MahimahiTrace, TraceCursor, TraceError};
 
+/// The number of cases a property test runs: `ci` in `make test`, `ci` times
+/// `POLYCORN_TEST_DEPTH` when that is set (`make test-deep` sets 20).
+///
+/// # Panics
+/// When `POLYCORN_TEST_DEPTH` is not a positive integer.
+pub fn cases(ci: u32) -> u32 {
+    ci * depth()
+}
+
+fn depth() -> u32 {
+    match std::env::var("POLYCORN_TEST_DEPTH") {
+        Err(_) => 1,
+        Ok(v) => v.parse().ok().filter(|&d| d > 0).unwrap_or_else(|| {
+            panic!("POLYCORN_TEST_DEPTH must be a positive integer (a multiple of the cases), got {v:?}")
+        }),
+    }
+}
+
 #[cfg(test)]
 mod aggregation;
 #[cfg(test)]

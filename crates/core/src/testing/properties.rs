@@ -114,7 +114,7 @@ fn conns(n: std::ops::Range<usize>) -> impl Strategy<Value = Vec<ConnSpec>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: super::cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn every_byte_arrives_once_in_order_and_intact_whatever_happens_to_the_paths(
@@ -163,7 +163,7 @@ fn tunables() -> impl Strategy<Value = SimConfig> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: super::cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn every_byte_arrives_intact_with_any_tunables(
@@ -218,7 +218,7 @@ fn hsr_pipeline(i: usize) -> (String, crate::Pipeline) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: super::cases(48), ..ProptestConfig::default() })]
 
     /// HRSCH with its prediction inputs live: a moving train, cells that
     /// change (or drop to no service), failure locations ahead, behind and

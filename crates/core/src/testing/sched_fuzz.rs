@@ -130,7 +130,7 @@ fn packet() -> impl Strategy<Value = PacketInfo> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: super::cases(256), ..ProptestConfig::default() })]
 
     #[test]
     fn no_pipeline_places_a_packet_on_a_path_without_room_or_back_on_a_used_one(

@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Runs `make test`, `make check` and `make test-deep` as named stages.
+
+    test_stages.py [PLAN] [--only A,B] [--skip A,B] [--list] [--times FILE]
+
+A plan is a list of steps; a step is one stage, or several that share no
+state and so run at the same time (their output prefixed with the stage's
+name and kept whole in target/test-logs/STAGE.log). Steps run in order and
+the first failure stops the plan; the other stages of its step are stopped
+with SIGINT, so that they tear down what they started.
+
+At the end (also after a failure or Ctrl-C) it prints every stage's wall
+time and writes them to target/test-times.json:
+
+    {"plan", "commit", "ok", "stages": [{"name", "seconds", "status",
+     "started_s"}...], "total_seconds"}
+
+Standard library only: the first stage installs everything else.
+"""
+
+# ruff: noqa: S603, S607  (runs bash and the project's own commands)
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = ROOT / "target"
+LOGS = TARGET / "test-logs"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    #: A bash command line, run from the repository root.
+    command: str
+
+
+def s(name: str, command: str) -> Stage:
+    return Stage(name, command)
+
+
+# The cargo invocations of every plan share one set of features and one
+# profile, so that nothing is compiled twice (docs/testing.md, "Compile once").
+CARGO_BUILD = "$CARGO build --release --workspace --all-targets --locked"
+CARGO_CLIPPY = "$CARGO clippy --release --workspace --all-targets --locked -- -D warnings"
+CARGO_TEST = "$CARGO test --release --workspace --locked"
+
+SETUP = s("setup", "bash scripts/setup.sh")
+STATIC = s(
+    "static",
+    "python3 scripts/check_self_contained.py && $CARGO fmt --all --check"
+    " && python3 scripts/check_features.py",
+)
+CLIPPY = s("clippy", CARGO_CLIPPY)
+BUILD = s("build", CARGO_BUILD)
+UNIT = s("cargo-test", CARGO_TEST)
+LINT_PY = s("lint-py", "make --no-print-directory lint-py")
+TEST_PY = s("test-py", "make --no-print-directory test-py")
+PLATFORM = s("validate-platform", "make --no-print-directory validate-platform")
+TRACEGEN = s("validate-tracegen", "make --no-print-directory validate-tracegen VAL_PROFILE=ci")
+PAIR = s("integration-pair", "bash scripts/integration.sh")
+HSR = s("integration-hsr", "bash scripts/integration-hsr.sh")
+TELEMETRY = s("integration-telemetry", "bash scripts/integration-telemetry.sh")
+CHAOS = s("chaos-smoke", "make --no-print-directory chaos-smoke")
+FIRST_START = s("first-start", "bash scripts/test-first-start.sh")
+COMPOSE = s("compose", "bash scripts/test-compose.sh")
+
+Step = tuple[Stage, ...]
+
+#: How much deeper `make test-deep` goes (docs/testing.md, "make test-deep"):
+#: property tests run this many times their cases, the integration suites
+#: their full-length trips (polycorn_harness.DEEP).
+DEPTH = 20
+DEEP_FUZZ_SECONDS = 120
+
+PLANS: dict[str, list[Step]] = {
+    # What CI runs. The cheap checks come first, so that a typo fails in
+    # seconds; docs/testing.md says what each stage checks.
+    "test": [
+        (SETUP,),
+        (STATIC,),
+        (CLIPPY,),
+        (BUILD,),
+        (UNIT,),
+        (s("fuzz-smoke", "make --no-print-directory fuzz-smoke"),),
+        (LINT_PY,),
+        (TEST_PY,),
+        (PLATFORM,),
+        (TRACEGEN,),
+        (PAIR,),
+        (HSR,),
+        (TELEMETRY,),
+        (CHAOS,),
+        (FIRST_START,),
+        (COMPOSE,),
+    ],
+    # The inner loop before a commit: no testbed, no containers.
+    "check": [
+        (SETUP,),
+        (STATIC,),
+        (CLIPPY,),
+        (BUILD,),
+        (UNIT,),
+        (LINT_PY,),
+        (TEST_PY,),
+    ],
+    # What `make test` samples, at depth. The stages that do not sample
+    # (static checks, platform validation, the compose fleet) stay in
+    # `make test` only.
+    "deep": [
+        (SETUP,),
+        (BUILD,),
+        (s("cargo-test", f"POLYCORN_TEST_DEPTH={DEPTH} {CARGO_TEST}"),),
+        (
+            s(
+                "fuzz",
+                f"make --no-print-directory fuzz-smoke FUZZ_SMOKE_SECONDS={DEEP_FUZZ_SECONDS}",
+            ),
+        ),
+        (s("integration-hsr", f"POLYCORN_TEST_DEPTH={DEPTH} bash scripts/integration-hsr.sh"),),
+        (
+            s(
+                "integration-telemetry",
+                f"POLYCORN_TEST_DEPTH={DEPTH} bash scripts/integration-telemetry.sh",
+            ),
+        ),
+    ],
+}
+
+
+@dataclass
+class Result:
+    name: str
+    status: str = "not run"
+    started_s: float = 0.0
+    seconds: float = 0.0
+
+
+class Runner:
+    def __init__(self, verbose_single: bool = True) -> None:
+        self.running: list[subprocess.Popen[bytes]] = []
+        self.lock = threading.Lock()
+        self.verbose_single = verbose_single
+        self.interrupted = False
+
+    def stop_all(self, sig: int = signal.SIGINT) -> None:
+        with self.lock:
+            for p in self.running:
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, sig)
+                    except ProcessLookupError:
+                        pass
+
+    def start(self, stage: Stage, prefixed: bool) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "CARGO": os.environ.get("CARGO", "cargo")}
+        # Its own process group: a failing neighbour's SIGINT reaches the
+        # whole stage (make, pytest, the processes they started) and no one else.
+        p = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", stage.command],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE if prefixed else None,
+            stderr=subprocess.STDOUT if prefixed else None,
+            start_new_session=True,
+        )
+        with self.lock:
+            self.running.append(p)
+        return p
+
+    def run_step(self, step: Step, t0: float, results: dict[str, Result]) -> bool:
+        prefixed = len(step) > 1
+        procs: list[tuple[Stage, subprocess.Popen[bytes], threading.Thread | None]] = []
+        for stage in step:
+            r = results[stage.name]
+            r.started_s = time.monotonic() - t0
+            r.status = "running"
+            print(f"=== {stage.name}: {stage.command}", flush=True)
+            p = self.start(stage, prefixed)
+            pump = None
+            if prefixed:
+                assert p.stdout is not None
+                pump = threading.Thread(target=_pump, args=(stage.name, p.stdout), daemon=True)
+                pump.start()
+            procs.append((stage, p, pump))
+        ok = True
+        pending = list(procs)
+        while pending:
+            for item in list(pending):
+                stage, p, pump = item
+                rc = p.poll()
+                if rc is None:
+                    continue
+                pending.remove(item)
+                if pump is not None:
+                    pump.join()
+                r = results[stage.name]
+                r.seconds = time.monotonic() - t0 - r.started_s
+                r.status = "ok" if rc == 0 else ("interrupted" if self.interrupted else "failed")
+                print(f"=== {stage.name}: {r.status} in {r.seconds:.0f} s", flush=True)
+                if rc != 0 and ok:
+                    ok = False
+                    if pending:
+                        names = ", ".join(st.name for st, _, _ in pending)
+                        print(f"=== stopping {names}", flush=True)
+                        self.stop_all()
+            time.sleep(0.2)
+        with self.lock:
+            self.running.clear()
+        return ok
+
+
+def _pump(name: str, stream: IO[bytes]) -> None:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with (LOGS / f"{name}.log").open("wb") as log:
+        for line in iter(stream.readline, b""):
+            log.write(line)
+            sys.stdout.buffer.write(f"[{name}] ".encode() + line)
+            sys.stdout.buffer.flush()
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def select(plan: list[Step], only: set[str], skip: set[str]) -> list[Step]:
+    known = {st.name for step in plan for st in step}
+    unknown = (only | skip) - known
+    if unknown:
+        sys.exit(f"test_stages: no stage named {', '.join(sorted(unknown))}; known: {sorted(known)}")
+    out = []
+    for step in plan:
+        kept = tuple(st for st in step if (not only or st.name in only) and st.name not in skip)
+        if kept:
+            out.append(kept)
+    return out
+
+
+def report(plan_name: str, results: list[Result], total: float, ok: bool, out: Path) -> None:
+    width = max(len(r.name) for r in results)
+    print(f"\n{'stage':<{width}}  {'start':>7}  {'seconds':>7}  status")
+    for r in results:
+        start = f"{r.started_s:7.0f}" if r.status != "not run" else " " * 7
+        print(f"{r.name:<{width}}  {start}  {r.seconds:7.0f}  {r.status}")
+    print(f"{'total':<{width}}  {'':>7}  {total:7.0f}  {'ok' if ok else 'FAILED'}")
+    doc = {
+        "plan": plan_name,
+        "commit": commit(),
+        "ok": ok,
+        "stages": [
+            {
+                "name": r.name,
+                "seconds": round(r.seconds, 1),
+                "status": r.status,
+                "started_s": round(r.started_s, 1),
+            }
+            for r in results
+        ],
+        "total_seconds": round(total, 1),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"stage times: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("plan", nargs="?", default="test", choices=sorted(PLANS))
+    ap.add_argument("--only", default="", help="comma-separated stages to run (the rest skipped)")
+    ap.add_argument("--skip", default="", help="comma-separated stages to skip")
+    ap.add_argument("--list", action="store_true", help="print the plan's steps and exit")
+    ap.add_argument("--times", type=Path, default=TARGET / "test-times.json")
+    args = ap.parse_args()
+    only = {x for x in args.only.split(",") if x}
+    skip = {x for x in args.skip.split(",") if x}
+    plan = select(PLANS[args.plan], only, skip)
+    if args.list:
+        for step in plan:
+            print(" + ".join(f"{st.name} ({st.command})" for st in step))
+        return 0
+
+    runner = Runner()
+    results = {st.name: Result(st.name) for step in plan for st in step}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        runner.interrupted = True
+        runner.stop_all(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    t0 = time.monotonic()
+    ok = True
+    for step in plan:
+        if not runner.run_step(step, t0, results) or runner.interrupted:
+            ok = False
+            break
+    report(args.plan, list(results.values()), time.monotonic() - t0, ok, args.times)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
