@@ -521,7 +521,9 @@ def main() -> int:
     bins = ("polycorn-relay", "polycorn-proxy", "polycorn-pki")
     if not all((a.bin / b).exists() for b in bins):
         subprocess.run(
-            ["cargo", "build", "--release", "--locked"] + [x for b in bins for x in ("-p", b)],
+            # The whole workspace, as `make build`: a subset would unify features
+            # differently and compile the shared dependencies again.
+            ["cargo", "build", "--release", "--locked", "--workspace"],
             cwd=ROOT,
             check=True,
         )

@@ -225,7 +225,10 @@ def main() -> int:
             return 1
     work = Path(f"/tmp/polycorn-state-{a.prefix}") / "bench-emu"
     built = subprocess.run(
-        ["cargo", "build", "--release", "--locked", "-p", "polycorn-emu"], cwd=ROOT, check=False
+        # The workspace, as `make build` (a subset would compile its dependencies again).
+        ["cargo", "build", "--release", "--locked", "--workspace"],
+        cwd=ROOT,
+        check=False,
     )
     if built.returncode != 0:
         if not (ROOT / "target" / "release" / "polycorn-emu").exists():

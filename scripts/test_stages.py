@@ -22,6 +22,7 @@ Standard library only: the first stage installs everything else.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -157,10 +158,8 @@ class Runner:
         with self.lock:
             for p in self.running:
                 if p.poll() is None:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.killpg(p.pid, sig)
-                    except ProcessLookupError:
-                        pass
 
     def start(self, stage: Stage, prefixed: bool) -> subprocess.Popen[bytes]:
         env = {**os.environ, "CARGO": os.environ.get("CARGO", "cargo")}
@@ -188,8 +187,7 @@ class Runner:
             print(f"=== {stage.name}: {stage.command}", flush=True)
             p = self.start(stage, prefixed)
             pump = None
-            if prefixed:
-                assert p.stdout is not None
+            if p.stdout is not None:
                 pump = threading.Thread(target=_pump, args=(stage.name, p.stdout), daemon=True)
                 pump.start()
             procs.append((stage, p, pump))
@@ -243,7 +241,8 @@ def select(plan: list[Step], only: set[str], skip: set[str]) -> list[Step]:
     known = {st.name for step in plan for st in step}
     unknown = (only | skip) - known
     if unknown:
-        sys.exit(f"test_stages: no stage named {', '.join(sorted(unknown))}; known: {sorted(known)}")
+        names = ", ".join(sorted(unknown))
+        sys.exit(f"test_stages: no stage named {names}; known: {', '.join(sorted(known))}")
     out = []
     for step in plan:
         kept = tuple(st for st in step if (not only or st.name in only) and st.name not in skip)

@@ -793,7 +793,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
         if "fleet" in parts:
             log("building polycorn-tracegen")
             subprocess.run(
-                ["cargo", "build", "--release", "--locked", "-q", "-p", "polycorn-tracegen"],
+                # The workspace, as `make build` (a subset compiles its dependencies again).
+                ["cargo", "build", "--release", "--locked", "-q", "--workspace"],
                 cwd=ROOT,
                 check=True,
             )

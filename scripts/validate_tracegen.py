@@ -8,9 +8,10 @@ hsr-facts §15.8 (items 1-16), each with a tolerance, as a pass/fail check.
 ``run`` (scripts/validate-tracegen.sh is its entry point):
 
 1. Builds ``polycorn-tracegen`` and ``polycorn-emu`` (``cargo build --release
-   --locked``) and refuses to go on when the build fails or when a binary is older
-   than any source file cargo's dep-info lists for it; the binaries are copied
-   into the work directory, and the sources' hash is taken again at the end: a
+   --locked --workspace``, a no-op after ``make build``) and refuses to go on
+   when the build fails or when a binary is older than any source file cargo's
+   dep-info lists for it; the binaries are copied into the work directory, and
+   the sources' hash is taken again at the end: a
    source edited during the run makes the run stale (exit 1, nothing written to
    bench/out).
 2. Generates the fleets of :data:`FLEETS` (``polycorn-tracegen generate``; fixed
@@ -1046,10 +1047,12 @@ def stale_binary(exe: Path, sources: Sequence[Path]) -> list[Path]:
 
 def build(work: Path) -> Build:
     """Builds the binaries, refuses stale ones, copies them into ``work/bin``."""
-    cmd = ["cargo", "build", "--release", "--locked", "--message-format=json-render-diagnostics"]
-    for b in BINARIES:
-        cmd += ["-p", b]
-    log("cargo build --release --locked -p " + " -p ".join(BINARIES))
+    # The whole workspace, as `make build` builds it: a build of only these
+    # packages would unify their dependencies' features differently and
+    # compile them all a second time.
+    cmd = ["cargo", "build", "--release", "--locked", "--workspace"]
+    cmd += ["--message-format=json-render-diagnostics"]
+    log("cargo build --release --locked --workspace")
     r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=False)
     if r.returncode != 0:
         raise RunError("cargo build failed: nothing validated (older binaries are never used)")
