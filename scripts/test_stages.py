@@ -12,7 +12,7 @@ with SIGINT, so that they tear down what they started.
 At the end (also after a failure or Ctrl-C) it prints every stage's wall
 time and writes them to target/test-times.json:
 
-    {"plan", "commit", "ok", "stages": [{"name", "seconds", "status",
+    {"plan", "commit", "clean_tree", "ok", "stages": [{"name", "seconds", "status",
      "started_s"}...], "total_seconds"}
 
 Standard library only: the first stage installs everything else.
@@ -139,6 +139,11 @@ PLANS: dict[str, list[Step]] = {
 }
 
 
+#: How long a stage stopped because its neighbour failed may take to tear
+#: down (the suites remove namespaces and servers) before it is killed.
+STOP_GRACE_S = 300
+
+
 @dataclass
 class Result:
     name: str
@@ -192,6 +197,7 @@ class Runner:
                 pump.start()
             procs.append((stage, p, pump))
         ok = True
+        stopped_at: float | None = None
         pending = list(procs)
         while pending:
             for item in list(pending):
@@ -201,17 +207,27 @@ class Runner:
                     continue
                 pending.remove(item)
                 if pump is not None:
-                    pump.join()
+                    # A process the stage left in the background may hold the
+                    # pipe open; its output after the stage ended is not waited for.
+                    pump.join(timeout=5)
                 r = results[stage.name]
                 r.seconds = time.monotonic() - t0 - r.started_s
-                r.status = "ok" if rc == 0 else ("interrupted" if self.interrupted else "failed")
+                if rc == 0:
+                    r.status = "ok"
+                elif self.interrupted:
+                    r.status = "interrupted"
+                else:
+                    r.status = "stopped" if stopped_at is not None else "failed"
                 print(f"=== {stage.name}: {r.status} in {r.seconds:.0f} s", flush=True)
                 if rc != 0 and ok:
                     ok = False
                     if pending:
                         names = ", ".join(st.name for st, _, _ in pending)
-                        print(f"=== stopping {names}", flush=True)
+                        print(f"=== stopping {names} (SIGINT: they tear down)", flush=True)
                         self.stop_all()
+                        stopped_at = time.monotonic()
+            if stopped_at is not None and time.monotonic() - stopped_at > STOP_GRACE_S:
+                self.stop_all(signal.SIGKILL)
             time.sleep(0.2)
         with self.lock:
             self.running.clear()
@@ -235,6 +251,17 @@ def commit() -> str:
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def clean_tree() -> bool | None:
+    """Whether the working tree has no change (nothing tracked or untracked)."""
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() == ""
 
 
 def select(plan: list[Step], only: set[str], skip: set[str]) -> list[Step]:
@@ -261,6 +288,7 @@ def report(plan_name: str, results: list[Result], total: float, ok: bool, out: P
     doc = {
         "plan": plan_name,
         "commit": commit(),
+        "clean_tree": clean_tree(),
         "ok": ok,
         "stages": [
             {
