@@ -76,7 +76,7 @@ chaos: build ## fault campaign: CHAOS_EPISODES (100) seeded episodes (kill/resta
 	$(UVW) python -m polycorn_chaos --episodes $(CHAOS_EPISODES) --seed $(CHAOS_SEED) --out bench/out/chaos.json
 
 chaos-smoke: build ## 3 fixed-seed fault-campaign episodes under pytest (in make test, ~3 min)
-	$(UVW) pytest -q testbed/chaos/episodes
+	$(UVW) pytest -q --durations=5 testbed/chaos/episodes
 
 integration: build ## only the integration tests (integration.sh, integration-hsr.sh, integration-telemetry.sh)
 	$(run_integration)
@@ -203,9 +203,9 @@ lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
 # The services' tests run against real PostgreSQL + PostGIS and Kafka, started
 # (or reused) by scripts/infra.sh on loopback.
 test-py: setup ## pytest of the Python code: bench analysis, and the services against real PostGIS and Kafka
-	$(UV) pytest -q bench/tests
+	$(UV) pytest -q --durations=5 bench/tests
 	bash scripts/infra.sh up pg kafka
-	eval "$$(bash scripts/infra.sh env)" && $(UVW) pytest -q $(wildcard $(addsuffix /tests,$(PY_WS)))
+	eval "$$(bash scripts/infra.sh env)" && $(UVW) pytest -q --durations=10 $(wildcard $(addsuffix /tests,$(PY_WS)))
 
 # clippy in the release profile: its build scripts and proc-macros are then
 # the ones the release build uses, compiled once for both.

@@ -7,5 +7,5 @@
 # harness's example suite (telemetry to a real Kafka). Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA \
+exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA --durations=10 \
     testbed/harness/suites/hsr "$@"

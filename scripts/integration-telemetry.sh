@@ -19,5 +19,5 @@
 # KEEP_WORK=1 (keep the work directory). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA \
+exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA --durations=10 \
     testbed/harness/suites/telemetry "$@"

@@ -10,5 +10,5 @@
 # a binary is missing). Extra arguments go to pytest (e.g. -k socks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA \
+exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA --durations=10 \
     testbed/harness/suites/pair "$@"

@@ -28,5 +28,5 @@ for a in "$@"; do
     esac
 done
 bash scripts/setup.sh containers infra >/dev/null
-exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA \
+exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA --durations=10 \
     testbed/harness/suites/compose "${args[@]}"

@@ -12,5 +12,5 @@
 # binaries (make build). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec uv run --all-packages --locked --quiet pytest -x -p no:cacheprovider -rA \
+exec uv run --all-packages --locked --quiet pytest -x -p no:cacheprovider -rA --durations=10 \
     testbed/harness/suites/first_start "$@"

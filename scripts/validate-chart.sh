@@ -12,5 +12,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh chart >/dev/null || { echo "validate-chart: setup.sh chart failed (run it to see why)" >&2; exit 1; }
-exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA \
+exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA --durations=10 \
     testbed/harness/suites/chart "$@"

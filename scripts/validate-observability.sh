@@ -11,5 +11,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh observability >/dev/null
-exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA \
+exec uv run --all-packages --locked --quiet pytest -p no:cacheprovider -rA --durations=10 \
     testbed/harness/suites/observability "$@"
