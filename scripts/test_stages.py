@@ -56,7 +56,14 @@ CARGO_BUILD = "$CARGO build --release --workspace --all-targets --locked"
 CARGO_CLIPPY = "$CARGO clippy --release --workspace --all-targets --locked -- -D warnings"
 CARGO_TEST = "$CARGO test --release --workspace --locked"
 
-SETUP = s("setup", "bash scripts/setup.sh")
+# Everything the stages install, up front and in one process: stages that
+# run side by side must not both run apt-get, or both create the Python
+# environments.
+SETUP = s(
+    "setup",
+    "bash scripts/setup.sh && bash scripts/setup.sh fuzz chart observability containers"
+    " && uv sync --all-packages --locked --quiet && uv sync --project bench --locked --quiet",
+)
 STATIC = s(
     "static",
     "python3 scripts/check_self_contained.py && $CARGO fmt --all --check"
@@ -67,14 +74,17 @@ BUILD = s("build", CARGO_BUILD)
 UNIT = s("cargo-test", CARGO_TEST)
 LINT_PY = s("lint-py", "make --no-print-directory lint-py")
 TEST_PY = s("test-py", "make --no-print-directory test-py")
-PLATFORM = s("validate-platform", "make --no-print-directory validate-platform")
+# `-o build`: the build stage has built everything; a second cargo would
+# only wait for the lock of a neighbour's cargo.
+PLATFORM = s("validate-platform", "make --no-print-directory -o build validate-platform")
 TRACEGEN = s("validate-tracegen", "make --no-print-directory validate-tracegen VAL_PROFILE=ci")
 PAIR = s("integration-pair", "bash scripts/integration.sh")
 HSR = s("integration-hsr", "bash scripts/integration-hsr.sh")
 TELEMETRY = s("integration-telemetry", "bash scripts/integration-telemetry.sh")
-CHAOS = s("chaos-smoke", "make --no-print-directory chaos-smoke")
+CHAOS = s("chaos-smoke", "make --no-print-directory -o build chaos-smoke")
 FIRST_START = s("first-start", "bash scripts/test-first-start.sh")
 COMPOSE = s("compose", "bash scripts/test-compose.sh")
+FUZZ = s("fuzz-smoke", "make --no-print-directory fuzz-smoke")
 
 Step = tuple[Stage, ...]
 
@@ -93,27 +103,29 @@ PLANS: dict[str, list[Step]] = {
         (CLIPPY,),
         (BUILD,),
         (UNIT,),
-        (s("fuzz-smoke", "make --no-print-directory fuzz-smoke"),),
-        (LINT_PY,),
-        (TEST_PY,),
-        (PLATFORM,),
+        # Side by side: each is mostly one process on one core (the fuzz
+        # build, two), and none shares state with another: the Python tests
+        # use the servers of scripts/infra.sh, the platform checks their own
+        # Prometheus, the fuzz targets their own workspace.
+        (FUZZ, LINT_PY, TEST_PY, PLATFORM),
         (TRACEGEN,),
         (PAIR,),
         (HSR,),
-        (TELEMETRY,),
-        (CHAOS,),
-        (FIRST_START,),
+        # Side by side: correctness checks on wall-clock trips, each on its
+        # own namespaces (prefixes pcite, chs, hf) and its own PostgreSQL and
+        # Kafka (ports 25442/29102, 25482/29152, 25452/29122).
+        (TELEMETRY, CHAOS, FIRST_START),
         (COMPOSE,),
     ],
     # The inner loop before a commit: no testbed, no containers.
     "check": [
         (SETUP,),
         (STATIC,),
-        (CLIPPY,),
-        (BUILD,),
+        # The Python side needs nothing of the Rust build: each pair shares
+        # the two cores.
+        (CLIPPY, LINT_PY),
+        (BUILD, TEST_PY),
         (UNIT,),
-        (LINT_PY,),
-        (TEST_PY,),
     ],
     # What `make test` samples, at depth. The stages that do not sample
     # (static checks, platform validation, the compose fleet) stay in
