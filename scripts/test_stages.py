@@ -251,6 +251,7 @@ def _pump(name: str, stream: IO[bytes]) -> None:
     with (LOGS / f"{name}.log").open("wb") as log:
         for line in iter(stream.readline, b""):
             log.write(line)
+            log.flush()
             sys.stdout.buffer.write(f"[{name}] ".encode() + line)
             sys.stdout.buffer.flush()
 
