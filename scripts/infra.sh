@@ -262,13 +262,26 @@ services() { # the named services, or all
 
 cmd=${1:-}
 shift || true
+# Starting and stopping take the state directory's lock: test stages that run
+# side by side may both ask for the same servers, and the second must find
+# them started rather than start them again.
+# The servers started meanwhile inherit the descriptor, so the lock is
+# released explicitly, on any exit, rather than by closing it.
+lock_state() {
+    mkdir -p "$STATE"
+    exec 9>"$STATE/.lock"
+    flock 9
+    trap 'flock -u 9' EXIT
+}
+
 case $cmd in
     up | start)
+        lock_state
         ephemeral_warn
         for s in $(services "$@"); do "${s}_up"; done
         ;;
-    down | stop) for s in $(services "$@"); do "${s}_down"; done ;;
-    restart) for s in $(services "$@"); do "${s}_down"; "${s}_up"; done ;;
+    down | stop) lock_state; for s in $(services "$@"); do "${s}_down"; done ;;
+    restart) lock_state; for s in $(services "$@"); do "${s}_down"; "${s}_up"; done ;;
     status)
         pg_running && echo "pg: running" || echo "pg: stopped"
         pid_alive "$STATE/kafka/pid" && echo "kafka: running" || echo "kafka: stopped"
