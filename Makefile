@@ -20,7 +20,7 @@ define run_integration
 	bash scripts/integration-telemetry.sh
 endef
 
-.PHONY: help setup build test check test-deep fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py smoke-netns clean-testbed
+.PHONY: help setup build test check test-deep fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py test-py-bench test-py-services smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -201,11 +201,18 @@ lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
 	$(UVW) mypy $(wildcard $(PY_WS)) $(PY_SCRIPTS)
 
 # The services' tests run against real PostgreSQL + PostGIS and Kafka, started
-# (or reused) by scripts/infra.sh on loopback.
-test-py: setup ## pytest of the Python code: bench analysis, and the services against real PostGIS and Kafka
+# (or reused) by scripts/infra.sh on loopback. PY_TESTS (default: every
+# package's tests) less PY_TESTS_SKIP: make check runs parts side by side.
+PY_TESTS ?= $(wildcard $(addsuffix /tests,$(PY_WS)))
+PY_TESTS_SKIP ?=
+test-py: test-py-bench test-py-services ## pytest of the Python code: bench analysis, and the services against real PostGIS and Kafka
+
+test-py-bench: setup ## pytest of the benchmark analysis (bench/)
 	$(UV) pytest -q --durations=5 bench/tests
+
+test-py-services: setup ## pytest of the services' workspace against real PostGIS and Kafka (PY_TESTS, PY_TESTS_SKIP)
 	bash scripts/infra.sh up pg kafka
-	eval "$$(bash scripts/infra.sh env)" && $(UVW) pytest -q --durations=10 $(wildcard $(addsuffix /tests,$(PY_WS)))
+	eval "$$(bash scripts/infra.sh env)" && $(UVW) pytest -q --durations=10 $(filter-out $(PY_TESTS_SKIP),$(PY_TESTS))
 
 # clippy in the release profile: its build scripts and proc-macros are then
 # the ones the release build uses, compiled once for both.

@@ -131,12 +131,18 @@ PLANS: dict[str, list[Step]] = {
         (SETUP_CHECK,),
         (STATIC,),
         # The Python side needs nothing of the Rust build, and on a warm
-        # build the Rust side is mostly waiting for cargo to find nothing to
-        # do: the three side by side, the Python tests the longest.
+        # build the Rust side is mostly cargo finding nothing to do.
+        # The Python tests mostly wait (for Kafka, PostgreSQL, timeouts), so
+        # they run in three parts.
         (
             s("rust", f"{CARGO_CLIPPY} && {CARGO_BUILD} && {CARGO_TEST}"),
             LINT_PY,
-            TEST_PY,
+            s("test-py-bench", "make --no-print-directory test-py-bench"),
+            s("test-py-ingest", "make --no-print-directory test-py-services PY_TESTS=ingest/tests"),
+            s(
+                "test-py-services",
+                "make --no-print-directory test-py-services PY_TESTS_SKIP=ingest/tests",
+            ),
         ),
     ],
     # What `make test` samples, at depth. The stages that do not sample

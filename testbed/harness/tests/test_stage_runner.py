@@ -74,7 +74,9 @@ def test_make_check_runs_the_static_checks_and_the_unit_and_python_tests() -> No
         "clippy",
         "test --release --workspace",
         "lint-py",
-        "test-py",
+        "test-py-bench",
+        "PY_TESTS=ingest/tests",
+        "PY_TESTS_SKIP=ingest/tests",
     ):
         assert any(piece in c for c in _commands("check")), piece
 
