@@ -46,10 +46,6 @@ class Stage:
     command: str
 
 
-def s(name: str, command: str) -> Stage:
-    return Stage(name, command)
-
-
 # The cargo invocations of every plan share one set of features and one
 # profile, so that nothing is compiled twice (docs/testing.md, "Compile once").
 CARGO_BUILD = "$CARGO build --release --workspace --all-targets --locked"
@@ -60,40 +56,40 @@ CARGO_TEST = "$CARGO test --release --workspace --locked"
 # run side by side must not both run apt-get, or both create the Python
 # environments.
 UV_SYNC = "uv sync --all-packages --locked --quiet && uv sync --project bench --locked --quiet"
-SETUP = s(
+SETUP = Stage(
     "setup",
     f"bash scripts/setup.sh && bash scripts/setup.sh fuzz chart observability containers"
     f" && {UV_SYNC}",
 )
 #: make check needs no fuzzer, chart tools or containers.
-SETUP_CHECK = s("setup", f"bash scripts/setup.sh && {UV_SYNC}")
-STATIC = s(
+SETUP_CHECK = Stage("setup", f"bash scripts/setup.sh && {UV_SYNC}")
+STATIC = Stage(
     "static",
     "python3 scripts/check_self_contained.py && $CARGO fmt --all --check"
     " && python3 scripts/check_features.py",
 )
-CLIPPY = s("clippy", CARGO_CLIPPY)
-BUILD = s("build", CARGO_BUILD)
-UNIT = s("cargo-test", CARGO_TEST)
-LINT_PY = s("lint-py", "make --no-print-directory lint-py")
-TEST_PY = s("test-py", "make --no-print-directory test-py")
+CLIPPY = Stage("clippy", CARGO_CLIPPY)
+BUILD = Stage("build", CARGO_BUILD)
+UNIT = Stage("cargo-test", CARGO_TEST)
+LINT_PY = Stage("lint-py", "make --no-print-directory lint-py")
+TEST_PY = Stage("test-py", "make --no-print-directory test-py")
 # `-o build`: the build stage has built everything; a second cargo would
 # only wait for the lock of a neighbour's cargo.
-PLATFORM = s("validate-platform", "make --no-print-directory -o build validate-platform")
-TRACEGEN = s("validate-tracegen", "make --no-print-directory validate-tracegen VAL_PROFILE=ci")
-PAIR = s("integration-pair", "bash scripts/integration.sh")
+PLATFORM = Stage("validate-platform", "make --no-print-directory -o build validate-platform")
+TRACEGEN = Stage("validate-tracegen", "make --no-print-directory validate-tracegen VAL_PROFILE=ci")
+PAIR = Stage("integration-pair", "bash scripts/integration.sh")
 # The HSR suite in two halves that run side by side: the topology tests
 # (namespaces pcith*) and the two runs of bench-hsr (hbit*). The GPS test
 # compares three topologies of its own with one another, and bench-hsr's ci
 # profile checks that every phase works, not how fast: neither is disturbed
 # by the other's load.
-HSR = s("integration-hsr", "bash scripts/integration-hsr.sh -k 'not bench_hsr'")
-HSR_BENCH = s("integration-hsr-bench", "bash scripts/integration-hsr.sh -k bench_hsr")
-TELEMETRY = s("integration-telemetry", "bash scripts/integration-telemetry.sh")
-CHAOS = s("chaos-smoke", "make --no-print-directory -o build chaos-smoke")
-FIRST_START = s("first-start", "bash scripts/test-first-start.sh")
-COMPOSE = s("compose", "bash scripts/test-compose.sh")
-FUZZ = s("fuzz-smoke", "make --no-print-directory fuzz-smoke")
+HSR = Stage("integration-hsr", "bash scripts/integration-hsr.sh -k 'not bench_hsr'")
+HSR_BENCH = Stage("integration-hsr-bench", "bash scripts/integration-hsr.sh -k bench_hsr")
+TELEMETRY = Stage("integration-telemetry", "bash scripts/integration-telemetry.sh")
+CHAOS = Stage("chaos-smoke", "make --no-print-directory -o build chaos-smoke")
+FIRST_START = Stage("first-start", "bash scripts/test-first-start.sh")
+COMPOSE = Stage("compose", "bash scripts/test-compose.sh")
+FUZZ = Stage("fuzz-smoke", "make --no-print-directory fuzz-smoke")
 
 Step = tuple[Stage, ...]
 
@@ -135,11 +131,13 @@ PLANS: dict[str, list[Step]] = {
         # The Python tests mostly wait (for Kafka, PostgreSQL, timeouts), so
         # they run in three parts.
         (
-            s("rust", f"{CARGO_CLIPPY} && {CARGO_BUILD} && {CARGO_TEST}"),
+            Stage("rust", f"{CARGO_CLIPPY} && {CARGO_BUILD} && {CARGO_TEST}"),
             LINT_PY,
-            s("test-py-bench", "make --no-print-directory test-py-bench"),
-            s("test-py-ingest", "make --no-print-directory test-py-services PY_TESTS=ingest/tests"),
-            s(
+            Stage("test-py-bench", "make --no-print-directory test-py-bench"),
+            Stage(
+                "test-py-ingest", "make --no-print-directory test-py-services PY_TESTS=ingest/tests"
+            ),
+            Stage(
                 "test-py-services",
                 "make --no-print-directory test-py-services PY_TESTS_SKIP=ingest/tests",
             ),
@@ -151,16 +149,16 @@ PLANS: dict[str, list[Step]] = {
     "deep": [
         (SETUP,),
         (BUILD,),
-        (s("cargo-test", f"POLYCORN_TEST_DEPTH={DEPTH} {CARGO_TEST}"),),
+        (Stage("cargo-test", f"POLYCORN_TEST_DEPTH={DEPTH} {CARGO_TEST}"),),
         (
-            s(
+            Stage(
                 "fuzz",
                 f"make --no-print-directory fuzz-smoke FUZZ_SMOKE_SECONDS={DEEP_FUZZ_SECONDS}",
             ),
         ),
-        (s("integration-hsr", f"POLYCORN_TEST_DEPTH={DEPTH} bash scripts/integration-hsr.sh"),),
+        (Stage("integration-hsr", f"POLYCORN_TEST_DEPTH={DEPTH} bash scripts/integration-hsr.sh"),),
         (
-            s(
+            Stage(
                 "integration-telemetry",
                 f"POLYCORN_TEST_DEPTH={DEPTH} bash scripts/integration-telemetry.sh",
             ),
@@ -183,10 +181,9 @@ class Result:
 
 
 class Runner:
-    def __init__(self, verbose_single: bool = True) -> None:
+    def __init__(self) -> None:
         self.running: list[subprocess.Popen[bytes]] = []
         self.lock = threading.Lock()
-        self.verbose_single = verbose_single
         self.interrupted = False
 
     def stop_all(self, sig: int = signal.SIGINT) -> None:
