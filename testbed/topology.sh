@@ -6,7 +6,7 @@
 #   testbed/topology.sh up --trip DIR [--scheme NAME] [--epoch-unix-ms MS]
 #                          [--buffer-bytes N] [--seed N] [--failure-table FILE]
 #                          [--no-pair] [--relay-arg ARG]... [--proxy-arg ARG]...
-#                          [--forward-port PORT]... [--gpsd]
+#                          [--forward-port PORT]... [--gpsd] [--cc NAME]
 #   testbed/topology.sh down
 #   testbed/topology.sh status
 #
@@ -28,9 +28,17 @@
 # `minrtt+hpr` ...; and those in testbed/pipelines.toml; passed to relay and
 # proxy as --scheduler), `kernel-mptcp` (the same binaries with
 # --transport kernel-mptcp: one MPTCP connection whose subflows the kernel
-# opens on every carrier and schedules itself) and `kernel-mptcp-conn`
+# opens on every carrier and schedules itself), `kernel-mptcp-conn`
 # (--transport kernel-mptcp-conn: each passenger connection its own MPTCP
-# connection, as OpenMPTCProuter runs it, on the same MPTCP endpoints).
+# connection, as OpenMPTCProuter runs it, on the same MPTCP endpoints), and
+# `direct-c<i>`: no relay and no proxy at all, the passengers' own TCP
+# routed and masqueraded (nftables) by the train out of carrier i's emulated
+# link straight to the origin, as train Wi-Fi does today: the baseline the
+# tunnel has to beat. Its congestion control is the passenger's and the
+# origin's kernel one, --cc NAME (default bbr, as the tunnel's subflows), set
+# per route (`ip route ... congctl`) in the passengers' and the cloud's
+# namespaces: a namespace other than the host's may only pick the host's
+# allowed algorithms as its default, a route may pick any loaded one.
 #
 # Radio: when the trip has an events.jsonl, the relay replays it (GPS fixes,
 # serving cells, signal, handovers) in step with the emulator, whatever the
@@ -65,14 +73,14 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 
-usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,42p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "topology.sh: $*" >&2; exit 2; }
 
 cmd=${1:-}
 [[ -n $cmd ]] || { usage >&2; exit 2; }
 shift
 
-trip="" scheme=minrtt epoch="" buffer=3000000 seed=1 pair=1 table="" gpsd=0
+trip="" scheme=minrtt epoch="" buffer=3000000 seed=1 pair=1 table="" gpsd=0 cc="" direct=""
 relay_extra=() proxy_extra=() forward_ports=()
 while (($#)); do
     case $1 in
@@ -84,6 +92,7 @@ while (($#)); do
         --failure-table) table=${2:?}; shift 2 ;;
         --no-pair) pair=0; shift ;;
         --gpsd) gpsd=1; shift ;;
+        --cc) cc=${2:?}; shift 2 ;;
         --relay-arg) relay_extra+=("${2:?}"); shift 2 ;;
         --proxy-arg) proxy_extra+=("${2:?}"); shift 2 ;;
         --forward-port)
@@ -116,6 +125,18 @@ if [[ $cmd == up ]]; then
     [[ -z $epoch || $epoch =~ ^[0-9]+$ ]] || die "--epoch-unix-ms must be an integer, got '$epoch'"
     [[ $buffer =~ ^[0-9]+$ ]] || die "--buffer-bytes must be an integer, got '$buffer'"
     [[ $seed =~ ^[0-9]+$ ]] || die "--seed must be an integer, got '$seed'"
+    if [[ $scheme =~ ^direct-c([0-9]+)$ ]]; then
+        direct=${BASH_REMATCH[1]}
+        ((direct < n)) || die "scheme $scheme: the trip has carriers 0..$((n - 1))"
+        ((gpsd == 0)) || die "--gpsd needs a relay; scheme $scheme runs none"
+        cc=${cc:-bbr}
+        [[ $cc =~ ^[a-z0-9_]{1,15}$ ]] || die "--cc must name a kernel congestion control, got '$cc'"
+        grep -qw -- "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control \
+            || modprobe "tcp_$cc" 2>/dev/null \
+            || die "--cc $cc: not a congestion control of this kernel ($(cat /proc/sys/net/ipv4/tcp_available_congestion_control))"
+    elif [[ -n $cc ]]; then
+        die "--cc is for the direct-c<i> schemes (the tunnel's schemes take --relay-arg/--proxy-arg --subflow-cc)"
+    fi
 fi
 
 # shellcheck source=testbed/netns/lib.sh
@@ -258,6 +279,39 @@ start_im_server() {
     echo $! >"$run/im-server.pid"
 }
 
+# direct_route I CC: passenger traffic forwarded by the train out of carrier I
+# alone (TUN car<I>, so through the emulator), source-NATed to car<I>'s address
+# as a mobile router does; the cloud answers that address over cpx<I>, the same
+# carrier's downlink. Nothing else is forwarded: the train still has no path
+# to the origin but carrier I.
+direct_route() {
+    local i=$1 cc=$2 car cpx
+    car=$(car_if "$i") cpx=$(cpx_if "$i")
+    ip netns exec "$NS_TRAIN" sysctl -qw net.ipv4.ip_forward=1
+    # TUN is point-to-point: no next hop to resolve.
+    ip -n "$NS_TRAIN" route replace default dev "$car"
+    ip netns exec "$NS_TRAIN" nft -f - <<NFT
+table ip pc_direct
+delete table ip pc_direct
+table ip pc_direct {
+    chain forward {
+        type filter hook forward priority filter; policy drop;
+        iifname "$LAN_IF" oifname "$car" accept
+        iifname "$car" oifname "$LAN_IF" ct state established,related accept
+    }
+    chain postrouting {
+        type nat hook postrouting priority srcnat; policy accept;
+        ip saddr 10.66.0.0/24 oifname "$car" masquerade
+    }
+}
+NFT
+    # The senders' congestion control: the origin's (downloads) on its route back
+    # to the masqueraded address, the passengers' (uploads, requests) on their
+    # default route. Set on routes, so both ends of one connection use it.
+    ip -n "$NS_CLOUD" route replace "$(car_addr "$i")/32" dev "$cpx" congctl "$cc"
+    ip -n "$NS_PAX" route replace default via "$LAN_ADDR" dev "$PAX_IF" congctl "$cc"
+}
+
 start_scheme_pair() {
     pair_pki
     local both=(--config "$here/pipelines.toml") relay=("${relay_extra[@]}") proxy=("${proxy_extra[@]}")
@@ -317,7 +371,10 @@ case $cmd in
         start_emu
         start_portfwd
         mptcp_endpoints
-        if ((pair)); then
+        if [[ -n $direct ]]; then
+            # No relay, no proxy: --no-pair and the pair's flags do not apply.
+            direct_route "$direct" "$cc"
+        elif ((pair)); then
             if ! start_scheme_pair; then
                 echo "topology.sh: the $scheme relay did not bring a path up; logs in $logs" >&2
                 topology_down >/dev/null 2>&1 || true
@@ -325,7 +382,7 @@ case $cmd in
             fi
         fi
         trap - ERR
-        echo "topology $PC_PREFIX up: trip $trip, $PC_CARRIERS carriers, scheme $scheme${epoch:+, epoch $epoch}; state $PC_STATE"
+        echo "topology $PC_PREFIX up: trip $trip, $PC_CARRIERS carriers, scheme $scheme${cc:+ ($cc)}${epoch:+, epoch $epoch}; state $PC_STATE"
         ;;
     down)
         topology_down
