@@ -34,6 +34,7 @@ from polycorn_harness.topology import (
     PROXY_METRICS,
     RELAY_METRICS,
     Topology,
+    carrier_counters,
     run,
     scrape,
 )
@@ -77,6 +78,9 @@ MAX_WARMUP_S = 180
 #: The backlogged download fetches this origin file (testbed/origin/make-files.sh).
 BACKLOG_PATH = "/files/100MiB.bin"
 BACKLOG_SIZE = 104857600
+#: The passengers' own TCP over carrier i, no relay or proxy (topology.sh --scheme
+#: direct-c<i>); NAME~CC picks the passengers' and the origin's congestion control.
+DIRECT = re.compile(r"direct-c[0-9]+")
 TABLE_VARIANTS = {
     # NAME@broad: lower thresholds (a cell enters with 2 failures and a 10 % share).
     "broad": ["--min-failures", "2", "--min-failure-rate", "0.1"],
@@ -257,6 +261,8 @@ class Settings:
                 raise BenchError(
                     f"scheme {s!r}: a congestion-control suffix is ~NAME, one kernel algorithm"
                 )
+            if is_direct(s) and "@" in s:
+                raise BenchError(f"scheme {s!r}: a direct scheme runs no relay, so no table")
         segment_trace = e("SEGMENT_TRACE", "0")
         if segment_trace not in ("0", "1"):
             raise BenchError(f"SEGMENT_TRACE must be 0 or 1, got {segment_trace!r}")
@@ -334,7 +340,14 @@ class Settings:
             st.sweep_list = (
                 sweep.split() if sweep else [s for s in ("minrtt", "hrsch") if s in schemes]
             )
+            if any(is_direct(x) for x in st.sweep_list):
+                raise BenchError("SWEEP_SCHEMES: a direct scheme has no relay or proxy budget")
         return st
+
+
+def is_direct(scheme: str) -> bool:
+    """A ``direct-c<i>`` scheme (with or without ``~CC``): no relay, no proxy."""
+    return DIRECT.fullmatch(scheme.split("~", 1)[0]) is not None
 
 
 def uses_table(s: Settings, name: str) -> bool:
@@ -427,7 +440,13 @@ class Bench:
             table = f if tdir.parent == self.run / "hsr" and f.exists() else None
         pipeline = scheme.split("@", 1)[0]
         relay, proxy = list(relay_args), list(proxy_args)
-        if "~" in pipeline:
+        direct_cc: str | None = None
+        if is_direct(pipeline):
+            # No relay or proxy to give flags or a table to; ~CC is the end hosts'.
+            relay, proxy, table = [], [], None
+            pipeline, _, cc = pipeline.partition("~")
+            direct_cc = cc or None
+        elif "~" in pipeline:
             pipeline, cc = pipeline.split("~", 1)
             relay.append(f"--subflow-cc={cc}")
             proxy.append(f"--subflow-cc={cc}")
@@ -440,6 +459,7 @@ class Bench:
                 relay_args=relay,
                 proxy_args=proxy,
                 seed=LOAD_SEED + k,
+                cc=direct_cc,
             )
         except AssertionError as e:
             raise BenchError(
@@ -648,8 +668,22 @@ class Bench:
             text = scrape(topo.ns(which), addr, timeout_s=2)
             (d / "logs" / f"concurrency-{n}.{name}.metrics").write_text(text or "")
 
-    def run_load(self, d: Path, prefix: str, epoch: int, start: int) -> None:
-        """The whole plan of one scheme."""
+    def sample_carriers(self, prefix: str, epoch: int, times_s: Sequence[int], out: Path) -> None:
+        """The train's carrier counters (:func:`carrier_counters`) at each trip time of
+        ``times_s``, into ``out`` (JSON: ``samples``, each with its trip time ``t_ms``),
+        so that the analysis knows what each carrier delivered over a window, whatever the
+        scheme: the emulator's downlink of carrier i ends in car<i>."""
+        samples: list[dict[str, Any]] = []
+        for t in times_s:
+            if self.stopping.wait(max(0.0, (epoch + t * 1000 - now_ms()) / 1000)):
+                return
+            c = carrier_counters(f"{prefix}-train")
+            if c is not None:
+                samples.append({"t_ms": now_ms() - epoch, **c})
+        out.write_text(json.dumps({"samples": samples}) + "\n")
+
+    def run_load(self, d: Path, prefix: str, epoch: int, start: int, *, direct: bool) -> None:
+        """The whole plan of one scheme; ``direct``: no relay or proxy to measure."""
         s = self.s
         ns = f"{prefix}-pax"
         common = ["--epoch-unix-ms", str(epoch)]
@@ -674,23 +708,33 @@ class Bench:
         # Every link set: recovery after handover failures (hsr) and the comparison with
         # the best single carrier.
         if s.backlog_s > 0:
+            sampler = threading.Thread(
+                target=self.sample_carriers,
+                args=(prefix, epoch, (t, t + s.backlog_s), d / "backlog.carriers.json"),
+                daemon=True,
+            )
+            sampler.start()
             self.loadgen(
                 ns, d, "backlog", "backlog", "--origin", f"{ORIGIN}:80", *common,
                 "--window-s", f"{t}:{t + s.backlog_s}", "--path", BACKLOG_PATH,
                 "--size", str(BACKLOG_SIZE), "--out", str(d / "backlog.jsonl"),
             )  # fmt: skip
+            while sampler.is_alive():
+                sampler.join(0.5)
             t += s.backlog_s
         if s.has("concurrency"):
             for u in s.conc_counts:
                 t += CONC_GAP_S
-                self.mem_reset(prefix)
+                if not direct:
+                    self.mem_reset(prefix)
                 self.loadgen(
                     ns, d, f"concurrency {u}", "backlog", "--origin", f"{ORIGIN}:80", *common,
                     "--window-s", f"{t}:{t + s.conc_s}", "--path", BACKLOG_PATH,
                     "--size", str(BACKLOG_SIZE), "--users", str(u),
                     "--source-base", CONC_SOURCE_BASE, "--out", str(d / f"concurrency-{u}.jsonl"),
                 )  # fmt: skip
-                self.mem_snapshot(prefix, d, u)
+                if not direct:
+                    self.mem_snapshot(prefix, d, u)
                 t += s.conc_s
 
     def extra_passengers(self, prefix: str) -> None:
@@ -768,13 +812,15 @@ class Bench:
         parallel(
             [
                 lambda i=i, scheme=scheme: self.run_load(  # type: ignore[misc]
-                    tdir / scheme, self.prefix(base, i), epoch, warm
+                    tdir / scheme, self.prefix(base, i), epoch, warm, direct=is_direct(scheme)
                 )
                 for i, scheme in enumerate(s.schemes)
             ]
         )
         for i, scheme in enumerate(s.schemes):
-            self.topology(base, i, tdir / "trip").collect(tdir / scheme)
+            self.topology(base, i, tdir / "trip").collect(
+                tdir / scheme, endpoints=not is_direct(scheme)
+            )
         timing = {"link_set": link_set, "trip": tid, "epoch_unix_ms": epoch, "load_start_s": warm}
         (tdir / "timing.json").write_text(json.dumps(timing) + "\n")
         self.all_down(base, s.n_topo)

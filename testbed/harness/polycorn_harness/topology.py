@@ -6,12 +6,14 @@ it down, and checks that nothing of it is left."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from polycorn_harness import ROOT, metrics
 
@@ -87,11 +89,14 @@ class Topology:
         forward_ports: Sequence[int] = (),
         gpsd: bool = False,
         seed: int | None = None,
+        cc: str | None = None,
     ) -> Topology:
         """``topology.sh up``: everything started and the relay's first path up.
         ``forward_ports``: 127.0.0.1:PORT in the cloud namespace reaches the root
         namespace's (the Kafka of ``scripts/infra.sh``, for the proxy). ``seed``: the
-        emulator's (topology.sh's ``--seed``, 1 when not given)."""
+        emulator's (topology.sh's ``--seed``, 1 when not given). ``cc``: the passengers'
+        and the origin's congestion control of a ``direct-c<i>`` scheme (topology.sh's
+        ``--cc``; bbr when not given)."""
         cmd = [str(TOPOLOGY), "up", "--trip", str(self.trip), "--scheme", scheme]
         if epoch_unix_ms is not None:
             cmd += ["--epoch-unix-ms", str(epoch_unix_ms)]
@@ -107,6 +112,8 @@ class Topology:
             cmd.append("--gpsd")
         if seed is not None:
             cmd += ["--seed", str(seed)]
+        if cc is not None:
+            cmd += ["--cc", cc]
         run(cmd, env=self.env(), timeout=300)
         return self
 
@@ -140,20 +147,55 @@ class Topology:
     def metric(self, name: str, which: str = "cloud", **labels: str) -> float | None:
         return metrics.value(self.metrics(which), name, **labels)
 
-    def collect(self, out: Path) -> None:
+    def collect(self, out: Path, *, endpoints: bool = True) -> None:
         """What a benchmark keeps of a run: the relay's and the proxy's ``/metrics``
         (``logs/relay.metrics``, ``logs/proxy.metrics``; empty when one does not
-        answer) and every log of the topology, under ``out/logs``."""
+        answer; not written with ``endpoints`` False, a topology without relay and
+        proxy) and every log of the topology, under ``out/logs``."""
         logs = out / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for name, which, addr in (
             ("relay", "train", RELAY_METRICS),
             ("proxy", "cloud", PROXY_METRICS),
         ):
+            if not endpoints:
+                break
             text = scrape(self.ns(which), addr, timeout_s=2)
             (logs / f"{name}.metrics").write_text(text or "")
         for f in (self.state / "logs").glob("*.log"):
             shutil.copy2(f, logs / f.name)
+
+
+def carrier_counters(ns: str) -> dict[str, list[int]] | None:
+    """The train's carrier interfaces' counters in namespace ``ns``: ``rx_bytes``,
+    ``rx_packets`` (what each carrier's emulated downlink delivered), ``tx_bytes``,
+    ``tx_packets`` (what the train offered its uplink), lists indexed by carrier; None when
+    the namespace or its interfaces are gone."""
+    r = subprocess.run(
+        ["ip", "-n", ns, "-j", "-s", "link", "show"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if r.returncode != 0:
+        return None
+    try:
+        links = json.loads(r.stdout)
+    except ValueError:
+        return None
+    found: dict[int, dict[str, Any]] = {}
+    for link in links if isinstance(links, list) else []:
+        name = link.get("ifname", "") if isinstance(link, dict) else ""
+        if name.startswith("car") and name[3:].isdigit() and "stats64" in link:
+            found[int(name[3:])] = link["stats64"]
+    if not found or sorted(found) != list(range(len(found))):
+        return None
+    out: dict[str, list[int]] = {}
+    for way in ("rx", "tx"):
+        for what in ("bytes", "packets"):
+            out[f"{way}_{what}"] = [int(found[i][way][what]) for i in range(len(found))]
+    return out
 
 
 def get(ns: str, url: str, *, timeout_s: float = 2.0) -> tuple[int, str]:
