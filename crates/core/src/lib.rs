@@ -16,6 +16,7 @@
 //! Nothing here performs I/O or reads a clock: every call takes `now`.
 
 pub mod budget;
+pub mod cc;
 pub mod conn;
 pub mod ctrl;
 pub mod endpoint;

@@ -1,0 +1,399 @@
+//! The controller against a packet-level railway link in virtual time: a
+//! bottleneck of time-varying capacity with radio loss, outages and a
+//! finite queue, and a sender that behaves as quinn does towards its
+//! controller (window-limited, paced at 1.25 × window / SRTT, losses
+//! declared by packet threshold when later packets are acknowledged, probe
+//! timeouts that back off through an outage, persistent congestion when the
+//! lost packets span several RTTs).
+
+use super::*;
+use crate::testing::SplitMix64;
+use std::collections::{BTreeMap, BinaryHeap};
+
+const MTU: u64 = 1200;
+const STEP: Duration = Duration::from_millis(1);
+
+#[derive(Clone)]
+struct LinkSpec {
+    /// (from second, Mbit/s).
+    capacity: Vec<(f64, f64)>,
+    owd: Duration,
+    /// (from second, one-way delay): the base RTT moves with the cell.
+    owd_steps: Vec<(f64, Duration)>,
+    loss: f64,
+    /// (start s, end s): nothing gets through, the queue is lost.
+    outages: Vec<(f64, f64)>,
+    buffer: u64,
+    seconds: f64,
+}
+
+impl LinkSpec {
+    fn steady(mbps: f64, rtt_ms: u64, loss: f64) -> Self {
+        LinkSpec {
+            capacity: vec![(0.0, mbps)],
+            owd: Duration::from_millis(rtt_ms / 2),
+            owd_steps: vec![],
+            loss,
+            outages: vec![],
+            buffer: 4 << 20,
+            seconds: 30.0,
+        }
+    }
+    fn mbps_at(&self, s: f64) -> f64 {
+        self.capacity.iter().rev().find(|(from, _)| *from <= s).map_or(0.0, |c| c.1)
+    }
+    fn owd_at(&self, s: f64) -> Duration {
+        self.owd_steps.iter().rev().find(|(from, _)| *from <= s).map_or(self.owd, |o| o.1)
+    }
+    fn down_at(&self, s: f64) -> bool {
+        self.outages.iter().any(|(a, b)| (*a..*b).contains(&s))
+    }
+}
+
+/// What the sender's controller is.
+trait Cc {
+    fn window(&self) -> u64;
+    fn on_sent(&mut self, now: Instant, bytes: u64, in_flight: u64);
+    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64);
+    fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, bytes: u64);
+    fn on_hint(&mut self, _now: Instant, _hint: Hint) {}
+}
+
+impl Cc for Railway {
+    fn window(&self) -> u64 {
+        Railway::window(self)
+    }
+    fn on_sent(&mut self, now: Instant, bytes: u64, in_flight: u64) {
+        Railway::on_sent(self, now, bytes, in_flight)
+    }
+    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64) {
+        Railway::on_ack(self, now, sent, bytes)
+    }
+    fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, bytes: u64) {
+        Railway::on_loss(self, now, sent, persistent, bytes)
+    }
+    fn on_hint(&mut self, now: Instant, hint: Hint) {
+        Railway::on_hint(self, now, hint)
+    }
+}
+
+/// RFC 9002's NewReno, the loss-based reference.
+struct NewReno {
+    window: u64,
+    ssthresh: u64,
+    recovery_start: Option<Instant>,
+    acked: u64,
+}
+
+impl Cc for NewReno {
+    fn window(&self) -> u64 {
+        self.window
+    }
+    fn on_sent(&mut self, _: Instant, _: u64, _: u64) {}
+    fn on_ack(&mut self, _: Instant, sent: Instant, bytes: u64) {
+        if self.recovery_start.is_some_and(|r| sent <= r) {
+            return;
+        }
+        if self.window < self.ssthresh {
+            self.window += bytes;
+        } else {
+            self.acked += bytes;
+            if self.acked >= self.window {
+                self.acked -= self.window;
+                self.window += MTU;
+            }
+        }
+    }
+    fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, _: u64) {
+        if self.recovery_start.is_some_and(|r| sent <= r) {
+            return;
+        }
+        self.recovery_start = Some(now);
+        self.window = (self.window / 2).max(2 * MTU);
+        self.ssthresh = self.window;
+        if persistent {
+            self.window = 2 * MTU;
+        }
+    }
+}
+
+#[derive(Default, Debug)]
+struct Outcome {
+    /// Bytes delivered over the bytes the link could carry while up.
+    utilisation: f64,
+    /// p95 of RTT minus the link's two-way propagation delay, after the
+    /// first 5 s (start-up's overshoot is its own test).
+    queue_p95: Duration,
+    /// ... over the whole run.
+    queue_p95_all: Duration,
+    /// Delivered per second of the run.
+    per_second: Vec<u64>,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct AckArrival {
+    at: std::cmp::Reverse<Instant>,
+    pn: u64,
+}
+
+/// `hints`: (second, hint) the sender's controller is told.
+fn simulate(spec: &LinkSpec, cc: &mut dyn Cc, seed: u64, hints: &[(f64, Hint)]) -> Outcome {
+    let t0 = Instant::now();
+    let mut rng = SplitMix64::new(seed);
+    let mut now = t0;
+    let mut in_flight: BTreeMap<u64, (Instant, u64)> = BTreeMap::new();
+    let mut in_flight_bytes = 0u64;
+    let mut queue: VecDeque<u64> = VecDeque::new(); // pns waiting at the bottleneck
+    let mut queue_bytes = 0u64;
+    let mut acks: BinaryHeap<AckArrival> = BinaryHeap::new();
+    let mut credit = 0.0f64;
+    let mut tokens = 10.0 * MTU as f64;
+    let mut srtt: Option<Duration> = None;
+    let mut next_pn = 0u64;
+    let mut largest_acked: Option<u64> = None;
+    let mut last_progress = t0;
+    let mut pto_count = 0u32;
+    let mut rtts: Vec<Duration> = Vec::new();
+    let mut rtts_all: Vec<Duration> = Vec::new();
+    let mut delivered = 0u64;
+    let mut offered = 0.0f64;
+    let mut per_second = vec![0u64; spec.seconds.ceil() as usize + 1];
+    let mut next_hint = 0;
+    let steps = (spec.seconds * 1000.0) as u64;
+    for _ in 0..steps {
+        now += STEP;
+        let s = now.duration_since(t0).as_secs_f64();
+        while next_hint < hints.len() && hints[next_hint].0 <= s {
+            cc.on_hint(now, hints[next_hint].1);
+            next_hint += 1;
+        }
+        // The bottleneck serves its queue.
+        let down = spec.down_at(s);
+        if down {
+            queue.clear();
+            queue_bytes = 0;
+            credit = 0.0;
+        } else {
+            let bps = spec.mbps_at(s) * 1e6 / 8.0;
+            offered += bps * STEP.as_secs_f64();
+            credit += bps * STEP.as_secs_f64();
+            while let Some(&pn) = queue.front() {
+                if credit < MTU as f64 {
+                    break;
+                }
+                credit -= MTU as f64;
+                queue.pop_front();
+                queue_bytes -= MTU;
+                if !rng.chance(spec.loss) {
+                    acks.push(AckArrival { at: std::cmp::Reverse(now + 2 * spec.owd_at(s)), pn });
+                }
+            }
+            if queue.is_empty() {
+                credit = credit.min(MTU as f64);
+            }
+        }
+        // Acknowledgements reach the sender.
+        let mut acked_any = false;
+        while acks.peek().is_some_and(|a| a.at.0 <= now) {
+            let a = acks.pop().expect("peeked");
+            let Some((sent, bytes)) = in_flight.remove(&a.pn) else { continue };
+            in_flight_bytes -= bytes;
+            let rtt = now - sent;
+            let queued = rtt.saturating_sub(2 * spec.owd_at(sent.duration_since(t0).as_secs_f64()));
+            rtts_all.push(queued);
+            if s >= 5.0 {
+                rtts.push(queued);
+            }
+            srtt = Some(srtt.map_or(rtt, |s| (s * 7 + rtt) / 8));
+            delivered += bytes;
+            per_second[s as usize] += bytes;
+            cc.on_ack(now, sent, bytes);
+            largest_acked = Some(largest_acked.map_or(a.pn, |l| l.max(a.pn)));
+            acked_any = true;
+        }
+        if acked_any {
+            last_progress = now;
+            pto_count = 0;
+            // Packet threshold 3 (RFC 9002).
+            let largest = largest_acked.expect("acked");
+            let lost: Vec<u64> = in_flight.range(..largest.saturating_sub(2)).map(|(pn, _)| *pn).collect();
+            if !lost.is_empty() {
+                let first = in_flight[&lost[0]].0;
+                let last = in_flight[lost.last().expect("non-empty")].0;
+                let bytes: u64 = lost.iter().map(|pn| in_flight[pn].1).sum();
+                let persistent = last - first > 3 * srtt.unwrap_or(Duration::from_millis(333));
+                for pn in &lost {
+                    in_flight_bytes -= in_flight.remove(pn).expect("listed").1;
+                }
+                cc.on_loss(now, last, persistent, bytes);
+            }
+        }
+        // The sender: window-limited and paced; a probe when nothing was
+        // heard for a (backed-off) probe timeout.
+        let srtt_now = srtt.unwrap_or(Duration::from_millis(333));
+        let rate = 1.25 * cc.window() as f64 / srtt_now.as_secs_f64();
+        tokens = (tokens + rate * STEP.as_secs_f64()).min((10 * MTU).max(cc.window() / 8) as f64);
+        let pto = (srtt_now * 2 + Duration::from_millis(25)) * 2u32.pow(pto_count.min(8));
+        let probe = !in_flight.is_empty() && now - last_progress > pto;
+        if probe {
+            pto_count += 1;
+            last_progress = now;
+        }
+        let mut sent_now = 0;
+        while (probe && sent_now < 2) || (in_flight_bytes + MTU <= cc.window() && tokens >= MTU as f64) {
+            tokens -= MTU as f64;
+            cc.on_sent(now, MTU, in_flight_bytes);
+            in_flight.insert(next_pn, (now, MTU));
+            in_flight_bytes += MTU;
+            if !down && queue_bytes + MTU <= spec.buffer {
+                queue.push_back(next_pn);
+                queue_bytes += MTU;
+            }
+            next_pn += 1;
+            sent_now += 1;
+        }
+    }
+    rtts.sort();
+    rtts_all.sort();
+    Outcome {
+        utilisation: delivered as f64 / offered.max(1.0),
+        queue_p95: rtts.get(rtts.len() * 95 / 100).copied().unwrap_or_default(),
+        queue_p95_all: rtts_all.get(rtts_all.len() * 95 / 100).copied().unwrap_or_default(),
+        per_second,
+    }
+}
+
+fn railway(now: Instant) -> Railway {
+    Railway::new(RailwayConfig::default(), now)
+}
+
+fn run(spec: &LinkSpec, cc: &mut dyn Cc) -> Outcome {
+    simulate(spec, cc, 7, &[])
+}
+
+fn newreno() -> NewReno {
+    NewReno { window: 32 * MTU, ssthresh: u64::MAX, recovery_start: None, acked: 0 }
+}
+
+#[test]
+fn radio_loss_does_not_throttle_it_and_the_queue_stays_short() {
+    for (mbps, rtt, loss) in [(20.0, 50, 0.01), (50.0, 80, 0.02), (5.0, 120, 0.03)] {
+        let spec = LinkSpec::steady(mbps, rtt, loss);
+        let mut cc = railway(Instant::now());
+        let r = run(&spec, &mut cc);
+        assert!(r.utilisation >= 0.85, "{mbps} Mbit/s, {rtt} ms, {loss} loss: {r:?}");
+        assert!(r.queue_p95 <= Duration::from_millis(100), "{mbps} Mbit/s, {rtt} ms: {r:?}");
+        assert!(r.queue_p95_all <= Duration::from_millis(120), "start-up: {mbps} Mbit/s, {rtt} ms: {r:?}");
+        assert!(cc.stats().lossy_rounds_tolerated > 0);
+        // The loss-based reference on the same link, for contrast.
+        let reno = run(&spec, &mut newreno());
+        assert!(reno.utilisation < 0.7 * r.utilisation, "newreno {reno:?} vs railway {r:?}");
+    }
+}
+
+#[test]
+fn an_outage_holds_the_model_and_the_rate_returns_at_once() {
+    let mut spec = LinkSpec::steady(20.0, 60, 0.005);
+    spec.outages = vec![(10.0, 12.5)];
+    spec.seconds = 20.0;
+    let mut cc = railway(Instant::now());
+    let r = run(&spec, &mut cc);
+    assert_eq!(cc.stats().outages_held, 1, "{:?}", cc.stats());
+    assert_eq!(cc.stats().outages_congested, 0);
+    // The second after the outage (and its probe timeout) carries most of
+    // what the link offers; NewReno restarts from two packets.
+    let cap = 20e6 / 8.0;
+    let after: u64 = r.per_second[14..16].iter().sum();
+    assert!(after as f64 >= 0.8 * 2.0 * cap, "after the outage: {:?}", r.per_second);
+    let reno = run(&spec, &mut newreno());
+    let reno_after: u64 = reno.per_second[14..16].iter().sum();
+    assert!(reno_after < after, "newreno {:?}", reno.per_second);
+}
+
+#[test]
+fn a_capacity_drop_is_followed_without_a_standing_queue() {
+    let mut spec = LinkSpec::steady(40.0, 60, 0.0);
+    spec.capacity = vec![(0.0, 40.0), (10.0, 8.0)];
+    spec.seconds = 25.0;
+    let mut cc = railway(Instant::now());
+    let r = run(&spec, &mut cc);
+    assert!(r.utilisation >= 0.85, "{r:?}");
+    let bw = cc.bw().expect("estimate") * 8.0 / 1e6;
+    assert!((6.0..=10.0).contains(&bw), "estimate {bw} Mbit/s on an 8 Mbit/s link");
+    // At 8 Mbit/s the window covers rtprop + target: about 0.1 s of data.
+    assert!(cc.window() <= 200_000, "window {}", cc.window());
+}
+
+#[test]
+fn a_queue_before_the_silence_makes_it_congestion() {
+    let t0 = Instant::now();
+    let mut cc = railway(t0);
+    let ms = Duration::from_millis;
+    let mut now = t0;
+    // A path at 50 ms that builds a 400 ms queue, then loses a whole period.
+    for i in 0..400u64 {
+        now += ms(5);
+        cc.on_sent(now, MTU, 0);
+        let rtt = if i < 200 { ms(50) } else { ms(450) };
+        cc.on_ack(now + rtt, now, MTU);
+    }
+    cc.on_loss(now + ms(500), now, true, 50 * MTU);
+    assert_eq!(cc.stats().outages_congested, 1);
+    assert_eq!(cc.mode(), Mode::Startup);
+    assert_eq!(cc.window(), cc.config().initial_window);
+}
+
+#[test]
+fn heavy_loss_is_congestion_and_backs_the_rate_off() {
+    let spec = LinkSpec::steady(20.0, 50, 0.25);
+    let mut cc = railway(Instant::now());
+    let _ = run(&spec, &mut cc);
+    assert!(cc.stats().loss_backoffs > 0, "{:?}", cc.stats());
+}
+
+#[test]
+fn a_handover_hint_freezes_the_model_and_its_end_restores_the_window() {
+    let mut spec = LinkSpec::steady(20.0, 60, 0.005);
+    spec.outages = vec![(10.0, 11.0)];
+    spec.seconds = 14.0;
+    let hints = [(9.95, Hint::HandoverStart), (11.0, Hint::HandoverEnd)];
+    let mut cc = railway(Instant::now());
+    let r = simulate(&spec, &mut cc, 7, &hints);
+    assert_eq!(cc.stats().handovers_held, 1);
+    let cap = 20e6 / 8.0;
+    assert!(r.per_second[12] as f64 >= 0.8 * cap, "after the handover: {:?}", r.per_second);
+    // Driven directly: what the hint changes.
+    let mut before = 0;
+    let t0 = Instant::now();
+    let mut c = railway(t0);
+    let mut now = t0;
+    for _ in 0..2000 {
+        now += Duration::from_millis(2);
+        c.on_sent(now, MTU, 0);
+        c.on_ack(now + Duration::from_millis(60), now, MTU);
+        before = c.window();
+    }
+    c.on_hint(now, Hint::HandoverStart);
+    assert_eq!(c.mode(), Mode::Held);
+    c.on_loss(now + Duration::from_millis(900), now, true, 100 * MTU);
+    assert_eq!(c.window(), before, "a loss inside a handover changes nothing");
+    assert_eq!(c.stats().outages_held + c.stats().outages_congested, 0);
+    c.on_hint(now + Duration::from_secs(1), Hint::HandoverEnd);
+    assert_eq!(c.mode(), Mode::Probe);
+    assert!(c.window() >= before, "{} < {before}", c.window());
+    // A start without an end holds for max_hold at most.
+    c.on_hint(now + Duration::from_secs(2), Hint::HandoverStart);
+    c.on_ack(now + Duration::from_secs(30), now + Duration::from_secs(2), MTU);
+    assert_eq!(c.mode(), Mode::Probe);
+}
+
+#[test]
+fn the_base_rtt_moving_with_the_cell_neither_starves_nor_bloats_it() {
+    let mut spec = LinkSpec::steady(20.0, 40, 0.01);
+    let ms = Duration::from_millis;
+    spec.owd_steps = vec![(8.0, ms(45)), (16.0, ms(15)), (24.0, ms(35))];
+    let mut cc = railway(Instant::now());
+    let r = run(&spec, &mut cc);
+    assert!(r.utilisation >= 0.8, "{r:?}");
+    assert!(r.queue_p95 <= ms(150), "{r:?}");
+}
