@@ -98,6 +98,7 @@ HRSCH_KEYS = (
 CAPACITY_KEYS = (
     "best_single_carrier",
     "capacity_use",
+    "capacity_share",
     "concurrency",
     "budget_sweep",
     "budget_check",
@@ -444,6 +445,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         for scheme, entry in backlog.items():
             entry["vs_best_single_carrier"] = best["by_scheme"].get(scheme)
     capacity_use = capacity.capacity_use(ls, backlogs, schemes, run.issues)
+    share, share_note = capacity.capacity_share(ls, backlogs, schemes, run.issues)
     concurrency = capacity.concurrency_summary(ls, schemes, run.issues)
     sweep = capacity.budget_sweep(ls)
     check, check_note = capacity.budget_check(ls, run.issues)
@@ -456,6 +458,8 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         notes["backlog"] = BACKLOG_NOTE
     elif best_note:
         notes["best_single_carrier"] = best_note
+    if share_note:
+        notes["capacity_share"] = share_note
     if concurrency is None:
         notes["concurrency"] = capacity.CONCURRENCY_NOTE
     if sweep is None:
@@ -487,6 +491,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "path_events": schedevents.path_events(ls, schemes),
         "best_single_carrier": best,
         "capacity_use": capacity_use,
+        "capacity_share": share,
         "concurrency": concurrency,
         "budget_sweep": sweep,
         "budget_check": check,

@@ -21,6 +21,13 @@ relay or proxy went past its ``--mem-budget``.
   otherwise), geometric mean over the trips with a 95 % CI; and per trip the aggregation
   ceiling ``sum / largest`` of the carriers' capacities: what a scheme that uses every carrier
   exactly as well as the best carrier alone is used would reach against it.
+* Capacity share: per backlog record, what each carrier's downlink delivered over the window
+  (the train's interface counters at its start and end, ``backlog.carriers.json``: every byte
+  on the wire, headers, retransmissions and copies included) over what it could deliver (its
+  lit opportunities there x the emulator's 1500 bytes each), the same for the carriers
+  together, and the goodput over all the carriers' capacity; mean over the trips with an
+  interval that resamples trips. For every scheme alike, ``direct-c<k>`` included, since the
+  counters are the emulator's side of the link, not the relay's.
 * Budget check: every metrics snapshot (end of trip, end of each concurrency window, end of each
   sweep run) whose ``polycorn_mem_budget_peak_bytes`` is above its
   ``polycorn_mem_budget_bytes{level="high"}`` (= ``--mem-budget``), or whose high level is not
@@ -40,12 +47,33 @@ import numpy as np
 from polycorn_bench.flows import BacklogRun, trip_oracle
 from polycorn_bench.metrics import BUDGET_LEVELS, BUDGET_PEAK, Metrics
 from polycorn_bench.oracle import PAYLOAD_PER_OPPORTUNITY, Carrier
-from polycorn_bench.records import Issues, LinkSetRun, ProcMem
-from polycorn_bench.stats import geomean, paired_ratio_stats
+from polycorn_bench.records import CarrierSample, Issues, LinkSetRun, ProcMem
+from polycorn_bench.stats import geomean, paired_ratio_stats, trip_mean_interval
 
 #: Each carrier alone (``testbed/pipelines.toml``): single-path-c0, single-path-c1, ...
 SINGLE_CARRIER = re.compile(r"^single-path-c(\d+)$")
+#: The passengers' own TCP over carrier k, no relay or proxy (topology.sh direct-c<k>), with
+#: the end hosts' congestion control as ``~CC``.
+DIRECT = re.compile(r"^direct-c(\d+)(?:~[a-z0-9_]+)?$")
+#: Schemes confined to one carrier: the tunnel pinned to it, any ``~CC`` or ``@table``
+#: variant of that, and the direct schemes.
+OWN_CARRIER = re.compile(r"^(?:single-path|direct)-c(\d+)(?:~[a-z0-9_]+)?(?:@[a-z0-9]+)?$")
+#: Bytes one trace opportunity carries on the wire (polycorn-emu's --opportunity-bytes
+#: default, which topology.sh keeps), headers included.
+WIRE_BYTES_PER_OPPORTUNITY = 1500
 MIB = 1_048_576
+
+
+def is_direct(scheme: str) -> bool:
+    """A scheme without relay or proxy (no endpoint metrics, memory or traces)."""
+    return DIRECT.match(scheme) is not None
+
+
+def own_carrier(scheme: str) -> int | None:
+    """The carrier a single-carrier scheme is confined to; None for the others."""
+    m = OWN_CARRIER.match(scheme)
+    return int(m.group(1)) if m else None
+
 
 METHODS = {
     "best_single_carrier": (
@@ -58,7 +86,8 @@ METHODS = {
         "per backlog record: each carrier's downlink capacity over the record's window = lit "
         "trace opportunities in it x 1448 bytes (blackouts excluded, as in the oracle); "
         "share = goodput / the capacity the scheme may use (its own carrier for "
-        "single-path-c<k>, the sum of the carriers otherwise), geometric mean over the trips "
+        "single-path-c<k> and direct-c<k>, the sum of the carriers otherwise), geometric mean "
+        "over the trips "
         "with a 95 % percentile bootstrap CI; ceiling per trip = sum / largest carrier "
         "capacity over the union of the trip's backlog windows, geometric mean over trips"
     ),
@@ -68,9 +97,21 @@ METHODS = {
         "jain = (sum x)^2 / (n * sum x^2) over the users' goodputs; relay_rss_mb and "
         "proxy_rss_mb = VmHWM (reset at the window's start via /proc/PID/clear_refs) in MiB; "
         "over trips: mean goodput and jain, max RSS; capacity_share = goodput_mbps_total / the "
-        "carriers' capacity over the window (own carrier for single-path-c<k>), geometric mean "
+        "carriers' capacity over the window (own carrier for single-path-c<k> and direct-c<k>), "
+        "geometric mean "
         "over trips with a 95 % bootstrap CI; *_budget_peak_mb: "
         "polycorn_mem_budget_peak_bytes after the window (peak since the process started)"
+    ),
+    "capacity_share": (
+        "per backlog record and carrier k: share = bytes carrier k's downlink delivered between "
+        "the train's counter samples at the backlog window's start and end (car<k> RX, all IP "
+        "bytes: payload, headers, retransmissions, redundant copies, telemetry) / (lit trace "
+        "opportunities of carrier k in that interval x 1500 bytes, the emulator's opportunity); "
+        "total = the same summed over the carriers; goodput_share = the record's goodput / "
+        "the carriers' summed capacity at 1448 payload bytes per opportunity (as capacity_use "
+        "with every carrier usable); each the mean over the records pooled by trip with a 95 % "
+        "percentile bootstrap CI that resamples trips (2000 resamples, fixed seed; null with "
+        "fewer than 2 trips); carriers null without counter samples"
     ),
     "budget_sweep": (
         "the trip replayed from its start with relay and proxy --mem-budget = MiB, one "
@@ -161,13 +202,12 @@ def _usable_capacity(
     scheme: str, carriers: list[Carrier] | None, start_ms: float, end_ms: float
 ) -> float | None:
     """Downlink capacity ``scheme`` may use over the window: its own carrier for
-    ``single-path-c<k>``, the sum otherwise; None without link files, a window or that
-    carrier."""
+    ``single-path-c<k>`` and ``direct-c<k>``, the sum otherwise; None without link files, a
+    window or that carrier."""
     if not carriers or end_ms <= start_ms:
         return None
-    m = SINGLE_CARRIER.match(scheme)
-    if m is not None:
-        k = int(m.group(1))
+    k = own_carrier(scheme)
+    if k is not None:
         if k >= len(carriers):
             return None
         return carrier_capacity_mbps(carriers[k], start_ms, end_ms)
@@ -220,6 +260,111 @@ def capacity_use(
         "ceiling": geomean(ceilings) if ceilings else None,
         "by_scheme": by_scheme,
     }
+
+
+def carrier_opportunities(carrier: Carrier, start_ms: float, end_ms: float) -> int:
+    """Lit downlink opportunities of ``carrier`` in ``[start_ms, end_ms)`` of trip time."""
+    times, _ = carrier.downlink(end_ms)
+    return int(np.count_nonzero((times >= start_ms) & (times < end_ms)))
+
+
+CAPACITY_SHARE_NOTE = (
+    "no backlog.carriers.json (the train's carrier counters over the backlog window, written "
+    "since the direct schemes were added): per-carrier shares are null"
+)
+
+
+def capacity_share(
+    ls: LinkSetRun, backlogs: list[BacklogRun], schemes: list[str], issues: Issues
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(``{SCHEME: {"carriers": {k: ...}, "total", "goodput_share", "trips"}}``, note): the
+    share of each carrier's downlink capacity each scheme's backlogged download used, per trip
+    and over the trips. None without backlog records or link files; the note says when the
+    counters were missing."""
+    carriers: dict[str, list[Carrier]] = {}
+    samples: dict[tuple[str, str], list[CarrierSample]] = {}
+    for trip in ls.trips:
+        if any(b.trip == trip.name for b in backlogs):
+            oracle = trip_oracle(trip, issues)
+            if oracle is not None:
+                carriers[trip.name] = oracle.carriers
+            for scheme, sr in trip.schemes.items():
+                samples[(trip.name, scheme)] = sr.backlog_carriers
+    out: dict[str, Any] = {}
+    missing = False
+    for scheme in schemes:
+        mine = [b for b in backlogs if b.scheme == scheme and b.trip in carriers]
+        if not mine:
+            continue
+        n_carriers = max(len(carriers[b.trip]) for b in mine)
+        per_carrier: list[dict[str, list[float]]] = [{} for _ in range(n_carriers)]
+        total: dict[str, list[float]] = {}
+        goodput: dict[str, list[float]] = {}
+        trips: list[dict[str, Any]] = []
+        for b in mine:
+            cs = carriers[b.trip]
+            payload = sum(carrier_capacity_mbps(c, b.rec.start_ms, b.rec.end_ms) for c in cs)
+            g_share = b.rec.goodput_mbps / payload if payload > 0 else None
+            if g_share is not None:
+                goodput.setdefault(b.trip, []).append(g_share)
+            entry: dict[str, Any] = {
+                "trip": b.trip,
+                "id": b.rec.id,
+                "goodput_mbps": b.rec.goodput_mbps,
+                "capacity_mbps": payload,
+                "goodput_share": g_share,
+                "window_ms": None,
+                "carriers": None,
+                "total": None,
+            }
+            trips.append(entry)
+            got = samples.get((b.trip, scheme), [])
+            if len(got) < 2 or len(got[0].rx_bytes) != len(cs) or len(got[-1].rx_bytes) != len(cs):
+                missing = True
+                continue
+            first, last = got[0], got[-1]
+            if last.t_ms <= first.t_ms:
+                issues.add("carrier counters without a window", f"{ls.name}/{b.trip}/{scheme}")
+                continue
+            span = last.t_ms - first.t_ms
+            rows = []
+            sent_sum = cap_sum = 0.0
+            for k, c in enumerate(cs):
+                sent = float(last.rx_bytes[k] - first.rx_bytes[k])
+                cap = float(
+                    carrier_opportunities(c, first.t_ms, last.t_ms) * WIRE_BYTES_PER_OPPORTUNITY
+                )
+                share = sent / cap if cap > 0 else None
+                rows.append(
+                    {
+                        "delivered_mbps": sent * 8 / span / 1000,
+                        "capacity_mbps": cap * 8 / span / 1000,
+                        "share": share,
+                    }
+                )
+                if share is not None:
+                    per_carrier[k].setdefault(b.trip, []).append(share)
+                sent_sum += sent
+                cap_sum += cap
+            entry["window_ms"] = [first.t_ms, last.t_ms]
+            entry["carriers"] = rows
+            entry["total"] = sent_sum / cap_sum if cap_sum > 0 else None
+            if entry["total"] is not None:
+                total.setdefault(b.trip, []).append(entry["total"])
+        out[scheme] = {
+            "carriers": {
+                str(k): trip_mean_interval(list(g.values())) for k, g in enumerate(per_carrier)
+            }
+            if any(per_carrier)
+            else None,
+            "total": trip_mean_interval(list(total.values())) if total else None,
+            "goodput_share": trip_mean_interval(list(goodput.values())),
+            "own_carrier": own_carrier(scheme),
+            "trips": trips,
+        }
+    if not out:
+        return None, None
+    return out, CAPACITY_SHARE_NOTE if missing else None
 
 
 def _mib(kb: int | None) -> float | None:
@@ -485,7 +630,10 @@ __all__ = [
     "best_single_carrier",
     "budget_check",
     "budget_sweep",
+    "capacity_share",
     "carrier_schemes",
     "concurrency_summary",
+    "is_direct",
     "jain_index",
+    "own_carrier",
 ]

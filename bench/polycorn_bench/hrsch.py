@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from polycorn_bench.capacity import is_direct
 from polycorn_bench.flows import (
     IM_REFERENCE,
     OVERALL,
@@ -516,7 +517,8 @@ def extra_traffic(ls: LinkSetRun, schemes: list[str], issues: Issues) -> dict[st
         runs = [(t.name, t.schemes[scheme]) for t in ls.trips if scheme in t.schemes]
         if not runs:
             continue
-        if scheme in KERNEL_SCHEMES:
+        if scheme in KERNEL_SCHEMES or is_direct(scheme):
+            # The kernel's schemes count no reinjection; the direct ones have no relay.
             out[scheme] = None
             continue
         per_trip: list[_Traffic] = []

@@ -6,6 +6,7 @@ Layout::
     RUN/<link_set>/<trip>/trip/{c<i>.down,c<i>.up,c<i>.schedule,events.jsonl,trip.json}
     RUN/<link_set>/<trip>/<scheme>/bulk.jsonl
     RUN/<link_set>/<trip>/<scheme>/backlog.jsonl   (optional)
+    RUN/<link_set>/<trip>/<scheme>/backlog.carriers.json  (optional: carrier counters)
     RUN/<link_set>/<trip>/<scheme>/im-<U>.jsonl
     RUN/<link_set>/<trip>/<scheme>/logs/{relay,proxy}.metrics
     RUN/<link_set>/<trip>/<scheme>/concurrency-<N>.jsonl          (optional: one line per user)
@@ -366,6 +367,53 @@ def read_messages(path: Path, issues: Issues) -> list[Message]:
 
 
 @dataclass(frozen=True)
+class CarrierSample:
+    """The train's carrier interfaces' counters at one trip time (``backlog.carriers.json``,
+    taken by the benchmark at the start and the end of the backlog window): per carrier, the
+    bytes and packets its emulated downlink delivered (``rx``) and the train sent into its
+    uplink (``tx``), cumulative since the topology came up."""
+
+    t_ms: float
+    rx_bytes: tuple[int, ...]
+    rx_packets: tuple[int, ...]
+    tx_bytes: tuple[int, ...]
+    tx_packets: tuple[int, ...]
+
+    @classmethod
+    def from_json(cls, d: object) -> CarrierSample | None:
+        if not isinstance(d, dict):
+            return None
+        t = finite(d.get("t_ms"))
+        cols: list[tuple[int, ...]] = []
+        for key in ("rx_bytes", "rx_packets", "tx_bytes", "tx_packets"):
+            v = d.get(key)
+            if not isinstance(v, list) or not v or not all(_nonneg_int(x) for x in v):
+                return None
+            cols.append(tuple(v))
+        if t is None or len({len(c) for c in cols}) != 1:
+            return None
+        return cls(t, *cols)
+
+
+def read_carrier_samples(path: Path, issues: Issues) -> list[CarrierSample]:
+    """The samples of a ``backlog.carriers.json``, by time; unusable ones are counted in
+    ``issues`` and left out (a file that is not JSON: no sample)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        issues.add("unreadable carrier counters", f"{path}: {e}")
+        return []
+    out: list[CarrierSample] = []
+    for i, raw in enumerate(_list(_dict(doc).get("samples"))):
+        sample = CarrierSample.from_json(raw)
+        if sample is None:
+            issues.add("bad carrier counter sample", f"{path}: sample {i}")
+        else:
+            out.append(sample)
+    return sorted(out, key=lambda x: x.t_ms)
+
+
+@dataclass(frozen=True)
 class ProcMem:
     """One process's memory at the end of a concurrency window (``concurrency-<N>.mem.json``):
     peak resident set since the window's start (VmHWM, reset at the start) and the resident set
@@ -393,6 +441,8 @@ class SchemeRun:
     downloads: list[Download] = field(default_factory=list)
     # backlog.jsonl's records; empty: no file (no backlog phase) or no usable line.
     backlog: list[Backlog] = field(default_factory=list)
+    # The carriers' counters over the backlog window (backlog.carriers.json); empty: none.
+    backlog_carriers: list[CarrierSample] = field(default_factory=list)
     im: dict[int, list[Message]] = field(default_factory=dict)  # users -> messages
     # End-of-trip metrics snapshots (logs/relay.metrics, logs/proxy.metrics); None: no file.
     relay_metrics: Metrics | None = None
@@ -646,6 +696,9 @@ def read_run(root: Path) -> Run:
                 backlog = sdir / "backlog.jsonl"
                 if backlog.exists():
                     sr.backlog = read_backlogs(backlog, issues)
+                counters = sdir / "backlog.carriers.json"
+                if counters.exists():
+                    sr.backlog_carriers = read_carrier_samples(counters, issues)
                 for f in sorted(sdir.glob("im-*.jsonl")):
                     if f.name.endswith(".conn.jsonl"):
                         # polycorn-loadgen's connection log: not analysed.

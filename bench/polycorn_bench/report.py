@@ -401,7 +401,14 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
 
 
 #: Notes shown with the backlog and capacity sections instead of the HRSCH section's.
-CAPACITY_NOTES = ("backlog", "best_single_carrier", "concurrency", "budget_sweep", "budget")
+CAPACITY_NOTES = (
+    "backlog",
+    "best_single_carrier",
+    "capacity_share",
+    "concurrency",
+    "budget_sweep",
+    "budget",
+)
 
 
 def _capacity_section(ls: dict[str, Any]) -> list[str]:
@@ -462,6 +469,7 @@ def _capacity_section(ls: dict[str, Any]) -> list[str]:
         ]
         out += _table(["scheme", "trips", "goodput / capacity [95 % CI]"], rows)
         out.append("")
+    out += _capacity_share_lines(ls.get("capacity_share"))
     conc = ls.get("concurrency")
     if conc:
         out += [
@@ -540,6 +548,41 @@ def _capacity_section(ls: dict[str, Any]) -> list[str]:
     for key in CAPACITY_NOTES[1:]:
         if key in notes:
             out += [f"*{key}: {notes[key]}.*", ""]
+    return out
+
+
+def _share(st: dict[str, Any] | None) -> str:
+    if not st or st.get("mean") is None:
+        return "–"
+    return _f(st["mean"]) + _ci(st.get("ci95_trips"))
+
+
+def _capacity_share_lines(share: dict[str, Any] | None) -> list[str]:
+    """Each carrier's share used by each scheme's backlogged download."""
+    if not share:
+        return []
+    n = max((len(st["carriers"] or {}) for st in share.values()), default=0)
+    out = [
+        "### Share of each carrier's capacity used by the backlogged download",
+        "",
+        "Per carrier: bytes its downlink delivered over the backlog window (the train's "
+        "interface counters, headers and copies included) / what it could deliver (1500 bytes "
+        "per lit opportunity); total: the carriers together; goodput: the download's goodput / "
+        "all carriers' payload capacity. Mean over trips [95 % CI resampling trips].",
+        "",
+    ]
+    rows = []
+    for scheme, st in share.items():
+        per = st["carriers"] or {}
+        rows.append(
+            [f"`{scheme}`", str(st["goodput_share"]["n_trips"])]
+            + [_share(per.get(str(k))) for k in range(n)]
+            + [_share(st["total"]), _share(st["goodput_share"])]
+        )
+    out += _table(
+        ["scheme", "trips", *[f"carrier {k}" for k in range(n)], "total", "goodput"], rows
+    )
+    out.append("")
     return out
 
 

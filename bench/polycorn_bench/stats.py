@@ -279,6 +279,41 @@ def cluster_bootstrap_ci(
     return out
 
 
+def trip_mean_interval(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """The arithmetic mean of values grouped by trip (``groups[t]``: trip t's values, pooled)
+    with the interval of :func:`cluster_bootstrap_ci`, which resamples trips: ``mean``,
+    ``n_trips`` (groups with a finite value), ``n``, ``ci95_trips`` (None with fewer than two
+    trips) and ``ci95_trips_halfwidth``. For shares and other values that may be 0, where the
+    geometric mean of :func:`trip_interval` is undefined."""
+    arrays = [np.asarray(g, dtype=np.float64) for g in groups]
+    clean = [x[np.isfinite(x)] for x in arrays if np.isfinite(x).any()]
+    n = len(clean)
+    if n == 0:
+        return {
+            "mean": None,
+            "n_trips": 0,
+            "n": 0,
+            "ci95_trips": None,
+            "ci95_trips_halfwidth": None,
+        }
+    sums = np.asarray([x.sum() for x in clean])
+    counts = np.asarray([len(x) for x in clean], dtype=np.float64)
+
+    def mean_of(idx: tuple[int, ...]) -> FloatArray:
+        i = list(idx)
+        return np.asarray([sums[i].sum() / counts[i].sum()])
+
+    lo, hi = cluster_bootstrap_ci(n, mean_of)[0]
+    ci = [float(lo), float(hi)] if n >= 2 and math.isfinite(lo) and math.isfinite(hi) else None
+    return {
+        "mean": float(sums.sum() / counts.sum()),
+        "n_trips": n,
+        "n": int(counts.sum()),
+        "ci95_trips": ci,
+        "ci95_trips_halfwidth": ci_halfwidth(ci, n),
+    }
+
+
 def paired_ratio_stats(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     """Paired comparison of positive values ``a[i]`` against ``b[i]`` (e.g. goodputs of one
     download in two schemes): ``ratio`` = geometric mean of a/b with its percentile bootstrap

@@ -18,7 +18,8 @@ Two kinds, both in ``testbed/pipelines.toml``:
   ``hrsch+lead100`` the default pipeline with ``hof-reject``'s E_GPS at 100 m.
 * **Congestion control**: ``NAME~cubic`` is pipeline NAME with CUBIC on its subflows
   (scripts/bench-hsr.sh: relay and proxy ``--subflow-cc``) against NAME with the default,
-  BBR, in the same run.
+  BBR, in the same run; ``direct-c<k>~cubic`` the same for the passenger's own TCP without
+  the tunnel (CUBIC at passenger and origin against BBR).
 * **Tail rules** (issue 20, not in the paper): ``tail-filter`` in place of ``tail-reject``,
   with or without ``tail-reinject``, on ``hrsch+stale``, ``hrsch+hol`` or ``minrtt``; the
   gain is over the pipeline without them.
@@ -72,6 +73,8 @@ VARIANTS: Mapping[str, tuple[str, str, str]] = {
     ),
     "minrtt~cubic": ("minrtt~cubic", "minrtt", "CUBIC on the subflows (not BBR)"),
     "hrsch+~cubic": ("hrsch+~cubic", "hrsch+", "CUBIC on the subflows (not BBR)"),
+    "direct-c0~cubic": ("direct-c0~cubic", "direct-c0", "CUBIC at passenger and origin (not BBR)"),
+    "direct-c1~cubic": ("direct-c1~cubic", "direct-c1", "CUBIC at passenger and origin (not BBR)"),
     "hrsch@oracle": ("hrsch@oracle", hrsch.HRSCH, "the trip's oracle failure table (not learned)"),
     "hrsch@broad": ("hrsch@broad", hrsch.HRSCH, "the table at 2 failures and 10 % (not 3, 20 %)"),
     "hrsch@early": (

@@ -9,6 +9,7 @@ from conftest import RunBuilder, download
 from test_hrsch import im_rows
 
 from polycorn_bench.analysis import analyse
+from polycorn_bench.capacity import is_direct
 from polycorn_bench.records import read_run
 from polycorn_bench.report import markdown
 from polycorn_bench.variants import STALE, VARIANTS, recovery_gain
@@ -67,13 +68,16 @@ def test_without_variants_the_section_is_null(tmp_path: Path) -> None:
 
 
 def test_every_variant_is_a_testbed_pipeline() -> None:
-    """The variants' schemes and bases exist: built in, or in testbed/pipelines.toml."""
+    """The variants' schemes and bases exist: built in, in testbed/pipelines.toml, or a
+    direct scheme (no pipeline: the passenger's own TCP)."""
     toml = (Path(__file__).resolve().parents[2] / "testbed/pipelines.toml").read_text("utf-8")
     built_in = {"hrsch", "minrtt", "hrsch+hol", "hrsch+", STALE}
     for scheme, base, _ in VARIANTS.values():
         # bench-hsr.sh: NAME@oracle (@broad) is the pipeline NAME with another table,
         # NAME~CC the pipeline NAME with another congestion control.
         for s in (scheme.split("@")[0].split("~")[0], base.split("@")[0].split("~")[0]):
+            if is_direct(s):
+                continue
             assert s in built_in or f'[pipelines."{s}"]' in toml or f"[pipelines.{s}]" in toml, s
 
 
