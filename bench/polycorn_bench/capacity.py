@@ -269,8 +269,8 @@ def carrier_opportunities(carrier: Carrier, start_ms: float, end_ms: float) -> i
 
 
 CAPACITY_SHARE_NOTE = (
-    "no backlog.carriers.json (the train's carrier counters over the backlog window, written "
-    "since the direct schemes were added): per-carrier shares are null"
+    "some backlog records have no backlog.carriers.json (the train's carrier counters over the "
+    "backlog window): their per-carrier and total shares are null"
 )
 
 
