@@ -54,7 +54,9 @@
 # include minrtt; default all below, precision: minrtt hrsch; a scheme
 # NAME@oracle, NAME@broad, NAME@early or NAME@mean runs pipeline NAME with
 # another failure table, and NAME~CC with congestion control CC on its
-# subflows instead of the default, e.g. minrtt~cubic; see up_topology),
+# subflows instead of the default, e.g. minrtt~cubic; see up_topology;
+# direct-c<i> is the passengers' own TCP over carrier i without relay or
+# proxy, direct-c<i>~CC with CC at passenger and origin instead of bbr),
 # BENCH_PREFIX
 # (topology prefix, default hb), LINK_SETS (default: the profile's),
 # BENCH_WORK (raw runs, default /tmp/polycorn-bench-hsr), BENCH_OUT (default
