@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod mptcp_conn;
 pub mod options;
 pub mod panics;
+pub mod quic;
 pub mod relay;
 pub mod segtrace;
 pub mod session;
