@@ -15,7 +15,7 @@ import pytest
 from polycorn_harness import DEEP, ROOT
 from polycorn_harness.fixtures import MakeTrip, Topologies
 from polycorn_harness.metrics import value
-from polycorn_harness.topology import ORIGIN, Topology, leftovers, run
+from polycorn_harness.topology import ORIGIN, Topology, carrier_counters, leftovers, run
 from polycorn_harness.wait import wait_until
 
 P = "pcith"
@@ -49,6 +49,57 @@ def test_a_download_crosses_relay_emulated_links_and_proxy_intact(
     assert hashlib.sha256(got).hexdigest() == hashlib.sha256(want).hexdigest()
     # The carriers really are the emulator's TUN devices.
     assert "tun" in t.exec("train", ["ip", "-d", "link", "show", "car0"]).stdout
+
+
+def constant_trip(d: Path, per_ms: tuple[float, ...], delay_ms: float = 10) -> Path:
+    """A trip of constant-rate carriers: carrier i delivers ``per_ms[i]`` full-size packets
+    a millisecond (12 Mbit/s each) both ways, ``delay_ms`` one way, no loss."""
+    d.mkdir(parents=True, exist_ok=True)
+    for i, rate in enumerate(per_ms):
+        step = 1 / rate
+        lines = "".join(f"{round(k * step)}\n" for k in range(1, round(1000 * rate) + 1))
+        for way in ("up", "down"):
+            (d / f"c{i}.{way}").write_text(lines)
+        (d / f"c{i}.schedule").write_text(f"delay 0 {delay_ms}\n")
+    return d
+
+
+def test_a_direct_scheme_crosses_its_carrier_alone_at_its_rate(
+    topologies: Topologies, tmp_path: Path
+) -> None:
+    """direct-c1: the passenger's own TCP, no relay, through carrier 1's emulated link (3
+    Mbit/s here, so 1 MiB takes about 3 s, not the milliseconds of a shortcut), with the
+    congestion control asked for at the origin, and nothing on carrier 0."""
+    t = topologies(P, constant_trip(tmp_path / "trip", (1.0, 0.25))).up("direct-c1", cc="cubic")
+    assert not (t.state / "run" / "relay.pid").exists()
+
+    def rx() -> list[int]:
+        c = carrier_counters(t.ns("train"))
+        assert c is not None
+        return c["rx_bytes"]
+
+    url = f"http://{ORIGIN}/files/1MiB.bin"
+    before = rx()
+    start = time.monotonic()
+    get = subprocess.Popen(
+        ["ip", "netns", "exec", t.ns("pax"), "curl", "-fsS", "--max-time", "60", url],
+        stdout=subprocess.PIPE,
+    )
+    seen = ""
+    while get.poll() is None and "cubic" not in seen:
+        seen = t.exec("cloud", ["ss", "-tin", "sport = :80"]).stdout
+        time.sleep(0.2)
+    got, _ = get.communicate(timeout=90)
+    took = time.monotonic() - start
+    assert get.returncode == 0
+    want = (t.state / "origin/www/files/1MiB.bin").read_bytes()
+    assert hashlib.sha256(got).hexdigest() == hashlib.sha256(want).hexdigest()
+    assert "cubic" in seen
+    after = rx()
+    assert after[1] - before[1] >= len(want)
+    assert after[0] - before[0] < 10_000
+    # 3 Mbit/s on the wire, 1448 of every 1500 bytes payload: 2.9 s at best.
+    assert 2.7 < took < 30, took
 
 
 def test_down_after_a_sigkill_of_its_caller_leaves_nothing(
