@@ -151,6 +151,9 @@ struct Settings {
     transport: Transport,
     /// `--subflow-cc`.
     congestion: Congestion,
+    /// `--quic-cc`, and its controllers' counters.
+    quic_cc: polycorn_net::quic::QuicCc,
+    cc_stats: Arc<polycorn_net::quic::CcStats>,
     /// kernel-mptcp-conn's connection cap.
     max_conns: usize,
     metrics_listen: SocketAddr,
@@ -183,7 +186,9 @@ const PROXY_HELP: &[(&str, &str)] = &[
     ("key", "This proxy's private key (PEM)."),
     (
         "transport",
-        "`tls` (one TLS subflow per train interface); `kernel-mptcp` (one MPTCP connection scheduled by the \
+        "`tls` (one TLS subflow per train interface); `quic` (QUIC subflows on UDP and TLS subflows on TCP, the same \
+         port: a train's carrier where UDP does not get through falls back to TLS); `kernel-mptcp` (one MPTCP \
+         connection scheduled by the \
          kernel, carrying every passenger connection); or `kernel-mptcp-conn` (each passenger connection its own \
          MPTCP connection with TLS, as OpenMPTCProuter runs it; the destination policy and --connect-timeout-s \
          apply, there is no session, scheduler or telemetry) [default: tls].",
@@ -196,8 +201,17 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     merge_options!(o, f; listen, crl, max_conns, metrics_listen, deny, allow, connect_timeout_s, mem_budget,
         kafka_brokers, kafka_topic, kafka_dlq_topic, failure_table_topic, kafka_security_protocol, kafka_sasl_mechanism,
         kafka_sasl_username, kafka_sasl_password_file, kafka_ssl_ca, kafka_ssl_cert, kafka_ssl_key);
-    let CommonSettings { train_id, scheduler, pipelines, transport, congestion, table_url, table_verifier, trace } =
-        o.common.settings()?;
+    let CommonSettings {
+        train_id,
+        scheduler,
+        pipelines,
+        transport,
+        congestion,
+        quic_cc,
+        table_url,
+        table_verifier,
+        trace,
+    } = o.common.settings()?;
     let table_topic = match (o.failure_table_topic.take(), &o.kafka_brokers) {
         (Some(topic), Some(b)) => Some((b.clone(), topic)),
         (Some(_), None) => bail!("--failure-table-topic needs --kafka-brokers (the Kafka the trainer publishes to)"),
@@ -241,6 +255,8 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             pipelines,
             transport,
             congestion,
+            quic_cc,
+            cc_stats: Arc::default(),
             max_conns,
             metrics_listen: o.metrics_listen.unwrap_or_else(|| "127.0.0.1:9464".parse().expect("valid")),
             policy,
@@ -488,7 +504,7 @@ impl Proxy {
         subflow::tune(&tcp)?;
         let probe = subflow::UnsentProbe::new(&tcp)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(self.s.tls.clone());
-        let mut tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+        let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) if polycorn_pki::authenticated_refusal(&e).is_some() => {
                 return Err(anyhow::Error::new(e).context("TLS handshake"))
@@ -503,7 +519,70 @@ impl Proxy {
             let certs = conn.peer_certificates().context("no client certificate")?;
             polycorn_pki::train_id_of(&certs[0])?
         };
-        let hello = subflow::server_read_hello(&mut tls, Duration::from_secs(10)).await?;
+        let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
+        self.serve_subflow(tls, cert_train, peer, handshake, Some(probe), ("tls", cc), None).await
+    }
+
+    /// A QUIC subflow ([`polycorn_net::quic`]): the same HELLO and the same
+    /// one-train rule as over TLS.
+    async fn accept_quic(
+        self: Arc<Self>,
+        incoming: quinn::Incoming,
+        crypto: polycorn_net::quic::ServerCrypto,
+        handshake: tokio::sync::OwnedSemaphorePermit,
+    ) -> anyhow::Result<()> {
+        let peer = incoming.remote_address();
+        let accept = polycorn_net::quic::accept(incoming, &crypto, self.s.quic_cc, self.s.cc_stats.clone());
+        let (sub, slot) = match tokio::time::timeout(Duration::from_secs(10), accept).await {
+            Ok(Ok(v)) => v,
+            // A certificate of another train fails inside quinn's
+            // handshake, indistinguishable here from any other failure.
+            Ok(Err(e)) => return Err(anyhow::Error::new(e).context(Unauthenticated("QUIC handshake"))),
+            Err(_) => {
+                return Err(anyhow::anyhow!("no QUIC handshake within 10 s").context(Unauthenticated("QUIC handshake")))
+            }
+        };
+        let cert_train = sub.peer_train()?;
+        let cc = self.s.quic_cc.to_string();
+        self.serve_subflow(sub, cert_train, peer, handshake, None, ("quic", cc), Some(slot)).await
+    }
+
+    /// Count and log a refused subflow.
+    fn refused(&self, peer: SocketAddr, e: &anyhow::Error) {
+        self.subflows_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if e.downcast_ref::<Unauthenticated>().is_none() {
+            // A peer with a fleet certificate: every refusal is worth an
+            // operator's look.
+            warn!(%peer, error = %format!("{e:#}"), "subflow refused");
+        } else if let Some(left_out) = self.refused_log.check(Instant::now()) {
+            warn!(
+                %peer,
+                error = %format!("{e:#}"),
+                left_out,
+                "subflow refused before authentication (logged once a minute at most; left_out: since the last line)"
+            );
+        } else {
+            debug!(%peer, error = %format!("{e:#}"), "subflow refused before authentication");
+        }
+    }
+
+    /// After authentication: the HELLO, the train checks, and the subflow's
+    /// run in its session.
+    #[allow(clippy::too_many_arguments)]
+    async fn serve_subflow<S>(
+        self: Arc<Self>,
+        mut stream: S,
+        cert_train: String,
+        peer: SocketAddr,
+        handshake: tokio::sync::OwnedSemaphorePermit,
+        probe: Option<subflow::UnsentProbe>,
+        (transport, cc): (&'static str, String),
+        slot: Option<Arc<polycorn_net::quic::HintSlot>>,
+    ) -> anyhow::Result<()>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let hello = subflow::server_read_hello(&mut stream, Duration::from_secs(10)).await?;
         if hello.train_id != cert_train || hello.train_id != self.s.train_id {
             bail!(
                 "HELLO names train {:?} but the certificate is for {:?} and this proxy serves {:?}",
@@ -516,11 +595,13 @@ impl Proxy {
             bail!("path id {} out of range", hello.path);
         }
         let session = self.session_for(&hello)?;
-        subflow::server_ack(&mut tls, &hello, self.instance).await?;
+        if let Some(slot) = slot {
+            slot.bind(session.hints().path(hello.path));
+        }
+        subflow::server_ack(&mut stream, &hello, self.instance).await?;
         drop(handshake); // authenticated: no longer counts as a handshake
-        let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
-        info!(%peer, path = %hello.path, name = %hello.path_name, %cc, "subflow up");
-        let r = session.run_path(hello.path, tls, Some(probe)).await;
+        info!(%peer, path = %hello.path, name = %hello.path_name, transport, %cc, "subflow up");
+        let r = session.run_path(hello.path, stream, probe).await;
         info!(%peer, path = %hello.path, result = ?r, "subflow down");
         Ok(())
     }
@@ -738,6 +819,10 @@ async fn run() -> anyhow::Result<()> {
         write_telemetry_metrics(w, &p);
     });
     let mut sources = vec![source];
+    if proxy.s.transport == Transport::Quic {
+        let cc = proxy.s.cc_stats.clone();
+        sources.push(Arc::new(move |w| metrics::write_subflow_transports(w, &[], &[], &cc)));
+    }
     let conn_mode = proxy.s.transport == Transport::KernelMptcpConn;
     let conn_stats = Arc::new(polycorn_net::mptcp_conn::ConnStats::default());
     if conn_mode {
@@ -788,6 +873,36 @@ async fn run() -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    // Over QUIC the proxy also takes TLS subflows on the same port (TCP):
+    // a carrier where UDP does not get through falls back to them.
+    let quic = match proxy.s.transport {
+        Transport::Quic => {
+            let (endpoint, crypto) = polycorn_net::quic::listen(proxy.s.listen, &proxy.s.tls)
+                .with_context(|| format!("QUIC listener on UDP {}", proxy.s.listen))?;
+            info!(listen = %proxy.s.listen, cc = %proxy.s.quic_cc, "QUIC subflows on UDP, TLS subflows on TCP");
+            Some((endpoint, crypto))
+        }
+        _ => None,
+    };
+    let accept_quic = async {
+        let Some((endpoint, crypto)) = &quic else { return std::future::pending().await };
+        while let Some(incoming) = endpoint.accept().await {
+            let Ok(handshake) = proxy.handshakes.clone().try_acquire_owned() else {
+                proxy.handshakes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                debug!(peer = %incoming.remote_address(), "too many subflows in their handshake: QUIC connection refused");
+                incoming.refuse();
+                continue;
+            };
+            let p = proxy.clone();
+            let crypto = crypto.clone();
+            tokio::spawn(async move {
+                let peer = incoming.remote_address();
+                if let Err(e) = p.clone().accept_quic(incoming, crypto, handshake).await {
+                    p.refused(peer, &e);
+                }
+            });
+        }
+    };
     let accept = async {
         loop {
             let (tcp, peer) = match listener.accept().await {
@@ -806,27 +921,14 @@ async fn run() -> anyhow::Result<()> {
             let p = proxy.clone();
             tokio::spawn(async move {
                 if let Err(e) = p.clone().accept_subflow(tcp, peer, handshake).await {
-                    p.subflows_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if e.downcast_ref::<Unauthenticated>().is_none() {
-                        // A peer with a fleet certificate: every refusal is
-                        // worth an operator's look.
-                        warn!(%peer, error = %format!("{e:#}"), "subflow refused");
-                    } else if let Some(left_out) = p.refused_log.check(Instant::now()) {
-                        warn!(
-                            %peer,
-                            error = %format!("{e:#}"),
-                            left_out,
-                            "subflow refused before authentication (logged once a minute at most; left_out: since the last line)"
-                        );
-                    } else {
-                        debug!(%peer, error = %format!("{e:#}"), "subflow refused before authentication");
-                    }
+                    p.refused(peer, &e);
                 }
             });
         }
     };
     tokio::select! {
         _ = accept => {}
+        _ = accept_quic => {}
         _ = polycorn_net::shutdown_signal() => info!("shutting down"),
     }
     let _ = stop_tx.send(true);
@@ -901,7 +1003,7 @@ mod tests {
 
     #[test]
     fn every_transport_parses() {
-        for t in ["tls", "kernel-mptcp", "kernel-mptcp-conn"] {
+        for t in Transport::ALL.map(Transport::name) {
             assert_eq!(t.parse::<Transport>().unwrap().name(), t);
         }
         let e = "mptcp".parse::<Transport>().unwrap_err().to_string();

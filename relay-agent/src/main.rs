@@ -188,6 +188,9 @@ struct Settings {
     transport: Transport,
     /// `--subflow-cc`.
     congestion: Congestion,
+    /// `--quic-cc`, and its controllers' counters.
+    quic_cc: polycorn_net::quic::QuicCc,
+    cc_stats: Arc<polycorn_net::quic::CcStats>,
     udp_policy: UdpPolicy,
     modems: Vec<radio::mmcli::ModemSpec>,
     detector: polycorn_telemetry::handover::DetectorConfig,
@@ -207,7 +210,8 @@ const RELAY_HELP: &[(&str, &str)] = &[
     ("key", "This train's private key (PEM)."),
     (
         "transport",
-        "`tls` (one TLS subflow per interface); `kernel-mptcp` (one MPTCP connection to the first path's proxy \
+        "`tls` (one TLS subflow per interface); `quic` (one QUIC subflow per interface, each falling back to TLS \
+         on its own when UDP does not get through); `kernel-mptcp` (one MPTCP connection to the first path's proxy \
          address carrying every passenger connection; the kernel adds subflows on its configured endpoints); or \
          `kernel-mptcp-conn` (each passenger connection its own MPTCP connection with TLS to the first path's proxy \
          address, as OpenMPTCProuter runs it: no Polycorn session, so no scheduler and no telemetry upload) \
@@ -222,8 +226,17 @@ fn settings() -> anyhow::Result<Settings> {
         udp_policy, metrics_listen, mem_budget, max_conns, max_conns_per_passenger, replay_events, replay_epoch_unix_ms,
         replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms, handover_failure_threshold_ms,
         telemetry_spool, telemetry_spool_max_bytes, replay_resume);
-    let CommonSettings { train_id, scheduler, pipelines, transport, congestion, table_url, table_verifier, trace } =
-        o.common.settings()?;
+    let CommonSettings {
+        train_id,
+        scheduler,
+        pipelines,
+        transport,
+        congestion,
+        quic_cc,
+        table_url,
+        table_verifier,
+        trace,
+    } = o.common.settings()?;
     let specs = o.paths.clone().unwrap_or_default();
     if specs.is_empty() {
         bail!("at least one --path NAME=DEVICE@PROXY_ADDR is required");
@@ -282,6 +295,8 @@ fn settings() -> anyhow::Result<Settings> {
         pipelines,
         transport,
         congestion,
+        quic_cc,
+        cc_stats: Arc::default(),
         udp_policy,
         modems,
         detector,
@@ -390,18 +405,74 @@ fn spawn_capture<D: Dialer>(
 /// The proxy instance the session's connections live in.
 type KnownProxy = Arc<std::sync::Mutex<Option<u64>>>;
 
-/// Keep one subflow up: connect (bound to its interface), TLS, HELLO, run;
-/// on failure back off (100 ms doubling to 5 s) and retry, forever.
+/// After a carrier's QUIC subflow failed to come up, how long it stays on
+/// TLS before QUIC is tried again (at its next reconnect).
+const QUIC_RETRY: Duration = Duration::from_secs(60);
+/// A QUIC handshake gets this long before the carrier falls back to TLS:
+/// where UDP is blocked nothing ever answers, and waiting out the whole
+/// connect timeout would keep the carrier idle.
+const QUIC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What carries each path now (`polycorn_subflow_transport`): 0 none,
+/// 1 TLS, 2 QUIC.
+type PathTransports = Arc<[std::sync::atomic::AtomicU8; MAX_PATHS]>;
+
+/// One subflow's byte stream, whichever transport carries it.
+enum Subflow {
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>, subflow::UnsentProbe),
+    Quic(Box<polycorn_net::quic::QuicSubflow>),
+}
+
+async fn dial_tls(s: &Settings, spec: &PathSpec, hello: &Hello) -> std::io::Result<(Subflow, u64)> {
+    let connector = tokio_rustls::TlsConnector::from(s.tls.clone());
+    let tcp = subflow::connect(spec.proxy, spec.device(), Transport::Tls, &s.congestion).await?;
+    let probe = subflow::UnsentProbe::new(&tcp)?;
+    let mut tls = connector.connect(s.proxy_name.clone(), tcp).await?;
+    let instance = subflow::client_hello(&mut tls, hello, Duration::from_secs(10)).await?;
+    Ok((Subflow::Tls(Box::new(tls), probe), instance))
+}
+
+async fn dial_quic(s: &Settings, session: &Session, spec: &PathSpec, hello: &Hello) -> std::io::Result<(Subflow, u64)> {
+    let name = match &s.proxy_name {
+        rustls::pki_types::ServerName::DnsName(d) => d.as_ref().to_string(),
+        other => format!("{other:?}"),
+    };
+    let mut sub = tokio::time::timeout(
+        QUIC_HANDSHAKE_TIMEOUT,
+        polycorn_net::quic::connect(
+            spec.proxy,
+            spec.device(),
+            &name,
+            &s.tls,
+            s.quic_cc,
+            session.hints().path(spec.id),
+            s.cc_stats.clone(),
+        ),
+    )
+    .await
+    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no QUIC handshake (is UDP blocked?)"))??;
+    let instance = subflow::client_hello(&mut sub, hello, Duration::from_secs(10)).await?;
+    Ok((Subflow::Quic(Box::new(sub)), instance))
+}
+
+/// Keep one subflow up: connect (bound to its interface), TLS or QUIC,
+/// HELLO, run; on failure back off (100 ms doubling to 5 s) and retry,
+/// forever. Over `--transport quic` a carrier whose QUIC handshake fails
+/// falls back to TLS at once, alone, and tries QUIC again after
+/// [`QUIC_RETRY`].
 async fn keep_path(
     s: Arc<Settings>,
     session: Session,
     spec: PathSpec,
     session_id: u64,
     proxy: KnownProxy,
+    transports: PathTransports,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = polycorn_net::backoff::Backoff::reconnect();
-    let connector = tokio_rustls::TlsConnector::from(s.tls.clone());
+    let mut quic_failed: Option<Instant> = None;
+    let hello =
+        Hello { session: session_id, path: spec.id, train_id: s.train_id.clone(), path_name: spec.name.clone() };
     loop {
         // A carrier whose interface is down cannot be dialled: wait for it.
         if let Some(link) = &spec.link {
@@ -414,25 +485,28 @@ async fn keep_path(
                 info!(path = %spec.id, name = %spec.name, "interface usable again");
             }
         }
+        let try_quic = s.transport == Transport::Quic && quic_failed.is_none_or(|t| t.elapsed() >= QUIC_RETRY);
         let attempt = async {
-            let tcp = subflow::connect(spec.proxy, spec.device(), s.transport, &s.congestion).await?;
-            let probe = subflow::UnsentProbe::new(&tcp)?;
-            let mut tls = connector.connect(s.proxy_name.clone(), tcp).await?;
-            let hello = Hello {
-                session: session_id,
-                path: spec.id,
-                train_id: s.train_id.clone(),
-                path_name: spec.name.clone(),
-            };
-            let instance = subflow::client_hello(&mut tls, &hello, Duration::from_secs(10)).await?;
-            Ok::<_, std::io::Error>((tls, instance, probe))
+            if try_quic {
+                match dial_quic(&s, &session, &spec, &hello).await {
+                    Ok(v) => {
+                        quic_failed = None;
+                        return Ok(v);
+                    }
+                    Err(e) => {
+                        warn!(path = %spec.id, name = %spec.name, error = %e, "QUIC subflow failed: this carrier falls back to TLS");
+                        quic_failed = Some(Instant::now());
+                    }
+                }
+            }
+            dial_tls(&s, &spec, &hello).await
         };
         let r = tokio::select! {
-            r = tokio::time::timeout(Duration::from_secs(15), attempt) => r,
+            r = tokio::time::timeout(Duration::from_secs(15) + QUIC_HANDSHAKE_TIMEOUT, attempt) => r,
             _ = stop.changed() => return,
         };
         match r {
-            Ok(Ok((tls, instance, probe))) => {
+            Ok(Ok((sub, instance))) => {
                 let restarted = {
                     let mut known = proxy.lock().unwrap_or_else(|e| e.into_inner());
                     let restarted = known.is_some_and(|k| k != instance);
@@ -445,8 +519,6 @@ async fn keep_path(
                     warn!(path = %spec.id, "proxy restarted: resetting passenger connections");
                     session.with(|st, _| st.ep.abort_all(polycorn_net::session::RESET_ABORTED));
                 }
-                let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
-                info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, %cc, "subflow up");
                 backoff.reset();
                 // The subflow ends as soon as its interface goes down (a
                 // lost modem or SIM), not when the dead-path timer fires:
@@ -457,10 +529,27 @@ async fn keep_path(
                         None => std::future::pending().await,
                     }
                 };
+                let slot = &transports[spec.id.index()];
+                let run = async {
+                    match sub {
+                        Subflow::Tls(tls, probe) => {
+                            let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
+                            info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "tls", %cc, "subflow up");
+                            slot.store(1, std::sync::atomic::Ordering::Relaxed);
+                            session.run_path_until(spec.id, *tls, Some(probe), lost).await
+                        }
+                        Subflow::Quic(q) => {
+                            info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "quic", cc = %s.quic_cc, "subflow up");
+                            slot.store(2, std::sync::atomic::Ordering::Relaxed);
+                            session.run_path_until(spec.id, *q, None, lost).await
+                        }
+                    }
+                };
                 let r = tokio::select! {
-                    r = session.run_path_until(spec.id, tls, Some(probe), lost) => r,
+                    r = run => r,
                     _ = stop.changed() => return,
                 };
+                slot.store(0, std::sync::atomic::Ordering::Relaxed);
                 warn!(path = %spec.id, name = %spec.name, error = ?r.err(), "subflow down");
             }
             Ok(Err(e)) => warn!(path = %spec.id, name = %spec.name, error = %e, "subflow connect failed"),
@@ -672,7 +761,7 @@ async fn run() -> anyhow::Result<()> {
     };
     let mut tasks = tokio::task::JoinSet::new();
     let paths: Vec<PathSpec> = match s.transport {
-        Transport::Tls => s.paths.clone(),
+        Transport::Tls | Transport::Quic => s.paths.clone(),
         // One MPTCP connection; the kernel spreads it over its endpoints.
         // Not bound to a device: the binding would pin every subflow the
         // kernel adds to the first interface (and without a device, the
@@ -688,9 +777,23 @@ async fn run() -> anyhow::Result<()> {
         ConnDialer::new(proxy, s.proxy_name.clone(), &s.tls, Arc::default()).with_congestion(s.congestion.clone())
     });
     let known_proxy = KnownProxy::default();
+    let transports = PathTransports::default();
     let mut sources_pre: Vec<Source> = Vec::new();
     for p in &paths {
-        tasks.spawn(keep_path(s.clone(), session.clone(), p.clone(), session_id, known_proxy.clone(), stop_rx.clone()));
+        tasks.spawn(keep_path(
+            s.clone(),
+            session.clone(),
+            p.clone(),
+            session_id,
+            known_proxy.clone(),
+            transports.clone(),
+            stop_rx.clone(),
+        ));
+    }
+    if s.transport == Transport::Quic {
+        let names: Vec<(PathId, String)> = paths.iter().map(|p| (p.id, p.name.clone())).collect();
+        let (t, cc) = (transports.clone(), s.cc_stats.clone());
+        sources_pre.push(Arc::new(move |w: &mut Writer| metrics::write_subflow_transports(w, &names, &t[..], &cc)));
     }
     // The telemetry spool, when a radio source feeds it.
     let spool = if radio_sources_configured(&s.opts) {
@@ -886,7 +989,7 @@ mod tests {
 
     #[test]
     fn every_transport_is_a_flag_and_a_config_key() {
-        for t in ["tls", "kernel-mptcp", "kernel-mptcp-conn"] {
+        for t in Transport::ALL.map(Transport::name) {
             let o = Opts::try_parse_from(["polycorn-relay", "--transport", t]).unwrap();
             let parsed = o.common.transport.as_deref().map(|s| s.parse::<Transport>().ok());
             assert_eq!(parsed, Some(Some(t.parse().unwrap())));

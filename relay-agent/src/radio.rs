@@ -297,7 +297,7 @@ pub async fn apply(
                 }
                 cells[p.index()] = c;
                 let state = if c == 0 { LinkState::NoService } else { LinkState::Connected };
-                session.with(|st, _| st.ep.report_link(p, state, c));
+                session.report_link(p, state, c);
                 let sample = v1::CellSample {
                     path: u32::from(p.0),
                     carrier: path_names.get(p.index()).cloned().unwrap_or_default(),

@@ -433,6 +433,58 @@ pub async fn serve(
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
+/// Which transport carries each path (`transports[i]`: 0 none, 1 TLS,
+/// 2 QUIC) and the railway controllers' counters: over `--transport quic`
+/// a carrier that fell back to TLS shows here.
+pub fn write_subflow_transports(
+    w: &mut Writer,
+    path_names: &[(PathId, String)],
+    transports: &[std::sync::atomic::AtomicU8],
+    cc: &crate::quic::CcStats,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for (p, name) in path_names {
+        let now = transports.get(p.index()).map_or(0, |t| t.load(Relaxed));
+        for (v, transport) in [(1, "tls"), (2, "quic")] {
+            w.gauge(
+                "polycorn_subflow_transport",
+                "1 for the transport carrying the path now (quic, or tls after a fallback); 0 for the others.",
+                vec![
+                    ("path".into(), p.0.to_string()),
+                    ("name".into(), name.clone()),
+                    ("transport".into(), transport.into()),
+                ],
+                f64::from(u8::from(now == v)),
+            );
+        }
+    }
+    let n = Labels::new;
+    w.counter(
+        "polycorn_quic_cc_outages_held",
+        "Losses of a whole period the railway controller took for an interruption (model kept).",
+        n(),
+        cc.outages_held.load(Relaxed) as f64,
+    );
+    w.counter(
+        "polycorn_quic_cc_outages_congested",
+        "Losses of a whole period the railway controller took for congestion (model reset).",
+        n(),
+        cc.outages_congested.load(Relaxed) as f64,
+    );
+    w.counter(
+        "polycorn_quic_cc_loss_backoffs",
+        "Rounds whose loss exceeded the railway controller's tolerance.",
+        n(),
+        cc.loss_backoffs.load(Relaxed) as f64,
+    );
+    w.counter(
+        "polycorn_quic_cc_handovers_held",
+        "Handover hints that held a railway controller's model.",
+        n(),
+        cc.handovers_held.load(Relaxed) as f64,
+    );
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

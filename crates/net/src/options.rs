@@ -53,7 +53,9 @@ pub struct CommonOpts {
     /// [default: hrsch+, HRSCH with the stale filter and the tail rules].
     #[arg(long)]
     pub scheduler: Option<String>,
-    /// `tls` (one TLS subflow per train interface), `kernel-mptcp` (one
+    /// `tls` (one TLS subflow per train interface), `quic` (one QUIC
+    /// subflow per interface, each falling back to TLS on its own when UDP
+    /// does not get through; a proxy at `quic` accepts both), `kernel-mptcp` (one
     /// MPTCP connection scheduled by the kernel, carrying every passenger
     /// connection) or `kernel-mptcp-conn` (each passenger connection its own
     /// MPTCP connection with TLS, as OpenMPTCProuter runs it: no session,
@@ -66,6 +68,11 @@ pub struct CommonOpts {
     /// kernel lacks it, a warning and the default [default: bbr].
     #[arg(long)]
     pub subflow_cc: Option<String>,
+    /// Congestion control of the QUIC subflows: `railway` (ours, with the
+    /// radio's handover hints), `railway-nohints`, or quinn's `bbr`,
+    /// `cubic`, `newreno` [default: railway].
+    #[arg(long)]
+    pub quic_cc: Option<String>,
     /// Most bytes a passenger connection's receive window grows to:
     /// windows start at --conn-window-initial and double while the window is
     /// what limits the connection (docs/architecture.md, "Flow control and
@@ -140,6 +147,8 @@ pub struct CommonSettings {
     pub transport: Transport,
     /// `--subflow-cc`.
     pub congestion: Congestion,
+    /// `--quic-cc`.
+    pub quic_cc: crate::quic::QuicCc,
     /// `--failure-table-url` and its options.
     pub table_url: Option<HttpOpts>,
     /// `--failure-table-verify-key`: the keys tables must be signed with.
@@ -151,7 +160,7 @@ pub struct CommonSettings {
 impl CommonOpts {
     /// Fill what flags and environment left unset from the file's options.
     pub fn merge(&mut self, file: &mut CommonOpts) {
-        crate::merge_options!(self, file; train_id, ca, cert, key, scheduler, transport, subflow_cc, conn_window,
+        crate::merge_options!(self, file; train_id, ca, cert, key, scheduler, transport, subflow_cc, quic_cc, conn_window,
             conn_window_initial, conn_send_buffer, failure_table, failure_table_url, failure_table_poll_s,
             failure_table_api_key_file, failure_table_insecure_http, failure_table_verify_key, log_json, trace_dir,
             trace_max_bytes);
@@ -183,6 +192,7 @@ impl CommonOpts {
         build_pipeline(&scheduler, &self.pipelines)?;
         let transport: Transport = self.transport.as_deref().unwrap_or("tls").parse()?;
         let congestion = self.subflow_cc.as_deref().map_or(Ok(Congestion::default()), str::parse)?;
+        let quic_cc = self.quic_cc.as_deref().map_or(Ok(crate::quic::QuicCc::Railway), str::parse)?;
         let table_url = HttpOpts::from_flags(
             self.failure_table_url.as_deref(),
             self.failure_table_poll_s,
@@ -197,6 +207,7 @@ impl CommonOpts {
             pipelines: self.pipelines.clone(),
             transport,
             congestion,
+            quic_cc,
             table_url,
             table_verifier,
             trace,

@@ -103,6 +103,8 @@ struct Inner {
     events: mpsc::Sender<SessionEvent>,
     /// Telemetry payload bytes in `events`.
     telemetry_bytes: Arc<AtomicUsize>,
+    /// The paths' radio states, for the QUIC subflows' controllers.
+    hints: Arc<crate::quic::HintBoard>,
 }
 
 /// Cheap to clone; every clone drives the same endpoint.
@@ -145,6 +147,7 @@ impl Session {
             closed: Notify::new(),
             events: tx,
             telemetry_bytes: telemetry_bytes.clone(),
+            hints: Arc::default(),
         });
         let s = Session { inner };
         tokio::spawn(s.clone().timer_task());
@@ -156,6 +159,20 @@ impl Session {
         // state; continuing with it is still better than taking the whole
         // train offline, and tests catch such panics.
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The paths' radio states as the subflows' controllers read them: the
+    /// proxy's follow the relay's path-status frames, the relay's follow
+    /// [`Session::report_link`].
+    pub fn hints(&self) -> &Arc<crate::quic::HintBoard> {
+        &self.inner.hints
+    }
+
+    /// The relay's radio saw `path` change state: tell the proxy (a
+    /// path-status frame) and this side's controller.
+    pub fn report_link(&self, path: PathId, state: LinkState, cell: u64) {
+        self.inner.hints.report(path, state);
+        self.with(|st, _| st.ep.report_link(path, state, cell));
     }
 
     pub fn downgrade(&self) -> WeakSession {
@@ -204,6 +221,7 @@ impl Session {
                     self.event(st, SessionEvent::TelemetryAcked { seq });
                 }
                 Event::PathStatus { path, state, cell } => {
+                    self.inner.hints.report(path, state);
                     self.event(st, SessionEvent::PathStatus { path, state, cell });
                 }
             }

@@ -20,6 +20,10 @@ pub const NOTSENT_LOWAT_BYTES: u32 = 128 * 1024;
 pub enum Transport {
     /// One TLS-over-TCP subflow per interface, scheduled by Polycorn.
     Tls,
+    /// One QUIC subflow per interface ([`crate::quic`]), scheduled by
+    /// Polycorn; a carrier where UDP does not get through falls back to a
+    /// TLS subflow on its own.
+    Quic,
     /// One Linux MPTCP connection (TLS inside), scheduled by the kernel.
     KernelMptcp,
     /// One Linux MPTCP connection per passenger connection, scheduled by
@@ -29,12 +33,16 @@ pub enum Transport {
 
 impl Transport {
     /// Every value, as the flags spell them.
-    pub const NAMES: &'static str = "tls, kernel-mptcp or kernel-mptcp-conn";
+    pub const NAMES: &'static str = "tls, quic, kernel-mptcp or kernel-mptcp-conn";
+
+    pub const ALL: [Transport; 4] =
+        [Transport::Tls, Transport::Quic, Transport::KernelMptcp, Transport::KernelMptcpConn];
 
     /// The flag's spelling.
     pub fn name(self) -> &'static str {
         match self {
             Transport::Tls => "tls",
+            Transport::Quic => "quic",
             Transport::KernelMptcp => "kernel-mptcp",
             Transport::KernelMptcpConn => "kernel-mptcp-conn",
         }
@@ -43,7 +51,7 @@ impl Transport {
     /// The socket protocol of its connections.
     pub fn protocol(self) -> Protocol {
         match self {
-            Transport::Tls => Protocol::TCP,
+            Transport::Tls | Transport::Quic => Protocol::TCP,
             Transport::KernelMptcp | Transport::KernelMptcpConn => Protocol::MPTCP,
         }
     }
@@ -69,7 +77,7 @@ impl Transport {
                 max_cwnd_bytes: KERNEL_MPTCP_WINDOW_BYTES,
                 ..base
             },
-            Transport::Tls | Transport::KernelMptcpConn => base,
+            Transport::Tls | Transport::Quic | Transport::KernelMptcpConn => base,
         }
     }
 }
@@ -85,12 +93,9 @@ pub const KERNEL_MPTCP_WINDOW_BYTES: u64 = 32 << 20;
 impl std::str::FromStr for Transport {
     type Err = crate::Error;
     fn from_str(s: &str) -> Result<Self, crate::Error> {
-        [Transport::Tls, Transport::KernelMptcp, Transport::KernelMptcpConn]
-            .into_iter()
-            .find(|t| t.name() == s)
-            .ok_or_else(|| {
-                crate::Error::option(format!("--transport {s:?}"), format!("unknown; use {}", Transport::NAMES))
-            })
+        Transport::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
+            crate::Error::option(format!("--transport {s:?}"), format!("unknown; use {}", Transport::NAMES))
+        })
     }
 }
 
@@ -417,7 +422,7 @@ mod tests {
 
     #[test]
     fn transports_parse_by_their_flag_names() {
-        for t in [Transport::Tls, Transport::KernelMptcp, Transport::KernelMptcpConn] {
+        for t in Transport::ALL {
             assert_eq!(t.name().parse::<Transport>().ok(), Some(t));
         }
         let e = "mptcp".parse::<Transport>().unwrap_err().to_string();
