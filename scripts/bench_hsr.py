@@ -257,9 +257,10 @@ class Settings:
                     f"scheme {s!r}: the only table suffixes are @oracle, @broad, @early and @mean"
                 )
             pipe = s.split("@", 1)[0]
-            if "~" in pipe and not re.fullmatch(r"[^~]+~[a-z0-9_]{1,15}", pipe):
+            if "~" in pipe and not re.fullmatch(r"[^~]+~[a-z0-9_-]{1,20}", pipe):
                 raise BenchError(
-                    f"scheme {s!r}: a congestion-control suffix is ~NAME, one kernel algorithm"
+                    f"scheme {s!r}: a congestion-control suffix is ~NAME: a kernel algorithm, "
+                    "or for quic-NAME a --quic-cc controller"
                 )
             if is_direct(s) and "@" in s:
                 raise BenchError(f"scheme {s!r}: a direct scheme runs no relay, so no table")
@@ -448,8 +449,10 @@ class Bench:
             direct_cc = cc or None
         elif "~" in pipeline:
             pipeline, cc = pipeline.split("~", 1)
-            relay.append(f"--subflow-cc={cc}")
-            proxy.append(f"--subflow-cc={cc}")
+            # quic-NAME~CC: the QUIC subflows' controller (--quic-cc).
+            flag = "--quic-cc" if pipeline.startswith("quic-") else "--subflow-cc"
+            relay.append(f"{flag}={cc}")
+            proxy.append(f"{flag}={cc}")
         topo = self.topology(base, i, tdir / "trip")
         try:
             topo.up(

@@ -338,6 +338,13 @@ start_scheme_pair() {
             start_main_relay "${both[@]}" "${relay[@]}" --scheduler minrtt --transport kernel-mptcp-conn
             wait_http "$NS_CLOUD" "http://$PROXY_METRICS/readyz" 10 && wait_http "$NS_TRAIN" "http://$RELAY_METRICS/readyz" 10
             ;;
+        quic-*)
+            # The pipeline over QUIC subflows (each carrier falls back to TLS
+            # on its own if its QUIC handshake fails).
+            start_proxy "${both[@]}" "${proxy[@]}" --scheduler "${scheme#quic-}" --transport quic
+            start_main_relay "${both[@]}" "${relay[@]}" --scheduler "${scheme#quic-}" --transport quic
+            wait_paths_up 1
+            ;;
         *)
             start_proxy "${both[@]}" "${proxy[@]}" --scheduler "$scheme" --transport tls
             start_main_relay "${both[@]}" "${relay[@]}" --scheduler "$scheme" --transport tls
