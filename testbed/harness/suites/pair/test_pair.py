@@ -323,6 +323,67 @@ def test_after_a_relay_restart_the_proxy_replaces_the_old_session(pair: Pair) ->
     assert sha256(pair.download("/files/1MiB.bin")) == sha256(pair.origin_file("1MiB.bin"))
 
 
+def _transport_of(pair: Pair, path: int) -> str | None:
+    """Which transport carries ``path`` now, by the relay's polycorn_subflow_transport."""
+    text = pair.relay_metrics() or ""
+    for s in metrics.samples(text):
+        if s.name == "polycorn_subflow_transport" and s.labels.get("path") == str(path) and s.value == 1:
+            return s.labels.get("transport")
+    return None
+
+
+def test_quic_carries_passengers_intact_and_a_carrier_without_udp_falls_back_alone(
+    pair: Pair,
+) -> None:
+    """--transport quic with UDP to the proxy dropped on carrier 0 only: carrier 0
+    falls back to TLS, carrier 1 stays on QUIC, and downloads, uploads and a carrier
+    lost mid-transfer (carrier 1, the QUIC one) leave the bytes intact."""
+    pair.stop("relay")
+    pair.stop("proxy")
+    for cmd in (
+        "add table inet pc_block_udp",
+        "add chain inet pc_block_udp out { type filter hook output priority 0 ; }",
+        "add rule inet pc_block_udp out oifname car0 udp dport 4433 drop",
+    ):
+        pair.exec("train", ["nft", *cmd.split()])
+    try:
+        pair.start_proxy("--transport", "quic")
+        pair.start_main_relay("--transport", "quic")
+        pair.wait_paths_up(timeout_s=40)
+        wait_until(
+            "carrier 0 on TLS, carrier 1 on QUIC",
+            lambda: (_transport_of(pair, 0), _transport_of(pair, 1)) == ("tls", "quic"),
+            20,
+        )
+        assert sha256(pair.download("/files/10MiB.bin")) == sha256(pair.origin_file("10MiB.bin"))
+        src = pair.state / "origin" / "www" / "files" / "1MiB.bin"
+        pair.download("/upload/it-quic-1MiB.bin", "-T", str(src), "-o", "/dev/null")
+        got = pair.exec("cloud", ["curl", "-fsS", f"{ORIGIN}/upload/it-quic-1MiB.bin"]).stdout
+        assert sha256(got) == sha256(src.read_bytes())
+        out = pair.state / "quic-carrier-lost.bin"
+        curl = pair.start_download("/files/100MiB.bin", rate="20M", out=out)
+        try:
+            wait_until(
+                "the download is under way",
+                lambda: out.exists() and out.stat().st_size > 8 << 20,
+                30,
+            )
+            pair.link("down", 1)
+            assert curl.wait(150) == 0, "curl failed after the QUIC carrier went down"
+        finally:
+            if curl.poll() is None:
+                curl.kill()
+            pair.link("up", 1)
+        got = sha256(out.read_bytes())
+        out.unlink()
+        assert got == sha256(pair.origin_file("100MiB.bin"))
+        wait_until("carrier 1 back on QUIC", lambda: _transport_of(pair, 1) == "quic", 30)
+        proxy_log = "\n".join(pair.log_lines("proxy"))
+        assert 'transport="quic"' in proxy_log and 'transport="tls"' in proxy_log
+    finally:
+        pair.exec("train", ["nft", "delete", "table", "inet", "pc_block_udp"], check=False)
+
+
 def test_kernel_mptcp_transport_carries_passenger_traffic_intact(pair: Pair) -> None:
     """Over one MPTCP connection, with the kernel's extra subflows joined."""
     pair.stop("relay")
