@@ -327,7 +327,11 @@ def _transport_of(pair: Pair, path: int) -> str | None:
     """Which transport carries ``path`` now, by the relay's polycorn_subflow_transport."""
     text = pair.relay_metrics() or ""
     for s in metrics.samples(text):
-        if s.name == "polycorn_subflow_transport" and s.labels.get("path") == str(path) and s.value == 1:
+        if (
+            s.name == "polycorn_subflow_transport"
+            and s.labels.get("path") == str(path)
+            and s.value == 1
+        ):
             return s.labels.get("transport")
     return None
 
