@@ -34,14 +34,16 @@ def _bench(tmp: Path, log: Path, schemes: str) -> subprocess.Popen[bytes]:
 
 def test_bench_hsr_ci_runs_every_phase_and_leaves_nothing(tmp_path: Path) -> None:
     """make bench-hsr PROFILE=ci: minrtt, hrsch (with a stand-in failure table
-    and the radio replay), kernel-mptcp and kernel-mptcp-conn side by side:
-    results for every size, the backlog, concurrency and budget-sweep phases,
-    no budget exceeded, nothing left behind."""
+    and the radio replay), kernel-mptcp, kernel-mptcp-conn and direct-c0 (no
+    tunnel) side by side: results for every size, the backlog, concurrency and
+    budget-sweep phases, each carrier's share used, no budget exceeded, nothing
+    left behind."""
     log = tmp_path / "bench.log"
-    proc = _bench(tmp_path / "bench", log, "minrtt hrsch kernel-mptcp kernel-mptcp-conn")
+    schemes = "minrtt hrsch kernel-mptcp kernel-mptcp-conn direct-c0"
+    proc = _bench(tmp_path / "bench", log, schemes)
     assert proc.wait(timeout=3600) == 0, log.read_text()[-3000:]
     doc = json.loads((tmp_path / "bench/out/hsr.json").read_text())
-    assert doc["profile"] == "ci" and len(doc["bulk"]) == 4 and len(doc["im"]) == 4
+    assert doc["profile"] == "ci" and len(doc["bulk"]) == 5 and len(doc["im"]) == 5
     assert (
         min(per[size]["n"] for per in doc["bulk"].values() for size in ("256KB", "1MB", "4MB")) >= 1
     )
@@ -73,6 +75,15 @@ def test_bench_hsr_ci_runs_every_phase_and_leaves_nothing(tmp_path: Path) -> Non
     assert len(doc["budget_sweep"]) >= 2
     assert all(s["minrtt"]["backlog_goodput_mbps"] > 0 for s in doc["budget_sweep"].values())
     assert doc["budget_check"]["ok"] is True
+    # Every scheme's share of each carrier, from the train's counters: the direct
+    # scheme's traffic crossed carrier 0's emulated link and nothing else.
+    share = doc["capacity_share"]
+    assert sorted(share) == sorted(schemes.split())
+    assert all(s["carriers"] and s["goodput_share"]["mean"] > 0 for s in share.values()), share
+    assert share["direct-c0"]["carriers"]["0"]["mean"] > 0.05
+    assert share["direct-c0"]["carriers"]["1"]["mean"] < 0.001
+    assert doc["extra_traffic"]["direct-c0"] is None
+    assert not any("direct-c0" in e for e in doc["issues"]["examples"]), doc["issues"]
     assert [x for k in range(8) for x in leftovers(f"hbit{k}")] == []
 
 
