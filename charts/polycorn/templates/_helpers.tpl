@@ -90,6 +90,23 @@ polycorn.io/train: {{ .train.id }}
 {{- printf "train_%s" .train.id }}
 {{- end }}
 
+{{/* The UDP port of a train's QUIC at Envoy (quic.enabled): trains[].quicPort;
+in "port" routing it defaults to the train's edgePort, so that a relay finds
+TCP and UDP at one port of the edge. Empty when there is none. Call with
+(dict "ctx" $ "train" $t). */}}
+{{- define "polycorn.trainQuicPort" -}}
+{{- if .train.quicPort }}
+{{- .train.quicPort }}
+{{- else if and (eq .ctx.Values.envoy.trains.routing "port") .train.edgePort }}
+{{- .train.edgePort }}
+{{- end }}
+{{- end }}
+
+{{/* Envoy's UDP listener and cluster of one train's QUIC. */}}
+{{- define "polycorn.trainQuicCluster" -}}
+{{- printf "train_%s_quic" .train.id }}
+{{- end }}
+
 {{- define "polycorn.kafkaBootstrap" -}}
 {{- required "kafka.bootstrap is required: the Kafka bootstrap servers, host:port[,host:port...]" .Values.kafka.bootstrap }}
 {{- end }}
@@ -300,6 +317,7 @@ NOTES.txt and from the Envoy ConfigMap, so that `helm template` fails too.
 {{- $seen := dict }}
 {{- $names := dict }}
 {{- $ports := dict }}
+{{- $udpPorts := dict }}
 {{- range .Values.trains }}
 {{- if hasKey $seen .id }}
 {{- fail (printf "trains: train id %q is listed twice" .id) }}
@@ -321,6 +339,22 @@ NOTES.txt and from the Envoy ConfigMap, so that `helm template` fails too.
 {{- fail (printf "trains: edgePort %v of train %q is used twice" .edgePort .id) }}
 {{- end }}
 {{- $_ := set $ports $p true }}
+{{- end }}
+{{- if and $.Values.quic.enabled $.Values.envoy.enabled }}
+{{- $q := include "polycorn.trainQuicPort" (dict "ctx" $ "train" .) }}
+{{- if not $q }}
+{{- fail (printf "trains: train %q needs a quicPort with quic.enabled: the UDP port at Envoy that its QUIC is routed by (QUIC cannot be routed by server name)" .id) }}
+{{- end }}
+{{- if hasKey $udpPorts $q }}
+{{- fail (printf "trains: quicPort %s of train %q is also train %q's: each train needs a UDP port of its own" $q .id (get $udpPorts $q)) }}
+{{- end }}
+{{- $_ := set $udpPorts $q .id }}
+{{- end }}
+{{- end }}
+{{- if .Values.quic.enabled }}
+{{- $idle := .Values.quic.sessionIdleTimeout | trimSuffix "s" | float64 }}
+{{- if le $idle 30.0 }}
+{{- fail (printf "quic.sessionIdleTimeout %s must be more than 30s, the relays' QUIC idle timeout: a connection silent through an outage would lose its Envoy session while both ends still hold it" .Values.quic.sessionIdleTimeout) }}
 {{- end }}
 {{- end }}
 {{- if and (has .Values.postgresql.sslmode (list "verify-ca" "verify-full")) (not .Values.postgresql.caSecret.name) }}

@@ -21,8 +21,9 @@
 //     ValidateAll()'d in turn, because step 2 does not descend into an Any.
 //     An Any whose type is not linked into this binary is an error: the
 //     extensions the chart uses are blank-imported in extensions.go;
-//  4. references (references.go): unique names and addresses, clusters
-//     named by TCP proxies and routes exist, no two filter chains of a
+//  4. references (references.go): unique names and addresses (per
+//     protocol), clusters named by TCP proxies, UDP proxies and routes
+//     exist, UDP proxies sit on UDP listeners, no two filter chains of a
 //     listener with the same match: what Envoy rejects at load time.
 package main
 
