@@ -258,8 +258,14 @@ pub struct Link {
     clock: Duration,
     next_id: u64,
     stats: LinkStats,
+    /// Delivered packets by their time in the bottleneck queue, in
+    /// milliseconds (the last bucket holds everything longer).
+    sojourn_ms: Vec<u64>,
     log: Option<Vec<LinkEvent>>,
 }
+
+/// Longest queueing time [`Link::sojourn_quantile`] tells apart.
+const SOJOURN_BUCKETS_MS: usize = 20_000;
 
 impl Link {
     /// A link at time zero with an empty queue.
@@ -287,6 +293,7 @@ impl Link {
             clock: Duration::ZERO,
             next_id: 0,
             stats: LinkStats::default(),
+            sojourn_ms: vec![0; SOJOURN_BUCKETS_MS + 1],
             log: config.event_log.then(Vec::new),
         })
     }
@@ -332,6 +339,8 @@ impl Link {
         }
         let p = self.delay_line.pop_front()?;
         self.stats.delivered.add(p.data.len());
+        let queued = p.dequeued.saturating_sub(p.arrival).as_millis() as usize;
+        self.sojourn_ms[queued.min(SOJOURN_BUCKETS_MS)] += 1;
         self.event(p.departure, EventKind::Deliver, Some(p.id), p.data.len());
         Some(p)
     }
@@ -352,6 +361,26 @@ impl Link {
             }
         }
         next
+    }
+
+    /// The `q` quantile (0..=1) of the delivered packets' time in the
+    /// bottleneck queue, to the millisecond (capped at 20 s): the queueing
+    /// delay a sender added, whatever its transport. `None` before any
+    /// delivery.
+    pub fn sojourn_quantile(&self, q: f64) -> Option<Duration> {
+        let total: u64 = self.sojourn_ms.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (ms, n) in self.sojourn_ms.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(Duration::from_millis(ms as u64));
+            }
+        }
+        None
     }
 
     /// Counters so far.

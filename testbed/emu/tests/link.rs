@@ -728,3 +728,16 @@ fn next_event_wakes_for_a_flush_start_behind_a_hold_blackout() {
     assert_eq!(link.stats().flushed.packets, 1);
     assert_eq!(link.next_event(ms(10)), None);
 }
+
+/// The queueing-time quantiles follow the packets' time in the queue: ten
+/// full-size packets at once on a 1 ms-per-packet link wait 1..=10 ms.
+#[test]
+fn sojourn_quantiles_are_the_packets_time_in_the_queue() {
+    let mut link = Link::new(LinkConfig::new(Service::ConstantRate { bits_per_sec: 12_000_000 })).unwrap();
+    assert_eq!(link.sojourn_quantile(0.5), None);
+    let out = run(&mut link, vec![(ZERO, 1500); 10], ms(1000));
+    assert_eq!(out.len(), 10);
+    assert_eq!(link.sojourn_quantile(0.5), Some(ms(5)));
+    assert_eq!(link.sojourn_quantile(0.95), Some(ms(10)));
+    assert_eq!(link.sojourn_quantile(0.0), Some(ms(1)));
+}

@@ -25,6 +25,8 @@ struct LinkSpec {
     outages: Vec<(f64, f64)>,
     buffer: u64,
     seconds: f64,
+    /// Before this second the sender has only a keep-alive every 500 ms.
+    busy_from: f64,
 }
 
 impl LinkSpec {
@@ -37,6 +39,7 @@ impl LinkSpec {
             outages: vec![],
             buffer: 4 << 20,
             seconds: 30.0,
+            busy_from: 0.0,
         }
     }
     fn mbps_at(&self, s: f64) -> f64 {
@@ -240,7 +243,12 @@ fn simulate(spec: &LinkSpec, cc: &mut dyn Cc, seed: u64, hints: &[(f64, Hint)]) 
             last_progress = now;
         }
         let mut sent_now = 0;
-        while (probe && sent_now < 2) || (in_flight_bytes + MTU <= cc.window() && tokens >= MTU as f64) {
+        let idle = s < spec.busy_from;
+        let keep_alive = idle && now.duration_since(t0).as_millis() % 500 == 0;
+        while (probe && sent_now < 2)
+            || (keep_alive && sent_now < 1)
+            || (!idle && in_flight_bytes + MTU <= cc.window() && tokens >= MTU as f64)
+        {
             tokens -= MTU as f64;
             cc.on_sent(now, MTU, in_flight_bytes);
             in_flight.insert(next_pn, (now, MTU));
@@ -263,6 +271,13 @@ fn simulate(spec: &LinkSpec, cc: &mut dyn Cc, seed: u64, hints: &[(f64, Hint)]) 
     }
 }
 
+/// Bytes delivered in the whole second after the first one, from `from`
+/// on, in which anything was delivered again.
+fn second_after_return(per_second: &[u64], from: usize) -> u64 {
+    let back = (from..per_second.len()).find(|&i| per_second[i] > 0).expect("delivery resumes");
+    per_second.get(back + 1).copied().unwrap_or(0)
+}
+
 fn railway(now: Instant) -> Railway {
     Railway::new(RailwayConfig::default(), now)
 }
@@ -282,8 +297,10 @@ fn radio_loss_does_not_throttle_it_and_the_queue_stays_short() {
         let mut cc = railway(Instant::now());
         let r = run(&spec, &mut cc);
         assert!(r.utilisation >= 0.85, "{mbps} Mbit/s, {rtt} ms, {loss} loss: {r:?}");
-        assert!(r.queue_p95 <= Duration::from_millis(100), "{mbps} Mbit/s, {rtt} ms: {r:?}");
-        assert!(r.queue_p95_all <= Duration::from_millis(120), "start-up: {mbps} Mbit/s, {rtt} ms: {r:?}");
+        // About the target, with the overshoot after each drain round.
+        let target = cc.config().target_queue_delay;
+        assert!(r.queue_p95 <= target * 2, "{mbps} Mbit/s, {rtt} ms: {r:?}");
+        assert!(r.queue_p95_all <= target * 2, "start-up: {mbps} Mbit/s, {rtt} ms: {r:?}");
         assert!(cc.stats().lossy_rounds_tolerated > 0);
         // The loss-based reference on the same link, for contrast.
         let reno = run(&spec, &mut newreno());
@@ -300,14 +317,16 @@ fn an_outage_holds_the_model_and_the_rate_returns_at_once() {
     let r = run(&spec, &mut cc);
     assert_eq!(cc.stats().outages_held, 1, "{:?}", cc.stats());
     assert_eq!(cc.stats().outages_congested, 0);
-    // The second after the outage (and its probe timeout) carries most of
-    // what the link offers; NewReno restarts from two packets.
+    // Once the first probe after the outage is answered (when depends on
+    // the transport's backed-off probe timer, not on the controller), the
+    // next second carries most of what the link offers; NewReno restarts
+    // from two packets.
     let cap = 20e6 / 8.0;
-    let after: u64 = r.per_second[14..16].iter().sum();
-    assert!(after as f64 >= 0.8 * 2.0 * cap, "after the outage: {:?}", r.per_second);
+    let after = second_after_return(&r.per_second, 12);
+    assert!(after as f64 >= 0.9 * cap, "after the outage: {:?}", r.per_second);
     let reno = run(&spec, &mut newreno());
-    let reno_after: u64 = reno.per_second[14..16].iter().sum();
-    assert!(reno_after < after, "newreno {:?}", reno.per_second);
+    let reno_after = second_after_return(&reno.per_second, 12);
+    assert!((reno_after as f64) < 0.7 * after as f64, "newreno {:?}", reno.per_second);
 }
 
 #[test]
@@ -318,10 +337,11 @@ fn a_capacity_drop_is_followed_without_a_standing_queue() {
     let mut cc = railway(Instant::now());
     let r = run(&spec, &mut cc);
     assert!(r.utilisation >= 0.85, "{r:?}");
-    let bw = cc.bw().expect("estimate") * 8.0 / 1e6;
-    assert!((6.0..=10.0).contains(&bw), "estimate {bw} Mbit/s on an 8 Mbit/s link");
-    // At 8 Mbit/s the window covers rtprop + target: about 0.1 s of data.
-    assert!(cc.window() <= 200_000, "window {}", cc.window());
+    let rate = cc.rate().expect("a rate") * 8.0 / 1e6;
+    assert!((5.0..=10.0).contains(&rate), "{rate} Mbit/s on an 8 Mbit/s link");
+    // At 8 Mbit/s the window covers rtprop + target: about 0.15 s of data.
+    assert!(cc.window() <= 250_000, "window {}", cc.window());
+    assert!(r.queue_p95 <= Duration::from_millis(200), "{r:?}");
 }
 
 #[test]
@@ -330,17 +350,16 @@ fn a_queue_before_the_silence_makes_it_congestion() {
     let mut cc = railway(t0);
     let ms = Duration::from_millis;
     let mut now = t0;
-    // A path at 50 ms that builds a 400 ms queue, then loses a whole period.
+    // A path at 50 ms that builds a 500 ms queue, then loses a whole period.
     for i in 0..400u64 {
         now += ms(5);
         cc.on_sent(now, MTU, 0);
-        let rtt = if i < 200 { ms(50) } else { ms(450) };
+        let rtt = if i < 200 { ms(50) } else { ms(550) };
         cc.on_ack(now + rtt, now, MTU);
     }
     cc.on_loss(now + ms(500), now, true, 50 * MTU);
     assert_eq!(cc.stats().outages_congested, 1);
-    assert_eq!(cc.mode(), Mode::Startup);
-    assert_eq!(cc.window(), cc.config().initial_window);
+    assert!(cc.window() <= cc.config().initial_window, "{}", cc.window());
 }
 
 #[test]
@@ -361,7 +380,8 @@ fn a_handover_hint_freezes_the_model_and_its_end_restores_the_window() {
     let r = simulate(&spec, &mut cc, 7, &hints);
     assert_eq!(cc.stats().handovers_held, 1);
     let cap = 20e6 / 8.0;
-    assert!(r.per_second[12] as f64 >= 0.8 * cap, "after the handover: {:?}", r.per_second);
+    let after = second_after_return(&r.per_second, 11);
+    assert!(after as f64 >= 0.9 * cap, "after the handover: {:?}", r.per_second);
     // Driven directly: what the hint changes.
     let mut before = 0;
     let t0 = Instant::now();
@@ -369,7 +389,7 @@ fn a_handover_hint_freezes_the_model_and_its_end_restores_the_window() {
     let mut now = t0;
     for _ in 0..2000 {
         now += Duration::from_millis(2);
-        c.on_sent(now, MTU, 0);
+        c.on_sent(now, MTU, c.window());
         c.on_ack(now + Duration::from_millis(60), now, MTU);
         before = c.window();
     }
@@ -379,12 +399,12 @@ fn a_handover_hint_freezes_the_model_and_its_end_restores_the_window() {
     assert_eq!(c.window(), before, "a loss inside a handover changes nothing");
     assert_eq!(c.stats().outages_held + c.stats().outages_congested, 0);
     c.on_hint(now + Duration::from_secs(1), Hint::HandoverEnd);
-    assert_eq!(c.mode(), Mode::Probe);
-    assert!(c.window() >= before, "{} < {before}", c.window());
+    assert_eq!(c.mode(), Mode::Track);
+    assert_eq!(c.window(), before);
     // A start without an end holds for max_hold at most.
     c.on_hint(now + Duration::from_secs(2), Hint::HandoverStart);
     c.on_ack(now + Duration::from_secs(30), now + Duration::from_secs(2), MTU);
-    assert_eq!(c.mode(), Mode::Probe);
+    assert_ne!(c.mode(), Mode::Held);
 }
 
 #[test]
@@ -396,4 +416,19 @@ fn the_base_rtt_moving_with_the_cell_neither_starves_nor_bloats_it() {
     let r = run(&spec, &mut cc);
     assert!(r.utilisation >= 0.8, "{r:?}");
     assert!(r.queue_p95 <= ms(150), "{r:?}");
+}
+
+#[test]
+fn a_path_that_carried_only_keep_alives_ramps_up_when_the_load_comes() {
+    let mut spec = LinkSpec::steady(20.0, 60, 0.005);
+    spec.busy_from = 20.0;
+    spec.seconds = 30.0;
+    let mut cc = railway(Instant::now());
+    let r = run(&spec, &mut cc);
+    let cap = 20e6 / 8.0;
+    // Within 2 s of the load, most of the link; as a path fresh from its
+    // handshake would.
+    let busy: u64 = r.per_second[22..30].iter().sum();
+    assert!(busy as f64 >= 0.85 * 8.0 * cap, "{:?}", r.per_second);
+    assert!(r.per_second[21] as f64 >= 0.5 * cap, "{:?}", r.per_second);
 }

@@ -491,16 +491,17 @@ mod shell {
         let t = start.elapsed().as_secs_f64();
         let mut out = String::new();
         for d in dirs {
-            let (s, queued, in_flight): (LinkStats, usize, usize) = {
+            let (s, queued, in_flight, p50, p95): (LinkStats, usize, usize, _, _) = {
                 let st = d.lock();
-                (*st.link.stats(), st.link.queue_bytes(), st.link.in_flight())
+                let q = |x| st.link.sojourn_quantile(x).map_or(-1, |d| d.as_millis() as i64);
+                (*st.link.stats(), st.link.queue_bytes(), st.link.in_flight(), q(0.5), q(0.95))
             };
             let rate = if t > 0.0 { s.delivered.bytes as f64 * 8.0 / t / 1e6 } else { 0.0 };
             let _ = writeln!(
                 out,
                 "polycorn-emu: t={t:.1}s {}: arrived {} delivered {} ({rate:.2} Mbit/s avg) drop-loss {} \
                  drop-buffer {} drop-blackout {} flushed {} max-queue {}B queue {}B in-flight {} non-ip {} \
-                 write-errors {}",
+                 write-errors {} sojourn-p50 {p50}ms sojourn-p95 {p95}ms",
                 d.label,
                 fmt_counter(&s.arrived),
                 fmt_counter(&s.delivered),
