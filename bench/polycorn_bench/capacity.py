@@ -351,7 +351,18 @@ def capacity_share(
             entry["total"] = sent_sum / cap_sum if cap_sum > 0 else None
             if entry["total"] is not None:
                 total.setdefault(b.trip, []).append(entry["total"])
+        # The queueing the scheme added at each carrier's bottleneck, over the trip.
+        queue_p95: dict[str, list[float]] = {}
+        for trip in ls.trips:
+            mine_run = trip.schemes.get(scheme)
+            if mine_run is not None and trip.name in carriers:
+                for k, (_, p95) in mine_run.queue_delay_ms.items():
+                    queue_p95.setdefault(str(k), []).append(p95)
         out[scheme] = {
+            "queue_delay_p95_ms": {
+                k: trip_mean_interval([[v] for v in vs]) for k, vs in sorted(queue_p95.items())
+            }
+            or None,
             "carriers": {
                 str(k): trip_mean_interval(list(g.values())) for k, g in enumerate(per_carrier)
             }

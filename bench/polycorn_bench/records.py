@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -449,6 +450,9 @@ class SchemeRun:
     proxy_metrics: Metrics | None = None
     # Concurrency phase: users N -> one backlog record per user (concurrency-<N>.jsonl).
     concurrency: dict[int, list[Backlog]] = field(default_factory=dict)
+    # The emulator's queueing time per carrier's downlink over the trip (logs/emu.log):
+    # carrier -> (p50 ms, p95 ms); empty: no log, or an emulator that does not report it.
+    queue_delay_ms: dict[int, tuple[float, float]] = field(default_factory=dict)
     # users N -> memory of relay and proxy over that window.
     concurrency_mem: dict[int, PhaseMem] = field(default_factory=dict)
 
@@ -654,6 +658,21 @@ def read_sweep(trip_path: Path, issues: Issues) -> dict[int, dict[str, SchemeRun
     return out
 
 
+_EMU_DOWN = re.compile(r"carrier (\d+) down: .* sojourn-p50 (-?\d+)ms sojourn-p95 (-?\d+)ms")
+
+
+def read_queue_delay(path: Path) -> dict[int, tuple[float, float]]:
+    """Each carrier's downlink queueing time (p50, p95 in ms) from the emulator's last
+    stats lines (it prints them on exit); a carrier that delivered nothing (-1) is left
+    out."""
+    out: dict[int, tuple[float, float]] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        m = _EMU_DOWN.search(line)
+        if m and int(m[2]) >= 0:
+            out[int(m[1])] = (float(m[2]), float(m[3]))
+    return out
+
+
 def read_run(root: Path) -> Run:
     """Read a run directory. Raises ``FileNotFoundError``/``ValueError`` only if ``run.json``
     itself is missing or unusable."""
@@ -712,6 +731,9 @@ def read_run(root: Path) -> Run:
                         users.append(int(u))
                 sr.relay_metrics = _read_snapshot(sdir / "logs" / "relay.metrics", issues)
                 sr.proxy_metrics = _read_snapshot(sdir / "logs" / "proxy.metrics", issues)
+                emu = sdir / "logs" / "emu.log"
+                if emu.exists():
+                    sr.queue_delay_ms = read_queue_delay(emu)
                 read_concurrency(sdir, sr, issues)
                 schemes[scheme] = sr
             events = trip_path / "trip" / "events.jsonl"

@@ -230,3 +230,26 @@ def test_trip_mean_interval() -> None:
     assert trip_mean_interval([])["mean"] is None
     # Same input, same interval (fixed seed).
     assert trip_mean_interval([[0.2], [0.4], [0.6]]) == trip_mean_interval([[0.2], [0.4], [0.6]])
+
+
+def test_each_schemes_queueing_delay_comes_from_its_emulator(tmp_path: Path) -> None:
+    """logs/emu.log's last stats lines give each carrier's downlink queueing time; the
+    p95 is averaged over trips beside the shares (a scheme without the log has none)."""
+    b = build(tmp_path)
+    for t, trip in enumerate(TRIPS):
+        logs = b.scheme_dir(trip, "minrtt") / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        lines = [
+            "polycorn-emu: t=1.0s carrier 0 down: arrived 1p/1B sojourn-p50 1ms sojourn-p95 2ms",
+            f"polycorn-emu: t=9.0s carrier 0 down: arrived 9p/9B delivered 9p/9B "
+            f"sojourn-p50 {10 + t}ms sojourn-p95 {100 + 10 * t}ms",
+            "polycorn-emu: t=9.0s carrier 0 up: arrived 9p/9B sojourn-p50 3ms sojourn-p95 4ms",
+            "polycorn-emu: t=9.0s carrier 1 down: arrived 0p/0B sojourn-p50 -1ms sojourn-p95 -1ms",
+        ]
+        (logs / "emu.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    share = analyse(read_run(b.finish()))["capacity_share"]
+    q = share["minrtt"]["queue_delay_p95_ms"]
+    assert set(q) == {"0"}, "a carrier that delivered nothing has no queueing time"
+    assert q["0"]["mean"] == pytest.approx(110.0)
+    assert q["0"]["n_trips"] == 3
+    assert share["direct-c0"]["queue_delay_p95_ms"] is None
