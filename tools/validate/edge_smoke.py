@@ -20,6 +20,13 @@ routing table the chart renders. It runs these steps:
 5. Start the real ``polycorn-relay`` of train A with ``--proxy-name`` as
    NOTES.txt prints it.
 
+With ``--quic`` (the chart's quic.enabled) the front also stands in for
+Envoy's per-train UDP listeners: a UDP proxy at train A's rendered
+``quicPort`` (a session and an upstream socket per source address, as
+Envoy's udp_proxy keeps them) to the proxy's UDP port of the rendered
+cluster, and the relays run ``--transport quic --quic-port`` as NOTES.txt
+prints it.
+
 Checks:
 
 - The proxy parses the rendered verify keys, both of them (its start-up log
@@ -28,6 +35,10 @@ Checks:
 - Train A's proxy gets a path up (/readyz 200).
 - Train B's relay, dialing A's name, is refused by A's proxy (mutual TLS).
 - A relay dialing a name the chart does not route is closed at the front.
+- With ``--quic``: the proxy runs ``--transport quic``; train A's rendered
+  UDP listener sends to train A's proxy at its --listen port; train A's
+  relay gets its subflow up over QUIC (the proxy logs transport quic)
+  through the UDP front, not over the TLS fallback.
 
 Exit status: 0 all checks hold, 1 one fails, 2 bad usage or missing binaries.
 """
@@ -48,7 +59,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +92,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def flag_value(sts: dict[str, Any], name: str) -> str | None:
+    """--name=value of a StatefulSet's container."""
+    for a in sts["spec"]["template"]["spec"]["containers"][0]["args"]:
+        if a.startswith(f"--{name}="):
+            return str(a.split("=", 1)[1])
+    return None
 
 
 def http_status(url: str) -> int:
@@ -138,6 +163,91 @@ def sni_table(objs: list[dict[str, Any]]) -> dict[str, str]:
         for name in chain["filter_chain_match"]["server_names"]:
             table[name] = cluster.removeprefix("train_")
     return table
+
+
+def quic_table(objs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """train id -> (its UDP port at Envoy, the proxy port its cluster sends
+    to), from the rendered Envoy UDP listeners and their clusters."""
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "envoy.yaml" in o.get("data", {})]
+    boot = yaml.safe_load(cm["data"]["envoy.yaml"])
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    table = {}
+    for lst in boot["static_resources"]["listeners"]:
+        sa = lst["address"]["socket_address"]
+        if sa.get("protocol") != "UDP":
+            continue
+        (f,) = lst["listener_filters"]
+        cfg = f["typed_config"]
+        name = cfg["matcher"]["on_no_match"]["action"]["typed_config"]["cluster"]
+        (ep,) = clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"]
+        port = ep["endpoint"]["address"]["socket_address"]["port_value"]
+        table[name.removeprefix("train_").removesuffix("_quic")] = (sa["port_value"], port)
+    return table
+
+
+class UdpFront(asyncio.DatagramProtocol):
+    """Envoy's udp_proxy of one train's UDP listener: a session per source
+    address, each with an upstream socket of its own to the proxy."""
+
+    def __init__(self, train: str, upstream: tuple[str, int]) -> None:
+        self.train = train
+        self.upstream = upstream
+        self.transport: Any = None
+        self.sessions: dict[tuple[str, int], asyncio.DatagramTransport] = {}
+        self.datagrams = 0
+
+    def protocol(self) -> UdpFront:
+        """The protocol factory of create_datagram_endpoint: this front."""
+        return self
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A datagram transport (sendto), whatever class asyncio gives it.
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.datagrams += 1
+        up = self.sessions.get(addr)
+        if up is not None:
+            up.sendto(data)
+            return
+        asyncio.get_running_loop().create_task(self._open(addr, data))
+
+    async def _open(self, addr: tuple[str, int], first: bytes) -> None:
+        front = self
+
+        class Back(asyncio.DatagramProtocol):
+            def datagram_received(self, data: bytes, _: tuple[str, int]) -> None:
+                if front.transport is not None:
+                    front.transport.sendto(data, addr)
+
+        if addr in self.sessions:
+            self.sessions[addr].sendto(first)
+            return
+        up, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+            Back, remote_addr=self.upstream
+        )
+        self.sessions[addr] = up
+        up.sendto(first)
+
+    def close(self) -> None:
+        for up in self.sessions.values():
+            up.close()
+        if self.transport is not None:
+            self.transport.close()
+
+
+def quic_subflows(log: Path) -> int:
+    """Subflows the proxy logged up over QUIC (JSON log)."""
+    n = 0
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        fields = rec.get("fields", {})
+        if fields.get("message") == "subflow up" and fields.get("transport") == "quic":
+            n += 1
+    return n
 
 
 # ------------------------------------------------------------ an SNI front
@@ -315,8 +425,11 @@ def proxy_args(
     return out
 
 
-def relay_cmd(bins: Path, work: Path, train: str, name: str, edge: int) -> tuple[list[str], str]:
-    """A relay-agent of ``train`` dialing ``name`` at the front; its metrics URL."""
+def relay_cmd(
+    bins: Path, work: Path, train: str, name: str, edge: int, *, extra: list[str]
+) -> tuple[list[str], str]:
+    """A relay-agent of ``train`` dialing ``name`` at the front (and ``extra``
+    flags); its metrics URL."""
     rm = free_port()
     cmd = [
         str(bins / "polycorn-relay"),
@@ -328,20 +441,23 @@ def relay_cmd(bins: Path, work: Path, train: str, name: str, edge: int) -> tuple
         f"--key={work / 'trains' / f'{train}.key'}",
         f"--listen-socks=127.0.0.1:{free_port()}",
         f"--metrics-listen=127.0.0.1:{rm}",
+        *extra,
     ]
     return cmd, f"http://127.0.0.1:{rm}"
 
 
-def relays(bins: Path, work: Path, edge: int, sni_a: str, proxy_url: str) -> list[str]:
+def relays(
+    bins: Path, work: Path, edge: int, sni_a: str, proxy_url: str, *, extra: list[str], quic: bool
+) -> list[str]:
     failures = []
     # Another train's relay, dialing A's name: routed to A's proxy, refused.
-    cmd, url = relay_cmd(bins, work, "train-b", sni_a, edge)
+    cmd, url = relay_cmd(bins, work, "train-b", sni_a, edge, extra=extra)
     with process(cmd, work / "relay-b.log"):
         wait_status(f"{url}/healthz", 200, 10)
         if wait_status(f"{url}/readyz", 200, 4):
             failures.append("train-b's relay got a path up through train-a's proxy")
     # A name the chart does not route: closed at the edge.
-    cmd, url = relay_cmd(bins, work, "train-a", UNROUTED, edge)
+    cmd, url = relay_cmd(bins, work, "train-a", UNROUTED, edge, extra=extra)
     with process(cmd, work / "relay-x.log"):
         wait_status(f"{url}/healthz", 200, 10)
         if wait_status(f"{url}/readyz", 200, 3):
@@ -349,14 +465,26 @@ def relays(bins: Path, work: Path, edge: int, sni_a: str, proxy_url: str) -> lis
     if http_status(f"{proxy_url}/readyz") == 200:
         failures.append("train-a's proxy is ready before its own train connected")
     # Train A's relay, dialing the name NOTES.txt gives it.
-    cmd, url = relay_cmd(bins, work, "train-a", sni_a, edge)
+    cmd, url = relay_cmd(bins, work, "train-a", sni_a, edge, extra=extra)
     with process(cmd, work / "relay-a.log"):
         if not wait_status(f"{proxy_url}/readyz", 200, 10):
             log = (work / "relay-a.log").read_text()[-1500:]
             failures.append(f"train-a's relay got no path up through the SNI front:\n{log}")
         elif not wait_status(f"{url}/readyz", 200, 5):
             failures.append("train-a's relay reports no path up")
+        elif quic and not wait_for(lambda: quic_subflows(work / "proxy.log") > 0, 5):
+            log = (work / "relay-a.log").read_text()[-1500:]
+            failures.append(f"train-a's subflow is up over TLS, not QUIC:\n{log}")
     return failures
+
+
+def wait_for(cond: Callable[[], bool], seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return False
 
 
 async def _shutdown(server: asyncio.Server) -> None:
@@ -369,17 +497,55 @@ async def _shutdown(server: asyncio.Server) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def run(
-    helm: str, bins: Path, work: Path, proxy_san: str | None, bad_verify_key: bool = False
-) -> list[str]:
-    values = {
+def quic_fronts(
+    objs: list[dict[str, Any]], sts: dict[str, Any], args: list[str], listen: int, quic_port_of: str
+) -> tuple[dict[int, UdpFront], list[str]]:
+    """With quic.enabled: the UDP fronts of the rendered per-train listeners
+    (loopback port -> front) and the relays' QUIC flags."""
+    if "--transport=quic" not in args:
+        raise SmokeError(f"quic.enabled, but the proxy runs {args}")
+    quic_ports = quic_table(objs)
+    rendered_listen = int(str(flag_value(sts, "listen")).rsplit(":", 1)[1])
+    if set(quic_ports) != set(TRAINS) or quic_ports["train-a"][1] != rendered_listen:
+        raise SmokeError(
+            f"the rendered UDP listeners {quic_ports} do not send each train to its "
+            f"proxy's --listen port {rendered_listen}"
+        )
+    # A loopback stand-in for each rendered quicPort. Only train A's proxy
+    # runs: its port leads to it, train B's to nothing here.
+    local = {t: free_udp_port() for t in TRAINS}
+    fronts = {local["train-a"]: UdpFront("train-a", ("127.0.0.1", listen))}
+    # --quic-port as NOTES.txt prints it; another train's: a seeded error.
+    return fronts, ["--transport=quic", f"--quic-port={local[quic_port_of]}"]
+
+
+def smoke_values(bins: Path, work: Path, *, quic: bool) -> dict[str, Any]:
+    """The values rendered: two trains, signed tables, with quic.enabled each
+    train's quicPort."""
+    values: dict[str, Any] = {
         **VALUES,
         "tableSigning": {
             "signingKeySecret": {"name": "table-signing"},
             "verifyKeys": table_verify_keys(bins / "polycorn-pki", work),
         },
     }
-    objs = render(helm, values)
+    if quic:
+        values["quic"] = {"enabled": True}
+        values["trains"] = [{"id": t, "quicPort": 4601 + i} for i, t in enumerate(TRAINS)]
+    return values
+
+
+def run(
+    helm: str,
+    bins: Path,
+    work: Path,
+    proxy_san: str | None,
+    *,
+    bad_verify_key: bool = False,
+    quic: bool = False,
+    quic_port_of: str = "train-a",
+) -> list[str]:
+    objs = render(helm, smoke_values(bins, work, quic=quic))
     table = sni_table(objs)
     sts = proxy_statefulset(objs, "train-a")
     names_a = [n for n, train in table.items() if train == "train-a"]
@@ -390,7 +556,9 @@ def run(
     listen, metrics = free_port(), free_port()
     proxy_url = f"http://127.0.0.1:{metrics}"
     front = SniFront(dict.fromkeys(names_a, ("127.0.0.1", listen)))
-    cmd = [str(bins / "polycorn-proxy"), *proxy_args(sts, mounts, listen, metrics)]
+    args = proxy_args(sts, mounts, listen, metrics)
+    udp_fronts, extra = quic_fronts(objs, sts, args, listen, quic_port_of) if quic else ({}, [])
+    cmd = [str(bins / "polycorn-proxy"), *args]
     with process(cmd, work / "proxy.log"):
         if not wait_status(f"{proxy_url}/healthz", 200, 15):
             log = (work / "proxy.log").read_text()[-2000:]
@@ -404,11 +572,17 @@ def run(
         loop = asyncio.new_event_loop()
         edge = free_port()
         server = loop.run_until_complete(asyncio.start_server(front.handle, "127.0.0.1", edge))
+        for port, udp in udp_fronts.items():
+            loop.run_until_complete(
+                loop.create_datagram_endpoint(udp.protocol, local_addr=("127.0.0.1", port))
+            )
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
         try:
-            failures = relays(bins, work, edge, sni_a, proxy_url)
+            failures = relays(bins, work, edge, sni_a, proxy_url, extra=extra, quic=quic)
         finally:
+            for udp in udp_fronts.values():
+                loop.call_soon_threadsafe(udp.close)
             asyncio.run_coroutine_threadsafe(_shutdown(server), loop).result(10)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(5)
@@ -422,6 +596,9 @@ def run(
     if unexpected:
         failures.append(f"server names the relays should not have sent: {unexpected}")
     print(f"edge_smoke: server names seen at the front: {sorted({str(s) for s in seen})}")
+    if udp_fronts:
+        sessions = {u.train: (len(u.sessions), u.datagrams) for u in udp_fronts.values()}
+        print(f"edge_smoke: UDP front (sessions, datagrams) per train: {sessions}")
     return failures
 
 
@@ -439,6 +616,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="mount the rendered verify key with its algorithm changed (a seeded error)",
     )
+    p.add_argument(
+        "--quic",
+        action="store_true",
+        help="quic.enabled: also the rendered UDP listeners, the relays on --transport quic",
+    )
+    p.add_argument(
+        "--quic-port-of",
+        choices=TRAINS,
+        default="train-a",
+        help="give train A's relay this train's --quic-port (another's: a seeded error)",
+    )
     a = p.parse_args(argv)
     for b in ("polycorn-proxy", "polycorn-relay", "polycorn-pki"):
         if not (a.bin_dir / b).is_file():
@@ -450,7 +638,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         work.mkdir(parents=True, exist_ok=True)
         try:
-            failures = run(a.helm, a.bin_dir, work, a.proxy_san, a.bad_verify_key)
+            failures = run(
+                a.helm,
+                a.bin_dir,
+                work,
+                a.proxy_san,
+                bad_verify_key=a.bad_verify_key,
+                quic=a.quic,
+                quic_port_of=a.quic_port_of,
+            )
         except (SmokeError, subprocess.CalledProcessError) as e:
             print(f"edge_smoke: FAIL: {e}", file=sys.stderr)
             return 1
@@ -462,6 +658,11 @@ def main(argv: list[str] | None = None) -> int:
         "edge_smoke: OK: the rendered proxy loads the rendered table verify keys; the relay "
         "sends the chart's server name; through the SNI front the rendered proxy accepts its "
         "own train, refuses another; an unrouted name is closed"
+        + (
+            "; the train's QUIC reaches its proxy through its rendered UDP listener"
+            if a.quic
+            else ""
+        )
     )
     return 0
 

@@ -7,6 +7,9 @@ import ast
 import json
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,8 @@ from .conftest import (
     TABLE_VERIFY_KEY,
     Obj,
     envoy_bootstrap,
+    helm_bin,
+    merge,
     named,
     of_kind,
     pod_specs,
@@ -156,6 +161,196 @@ def test_port_routing_gives_each_train_a_listener_and_service_port() -> None:
     assert "needs an edgePort" in render_error(
         {"trains": [{"id": "a"}], "envoy": {"trains": {"routing": "port"}}}
     )
+
+
+# ------------------------------------------------------------ QUIC
+
+
+QUIC_TRAINS: list[Obj] = [
+    {"id": "train-0042", "quicPort": 4601},
+    {"id": "train-0043", "quicPort": 4602},
+    {"id": "ice-4711", "serverNames": ["ice.trains.example.net"], "quicPort": 4603},
+]
+
+
+def _udp_listeners(boot: Obj) -> dict[str, Obj]:
+    return {
+        x["name"]: x
+        for x in boot["static_resources"]["listeners"]
+        if x["address"]["socket_address"].get("protocol") == "UDP"
+    }
+
+
+def _udp_route(lst: Obj) -> tuple[Obj, str]:
+    """A UDP listener's udp_proxy config and the cluster it sends to."""
+    (f,) = lst["listener_filters"]
+    assert f["name"] == "envoy.filters.udp_listener.udp_proxy"
+    cfg = f["typed_config"]
+    assert cfg["@type"].endswith("udp_proxy.v3.UdpProxyConfig")
+    route = cfg["matcher"]["on_no_match"]["action"]["typed_config"]
+    assert route["@type"].endswith("udp_proxy.v3.Route")
+    return cfg, route["cluster"]
+
+
+def _ports(svc: Obj) -> set[tuple[int, str]]:
+    return {(p["port"], p["protocol"]) for p in svc["spec"]["ports"]}
+
+
+def test_quic_is_off_by_default_and_nothing_is_udp() -> None:
+    objs = render({"trains": QUIC_TRAINS})
+    assert _udp_listeners(envoy_bootstrap(objs)) == {}
+    for sts in of_kind(objs, "StatefulSet"):
+        assert flag(sts["spec"]["template"]["spec"]["containers"][0]["args"], "transport") == "tls"
+    for svc in of_kind(objs, "Service"):
+        assert all(p["protocol"] == "TCP" for p in svc["spec"]["ports"]), svc["metadata"]["name"]
+
+
+def test_quic_gives_each_train_a_udp_listener_to_its_own_proxy() -> None:
+    objs = render({"trains": QUIC_TRAINS, "quic": {"enabled": True}})
+    boot = envoy_bootstrap(objs)
+    udp = _udp_listeners(boot)
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    assert set(udp) == {f"train_{t['id']}_quic" for t in QUIC_TRAINS}
+    for t in QUIC_TRAINS:
+        lst = udp[f"train_{t['id']}_quic"]
+        assert lst["address"]["socket_address"]["port_value"] == t["quicPort"]
+        assert "filter_chains" not in lst
+        cfg, cluster = _udp_route(lst)
+        # Envoy keeps a carrier's session longer than the relay's QUIC idle timeout (30 s).
+        assert cfg["idle_timeout"] == "60s"
+        assert cluster == f"train_{t['id']}_quic"
+        (ep,) = clusters[cluster]["load_assignment"]["endpoints"][0]["lb_endpoints"]
+        addr = ep["endpoint"]["address"]["socket_address"]
+        proxy = f"polycorn-proxy-{t['id']}"
+        assert addr == {"address": f"{proxy}.fleet.svc.cluster.local", "port_value": 4433}
+        # The proxy takes QUIC on UDP at its TCP port, and says so in its Service and pod.
+        assert (4433, "UDP") in _ports(named(objs, "Service", proxy))
+        c = container(objs, "StatefulSet", proxy)
+        assert flag(c["args"], "transport") == "quic"
+        assert flag(c["args"], "listen") == "0.0.0.0:4433"
+        assert {"name": "quic", "containerPort": 4433, "protocol": "UDP"} in c["ports"]
+    # TLS keeps its SNI listener: the fallback of a carrier without UDP.
+    tcp = [x for x in boot["static_resources"]["listeners"] if x["name"] == "trains"]
+    assert len(tcp[0]["filter_chains"]) == len(QUIC_TRAINS)
+    edge = _ports(named(objs, "Service", "polycorn-envoy"))
+    assert edge == {(4433, "TCP"), (443, "TCP")} | {(t["quicPort"], "UDP") for t in QUIC_TRAINS}
+    pod = container(objs, "Deployment", "polycorn-envoy")
+    assert {(p["containerPort"], p["protocol"]) for p in pod["ports"]} >= {
+        (t["quicPort"], "UDP") for t in QUIC_TRAINS
+    }
+
+
+def test_quic_with_port_routing_uses_each_trains_edge_port_over_udp() -> None:
+    trains = [{"id": "a", "edgePort": 4501}, {"id": "b", "edgePort": 4502, "quicPort": 4602}]
+    objs = render(
+        {"trains": trains, "envoy": {"trains": {"routing": "port"}}, "quic": {"enabled": True}}
+    )
+    udp = _udp_listeners(envoy_bootstrap(objs))
+    assert udp["train_a_quic"]["address"]["socket_address"]["port_value"] == 4501
+    assert udp["train_b_quic"]["address"]["socket_address"]["port_value"] == 4602
+    assert _ports(named(objs, "Service", "polycorn-envoy")) >= {
+        (4501, "TCP"), (4501, "UDP"), (4502, "TCP"), (4602, "UDP"),
+    }  # fmt: skip
+
+
+def test_network_policies_let_quic_through_where_they_let_tls() -> None:
+    objs = render(
+        {"trains": QUIC_TRAINS, "quic": {"enabled": True}, "networkPolicy": {"enabled": True}}
+    )
+    envoy = named(objs, "NetworkPolicy", "polycorn-envoy")
+    edge = {(p["port"], p["protocol"]) for p in envoy["spec"]["ingress"][0]["ports"]}
+    assert edge == {(4433, "TCP"), (8443, "TCP")} | {(t["quicPort"], "UDP") for t in QUIC_TRAINS}
+    (to_proxies,) = [
+        r
+        for r in envoy["spec"]["egress"]
+        if r.get("to", [{}])[0]
+        .get("podSelector", {})
+        .get("matchLabels", {})
+        .get("app.kubernetes.io/component")
+        == "proxy"
+    ]
+    assert {(p["port"], p["protocol"]) for p in to_proxies["ports"]} == {
+        (4433, "TCP"),
+        (4433, "UDP"),
+    }
+    proxy = named(objs, "NetworkPolicy", "polycorn-proxy")
+    (subflows,) = [r for r in proxy["spec"]["ingress"] if r["ports"][0]["port"] == 4433]
+    assert {(p["port"], p["protocol"]) for p in subflows["ports"]} == {(4433, "TCP"), (4433, "UDP")}
+    assert (
+        subflows["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "envoy"
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"trains": [{"id": "a", "quicPort": 4601}, {"id": "b"}]}, 'train "b" needs a quicPort'),
+        (
+            {"trains": [{"id": "a", "quicPort": 4601}, {"id": "b", "quicPort": 4601}]},
+            'quicPort 4601 of train "b" is also train "a"',
+        ),
+        (
+            {
+                "trains": [
+                    {"id": "a", "edgePort": 4501},
+                    {"id": "b", "edgePort": 4502, "quicPort": 4501},
+                ],
+                "envoy": {"trains": {"routing": "port"}},
+            },
+            'quicPort 4501 of train "b" is also train "a"',
+        ),
+        (
+            {"trains": [{"id": "a", "quicPort": 4601}], "quic": {"sessionIdleTimeout": "30s"}},
+            "must be more than 30s",
+        ),
+        ({"trains": [{"id": "a", "quicPort": 443}]}, "/trains/0/quicPort"),
+        (
+            {"trains": [{"id": "a", "quicPort": 4601}], "quic": {"sessionIdleTimeout": "1m"}},
+            "/quic/sessionIdleTimeout",
+        ),
+    ],
+    ids=[
+        "no-port",
+        "port-twice",
+        "edge-port-taken",
+        "idle-too-short",
+        "privileged",
+        "not-a-duration",
+    ],
+)
+def test_quic_ports_and_timeout_are_checked(values: Obj, says: str) -> None:
+    err = render_error({**values, "quic": {"enabled": True, **values.get("quic", {})}})
+    assert says in err, err
+
+
+def render_notes(values: Obj) -> str:
+    """NOTES.txt as `helm install` prints it (`helm template` leaves it out):
+    a copy of the chart with NOTES.txt turned into a ConfigMap's value."""
+    with tempfile.TemporaryDirectory() as d:
+        chart = Path(d) / "polycorn"
+        shutil.copytree(CHART, chart, symlinks=False)
+        notes = (chart / "templates" / "NOTES.txt").read_text()
+        (chart / "templates" / "zz-notes.yaml").write_text(
+            '{{- define "test.notes" }}' + notes + "{{- end }}\n"
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+            'data: {notes: {{ include "test.notes" . | toJson }}}\n'
+        )
+        r = subprocess.run(
+            [helm_bin(), "template", "polycorn", str(chart), "-n", "fleet", "-f", "-",
+             "--show-only", "templates/zz-notes.yaml"],
+            input=yaml.safe_dump(merge(BASE, values)), capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    text = yaml.safe_load(r.stdout)["data"]["notes"]
+    assert isinstance(text, str)
+    return text
+
+
+def test_notes_give_each_trains_relay_its_quic_port_only_with_quic() -> None:
+    notes = render_notes({"trains": QUIC_TRAINS, "quic": {"enabled": True}})
+    for t in QUIC_TRAINS:
+        block = notes.split(f"{t['id']}: polycorn-relay", 1)[1].split("polycorn-relay", 1)[0]
+        assert f"--transport quic --quic-port {t['quicPort']}" in block, block
+    assert "--quic-port" not in render_notes({"trains": QUIC_TRAINS})
 
 
 def test_api_is_https_with_local_rate_limiting_and_cert_from_a_secret() -> None:

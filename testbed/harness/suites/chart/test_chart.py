@@ -19,7 +19,8 @@ For every scenario ``charts/polycorn/ci/*-values.yaml``:
 Then: every container's command line through the real CLI's parser
 (tools/validate/cli_args.py; the proxy through its binary), the train path end to end
 on loopback (tools/validate/edge_smoke.py, when ``make build`` has built the
-binaries), the template unit tests (tools/validate/tests), and a seeded error for
+binaries; over TLS by server name, and with quic.enabled over QUIC by the train's UDP
+port), the template unit tests (tools/validate/tests), and a seeded error for
 each validator, which must reject it naming the error.
 
 ``KEEP=DIR`` keeps the rendered manifests in DIR. Tools come from ``scripts/setup.sh
@@ -231,6 +232,15 @@ def test_the_train_path_through_the_rendered_edge(rendered: dict[str, Path]) -> 
     print(ok(edge_smoke()))
 
 
+@pytest.mark.skipif(not HAVE_BINS, reason="target/release binaries not built (make build)")
+def test_a_trains_quic_through_its_rendered_udp_listener(rendered: dict[str, Path]) -> None:
+    """quic.enabled: the real relay on --transport quic --quic-port -> a UDP proxy
+    standing in for the train's rendered Envoy UDP listener -> the real proxy on the
+    rendered --transport quic; the subflow must come up over QUIC, not the TLS
+    fallback."""
+    print(ok(edge_smoke("--quic")))
+
+
 def test_the_template_unit_tests() -> None:
     print(
         ok(
@@ -277,8 +287,14 @@ MINIMAL = CHART / "ci" / "minimal-values.yaml"
         ),
         ("trains:\n  - id: Train_42\n", ("template",), "/trains/0/id"),
         ("trains:\n  - id: train-1\n  - id: train-1\n", ("template",), "listed twice"),
+        (
+            "quic: {enabled: true}\n"
+            "trains:\n  - {id: a, quicPort: 4601}\n  - {id: b, quicPort: 4601}\n",
+            ("template",),
+            "each train needs a UDP port of its own",
+        ),
     ],
-    ids=["unknown-key", "train-id-not-dns", "train-twice"],
+    ids=["unknown-key", "train-id-not-dns", "train-twice", "quic-port-twice"],
 )
 def test_helm_and_the_values_schema_reject(
     tmp_path: Path, values: str, args: tuple[str], says: str
@@ -366,6 +382,39 @@ def test_a_validator_rejects_a_broken_production_render(
     rejects(cmds[tool], says)
 
 
+#: Seeded errors in the QUIC scenario's render (ci/quic-values.yaml): its UDP
+#: listeners, checked by the Envoy validator as Envoy would at load time.
+BROKEN_QUIC = {
+    "envoy-udp-undefined-cluster": (
+        lambda t: re.sub(
+            r"(?m)cluster: train_ice-4711_quic$", "cluster: train_ice-9999_quic", t, count=1
+        ),
+        'listener "train_ice-4711_quic" .*cluster "train_ice-9999_quic" is not defined',
+    ),
+    "envoy-udp-proxy-on-a-tcp-listener": (
+        rep("              protocol: UDP\n", ""),
+        "a UDP proxy on a TCP listener",
+    ),
+    "envoy-two-trains-on-one-udp-port": (
+        rep("port_value: 4602", "port_value: 4601"),
+        "both bind UDP 0.0.0.0:4601",
+    ),
+    "envoy-udp-session-timeout-not-a-duration": (
+        rep("idle_timeout: 60s", "idle_timeout: 60 s"),
+        'invalid google.protobuf.Duration value "60 s"',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_QUIC))
+def test_the_envoy_validator_rejects_a_broken_quic_render(
+    rendered: dict[str, Path], tmp_path: Path, case: str
+) -> None:
+    change, says = BROKEN_QUIC[case]
+    bad = seeded(rendered["quic"], tmp_path / "bad.yaml", change)
+    rejects([BIN / "polycorn-envoy-validate", "-q", bad], says)
+
+
 @pytest.mark.skipif(
     not (RELEASE / "polycorn-proxy").exists(), reason="the proxy's flags need its binary"
 )
@@ -424,8 +473,9 @@ def test_the_real_clis_reject_the_sharded_trainers_bad_flags(
     [
         (("--proxy-san", "wrong.example"), "got no path up|reports no path up"),
         (("--bad-verify-key",), "not an Ed25519 public key"),
+        (("--quic", "--quic-port-of", "train-b"), "up over TLS, not QUIC"),
     ],
-    ids=["proxy-cert-without-the-name", "verify-key-not-ed25519"],
+    ids=["proxy-cert-without-the-name", "verify-key-not-ed25519", "quic-port-of-another-train"],
 )
 def test_the_edge_smoke_test_rejects(args: tuple[str, ...], says: str) -> None:
     rejects(edge_smoke(*args), says)
