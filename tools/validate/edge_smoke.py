@@ -179,6 +179,8 @@ def quic_table(objs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
         (f,) = lst["listener_filters"]
         cfg = f["typed_config"]
         name = cfg["matcher"]["on_no_match"]["action"]["typed_config"]["cluster"]
+        if name not in clusters:
+            raise SmokeError(f"UDP listener {lst['name']} sends to an undefined cluster {name}")
         (ep,) = clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"]
         port = ep["endpoint"]["address"]["socket_address"]["port_value"]
         table[name.removeprefix("train_").removesuffix("_quic")] = (sa["port_value"], port)
