@@ -38,7 +38,9 @@ Checks:
 - With ``--quic``: the proxy runs ``--transport quic``; train A's rendered
   UDP listener sends to train A's proxy at its --listen port; train A's
   relay gets its subflow up over QUIC (the proxy logs transport quic)
-  through the UDP front, not over the TLS fallback.
+  through the UDP front, not over the TLS fallback; when the front drops
+  its sessions (an idle timeout, a NAT rebinding, another Envoy replica),
+  the proxy's packets reach the relay through the new session.
 
 Exit status: 0 all checks hold, 1 one fails, 2 bad usage or missing binaries.
 """
@@ -197,6 +199,8 @@ class UdpFront(asyncio.DatagramProtocol):
         self.transport: Any = None
         self.sessions: dict[tuple[str, int], asyncio.DatagramTransport] = {}
         self.datagrams = 0
+        #: Datagrams back to the relays since the last rebind().
+        self.back = 0
 
     def protocol(self) -> UdpFront:
         """The protocol factory of create_datagram_endpoint: this front."""
@@ -220,6 +224,7 @@ class UdpFront(asyncio.DatagramProtocol):
         class Back(asyncio.DatagramProtocol):
             def datagram_received(self, data: bytes, _: tuple[str, int]) -> None:
                 if front.transport is not None:
+                    front.back += 1
                     front.transport.sendto(data, addr)
 
         if addr in self.sessions:
@@ -230,6 +235,18 @@ class UdpFront(asyncio.DatagramProtocol):
         )
         self.sessions[addr] = up
         up.sendto(first)
+
+    def rebind(self) -> None:
+        """Drop every session, as when one idles out, a carrier's NAT rebinds
+        or the load balancer moves a flow to another Envoy replica: the next
+        datagram opens a new session from a new upstream address."""
+        for up in self.sessions.values():
+            up.close()
+        self.sessions.clear()
+        self.back = 0
+
+    async def arebind(self) -> None:
+        self.rebind()
 
     def close(self) -> None:
         for up in self.sessions.values():
@@ -449,8 +466,16 @@ def relay_cmd(
 
 
 def relays(
-    bins: Path, work: Path, edge: int, sni_a: str, proxy_url: str, *, extra: list[str], quic: bool
+    bins: Path,
+    work: Path,
+    edge: int,
+    sni_a: str,
+    proxy_url: str,
+    *,
+    extra: list[str],
+    quic_front: tuple[asyncio.AbstractEventLoop, UdpFront] | None,
 ) -> list[str]:
+    """``quic_front`` (with QUIC): train A's UDP front and the loop it runs on."""
     failures = []
     # Another train's relay, dialing A's name: routed to A's proxy, refused.
     cmd, url = relay_cmd(bins, work, "train-b", sni_a, edge, extra=extra)
@@ -474,9 +499,19 @@ def relays(
             failures.append(f"train-a's relay got no path up through the SNI front:\n{log}")
         elif not wait_status(f"{url}/readyz", 200, 5):
             failures.append("train-a's relay reports no path up")
-        elif quic and not wait_for(lambda: quic_subflows(work / "proxy.log") > 0, 5):
+        elif quic_front and not wait_for(lambda: quic_subflows(work / "proxy.log") > 0, 5):
             log = (work / "relay-a.log").read_text()[-1500:]
             failures.append(f"train-a's subflow is up over TLS, not QUIC:\n{log}")
+        elif quic_front:
+            loop, udp = quic_front
+            asyncio.run_coroutine_threadsafe(udp.arebind(), loop).result(5)
+            # Keep-alives flow every second both ways: the proxy must soon
+            # answer at the new session's address (QUIC connection migration).
+            if not wait_for(lambda: udp.back >= 3, 6):
+                failures.append(
+                    "after a new UDP session at the edge (NAT rebinding, another Envoy "
+                    "replica), the proxy's QUIC packets no longer reach the relay"
+                )
     return failures
 
 
@@ -581,7 +616,15 @@ def run(
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
         try:
-            failures = relays(bins, work, edge, sni_a, proxy_url, extra=extra, quic=quic)
+            failures = relays(
+                bins,
+                work,
+                edge,
+                sni_a,
+                proxy_url,
+                extra=extra,
+                quic_front=(loop, next(iter(udp_fronts.values()))) if udp_fronts else None,
+            )
         finally:
             for udp in udp_fronts.values():
                 loop.call_soon_threadsafe(udp.close)
