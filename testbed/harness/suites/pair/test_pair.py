@@ -378,9 +378,9 @@ def test_quic_carries_passengers_intact_and_a_carrier_without_udp_falls_back_alo
             if curl.poll() is None:
                 curl.kill()
             pair.link("up", 1)
-        got = sha256(out.read_bytes())
+        digest = sha256(out.read_bytes())
         out.unlink()
-        assert got == sha256(pair.origin_file("100MiB.bin"))
+        assert digest == sha256(pair.origin_file("100MiB.bin"))
         wait_until("carrier 1 back on QUIC", lambda: _transport_of(pair, 1) == "quic", 30)
         proxy_log = "\n".join(pair.log_lines("proxy"))
         assert 'transport="quic"' in proxy_log and 'transport="tls"' in proxy_log
