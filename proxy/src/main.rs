@@ -543,6 +543,7 @@ impl Proxy {
             }
         };
         let cert_train = sub.peer_train()?;
+        tokio::spawn(sub.log_stats(peer.to_string(), Duration::from_secs(2)));
         let cc = self.s.quic_cc.to_string();
         self.serve_subflow(sub, cert_train, peer, handshake, None, ("quic", cc), Some(slot)).await
     }

@@ -47,6 +47,13 @@ struct Opts {
     /// Name the proxy's certificate must carry [default: proxy.polycorn].
     #[arg(long)]
     proxy_name: Option<String>,
+    /// UDP port of this train's QUIC listener, where it is not the port of
+    /// the --path addresses: behind a cloud load balancer that tells trains
+    /// apart by TLS server name on one TCP port, each train's QUIC gets a UDP
+    /// port of its own (QUIC cannot be routed by server name)
+    /// [default: each path's port].
+    #[arg(long)]
+    quic_port: Option<u16>,
     /// Transparent-capture listener (nftables REDIRECT target), e.g. 0.0.0.0:15001.
     #[arg(long)]
     listen_transparent: Option<SocketAddr>,
@@ -222,7 +229,7 @@ const RELAY_HELP: &[(&str, &str)] = &[
 fn settings() -> anyhow::Result<Settings> {
     let (mut o, mut f) = options::read::<Opts>("RELAY", RELAY_HELP, |o| o.common.config.as_deref())?;
     o.common.merge(&mut f.common);
-    merge_options!(o, f; paths, proxy_name, listen_transparent, listen_socks, listen_dns, dns_upstream, lan_interface,
+    merge_options!(o, f; paths, proxy_name, quic_port, listen_transparent, listen_socks, listen_dns, dns_upstream, lan_interface,
         udp_policy, metrics_listen, mem_budget, max_conns, max_conns_per_passenger, replay_events, replay_epoch_unix_ms,
         replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms, handover_failure_threshold_ms,
         telemetry_spool, telemetry_spool_max_bytes, replay_resume);
@@ -440,7 +447,7 @@ async fn dial_quic(s: &Settings, session: &Session, spec: &PathSpec, hello: &Hel
     let mut sub = tokio::time::timeout(
         QUIC_HANDSHAKE_TIMEOUT,
         polycorn_net::quic::connect(
-            spec.proxy,
+            SocketAddr::new(spec.proxy.ip(), s.opts.quic_port.unwrap_or(spec.proxy.port())),
             spec.device(),
             &name,
             &s.tls,
@@ -541,6 +548,7 @@ async fn keep_path(
                         Subflow::Quic(q) => {
                             info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "quic", cc = %s.quic_cc, "subflow up");
                             slot.store(2, std::sync::atomic::Ordering::Relaxed);
+                            tokio::spawn(q.log_stats(spec.name.clone(), Duration::from_secs(2)));
                             session.run_path_until(spec.id, *q, None, lost).await
                         }
                     }

@@ -3,42 +3,42 @@
 //!
 //! A carrier on a high-speed railway loses packets to radio (not queues),
 //! goes silent for tens of milliseconds in every handover and for seconds in
-//! a failed one, changes its rate by several times within seconds, and
-//! swings its base RTT as the train moves between cells. Loss-based
-//! controllers read loss and silence as congestion and collapse their
-//! window; BBR's rate model lags the rate and, to keep the pipe full,
-//! keeps a queue of a whole round trip or more (quinn's BBR on the emulated
-//! railway: median smoothed RTT 670 ms on a 100 ms path, a third of its
-//! packets dropped at the bottleneck).
+//! a failed one, changes its rate several times over within seconds, and
+//! swings its base RTT as the train moves between cells (the testbed's
+//! railway moves a path's one-way delay by tens of milliseconds within a
+//! second). Loss-based controllers read loss and silence as congestion and
+//! collapse their window. Delay is no cleaner a signal here: a controller
+//! that holds the queueing delay (RTT over its minimum) to a target reads
+//! the base RTT's swings as queue, and on the testbed's railway it left
+//! most of the carrier unused. This controller:
 //!
-//! A cellular carrier queues each user's traffic separately at the base
-//! station, so the queue a subflow sees is its own. This controller keeps
-//! that queue at a target delay instead:
+//! - models the path as BBR does (windowed-max delivery rate `bw` over
+//!   `bw_rounds` rounds that carried samples, windowed-min RTT `rtprop`)
+//!   and paces at `gain × bw` ([`Railway::pacing_rate`]; the shell paces,
+//!   because quinn's own pacer follows the window alone), with a window
+//!   that only caps what is in flight at `2 × bw × rtprop` plus
+//!   `target_queue_delay` of bytes;
+//! - cycles its pacing gain (a probing round above 1, a draining round
+//!   below it, so the minimum-RTT filter sees the floor again, then
+//!   cruising rounds);
+//! - treats loss as congestion only when a round loses more than
+//!   `loss_tolerance` of what it delivered, and then backs the rate
+//!   estimate off to what was delivered, not to a floor;
+//! - tells an interruption from congestion: when every packet of a period
+//!   is lost (persistent congestion) while the RTT before it showed no
+//!   queue past `outage_queue_delay`, the model is kept and the window
+//!   restored as soon as acknowledgements return, with one probing round
+//!   instead of a restart from a minimum;
+//! - lets the relay's radio events ([`Hint`]) freeze the model during a
+//!   handover, so that samples taken while the link is down neither drag
+//!   the rate estimate down nor count as loss;
+//! - learns nothing from rounds that did not fill the window: an idle path
+//!   keeps the rate it last measured instead of decaying to what its
+//!   keep-alives carry, and a path that carried only keep-alives still
+//!   starts up as a new one.
 //!
-//! - once per round trip it measures the queueing delay `q` as the
-//!   round's smallest RTT over the path's minimum (`rtprop`, a windowed
-//!   minimum) and scales the window by `(rtprop + target) / (rtprop + q)`,
-//!   at most doubling and at least halving it: below the target the window
-//!   grows (doubling from an empty queue is the start-up), above it the
-//!   window shrinks by what drains the excess in one round. A standing
-//!   queue of `target_queue_delay` keeps the carrier busy when its rate
-//!   jumps, and bounds the delay when it falls;
-//! - every `drain_interval` one round aims at an empty queue, so the
-//!   minimum-RTT filter sees the path's floor again (without it, a standing
-//!   queue would pass for propagation delay once the filter's window moved
-//!   past the last empty queue, and the target would ratchet up);
-//! - loss is congestion only when a round loses more than `loss_tolerance`
-//!   of what it delivered (radio loss is not); then the window backs off;
-//! - a silence (every packet of a period lost: quinn's persistent
-//!   congestion) is an interruption unless the round before it had a queue
-//!   past `outage_queue_delay`: the window is kept, so the carrier is used
-//!   at its last rate as soon as acknowledgements return;
-//! - the relay's radio events ([`Hint`]) hold the window through a
-//!   handover: samples taken while the radio switches cells neither count
-//!   as loss nor move the delay estimate.
-//!
-//! The transport shell feeds it sends, acknowledgements and losses; nothing
-//! here depends on a QUIC implementation.
+//! The transport shell feeds it acknowledgements and losses; nothing here
+//! depends on a QUIC implementation.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -47,10 +47,9 @@ use std::time::{Duration, Instant};
 /// its modem (and the proxy from the relay's path-status frames).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hint {
-    /// The carrier started a handover or lost service: the link may go
-    /// silent.
+    /// The carrier started a handover: the link may go silent.
     HandoverStart,
-    /// The carrier is registered on a cell again.
+    /// The handover ended (succeeded, or the modem re-attached).
     HandoverEnd,
 }
 
@@ -62,22 +61,36 @@ pub struct RailwayConfig {
     pub initial_window: u64,
     pub min_window: u64,
     pub max_window: u64,
-    /// Queueing delay the window aims at, over the path's minimum RTT.
+    /// In-flight room beyond twice the pipe, as queueing time at the rate
+    /// estimate: the window is `2 × bw × rtprop + bw × target_queue_delay`,
+    /// for acknowledgements that arrive in bursts. Start-up also ends when
+    /// a round's smallest RTT is this far over the minimum.
     pub target_queue_delay: Duration,
-    /// Window of the minimum-RTT filter. Short, because the base RTT moves
-    /// with the serving cell.
+    /// Window of the minimum-RTT filter. Shorter ones follow the base RTT's
+    /// swings sooner but let a standing queue pass for propagation delay
+    /// (on the testbed's railway 1 s filters queued several times longer
+    /// than 4 s ones).
     pub rtprop_window: Duration,
-    /// How often one round aims at an empty queue (well inside
-    /// `rtprop_window`, so the filter always holds a floor).
-    pub drain_interval: Duration,
+    /// Rounds (that carried samples) of the maximum-rate filter: how long a
+    /// rate the carrier no longer has keeps the pace, and so how deep the
+    /// queue grows when the carrier slows down.
+    pub bw_rounds: usize,
     /// Share of a round's bytes that may be lost without it counting as
     /// congestion (radio loss).
     pub loss_tolerance: f64,
-    /// Queueing delay before a silence above which it is taken for
+    /// Round-trip queueing delay above which an outage is taken for
     /// congestion after all.
     pub outage_queue_delay: Duration,
-    /// A handover hint without its end holds the window at most this long.
+    /// A handover hint without its end holds the model at most this long.
     pub max_hold: Duration,
+    /// How often the pace drops below the rate until the RTT stops
+    /// falling, so that a queue that built up (a carrier that slowed down
+    /// faster than the rate filter forgot) does not stand for good and pass
+    /// for propagation delay. Half the minimum-RTT filter's window.
+    pub drain_interval: Duration,
+    /// Pacing gains of the probing cycle, one per round: above 1 probes for
+    /// more rate, 1 cruises at the estimate, below 1 drains the queue.
+    pub gain_cycle: Vec<f64>,
 }
 
 impl Default for RailwayConfig {
@@ -88,60 +101,70 @@ impl Default for RailwayConfig {
             initial_window: 32 * mtu,
             min_window: 4 * mtu,
             max_window: 64 << 20,
-            target_queue_delay: Duration::from_millis(80),
-            rtprop_window: Duration::from_secs(6),
-            drain_interval: Duration::from_secs(2),
+            target_queue_delay: Duration::from_millis(40),
+            rtprop_window: Duration::from_secs(4),
+            bw_rounds: 4,
             loss_tolerance: 0.1,
-            outage_queue_delay: Duration::from_millis(400),
+            outage_queue_delay: Duration::from_millis(200),
             max_hold: Duration::from_secs(15),
+            drain_interval: Duration::from_secs(2),
+            gain_cycle: vec![1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
         }
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// Following the queueing delay.
-    Track,
-    /// A drain round: aiming at an empty queue.
+    /// Doubling per round until the rate stops growing.
+    Startup,
+    /// After start-up: pacing below the rate until start-up's queue is gone.
     Drain,
-    /// A handover hint holds the window.
+    /// Following the model through the gain cycle.
+    Probe,
+    /// A handover hint holds the model.
     Held,
 }
 
 /// Counters for metrics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RailwayStats {
-    /// Silences taken for an interruption (window kept).
+    /// Persistent losses taken for an interruption (model kept).
     pub outages_held: u64,
-    /// Silences taken for congestion (window reset).
+    /// Persistent losses taken for congestion (model reset).
     pub outages_congested: u64,
-    /// Rounds whose loss exceeded the tolerance (window backed off).
+    /// Rounds whose loss exceeded the tolerance (rate backed off).
     pub loss_backoffs: u64,
     /// Rounds whose loss stayed within the tolerance.
     pub lossy_rounds_tolerated: u64,
     pub handovers_held: u64,
-    pub rounds: u64,
+    /// Rounds that delivered under half the estimate (estimate cut).
+    pub slowdowns: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Sent {
     time: Instant,
-    /// Bytes delivered when it was sent.
+    /// Bytes delivered when it was sent, and when the latest of them was.
     delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    app_limited: bool,
 }
 
-/// Sent packets remembered for round counting at most (older ones are
-/// forgotten; an ack for one just does not end a round).
+/// Start-up's window over the measured pipe (BBR's 2/ln 2).
+const STARTUP_GAIN: f64 = 2.89;
+
+/// A full round delivering under this share of the rate estimate cuts the
+/// estimate to its own rate times the headroom.
+const SLOWDOWN: f64 = 0.5;
+const SLOWDOWN_HEADROOM: f64 = 1.25;
+
+/// The in-flight cap over the pipe when pacing (BBR's cwnd gain).
+const CWND_GAIN: f64 = 2.0;
+
+/// Sent packets remembered for rate samples at most (older ones are
+/// forgotten; an ack for one just yields no sample).
 const MAX_SENT_RECORDS: usize = 1 << 15;
-/// Most a window changes in one round, up and down.
-const MAX_GROWTH: f64 = 2.0;
-const MAX_SHRINK: f64 = 0.5;
-/// Share of the way to the target delay a round's growth goes.
-const GROWTH_GAIN: f64 = 0.5;
-/// A drain round's window over the last round's rate × rtprop.
-const DRAIN_GAIN: f64 = 0.9;
-/// A round over the loss tolerance multiplies the window by this.
-const LOSS_BACKOFF: f64 = 0.85;
 
 /// The controller. See the module documentation.
 #[derive(Clone, Debug)]
@@ -149,29 +172,45 @@ pub struct Railway {
     cfg: RailwayConfig,
     mode: Mode,
     window: u64,
-    /// Minimum RTT per bucket (a quarter of the filter's window), newest
-    /// last: (bucket start, min).
+    /// Delivery-rate maxima of the latest rounds (bytes/s), newest last.
+    bw_rounds: VecDeque<f64>,
+    /// Minimum RTT per ~second bucket, newest last: (bucket start, min).
     rtt_buckets: VecDeque<(Instant, Duration)>,
-    delivered: u64,
-    sent: VecDeque<Sent>,
-    round_end_delivered: u64,
-    round_start: Instant,
+    /// Minimum RTT of the current round (queue signal).
     round_min_rtt: Option<Duration>,
-    /// (time, RTT) of the latest samples, increasing RTTs: the front is the
-    /// minimum of the latest half rtprop, the queue as it is now (a whole
-    /// round's minimum lags a growing window by a round).
-    recent: VecDeque<(Instant, Duration)>,
-    /// The latest completed round's queueing delay.
-    last_queue: Option<Duration>,
+    last_round_min_rtt: Option<Duration>,
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    sent: VecDeque<Sent>,
+    round: u64,
+    round_end_delivered: u64,
     round_lost: u64,
     round_delivered_start: u64,
-    /// A packet of this round was sent with the window full.
-    round_window_limited: bool,
-    last_drain: Instant,
+    round_start: Instant,
+    /// The longest wait between two acknowledgements in this round.
+    round_max_ack_gap: Duration,
+    /// When acknowledgements last resumed after a silence.
+    silence_ended: Option<Instant>,
+    cycle: usize,
+    /// The current round gave the rate filter a sample, and one taken
+    /// with the window full.
+    round_inserted: bool,
+    round_full_sample: bool,
+    /// Startup: the best rate so far and rounds without growth.
+    full_bw: f64,
+    full_bw_rounds: u32,
     held_since: Option<Instant>,
     held_window: u64,
-    /// Delivery rate of the latest round (bytes/s), for logs.
-    rate: Option<f64>,
+    /// A draining phase's previous round's smallest RTT, and when the
+    /// latest drain ended.
+    drain_prev_min: Option<Duration>,
+    last_drain: Instant,
+    /// The mode a hold interrupted, and returns to.
+    held_mode: Mode,
+    /// The first round after an outage or handover probes above the model.
+    reprobe: bool,
+    last_ack: Option<Instant>,
     stats: RailwayStats,
 }
 
@@ -179,22 +218,34 @@ impl Railway {
     pub fn new(cfg: RailwayConfig, now: Instant) -> Self {
         Railway {
             window: cfg.initial_window,
-            mode: Mode::Track,
+            mode: Mode::Startup,
+            bw_rounds: VecDeque::new(),
             rtt_buckets: VecDeque::new(),
-            delivered: 0,
-            sent: VecDeque::new(),
-            round_end_delivered: 0,
-            round_start: now,
             round_min_rtt: None,
-            recent: VecDeque::new(),
-            last_queue: None,
+            last_round_min_rtt: None,
+            delivered: 0,
+            delivered_time: now,
+            first_sent_time: now,
+            sent: VecDeque::new(),
+            round: 0,
+            round_end_delivered: 0,
             round_lost: 0,
             round_delivered_start: 0,
-            round_window_limited: false,
-            last_drain: now,
+            round_start: now,
+            round_max_ack_gap: Duration::ZERO,
+            silence_ended: None,
+            cycle: 0,
+            round_inserted: false,
+            round_full_sample: false,
+            full_bw: 0.0,
+            full_bw_rounds: 0,
             held_since: None,
             held_window: 0,
-            rate: None,
+            held_mode: Mode::Startup,
+            drain_prev_min: None,
+            last_drain: now,
+            reprobe: false,
+            last_ack: None,
             stats: RailwayStats::default(),
             cfg,
         }
@@ -217,14 +268,19 @@ impl Railway {
         self.stats
     }
 
-    /// The latest round's delivery rate (bytes/s), if any.
-    pub fn rate(&self) -> Option<f64> {
-        self.rate
+    /// The rate estimate (bytes/s), if any.
+    pub fn bw(&self) -> Option<f64> {
+        self.bw_rounds.iter().copied().reduce(f64::max)
     }
 
-    /// The latest round's queueing delay over the minimum RTT.
+    /// The rate estimate (bytes/s), if any.
+    pub fn rate(&self) -> Option<f64> {
+        self.bw()
+    }
+
+    /// The latest round's smallest RTT over the minimum.
     pub fn queue_delay(&self) -> Option<Duration> {
-        self.last_queue
+        Some(self.last_round_min_rtt?.saturating_sub(self.rtprop()?))
     }
 
     /// The minimum RTT over the filter's window, if any.
@@ -238,48 +294,99 @@ impl Railway {
         self.window = self.window.max(self.cfg.min_window);
     }
 
-    /// A packet (or a batch ending with one) was sent while
-    /// `in_flight_before` bytes were in flight.
+    /// A packet (or a batch ending with one) of `bytes` was sent.
     pub fn on_sent(&mut self, now: Instant, bytes: u64, in_flight_before: u64) {
-        if in_flight_before + bytes + 2 * self.cfg.mtu >= self.window {
-            self.round_window_limited = true;
+        let _ = bytes;
+        let app_limited = in_flight_before + 2 * self.cfg.mtu < self.window;
+        if in_flight_before == 0 {
+            // Idle restart: rate samples must not span the idle time.
+            self.first_sent_time = now;
+            self.delivered_time = now;
         }
         if self.sent.len() == MAX_SENT_RECORDS {
             self.sent.pop_front();
         }
-        self.sent.push_back(Sent { time: now, delivered: self.delivered });
+        self.sent.push_back(Sent {
+            time: now,
+            delivered: self.delivered,
+            delivered_time: self.delivered_time,
+            first_sent_time: self.first_sent_time,
+            app_limited,
+        });
     }
 
     /// A packet sent at `sent` and carrying `bytes` was acknowledged.
     pub fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64) {
         self.expire_hold(now);
         self.delivered += bytes;
-        if self.mode == Mode::Held {
-            return;
+        self.delivered_time = now;
+        if let Some(prev) = self.last_ack {
+            let gap = now.saturating_duration_since(prev);
+            self.round_max_ack_gap = self.round_max_ack_gap.max(gap);
+            if self.rtprop().is_some_and(|p| gap > (2 * p).max(Duration::from_millis(200))) {
+                self.silence_ended = Some(now);
+            }
         }
+        self.last_ack = Some(now);
         let rtt = now.saturating_duration_since(sent);
-        self.on_rtt(now, rtt);
+        if self.mode != Mode::Held {
+            self.on_rtt(now, rtt);
+        }
         // The record of this packet (send times are non-decreasing).
         let i = self.sent.partition_point(|s| s.time <= sent);
         let rec = if i > 0 && self.sent[i - 1].time == sent { Some(self.sent[i - 1]) } else { None };
         // Everything sent before it is acknowledged or lost by now.
         self.sent.drain(..i.saturating_sub(1));
-        if rec.is_some_and(|r| r.delivered >= self.round_end_delivered) {
-            self.end_round(now);
+        if self.mode == Mode::Startup {
+            // Slow start, held to twice the pipe measured so far: the rate
+            // samples double each round while the path has room, so this
+            // stops growth only once the queue holds a round's worth.
+            let cap = match (self.bw(), self.rtprop()) {
+                (Some(bw), Some(rtprop)) if bw > 0.0 => {
+                    ((STARTUP_GAIN * bw * rtprop.as_secs_f64()) as u64).max(self.cfg.initial_window)
+                }
+                _ => self.cfg.max_window,
+            };
+            self.window = (self.window + bytes).min(cap.max(self.window)).min(self.cfg.max_window);
         }
+        let Some(rec) = rec else { return };
+        self.first_sent_time = rec.time;
+        if rec.delivered >= self.round_end_delivered {
+            self.end_round(now);
+            self.round_end_delivered = self.delivered;
+        }
+        let interval = now
+            .saturating_duration_since(rec.delivered_time)
+            .max(rec.time.saturating_duration_since(rec.first_sent_time));
+        if interval < Duration::from_micros(500) || self.mode == Mode::Held {
+            return;
+        }
+        // A sample whose interval spans a silence (sent before an outage,
+        // acknowledged after it) reads the silence as a slow carrier.
+        if self.silence_ended.is_some_and(|t| rec.first_sent_time < t) {
+            return;
+        }
+        let rate = (self.delivered - rec.delivered) as f64 / interval.as_secs_f64();
+        let best = self.bw().unwrap_or(0.0);
+        // A sample taken while the sender had less to send than the window
+        // says what the sender offered, not what the path carries: it only
+        // counts when it beats the estimate.
+        if rec.app_limited && rate < best {
+            return;
+        }
+        if !rec.app_limited {
+            self.round_full_sample = true;
+        }
+        self.round_inserted = true;
+        match self.bw_rounds.back_mut() {
+            Some(b) => *b = b.max(rate),
+            None => self.bw_rounds.push_back(rate),
+        }
+        self.update_window();
     }
 
     fn on_rtt(&mut self, now: Instant, rtt: Duration) {
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
-        // Sliding minimum over the latest half rtprop (monotonic deque).
-        while self.recent.back().is_some_and(|&(_, r)| r >= rtt) {
-            self.recent.pop_back();
-        }
-        self.recent.push_back((now, rtt));
-        let span = self.rtprop().map_or(Duration::from_millis(10), |p| (p / 2).max(Duration::from_millis(10)));
-        while self.recent.front().is_some_and(|&(t, _)| now.saturating_duration_since(t) > span) {
-            self.recent.pop_front();
-        }
         let bucket = self.cfg.rtprop_window / 4;
         match self.rtt_buckets.back_mut() {
             Some((start, min)) if now.saturating_duration_since(*start) < bucket => *min = (*min).min(rtt),
@@ -292,72 +399,147 @@ impl Railway {
     }
 
     fn end_round(&mut self, now: Instant) {
-        self.stats.rounds += 1;
+        self.round += 1;
         let delivered = self.delivered - self.round_delivered_start;
-        let elapsed = now.saturating_duration_since(self.round_start);
-        if elapsed > Duration::ZERO {
-            self.rate = Some(delivered as f64 / elapsed.as_secs_f64());
-        }
-        let lost = std::mem::take(&mut self.round_lost);
-        let limited = std::mem::take(&mut self.round_window_limited);
-        let round_min = self.round_min_rtt.take();
-        self.round_delivered_start = self.delivered;
-        self.round_end_delivered = self.delivered;
         self.round_start = now;
-        let (Some(_), Some(rtprop)) = (round_min, self.rtprop()) else { return };
-        let rtt = self.recent.front().map_or(rtprop, |r| r.1);
-        let q = rtt.saturating_sub(rtprop);
-        self.last_queue = Some(q);
-        let share = lost as f64 / (delivered + lost).max(1) as f64;
-        if lost > 0 && share <= self.cfg.loss_tolerance {
-            self.stats.lossy_rounds_tolerated += 1;
-        }
-        let drain_to = match (self.mode, self.rate) {
-            (Mode::Drain, Some(rate)) if limited => Some(DRAIN_GAIN * rate * rtprop.as_secs_f64()),
-            _ => None,
-        };
-        let factor = if share > self.cfg.loss_tolerance {
-            self.stats.loss_backoffs += 1;
-            LOSS_BACKOFF
-        } else if let Some(bdp) = drain_to {
-            // Below the bare pipe for one round: the queue empties whatever
-            // its size (scaling by the delay alone halves it at most).
-            (bdp / self.window as f64).min(1.0)
-        } else {
-            let aim = match self.mode {
-                Mode::Drain => Duration::ZERO,
-                _ => self.cfg.target_queue_delay,
-            };
-            let (p, q, aim) = (rtprop.as_secs_f64(), q.as_secs_f64(), aim.as_secs_f64());
-            let f = if q > aim {
-                // Drains the excess in about one round.
-                (p + aim) / (p + q)
-            } else {
-                // Half the step that would reach the aim: what a round
-                // measures lags what the window did in it.
-                1.0 + GROWTH_GAIN * (aim - q) / (p + q).max(1e-6)
-            };
-            // Growth needs a full window: a sender with less to send
-            // learns nothing about the path's room.
-            if f > 1.0 && !limited {
-                1.0
-            } else {
-                f.clamp(MAX_SHRINK, MAX_GROWTH)
+        // A full round whose best delivery-rate sample was under half the
+        // estimate: the carrier slowed down (a cell edge, a loaded cell).
+        // Waiting for the rate filter to forget would pace a queue of
+        // several seconds into it. A round with a silence in it (an outage,
+        // a handover) is not one: its acknowledgements stopped rather than
+        // slowed.
+        let gap = std::mem::take(&mut self.round_max_ack_gap);
+        let steady = self.rtprop().is_some_and(|p| gap <= (2 * p).max(Duration::from_millis(200)));
+        if steady && self.round_full_sample && matches!(self.mode, Mode::Probe | Mode::Drain) {
+            let n = self.bw_rounds.len();
+            let this_round = self.bw_rounds.back().copied().unwrap_or(0.0);
+            let before = self.bw_rounds.iter().take(n.saturating_sub(1)).copied().fold(0.0, f64::max);
+            if this_round > 0.0 && this_round < SLOWDOWN * before {
+                self.stats.slowdowns += 1;
+                for b in self.bw_rounds.iter_mut() {
+                    *b = b.min(this_round * SLOWDOWN_HEADROOM);
+                }
             }
-        };
-        self.window = ((self.window as f64 * factor) as u64).clamp(self.cfg.min_window, self.cfg.max_window);
-        // A drain round whose window was not full drained nothing: try again.
-        if self.mode == Mode::Drain && drain_to.is_none() {
+        }
+        if self.round_lost > 0 && self.mode != Mode::Held {
+            let share = self.round_lost as f64 / (delivered + self.round_lost).max(1) as f64;
+            if share > self.cfg.loss_tolerance {
+                self.stats.loss_backoffs += 1;
+                // The rate the path delivered this round is what it has.
+                let round_rate = self.bw_rounds.back().copied().unwrap_or(0.0);
+                let cap = round_rate.max(self.bw().unwrap_or(0.0) * 0.7) * 0.85;
+                for b in self.bw_rounds.iter_mut() {
+                    *b = b.min(cap);
+                }
+                if self.mode == Mode::Startup {
+                    self.mode = Mode::Probe;
+                    self.cycle = 1;
+                }
+            } else {
+                self.stats.lossy_rounds_tolerated += 1;
+            }
+        }
+        self.round_lost = 0;
+        self.round_delivered_start = self.delivered;
+        self.last_round_min_rtt = self.round_min_rtt.take();
+        let (full, inserted) = (self.round_full_sample, self.round_inserted);
+        self.round_full_sample = false;
+        self.round_inserted = false;
+        // Only rounds that filled the window say whether the rate stopped
+        // growing: a path that carried only keep-alives is not full.
+        if self.mode == Mode::Startup && full {
+            let bw = self.bw().unwrap_or(0.0);
+            let queue = match (self.last_round_min_rtt, self.rtprop()) {
+                (Some(r), Some(p)) => r.saturating_sub(p),
+                _ => Duration::ZERO,
+            };
+            if bw >= self.full_bw * 1.25 {
+                self.full_bw = bw;
+                self.full_bw_rounds = 0;
+            } else {
+                self.full_bw_rounds += 1;
+            }
+            if self.full_bw_rounds >= 3 || queue > self.cfg.target_queue_delay {
+                self.mode = Mode::Drain;
+            }
+        } else if self.mode == Mode::Drain {
+            // Until the RTT stops falling: the queue is gone, whatever the
+            // minimum-RTT filter holds (a queue that stood longer than the
+            // filter's window is in it).
+            let min = self.last_round_min_rtt;
+            let falling = match (min, self.drain_prev_min) {
+                (Some(m), Some(p)) => m.as_secs_f64() < 0.95 * p.as_secs_f64(),
+                _ => true,
+            };
+            self.drain_prev_min = min;
+            if !falling {
+                self.mode = Mode::Probe;
+                self.drain_prev_min = None;
+                self.last_drain = now;
+                // Cruise first: the queue was just emptied.
+                self.cycle = 2 % self.cfg.gain_cycle.len();
+            }
+        } else if self.mode == Mode::Probe {
+            self.cycle = (self.cycle + 1) % self.cfg.gain_cycle.len();
+            if now.saturating_duration_since(self.last_drain) >= self.cfg.drain_interval {
+                self.mode = Mode::Drain;
+            }
+        }
+        self.reprobe = false;
+        // The filter moves on only with rounds that gave it a sample, so an
+        // idle path keeps the rate it last measured instead of decaying to
+        // what its keep-alives carry.
+        if inserted {
+            if self.bw_rounds.len() >= self.cfg.bw_rounds {
+                self.bw_rounds.pop_front();
+            }
+            self.bw_rounds.push_back(0.0);
+        }
+        if self.mode != Mode::Held {
+            self.update_window();
+        }
+    }
+
+    fn gain(&self) -> f64 {
+        if self.reprobe {
+            return 1.25;
+        }
+        self.cfg.gain_cycle.get(self.cycle).copied().unwrap_or(1.0)
+    }
+
+    fn update_window(&mut self) {
+        if !matches!(self.mode, Mode::Probe | Mode::Drain) {
             return;
         }
-        self.mode = match self.mode {
-            Mode::Drain => {
-                self.last_drain = now;
-                Mode::Track
-            }
-            _ if now.saturating_duration_since(self.last_drain) >= self.cfg.drain_interval => Mode::Drain,
-            m => m,
-        };
+        let (Some(bw), Some(rtprop)) = (self.bw(), self.rtprop()) else { return };
+        let gain = self.gain();
+        // A draining round (gain below 1) aims below the bare pipe, so the
+        // queue empties and the RTT filter sees the path's minimum again;
+        // without it a standing queue would pass for propagation delay once
+        // the filter's window moved past the last empty queue, and ratchet
+        // the window up by the target delay every window.
+        // The pace sets the rate (a draining round's gain below 1 empties
+        // the queue, so the RTT filter sees the path's minimum again); the
+        // window only caps what is in flight, with room for
+        // acknowledgements that come in bursts.
+        let _ = gain;
+        let pipe = bw * rtprop.as_secs_f64();
+        let w = (CWND_GAIN * pipe + bw * self.cfg.target_queue_delay.as_secs_f64()) as u64;
+        self.window = w.clamp(self.cfg.min_window, self.cfg.max_window);
+    }
+
+    /// The rate to send at (bytes/s): the probing cycle's gain times the
+    /// rate estimate, start-up's gain before the first estimate from a full
+    /// window. `None`: no estimate yet, or held by a handover hint (the
+    /// transport's own pacing then follows the window).
+    pub fn pacing_rate(&self) -> Option<f64> {
+        let bw = self.bw().filter(|b| *b > 0.0)?;
+        match self.mode {
+            Mode::Startup => Some(STARTUP_GAIN * bw),
+            Mode::Drain => Some(bw / STARTUP_GAIN),
+            Mode::Probe => Some(self.gain() * bw),
+            Mode::Held => None,
+        }
     }
 
     /// Packets were declared lost. `persistent`: every packet over a period
@@ -373,50 +555,67 @@ impl Railway {
         if !persistent {
             return;
         }
-        if self.last_queue.is_some_and(|q| q > self.cfg.outage_queue_delay) {
+        // Was there a queue before the silence? Then it was congestion.
+        let queue = match (self.last_round_min_rtt.or(self.round_min_rtt), self.rtprop()) {
+            (Some(r), Some(p)) => r.saturating_sub(p),
+            _ => Duration::ZERO,
+        };
+        if queue > self.cfg.outage_queue_delay {
             self.stats.outages_congested += 1;
-            self.window = self.cfg.initial_window.clamp(self.cfg.min_window, self.window.max(self.cfg.min_window));
+            self.bw_rounds.clear();
+            self.full_bw = 0.0;
+            self.full_bw_rounds = 0;
+            self.window = self.cfg.initial_window.max(self.cfg.min_window);
+            self.mode = Mode::Startup;
         } else {
             self.stats.outages_held += 1;
+            // The losses of the silence are not the round's congestion.
+            self.round_lost = 0;
+            self.reprobe = true;
+            self.update_window();
         }
-        // The silence's losses are not the next round's congestion, and the
-        // silence emptied the queue: no drain round is due when the
-        // carrier returns.
-        self.round_lost = 0;
-        self.round_window_limited = false;
-        self.last_drain = now;
-        if self.mode == Mode::Drain {
-            self.mode = Mode::Track;
+        self.restart_sampling(now);
+    }
+
+    /// Rate samples from here on start here: one that spanned a silence
+    /// would read it as a slow carrier.
+    fn restart_sampling(&mut self, now: Instant) {
+        self.first_sent_time = now;
+        self.delivered_time = now;
+        for rec in self.sent.iter_mut() {
+            rec.delivered_time = rec.delivered_time.max(now);
+            rec.first_sent_time = rec.first_sent_time.max(now);
         }
     }
 
     /// A radio event on this path.
     pub fn on_hint(&mut self, now: Instant, hint: Hint) {
         match hint {
-            Hint::HandoverStart if self.mode != Mode::Held => {
-                self.stats.handovers_held += 1;
-                self.held_window = self.window;
-                self.held_since = Some(now);
-                self.mode = Mode::Held;
+            Hint::HandoverStart => {
+                if self.mode != Mode::Held {
+                    self.stats.handovers_held += 1;
+                    self.held_window = self.window;
+                    self.held_mode = self.mode;
+                    self.held_since = Some(now);
+                    self.mode = if self.bw().is_some() { Mode::Held } else { self.mode };
+                    if self.mode != Mode::Held {
+                        self.held_since = None;
+                    }
+                }
             }
-            Hint::HandoverStart => {}
             Hint::HandoverEnd => self.release(now),
         }
     }
 
     fn release(&mut self, now: Instant) {
         if self.mode == Mode::Held {
-            self.mode = Mode::Track;
+            self.mode = self.held_mode;
             self.held_since = None;
-            self.window = self.held_window.max(self.cfg.min_window);
-            // A fresh round: nothing measured inside the hold counts.
+            self.window = self.held_window.max(self.window);
             self.round_lost = 0;
-            self.round_min_rtt = None;
-            self.round_window_limited = false;
-            self.round_end_delivered = self.delivered;
-            self.round_delivered_start = self.delivered;
-            self.round_start = now;
-            self.last_drain = now;
+            self.reprobe = true;
+            self.update_window();
+            self.restart_sampling(now);
         }
     }
 

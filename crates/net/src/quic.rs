@@ -13,6 +13,7 @@
 //! only, the same ALPN, the same CA, CRL and one-train rule): QUIC's
 //! handshake is TLS 1.3.
 
+use std::future::Future as _;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -135,14 +136,20 @@ impl HintBoard {
     }
 }
 
-/// Where a controller built before its path is known (a proxy accepts the
-/// connection before the HELLO names the path) finds its hints later.
+/// What one connection's controller shares with its shell: where a
+/// controller built before its path is known (a proxy accepts the
+/// connection before the HELLO names the path) finds its hints later, and
+/// the rate the controller wants the shell to pace writes at.
 #[derive(Debug, Default)]
-pub struct HintSlot(std::sync::OnceLock<Arc<PathHints>>);
+pub struct HintSlot {
+    hints: std::sync::OnceLock<Arc<PathHints>>,
+    /// Bytes per second; 0: the controller does not pace.
+    pacing: AtomicU64,
+}
 
 impl HintSlot {
     pub fn bind(&self, hints: Arc<PathHints>) {
-        let _ = self.0.set(hints);
+        let _ = self.hints.set(hints);
     }
 }
 
@@ -168,7 +175,10 @@ impl CcStats {
 /// [`Railway`] as a quinn controller.
 struct RailController {
     core: Railway,
+    /// Where the hints come from (None: run without them).
     slot: Option<Arc<HintSlot>>,
+    /// Where the pacing rate goes.
+    pace_to: Option<Arc<HintSlot>>,
     seen: u64,
     in_flight: u64,
     stats: Arc<CcStats>,
@@ -176,7 +186,7 @@ struct RailController {
 
 impl RailController {
     fn hints(&mut self, now: Instant) {
-        let Some(h) = self.slot.as_ref().and_then(|s| s.0.get()) else { return };
+        let Some(h) = self.slot.as_ref().and_then(|s| s.hints.get()) else { return };
         let st = h.state.load(Ordering::Relaxed);
         if st != self.seen {
             self.seen = st;
@@ -191,6 +201,9 @@ impl RailController {
         let after = self.core.stats();
         if after != before {
             self.stats.add(before, after);
+        }
+        if let Some(slot) = &self.pace_to {
+            slot.pacing.store(self.core.pacing_rate().map_or(0, |r| r.max(1.0) as u64), Ordering::Relaxed);
         }
     }
 }
@@ -236,6 +249,7 @@ impl Controller for RailController {
         Box::new(RailController {
             core: self.core.clone(),
             slot: self.slot.clone(),
+            pace_to: self.pace_to.clone(),
             seen: self.seen,
             in_flight: self.in_flight,
             stats: self.stats.clone(),
@@ -253,6 +267,7 @@ impl Controller for RailController {
 
 struct RailFactory {
     slot: Option<Arc<HintSlot>>,
+    pace_to: Arc<HintSlot>,
     stats: Arc<CcStats>,
 }
 
@@ -260,7 +275,14 @@ impl ControllerFactory for RailFactory {
     fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
         let mut core = Railway::new(RailwayConfig::default(), now);
         core.set_mtu(current_mtu);
-        Box::new(RailController { core, slot: self.slot.clone(), seen: 0, in_flight: 0, stats: self.stats.clone() })
+        Box::new(RailController {
+            core,
+            slot: self.slot.clone(),
+            pace_to: Some(self.pace_to.clone()),
+            seen: 0,
+            in_flight: 0,
+            stats: self.stats.clone(),
+        })
     }
 }
 
@@ -275,8 +297,12 @@ pub fn transport_config(cc: QuicCc, slot: Arc<HintSlot>, stats: Arc<CcStats>) ->
         .keep_alive_interval(Some(KEEP_ALIVE))
         .max_idle_timeout(Some(IDLE_TIMEOUT.try_into().expect("30 s is a valid idle timeout")));
     match cc {
-        QuicCc::Railway => t.congestion_controller_factory(Arc::new(RailFactory { slot: Some(slot), stats })),
-        QuicCc::RailwayNoHints => t.congestion_controller_factory(Arc::new(RailFactory { slot: None, stats })),
+        QuicCc::Railway => {
+            t.congestion_controller_factory(Arc::new(RailFactory { slot: Some(slot.clone()), pace_to: slot, stats }))
+        }
+        QuicCc::RailwayNoHints => {
+            t.congestion_controller_factory(Arc::new(RailFactory { slot: None, pace_to: slot, stats }))
+        }
         QuicCc::Bbr => t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default())),
         QuicCc::Cubic => t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default())),
         QuicCc::NewReno => t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default())),
@@ -324,14 +350,15 @@ pub async fn connect(
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     let slot = Arc::new(HintSlot::default());
     slot.bind(hints);
-    config.transport_config(Arc::new(transport_config(cc, slot, stats)));
+    config.transport_config(Arc::new(transport_config(cc, slot.clone(), stats)));
+    let pace = slot.clone();
     let conn = endpoint
         .connect_with(config, peer, server_name)
         .map_err(|e| quic_error("QUIC connect", e))?
         .await
         .map_err(|e| quic_error("QUIC handshake", e))?;
     let (send, recv) = conn.open_bi().await.map_err(|e| quic_error("opening the QUIC stream", e))?;
-    Ok(QuicSubflow { send, recv, conn, _endpoint: Some(endpoint) })
+    Ok(QuicSubflow { send, recv, conn, pacer: Pacer::new(pace), _endpoint: Some(endpoint) })
 }
 
 /// The proxy's QUIC listener: one UDP socket for every train subflow.
@@ -376,7 +403,7 @@ pub async fn accept(
         .await
         .map_err(|e| quic_error("QUIC handshake", e))?;
     let (send, recv) = conn.accept_bi().await.map_err(|e| quic_error("accepting the QUIC stream", e))?;
-    Ok((QuicSubflow { send, recv, conn, _endpoint: None }, slot))
+    Ok((QuicSubflow { send, recv, conn, pacer: Pacer::new(slot.clone()), _endpoint: None }, slot))
 }
 
 /// One QUIC subflow as a byte stream for [`crate::Session::run_path`].
@@ -388,6 +415,7 @@ pub struct QuicSubflow {
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     conn: quinn::Connection,
+    pacer: Pacer,
     /// The relay's per-carrier endpoint (its socket), kept alive with it.
     _endpoint: Option<quinn::Endpoint>,
 }
@@ -408,9 +436,112 @@ impl QuicSubflow {
     }
 }
 
+impl QuicSubflow {
+    /// Log the connection's transport state every `every` at debug level
+    /// (`RUST_LOG=polycorn_net::quic=debug`) until it closes: what a slow
+    /// subflow's controller believed (window, rate, minimum RTT, mode) next
+    /// to what quinn measured (RTT, losses, congestion events).
+    pub fn log_stats(
+        &self,
+        subflow: String,
+        every: Duration,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let conn = self.conn.clone();
+        async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = conn.closed() => return,
+                }
+                if !tracing::enabled!(tracing::Level::DEBUG) {
+                    continue;
+                }
+                let st = conn.stats();
+                let cc = conn.congestion_state();
+                let model = cc.into_any().downcast::<RailController>().ok().map(|c| {
+                    format!(
+                        "mode={:?} rate_mbps={:.2} rtprop_ms={:?} queue_ms={:?} held={} backoffs={}",
+                        c.core.mode(),
+                        c.core.rate().unwrap_or(0.0) * 8.0 / 1e6,
+                        c.core.rtprop().map(|d| d.as_millis()),
+                        c.core.queue_delay().map(|d| d.as_millis()),
+                        c.core.stats().outages_held,
+                        c.core.stats().loss_backoffs,
+                    )
+                });
+                tracing::debug!(
+                    %subflow,
+                    cwnd = st.path.cwnd,
+                    rtt_ms = st.path.rtt.as_millis() as u64,
+                    sent_packets = st.path.sent_packets,
+                    lost_packets = st.path.lost_packets,
+                    congestion_events = st.path.congestion_events,
+                    tx_bytes = st.udp_tx.bytes,
+                    rx_bytes = st.udp_rx.bytes,
+                    model = model.as_deref().unwrap_or("-"),
+                    "QUIC subflow"
+                );
+            }
+        }
+    }
+}
+
 impl AsyncRead for QuicSubflow {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.recv).poll_read(cx, buf)
+    }
+}
+
+/// Paces a subflow's writes at its controller's rate, where the
+/// controller sets one: quinn paces from the window alone, which lets a
+/// window sized for bursts of acknowledgements run ahead of the path's rate.
+struct Pacer {
+    slot: Arc<HintSlot>,
+    tokens: f64,
+    last: Option<tokio::time::Instant>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// Most a paced subflow sends at once: 10 ms at its rate, at least 16 KiB.
+const PACER_BURST_S: f64 = 0.01;
+const PACER_MIN_BURST: f64 = 16.0 * 1024.0;
+
+impl Pacer {
+    fn new(slot: Arc<HintSlot>) -> Self {
+        Pacer { slot, tokens: PACER_MIN_BURST, last: None, sleep: None }
+    }
+
+    /// How many of `want` bytes may go now; Pending (with a timer armed)
+    /// when none.
+    fn poll_allow(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<usize> {
+        let rate = self.slot.pacing.load(Ordering::Relaxed) as f64;
+        let now = tokio::time::Instant::now();
+        if rate <= 0.0 {
+            self.last = Some(now);
+            return Poll::Ready(want);
+        }
+        let burst = (rate * PACER_BURST_S).max(PACER_MIN_BURST);
+        let elapsed = self.last.map_or(0.0, |l| now.saturating_duration_since(l).as_secs_f64());
+        self.last = Some(now);
+        self.tokens = (self.tokens + elapsed * rate).min(burst);
+        if self.tokens >= 1.0 {
+            let n = (self.tokens as usize).min(want);
+            self.tokens -= n as f64;
+            self.sleep = None;
+            return Poll::Ready(n);
+        }
+        let wait = Duration::from_secs_f64(((1200.0 - self.tokens) / rate).max(0.0005));
+        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
+        sleep.as_mut().reset(now + wait);
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
@@ -418,7 +549,23 @@ impl AsyncWrite for QuicSubflow {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let cwnd = self.conn.stats().path.cwnd;
         self.conn.set_send_window(cwnd + UNSENT_ALLOWANCE);
-        AsyncWrite::poll_write(Pin::new(&mut self.send), cx, buf)
+        let n = match self.pacer.poll_allow(cx, buf.len()) {
+            Poll::Ready(n) => n,
+            Poll::Pending => return Poll::Pending,
+        };
+        let this = &mut *self;
+        match AsyncWrite::poll_write(Pin::new(&mut this.send), cx, &buf[..n]) {
+            Poll::Ready(Ok(w)) => {
+                // Bytes allowed but not taken go back to the bucket.
+                this.pacer.tokens += (n - w) as f64;
+                Poll::Ready(Ok(w))
+            }
+            Poll::Pending => {
+                this.pacer.tokens += n as f64;
+                Poll::Pending
+            }
+            other => other,
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -60,6 +60,11 @@ trait Cc {
     fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64);
     fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, bytes: u64);
     fn on_hint(&mut self, _now: Instant, _hint: Hint) {}
+    /// The controller's own pace (bytes/s); None: the transport's, from the
+    /// window.
+    fn pacing_rate(&self) -> Option<f64> {
+        None
+    }
 }
 
 impl Cc for Railway {
@@ -77,6 +82,9 @@ impl Cc for Railway {
     }
     fn on_hint(&mut self, now: Instant, hint: Hint) {
         Railway::on_hint(self, now, hint)
+    }
+    fn pacing_rate(&self) -> Option<f64> {
+        Railway::pacing_rate(self)
     }
 }
 
@@ -120,7 +128,7 @@ impl Cc for NewReno {
     }
 }
 
-#[derive(Default, Debug)]
+#[derive(Default)]
 struct Outcome {
     /// Bytes delivered over the bytes the link could carry while up.
     utilisation: f64,
@@ -129,6 +137,8 @@ struct Outcome {
     queue_p95: Duration,
     /// ... over the whole run.
     queue_p95_all: Duration,
+    /// (second, queueing delay) of every acknowledged packet.
+    queue: Vec<(f64, Duration)>,
     /// Delivered per second of the run.
     per_second: Vec<u64>,
 }
@@ -158,6 +168,7 @@ fn simulate(spec: &LinkSpec, cc: &mut dyn Cc, seed: u64, hints: &[(f64, Hint)]) 
     let mut pto_count = 0u32;
     let mut rtts: Vec<Duration> = Vec::new();
     let mut rtts_all: Vec<Duration> = Vec::new();
+    let mut queue_log: Vec<(f64, Duration)> = Vec::new();
     let mut delivered = 0u64;
     let mut offered = 0.0f64;
     let mut per_second = vec![0u64; spec.seconds.ceil() as usize + 1];
@@ -204,6 +215,7 @@ fn simulate(spec: &LinkSpec, cc: &mut dyn Cc, seed: u64, hints: &[(f64, Hint)]) 
             let rtt = now - sent;
             let queued = rtt.saturating_sub(2 * spec.owd_at(sent.duration_since(t0).as_secs_f64()));
             rtts_all.push(queued);
+            queue_log.push((s, queued));
             if s >= 5.0 {
                 rtts.push(queued);
             }
@@ -234,7 +246,9 @@ fn simulate(spec: &LinkSpec, cc: &mut dyn Cc, seed: u64, hints: &[(f64, Hint)]) 
         // The sender: window-limited and paced; a probe when nothing was
         // heard for a (backed-off) probe timeout.
         let srtt_now = srtt.unwrap_or(Duration::from_millis(333));
-        let rate = 1.25 * cc.window() as f64 / srtt_now.as_secs_f64();
+        // The controller's pace, or the transport's from the window (as
+        // quinn's pacer and the relay's shell do).
+        let rate = cc.pacing_rate().unwrap_or(1.25 * cc.window() as f64 / srtt_now.as_secs_f64());
         tokens = (tokens + rate * STEP.as_secs_f64()).min((10 * MTU).max(cc.window() / 8) as f64);
         let pto = (srtt_now * 2 + Duration::from_millis(25)) * 2u32.pow(pto_count.min(8));
         let probe = !in_flight.is_empty() && now - last_progress > pto;
@@ -267,6 +281,7 @@ fn simulate(spec: &LinkSpec, cc: &mut dyn Cc, seed: u64, hints: &[(f64, Hint)]) 
         utilisation: delivered as f64 / offered.max(1.0),
         queue_p95: rtts.get(rtts.len() * 95 / 100).copied().unwrap_or_default(),
         queue_p95_all: rtts_all.get(rtts_all.len() * 95 / 100).copied().unwrap_or_default(),
+        queue: queue_log,
         per_second,
     }
 }
@@ -276,6 +291,27 @@ fn simulate(spec: &LinkSpec, cc: &mut dyn Cc, seed: u64, hints: &[(f64, Hint)]) 
 fn second_after_return(per_second: &[u64], from: usize) -> u64 {
     let back = (from..per_second.len()).find(|&i| per_second[i] > 0).expect("delivery resumes");
     per_second.get(back + 1).copied().unwrap_or(0)
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcome")
+            .field("utilisation", &self.utilisation)
+            .field("queue_p95", &self.queue_p95)
+            .field("queue_p95_all", &self.queue_p95_all)
+            .field("per_second", &self.per_second)
+            .finish()
+    }
+}
+
+impl Outcome {
+    /// The `q` quantile of the queueing delay of packets acknowledged in
+    /// `[from, to)` seconds.
+    fn queue_quantile(&self, from: f64, to: f64, q: f64) -> Duration {
+        let mut v: Vec<Duration> = self.queue.iter().filter(|(t, _)| (from..to).contains(t)).map(|x| x.1).collect();
+        v.sort();
+        v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1))).copied().unwrap_or_default()
+    }
 }
 
 fn railway(now: Instant) -> Railway {
@@ -339,9 +375,13 @@ fn a_capacity_drop_is_followed_without_a_standing_queue() {
     assert!(r.utilisation >= 0.85, "{r:?}");
     let rate = cc.rate().expect("a rate") * 8.0 / 1e6;
     assert!((5.0..=10.0).contains(&rate), "{rate} Mbit/s on an 8 Mbit/s link");
-    // At 8 Mbit/s the window covers rtprop + target: about 0.15 s of data.
-    assert!(cc.window() <= 250_000, "window {}", cc.window());
-    assert!(r.queue_p95 <= Duration::from_millis(200), "{r:?}");
+    // What was in flight at 40 Mbit/s queues at 8 (the window is two
+    // pipes plus the target's bytes): it drains within a few seconds, and no
+    // queue stands after that, nor does the RTT filter take one for delay.
+    assert!(r.queue_quantile(10.0, 25.0, 1.0) <= Duration::from_millis(1500), "{r:?}");
+    assert!(r.queue_quantile(14.0, 25.0, 0.95) <= Duration::from_millis(150), "{r:?}");
+    assert!(cc.rtprop() <= Some(Duration::from_millis(70)), "{:?}", cc.rtprop());
+    assert!(cc.stats().slowdowns >= 1, "{:?}", cc.stats());
 }
 
 #[test]
@@ -399,7 +439,7 @@ fn a_handover_hint_freezes_the_model_and_its_end_restores_the_window() {
     assert_eq!(c.window(), before, "a loss inside a handover changes nothing");
     assert_eq!(c.stats().outages_held + c.stats().outages_congested, 0);
     c.on_hint(now + Duration::from_secs(1), Hint::HandoverEnd);
-    assert_eq!(c.mode(), Mode::Track);
+    assert_eq!(c.mode(), Mode::Probe);
     assert_eq!(c.window(), before);
     // A start without an end holds for max_hold at most.
     c.on_hint(now + Duration::from_secs(2), Hint::HandoverStart);
