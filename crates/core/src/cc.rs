@@ -83,11 +83,19 @@ pub struct RailwayConfig {
     pub outage_queue_delay: Duration,
     /// A handover hint without its end holds the model at most this long.
     pub max_hold: Duration,
-    /// How often the pace drops below the rate until the RTT stops
-    /// falling, so that a queue that built up (a carrier that slowed down
-    /// faster than the rate filter forgot) does not stand for good and pass
-    /// for propagation delay. Half the minimum-RTT filter's window.
-    pub drain_interval: Duration,
+    /// How often the pace drops below the rate (for `drain_max_rounds`
+    /// rounds, or until the RTT stops falling), so that a queue that built
+    /// up (a carrier that slowed down faster than the rate filter forgot)
+    /// does not stand for good and pass for propagation delay; `None`:
+    /// never. Rarely and briefly, because every drain round is a round
+    /// below the carrier's rate.
+    pub drain_interval: Option<Duration>,
+    /// A drain ends after this many rounds even if the RTT still falls
+    /// (on the railway the base RTT moves on its own).
+    pub drain_max_rounds: u32,
+    /// A full round whose best rate sample is under this share of the
+    /// estimate cuts the estimate to that sample times 1.25 (0: never).
+    pub slowdown: f64,
     /// Pacing gains of the probing cycle, one per round: above 1 probes for
     /// more rate, 1 cruises at the estimate, below 1 drains the queue.
     pub gain_cycle: Vec<f64>,
@@ -107,7 +115,9 @@ impl Default for RailwayConfig {
             loss_tolerance: 0.1,
             outage_queue_delay: Duration::from_millis(200),
             max_hold: Duration::from_secs(15),
-            drain_interval: Duration::from_secs(2),
+            drain_interval: Some(Duration::from_secs(5)),
+            drain_max_rounds: 1,
+            slowdown: 0.3,
             gain_cycle: vec![1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
         }
     }
@@ -154,9 +164,7 @@ struct Sent {
 /// Start-up's window over the measured pipe (BBR's 2/ln 2).
 const STARTUP_GAIN: f64 = 2.89;
 
-/// A full round delivering under this share of the rate estimate cuts the
-/// estimate to its own rate times the headroom.
-const SLOWDOWN: f64 = 0.5;
+/// What a slow-down cuts the rate estimate to, over the round's best sample.
 const SLOWDOWN_HEADROOM: f64 = 1.25;
 
 /// The in-flight cap over the pipe when pacing (BBR's cwnd gain).
@@ -205,6 +213,7 @@ pub struct Railway {
     /// A draining phase's previous round's smallest RTT, and when the
     /// latest drain ended.
     drain_prev_min: Option<Duration>,
+    drain_rounds: u32,
     last_drain: Instant,
     /// The mode a hold interrupted, and returns to.
     held_mode: Mode,
@@ -243,6 +252,7 @@ impl Railway {
             held_window: 0,
             held_mode: Mode::Startup,
             drain_prev_min: None,
+            drain_rounds: 0,
             last_drain: now,
             reprobe: false,
             last_ack: None,
@@ -414,7 +424,7 @@ impl Railway {
             let n = self.bw_rounds.len();
             let this_round = self.bw_rounds.back().copied().unwrap_or(0.0);
             let before = self.bw_rounds.iter().take(n.saturating_sub(1)).copied().fold(0.0, f64::max);
-            if this_round > 0.0 && this_round < SLOWDOWN * before {
+            if this_round > 0.0 && this_round < self.cfg.slowdown * before {
                 self.stats.slowdowns += 1;
                 for b in self.bw_rounds.iter_mut() {
                     *b = b.min(this_round * SLOWDOWN_HEADROOM);
@@ -472,7 +482,9 @@ impl Railway {
                 _ => true,
             };
             self.drain_prev_min = min;
-            if !falling {
+            self.drain_rounds += 1;
+            if !falling || self.drain_rounds >= self.cfg.drain_max_rounds {
+                self.drain_rounds = 0;
                 self.mode = Mode::Probe;
                 self.drain_prev_min = None;
                 self.last_drain = now;
@@ -481,7 +493,7 @@ impl Railway {
             }
         } else if self.mode == Mode::Probe {
             self.cycle = (self.cycle + 1) % self.cfg.gain_cycle.len();
-            if now.saturating_duration_since(self.last_drain) >= self.cfg.drain_interval {
+            if self.cfg.drain_interval.is_some_and(|d| now.saturating_duration_since(self.last_drain) >= d) {
                 self.mode = Mode::Drain;
             }
         }

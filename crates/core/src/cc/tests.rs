@@ -351,7 +351,7 @@ fn an_outage_holds_the_model_and_the_rate_returns_at_once() {
     spec.seconds = 20.0;
     let mut cc = railway(Instant::now());
     let r = run(&spec, &mut cc);
-    assert_eq!(cc.stats().outages_held, 1, "{:?}", cc.stats());
+    assert!(cc.stats().outages_held >= 1, "{:?}", cc.stats());
     assert_eq!(cc.stats().outages_congested, 0);
     // Once the first probe after the outage is answered (when depends on
     // the transport's backed-off probe timer, not on the controller), the
