@@ -75,6 +75,8 @@ pub struct RailwayConfig {
     /// rate the carrier no longer has keeps the pace, and so how deep the
     /// queue grows when the carrier slows down.
     pub bw_rounds: usize,
+    /// ... and at most this old.
+    pub bw_max_age: Duration,
     /// Share of a round's bytes that may be lost without it counting as
     /// congestion (radio loss).
     pub loss_tolerance: f64,
@@ -96,6 +98,10 @@ pub struct RailwayConfig {
     /// A full round whose best rate sample is under this share of the
     /// estimate cuts the estimate to that sample times 1.25 (0: never).
     pub slowdown: f64,
+    /// A full round whose smallest RTT is this far over the minimum cuts the
+    /// estimate to the round's best sample and drains: a bound on the queue
+    /// whatever the estimate.
+    pub max_queue_delay: Duration,
     /// Pacing gains of the probing cycle, one per round: above 1 probes for
     /// more rate, 1 cruises at the estimate, below 1 drains the queue.
     pub gain_cycle: Vec<f64>,
@@ -110,14 +116,16 @@ impl Default for RailwayConfig {
             min_window: 4 * mtu,
             max_window: 64 << 20,
             target_queue_delay: Duration::from_millis(40),
-            rtprop_window: Duration::from_secs(4),
+            rtprop_window: Duration::from_secs(10),
             bw_rounds: 4,
+            bw_max_age: Duration::from_secs(2),
             loss_tolerance: 0.1,
             outage_queue_delay: Duration::from_millis(200),
             max_hold: Duration::from_secs(15),
             drain_interval: Some(Duration::from_secs(5)),
             drain_max_rounds: 1,
             slowdown: 0.3,
+            max_queue_delay: Duration::from_millis(500),
             gain_cycle: vec![1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
         }
     }
@@ -147,8 +155,11 @@ pub struct RailwayStats {
     /// Rounds whose loss stayed within the tolerance.
     pub lossy_rounds_tolerated: u64,
     pub handovers_held: u64,
-    /// Rounds that delivered under half the estimate (estimate cut).
+    /// Rounds whose best sample was far under the estimate (estimate cut).
     pub slowdowns: u64,
+    /// Rounds whose smallest RTT was past `max_queue_delay` over the
+    /// minimum (estimate cut, drain).
+    pub queue_ceilings: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -182,6 +193,8 @@ pub struct Railway {
     window: u64,
     /// Delivery-rate maxima of the latest rounds (bytes/s), newest last.
     bw_rounds: VecDeque<f64>,
+    /// When each of those slots began.
+    bw_slot_start: VecDeque<Instant>,
     /// Minimum RTT per ~second bucket, newest last: (bucket start, min).
     rtt_buckets: VecDeque<(Instant, Duration)>,
     /// Minimum RTT of the current round (queue signal).
@@ -205,6 +218,8 @@ pub struct Railway {
     /// with the window full.
     round_inserted: bool,
     round_full_sample: bool,
+    /// A sample was ever taken with the window full.
+    measured_full: bool,
     /// Startup: the best rate so far and rounds without growth.
     full_bw: f64,
     full_bw_rounds: u32,
@@ -229,6 +244,7 @@ impl Railway {
             window: cfg.initial_window,
             mode: Mode::Startup,
             bw_rounds: VecDeque::new(),
+            bw_slot_start: VecDeque::new(),
             rtt_buckets: VecDeque::new(),
             round_min_rtt: None,
             last_round_min_rtt: None,
@@ -246,6 +262,7 @@ impl Railway {
             cycle: 0,
             round_inserted: false,
             round_full_sample: false,
+            measured_full: false,
             full_bw: 0.0,
             full_bw_rounds: 0,
             held_since: None,
@@ -386,11 +403,24 @@ impl Railway {
         }
         if !rec.app_limited {
             self.round_full_sample = true;
+            self.measured_full = true;
         }
         self.round_inserted = true;
         match self.bw_rounds.back_mut() {
             Some(b) => *b = b.max(rate),
-            None => self.bw_rounds.push_back(rate),
+            None => {
+                self.bw_rounds.push_back(rate);
+                self.bw_slot_start.push_back(now);
+            }
+        }
+        // Rounds as long as a deep queue makes them would keep a rate the
+        // carrier lost long ago: slots also age out by time, keeping the
+        // one being filled.
+        while self.bw_rounds.len() > 1
+            && self.bw_slot_start.front().is_some_and(|t| now.saturating_duration_since(*t) > self.cfg.bw_max_age)
+        {
+            self.bw_rounds.pop_front();
+            self.bw_slot_start.pop_front();
         }
         self.update_window();
     }
@@ -420,6 +450,27 @@ impl Railway {
         // slowed.
         let gap = std::mem::take(&mut self.round_max_ack_gap);
         let steady = self.rtprop().is_some_and(|p| gap <= (2 * p).max(Duration::from_millis(200)));
+        // A queue past the ceiling in a full round: the estimate is above
+        // what the carrier delivers (it slowed down more gently than the
+        // slow-down rule sees, or acknowledgements bunch up), and the loss
+        // tolerance would let the buffer overflow unnoticed. Back to the
+        // round's best sample, and drain.
+        let queue_now = match (self.round_min_rtt, self.rtprop()) {
+            (Some(r), Some(p)) => r.saturating_sub(p),
+            _ => Duration::ZERO,
+        };
+        if self.round_full_sample && self.mode == Mode::Probe && queue_now > self.cfg.max_queue_delay {
+            let this_round = self.bw_rounds.back().copied().unwrap_or(0.0);
+            if this_round > 0.0 {
+                self.stats.queue_ceilings += 1;
+                for b in self.bw_rounds.iter_mut() {
+                    *b = b.min(this_round);
+                }
+                self.mode = Mode::Drain;
+                self.drain_prev_min = None;
+                self.drain_rounds = 0;
+            }
+        }
         if steady && self.round_full_sample && matches!(self.mode, Mode::Probe | Mode::Drain) {
             let n = self.bw_rounds.len();
             let this_round = self.bw_rounds.back().copied().unwrap_or(0.0);
@@ -504,8 +555,10 @@ impl Railway {
         if inserted {
             if self.bw_rounds.len() >= self.cfg.bw_rounds {
                 self.bw_rounds.pop_front();
+                self.bw_slot_start.pop_front();
             }
             self.bw_rounds.push_back(0.0);
+            self.bw_slot_start.push_back(now);
         }
         if self.mode != Mode::Held {
             self.update_window();
@@ -547,6 +600,10 @@ impl Railway {
     pub fn pacing_rate(&self) -> Option<f64> {
         let bw = self.bw().filter(|b| *b > 0.0)?;
         match self.mode {
+            // An estimate from keep-alives alone would pace start-up at
+            // their rate: until a full window measured the path, the
+            // transport paces from the window.
+            Mode::Startup if !self.measured_full => None,
             Mode::Startup => Some(STARTUP_GAIN * bw),
             Mode::Drain => Some(bw / STARTUP_GAIN),
             Mode::Probe => Some(self.gain() * bw),
@@ -575,6 +632,7 @@ impl Railway {
         if queue > self.cfg.outage_queue_delay {
             self.stats.outages_congested += 1;
             self.bw_rounds.clear();
+            self.bw_slot_start.clear();
             self.full_bw = 0.0;
             self.full_bw_rounds = 0;
             self.window = self.cfg.initial_window.max(self.cfg.min_window);

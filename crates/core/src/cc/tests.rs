@@ -472,3 +472,18 @@ fn a_path_that_carried_only_keep_alives_ramps_up_when_the_load_comes() {
     assert!(busy as f64 >= 0.85 * 8.0 * cap, "{:?}", r.per_second);
     assert!(r.per_second[21] as f64 >= 0.5 * cap, "{:?}", r.per_second);
 }
+
+#[test]
+fn a_carrier_fading_out_does_not_fill_its_buffer() {
+    // 22 Mbit/s down to about 1 Mbit/s over a minute, 10 % every 2 s: each
+    // step too small for the slow-down rule, the 4 MB buffer 30 s deep at
+    // the end.
+    let mut spec = LinkSpec::steady(22.0, 80, 0.005);
+    spec.capacity = (0..30).map(|k| (2.0 * k as f64, 22.0 * 0.9f64.powi(k))).collect();
+    spec.seconds = 60.0;
+    let mut cc = railway(Instant::now());
+    let r = run(&spec, &mut cc);
+    assert!(r.utilisation >= 0.8, "{r:?}");
+    let worst = r.queue_quantile(0.0, 60.0, 0.99);
+    assert!(worst <= Duration::from_millis(1500), "p99 queueing {worst:?}; {:?} rtprop {:?}", cc.stats(), cc.rtprop());
+}
