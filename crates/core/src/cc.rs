@@ -577,17 +577,8 @@ impl Railway {
             return;
         }
         let (Some(bw), Some(rtprop)) = (self.bw(), self.rtprop()) else { return };
-        let gain = self.gain();
-        // A draining round (gain below 1) aims below the bare pipe, so the
-        // queue empties and the RTT filter sees the path's minimum again;
-        // without it a standing queue would pass for propagation delay once
-        // the filter's window moved past the last empty queue, and ratchet
-        // the window up by the target delay every window.
-        // The pace sets the rate (a draining round's gain below 1 empties
-        // the queue, so the RTT filter sees the path's minimum again); the
-        // window only caps what is in flight, with room for
-        // acknowledgements that come in bursts.
-        let _ = gain;
+        // The pace sets the rate; the window only caps what is in flight,
+        // with room for acknowledgements that come in bursts.
         let pipe = bw * rtprop.as_secs_f64();
         let w = (CWND_GAIN * pipe + bw * self.cfg.target_queue_delay.as_secs_f64()) as u64;
         self.window = w.clamp(self.cfg.min_window, self.cfg.max_window);
