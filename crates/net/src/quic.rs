@@ -507,6 +507,8 @@ struct Pacer {
 /// Most a paced subflow sends at once: 10 ms at its rate, at least 16 KiB.
 const PACER_BURST_S: f64 = 0.01;
 const PACER_MIN_BURST: f64 = 16.0 * 1024.0;
+/// Longest a paced writer sleeps before it reads the rate again.
+const PACER_MAX_WAIT_S: f64 = 0.05;
 
 impl Pacer {
     fn new(slot: Arc<HintSlot>) -> Self {
@@ -532,7 +534,9 @@ impl Pacer {
             self.sleep = None;
             return Poll::Ready(n);
         }
-        let wait = Duration::from_secs_f64(((1200.0 - self.tokens) / rate).max(0.0005));
+        // Capped, so that a rate that rises while the writer waits is
+        // taken up within one short sleep.
+        let wait = Duration::from_secs_f64(((1200.0 - self.tokens) / rate).clamp(0.0005, PACER_MAX_WAIT_S));
         let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
         sleep.as_mut().reset(now + wait);
         match sleep.as_mut().poll(cx) {
