@@ -432,7 +432,10 @@ enum Subflow {
 
 async fn dial_tls(s: &Settings, spec: &PathSpec, hello: &Hello) -> std::io::Result<(Subflow, u64)> {
     let connector = tokio_rustls::TlsConnector::from(s.tls.clone());
-    let tcp = subflow::connect(spec.proxy, spec.device(), Transport::Tls, &s.congestion).await?;
+    // A QUIC carrier's fallback is a TLS subflow; kernel MPTCP keeps its
+    // MPTCP socket.
+    let over = if s.transport == Transport::Quic { Transport::Tls } else { s.transport };
+    let tcp = subflow::connect(spec.proxy, spec.device(), over, &s.congestion).await?;
     let probe = subflow::UnsentProbe::new(&tcp)?;
     let mut tls = connector.connect(s.proxy_name.clone(), tcp).await?;
     let instance = subflow::client_hello(&mut tls, hello, Duration::from_secs(10)).await?;
