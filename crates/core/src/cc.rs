@@ -204,7 +204,6 @@ pub struct Railway {
     delivered_time: Instant,
     first_sent_time: Instant,
     sent: VecDeque<Sent>,
-    round: u64,
     round_end_delivered: u64,
     round_lost: u64,
     round_delivered_start: u64,
@@ -252,7 +251,6 @@ impl Railway {
             delivered_time: now,
             first_sent_time: now,
             sent: VecDeque::new(),
-            round: 0,
             round_end_delivered: 0,
             round_lost: 0,
             round_delivered_start: 0,
@@ -439,7 +437,6 @@ impl Railway {
     }
 
     fn end_round(&mut self, now: Instant) {
-        self.round += 1;
         let delivered = self.delivered - self.round_delivered_start;
         self.round_start = now;
         // A full round whose best delivery-rate sample was under half the

@@ -175,10 +175,10 @@ impl CcStats {
 /// [`Railway`] as a quinn controller.
 struct RailController {
     core: Railway,
-    /// Where the hints come from (None: run without them).
-    slot: Option<Arc<HintSlot>>,
-    /// Where the pacing rate goes.
-    pace_to: Option<Arc<HintSlot>>,
+    /// Shared with the shell: the hints come from it (when `use_hints`),
+    /// the pacing rate goes to it.
+    slot: Arc<HintSlot>,
+    use_hints: bool,
     seen: u64,
     in_flight: u64,
     stats: Arc<CcStats>,
@@ -186,7 +186,7 @@ struct RailController {
 
 impl RailController {
     fn hints(&mut self, now: Instant) {
-        let Some(h) = self.slot.as_ref().and_then(|s| s.hints.get()) else { return };
+        let Some(h) = self.slot.hints.get().filter(|_| self.use_hints) else { return };
         let st = h.state.load(Ordering::Relaxed);
         if st != self.seen {
             self.seen = st;
@@ -202,9 +202,7 @@ impl RailController {
         if after != before {
             self.stats.add(before, after);
         }
-        if let Some(slot) = &self.pace_to {
-            slot.pacing.store(self.core.pacing_rate().map_or(0, |r| r.max(1.0) as u64), Ordering::Relaxed);
-        }
+        self.slot.pacing.store(self.core.pacing_rate().map_or(0, |r| r.max(1.0) as u64), Ordering::Relaxed);
     }
 }
 
@@ -249,7 +247,7 @@ impl Controller for RailController {
         Box::new(RailController {
             core: self.core.clone(),
             slot: self.slot.clone(),
-            pace_to: self.pace_to.clone(),
+            use_hints: self.use_hints,
             seen: self.seen,
             in_flight: self.in_flight,
             stats: self.stats.clone(),
@@ -266,8 +264,8 @@ impl Controller for RailController {
 }
 
 struct RailFactory {
-    slot: Option<Arc<HintSlot>>,
-    pace_to: Arc<HintSlot>,
+    slot: Arc<HintSlot>,
+    use_hints: bool,
     stats: Arc<CcStats>,
 }
 
@@ -278,7 +276,7 @@ impl ControllerFactory for RailFactory {
         Box::new(RailController {
             core,
             slot: self.slot.clone(),
-            pace_to: Some(self.pace_to.clone()),
+            use_hints: self.use_hints,
             seen: 0,
             in_flight: 0,
             stats: self.stats.clone(),
@@ -297,11 +295,8 @@ pub fn transport_config(cc: QuicCc, slot: Arc<HintSlot>, stats: Arc<CcStats>) ->
         .keep_alive_interval(Some(KEEP_ALIVE))
         .max_idle_timeout(Some(IDLE_TIMEOUT.try_into().expect("30 s is a valid idle timeout")));
     match cc {
-        QuicCc::Railway => {
-            t.congestion_controller_factory(Arc::new(RailFactory { slot: Some(slot.clone()), pace_to: slot, stats }))
-        }
-        QuicCc::RailwayNoHints => {
-            t.congestion_controller_factory(Arc::new(RailFactory { slot: None, pace_to: slot, stats }))
+        QuicCc::Railway | QuicCc::RailwayNoHints => {
+            t.congestion_controller_factory(Arc::new(RailFactory { slot, use_hints: cc == QuicCc::Railway, stats }))
         }
         QuicCc::Bbr => t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default())),
         QuicCc::Cubic => t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default())),
@@ -351,14 +346,13 @@ pub async fn connect(
     let slot = Arc::new(HintSlot::default());
     slot.bind(hints);
     config.transport_config(Arc::new(transport_config(cc, slot.clone(), stats)));
-    let pace = slot.clone();
     let conn = endpoint
         .connect_with(config, peer, server_name)
         .map_err(|e| quic_error("QUIC connect", e))?
         .await
         .map_err(|e| quic_error("QUIC handshake", e))?;
     let (send, recv) = conn.open_bi().await.map_err(|e| quic_error("opening the QUIC stream", e))?;
-    Ok(QuicSubflow { send, recv, conn, pacer: Pacer::new(pace), _endpoint: Some(endpoint) })
+    Ok(QuicSubflow { send, recv, conn, pacer: Pacer::new(slot), _endpoint: Some(endpoint) })
 }
 
 /// The proxy's QUIC listener: one UDP socket for every train subflow.
