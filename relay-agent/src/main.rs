@@ -443,10 +443,7 @@ async fn dial_tls(s: &Settings, spec: &PathSpec, hello: &Hello) -> std::io::Resu
 }
 
 async fn dial_quic(s: &Settings, session: &Session, spec: &PathSpec, hello: &Hello) -> std::io::Result<(Subflow, u64)> {
-    let name = match &s.proxy_name {
-        rustls::pki_types::ServerName::DnsName(d) => d.as_ref().to_string(),
-        other => format!("{other:?}"),
-    };
+    let name = s.proxy_name.to_str();
     let mut sub = tokio::time::timeout(
         QUIC_HANDSHAKE_TIMEOUT,
         polycorn_net::quic::connect(
