@@ -20,7 +20,7 @@ define run_integration
 	bash scripts/integration-telemetry.sh
 endef
 
-.PHONY: help setup build test check test-deep fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-emu lint lint-rust lint-sh lint-py test-py test-py-bench test-py-services smoke-netns clean-testbed
+.PHONY: help setup build test check test-deep fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-cc bench-emu lint lint-rust lint-sh lint-py test-py test-py-bench test-py-services smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -98,6 +98,9 @@ bench-dataplane: build ## data-plane benchmark
 # the subset `make test` runs (~2 min, output under /tmp); more knobs in the script.
 validate-tracegen: build ## HSR trace generator vs the published numbers (hsr-facts §15.8) with tolerances, pass/fail -> bench/out/tracegen-validation.{txt,json}, docs/hsr-model.md tables
 	bash scripts/validate-tracegen.sh
+
+bench-cc: build ## the QUIC subflows' controller and its variants on generated trips in virtual time (seconds per trip, no root) -> bench/out/cc.json
+	$(UV) python -m polycorn_bench.cc
 
 bench-emu: build ## the link emulator's ceiling: 4 x 100 Mbit/s iperf3 through polycorn-emu -> bench/out/emu.json
 	bash scripts/bench-emu.sh

@@ -71,6 +71,14 @@ pub struct RailwayConfig {
     /// (on the testbed's railway 1 s filters queued several times longer
     /// than 4 s ones).
     pub rtprop_window: Duration,
+    /// The minimum RTT over this longer window, times `rtprop_swing`,
+    /// bounds the one above: a queue that stood longer than `rtprop_window`
+    /// (a carrier that slowed down under a hold, a drain too weak to empty
+    /// it) would otherwise pass for propagation delay, size the window
+    /// from itself and stand for good. The railway's base RTT swings by up
+    /// to about 4 times its floor within seconds, not more.
+    pub rtprop_floor_window: Duration,
+    pub rtprop_swing: f64,
     /// Rounds (that carried samples) of the maximum-rate filter: how long a
     /// rate the carrier no longer has keeps the pace, and so how deep the
     /// queue grows when the carrier slows down.
@@ -105,6 +113,16 @@ pub struct RailwayConfig {
     /// Pacing gains of the probing cycle, one per round: above 1 probes for
     /// more rate, 1 cruises at the estimate, below 1 drains the queue.
     pub gain_cycle: Vec<f64>,
+    /// On a carrier whose rate swings (see `variability`), the standing
+    /// queue kept for its surges in place of `target_queue_delay`, with
+    /// every round of the gain cycle paced at its highest gain.
+    pub surge_queue_delay: Duration,
+    /// Coefficient of variation of the per-round delivery rate under which
+    /// the carrier counts as steady and over which as swinging (linear in
+    /// between).
+    pub variability: (f64, f64),
+    /// Full rounds the coefficient of variation is taken over.
+    pub variability_rounds: usize,
 }
 
 impl Default for RailwayConfig {
@@ -116,7 +134,12 @@ impl Default for RailwayConfig {
             min_window: 4 * mtu,
             max_window: 64 << 20,
             target_queue_delay: Duration::from_millis(40),
+            surge_queue_delay: Duration::from_millis(150),
+            variability: (0.2, 0.5),
+            variability_rounds: 8,
             rtprop_window: Duration::from_secs(10),
+            rtprop_floor_window: Duration::from_secs(60),
+            rtprop_swing: 4.0,
             bw_rounds: 4,
             bw_max_age: Duration::from_secs(2),
             loss_tolerance: 0.1,
@@ -212,6 +235,10 @@ pub struct Railway {
     round_max_ack_gap: Duration,
     /// When acknowledgements last resumed after a silence.
     silence_ended: Option<Instant>,
+    /// Packets sent before this give no rate sample.
+    samples_from: Instant,
+    /// Delivery rate of the latest full rounds (bytes/s), newest last.
+    round_rates: VecDeque<f64>,
     cycle: usize,
     /// The current round gave the rate filter a sample, and one taken
     /// with the window full.
@@ -257,6 +284,8 @@ impl Railway {
             round_start: now,
             round_max_ack_gap: Duration::ZERO,
             silence_ended: None,
+            samples_from: now,
+            round_rates: VecDeque::new(),
             cycle: 0,
             round_inserted: false,
             round_full_sample: false,
@@ -310,7 +339,15 @@ impl Railway {
 
     /// The minimum RTT over the filter's window, if any.
     pub fn rtprop(&self) -> Option<Duration> {
-        self.rtt_buckets.iter().map(|b| b.1).min()
+        let newest = self.rtt_buckets.back()?.0;
+        let recent = self
+            .rtt_buckets
+            .iter()
+            .filter(|b| newest.saturating_duration_since(b.0) <= self.cfg.rtprop_window)
+            .map(|b| b.1)
+            .min()?;
+        let floor = self.rtt_buckets.iter().map(|b| b.1).min()?;
+        Some(recent.min(floor.mul_f64(self.cfg.rtprop_swing)))
     }
 
     pub fn set_mtu(&mut self, mtu: u16) {
@@ -388,7 +425,7 @@ impl Railway {
         }
         // A sample whose interval spans a silence (sent before an outage,
         // acknowledged after it) reads the silence as a slow carrier.
-        if self.silence_ended.is_some_and(|t| rec.first_sent_time < t) {
+        if self.silence_ended.is_some_and(|t| rec.first_sent_time < t) || rec.time < self.samples_from {
             return;
         }
         let rate = (self.delivered - rec.delivered) as f64 / interval.as_secs_f64();
@@ -430,7 +467,10 @@ impl Railway {
             Some((start, min)) if now.saturating_duration_since(*start) < bucket => *min = (*min).min(rtt),
             _ => self.rtt_buckets.push_back((now, rtt)),
         }
-        while self.rtt_buckets.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > self.cfg.rtprop_window)
+        while self
+            .rtt_buckets
+            .front()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > self.cfg.rtprop_floor_window)
         {
             self.rtt_buckets.pop_front();
         }
@@ -438,6 +478,13 @@ impl Railway {
 
     fn end_round(&mut self, now: Instant) {
         let delivered = self.delivered - self.round_delivered_start;
+        let length = now.saturating_duration_since(self.round_start);
+        if self.round_full_sample && matches!(self.mode, Mode::Probe) && length > Duration::from_millis(1) {
+            if self.round_rates.len() == self.cfg.variability_rounds {
+                self.round_rates.pop_front();
+            }
+            self.round_rates.push_back(delivered as f64 / length.as_secs_f64());
+        }
         self.round_start = now;
         // A full round whose best delivery-rate sample was under half the
         // estimate: the carrier slowed down (a cell edge, a loaded cell).
@@ -563,10 +610,30 @@ impl Railway {
     }
 
     fn gain(&self) -> f64 {
+        let top = self.cfg.gain_cycle.iter().copied().fold(1.0, f64::max);
         if self.reprobe {
-            return 1.25;
+            return top;
         }
-        self.cfg.gain_cycle.get(self.cycle).copied().unwrap_or(1.0)
+        let g = self.cfg.gain_cycle.get(self.cycle).copied().unwrap_or(1.0);
+        g + (top - g) * self.surge()
+    }
+
+    /// How far the carrier's rate swings, from 0 (steady) to 1 (swinging
+    /// as the railway's fading makes it): the share of the surge headroom
+    /// in use.
+    pub fn surge(&self) -> f64 {
+        let n = self.round_rates.len();
+        if n < self.cfg.variability_rounds.max(2) {
+            return 0.0;
+        }
+        let mean = self.round_rates.iter().sum::<f64>() / n as f64;
+        if mean <= 0.0 {
+            return 0.0;
+        }
+        let var = self.round_rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n as f64;
+        let cov = var.sqrt() / mean;
+        let (lo, hi) = self.cfg.variability;
+        ((cov - lo) / (hi - lo).max(1e-9)).clamp(0.0, 1.0)
     }
 
     fn update_window(&mut self) {
@@ -577,14 +644,19 @@ impl Railway {
         // The pace sets the rate; the window only caps what is in flight,
         // with room for acknowledgements that come in bursts.
         let pipe = bw * rtprop.as_secs_f64();
-        let w = (CWND_GAIN * pipe + bw * self.cfg.target_queue_delay.as_secs_f64()) as u64;
+        let f = self.surge();
+        let queue =
+            self.cfg.target_queue_delay.as_secs_f64() * (1.0 - f) + self.cfg.surge_queue_delay.as_secs_f64() * f;
+        let w = (CWND_GAIN * pipe + bw * queue) as u64;
         self.window = w.clamp(self.cfg.min_window, self.cfg.max_window);
     }
 
     /// The rate to send at (bytes/s): the probing cycle's gain times the
     /// rate estimate, start-up's gain before the first estimate from a full
-    /// window. `None`: no estimate yet, or held by a handover hint (the
-    /// transport's own pacing then follows the window).
+    /// window, the estimate itself while a handover hint holds the model (a
+    /// hint arrives late, often after a short handover ended, and the
+    /// transport's own pacing from the window would then queue a burst).
+    /// `None`: no estimate yet; the transport's pacing follows the window.
     pub fn pacing_rate(&self) -> Option<f64> {
         let bw = self.bw().filter(|b| *b > 0.0)?;
         match self.mode {
@@ -595,7 +667,7 @@ impl Railway {
             Mode::Startup => Some(STARTUP_GAIN * bw),
             Mode::Drain => Some(bw / STARTUP_GAIN),
             Mode::Probe => Some(self.gain() * bw),
-            Mode::Held => None,
+            Mode::Held => Some(bw),
         }
     }
 
@@ -636,14 +708,14 @@ impl Railway {
     }
 
     /// Rate samples from here on start here: one that spanned a silence
-    /// would read it as a slow carrier.
+    /// would read it as a slow carrier. Packets already in flight give
+    /// none: moving their start forward instead would divide everything
+    /// delivered since they left by the few milliseconds since `now`, a
+    /// rate many times the carrier's.
     fn restart_sampling(&mut self, now: Instant) {
         self.first_sent_time = now;
         self.delivered_time = now;
-        for rec in self.sent.iter_mut() {
-            rec.delivered_time = rec.delivered_time.max(now);
-            rec.first_sent_time = rec.first_sent_time.max(now);
-        }
+        self.samples_from = now;
     }
 
     /// A radio event on this path.

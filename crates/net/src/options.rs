@@ -69,8 +69,10 @@ pub struct CommonOpts {
     #[arg(long)]
     pub subflow_cc: Option<String>,
     /// Congestion control of the QUIC subflows: `railway` (ours, with the
-    /// radio's handover hints), `railway-nohints`, or quinn's `bbr`,
-    /// `cubic`, `newreno` [default: railway].
+    /// radio's handover hints), `railway-nohints`, either with `-q<ms>`
+    /// for another standing queue than its default (more of a fading
+    /// carrier used, for more delay), or quinn's `bbr`, `cubic`, `newreno`
+    /// [default: railway].
     #[arg(long)]
     pub quic_cc: Option<String>,
     /// Most bytes a passenger connection's receive window grows to:
@@ -192,7 +194,7 @@ impl CommonOpts {
         build_pipeline(&scheduler, &self.pipelines)?;
         let transport: Transport = self.transport.as_deref().unwrap_or("tls").parse()?;
         let congestion = self.subflow_cc.as_deref().map_or(Ok(Congestion::default()), str::parse)?;
-        let quic_cc = self.quic_cc.as_deref().map_or(Ok(crate::quic::QuicCc::Railway), str::parse)?;
+        let quic_cc = self.quic_cc.as_deref().map_or(Ok(crate::quic::QuicCc::DEFAULT), str::parse)?;
         let table_url = HttpOpts::from_flags(
             self.failure_table_url.as_deref(),
             self.failure_table_poll_s,

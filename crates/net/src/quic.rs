@@ -49,10 +49,11 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The congestion controller of the QUIC subflows (`--quic-cc`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuicCc {
-    /// [`Railway`] with the radio hints.
-    Railway,
-    /// [`Railway`] without them: what the hints are worth.
-    RailwayNoHints,
+    /// [`Railway`], with the radio hints or without them (what the hints
+    /// are worth), and the standing queue it keeps for a swinging
+    /// carrier's surges if not its default (`railway-q<ms>`,
+    /// `surge_queue_delay`): more of a fading carrier used, for more delay.
+    Railway { hints: bool, queue_ms: Option<u16> },
     /// quinn's BBR.
     Bbr,
     /// quinn's CUBIC.
@@ -62,12 +63,22 @@ pub enum QuicCc {
 }
 
 impl QuicCc {
-    pub const ALL: [QuicCc; 5] = [QuicCc::Railway, QuicCc::RailwayNoHints, QuicCc::Bbr, QuicCc::Cubic, QuicCc::NewReno];
+    pub const DEFAULT: QuicCc = QuicCc::Railway { hints: true, queue_ms: None };
+    /// Every controller, each with its default parameters.
+    pub const ALL: [QuicCc; 5] = [
+        QuicCc::DEFAULT,
+        QuicCc::Railway { hints: false, queue_ms: None },
+        QuicCc::Bbr,
+        QuicCc::Cubic,
+        QuicCc::NewReno,
+    ];
+    /// Most standing queue `railway-q<ms>` takes.
+    pub const MAX_QUEUE_MS: u16 = 2000;
 
-    pub fn name(self) -> &'static str {
+    fn base_name(self) -> &'static str {
         match self {
-            QuicCc::Railway => "railway",
-            QuicCc::RailwayNoHints => "railway-nohints",
+            QuicCc::Railway { hints: true, .. } => "railway",
+            QuicCc::Railway { hints: false, .. } => "railway-nohints",
             QuicCc::Bbr => "bbr",
             QuicCc::Cubic => "cubic",
             QuicCc::NewReno => "newreno",
@@ -77,17 +88,40 @@ impl QuicCc {
 
 impl std::fmt::Display for QuicCc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.base_name())?;
+        match self {
+            QuicCc::Railway { queue_ms: Some(q), .. } => write!(f, "-q{q}"),
+            _ => Ok(()),
+        }
     }
 }
 
 impl std::str::FromStr for QuicCc {
     type Err = crate::Error;
     fn from_str(s: &str) -> Result<Self, crate::Error> {
-        QuicCc::ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| {
-            let names: Vec<_> = QuicCc::ALL.iter().map(|c| c.name()).collect();
-            crate::Error::option(format!("--quic-cc {s:?}"), format!("unknown; use one of {}", names.join(", ")))
-        })
+        let unknown = || {
+            let names: Vec<_> = QuicCc::ALL.iter().map(|c| c.to_string()).collect();
+            crate::Error::option(
+                format!("--quic-cc {s:?}"),
+                format!(
+                    "unknown; use one of {}, or railway[-nohints]-q<ms> (0 to {} ms)",
+                    names.join(", "),
+                    QuicCc::MAX_QUEUE_MS
+                ),
+            )
+        };
+        if let Some(c) = QuicCc::ALL.into_iter().find(|c| c.to_string() == s) {
+            return Ok(c);
+        }
+        let (base, q) = s.rsplit_once("-q").ok_or_else(unknown)?;
+        let hints = match base {
+            "railway" => true,
+            "railway-nohints" => false,
+            _ => return Err(unknown()),
+        };
+        let digits = !q.is_empty() && q.bytes().all(|b| b.is_ascii_digit()) && (q == "0" || !q.starts_with('0'));
+        let q: u16 = q.parse().ok().filter(|q| digits && *q <= QuicCc::MAX_QUEUE_MS).ok_or_else(unknown)?;
+        Ok(QuicCc::Railway { hints, queue_ms: Some(q) })
     }
 }
 
@@ -266,12 +300,17 @@ impl Controller for RailController {
 struct RailFactory {
     slot: Arc<HintSlot>,
     use_hints: bool,
+    queue: Option<Duration>,
     stats: Arc<CcStats>,
 }
 
 impl ControllerFactory for RailFactory {
     fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
-        let mut core = Railway::new(RailwayConfig::default(), now);
+        let mut cfg = RailwayConfig::default();
+        if let Some(q) = self.queue {
+            cfg.surge_queue_delay = q;
+        }
+        let mut core = Railway::new(cfg, now);
         core.set_mtu(current_mtu);
         Box::new(RailController {
             core,
@@ -295,9 +334,12 @@ pub fn transport_config(cc: QuicCc, slot: Arc<HintSlot>, stats: Arc<CcStats>) ->
         .keep_alive_interval(Some(KEEP_ALIVE))
         .max_idle_timeout(Some(IDLE_TIMEOUT.try_into().expect("30 s is a valid idle timeout")));
     match cc {
-        QuicCc::Railway | QuicCc::RailwayNoHints => {
-            t.congestion_controller_factory(Arc::new(RailFactory { slot, use_hints: cc == QuicCc::Railway, stats }))
-        }
+        QuicCc::Railway { hints, queue_ms } => t.congestion_controller_factory(Arc::new(RailFactory {
+            slot,
+            use_hints: hints,
+            queue: queue_ms.map(|q| Duration::from_millis(q.into())),
+            stats,
+        })),
         QuicCc::Bbr => t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default())),
         QuicCc::Cubic => t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default())),
         QuicCc::NewReno => t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default())),

@@ -448,6 +448,23 @@ fn a_handover_hint_freezes_the_model_and_its_end_restores_the_window() {
 }
 
 #[test]
+fn a_hint_released_with_packets_in_flight_keeps_the_rate_estimate() {
+    // The end of a handover (or of an outage taken for one) restarts rate
+    // sampling while the window is still in flight; the first
+    // acknowledgements after it must not read as a burst far above the
+    // carrier's rate.
+    let mut spec = LinkSpec::steady(10.0, 100, 0.0);
+    spec.seconds = 20.0;
+    let hints: Vec<(f64, Hint)> =
+        (0..6).flat_map(|k| [(8.0 + k as f64, Hint::HandoverStart), (8.3 + k as f64, Hint::HandoverEnd)]).collect();
+    let mut cc = railway(Instant::now());
+    let r = simulate(&spec, &mut cc, 7, &hints);
+    let cap = 10e6 / 8.0;
+    assert!(cc.bw().is_some_and(|b| b <= 1.5 * cap), "estimate {:?} over a {cap} B/s link", cc.bw());
+    assert!(r.queue_quantile(8.0, 20.0, 0.95) <= Duration::from_millis(300), "{r:?}");
+}
+
+#[test]
 fn the_base_rtt_moving_with_the_cell_neither_starves_nor_bloats_it() {
     let mut spec = LinkSpec::steady(20.0, 40, 0.01);
     let ms = Duration::from_millis;

@@ -28,10 +28,17 @@ fn session(role: Role) -> (Session, crate::Events) {
 #[test]
 fn controller_names_parse_and_unknown_ones_list_the_choices() {
     for c in QuicCc::ALL {
-        assert_eq!(c.name().parse::<QuicCc>().ok(), Some(c));
+        assert_eq!(c.to_string().parse::<QuicCc>().ok(), Some(c));
     }
     let e = "vegas".parse::<QuicCc>().unwrap_err().to_string();
     assert!(e.contains("railway-nohints"), "{e}");
+    assert_eq!("railway-q250".parse::<QuicCc>().ok(), Some(QuicCc::Railway { hints: true, queue_ms: Some(250) }));
+    let c = "railway-nohints-q0".parse::<QuicCc>().unwrap();
+    assert_eq!(c, QuicCc::Railway { hints: false, queue_ms: Some(0) });
+    assert_eq!(c.to_string(), "railway-nohints-q0");
+    for bad in ["railway-q", "railway-q+5", "railway-q2001", "bbr-q100", "railway-q-1", "railway-q05x"] {
+        assert!(bad.parse::<QuicCc>().is_err(), "{bad}");
+    }
 }
 
 #[test]
@@ -67,7 +74,7 @@ async fn a_session_over_a_quic_subflow_carries_passenger_bytes_intact() {
         let (proxy, stats) = (proxy.clone(), stats.clone());
         tokio::spawn(async move {
             let incoming = endpoint.accept().await.expect("an incoming connection");
-            let (mut sub, slot) = accept(incoming, &crypto, QuicCc::Railway, stats).await.unwrap();
+            let (mut sub, slot) = accept(incoming, &crypto, QuicCc::DEFAULT, stats).await.unwrap();
             assert_eq!(sub.peer_train().unwrap(), "train-0001");
             let hello = server_read_hello(&mut sub, Duration::from_secs(5)).await.unwrap();
             slot.bind(HintBoard::default().path(hello.path));
@@ -79,7 +86,7 @@ async fn a_session_over_a_quic_subflow_carries_passenger_bytes_intact() {
     let (relay, _relay_events) = session(Role::Relay);
     let board = HintBoard::default();
     let mut sub =
-        connect(addr, None, "proxy.polycorn", &pki.client, QuicCc::Railway, board.path(PathId(0)), stats.clone())
+        connect(addr, None, "proxy.polycorn", &pki.client, QuicCc::DEFAULT, board.path(PathId(0)), stats.clone())
             .await
             .unwrap();
     let hello = Hello { session: 5, path: PathId(0), train_id: "train-0001".into(), path_name: "c0".into() };
@@ -151,12 +158,12 @@ async fn a_train_the_proxy_does_not_serve_fails_the_handshake() {
         let stats = stats.clone();
         tokio::spawn(async move {
             let incoming = endpoint.accept().await.expect("an incoming connection");
-            accept(incoming, &crypto, QuicCc::Railway, stats).await.map(|_| ())
+            accept(incoming, &crypto, QuicCc::DEFAULT, stats).await.map(|_| ())
         })
     };
     let r = tokio::time::timeout(
         Duration::from_secs(20),
-        connect(addr, None, "proxy.polycorn", &other, QuicCc::Railway, Arc::default(), stats),
+        connect(addr, None, "proxy.polycorn", &other, QuicCc::DEFAULT, Arc::default(), stats),
     )
     .await
     .expect("hang guard");
