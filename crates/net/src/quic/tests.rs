@@ -175,3 +175,25 @@ async fn a_train_the_proxy_does_not_serve_fails_the_handshake() {
         assert!(client_hello(&mut sub, &hello, Duration::from_secs(10)).await.is_err());
     }
 }
+
+#[tokio::test]
+async fn the_pacer_hands_quinn_no_small_writes() {
+    // quinn keeps each write as a segment of the stream's send buffer and
+    // walks them per frame: the pacer must not slice a long write into
+    // the few bytes each millisecond refills.
+    let slot = Arc::new(HintSlot::default());
+    slot.pacing.store(20 << 20, Ordering::Relaxed);
+    let mut pacer = Pacer::new(slot);
+    let mut left = 2usize << 20;
+    let mut writes = Vec::new();
+    while left > 0 {
+        let n = std::future::poll_fn(|cx| pacer.poll_allow(cx, left)).await;
+        assert!(n > 0 && n <= left);
+        writes.push(n);
+        left -= n;
+    }
+    let small: Vec<_> = writes.iter().filter(|&&n| n < PACER_MIN_WRITE).collect();
+    assert!(small.is_empty(), "{} writes under {PACER_MIN_WRITE} bytes: {small:?}", small.len());
+    // A short write still goes at once when the bucket holds it.
+    assert_eq!(std::future::poll_fn(|cx| pacer.poll_allow(cx, 100)).await, 100);
+}
