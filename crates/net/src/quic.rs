@@ -573,7 +573,7 @@ impl Pacer {
         let elapsed = self.last.map_or(0.0, |l| now.saturating_duration_since(l).as_secs_f64());
         self.last = Some(now);
         self.tokens = (self.tokens + elapsed * rate).min(burst);
-        let floor = want.min(PACER_MIN_WRITE).max(1) as f64;
+        let floor = want.clamp(1, PACER_MIN_WRITE) as f64;
         if self.tokens >= floor {
             let n = (self.tokens as usize).min(want);
             self.tokens -= n as f64;
