@@ -284,6 +284,10 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
 struct Current {
     session: Option<(u64, Session)>,
     path_names: Vec<(PathId, String)>,
+    /// The transport of the subflow that came up last on each path, for
+    /// `/readyz` (which reads it only for paths up): a subflow going down
+    /// leaves it, since a newer one for the same path may already carry it.
+    transports: metrics::PathTransports,
 }
 
 struct Proxy {
@@ -338,15 +342,16 @@ impl Proxy {
         self.s.policy.allows(dst)
     }
 
-    /// The session for `hello`, replacing an older one of a restarted relay.
-    fn session_for(self: &Arc<Self>, hello: &Hello) -> anyhow::Result<Session> {
+    /// The session for `hello`, replacing an older one of a restarted relay,
+    /// and where its paths' transports are noted.
+    fn session_for(self: &Arc<Self>, hello: &Hello) -> anyhow::Result<(Session, metrics::PathTransports)> {
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((id, s)) = cur.session.clone() {
             if id == hello.session {
                 if !cur.path_names.iter().any(|(p, _)| *p == hello.path) {
                     cur.path_names.push((hello.path, hello.path_name.clone()));
                 }
-                return Ok(s);
+                return Ok((s, cur.transports.clone()));
             }
             info!(old = id, new = hello.session, "relay restarted: replacing its session");
             s.close();
@@ -370,7 +375,8 @@ impl Proxy {
         tokio::spawn(self.clone().events(session.clone(), events));
         cur.session = Some((hello.session, session.clone()));
         cur.path_names = vec![(hello.path, hello.path_name.clone())];
-        Ok(session)
+        cur.transports = Default::default();
+        Ok((session, cur.transports.clone()))
     }
 
     async fn events(self: Arc<Self>, session: Session, mut rx: polycorn_net::session::Events) {
@@ -595,12 +601,14 @@ impl Proxy {
         if hello.path.index() >= MAX_PATHS {
             bail!("path id {} out of range", hello.path);
         }
-        let session = self.session_for(&hello)?;
+        let (session, transports) = self.session_for(&hello)?;
         if let Some(slot) = slot {
             slot.bind(session.hints().path(hello.path));
         }
         subflow::server_ack(&mut stream, &hello, self.instance).await?;
         drop(handshake); // authenticated: no longer counts as a handshake
+        let on = if transport == "quic" { metrics::ON_QUIC } else { metrics::ON_TLS };
+        transports[hello.path.index()].store(on, std::sync::atomic::Ordering::Relaxed);
         info!(%peer, path = %hello.path, name = %hello.path_name, transport, %cc, "subflow up");
         let r = session.run_path(hello.path, stream, probe).await;
         info!(%peer, path = %hello.path, result = ?r, "subflow down");
@@ -834,10 +842,16 @@ async fn run() -> anyhow::Result<()> {
     let ready = Arc::new(move || {
         // kernel-mptcp-conn: listening is all there is to be ready for.
         if conn_mode {
-            return true;
+            return true.into();
         }
         let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
-        cur.session.as_ref().is_some_and(|(_, s)| s.with(|st, _| !st.ep.up_paths().is_empty()))
+        match &cur.session {
+            Some((_, s)) => {
+                let up = s.with(|st, _| st.ep.up_paths());
+                metrics::path_readiness(&cur.path_names, &up, &cur.transports[..], p.s.transport)
+            }
+            None => false.into(),
+        }
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut m_stop = stop_rx.clone();

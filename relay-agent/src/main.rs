@@ -17,7 +17,7 @@ use clap::Parser;
 use polycorn_capture::{Dialer, InterceptRules, RelayOpts, UdpPolicy};
 use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, DEFAULT_RELAY_BUDGET, MAX_PATHS};
 use polycorn_net::config::{build_pipeline, PipelineToml};
-use polycorn_net::metrics::{self, Source, Writer};
+use polycorn_net::metrics::{self, PathTransports, Source, Writer};
 use polycorn_net::mptcp_conn::{self, ConnDialer};
 use polycorn_net::options::{self, CommonOpts, CommonSettings};
 use polycorn_net::subflow::{self, Congestion, Hello, Transport};
@@ -420,10 +420,6 @@ const QUIC_RETRY: Duration = Duration::from_secs(60);
 /// connect timeout would keep the carrier idle.
 const QUIC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What carries each path now (`polycorn_subflow_transport`): 0 none,
-/// 1 TLS, 2 QUIC.
-type PathTransports = Arc<[std::sync::atomic::AtomicU8; MAX_PATHS]>;
-
 /// One subflow's byte stream, whichever transport carries it.
 enum Subflow {
     Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>, subflow::UnsentProbe),
@@ -542,12 +538,12 @@ async fn keep_path(
                         Subflow::Tls(tls, probe) => {
                             let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
                             info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "tls", %cc, "subflow up");
-                            slot.store(1, std::sync::atomic::Ordering::Relaxed);
+                            slot.store(metrics::ON_TLS, std::sync::atomic::Ordering::Relaxed);
                             session.run_path_until(spec.id, *tls, Some(probe), lost).await
                         }
                         Subflow::Quic(q) => {
                             info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "quic", cc = %s.quic_cc, "subflow up");
-                            slot.store(2, std::sync::atomic::Ordering::Relaxed);
+                            slot.store(metrics::ON_QUIC, std::sync::atomic::Ordering::Relaxed);
                             tokio::spawn(q.log_stats(spec.name.clone(), Duration::from_secs(2)));
                             session.run_path_until(spec.id, *q, None, lost).await
                         }
@@ -838,6 +834,7 @@ async fn run() -> anyhow::Result<()> {
     let max_conns = s.opts.max_conns.unwrap_or(4096);
     let mut sources: Vec<Source> = std::mem::take(&mut sources_pre);
     let names: Vec<(PathId, String)> = paths.iter().map(|p| (p.id, p.name.clone())).collect();
+    let ready_names = names.clone();
     let ms = session.clone();
     sources.push(Arc::new(move |w| ms.with(|st, now| metrics::write_session(w, st, &names, now))));
     if let Some(d) = &conn_dialer {
@@ -856,9 +853,10 @@ async fn run() -> anyhow::Result<()> {
     let conn_stats = conn_dialer.as_ref().map(|d| d.stats().clone());
     // kernel-mptcp-conn has no standing connection to watch: ready unless
     // the latest dial to the proxy failed.
+    let transport = s.transport;
     let ready = Arc::new(move || match &conn_stats {
-        Some(st) => st.last_ok.load(std::sync::atomic::Ordering::Relaxed),
-        None => rs.with(|st, _| !st.ep.up_paths().is_empty()),
+        Some(st) => st.last_ok.load(std::sync::atomic::Ordering::Relaxed).into(),
+        None => metrics::path_readiness(&ready_names, &rs.with(|st, _| st.ep.up_paths()), &transports[..], transport),
     });
     let metrics_addr = s.opts.metrics_listen.unwrap_or_else(default_metrics_listen);
     tasks.spawn(async move {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use polycorn_core::{Endpoint, MemoryBudget, PathId, HOL_STALL_LONG, HOL_STALL_VERY_LONG};
+use polycorn_core::{Endpoint, MemoryBudget, PathId, HOL_STALL_LONG, HOL_STALL_VERY_LONG, MAX_PATHS};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -363,11 +363,73 @@ fn write_flow_control(w: &mut Writer, ep: &Endpoint) {
     );
 }
 
+/// What `/readyz` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// 200 when set, 503 otherwise.
+    pub ready: bool,
+    pub body: String,
+}
+
+impl From<bool> for Readiness {
+    /// Where there are no paths to list (kernel-mptcp-conn).
+    fn from(ready: bool) -> Self {
+        Readiness { ready, body: if ready { "ready\n" } else { "no path up\n" }.into() }
+    }
+}
+
 /// Readiness as the shell sees it.
-pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;
+pub type Ready = Arc<dyn Fn() -> Readiness + Send + Sync>;
+
+/// What carries each path now, by path index: 0 none, [`ON_TLS`] or
+/// [`ON_QUIC`].
+pub type PathTransports = Arc<[std::sync::atomic::AtomicU8; MAX_PATHS]>;
+/// A TLS subflow (over TCP, or over MPTCP with `--transport kernel-mptcp`).
+pub const ON_TLS: u8 = 1;
+pub const ON_QUIC: u8 = 2;
+
+/// Ready when at least one of `paths` is in `up`. The body lists every
+/// path and, for those up, the transport carrying it (`transports`); a path
+/// on TLS where `configured` is QUIC is named a fallback: the path works,
+/// so the status stays 200, but UDP does not get through on that carrier
+/// and its rate is the kernel's TCP's, not the railway controller's, which
+/// the status alone would hide.
+pub fn path_readiness(
+    paths: &[(PathId, String)],
+    up: &[PathId],
+    transports: &[std::sync::atomic::AtomicU8],
+    configured: crate::subflow::Transport,
+) -> Readiness {
+    use std::fmt::Write;
+    let n_up = paths.iter().filter(|(p, _)| up.contains(p)).count();
+    if n_up == 0 {
+        return false.into();
+    }
+    let mut body = format!("ready: {n_up}/{} paths up", paths.len());
+    // The proxy learns its paths in the order their subflows arrive.
+    let mut paths: Vec<_> = paths.iter().collect();
+    paths.sort_by_key(|(p, _)| p.0);
+    for (p, name) in paths {
+        let state = if !up.contains(p) {
+            "down"
+        } else {
+            match transports.get(p.index()).map(|t| t.load(std::sync::atomic::Ordering::Relaxed)) {
+                Some(ON_QUIC) => "on quic",
+                Some(ON_TLS) if configured == crate::subflow::Transport::Quic => "on tls (quic fallback)",
+                Some(ON_TLS) if configured == crate::subflow::Transport::KernelMptcp => "on kernel-mptcp",
+                Some(ON_TLS) => "on tls",
+                _ => "up",
+            }
+        };
+        let _ = write!(body, "; path {} ({name}) {state}", p.0);
+    }
+    body.push('\n');
+    Readiness { ready: true, body }
+}
 
 /// Serve `/metrics`, `/healthz` (liveness: 503 once a task panicked) and
-/// `/readyz` (at least one path up) on `addr` until `shutdown` resolves.
+/// `/readyz` (at least one path up; the body says which, and on what) on
+/// `addr` until `shutdown` resolves.
 pub async fn serve(
     addr: SocketAddr,
     sources: Vec<Source>,
@@ -419,11 +481,8 @@ pub async fn serve(
             get(move || {
                 let ready = ready.clone();
                 async move {
-                    if ready() {
-                        (StatusCode::OK, "ready\n")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "no path up\n")
-                    }
+                    let r = ready();
+                    (if r.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, r.body)
                 }
             }),
         );
@@ -433,9 +492,9 @@ pub async fn serve(
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
-/// Which transport carries each path (`transports[i]`: 0 none, 1 TLS,
-/// 2 QUIC) and the railway controllers' counters: over `--transport quic`
-/// a carrier that fell back to TLS shows here.
+/// Which transport carries each path (`transports[i]`: 0 none, [`ON_TLS`],
+/// [`ON_QUIC`]) and the railway controllers' counters: over `--transport
+/// quic` a carrier that fell back to TLS shows here.
 pub fn write_subflow_transports(
     w: &mut Writer,
     path_names: &[(PathId, String)],
@@ -445,7 +504,7 @@ pub fn write_subflow_transports(
     use std::sync::atomic::Ordering::Relaxed;
     for (p, name) in path_names {
         let now = transports.get(p.index()).map_or(0, |t| t.load(Relaxed));
-        for (v, transport) in [(1, "tls"), (2, "quic")] {
+        for (v, transport) in [(ON_TLS, "tls"), (ON_QUIC, "quic")] {
             w.gauge(
                 "polycorn_subflow_transport",
                 "1 for the transport carrying the path now (quic, or tls after a fallback); 0 for the others.",
@@ -496,6 +555,40 @@ pub(crate) mod tests {
         let mut body = String::new();
         prometheus_client::encoding::text::encode(&mut body, &reg).expect("encodes");
         body
+    }
+
+    #[test]
+    fn readyz_names_each_paths_transport_and_a_quic_fallback() {
+        use crate::subflow::Transport;
+        use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+        let paths = [(PathId(1), "c1".to_string()), (PathId(0), "c0".to_string())];
+        let transports: [AtomicU8; MAX_PATHS] = Default::default();
+        transports[0].store(ON_QUIC, Relaxed);
+        transports[1].store(ON_TLS, Relaxed);
+        let both = [PathId(0), PathId(1)];
+        let r = path_readiness(&paths, &both, &transports, Transport::Quic);
+        assert_eq!(
+            r,
+            Readiness {
+                ready: true,
+                body: "ready: 2/2 paths up; path 0 (c0) on quic; path 1 (c1) on tls (quic fallback)\n".into()
+            }
+        );
+        // Configured for TLS, TLS is no fallback.
+        transports[0].store(ON_TLS, Relaxed);
+        let r = path_readiness(&paths, &both, &transports, Transport::Tls);
+        assert_eq!(r.body, "ready: 2/2 paths up; path 0 (c0) on tls; path 1 (c1) on tls\n");
+        // A fallback alone still leaves the end ready: degraded, not unready.
+        let r = path_readiness(&paths, &[PathId(1)], &transports, Transport::Quic);
+        assert_eq!(
+            r,
+            Readiness {
+                ready: true,
+                body: "ready: 1/2 paths up; path 0 (c0) down; path 1 (c1) on tls (quic fallback)\n".into()
+            }
+        );
+        let r = path_readiness(&paths, &[], &transports, Transport::Quic);
+        assert_eq!(r, Readiness { ready: false, body: "no path up\n".into() });
     }
 
     #[test]

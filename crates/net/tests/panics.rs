@@ -23,7 +23,7 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> String {
 async fn a_panicking_task_shuts_the_process_down_and_fails_the_health_check() {
     polycorn_net::panics::install("test");
     let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let ready: polycorn_net::metrics::Ready = Arc::new(|| true);
+    let ready: polycorn_net::metrics::Ready = Arc::new(|| true.into());
     tokio::spawn(polycorn_net::metrics::serve(addr, Vec::new(), ready, std::future::pending()));
     let before = get(addr, "/healthz").await;
     assert!(before.starts_with("HTTP/1.0 200") || before.starts_with("HTTP/1.1 200"), "{before}");

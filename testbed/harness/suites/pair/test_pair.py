@@ -25,7 +25,7 @@ from polycorn_harness.pair import (
     Pair,
     sha256,
 )
-from polycorn_harness.topology import get
+from polycorn_harness.topology import PROXY_METRICS, RELAY_METRICS, get
 from polycorn_harness.wait import WaitTimeoutError, wait_until
 
 P = os.environ.get("PC_PREFIX", "pcit")
@@ -211,9 +211,19 @@ def test_the_lost_carriers_subflow_comes_back(pair: Pair) -> None:
     pair.wait_paths_up()
 
 
-def _readyz(pair: Pair, addr: str) -> tuple[int, str]:
-    code, body = get(pair.ns("train"), f"http://{addr}/readyz", timeout_s=1)
+def _readyz(pair: Pair, addr: str, which: str = "train") -> tuple[int, str]:
+    code, body = get(pair.ns(which), f"http://{addr}/readyz", timeout_s=1)
     return code, body.strip()
+
+
+def _wait_readyz(pair: Pair, addr: str, which: str, want: tuple[int, str]) -> None:
+    """Until /readyz at ``addr`` in namespace ``which`` answers ``want`` (status, body)."""
+    try:
+        wait_until(
+            f"/readyz in {which} says {want}", lambda: _readyz(pair, addr, which) == want, 10
+        )
+    except WaitTimeoutError as e:
+        raise AssertionError(f"{e}; it says {_readyz(pair, addr, which)}") from e
 
 
 def test_every_carrier_down_makes_the_relay_unready_at_once_and_it_recovers(pair: Pair) -> None:
@@ -346,8 +356,9 @@ def test_quic_carries_passengers_intact_and_a_carrier_without_udp_falls_back_alo
     pair: Pair,
 ) -> None:
     """--transport quic with UDP to the proxy dropped on carrier 0 only: carrier 0
-    falls back to TLS, carrier 1 stays on QUIC, and downloads, uploads and a carrier
-    lost mid-transfer (carrier 1, the QUIC one) leave the bytes intact."""
+    falls back to TLS, carrier 1 stays on QUIC, both ends' /readyz say so, and
+    downloads, uploads and a carrier lost mid-transfer (carrier 1, the QUIC one)
+    leave the bytes intact."""
     pair.stop("relay")
     pair.stop("proxy")
     for cmd in (
@@ -365,6 +376,12 @@ def test_quic_carries_passengers_intact_and_a_carrier_without_udp_falls_back_alo
             lambda: (_transport_of(pair, 0), _transport_of(pair, 1)) == ("tls", "quic"),
             20,
         )
+        # Degraded but ready: both ends answer 200 and name carrier 0's fallback.
+        on = ["tls (quic fallback)"] + ["quic"] * (pair.carriers - 1)
+        listed = "; ".join(f"path {c} (carrier-{c}) on {t}" for c, t in enumerate(on))
+        want = (200, f"ready: {pair.carriers}/{pair.carriers} paths up; {listed}")
+        _wait_readyz(pair, RELAY_METRICS, "train", want)
+        _wait_readyz(pair, PROXY_METRICS, "cloud", want)
         assert sha256(pair.download("/files/10MiB.bin")) == sha256(pair.origin_file("10MiB.bin"))
         src = pair.state / "origin" / "www" / "files" / "1MiB.bin"
         pair.download("/upload/it-quic-1MiB.bin", "-T", str(src), "-o", "/dev/null")
