@@ -2,7 +2,7 @@
 # Integration tests of the data plane with real clients and servers that
 # nobody here wrote: curl, nginx, dig, iperf3. A thin entry point of the
 # harness suite testbed/harness/suites/pair (docs/testing.md, "Integration
-# tests"): one relay/proxy pair on the bare namespace testbed, 29 checks, torn
+# tests"): one relay/proxy pair on the bare namespace testbed, 31 checks, torn
 # down whatever happens. Needs root.
 #
 # Env: PC_PREFIX (pcit), PC_CARRIERS (2; 1..8), CARRIER_MBIT (100: each
