@@ -46,7 +46,7 @@ DIRECT_ADDR = "10.77.0.2"
 DIRECT_IPERF_PORT = 5301
 MPTCP_IPERF_PORT = 5302
 DIRECT_ECHO_PORT = 7007
-SCHEMES = ("direct", "mptcp_raw", "relay_1", "relay_2", "relay_4", "kernel_mptcp")
+SCHEMES = ("direct", "mptcp_raw", "relay_1", "relay_2", "relay_4", "quic_2", "kernel_mptcp")
 HZ = os.sysconf("SC_CLK_TCK")
 CRITERION = ROOT / "target" / "criterion" / "select" / "minrtt"
 
@@ -157,6 +157,9 @@ class Bench:
         """Subflows the scheme's data connection is using right now."""
         if scheme == "direct":
             return 1
+        if scheme.startswith("quic_"):
+            udp = ["ss", "-Hun", "state", "established", f"( dport = :{PROXY_PORT} )"]
+            return len(run(self.ns("train", *udp)).stdout.splitlines())
         if scheme.startswith("relay_"):
             est = ["ss", "-Htn", "state", "established", f"( dport = :{PROXY_PORT} )"]
             return len(run(self.ns("train", *est)).stdout.splitlines())
@@ -169,11 +172,14 @@ class Bench:
         """Start what ``scheme`` needs; False if it does not come up. Explicit scheduler
         and transport: the results must not follow a change of the defaults silently."""
         try:
-            if scheme.startswith("relay_"):
-                k = int(scheme.removeprefix("relay_"))
-                self.testbed.start_proxy("--scheduler", "minrtt", "--transport", "tls")
-                self.pair(k).start_main_relay("--scheduler", "minrtt", "--transport", "tls")
-                self.pair(k).wait_paths_up(k)
+            if scheme.startswith(("relay_", "quic_")):
+                transport, k = scheme.split("_")
+                transport = "tls" if transport == "relay" else transport
+                self.testbed.start_proxy("--scheduler", "minrtt", "--transport", transport)
+                self.pair(int(k)).start_main_relay(
+                    "--scheduler", "minrtt", "--transport", transport
+                )
+                self.pair(int(k)).wait_paths_up(int(k))
             elif scheme == "kernel_mptcp":
                 args = ("--scheduler", "minrtt", "--transport", "kernel-mptcp")
                 self.testbed.start_proxy(*args)
@@ -570,7 +576,7 @@ def main() -> int:
                 if scheme == "direct":
                     bench.latency(rep, "direct")
                     bench.latency(rep, "origin_local")
-                elif scheme.startswith("relay_") or scheme == "kernel_mptcp":
+                elif scheme.startswith(("relay_", "quic_")) or scheme == "kernel_mptcp":
                     bench.latency(rep, scheme)
                 bench.scheme_down()
             log(f"rep {rep}/{a.reps}  rss: {a.conns} idle passenger connections through relay_2")

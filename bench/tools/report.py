@@ -21,8 +21,8 @@ from typing import Any, Optional
 Record = dict[str, Any]
 Stat = dict[str, Any]
 
-THROUGHPUT_SCHEMES = ["direct", "relay_1", "relay_2", "relay_4", "kernel_mptcp", "mptcp_raw"]
-LATENCY_SCHEMES = ["direct", "origin_local", "relay_1", "relay_2", "relay_4", "kernel_mptcp"]
+THROUGHPUT_SCHEMES = ["direct", "relay_1", "relay_2", "relay_4", "quic_2", "kernel_mptcp", "mptcp_raw"]
+LATENCY_SCHEMES = ["direct", "origin_local", "relay_1", "relay_2", "relay_4", "quic_2", "kernel_mptcp"]
 DIRS = ["down", "up"]
 # (numerator, denominator) throughput ratios.
 RATIOS = [
@@ -32,6 +32,7 @@ RATIOS = [
     ("kernel_mptcp", "direct"),
     ("mptcp_raw", "direct"),
     ("relay_2", "kernel_mptcp"),
+    ("quic_2", "relay_2"),
     ("relay_2", "relay_1"),
     ("relay_4", "relay_1"),
     ("kernel_mptcp", "mptcp_raw"),
@@ -41,6 +42,8 @@ DEFINITIONS = {
     "namespace, server on 10.77.0.2); no relay, no TLS, kernel only",
     "relay_k": "passenger namespace -> relay-agent (transparent capture, scheduler minrtt, TLS subflows over "
     "the first k carriers) -> proxy -> origin 10.99.0.10:5201 in the cloud namespace",
+    "quic_2": "relay_2 with --transport quic on both ends: a QUIC subflow per carrier (quinn, the railway "
+    "controller, the relay's pacer) instead of TLS over TCP",
     "kernel_mptcp": "the same relay-agent/proxy pair with --transport kernel-mptcp on both ends: one MPTCP "
     "connection (TLS inside) whose subflows the kernel schedules",
     "mptcp_raw": "mptcpize run iperf3, train -> cloud 10.77.0.2 over the carriers, no relay (kernel MPTCP "

@@ -250,6 +250,9 @@ const QUINN_BURST_INTERVAL: f64 = 0.002;
 /// least 16 KiB.
 const SHELL_BURST_S: f64 = 0.01;
 const SHELL_MIN_BURST: f64 = 16.0 * 1024.0;
+/// ... and hands quinn 16 KiB at a time, which quinn then sends under its
+/// own window and pacer.
+const SHELL_MIN_WRITE: f64 = 16.0 * 1024.0;
 /// Acknowledged-but-unconfirmed packet numbers an ACK carries at most.
 const MAX_ACK_RANGE: usize = 8192;
 
@@ -293,6 +296,8 @@ pub fn run(carrier: &mut Carrier, cc: &mut dyn Cc, cfg: &SimConfig) -> Outcome {
     let mut pto_count = 0u32;
     let mut quinn_tokens = 0.0f64;
     let mut shell_tokens = SHELL_MIN_BURST;
+    // Bytes the shell has handed quinn and quinn has not sent yet.
+    let mut released = 0.0f64;
     let mut last_keep_alive: Option<Duration> = None;
     // Receiver: packet numbers received and not yet known to be
     // acknowledged, and when the first unacknowledged one arrived.
@@ -442,12 +447,16 @@ pub fn run(carrier: &mut Carrier, cc: &mut dyn Cc, cfg: &SimConfig) -> Outcome {
         let shell_rate = cc.pacing_rate();
         if let Some(r) = shell_rate {
             shell_tokens = (shell_tokens + r * STEP.as_secs_f64()).min((r * SHELL_BURST_S).max(SHELL_MIN_BURST));
+            if shell_tokens >= SHELL_MIN_WRITE && released < cfg.payload as f64 {
+                released += shell_tokens;
+                shell_tokens = 0.0;
+            }
         }
         let busy = in_window;
         let keep_alive = !busy && last_keep_alive.is_none_or(|k| t.saturating_sub(k) >= cfg.keep_alive);
         let mut sent_now = 0;
         loop {
-            let paced = quinn_tokens >= cfg.payload as f64 && shell_rate.is_none_or(|_| shell_tokens >= 1.0);
+            let paced = quinn_tokens >= cfg.payload as f64 && shell_rate.is_none_or(|_| released >= cfg.payload as f64);
             let may = (probe && sent_now < 2)
                 || (keep_alive && sent_now < 1)
                 || (busy && in_flight_bytes + cfg.payload <= window && paced);
@@ -458,7 +467,7 @@ pub fn run(carrier: &mut Carrier, cc: &mut dyn Cc, cfg: &SimConfig) -> Outcome {
             if busy && !probe {
                 quinn_tokens -= bytes as f64;
                 if shell_rate.is_some() {
-                    shell_tokens -= bytes as f64;
+                    released -= bytes as f64;
                 }
             }
             cc.on_sent(now, bytes, in_flight_bytes);
