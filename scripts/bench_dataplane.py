@@ -158,8 +158,9 @@ class Bench:
         if scheme == "direct":
             return 1
         if scheme.startswith("quic_"):
-            udp = ["ss", "-Hun", "state", "established", f"( dport = :{PROXY_PORT} )"]
-            return len(run(self.ns("train", *udp)).stdout.splitlines())
+            # quinn's sockets are not connected: ss has no peer to match; the relay
+            # counts its subflows.
+            return self.pair(int(scheme.removeprefix("quic_"))).paths_up()
         if scheme.startswith("relay_"):
             est = ["ss", "-Htn", "state", "established", f"( dport = :{PROXY_PORT} )"]
             return len(run(self.ns("train", *est)).stdout.splitlines())
