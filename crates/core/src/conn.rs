@@ -1005,6 +1005,11 @@ pub struct Conn {
     pub(crate) window_pending: Option<u64>,
     /// OPEN not yet confirmed by any frame from the peer (relay side).
     pub(crate) open_unconfirmed: bool,
+    /// The application has read the end of the stream ([`crate::Recv::Fin`]).
+    /// Until then the connection stays, even with both directions complete:
+    /// the last bytes it read may have come with the FIN already there, and
+    /// its next read must find the end, not a connection that is gone.
+    pub(crate) fin_read: bool,
     /// Bytes of the endpoint's memory budget this connection holds; equal
     /// to [`Conn::commitment`] after every endpoint call.
     pub(crate) charged: u64,
@@ -1022,13 +1027,14 @@ impl Conn {
             ack_pending: false,
             window_pending: None,
             open_unconfirmed: false,
+            fin_read: false,
             charged: 0,
         }
     }
 
-    /// Both directions are complete.
+    /// Both directions are complete, and the application has read the end.
     pub fn is_closed(&self) -> bool {
-        self.state == ConnState::Reset || (self.send.is_done() && self.recv.is_finished())
+        self.state == ConnState::Reset || (self.send.is_done() && self.fin_read)
     }
 
     /// Memory the connection holds or has promised: its send buffer and

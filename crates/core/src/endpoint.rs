@@ -1046,11 +1046,12 @@ impl Endpoint {
         if n > 0 {
             self.tune_window(conn, now);
         }
-        let c = self.conns.get(&conn).expect("checked");
+        let c = self.conns.get_mut(&conn).expect("checked");
         if n > 0 {
             return Ok(Recv::Data(n));
         }
         if c.recv.is_finished() {
+            c.fin_read = true;
             self.maybe_close(conn);
             return Ok(Recv::Fin);
         }
@@ -1939,6 +1940,40 @@ mod tests {
         pump(&mut relay, &mut proxy, now);
         assert!(!relay.has_conn(c), "relay closed");
         assert!(!proxy.has_conn(c), "proxy closed");
+    }
+
+    #[test]
+    fn a_reader_that_read_the_last_bytes_still_reads_the_end() {
+        // The last bytes read may be all there is before a FIN that has
+        // already arrived; the acknowledgement of this side's own FIN can
+        // then complete the connection before the reader asks again. The
+        // reader must still read the end, not a connection that is gone
+        // (the shells would turn that into a reset of the passenger's
+        // socket after every byte had arrived).
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
+        relay.send(c, b"request", now).unwrap();
+        relay.finish(c, now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        proxy.send(c, b"response", now).unwrap();
+        proxy.finish(c, now).unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(proxy.recv(c, &mut buf, now), Ok(Recv::Data(7)));
+        pump(&mut relay, &mut proxy, now);
+        assert!(proxy.has_conn(c), "closed before its reader read the end");
+        assert!(proxy.conns[&c].send.is_done(), "the relay acknowledged the proxy's FIN");
+        assert!(!std::iter::from_fn(|| proxy.poll_event()).any(|e| e == Event::ConnClosed(c)));
+        assert_eq!(proxy.recv(c, &mut buf, now), Ok(Recv::Fin));
+        assert!(!proxy.has_conn(c), "closed once its end was read");
+        assert_eq!(proxy.poll_event(), Some(Event::ConnClosed(c)));
+        assert_eq!(relay.recv(c, &mut buf, now), Ok(Recv::Data(8)));
+        assert_eq!(relay.recv(c, &mut buf, now), Ok(Recv::Fin));
+        assert!(!relay.has_conn(c));
     }
 
     #[test]
