@@ -189,11 +189,13 @@ async fn the_pacer_hands_quinn_no_small_writes() {
     while left > 0 {
         let n = std::future::poll_fn(|cx| pacer.poll_allow(cx, left)).await;
         assert!(n > 0 && n <= left);
-        writes.push(n);
+        writes.push((n, left));
         left -= n;
     }
-    let small: Vec<_> = writes.iter().filter(|&&n| n < PACER_MIN_WRITE).collect();
-    assert!(small.is_empty(), "{} writes under {PACER_MIN_WRITE} bytes: {small:?}", small.len());
+    // Shorter only when the writer had no more: each write's size follows
+    // the clock, so what is left for the last one varies from run to run.
+    let small: Vec<_> = writes.iter().filter(|&&(n, had)| n < PACER_MIN_WRITE.min(had)).collect();
+    assert!(small.is_empty(), "{} writes under {PACER_MIN_WRITE} bytes (of bytes left): {small:?}", small.len());
     // A short write still goes at once when the bucket holds it.
     assert_eq!(std::future::poll_fn(|cx| pacer.poll_allow(cx, 100)).await, 100);
 }
