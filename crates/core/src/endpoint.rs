@@ -93,6 +93,12 @@ pub struct EndpointConfig {
 /// reached ([`EndpointConfig::max_conns`], `max_conns_per_user`).
 pub const RESET_REFUSED_LIMIT: u32 = 4;
 
+/// How long a RESET sent is sent again when a path goes down, and how many
+/// are kept for it: longer than a subflow takes to be declared dead and
+/// replaced, bounded so a burst of resets costs little memory.
+const RESET_RESEND_WINDOW: Duration = Duration::from_secs(60);
+const RESET_RESEND_MAX: usize = 1024;
+
 /// Default per-connection cap of the receive window and of the send buffer.
 pub const DEFAULT_CONN_BUFFER_MAX: u64 = 8 * 1024 * 1024;
 /// Default memory budget of a relay-agent (one train).
@@ -373,6 +379,13 @@ pub struct Endpoint {
     acked_scratch: Vec<SentRecord>,
     /// RESETs made while no path was up.
     orphan_resets: Vec<Frame>,
+    /// RESETs sent in the last [`RESET_RESEND_WINDOW`] (at most
+    /// [`RESET_RESEND_MAX`]), oldest first. Control frames are not
+    /// acknowledged: a RESET written on subflows that all die before
+    /// delivering it would leave the peer holding the connection for good,
+    /// so a path going down sends them again on the others (a RESET is
+    /// idempotent at the receiver).
+    recent_resets: VecDeque<(Instant, Frame)>,
     /// Handover-failure prediction inputs (POLYCORN §3, §4.3).
     train: Option<TrainState>,
     failure_table: Option<FailureTable>,
@@ -435,6 +448,7 @@ impl Endpoint {
             views: Vec::with_capacity(MAX_PATHS),
             acked_scratch: Vec::new(),
             orphan_resets: Vec::new(),
+            recent_resets: VecDeque::new(),
             train: None,
             failure_table: None,
             path_status_seq: 0,
@@ -548,6 +562,7 @@ impl Endpoint {
         if lost_frames {
             self.reannounce_flow_state();
         }
+        self.resend_resets(now);
     }
 
     /// Queue every connection's data-level ACK and WINDOW again (both are
@@ -1017,14 +1032,44 @@ impl Endpoint {
     }
 
     /// Abort the connection in both directions.
-    pub fn reset(&mut self, conn: ConnId, code: u32, _now: Instant) {
+    pub fn reset(&mut self, conn: ConnId, code: u32, now: Instant) {
         if self.remove_conn(conn).is_some() {
             self.stats.conns_reset += 1;
-            if self.up_paths().is_empty() {
-                // No path to carry it now: the first path to come up does.
-                self.orphan_resets.push(Frame::Reset { conn, code });
-            } else {
-                self.broadcast(Frame::Reset { conn, code });
+            self.send_reset(Frame::Reset { conn, code }, now);
+        }
+    }
+
+    /// Send a RESET on every path that is up (or the first to come up), and
+    /// remember it for [`Self::resend_resets`].
+    fn send_reset(&mut self, f: Frame, now: Instant) {
+        if self.recent_resets.len() == RESET_RESEND_MAX {
+            self.recent_resets.pop_front();
+        }
+        self.recent_resets.push_back((now, f.clone()));
+        if self.up_paths().is_empty() {
+            // No path to carry it now: the first path to come up does.
+            self.orphan_resets.push(f);
+        } else {
+            self.broadcast(f);
+        }
+    }
+
+    /// A path went down, perhaps with RESETs it had not delivered: send the
+    /// recent ones again on the paths still up, or on the first to come up.
+    fn resend_resets(&mut self, now: Instant) {
+        while self.recent_resets.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > RESET_RESEND_WINDOW) {
+            self.recent_resets.pop_front();
+        }
+        let frames: Vec<Frame> = self.recent_resets.iter().map(|(_, f)| f.clone()).collect();
+        if self.up_paths().is_empty() {
+            for f in frames {
+                if !self.orphan_resets.contains(&f) {
+                    self.orphan_resets.push(f);
+                }
+            }
+        } else {
+            for f in frames {
+                self.broadcast(f);
             }
         }
     }
@@ -1194,7 +1239,7 @@ impl Endpoint {
                 }
                 if self.over_cap(user).is_some() {
                     self.stats.conns_refused += 1;
-                    self.broadcast(Frame::Reset { conn, code: RESET_REFUSED_LIMIT });
+                    self.send_reset(Frame::Reset { conn, code: RESET_REFUSED_LIMIT }, now);
                     return Ok(());
                 }
                 let mut c = self.new_conn(conn, user, dst);
@@ -2561,6 +2606,55 @@ mod tests {
         let late = encoded([Frame::Open { conn: gone, user: UserId([1; 16]), dst }]);
         proxy.handle_input(PathId(0), &late, now).unwrap();
         assert!(!std::iter::from_fn(|| proxy.poll_event()).any(|e| matches!(e, Event::ConnOpened { .. })));
+    }
+
+    #[test]
+    fn a_reset_lost_with_every_subflow_that_carried_it_is_sent_again() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
+        let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
+        let c = relay.open(UserId([1; 16]), dst, now).unwrap();
+        relay.send(c, &[7; 1000], now).unwrap();
+        pump(&mut relay, &mut proxy, now);
+        while relay.poll_event().is_some() {}
+        // The proxy resets the connection (a refused upstream, say) and
+        // writes the RESET on both subflows, which both die with it unread.
+        proxy.reset(c, 9, now);
+        for p in [PathId(0), PathId(1)] {
+            let mut lost = Vec::new();
+            assert!(proxy.poll_transmit(p, now, &mut lost, 1 << 20) > 0);
+        }
+        let later = now + Duration::from_secs(1);
+        for p in [PathId(0), PathId(1)] {
+            relay.path_down(p, later);
+            proxy.path_down(p, later);
+        }
+        for p in [PathId(0), PathId(1)] {
+            relay.path_up(p, later);
+            proxy.path_up(p, later);
+        }
+        pump(&mut relay, &mut proxy, later);
+        let ev: Vec<Event> = std::iter::from_fn(|| relay.poll_event()).collect();
+        assert!(ev.contains(&Event::ConnReset { conn: c, code: 9 }), "{ev:?}");
+        assert!(!relay.conns.contains_key(&c));
+        // One path lost, the other still up: sent again on it.
+        let c2 = relay.open(UserId([1; 16]), dst, later).unwrap();
+        pump(&mut relay, &mut proxy, later);
+        proxy.reset(c2, 5, later);
+        let mut lost = Vec::new();
+        assert!(proxy.poll_transmit(PathId(0), later, &mut lost, 1 << 20) > 0);
+        proxy.path_down(PathId(0), later);
+        relay.path_down(PathId(0), later);
+        pump(&mut relay, &mut proxy, later);
+        assert!(!relay.conns.contains_key(&c2));
+        // Old resets are forgotten: a path going down much later sends none.
+        let much_later = later + RESET_RESEND_WINDOW + Duration::from_secs(1);
+        proxy.path_down(PathId(1), much_later);
+        assert!(proxy.recent_resets.is_empty() && proxy.orphan_resets.is_empty());
     }
 
     #[test]
