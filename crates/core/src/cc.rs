@@ -16,8 +16,11 @@
 //!   `bw_rounds` rounds that carried samples, windowed-min RTT `rtprop`)
 //!   and paces at `gain × bw` ([`Railway::pacing_rate`]; the shell paces,
 //!   because quinn's own pacer follows the window alone), with a window
-//!   that only caps what is in flight at `2 × bw × rtprop` plus
-//!   `target_queue_delay` of bytes;
+//!   that only caps what is in flight at `2 × bw × rtprop` plus a standing
+//!   queue: `target_queue_delay` of bytes on a steady carrier,
+//!   `surge_queue_delay` (every round paced at the top gain) on one whose
+//!   per-round rate swings ([`Railway::surge`]), so a rate surge finds
+//!   packets waiting;
 //! - cycles its pacing gain (a probing round above 1, a draining round
 //!   below it, so the minimum-RTT filter sees the floor again, then
 //!   cruising rounds);
@@ -337,7 +340,8 @@ impl Railway {
         Some(self.last_round_min_rtt?.saturating_sub(self.rtprop()?))
     }
 
-    /// The minimum RTT over the filter's window, if any.
+    /// The minimum RTT over the filter's window, at most `rtprop_swing`
+    /// times the minimum over `rtprop_floor_window`, if any.
     pub fn rtprop(&self) -> Option<Duration> {
         let newest = self.rtt_buckets.back()?.0;
         let recent = self

@@ -27,51 +27,16 @@ use polycorn_emu::{Admission, Blackout, Link, LinkConfig, LossKeying, Schedule, 
 /// Bytes of one trace opportunity (the emulator's default).
 pub const OPPORTUNITY_BYTES: u64 = 1500;
 
-/// What the sender's controller is.
-pub trait Cc {
-    fn window(&self) -> u64;
-    fn on_sent(&mut self, now: Instant, bytes: u64, in_flight: u64);
-    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64);
-    fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, bytes: u64);
-    fn on_hint(&mut self, now: Instant, hint: Hint);
-    /// The controller's own pace (bytes/s); None: the transport's, from
-    /// the window.
-    fn pacing_rate(&self) -> Option<f64>;
-    /// The controller's state in a few words, for a timeline.
-    fn describe(&self) -> String {
-        String::new()
-    }
-}
-
-impl Cc for Railway {
-    fn window(&self) -> u64 {
-        Railway::window(self)
-    }
-    fn on_sent(&mut self, now: Instant, bytes: u64, in_flight: u64) {
-        Railway::on_sent(self, now, bytes, in_flight)
-    }
-    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64) {
-        Railway::on_ack(self, now, sent, bytes)
-    }
-    fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, bytes: u64) {
-        Railway::on_loss(self, now, sent, persistent, bytes)
-    }
-    fn on_hint(&mut self, now: Instant, hint: Hint) {
-        Railway::on_hint(self, now, hint)
-    }
-    fn pacing_rate(&self) -> Option<f64> {
-        Railway::pacing_rate(self)
-    }
-    fn describe(&self) -> String {
-        format!(
-            "{:?} surge {:.2} bw {:.1} Mbit/s rtprop {} ms queue {} ms",
-            self.mode(),
-            self.surge(),
-            self.bw().unwrap_or(0.0) * 8e-6,
-            self.rtprop().map_or(0, |d| d.as_millis()),
-            self.queue_delay().map_or(0, |d| d.as_millis()),
-        )
-    }
+/// The controller's state in a few words, for a timeline.
+fn describe(cc: &Railway) -> String {
+    format!(
+        "{:?} surge {:.2} bw {:.1} Mbit/s rtprop {} ms queue {} ms",
+        cc.mode(),
+        cc.surge(),
+        cc.bw().unwrap_or(0.0) * 8e-6,
+        cc.rtprop().map_or(0, |d| d.as_millis()),
+        cc.queue_delay().map_or(0, |d| d.as_millis()),
+    )
 }
 
 #[derive(Debug)]
@@ -270,7 +235,7 @@ struct InFlight {
 }
 
 /// Replays `carrier` with `cc` as the downlink sender's controller.
-pub fn run(carrier: &mut Carrier, cc: &mut dyn Cc, cfg: &SimConfig) -> Outcome {
+pub fn run(carrier: &mut Carrier, cc: &mut Railway, cfg: &SimConfig) -> Outcome {
     let t0 = Instant::now();
     let mut out = Outcome { capacity: carrier.capacity(cfg.busy_from, cfg.until), ..Outcome::default() };
     let mut hints: Vec<(Duration, Hint)> = match cfg.hint_delay {
@@ -324,7 +289,7 @@ pub fn run(carrier: &mut Carrier, cc: &mut dyn Cc, cfg: &SimConfig) -> Outcome {
                 cc.pacing_rate().unwrap_or(0.0) * 8e-6,
                 in_flight_bytes / 1000,
                 second_max_sojourn.as_millis(),
-                cc.describe()
+                describe(cc)
             ));
             second_delivered = 0;
             second_max_sojourn = Duration::ZERO;
