@@ -526,7 +526,7 @@ impl Proxy {
             polycorn_pki::train_id_of(&certs[0])?
         };
         let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
-        self.serve_subflow(tls, cert_train, peer, handshake, Some(probe), ("tls", cc), None).await
+        self.serve_subflow(tls, cert_train, peer, handshake, Some(probe.into()), ("tls", cc), None).await
     }
 
     /// A QUIC subflow ([`polycorn_net::quic`]): the same HELLO and the same
@@ -551,7 +551,8 @@ impl Proxy {
         let cert_train = sub.peer_train()?;
         tokio::spawn(sub.log_stats(peer.to_string(), Duration::from_secs(2)));
         let cc = self.s.quic_cc.to_string();
-        self.serve_subflow(sub, cert_train, peer, handshake, None, ("quic", cc), Some(slot)).await
+        let probe = subflow::SendProbe::Quic(sub.send_gauge());
+        self.serve_subflow(sub, cert_train, peer, handshake, Some(probe), ("quic", cc), Some(slot)).await
     }
 
     /// Count and log a refused subflow.
@@ -582,7 +583,7 @@ impl Proxy {
         cert_train: String,
         peer: SocketAddr,
         handshake: tokio::sync::OwnedSemaphorePermit,
-        probe: Option<subflow::UnsentProbe>,
+        probe: Option<subflow::SendProbe>,
         (transport, cc): (&'static str, String),
         slot: Option<Arc<polycorn_net::quic::HintSlot>>,
     ) -> anyhow::Result<()>

@@ -539,13 +539,14 @@ async fn keep_path(
                             let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
                             info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "tls", %cc, "subflow up");
                             slot.store(metrics::ON_TLS, std::sync::atomic::Ordering::Relaxed);
-                            session.run_path_until(spec.id, *tls, Some(probe), lost).await
+                            session.run_path_until(spec.id, *tls, Some(probe.into()), lost).await
                         }
                         Subflow::Quic(q) => {
                             info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "quic", cc = %s.quic_cc, "subflow up");
                             slot.store(metrics::ON_QUIC, std::sync::atomic::Ordering::Relaxed);
                             tokio::spawn(q.log_stats(spec.name.clone(), Duration::from_secs(2)));
-                            session.run_path_until(spec.id, *q, None, lost).await
+                            let probe = subflow::SendProbe::Quic(q.send_gauge());
+                            session.run_path_until(spec.id, *q, Some(probe), lost).await
                         }
                     }
                 };

@@ -524,6 +524,39 @@ impl QuicSubflow {
     }
 }
 
+impl QuicSubflow {
+    /// What the session's writer reads of this subflow's pacer.
+    pub fn send_gauge(&self) -> QuicSendGauge {
+        QuicSendGauge { slot: self.pacer.slot.clone() }
+    }
+}
+
+/// A QUIC subflow's pacer as the session's writer sees it
+/// ([`crate::subflow::SendProbe::Quic`]).
+#[derive(Clone, Debug)]
+pub struct QuicSendGauge {
+    slot: Arc<HintSlot>,
+}
+
+impl QuicSendGauge {
+    /// One pacer burst (10 ms at the controller's rate, at least
+    /// [`PACER_MIN_WRITE`]); [`UNPACED_WRITE`] when the controller does not
+    /// pace. On a carrier of a few Mbit/s a write of the session's usual
+    /// quarter mebibyte waits a second behind the pacer.
+    pub fn write_quantum(&self) -> usize {
+        let rate = self.slot.pacing.load(Ordering::Relaxed) as f64;
+        if rate <= 0.0 {
+            return UNPACED_WRITE;
+        }
+        (rate * PACER_BURST_S).clamp(PACER_MIN_WRITE as f64, crate::session::MAX_WRITE as f64) as usize
+    }
+}
+
+/// Bytes a writer hands an unpaced subflow (quinn's own controllers) at
+/// once: quinn holds no more than the window plus [`UNSENT_ALLOWANCE`]
+/// anyway, and what it cannot take yet is better left with the scheduler.
+const UNPACED_WRITE: usize = 64 * 1024;
+
 impl AsyncRead for QuicSubflow {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.recv).poll_read(cx, buf)

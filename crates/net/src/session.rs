@@ -329,15 +329,12 @@ impl Session {
     /// endpoint declares the path dead, or the session closes. Calls
     /// `path_up` first and `path_down` last.
     ///
-    /// `probe`, when given, reads the socket's unsent kernel bytes on every
+    /// `probe`, when given, reads the transport's unsent bytes on every
     /// read and before every transmit poll, for the path's send-buffer
-    /// occupancy.
-    pub async fn run_path<S>(
-        &self,
-        path: PathId,
-        stream: S,
-        probe: Option<crate::subflow::UnsentProbe>,
-    ) -> io::Result<()>
+    /// occupancy, and how much one write should take
+    /// ([`crate::subflow::SendProbe`]); without it writes take up to
+    /// [`MAX_WRITE`].
+    pub async fn run_path<S>(&self, path: PathId, stream: S, probe: Option<crate::subflow::SendProbe>) -> io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
@@ -353,7 +350,7 @@ impl Session {
         &self,
         path: PathId,
         stream: S,
-        probe: Option<crate::subflow::UnsentProbe>,
+        probe: Option<crate::subflow::SendProbe>,
         lost: L,
     ) -> io::Result<()>
     where
@@ -411,8 +408,14 @@ impl Session {
                 }
             }
         };
+        // Bytes taken for a write count in flight from then on, though a
+        // paced subflow may hold them back for a while: take no more than it
+        // lets go at once, so the rest waits in the endpoint, where the
+        // scheduler can still move it and the path's RTT (and so its
+        // window) does not grow with the writer's own backlog.
+        let quantum = || probe.as_ref().map_or(MAX_WRITE, |p| p.write_quantum()).clamp(1, MAX_WRITE);
         let writer = async {
-            let mut out = Vec::with_capacity(512 * 1024);
+            let mut out = Vec::with_capacity(2 * MAX_WRITE);
             loop {
                 out.clear();
                 let n = self.with(|st, now| {
@@ -424,7 +427,7 @@ impl Session {
                     if let Some(unsent) = probe.as_ref().and_then(|p| p.unsent_bytes()) {
                         st.ep.set_kernel_unsent(path, unsent);
                     }
-                    Ok(st.ep.poll_transmit(path, now, &mut out, 256 * 1024))
+                    Ok(st.ep.poll_transmit(path, now, &mut out, quantum()))
                 })?;
                 if n == 0 {
                     self.inner.path_notify[path.index()].notified().await;
@@ -585,6 +588,9 @@ impl Drop for ConnStream {
         });
     }
 }
+
+/// Most bytes a subflow's writer takes from the endpoint for one write.
+pub const MAX_WRITE: usize = 256 * 1024;
 
 /// RESET codes. Shells map them to what passengers see (a TCP RST).
 pub const RESET_ABORTED: u32 = 1;

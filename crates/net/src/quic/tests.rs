@@ -200,6 +200,98 @@ async fn the_pacer_hands_quinn_no_small_writes() {
     assert_eq!(std::future::poll_fn(|cx| pacer.poll_allow(cx, 100)).await, 100);
 }
 
+#[test]
+fn a_write_into_a_paced_subflow_is_one_pacer_burst() {
+    let slot = Arc::new(HintSlot::default());
+    let gauge = QuicSendGauge { slot: slot.clone() };
+    assert_eq!(gauge.write_quantum(), UNPACED_WRITE, "quinn's own controllers do not pace");
+    slot.pacing.store(1_000_000, Ordering::Relaxed);
+    assert_eq!(gauge.write_quantum(), PACER_MIN_WRITE, "10 ms of 8 Mbit/s is under the smallest write");
+    slot.pacing.store(10_000_000, Ordering::Relaxed);
+    assert_eq!(gauge.write_quantum(), 100_000);
+    slot.pacing.store(1 << 30, Ordering::Relaxed);
+    assert_eq!(gauge.write_quantum(), crate::session::MAX_WRITE);
+}
+
+/// Counts the largest single write through it.
+struct WriteSizes<S> {
+    inner: S,
+    largest: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteSizes<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteSizes<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.largest.fetch_max(buf.len(), Ordering::Relaxed);
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The session's writer takes from its endpoint only what a paced QUIC
+/// subflow lets go at once, so a slow carrier's backlog stays where the
+/// scheduler can still move it; a TCP subflow's writes stay large.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_takes_one_pacer_burst_at_a_time() {
+    async fn largest_write(probe: impl FnOnce() -> Option<crate::subflow::SendProbe>) -> usize {
+        let (relay, _relay_events) = session(Role::Relay);
+        let (proxy, mut proxy_events) = session(Role::Proxy);
+        let (a, b) = tokio::io::duplex(4 << 20);
+        let largest = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let sized = WriteSizes { inner: a, largest: largest.clone() };
+        let relay_side = tokio::spawn({
+            let (relay, probe) = (relay.clone(), probe());
+            async move { relay.run_path(PathId(0), sized, probe).await }
+        });
+        let proxy_side = tokio::spawn({
+            let proxy = proxy.clone();
+            async move { proxy.run_path(PathId(0), b, None).await }
+        });
+        let data = passenger_bytes(0, true, 2 << 20);
+        let mut up = relay.open(UserId([1; 16]), "10.0.0.1:80".parse().unwrap()).unwrap();
+        let sink = tokio::spawn({
+            let proxy = proxy.clone();
+            async move {
+                while let Some(ev) = proxy_events.recv().await {
+                    if let SessionEvent::ConnOpened { conn, .. } = ev {
+                        let mut got = Vec::new();
+                        proxy.stream(conn).read_to_end(&mut got).await.unwrap();
+                        return got;
+                    }
+                }
+                Vec::new()
+            }
+        });
+        up.write_all(&data).await.unwrap();
+        up.shutdown().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(60), sink).await.expect("hang guard").unwrap();
+        assert!(got == data, "{} bytes of {}", got.len(), data.len());
+        relay.close();
+        proxy.close();
+        let _ = relay_side.await;
+        let _ = proxy_side.await;
+        largest.load(Ordering::Relaxed)
+    }
+    let slot = Arc::new(HintSlot::default());
+    slot.pacing.store(1_000_000, Ordering::Relaxed);
+    let paced = largest_write(|| Some(crate::subflow::SendProbe::Quic(QuicSendGauge { slot }))).await;
+    assert!(paced <= PACER_MIN_WRITE, "a write of {paced} bytes into a subflow paced at 8 Mbit/s");
+    let unpaced = largest_write(|| None).await;
+    assert!(unpaced > 4 * PACER_MIN_WRITE, "the largest write without a pacer: {unpaced} bytes");
+}
+
 // A relay and a proxy session over two QUIC subflows, one per carrier,
 // while a schedule takes subflows away and brings new ones up.
 
