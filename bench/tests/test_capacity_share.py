@@ -215,6 +215,9 @@ def test_scheme_names() -> None:
     assert own_carrier("single-path-c0~cubic") == 0
     assert own_carrier("single-path-c0@mean") == 0
     assert own_carrier("direct-c1~bbr") == 1
+    assert own_carrier("quic-single-path-c1") == 1
+    assert own_carrier("quic-single-path-c0~railway-nohints-q300") == 0
+    assert own_carrier("quic-minrtt") is None and own_carrier("quic-direct-c0") is None
     assert own_carrier("single-path") is None and own_carrier("minrtt") is None
 
 
