@@ -57,7 +57,9 @@ SINGLE_CARRIER = re.compile(r"^single-path-c(\d+)$")
 DIRECT = re.compile(r"^direct-c(\d+)(?:~[a-z0-9_]+)?$")
 #: Schemes confined to one carrier: the tunnel pinned to it over either transport, any
 #: ``~CC`` or ``@table`` variant of that, and the direct schemes.
-OWN_CARRIER = re.compile(r"^(?:(?:quic-)?single-path|direct)-c(\d+)(?:~[a-z0-9_-]+)?(?:@[a-z0-9]+)?$")
+OWN_CARRIER = re.compile(
+    r"^(?:(?:quic-)?single-path|direct)-c(\d+)(?:~[a-z0-9_-]+)?(?:@[a-z0-9]+)?$"
+)
 #: Bytes one trace opportunity carries on the wire (polycorn-emu's --opportunity-bytes
 #: default, which topology.sh keeps), headers included.
 WIRE_BYTES_PER_OPPORTUNITY = 1500

@@ -459,7 +459,8 @@ def _capacity_section(ls: dict[str, Any]) -> list[str]:
         out += [
             "",
             f"Ceiling, geometric mean over trips: {_f(use['ceiling'])}. Share of the capacity "
-            "each scheme may use (its own carrier for `single-path-c<k>` over either transport and `direct-c<k>`, all otherwise), "
+            "each scheme may use (its own carrier for `single-path-c<k>` over either transport "
+            "and `direct-c<k>`, all otherwise), "
             "geometric mean over trips [95 % CI]:",
             "",
         ]
