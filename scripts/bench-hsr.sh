@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-hsr: every scheme side by side on the same emulated HSR trips.
 #
-#   PROFILE=demo|ci|short|full|long|precision|recovery scripts/bench-hsr.sh
+#   PROFILE=demo|ci|short|full|long|precision|recovery|transport|transport-unseen \
+#     scripts/bench-hsr.sh
 #
 # For each link set and trip, one copy of the topology per scheme
 # (testbed/topology.sh, prefixes hb0, hb1, ...) is built; all their emulators
@@ -62,7 +63,7 @@
 # BENCH_WORK (raw runs, default /tmp/polycorn-bench-hsr), BENCH_OUT (default
 # bench/out; the demo and ci profiles write only under BENCH_WORK), PLOTS
 # (directory for PNGs), SWEEP_SCHEMES (schemes of the budget sweep),
-# TRIP_PARALLEL (trips at once, default 1, precision 11), SEGMENT_TRACE (1:
+# TRIP_PARALLEL (trips at once, default 1, precision 11, transport 3), SEGMENT_TRACE (1:
 # relay and proxy of the main pass write a segment trace, --trace-dir, into
 # each scheme's run directory; bench/polycorn_bench/stalls.py reads it).
 #
@@ -80,7 +81,8 @@
 # (default pc-gateway-300), PC_EMU_LOSS_KEYING (the emulator's
 # --loss-keying, default time) and LOAD_START_S (trip time of the load's
 # start in seconds, or auto: as soon as every topology is up; default 45 in
-# precision, 120 in short, full and long, auto in ci and demo). Results from before 2026-11-26 were
+# precision, recovery and the transport profiles, 120 in short, full and
+# long, auto in ci and demo). Results from before 2026-11-26 were
 # measured on TRACEGEN_PRESET=pc-gateway-300-v1 PC_EMU_LOSS_KEYING=packet.
 # Ctrl-C or any failure tears every topology down. A thin entry point of
 # scripts/bench_hsr.py, which does all of it.

@@ -108,12 +108,20 @@ class Profile:
     sweep_s: int
     phases: str
     driving_trips: int = 1
+    #: The railway the hsr trips run on (tracegen's route seed).
+    route_seed: int = 7
     schemes: str = DEFAULT_SCHEMES
     parallel: int = 1
     result: str = "hsr"
 
 
-#: full's load; long, precision and recovery derive from it.
+#: The subflow transports side by side: the tunnel over TLS/TCP and over QUIC, on each
+#: carrier alone and on both, and the passengers' own TCP straight over each carrier.
+TRANSPORT_SCHEMES = (
+    "minrtt hrsch+ quic-minrtt quic-hrsch+ single-path-c0 single-path-c1 "
+    "quic-single-path-c0 quic-single-path-c1 direct-c0 direct-c1"
+)
+#: full's load; long, precision, recovery and the transport profiles derive from it.
 FULL = Profile(
     per_size=10, messages=100, gap_ms=1000, hsr_trips=5, sets="hsr mahimahi driving",
     slot_s=15, im_win_s=115, users="10 20 30", backlog_s=300, load_start="120", conc_s=60,
@@ -141,6 +149,14 @@ PROFILES: dict[str, Profile] = {
     "precision": replace(
         FULL, hsr_trips=31, sets="hsr", load_start="45", phases="bulk",
         schemes="minrtt hrsch", parallel=11, result="hsr-precision",
+    ),
+    "transport": replace(
+        FULL, hsr_trips=31, load_start="45", phases="backlog", backlog_s=120,
+        schemes=TRANSPORT_SCHEMES, parallel=3, result="hsr-transport",
+    ),
+    "transport-unseen": replace(
+        FULL, hsr_trips=10, sets="hsr", load_start="45", phases="backlog", backlog_s=120,
+        schemes=TRANSPORT_SCHEMES, parallel=3, route_seed=11, result="hsr-transport-unseen",
     ),
     "recovery": replace(
         FULL, hsr_trips=16, sets="hsr", load_start="45", phases="backlog",
@@ -311,7 +327,7 @@ class Settings:
             out=out,
             plots=Path(e("PLOTS", str(out / f"plots-{profile}"))),
             mahimahi=Path(e("MAHIMAHI_DIR", str(ROOT / "testbed" / "traces" / "mahimahi"))),
-            route_seed=_int("ROUTE_SEED", e("ROUTE_SEED", "7")),
+            route_seed=_int("ROUTE_SEED", e("ROUTE_SEED") or str(p.route_seed)),
             preset=e("TRACEGEN_PRESET", "pc-gateway-300"),
             trip_seed_base=_int("TRIP_SEED_BASE", e("TRIP_SEED_BASE", "1000")),
             table_seed_base=_int("TABLE_SEED_BASE", e("TABLE_SEED_BASE", "900")),
