@@ -63,7 +63,7 @@
 # BENCH_WORK (raw runs, default /tmp/polycorn-bench-hsr), BENCH_OUT (default
 # bench/out; the demo and ci profiles write only under BENCH_WORK), PLOTS
 # (directory for PNGs), SWEEP_SCHEMES (schemes of the budget sweep),
-# TRIP_PARALLEL (trips at once, default 1, precision 11, transport 3), SEGMENT_TRACE (1:
+# TRIP_PARALLEL (trips at once, default 1, precision 11), SEGMENT_TRACE (1:
 # relay and proxy of the main pass write a segment trace, --trace-dir, into
 # each scheme's run directory; bench/polycorn_bench/stalls.py reads it).
 #

@@ -152,11 +152,11 @@ PROFILES: dict[str, Profile] = {
     ),
     "transport": replace(
         FULL, hsr_trips=31, load_start="45", phases="backlog", backlog_s=120,
-        schemes=TRANSPORT_SCHEMES, parallel=3, result="hsr-transport",
+        schemes=TRANSPORT_SCHEMES, result="hsr-transport",
     ),
     "transport-unseen": replace(
         FULL, hsr_trips=10, sets="hsr", load_start="45", phases="backlog", backlog_s=120,
-        schemes=TRANSPORT_SCHEMES, parallel=3, route_seed=11, result="hsr-transport-unseen",
+        schemes=TRANSPORT_SCHEMES, route_seed=11, result="hsr-transport-unseen",
     ),
     "recovery": replace(
         FULL, hsr_trips=16, sets="hsr", load_start="45", phases="backlog",
