@@ -461,6 +461,11 @@ impl QuicSubflow {
         &self.conn
     }
 
+    /// What the session's writer reads of this subflow's pacer.
+    pub fn send_gauge(&self) -> QuicSendGauge {
+        QuicSendGauge { slot: self.pacer.slot.clone() }
+    }
+
     /// The train named by the peer's certificate (proxy side).
     pub fn peer_train(&self) -> io::Result<String> {
         let id = self.conn.peer_identity().ok_or_else(|| io::Error::other("no client certificate"))?;
@@ -524,13 +529,6 @@ impl QuicSubflow {
     }
 }
 
-impl QuicSubflow {
-    /// What the session's writer reads of this subflow's pacer.
-    pub fn send_gauge(&self) -> QuicSendGauge {
-        QuicSendGauge { slot: self.pacer.slot.clone() }
-    }
-}
-
 /// A QUIC subflow's pacer as the session's writer sees it
 /// ([`crate::subflow::SendProbe::Quic`]).
 #[derive(Clone, Debug)]
@@ -539,16 +537,15 @@ pub struct QuicSendGauge {
 }
 
 impl QuicSendGauge {
-    /// One pacer burst (10 ms at the controller's rate, at least
-    /// [`PACER_MIN_WRITE`]); [`UNPACED_WRITE`] when the controller does not
-    /// pace. On a carrier of a few Mbit/s a write of the session's usual
+    /// One pacer burst ([`pacer_burst`], at most the session's largest
+    /// write); [`UNPACED_WRITE`] when the controller does not pace. On a carrier of a few Mbit/s a write of the session's usual
     /// quarter mebibyte waits a second behind the pacer.
     pub fn write_quantum(&self) -> usize {
         let rate = self.slot.pacing.load(Ordering::Relaxed) as f64;
         if rate <= 0.0 {
             return UNPACED_WRITE;
         }
-        (rate * PACER_BURST_S).clamp(PACER_MIN_WRITE as f64, crate::session::MAX_WRITE as f64) as usize
+        pacer_burst(rate).min(crate::session::MAX_WRITE as f64) as usize
     }
 }
 
@@ -588,6 +585,11 @@ const PACER_MIN_WRITE: usize = 16 * 1024;
 // The bucket must be able to hold a whole minimal write.
 const _: () = assert!(PACER_MIN_BURST as usize >= PACER_MIN_WRITE);
 
+/// The most a subflow paced at `rate` (bytes/s) sends at once.
+fn pacer_burst(rate: f64) -> f64 {
+    (rate * PACER_BURST_S).max(PACER_MIN_BURST)
+}
+
 impl Pacer {
     fn new(slot: Arc<HintSlot>) -> Self {
         Pacer { slot, tokens: PACER_MIN_BURST, last: None, sleep: None }
@@ -602,7 +604,7 @@ impl Pacer {
             self.last = Some(now);
             return Poll::Ready(want);
         }
-        let burst = (rate * PACER_BURST_S).max(PACER_MIN_BURST);
+        let burst = pacer_burst(rate);
         let elapsed = self.last.map_or(0.0, |l| now.saturating_duration_since(l).as_secs_f64());
         self.last = Some(now);
         self.tokens = (self.tokens + elapsed * rate).min(burst);
