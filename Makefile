@@ -109,7 +109,7 @@ bench-api: ## LinkDB API hot queries, 1M handovers, open loop at 200 req/s -> be
 	bash scripts/bench-api.sh
 
 PROFILE ?= short
-bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full|long; precision: hrsch vs minrtt only -> hsr-precision.json; recovery: failed-handover recovery alone -> hsr-recovery.json; transport, transport-unseen: TLS/TCP against QUIC subflows and direct TCP -> hsr-transport*.json) -> bench/out/hsr.json
+bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full|long; precision: hrsch vs minrtt only -> hsr-precision.json; recovery: failed-handover recovery alone -> hsr-recovery.json; transport, transport-unseen: TLS/TCP against QUIC subflows and direct TCP in a backlogged download; transport-bulk: their bulk downloads against the oracle, with kernel MPTCP and direct CUBIC -> hsr-transport*.json) -> bench/out/hsr.json
 	uv sync --project bench --locked --quiet
 	PROFILE=$(PROFILE) bash scripts/bench-hsr.sh
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench-hsr: every scheme side by side on the same emulated HSR trips.
 #
-#   PROFILE=demo|ci|short|full|long|precision|recovery|transport|transport-unseen \
+#   PROFILE=demo|ci|short|full|long|precision|recovery|transport|transport-unseen|transport-bulk \
 #     scripts/bench-hsr.sh
 #
 # For each link set and trip, one copy of the topology per scheme

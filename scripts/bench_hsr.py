@@ -121,6 +121,13 @@ TRANSPORT_SCHEMES = (
     "minrtt hrsch+ quic-minrtt quic-hrsch+ single-path-c0 single-path-c1 "
     "quic-single-path-c0 quic-single-path-c1 direct-c0 direct-c1"
 )
+#: The bulk downloads over each transport against the trace-optimal oracle, with the
+#: baselines the transports are judged against: kernel MPTCP, and the passengers' own TCP
+#: over each carrier with BBR and with CUBIC.
+TRANSPORT_BULK_SCHEMES = (
+    "minrtt hrsch+ quic-minrtt quic-hrsch+ kernel-mptcp-conn direct-c0 direct-c1 "
+    "direct-c0~cubic direct-c1~cubic"
+)
 #: full's load; long, precision, recovery and the transport profiles derive from it.
 FULL = Profile(
     per_size=10, messages=100, gap_ms=1000, hsr_trips=5, sets="hsr mahimahi driving",
@@ -157,6 +164,10 @@ PROFILES: dict[str, Profile] = {
     "transport-unseen": replace(
         FULL, hsr_trips=10, sets="hsr", load_start="45", phases="backlog", backlog_s=120,
         schemes=TRANSPORT_SCHEMES, route_seed=11, result="hsr-transport-unseen",
+    ),
+    "transport-bulk": replace(
+        FULL, hsr_trips=10, sets="hsr", load_start="45", phases="bulk",
+        schemes=TRANSPORT_BULK_SCHEMES, result="hsr-transport-bulk",
     ),
     "recovery": replace(
         FULL, hsr_trips=16, sets="hsr", load_start="45", phases="backlog",
