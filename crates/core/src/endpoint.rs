@@ -1850,14 +1850,19 @@ mod tests {
             relay.enable_trace(10_000);
             proxy.enable_trace(10_000);
         }
-        for p in [PathId(0), PathId(1)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
+        paths_up(&mut relay, &mut proxy, &[PathId(0), PathId(1)], now);
         let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
         relay.send(c, b"GET /", now).unwrap();
         pump(&mut relay, &mut proxy, now);
         (relay, proxy, c)
+    }
+
+    /// Bring `paths` up at both ends.
+    fn paths_up(relay: &mut Endpoint, proxy: &mut Endpoint, paths: &[PathId], now: Instant) {
+        for &p in paths {
+            relay.path_up(p, now);
+            proxy.path_up(p, now);
+        }
     }
 
     /// Move everything both sides want to send on every path, instantly.
@@ -1909,10 +1914,7 @@ mod tests {
         let pipeline = Pipeline::new("rec", lets, Box::new(crate::sched::lets::RtoOldest));
         let mut proxy = Endpoint::new(EndpointConfig::new(Role::Proxy), pipeline, now);
         let mut relay = pair("minrtt", now).0;
-        for p in [PathId(0), PathId(1)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
+        paths_up(&mut relay, &mut proxy, &[PathId(0), PathId(1)], now);
         let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
         relay.send(c, b"GET /", now).unwrap();
         pump(&mut relay, &mut proxy, now);
@@ -1962,10 +1964,7 @@ mod tests {
     fn a_connection_carries_bytes_both_ways_and_closes() {
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        for p in [PathId(0), PathId(1)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
+        paths_up(&mut relay, &mut proxy, &[PathId(0), PathId(1)], now);
         let user = UserId::from("10.66.0.2".parse::<std::net::IpAddr>().unwrap());
         let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
         let c = relay.open(user, dst, now).unwrap();
@@ -1997,10 +1996,7 @@ mod tests {
         // socket after every byte had arrived).
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        for p in [PathId(0), PathId(1)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
+        paths_up(&mut relay, &mut proxy, &[PathId(0), PathId(1)], now);
         let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
         relay.send(c, b"request", now).unwrap();
         relay.finish(c, now).unwrap();
@@ -2025,10 +2021,7 @@ mod tests {
     fn data_on_a_lost_path_is_resent_on_another() {
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("roundrobin", now);
-        for p in [PathId(0), PathId(1)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
+        paths_up(&mut relay, &mut proxy, &[PathId(0), PathId(1)], now);
         let user = UserId([1; 16]);
         let c = relay.open(user, "10.99.0.10:80".parse().unwrap(), now).unwrap();
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
@@ -2063,10 +2056,7 @@ mod tests {
     fn telemetry_is_delivered_once_though_sent_on_every_path() {
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        for p in [PathId(0), PathId(1), PathId(2)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
+        paths_up(&mut relay, &mut proxy, &[PathId(0), PathId(1), PathId(2)], now);
         relay.send_telemetry(1, Bytes::from_static(b"gps")).unwrap();
         pump(&mut relay, &mut proxy, now);
         let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
@@ -2090,8 +2080,7 @@ mod tests {
     fn a_resent_telemetry_record_surfaces_as_a_duplicate_so_it_can_be_acked_again() {
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        relay.path_up(PathId(0), now);
-        proxy.path_up(PathId(0), now);
+        paths_up(&mut relay, &mut proxy, &[PathId(0)], now);
         relay.send_telemetry(7, Bytes::from_static(b"handover")).unwrap();
         pump(&mut relay, &mut proxy, now);
         let ev: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
@@ -2117,16 +2106,14 @@ mod tests {
     fn a_reset_made_while_no_path_is_up_goes_out_on_the_next_path() {
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        relay.path_up(PathId(0), now);
-        proxy.path_up(PathId(0), now);
+        paths_up(&mut relay, &mut proxy, &[PathId(0)], now);
         let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
         pump(&mut relay, &mut proxy, now);
         assert!(proxy.has_conn(c));
         relay.path_down(PathId(0), now);
         proxy.path_down(PathId(0), now);
         relay.reset(c, 9, now);
-        relay.path_up(PathId(1), now);
-        proxy.path_up(PathId(1), now);
+        paths_up(&mut relay, &mut proxy, &[PathId(1)], now);
         pump(&mut relay, &mut proxy, now);
         assert!(!proxy.has_conn(c), "the proxy learned of the reset");
     }
@@ -2135,8 +2122,7 @@ mod tests {
     fn a_window_update_wakes_the_writers() {
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        relay.path_up(PathId(0), now);
-        proxy.path_up(PathId(0), now);
+        paths_up(&mut relay, &mut proxy, &[PathId(0)], now);
         let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
         // Fill the window: reading it all frees more than half of it.
         let half = proxy.config().conn_window_initial_bytes as usize / 2;
@@ -2202,8 +2188,7 @@ mod tests {
         // acked_base` when the segment was sent again.
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        relay.path_up(PathId(0), now);
-        proxy.path_up(PathId(0), now);
+        paths_up(&mut relay, &mut proxy, &[PathId(0)], now);
         let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
         let data: Vec<u8> = (0..20_000u32).map(|i| (i % 253) as u8).collect();
         assert_eq!(relay.send(c, &data, now), Ok(20_000));
@@ -2218,8 +2203,7 @@ mod tests {
         // The shell closes the subflow; a new one carries everything again.
         relay.path_down(PathId(0), now);
         proxy.path_down(PathId(0), now);
-        relay.path_up(PathId(0), now);
-        proxy.path_up(PathId(0), now);
+        paths_up(&mut relay, &mut proxy, &[PathId(0)], now);
         relay.schedule(now);
         relay.finish(c, now).unwrap();
         pump(&mut relay, &mut proxy, now);
@@ -2312,10 +2296,7 @@ mod tests {
     fn a_late_copy_of_an_older_path_status_does_not_undo_a_newer_one() {
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        for p in [PathId(0), PathId(1)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
+        paths_up(&mut relay, &mut proxy, &[PathId(0), PathId(1)], now);
         pump(&mut relay, &mut proxy, now);
         // Two reports about path 0, each copied onto both paths.
         relay.report_link(PathId(0), LinkState::Connected, 11);
@@ -2417,8 +2398,7 @@ mod tests {
         let mut relay = Endpoint::new(cfg, r.build("minrtt").unwrap(), now);
         let mut proxy = Endpoint::new(EndpointConfig::new(Role::Proxy), r.build("minrtt").unwrap(), now);
         proxy.enable_trace(10_000);
-        relay.path_up(PathId(0), now);
-        proxy.path_up(PathId(0), now);
+        paths_up(&mut relay, &mut proxy, &[PathId(0)], now);
         let c = relay.open(UserId([1; 16]), "10.99.0.10:80".parse().unwrap(), now).unwrap();
         relay.send(c, b"GET /", now).unwrap();
         pump(&mut relay, &mut proxy, now);
@@ -2591,8 +2571,7 @@ mod tests {
         // No path is up: the OPEN of the first connection is never sent.
         let gone = relay.open(UserId([1; 16]), dst, now).unwrap();
         relay.reset(gone, 3, now);
-        relay.path_up(PathId(0), now);
-        proxy.path_up(PathId(0), now);
+        paths_up(&mut relay, &mut proxy, &[PathId(0)], now);
         for _ in 0..10 {
             let c = relay.open(UserId([1; 16]), dst, now).unwrap();
             pump(&mut relay, &mut proxy, now);
@@ -2612,10 +2591,7 @@ mod tests {
     fn a_reset_lost_with_every_subflow_that_carried_it_is_sent_again() {
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        for p in [PathId(0), PathId(1)] {
-            relay.path_up(p, now);
-            proxy.path_up(p, now);
-        }
+        paths_up(&mut relay, &mut proxy, &[PathId(0), PathId(1)], now);
         let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
         let c = relay.open(UserId([1; 16]), dst, now).unwrap();
         relay.send(c, &[7; 1000], now).unwrap();
@@ -2681,8 +2657,7 @@ mod tests {
     fn connection_ids_wrap_past_live_connections_on_both_sides() {
         let now = Instant::now();
         let (mut relay, mut proxy) = pair("minrtt", now);
-        relay.path_up(PathId(0), now);
-        proxy.path_up(PathId(0), now);
+        paths_up(&mut relay, &mut proxy, &[PathId(0)], now);
         let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
         let live = relay.open(UserId([1; 16]), dst, now).unwrap();
         pump(&mut relay, &mut proxy, now);
