@@ -1082,6 +1082,8 @@ def test_every_value_the_schema_knows_has_a_documented_default() -> None:
 def test_the_scheduler_enum_is_the_proxys_registry() -> None:
     schema = yaml.safe_load((CHART / "values.schema.json").read_text())
     registry = (REPO / "crates/core/src/sched/registry.rs").read_text()
+    # The built-ins only: the tests below `#[cfg(test)]` register pipelines the proxy lacks.
+    registry = registry.split("#[cfg(test)]", 1)[0]
     # rustfmt may break the call after its parenthesis.
     built_in = set(re.findall(r'register_pipeline\(\s*"([^"]+)"', registry))
     assert built_in, "no register_pipeline(...) found in the registry"
