@@ -1,6 +1,6 @@
 """make bench-dataplane: throughput, CPU per GB, request/response latency and memory
 of the relay-agent/proxy pair on the namespace testbed, side by side with plain TCP
-and kernel MPTCP (was the body of scripts/bench-dataplane.sh, now its entry point).
+and kernel MPTCP (entry point: scripts/bench-dataplane.sh).
 What each number means: bench/README.md.
 
 Builds its own testbed (``PC_PREFIX`` pcbench, 4 carriers; the harness's

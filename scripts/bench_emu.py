@@ -1,6 +1,6 @@
 """make bench-emu: the ceiling of the link emulator (testbed/emu, polycorn-emu) on
-this machine -> bench/out/emu.json and a table (was the body of
-scripts/bench-emu.sh, which is now its entry point).
+this machine -> bench/out/emu.json and a table (entry point:
+scripts/bench-emu.sh).
 
 Builds its own namespace testbed (``PC_PREFIX`` pcemu, testbed/netns/up.sh),
 replaces the carrier veths with polycorn-emu links at a constant rate (default

@@ -1,6 +1,6 @@
-"""make bench-hsr: every scheme side by side on the same emulated HSR trips (was the
-body of scripts/bench-hsr.sh, now its entry point, whose comment describes the
-method, the link sets, the profiles and every variable).
+"""make bench-hsr: every scheme side by side on the same emulated HSR trips (entry
+point: scripts/bench-hsr.sh, whose comment describes the method, the link sets, the
+profiles and every variable).
 
 For each link set and trip, one copy of the topology per scheme (the harness's
 :class:`~polycorn_harness.topology.Topology`, prefixes hb0, hb1, ...) is built; all

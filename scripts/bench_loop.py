@@ -1,6 +1,6 @@
 """make bench-loop: the closed fleet loop on the testbed, trip after trip, and its
-learning curve (was the body of scripts/bench-loop.sh, now its entry point, whose
-comment describes the method, the profiles, the seeds and every variable).
+learning curve (entry point: scripts/bench-loop.sh, whose comment describes the
+method, the profiles, the seeds and every variable).
 
 N trips of the same route, one after the other. Each trip runs four copies of the
 topology side by side (the harness's :class:`~polycorn_harness.topology.Topology`,

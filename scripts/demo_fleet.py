@@ -1,5 +1,5 @@
-"""The fleet half of the demo (was the body of scripts/demo-fleet.sh, now its entry
-point, whose comment describes it): one emulated trip's telemetry through the whole
+"""The fleet half of the demo (entry point: scripts/demo-fleet.sh, whose comment
+describes it): one emulated trip's telemetry through the whole
 cloud side, with real services.
 
     relay-agent (radio replay, durable spool) -> 2 emulated carriers -> proxy

@@ -4,9 +4,9 @@
 //! rebuilt attribute by attribute so that issued leaves carry it byte for
 //! byte as their issuer), the serial number, and the key identifiers.
 //!
-//! Until issue 23 this was a hand-written DER reader; a certificate is
-//! input from a peer (every train presents one to the proxy), so the parsing
-//! is left to a maintained library.
+//! A certificate is input from a peer (every train presents one to the
+//! proxy), so the parsing is left to a maintained library rather than a
+//! DER reader of our own.
 
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::ParsedExtension;

@@ -1,5 +1,5 @@
 """Offline validation of the Helm chart charts/polycorn (part of ``make
-validate-platform``; was the body of scripts/validate-chart.sh, now its entry point).
+validate-platform``; entry point: scripts/validate-chart.sh).
 
 For every scenario ``charts/polycorn/ci/*-values.yaml``:
 

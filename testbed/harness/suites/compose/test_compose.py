@@ -1,5 +1,5 @@
-"""The docker-compose fleet-in-a-box (docker-compose.yml), run for real (was the body
-of scripts/test-compose.sh; :mod:`polycorn_harness.compose` builds, starts and
+"""The docker-compose fleet-in-a-box (docker-compose.yml), run for real (entry
+point: scripts/test-compose.sh; :mod:`polycorn_harness.compose` builds, starts and
 removes it):
 
 1. the local bases, the stand-ins for the official third-party images and the six

@@ -1,4 +1,4 @@
-"""A newcomer's first run, in make test (was the body of scripts/test-first-start.sh).
+"""A newcomer's first run, in make test (entry point: scripts/test-first-start.sh).
 
 PostgreSQL, Kafka and Prometheus start from nothing (a fresh, private state
 directory: initdb, a freshly formatted KRaft broker). A client started before

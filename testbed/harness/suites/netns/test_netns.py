@@ -1,5 +1,5 @@
 """End-to-end check of the namespace testbed itself, not of Polycorn (``make
-smoke-netns``; was the body of scripts/smoke-netns.sh, now its entry point): builds
+smoke-netns``; entry point: scripts/smoke-netns.sh): builds
 the topology and the origin (testbed/netns/up.sh, testbed/origin/start.sh), checks
 every property the integration tests rely on, tears it all down and checks that
 nothing is left behind. Its own prefix (``PC_PREFIX``, default pcsmoke), so that it

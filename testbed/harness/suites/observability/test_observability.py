@@ -1,5 +1,5 @@
 """Offline validation of the observability files (part of ``make validate-platform``;
-was the body of scripts/validate-observability.sh):
+entry point: scripts/validate-observability.sh):
 
 * ``services/prometheus/rules/*.yml``: ``promtool check rules``; ``promtool test
   rules`` (``services/prometheus/tests/*.yml``); every alert labelled, annotated,

@@ -1,5 +1,5 @@
 """The data plane with real clients and servers that nobody here wrote: curl,
-nginx, dig, iperf3 (was the body of scripts/integration.sh). One relay/proxy
+nginx, dig, iperf3 (entry point: scripts/integration.sh). One relay/proxy
 pair on the bare namespace testbed (``testbed/netns/pair.sh``, prefix
 ``pcit``), shared by the tests of this module in their order, and torn down
 whatever happens."""

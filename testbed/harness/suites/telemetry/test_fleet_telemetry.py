@@ -1,4 +1,4 @@
-"""End-to-end test of the fleet telemetry path on a testbed trip (was the body of
+"""End-to-end test of the fleet telemetry path on a testbed trip (entry point:
 scripts/integration-telemetry.sh), with real Kafka and real PostgreSQL + PostGIS:
 
     relay (replay source, durable spool) -> emulated carriers -> proxy
