@@ -138,7 +138,7 @@ bench-trainer: setup ## trainer: validation on generated fleets vs the paper, re
 	bash scripts/infra.sh up pg kafka
 	bash scripts/bench-trainer.sh
 
-# One cloud node under a fleet's load (issue 22): a proxy per train as the
+# One cloud node under a fleet's load: a proxy per train as the
 # chart runs them, real relays with passenger traffic, Kafka and ingest on the
 # infra of scripts/infra.sh; per fleet size of FLEET_TRAINS, FLEET_SECONDS
 # measured. Method: docs/benchmarks.md, "Fleet load".
@@ -148,7 +148,7 @@ FLEET_SECONDS ?= 60
 bench-fleet: build ## fleet load: FLEET_TRAINS (10,25,50,100) trains x FLEET_CONNS (100) passenger connections, FLEET_SECONDS (60) each -> bench/out/fleet.json (CPU and RSS per train, Kafka, ingest lag, trains per node)
 	FLEET_TRAINS=$(FLEET_TRAINS) FLEET_CONNS=$(FLEET_CONNS) FLEET_SECONDS=$(FLEET_SECONDS) bash scripts/bench-fleet.sh
 
-# The platform (issue 7): what cannot run here (Kubernetes, Envoy, Grafana)
+# The platform: what cannot run here (Kubernetes, Envoy, Grafana)
 # is checked with the strongest offline validator; docs/operations.md.
 # It depends on build so that the chart's train-path check (the real relay
 # and proxy behind the rendered SNI routes) runs instead of being skipped.

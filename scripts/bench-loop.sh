@@ -59,7 +59,7 @@
 # (results under BENCH_WORK/out only), as do TRACEGEN_PRESET (default
 # pc-gateway-300) and PC_EMU_LOSS_KEYING (the emulator's --loss-keying;
 # results from before 2026-11-26: pc-gateway-300-v1 and packet).
-# LOOP_POSITIONS=gps (diagnostic, issue 21) runs the loop on GPS alone, as a
+# LOOP_POSITIONS=gps (diagnostic) runs the loop on GPS alone, as a
 # real train would: the route's line (the generator's route.geojson) is
 # imported into LinkDB before trip 1, every relay replays GPS fixes without
 # track_m (--replay-gps-only), ingest map-matches them onto the route, the

@@ -1,4 +1,4 @@
-"""Slow-reading passengers against the proxy's memory (issue 22).
+"""Slow-reading passengers against the proxy's memory.
 
     slow_readers.py --pax-ns NS --cloud-ns NS --url URL --proxy-pid PID \
         --proxy-metrics HOST:PORT [--downloads 300] [--rate 2k] [--seconds 20]

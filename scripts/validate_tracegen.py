@@ -254,7 +254,7 @@ TRAINER_PP = Tol(
     "points",
     10.0,
     "accuracies of the trainer's leave-one-trip-out validation, computed by the trainer's own "
-    "code: ±10 percentage points, the tolerance issue 19 sets for the trainer's validation "
+    "code: ±10 percentage points, the tolerance set for the trainer's validation "
     "(a relative band means nothing for 1.3 % and is too loose near 90 %)",
 )
 SHARE_NEAR_100 = Tol(
@@ -265,7 +265,7 @@ SHARE_NEAR_100 = Tol(
 TCP_FACTOR = Tol(
     "factor",
     1.5,
-    "TCP counters from a few dozen RTO episodes per carrier: within a factor 1.5 (issue 19)",
+    "TCP counters from a few dozen RTO episodes per carrier: within a factor 1.5",
 )
 SIMULTANEOUS_MAX = Tol(
     "max",

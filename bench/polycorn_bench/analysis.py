@@ -94,7 +94,7 @@ HRSCH_KEYS = (
     "path_events",
     "variants",
 )
-#: Sections of issue 18 (aggregation and memory), per link set and copied to the top level.
+#: The aggregation and memory sections, per link set and copied to the top level.
 CAPACITY_KEYS = (
     "best_single_carrier",
     "capacity_use",

@@ -1,4 +1,4 @@
-"""Aggregation and memory (issue 18): the backlogged download against the best single carrier,
+"""Aggregation and memory: the backlogged download against the best single carrier,
 the concurrency phase (1, 10, 100 passengers), the memory-budget sweep, and the check that no
 relay or proxy went past its ``--mem-budget``.
 

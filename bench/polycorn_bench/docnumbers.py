@@ -51,14 +51,14 @@ FILES = (
 HSR_JSON = "bench/out/hsr.json"
 #: The full profile on the first railway (preset pc-gateway-300-v1, per-packet loss; the run of
 #: 2026-11-25/26): the sections of results.md that describe it read this frozen copy, while
-#: ``hsr.json`` holds the latest full run (issue 20's, on the new railway).
+#: ``hsr.json`` holds the latest full run (on the new railway).
 HSR_V1_JSON = "bench/out/hsr-v1.json"
 SWEEP_JSON = "bench/out/diagnostics/sweep/hsr.json"
 TRAINER_CURVE_JSON = "bench/out/trainer-curve.json"
 TRAINER_TRIPS_JSON = "bench/out/trainer-trips.json"
 PRECISION_JSON = "bench/out/hsr-precision.json"
 LOOP_JSON = "bench/out/loop.json"
-#: Issue 20's precision-profile runs of more schemes: the stale filter and HPR
+#: The precision-profile runs of more schemes: the stale filter and HPR
 #: (hsr-mechanisms.json), and minrtt plus each HRSCH mechanism (hsr-ablation.json).
 MECHANISMS_JSON = "bench/out/hsr-mechanisms.json"
 ABLATION_JSON = "bench/out/hsr-ablation.json"
@@ -68,15 +68,15 @@ IM_JSON = "bench/out/hsr-im.json"
 KARN_JSON = "bench/out/hsr-karn.json"
 #: hrsch with one mechanism left out each, beside hrsch and minrtt (precision profile).
 LEAVE_ONE_OUT_JSON = "bench/out/hsr-leave-one-out.json"
-#: Issue 20's tail rules beside hrsch+stale, hrsch+hol and minrtt (precision profile, 7 schemes).
+#: The tail rules beside hrsch+stale, hrsch+hol and minrtt (precision profile, 7 schemes).
 TAIL_JSON = "bench/out/hsr-tail.json"
 #: The same schemes on 12 of those trips with the next build (receive window start and growth),
 #: each scheme against itself (``polycorn_bench.ab``).
 WINDOW_AB_JSON = "bench/out/hsr-window-ab.json"
 #: The default pipeline beside hrsch (early table), hrsch@mean and minrtt on the precision
-#: profile's 31 trips (issue 20, 2026-11-27): the default pipeline's headline.
+#: profile's 31 trips (2026-11-27): the default pipeline's headline.
 DEFAULT_JSON = "bench/out/hsr-default.json"
-#: Head-of-line recovery on the default pipeline (issue 20, precision, 2026-11-28): hrsch+,
+#: Head-of-line recovery on the default pipeline (precision, 2026-11-28): hrsch+,
 #: hrsch+pen and hrsch+hol+tail against minrtt.
 HOL_DEFAULT_JSON = "bench/out/hsr-hol-default.json"
 #: CUBIC against BBR on the subflows, side by side in one precision run (scheme NAME~cubic).
@@ -280,7 +280,7 @@ def on(rel: str, render: Callable[[Sources], str]) -> Callable[[Sources], str]:
 # --- renderers -------------------------------------------------------------------------------
 
 
-#: Issue 18's goal for the backlogged download on the HSR trips: × the best single carrier.
+#: The goal for the backlogged download on the HSR trips: × the best single carrier.
 AGGREGATION_GOAL = 1.6
 
 
@@ -897,9 +897,9 @@ def _times_ci(r: float, ci: Sequence[float | None] | None) -> str:
     return f"{head}× {rest}" if rest else f"{head}×"
 
 
-# --- the full profile on the new railway (issue 20) -------------------------------------------
+# --- the full profile on the new railway -------------------------------------------
 
-#: Issue 20's goal for the ratio of every scheme's bulk downloads to the trace-optimal oracle.
+#: The goal for the ratio of every scheme's bulk downloads to the trace-optimal oracle.
 ORACLE_GOAL = 0.67
 
 

@@ -1,5 +1,5 @@
 """HPR's holds replayed offline: when ``hof-reject`` would hold each carrier on a trip, for how
-long, and what followed (issue 20: "does it release the path when the failure did not come?").
+long, and what followed: does it release the path when the failure did not come?
 
 Usage (from the repository root)::
 

@@ -412,7 +412,7 @@ CAPACITY_NOTES = (
 
 
 def _capacity_section(ls: dict[str, Any]) -> list[str]:
-    """Best single carrier, concurrency, budget sweep and the budget check (issue 18)."""
+    """Best single carrier, concurrency, budget sweep and the budget check."""
     out: list[str] = []
     notes = ls.get("notes", {})
     best = ls.get("best_single_carrier")

@@ -1,5 +1,5 @@
 """Variants of HRSCH and of the default pipeline, each measured against the composition it
-differs from (issue 20).
+differs from.
 
 Two kinds, both in ``testbed/pipelines.toml``:
 
@@ -20,7 +20,7 @@ Two kinds, both in ``testbed/pipelines.toml``:
   (scripts/bench-hsr.sh: relay and proxy ``--subflow-cc``) against NAME with the default,
   BBR, in the same run; ``direct-c<k>~cubic`` the same for the passenger's own TCP without
   the tunnel (CUBIC at passenger and origin against BBR).
-* **Tail rules** (issue 20, not in the paper): ``tail-filter`` in place of ``tail-reject``,
+* **Tail rules** (not in the paper): ``tail-filter`` in place of ``tail-reject``,
   with or without ``tail-reinject``, on ``hrsch+stale``, ``hrsch+hol`` or ``minrtt``; the
   gain is over the pipeline without them.
 
@@ -42,7 +42,7 @@ from polycorn_bench.hol import gains_over
 from polycorn_bench.records import LinkSetRun
 from polycorn_bench.stats import bootstrap_ratio_of_means_ci
 
-#: The default pipeline before ``hrsch+`` (issue 20): the base of its parameter variants.
+#: The default pipeline before ``hrsch+``: the base of its parameter variants.
 STALE = "hrsch+stale"
 #: variant -> (scheme, base, what the gain measures): gain = scheme / base.
 VARIANTS: Mapping[str, tuple[str, str, str]] = {

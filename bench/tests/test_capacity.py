@@ -1,4 +1,4 @@
-"""Issue 18's sections: best single carrier, concurrency, budget sweep, budget check."""
+"""The capacity sections: best single carrier, concurrency, budget sweep, budget check."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A route learned from fleet GPS when no track geometry exists (issue 21).
+"""A route learned from fleet GPS when no track geometry exists.
 
 ``polycorn-ingest learn-route --route-id ID [--train T ...] [--since ISO]
 [--until ISO]``: the centre line of the selected fixes (every trip of the

@@ -1,4 +1,4 @@
-"""Map matching: a train's GPS fixes onto LinkDB's routes (issue 21).
+"""Map matching: a train's GPS fixes onto LinkDB's routes.
 
 Each fix gets a route, a track, a measure along the route (``track_m``) and
 the direction of travel, or ``off_route`` when no route explains it (a

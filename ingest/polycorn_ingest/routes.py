@@ -1,4 +1,4 @@
-"""Track geometry into LinkDB: routes from GeoJSON or OpenStreetMap (issue 21).
+"""Track geometry into LinkDB: routes from GeoJSON or OpenStreetMap.
 
 A route is a line's linear reference (a linestring whose vertex order is
 the direction of increasing ``track_m``, 0 at its first vertex) and the

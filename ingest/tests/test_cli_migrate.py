@@ -1,7 +1,7 @@
 """``polycorn-ingest run --migrate`` at start-up: it waits, with a bound, for a
 database that is not up yet, and ends at once on an error that waiting cannot
-fix (before issue 23 it retried every error forever, so a missing database or
-a broken migration kept the service looping)."""
+fix (retrying every error would keep the service looping on a missing database
+or a broken migration)."""
 
 from __future__ import annotations
 

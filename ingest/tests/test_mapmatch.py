@@ -1,4 +1,4 @@
-"""Map matching against real PostGIS (issue 21): routes stored, fixes
+"""Map matching against real PostGIS: routes stored, fixes
 matched in ingest's sink.
 
 The line: a curved double-track railway (a straight, a 3 km-radius curve

@@ -6,7 +6,7 @@ What the proxies load, what ``failure_tables.body`` holds, and what
 ``failures`` and ``handovers`` are unsigned 64-bit integers (no floats, no
 strings, no booleans); ``cell`` is not 0; ``position_m`` is a finite number;
 ``direction`` is ``increasing`` or ``decreasing``; the optional map-matching
-fields (issue 21) as the Rust parser checks them: an entry's ``route``
+fields as the Rust parser checks them: an entry's ``route``
 (1–128 characters), ``lat``/``lon``; ``routes`` with unique ids, at least
 two ``[lon, lat]`` vertices in WGS 84 each with a finite, non-decreasing
 measure, at most 2,000,000 vertices in all. Unknown fields are ignored, as

@@ -46,8 +46,8 @@ DEFAULT_TIMEOUT_S = 120.0
 
 #: Kafka errors a starting broker (or a just-created topic) answers with. The
 #: client library marks some of them retriable itself; these are retriable
-#: here whatever it says (issue 17 met NOT_COORDINATOR raised by
-#: ``committed()`` on a fresh broker).
+#: here whatever it says (``committed()`` on a fresh broker raises
+#: NOT_COORDINATOR).
 KAFKA_STARTING = frozenset(
     {
         KafkaError.NOT_COORDINATOR,

@@ -44,8 +44,7 @@ class FakeTime:
         self.now += s
 
 
-# The errors issue 17 names, as a starting broker or a just-created topic
-# answers them.
+# The errors a starting broker or a just-created topic answers with.
 STARTING = [
     KafkaError.NOT_COORDINATOR,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,

@@ -1,4 +1,4 @@
-"""Signing the failure-location tables the trainer publishes (issue 22).
+"""Signing the failure-location tables the trainer publishes.
 
 ``--table-signing-key FILE``: an Ed25519 private key, PEM (PKCS#8
 ``PRIVATE KEY``, as ``polycorn-pki table-key`` writes it) or the raw

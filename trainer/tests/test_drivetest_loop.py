@@ -1,4 +1,4 @@
-"""The fleet loop on real positions (issue 21), from drive-test logs: a
+"""The fleet loop on real positions, from drive-test logs: a
 route imported from GeoJSON, drive-test CSVs with only latitude and
 longitude imported and map-matched by ingest, the trainer run on them,
 and its table, with the route, served by linkdb-api. Real PostGIS.

@@ -319,7 +319,7 @@ def test_params_are_stored_with_the_model(db: str) -> None:
 
 
 def test_routed_cells_publish_their_route_point_and_line(db: str) -> None:
-    # Map-matched handovers (issue 21): carrier cmcc's are on route "r1",
+    # Map-matched handovers: carrier cmcc's are on route "r1",
     # a straight line east along 39° N from 116° E whose measure the seed's
     # track_m is; unicom's carry no route (a testbed-style track). A third
     # of cmcc cell 0's handovers are on another route "r2" at measures that

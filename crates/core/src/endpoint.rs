@@ -146,7 +146,7 @@ impl EndpointConfig {
             // before autotuning could double a smaller window (measured:
             // docs/results.md, "diagnostic E"). 2 MiB helped 4 MB downloads
             // over a strong and a weak carrier in virtual time but not on
-            // the emulated railway (issue 20: docs/results.md, "The receive
+            // the emulated railway (docs/results.md, "The receive
             // window's start and growth on the railway"), so 1 MiB stays.
             // The budget grants it only below its low level, so many
             // connections start small.
@@ -760,7 +760,7 @@ impl Endpoint {
     /// windows grow freely), as much of it as fits under that level, else
     /// the minimum. Up to the pressure level, an initial window (a promise
     /// made before the connection showed any need) crowded out the send
-    /// buffers: with 2 MiB windows (tried in issue 20), 100 passengers' connections took the
+    /// buffers: with 2 MiB windows (tried on the railway), 100 passengers' connections took the
     /// proxy's account to its pressure level at once, and the send floors
     /// charged on top went past the budget (the benchmark's ci profile).
     fn new_conn(&mut self, id: ConnId, user: UserId, dst: SocketAddr) -> Conn {

@@ -1,4 +1,4 @@
-//! The failure-table signing key (issue 22): an Ed25519 key pair whose
+//! The failure-table signing key: an Ed25519 key pair whose
 //! private half signs every failure-location table the trainer publishes and
 //! whose public half relays and proxies verify them with
 //! (`--failure-table-verify-key`, crates/net's `table::signature`).

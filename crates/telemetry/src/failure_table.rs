@@ -1,7 +1,7 @@
 //! The failure-location table as a file (JSON): what a proxy or relay-agent
 //! loads with `--failure-table`, what the testbed's stand-in builder
 //! (`polycorn-tracegen failure-table`) writes, and later what the trainer
-//! publishes (issue 6).
+//! publishes.
 //!
 //! ```json
 //! {"format": "polycorn-failure-table/1", "version": 3,

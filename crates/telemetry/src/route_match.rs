@@ -1,4 +1,4 @@
-//! Live map matching (issue 21): a GPS fix (longitude, latitude) to a
+//! Live map matching: a GPS fix (longitude, latitude) to a
 //! position along a route, for handover-failure prediction on a train
 //! whose GPS knows nothing of the track.
 //!

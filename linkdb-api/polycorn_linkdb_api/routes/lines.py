@@ -1,4 +1,4 @@
-"""``/v1/routes``: track geometry (issue 21) as GeoJSON.
+"""``/v1/routes``: track geometry as GeoJSON.
 
 A route is a line's linear reference (its LineString is drawn in the
 direction of increasing ``track_m``, 0 at the first vertex); its tracks

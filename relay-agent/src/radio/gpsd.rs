@@ -300,7 +300,7 @@ mod tests {
         let _ = std::fs::remove_file(next_day);
     }
 
-    /// Issue 21: the gpsd path gives HPR the positions the trip replay
+    /// The gpsd path gives HPR the positions the trip replay
     /// gives. The fixture's fixes, read from the real gpsd (gpsfake) and
     /// map-matched onto a route line drawn through the trip (as a table's
     /// `routes` carries it: a vertex every 500 m with its measure), against

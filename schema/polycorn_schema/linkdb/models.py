@@ -366,7 +366,7 @@ class Handover(Base):
 
 
 class Model(Base):
-    """A trainer run: its parameters and validation results (issue 6)."""
+    """A trainer run: its parameters and validation results."""
 
     __tablename__ = "models"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)

@@ -1,4 +1,4 @@
-//! Sans-IO core of Polycorn's user-space link emulator (issue 3, HSR testbed).
+//! Sans-IO core of Polycorn's user-space link emulator (HSR testbed).
 //!
 //! A [`Link`] emulates one direction of one carrier. It does no I/O, reads no clock and owns no
 //! task: the caller (the TUN shell, or a test in virtual time) passes the current time to every

@@ -1,4 +1,4 @@
-"""Polycorn's test and benchmark harness (issue 23).
+"""Polycorn's test and benchmark harness.
 
 The integration suites drive real processes in network namespaces. What they
 share lives here, so that a suite is a short pytest module:

@@ -419,7 +419,7 @@ impl fmt::Display for Score {
 /// Put a generated route (`route.geojson` as [`crate::output::route_geojson`] writes it)
 /// into a table: its line in `routes`, each vertex's measure the generator's own flat
 /// distance along it (so equal to the trips' `track_m`), and every entry on it. A relay or
-/// proxy can then place GPS-only fixes on the table's scale (issue 21).
+/// proxy can then place GPS-only fixes on the table's scale.
 pub fn with_route(table: &mut FailureTableFile, route: &serde_json::Value) -> Result<(), Error> {
     let bad = |why: &str| Error::Invalid(format!("route: {why}"));
     let f = &route["features"][0];

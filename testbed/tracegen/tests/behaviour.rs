@@ -1,4 +1,4 @@
-//! Behavioural tests of the generator (issue 3).
+//! Behavioural tests of the generator.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

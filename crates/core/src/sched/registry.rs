@@ -276,7 +276,7 @@ impl Registry {
             "hrsch+stale",
             extended(&["hof-reject", "stale-filter", "minrtt", "tail-reject", "idle-inject"]),
         );
-        // Not in the paper (issue 20): the tail rule before minrtt, so that a
+        // Not in the paper: the tail rule before minrtt, so that a
         // tail packet takes the faster carrier when minrtt would pick a
         // lower-RTT but slower one, and the tail's copies on the quickest
         // carrier once the last packet is placed.

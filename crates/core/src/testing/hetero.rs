@@ -1,6 +1,6 @@
 //! Carriers of equal rate and unequal delay in virtual time: when does
 //! using the slower one delay a download past what the faster one alone
-//! would take? (Issue 20: on the railway a single carrier sometimes beats
+//! would take? (On the railway a single carrier sometimes beats
 //! multipath on 1 MB downloads; the per-download curves show the first
 //! 64 KB, then a stall until a packet on the slower carrier arrives.)
 

@@ -1,5 +1,5 @@
 //! Failure-location tables from their sources (POLYCORN §4.3; the trainer
-//! contract, issue 6): a file (`--failure-table`), the LinkDB API
+//! contract): a file (`--failure-table`), the LinkDB API
 //! (`--failure-table-url`, [`http`]) and, in the proxy, the trainer's
 //! compacted Kafka topic (`--failure-table-topic`, the proxy's
 //! `table_topic` module). Several may run at once.

@@ -1,4 +1,4 @@
-//! Signed failure-location tables (issue 22): `--failure-table-verify-key
+//! Signed failure-location tables: `--failure-table-verify-key
 //! FILE` holds the trainer's Ed25519 public key(s) (PEM `PUBLIC KEY`,
 //! `polycorn-pki table-key`); with it, every source's table must come with
 //! a detached signature over its exact bytes that one of those keys

@@ -132,7 +132,7 @@ def test_down_after_a_sigkill_of_its_caller_leaves_nothing(
 def test_gps_only_and_gpsd_hold_carriers_as_the_replay_does(
     topologies: Topologies, make_trip: MakeTrip, bin_dir: Path, tmp_path: Path
 ) -> None:
-    """Issue 21. The same trip and oracle table (with the trip's route line) on
+    """The same trip and oracle table (with the trip's route line) on
     three topologies side by side: one replaying the track position, one GPS
     only (the proxy places the train by map matching onto the table's route),
     one on a real gpsd (gpsfake plays the trip's fixes as NMEA in real time).

@@ -1,4 +1,4 @@
-"""Routes: track geometry, and map-matched fixes (issue 21).
+"""Routes: track geometry, and map-matched fixes.
 
 ``routes`` holds each line's linear reference (a geography linestring whose
 vertex order is the direction of increasing ``track_m``), ``route_tracks``

@@ -1,4 +1,4 @@
-"""Signal samples carry RSRQ, SINR and the network mode (issue 21).
+"""Signal samples carry RSRQ, SINR and the network mode.
 
 Drive-test logs (G-NetTrack Pro exports such as the UCC 4G/5G datasets)
 record RSRQ, SINR and the radio access technology beside RSRP; the importer

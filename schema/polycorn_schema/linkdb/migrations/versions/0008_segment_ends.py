@@ -1,4 +1,4 @@
-"""Route pieces keep their end points as columns (issue 21, matching speed).
+"""Route pieces keep their end points as columns (matching speed).
 
 The map matcher reads every piece within 150 m of every fix of a batch
 (about 50 per fix on a curved double-track line with its source's vertex

@@ -1,4 +1,4 @@
-"""Signed failure-location tables (issue 22): each table's exact bytes and
+"""Signed failure-location tables: each table's exact bytes and
 their signature.
 
 ``body_bytes`` holds the bytes a publisher stored (the canonical JSON): the
