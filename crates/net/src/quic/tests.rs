@@ -288,8 +288,11 @@ async fn the_writer_takes_one_pacer_burst_at_a_time() {
     slot.pacing.store(1_000_000, Ordering::Relaxed);
     let paced = largest_write(|| Some(crate::subflow::SendProbe::Quic(QuicSendGauge { slot }))).await;
     assert!(paced <= PACER_MIN_WRITE, "a write of {paced} bytes into a subflow paced at 8 Mbit/s");
+    // Without a pacer a write takes what the endpoint has ready: about the
+    // path's queue (64 KiB), a little more or less as the tasks interleave,
+    // and well above one paced write either way.
     let unpaced = largest_write(|| None).await;
-    assert!(unpaced > 4 * PACER_MIN_WRITE, "the largest write without a pacer: {unpaced} bytes");
+    assert!(unpaced > 2 * PACER_MIN_WRITE, "the largest write without a pacer: {unpaced} bytes");
 }
 
 // A relay and a proxy session over two QUIC subflows, one per carrier,
