@@ -538,8 +538,9 @@ pub struct QuicSendGauge {
 
 impl QuicSendGauge {
     /// One pacer burst ([`pacer_burst`], at most the session's largest
-    /// write); [`UNPACED_WRITE`] when the controller does not pace. On a carrier of a few Mbit/s a write of the session's usual
-    /// quarter mebibyte waits a second behind the pacer.
+    /// write); [`UNPACED_WRITE`] when the controller does not pace. On a
+    /// carrier of a few Mbit/s a write of the session's usual quarter
+    /// mebibyte waits a second behind the pacer.
     pub fn write_quantum(&self) -> usize {
         let rate = self.slot.pacing.load(Ordering::Relaxed) as f64;
         if rate <= 0.0 {
