@@ -92,6 +92,10 @@ RECOVERY_JSON = "bench/out/hsr-recovery.json"
 HOLDS_JSON = "bench/out/hsr-holds.json"
 #: ``make bench-fleet``: one cloud node under 10 … 100 trains.
 FLEET_JSON = "bench/out/fleet.json"
+#: TLS over TCP against QUIC subflows: a backlogged download on 31 trips, and bulk downloads on
+#: 10 trips against the oracle, kernel MPTCP and the passenger's own TCP.
+TRANSPORT_JSON = "bench/out/hsr-transport.json"
+TRANSPORT_BULK_JSON = "bench/out/hsr-transport-bulk.json"
 #: ``make fuzz``: every fuzz target under honggfuzz (scripts/fuzz.py).
 FUZZ_JSON = "bench/out/fuzz.json"
 #: ``make chaos``: the fault campaign (testbed/chaos).
@@ -1300,6 +1304,70 @@ def fleet_headline(src: Sources) -> str:
     )
 
 
+def readme_results(src: Sources) -> str:
+    """README: one row per headline question, each with its interval and its section."""
+    tr = src.load(TRANSPORT_JSON)
+    bsc = tr["best_single_carrier"]["by_scheme"][tr["default_scheme"]]
+    ceiling = _get(tr, "capacity_use", "ceiling")
+    d = src.load(DEFAULT_JSON)
+    dv = d["default_vs_baselines"]["minrtt"]["overall"]
+    tb = src.load(TRANSPORT_BULK_JSON)
+
+    def bulk(scheme: str) -> dict[str, Any]:
+        o: dict[str, Any] = tb["bulk"][scheme]["overall"]
+        return o
+
+    direct = [bulk(s)["ratio_vs_oracle"] for s in ("direct-c0", "direct-c1")]
+    lp = src.load(LOOP_JSON)
+    w = lp["running"]["cumulative"][-1]
+
+    def rec(k: str) -> str:
+        return f"{num(w[k])}× {interval(w[k + '_ci95'])}"
+
+    quic, tls = bulk("quic-hrsch+"), bulk("hrsch+")
+    # Two schemes' intervals against the same minrtt: apart or overlapping.
+    (ql, qh), (tl, th) = quic["ci95_trips"], tls["ci95_trips"]
+    quic_verdict = "yes" if ql > th else "no" if qh < tl else "not resolved"
+    rows = [
+        [
+            "how much more than the better carrier alone do two carriers carry? (one "
+            f"backlogged download, default pipeline `{tr['default_scheme']}`)",
+            f"{_times_ci(bsc['ratio'], bsc['ci95'])}"
+            + f", against a ceiling of {num(ceiling)} on these trips",
+            f"[{bsc['n_pairs']} trips](docs/results.md#two-carriers-against-the-better-one)",
+        ],
+        [
+            "does the default pipeline beat MPTCP's `minrtt` scheduler? (bulk downloads)",
+            f"{_times_ci(dv['ratio'], dv['ci95_trips'])} (the paper's HRSCH: {num(dv['paper'])}×)",
+            f"[{dv['n_trips']} trips]"
+            "(docs/results.md#the-default-pipeline-against-minrtt-and-the-paper)",
+        ],
+        [
+            "how much of what the traces allowed do bulk downloads get?",
+            f"`hrsch+` {num(tls['ratio_vs_oracle'])} of the trace-optimal oracle (point "
+            f"estimate), `minrtt` {num(bulk('minrtt')['ratio_vs_oracle'])}, the passenger's own "
+            f"TCP on one carrier {num(min(direct))}–{num(max(direct))}",
+            f"[{tls['n_trips']} trips](docs/results.md#bulk-downloads-against-the-oracle)",
+        ],
+        [
+            "after a failed handover, does the table the fleet learned help? (goodput in the "
+            "next 2 s, × `minrtt`)",
+            f"{rec('hof_recovery_learned')} with the learned table, {rec('hof_recovery_oracle')} "
+            f"with the oracle table, {rec('hof_recovery_none')} with none",
+            f"[{len(lp['trips'])} trips](docs/results.md#the-closed-fleet-loop)",
+        ],
+        [
+            "do QUIC subflows beat TLS over TCP? (bulk downloads, × `minrtt` over TLS)",
+            f"{quic_verdict}: `quic-hrsch+` "
+            f"{_times_ci(quic['ratio_vs_minrtt'], quic['ci95_trips'])}, "
+            f"`hrsch+` over TLS {_times_ci(tls['ratio_vs_minrtt'], tls['ci95_trips'])}"
+            + ("" if quic_verdict == "yes" else "; QUIC stays opt-in"),
+            f"[{quic['n_trips']} trips](docs/results.md#quic-subflows-against-tls-over-tcp)",
+        ],
+    ]
+    return table(["question", "answer", "from"], rows)
+
+
 #: Every region the docs may hold, by NAME.
 def trainer_curve(src: Sources) -> str:
     """docs/trainer.md: the table thresholds' precision against coverage (development routes)."""
@@ -1966,6 +2034,7 @@ REGIONS: dict[str, Region] = {
     "fleet": Region(fleet_table),
     "fleet-sizing": Region(fleet_sizing),
     "fleet-headline": Region(fleet_headline, inline=True),
+    "readme-results": Region(readme_results),
     "fuzz": Region(fuzz_table),
     "chaos": Region(chaos_summary),
 }
