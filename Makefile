@@ -184,8 +184,9 @@ test-compose: setup ## the docker-compose fleet-in-a-box, end to end on podman (
 
 lint: lint-rust lint-sh lint-py lint-refs ## all linters
 
-lint-refs: ## nothing in the repository references files outside it (scripts/check_self_contained.py)
+lint-refs: ## nothing in the repository references files outside it, and every Markdown link leads somewhere (scripts/check_self_contained.py, check_doc_links.py)
 	python3 scripts/check_self_contained.py
+	python3 scripts/check_doc_links.py
 
 # Python: the uv projects, each with its lockfile: bench/ (benchmark analysis)
 # and the cloud services' workspace at the root (schema/, ingest/,

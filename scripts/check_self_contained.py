@@ -14,6 +14,7 @@ and untracked ones that are not ignored. It reports, as ``file:line: why``:
   ``include_str!`` and friends stay relative to the file); ``$(dirname ..)/..``
   forms resolve from the file's directory too, and ``$root/..`` always leaves;
 - tracked symbolic links whose target is outside the repository;
+- issue numbers (``issue 12``): the repository links no tracker;
 - design-note names (``hsr-facts``, ``brief.md``, ``style.md``, ``infra.md``)
   with no file of that name in the repository, and ``hsr-facts §N`` citations
   (with ``item K``) that the repository's hsr-facts.md has no section or item
@@ -52,6 +53,9 @@ OUTSIDE = [
         "the sibling 'shared' folder",
     ),
     (re.compile(r"(?<![\w.-])/work/"), "an absolute path of a workstation"),
+    # The repository links no issue tracker, so a number explains nothing to its reader: the
+    # why belongs beside the code, the when in git.
+    (re.compile(r"\b(?:issues?|PR) #?\d+\b", re.IGNORECASE), "an issue number of no tracker here"),
     (re.compile(r"(?<![\w.-])/home/[a-z_][\w-]*/"), "an absolute path of a home directory"),
     (
         re.compile(r"\$\{?(?:root|ROOT|REPO_ROOT|repo_root|repo|REPO)\}?/\.\.(?=/|\b|$)"),

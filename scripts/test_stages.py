@@ -65,7 +65,8 @@ SETUP = Stage(
 SETUP_CHECK = Stage("setup", f"bash scripts/setup.sh && {UV_SYNC}")
 STATIC = Stage(
     "static",
-    "python3 scripts/check_self_contained.py && $CARGO fmt --all --check"
+    "python3 scripts/check_self_contained.py && python3 scripts/check_doc_links.py"
+    " && $CARGO fmt --all --check"
     " && python3 scripts/check_features.py",
 )
 CLIPPY = Stage("clippy", CARGO_CLIPPY)

@@ -1,5 +1,5 @@
 //! Stand-in failure-location table builder (`polycorn-tracegen failure-table`): what LinkDB and the
-//! trainer (issues 5, 6) will publish, built here from the `events.jsonl` of previous trips.
+//! trainer will publish, built here from the `events.jsonl` of previous trips.
 //!
 //! Each handover is keyed by ⟨source cell, direction of travel⟩ (PC §2.3 footnote 4): the cell ID is
 //! [`polycorn_telemetry::testbed_cell_id`]`(carrier, from_cell)`, the direction comes from the GPS

@@ -1,4 +1,4 @@
-"""Geometric mean download time per trip, size and scheme, before -> after (issue 20).
+"""Geometric mean download time per trip, size and scheme, before -> after.
 
 Reads ``before-r7-t*.txt`` and ``after-r7-t*.txt`` (outputs of ``print_railway_replay``)
 next to this file and prints one line per trip and size.

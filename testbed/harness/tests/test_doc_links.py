@@ -1,0 +1,60 @@
+"""The Markdown link check of the static stage (scripts/check_doc_links.py): a dead file or
+heading is found, a live one and anything in code is not."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from polycorn_harness import ROOT
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("doc_links", ROOT / "scripts/check_doc_links.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["doc_links"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+links = _load()
+
+
+def test_github_anchors() -> None:
+    assert links.slug("The default pipeline against `minrtt` and the paper") == (
+        "the-default-pipeline-against-minrtt-and-the-paper"
+    )
+    assert links.slug("Recovery after failed handovers, n ≥ 60 (`recovery`)") == (
+        "recovery-after-failed-handovers-n--60-recovery"
+    )
+
+
+def test_dead_links_are_found_and_live_ones_pass(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text(
+        "# A\n\n## Twice\n\n## Twice\n\n"
+        "[ok](b.md#the-heading) [ok](#twice-1) [ok](../README.md) `[code](gone.md)`\n"
+        "```\n[fenced](gone.md)\n```\n"
+        "[dead file](gone.md)\n[dead heading](b.md#no-such-heading)\n[dead](#twice-2)\n",
+        encoding="utf-8",
+    )
+    (docs / "b.md").write_text("# B\n\n## The heading\n", encoding="utf-8")
+    (tmp_path / "README.md").write_text("[web](https://example.org/x.md)\n", encoding="utf-8")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    problems = [
+        p for rel in links.markdown_files(tmp_path) for p in links.check_file(tmp_path, rel)
+    ]
+    assert problems == [
+        "docs/a.md:11: gone.md: no such file",
+        "docs/a.md:12: b.md#no-such-heading: no heading #no-such-heading in b.md",
+        "docs/a.md:13: #twice-2: no heading #twice-2 in a.md",
+    ]
+
+
+def test_the_repository_has_no_dead_link() -> None:
+    assert links.main(["check_doc_links.py", str(ROOT)]) == 0
