@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FILES = (
     "README.md",
     "docs/results.md",
+    "docs/results-archive.md",
     "docs/trainer.md",
     "docs/operations.md",
     "docs/testing.md",
