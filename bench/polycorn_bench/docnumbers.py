@@ -96,6 +96,10 @@ FLEET_JSON = "bench/out/fleet.json"
 #: TLS over TCP against QUIC subflows: a backlogged download on 31 trips, and bulk downloads on
 #: 10 trips against the oracle, kernel MPTCP and the passenger's own TCP.
 TRANSPORT_JSON = "bench/out/hsr-transport.json"
+#: The cloud side under load: ingest into LinkDB, map matching, the LinkDB API.
+INGEST_JSON = "bench/out/ingest.json"
+MATCHING_JSON = "bench/out/matching.json"
+API_JSON = "bench/out/api.json"
 TRANSPORT_BULK_JSON = "bench/out/hsr-transport-bulk.json"
 #: ``make fuzz``: every fuzz target under honggfuzz (scripts/fuzz.py).
 FUZZ_JSON = "bench/out/fuzz.json"
@@ -283,32 +287,6 @@ def on(rel: str, render: Callable[[Sources], str]) -> Callable[[Sources], str]:
 
 
 # --- renderers -------------------------------------------------------------------------------
-
-
-#: The goal for the backlogged download on the HSR trips: × the best single carrier.
-AGGREGATION_GOAL = 1.6
-
-
-def headline(src: Sources) -> str:
-    """README: the two headline ratios (inline)."""
-    d = src.hsr
-    vs = _get(d, "hrsch_vs_baselines", "minrtt", "overall")
-    best = _get(d, "best_single_carrier", "by_scheme", "minrtt")
-    lo, hi = best["ci95"]
-    goal = (
-        "short of"
-        if hi < AGGREGATION_GOAL
-        else "beyond"
-        if lo > AGGREGATION_GOAL
-        else "consistent with"
-    )
-    return (
-        f"in bulk downloads HRSCH moves {num(vs['ratio'])}× `minrtt` "
-        f"[95 % CI {num(vs['ci95'][0])}, {num(vs['ci95'][1])}] against the paper's "
-        f"{num(vs['paper'])}× ({verdict_text(vs['verdict'])}), and in a long download "
-        f"`minrtt` over both carriers moves {num(best['ratio'])}× the better carrier alone "
-        f"[{num(lo)}, {num(hi)}], {goal} the {num(AGGREGATION_GOAL, 1)}× we aim for"
-    )
 
 
 AGGREGATION_ROWS = (
@@ -595,27 +573,6 @@ def hrsch_sizes(src: Sources) -> str:
         )
         rows.append([name, ratio_ci(e["ratio"], e["ci95"]), num(e["paper"]), words(e["verdict"])])
     return table(["size", "hrsch / minrtt [95 % CI]", "paper", "vs the paper"], rows)
-
-
-def precision_headline(src: Sources) -> str:
-    """README: the precision profile's overall ratio on the current railway (inline)."""
-    d = src.load(PRECISION_JSON)
-    o = d["hrsch_vs_baselines"]["minrtt"]["overall"]
-    ci = o.get(o.get("verdict_interval") or "ci95")
-    which = "trips' " if o.get("verdict_interval") == "ci95_trips" else ""
-    text = (
-        f"HRSCH moves {num(o['ratio'])}× `minrtt` [{which}95 % CI {num(ci[0])}, {num(ci[1])}] "
-        f"over {o.get('n_trips')} held-out trips ({o['n_pairs']} paired downloads), against "
-        f"the paper's {num(o['paper'])}× ({verdict_text(o['verdict'])})"
-    )
-    rr = d.get("run_to_run")
-    if rr and rr.get("single_run_trips_ci95_halfwidth") is not None:
-        text += (
-            f"; {rr['runs']} runs of it differ by an SD of {pct(rr['sd_between_runs'], 1, False)}"
-            f", and one run's interval with trips, downloads and run-to-run variation in it is "
-            f"±{num(rr['single_run_trips_ci95_halfwidth'], 3)}"
-        )
-    return text
 
 
 def precision(src: Sources) -> str:
@@ -914,31 +871,6 @@ def _default(d: dict[str, Any]) -> str:
 
 def _n_trips(d: dict[str, Any]) -> int:
     return len(d.get("seeds") or [])
-
-
-def full_headline(src: Sources) -> str:
-    """README: the latest full run's headline, the default pipeline and hrsch against minrtt,
-    the paper and our goal, and the best ratio to the oracle (inline)."""
-    d = src.hsr
-    default = _default(d)
-    dv = _get(d, "default_vs_baselines", "minrtt", "overall")
-    hv = _get(d, "hrsch_vs_baselines", "minrtt", "overall")
-    best = max(
-        (o["ratio_vs_oracle"], s)
-        for s, per in d["bulk"].items()
-        for o in [per.get("overall") or {}]
-        if o.get("ratio_vs_oracle") is not None
-    )
-    return (
-        f"on {_n_trips(d)} held-out trips of the current railway (`make bench-hsr "
-        f"PROFILE=full`), bulk downloads with `{default}` (that run's default pipeline) move "
-        f"{_times_ci(dv['ratio'], dv['ci95'])} `minrtt` and with the paper's `hrsch` "
-        f"{_times_ci(hv['ratio'], hv['ci95'])}: against the paper's {num(hv['paper'])}× "
-        f"`{default}` is {verdict_text(dv['verdict'])} and `hrsch` "
-        f"{verdict_text(hv['verdict'])}, and our goal is {num(hv['goal'])}×. The best scheme, "
-        f"`{best[1]}`, reaches {num(best[0])} of the trace-optimal oracle (goal "
-        f"{num(ORACLE_GOAL)})"
-    )
 
 
 def full_sizes(src: Sources) -> str:
@@ -1369,6 +1301,52 @@ def readme_results(src: Sources) -> str:
     return table(["question", "answer", "from"], rows)
 
 
+#: The API's hot queries in the order api.md describes them: (key, label).
+API_QUERIES = (
+    ("handovers_bbox_page", "a bounding box of handovers, GeoJSON page of 100"),
+    ("cell_stats", "per-cell statistics"),
+    ("failure_table", "the failure-location table"),
+    ("failure_table_304", "the table's conditional poll (304)"),
+)
+
+
+def cloud_side(src: Sources) -> str:
+    """results.md: ingest throughput and lag, map matching's cost, the API's latency."""
+    ing = src.load(INGEST_JSON)
+    lag = ing["lag_phase"]
+    rows = [
+        [
+            f"ingest: {ing['records']:,} records of {ing['trains']:,} trains into LinkDB "
+            f"({ing['consumers']} consumers)",
+            f"{ing['events_per_s']:,} records/s (goal {ing['goal_events_per_s']:,})",
+            f"lag at {lag['achieved_rate_per_s']:,} records/s: p50 {num(ing['lag_p50_ms'], 0)} ms, "
+            f"p99 {num(ing['lag_p99_ms'], 0)} ms",
+        ]
+    ]
+    m = src.load(MATCHING_JSON)
+    sp = m["speedup"]
+    rows.append(
+        [
+            f"map matching: {m['batch']['fixes']:,} fixes of {m['batch']['trains']} trains "
+            "per batch",
+            f"{num(m['ms_per_fix_median']['batched'], 2)} ms per fix",
+            f"{_times_ci(sp['geomean'], sp['ci95'])} faster than one train at a time",
+        ]
+    )
+    api = src.load(API_JSON)
+    for key, label in API_QUERIES:
+        q = api[key]
+        rows.append(
+            [
+                f"LinkDB API: {label}",
+                f"p50 {num(q['p50_ms'], 1)} ms, p99 {num(q['p99_ms'], 1)} ms",
+                f"{num(q['rps'], 0)} of {num(q['offered_rps'], 0)} req/s offered, "
+                f"{q['errors']} errors",
+            ]
+        )
+    return table(["what", "result", "and"], rows)
+
+
 #: Every region the docs may hold, by NAME.
 def trainer_curve(src: Sources) -> str:
     """docs/trainer.md: the table thresholds' precision against coverage (development routes)."""
@@ -1608,33 +1586,6 @@ def loop_curve(src: Sources) -> str:
     return out
 
 
-def loop_headline(src: Sources) -> str:
-    """README: the closed loop in one sentence, pooled over all its trips."""
-    d = src.load(LOOP_JSON)
-    w = d["running"]["cumulative"][-1]
-    half = _get(d, "half_oracle_gain_trip", "hof_recovery", "cumulative") or {}
-    point, lower = half.get("point"), half.get("lower_bound")
-    if point:
-        by_ci = f"by its interval from trip {lower}" if lower else "not yet by its interval"
-        when = f"from trip {point} on (point estimates; {by_ci})"
-    else:
-        when = "on no trip"
-
-    def rec(k: str) -> str:
-        return f"{num(w[k])}× {interval(w[k + '_ci95'])}"
-
-    return (
-        f"over {len(d['trips'])} trips of one route, the table the trainer learned from the "
-        f"trips before knew the cells of "
-        f"{_share_ci(w['learned_known_failure_share'], w['learned_known_failure_share_ci95'])} "
-        f"of their {w['failures']} failures, and in the 2 s after a failed "
-        f"handover HRSCH with it moved {rec('hof_recovery_learned')} `minrtt`'s goodput, "
-        f"against {rec('hof_recovery_oracle')} with the oracle table and "
-        f"{rec('hof_recovery_none')} with none; pooled over trips 1..k, its gain over no "
-        f"table is half the oracle's {when}"
-    )
-
-
 #: Events of ``scheduler_events`` the mechanisms table shows, per trip: (key, column).
 MECHANISM_EVENTS = (
     ("hof-reject/rejections", "HPR rejections"),
@@ -1858,38 +1809,6 @@ def holds(src: Sources) -> str:
     )
 
 
-def _gain_headline(d: dict[str, Any], scheme: str, gains: str, what: str, base: str) -> str:
-    """``scheme`` against minrtt (trips' interval) and its gain over ``base`` (from the
-    ``gains`` section: ``hol_ablation`` or ``variants``), as one inline sentence."""
-    o = d["bulk"][scheme]["overall"]
-    ci = o.get("ci95_trips") or o["ci95"]
-    g = d[gains][scheme]["bulk"]
-    return (
-        f"{what} moves {num(o['ratio_vs_minrtt'])}× `minrtt` [trips' 95 % CI {num(ci[0])}, "
-        f"{num(ci[1])}] on {o.get('n_trips')} held-out trips, {pct_ci(g['gain'], verdict_ci(g))} "
-        f"over {base}"
-    )
-
-
-def mechanisms_headline(src: Sources) -> str:
-    """README: the default pipeline against minrtt and hrsch in the mechanisms run (inline)."""
-    d = src.load(MECHANISMS_JSON)
-    default = d.get("default_scheme") or UNRECORDED_DEFAULT
-    what = f"HRSCH with the stale filter (`{default}`, the default pipeline before `hrsch+`)"
-    return _gain_headline(d, default, "hol_ablation", what, "`hrsch` as published")
-
-
-def tail_headline(src: Sources) -> str:
-    """README: the default pipeline hrsch+ against minrtt and over hrsch+stale in the tail
-    rules' run (inline)."""
-    scheme = "hrsch+stale+tail"
-    what = (
-        "the default pipeline `hrsch+` (`hrsch+stale` with the tail rule before `minrtt` and "
-        f"tail reinjection; `{scheme}` in that run)"
-    )
-    return _gain_headline(src.load(TAIL_JSON), scheme, "variants", what, "`hrsch+stale`")
-
-
 def default_precision(src: Sources) -> str:
     """results.md: the default pipeline against minrtt and hrsch per size on the precision
     profile's trips, with the trips' interval and the verdicts against the paper and our goal."""
@@ -1931,21 +1850,6 @@ def default_precision(src: Sources) -> str:
     return out
 
 
-def default_headline(src: Sources) -> str:
-    """README: the default pipeline against minrtt on the precision profile's trips (inline)."""
-    d = src.load(DEFAULT_JSON)
-    o = d["default_vs_baselines"]["minrtt"]["overall"]
-    s = d["default_vs_baselines"]["minrtt"]["256KB"]
-    ci, sci = o["ci95_trips"], s["ci95_trips"]
-    return (
-        f"the default pipeline `{d['default_scheme']}` moves {num(o['ratio'])}× `minrtt` "
-        f"[trips' 95 % CI {num(ci[0])}, {num(ci[1])}] over {o.get('n_trips')} held-out trips "
-        f"({o['n_pairs']} paired downloads; the paper's HRSCH {num(o['paper'])}×: "
-        f"{verdict_text(o['verdict'])}), {num(s['ratio'])}× [{num(sci[0])}, {num(sci[1])}] on "
-        f"256 KB downloads ({num(s['paper'])}×: {verdict_text(s['verdict'])})"
-    )
-
-
 def ab_table(src: Sources, rel: str = WINDOW_AB_JSON) -> str:
     """results.md: two builds on the same trips, each scheme's bulk goodput in build B over
     build A (``polycorn_bench.ab``), overall with the trips' interval and per size, and each
@@ -1985,7 +1889,6 @@ def ab_table(src: Sources, rel: str = WINDOW_AB_JSON) -> str:
 
 
 REGIONS: dict[str, Region] = {
-    "hsr-headline": Region(on(HSR_V1_JSON, headline), inline=True),
     "hsr-hrsch-summary": Region(on(HSR_V1_JSON, hrsch_summary), inline=True),
     "hsr-aggregation": Region(on(HSR_V1_JSON, aggregation)),
     "hsr-capacity-trips": Region(on(HSR_V1_JSON, capacity_trips)),
@@ -2001,14 +1904,11 @@ REGIONS: dict[str, Region] = {
     "hsr-reinjection": Region(on(HSR_V1_JSON, reinjection)),
     "hsr-im": Region(on(HSR_V1_JSON, im)),
     "hsr-precision": Region(precision),
-    "hsr-precision-headline": Region(precision_headline, inline=True),
     "hsr-recovery": Region(on(HSR_V1_JSON, recovery), inline=True),
     "trainer-curve": Region(trainer_curve),
     "trainer-heldout": Region(trainer_heldout),
     "loop-curve": Region(loop_curve),
-    "loop-headline": Region(loop_headline, inline=True),
     "hsr-mechanisms": Region(mechanisms),
-    "hsr-mechanisms-headline": Region(mechanisms_headline, inline=True),
     "hsr-mechanisms-ablation": Region(functools.partial(mechanisms, rel=ABLATION_JSON)),
     "hsr-im-new-railway": Region(im_new_railway),
     "hsr-karn": Region(functools.partial(mechanisms, rel=KARN_JSON)),
@@ -2016,14 +1916,12 @@ REGIONS: dict[str, Region] = {
     "hsr-leave-one-out": Region(functools.partial(mechanisms, rel=LEAVE_ONE_OUT_JSON)),
     "hsr-leave-one-out-gains": Region(variants_table),
     "hsr-tail": Region(functools.partial(mechanisms, rel=TAIL_JSON)),
-    "hsr-tail-headline": Region(tail_headline, inline=True),
     "hsr-tail-gains": Region(functools.partial(variants_table, rel=TAIL_JSON)),
     "hsr-window-ab": Region(ab_table),
     "hsr-recovery-run": Region(on(RECOVERY_JSON, full_recovery)),
     "hsr-recovery-variants": Region(on(RECOVERY_JSON, recovery_variants)),
     "hsr-holds": Region(holds),
     "default-precision": Region(default_precision),
-    "default-headline": Region(default_headline, inline=True),
     "default-mechanisms": Region(functools.partial(mechanisms, rel=DEFAULT_JSON)),
     "default-variants": Region(functools.partial(variants_table, rel=DEFAULT_JSON)),
     "hol-default-mechanisms": Region(functools.partial(mechanisms, rel=HOL_DEFAULT_JSON)),
@@ -2036,6 +1934,7 @@ REGIONS: dict[str, Region] = {
     "fleet-sizing": Region(fleet_sizing),
     "fleet-headline": Region(fleet_headline, inline=True),
     "readme-results": Region(readme_results),
+    "cloud-side": Region(cloud_side),
     "fuzz": Region(fuzz_table),
     "chaos": Region(chaos_summary),
 }
@@ -2043,7 +1942,6 @@ REGIONS: dict[str, Region] = {
 #: Regions of the full run on the current railway (``hsr.json``; the first railway's full
 #: run is ``hsr-v1.json``, read by the ``hsr-*`` regions above).
 FULL_REGIONS: dict[str, Region] = {
-    "full-headline": Region(full_headline, inline=True),
     "full-sizes": Region(full_sizes),
     "full-every-scheme": Region(full_every_scheme),
     "full-ablation": Region(ablation),
