@@ -226,7 +226,7 @@ def test_a_location_quantile_moves_the_prediction_and_its_validation() -> None:
 
 
 def test_the_default_places_a_failure_at_its_10th_percentile() -> None:
-    """The deployed default since 2026-11-27 (docs/trainer.md): earlier than
+    """The deployed default (docs/trainer.md): earlier than
     nine failures in ten; the paper's mean stays one flag away."""
     xs = [1000.0, 1100.0, 1200.0, 1300.0, 1400.0]
     c = cell(xs, [True] * 5, [1, 2, 3, 4, 5])
