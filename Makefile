@@ -228,7 +228,7 @@ lint-sh: setup ## shellcheck every shell script
 	shellcheck -x $(SH_SCRIPTS)
 
 smoke-netns: setup ## self-test of the namespace testbed (not part of test)
-	bash scripts/smoke-netns.sh
+	$(UVW) pytest -p no:cacheprovider -rA testbed/harness/suites/netns
 
 clean-testbed: ## tear down the namespace testbed (PC_PREFIX, default pc)
 	bash testbed/netns/down.sh
