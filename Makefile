@@ -172,8 +172,8 @@ lint-platform: ## ruff + mypy --strict on tools/validate, gofmt + go vet on its 
 		 $(GO_CACHE_ENV) $(GO) vet .) || exit 1; \
 	done
 
-dashboards: ## regenerate dashboards/*.json from scripts/gen_dashboards.py
-	python3 scripts/gen_dashboards.py
+dashboards: ## regenerate dashboards/*.json from dashboards/gen_dashboards.py
+	python3 dashboards/gen_dashboards.py
 
 # Builds every image from a local debootstrap base and runs docker-compose.yml
 # for real through podman's Docker API; cleans up after itself.
@@ -194,7 +194,7 @@ UV := uv run --project bench --locked --quiet
 UVW := uv run --all-packages --locked --quiet
 PY_WS := schema ingest linkdb-api trainer testbed/chaos testbed/harness
 # Benchmark helpers run with the workspace (scripts/bench-trainer.sh).
-PY_SCRIPTS := $(wildcard scripts/*.py)
+PY_SCRIPTS := $(wildcard scripts/*.py dashboards/*.py)
 lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
 	$(UV) ruff check bench
 	$(UV) ruff format --check bench
