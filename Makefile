@@ -93,11 +93,12 @@ demo: build ## end-to-end demo on the namespace testbed
 bench-dataplane: build ## data-plane benchmark
 	bash scripts/bench-dataplane.sh
 
-# scripts/validate_tracegen.py judges every §15.8 item against its tolerance and fails
-# on a gating miss, a stale binary or a failed iperf3 run (root; ~12 min). VAL_PROFILE=ci is
-# the subset `make test` runs (~2 min, output under /tmp); more knobs in the script.
+# testbed/tracegen/tools/validate_tracegen.py judges every §15.8 item against its tolerance
+# and fails on a gating miss, a stale binary or a failed iperf3 run (root; ~12 min).
+# VAL_PROFILE=ci is the subset `make test` runs (~2 min, output under /tmp); more knobs
+# (VAL_*, read from the environment) in the script.
 validate-tracegen: build ## HSR trace generator vs the published numbers (hsr-facts §15.8) with tolerances, pass/fail -> bench/out/tracegen-validation.{txt,json}, docs/hsr-model.md tables
-	bash scripts/validate-tracegen.sh
+	$(UVW) python testbed/tracegen/tools/validate_tracegen.py run
 
 bench-cc: build ## the QUIC subflows' controller and its variants on generated trips in virtual time (seconds per trip, no root) -> bench/out/cc.json
 	$(UV) python -m polycorn_bench.cc
@@ -194,7 +195,7 @@ UV := uv run --project bench --locked --quiet
 UVW := uv run --all-packages --locked --quiet
 PY_WS := schema ingest linkdb-api trainer testbed/chaos testbed/harness
 # Benchmark helpers run with the workspace (scripts/bench-trainer.sh).
-PY_SCRIPTS := $(wildcard scripts/*.py dashboards/*.py)
+PY_SCRIPTS := $(wildcard scripts/*.py dashboards/*.py) $(addprefix testbed/tracegen/tools/,validate_tracegen.py fit_handover_loss.py)
 lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
 	$(UV) ruff check bench
 	$(UV) ruff format --check bench
