@@ -153,9 +153,14 @@ bench-fleet: build ## fleet load: FLEET_TRAINS (10,25,50,100) trains x FLEET_CON
 # is checked with the strongest offline validator; docs/operations.md.
 # It depends on build so that the chart's train-path check (the real relay
 # and proxy behind the rendered SNI routes) runs instead of being skipped.
+# The chart's suite runs in the workspace's environment: it parses every
+# rendered command line with the services' own CLIs. KEEP=DIR keeps the
+# rendered manifests in DIR.
 validate-platform: build ## Helm chart (lint, template, strict schemas, Envoy protos, template tests), alert rules (promtool), dashboards (tsc) -> fails on any finding
-	bash scripts/validate-chart.sh
-	bash scripts/validate-observability.sh
+	bash scripts/setup.sh chart >/dev/null
+	$(UVW) pytest -p no:cacheprovider -rA --durations=10 tools/validate/validate_chart.py
+	bash scripts/setup.sh observability >/dev/null
+	$(UVW) pytest -p no:cacheprovider -rA --durations=10 testbed/harness/suites/observability
 	$(MAKE) --no-print-directory lint-platform
 
 # The validators' own code: tools/validate (a uv project of its own, in the

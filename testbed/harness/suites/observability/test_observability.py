@@ -1,5 +1,4 @@
-"""Offline validation of the observability files (part of ``make validate-platform``;
-entry point: scripts/validate-observability.sh):
+"""Offline validation of the observability files (part of ``make validate-platform``):
 
 * ``services/prometheus/rules/*.yml``: ``promtool check rules``; ``promtool test
   rules`` (``services/prometheus/tests/*.yml``); every alert labelled, annotated,
