@@ -93,11 +93,12 @@ demo: build ## end-to-end demo on the namespace testbed
 bench-dataplane: build ## data-plane benchmark
 	bash scripts/bench-dataplane.sh
 
-# scripts/validate_tracegen.py judges every §15.8 item against its tolerance and fails
-# on a gating miss, a stale binary or a failed iperf3 run (root; ~12 min). VAL_PROFILE=ci is
-# the subset `make test` runs (~2 min, output under /tmp); more knobs in the script.
+# testbed/tracegen/tools/validate_tracegen.py judges every §15.8 item against its tolerance
+# and fails on a gating miss, a stale binary or a failed iperf3 run (root; ~12 min).
+# VAL_PROFILE=ci is the subset `make test` runs (~2 min, output under /tmp); more knobs
+# (VAL_*, read from the environment) in the script.
 validate-tracegen: build ## HSR trace generator vs the published numbers (hsr-facts §15.8) with tolerances, pass/fail -> bench/out/tracegen-validation.{txt,json}, docs/hsr-model.md tables
-	bash scripts/validate-tracegen.sh
+	$(UVW) python testbed/tracegen/tools/validate_tracegen.py run
 
 bench-cc: build ## the QUIC subflows' controller and its variants on generated trips in virtual time (seconds per trip, no root) -> bench/out/cc.json
 	$(UV) python -m polycorn_bench.cc
@@ -152,9 +153,14 @@ bench-fleet: build ## fleet load: FLEET_TRAINS (10,25,50,100) trains x FLEET_CON
 # is checked with the strongest offline validator; docs/operations.md.
 # It depends on build so that the chart's train-path check (the real relay
 # and proxy behind the rendered SNI routes) runs instead of being skipped.
+# The chart's suite runs in the workspace's environment: it parses every
+# rendered command line with the services' own CLIs. KEEP=DIR keeps the
+# rendered manifests in DIR.
 validate-platform: build ## Helm chart (lint, template, strict schemas, Envoy protos, template tests), alert rules (promtool), dashboards (tsc) -> fails on any finding
-	bash scripts/validate-chart.sh
-	bash scripts/validate-observability.sh
+	bash scripts/setup.sh chart >/dev/null
+	$(UVW) pytest -p no:cacheprovider -rA --durations=10 tools/validate/validate_chart.py
+	bash scripts/setup.sh observability >/dev/null
+	$(UVW) pytest -p no:cacheprovider -rA --durations=10 testbed/harness/suites/observability
 	$(MAKE) --no-print-directory lint-platform
 
 # The validators' own code: tools/validate (a uv project of its own, in the
@@ -172,8 +178,8 @@ lint-platform: ## ruff + mypy --strict on tools/validate, gofmt + go vet on its 
 		 $(GO_CACHE_ENV) $(GO) vet .) || exit 1; \
 	done
 
-dashboards: ## regenerate dashboards/*.json from scripts/gen_dashboards.py
-	python3 scripts/gen_dashboards.py
+dashboards: ## regenerate dashboards/*.json from dashboards/gen_dashboards.py
+	python3 dashboards/gen_dashboards.py
 
 # Builds every image from a local debootstrap base and runs docker-compose.yml
 # for real through podman's Docker API; cleans up after itself.
@@ -195,7 +201,7 @@ UV := uv run --project bench --locked --quiet
 UVW := uv run --all-packages --locked --quiet
 PY_WS := schema ingest linkdb-api trainer testbed/chaos testbed/harness
 # Benchmark helpers run with the workspace (scripts/bench-trainer.sh).
-PY_SCRIPTS := $(wildcard scripts/*.py)
+PY_SCRIPTS := $(wildcard scripts/*.py dashboards/*.py) $(addprefix testbed/tracegen/tools/,validate_tracegen.py fit_handover_loss.py)
 lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
 	$(UV) ruff check bench
 	$(UV) ruff format --check bench
@@ -229,7 +235,7 @@ lint-sh: setup ## shellcheck every shell script
 	shellcheck -x $(SH_SCRIPTS)
 
 smoke-netns: setup ## self-test of the namespace testbed (not part of test)
-	bash scripts/smoke-netns.sh
+	$(UVW) pytest -p no:cacheprovider -rA testbed/harness/suites/netns
 
 clean-testbed: ## tear down the namespace testbed (PC_PREFIX, default pc)
 	bash testbed/netns/down.sh

@@ -54,7 +54,7 @@ must return at least one row.
 ``families``: the metric families (name and type, from the ``# TYPE``
 lines) of each LIVE dump (scraped from a running service) are those of the
 dump of the same file name in DIR, the committed fixtures that the offline
-check (scripts/validate-observability.sh) tests the rules and dashboards
+check (make validate-platform) tests the rules and dashboards
 against; with ``--refresh CMD``, a difference names CMD as the way to
 refresh them. Every committed dump must have a live one and vice versa.
 

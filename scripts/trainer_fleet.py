@@ -72,7 +72,7 @@ TABLE = Params()
 # by GPS gaps, a day is far more than its 600 s trip gap).
 EPOCH = dt.datetime(2026, 9, 1, 6, 0, tzinfo=dt.UTC)
 DAY_MS = 86_400_000
-# The testbed relay names its paths carrier-0, carrier-1, ... (scripts/lib-pair.sh):
+# The testbed relay names its paths carrier-0, carrier-1, ... (testbed/netns/lib-pair.sh):
 # LinkDB sees the same cells whether a trip came through a relay or this loader.
 CARRIERS = "carrier-0,carrier-1,carrier-2,carrier-3"
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from polycorn_harness.process import git_commit
 from polycorn_trainer.fit import Params
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The trace generator's validation generates the fleets.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testbed" / "tracegen" / "tools"))
 
 import validate_tracegen as vt
 

@@ -143,8 +143,8 @@ fi
 source "$here/netns/lib.sh"
 pc_require_root
 BIN=${BIN:-$root/target/release}
-# shellcheck source=scripts/lib-pair.sh
-source "$root/scripts/lib-pair.sh"
+# shellcheck source=testbed/netns/lib-pair.sh
+source "$here/netns/lib-pair.sh"
 IM_PORT=7100
 
 run=$PC_STATE/run

@@ -1,5 +1,6 @@
-"""make validate-tracegen's pass/fail logic (scripts/validate_tracegen.py) and the guard that
-docs/hsr-model.md's generated tables say what bench/out/tracegen-validation.json says."""
+"""make validate-tracegen's pass/fail logic (testbed/tracegen/tools/validate_tracegen.py) and the
+guard that docs/hsr-model.md's generated tables say what bench/out/tracegen-validation.json
+says."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "validate_tracegen.py"
+SCRIPT = ROOT / "testbed" / "tracegen" / "tools" / "validate_tracegen.py"
 # The issue's format: every leaf of the JSON has these.
 REQUIRED = ("name", "published", "generated", "tolerance", "pass", "expected_failure")
 
@@ -36,7 +37,8 @@ def test_docs_agree_with_bench_out() -> None:
     """CI's guard: the generated regions of docs/hsr-model.md are what
     bench/out/tracegen-validation.json gives, and the JSON's published values, tolerances and
     expected-failure marks are the script's. If this fails, rerun `make validate-tracegen`
-    (or, when only the rendering changed, `python3 scripts/validate_tracegen.py docs`)."""
+    (or, when only the rendering changed,
+    `python3 testbed/tracegen/tools/validate_tracegen.py docs`)."""
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "docs", "--check"],
         capture_output=True,

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Optional component `chart` (`setup.sh chart`, run by scripts/validate-chart.sh):
+# Optional component `chart` (`setup.sh chart`, run by make validate-platform):
 # the offline validators of the Helm chart charts/polycorn.
 #
 # - helm and kubeconform, built from their Go modules (pinned) with the Go
@@ -20,7 +20,7 @@
 HELM_VERSION=3.22.0
 KUBECONFORM_VERSION=0.8.0
 # The Kubernetes version whose schemas the chart is validated against (one of
-# those kubernetes-validate ships); scripts/validate-chart.sh reads it too.
+# those kubernetes-validate ships); tools/validate/validate_chart.py reads it too.
 K8S_SCHEMA_VERSION=1.37.0
 
 OPTIONAL+=(chart)

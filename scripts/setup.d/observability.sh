@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Optional component `observability` (`setup.sh observability`, run by
-# scripts/validate-observability.sh): what the offline checks of the alert
+# make validate-platform): what the offline checks of the alert
 # rules and the dashboards need.
 #
 # - promtool, from Debian's prometheus package (also in `infra`).

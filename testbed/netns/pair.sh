@@ -19,14 +19,14 @@
 #                                    state up left
 #
 # PC_PREFIX, PC_CARRIERS, BIN and TRAIN_ID as for testbed/netns/up.sh and
-# scripts/lib-pair.sh. Logs: $PC_STATE/logs/NAME.log, appended across
+# testbed/netns/lib-pair.sh. Logs: $PC_STATE/logs/NAME.log, appended across
 # restarts within one `up` (which starts them empty).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=testbed/netns/lib.sh
 source testbed/netns/lib.sh
-# shellcheck source=scripts/lib-pair.sh
-source scripts/lib-pair.sh
+# shellcheck source=testbed/netns/lib-pair.sh
+source testbed/netns/lib-pair.sh
 
 cmd=${1:-}
 shift || true

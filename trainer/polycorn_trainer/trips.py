@@ -6,7 +6,7 @@
 runs the same leave-one-trip-out validation and separability fits as a
 trainer run over LinkDB (:mod:`polycorn_trainer.fit`), plus PC Table 1's
 success rates. It prints one JSON object per carrier label. The trace
-generator's validation (``scripts/validate_tracegen.py``) uses it for
+generator's validation (``testbed/tracegen/tools/validate_tracegen.py``) uses it for
 hsr-facts §15.8 items 13–16, so that the generator is judged by exactly the
 code that learns from the fleet.
 

@@ -18,7 +18,7 @@ from polycorn_harness.wait import wait_until
 
 PAIR = ROOT / "testbed" / "netns" / "pair.sh"
 LINK = ROOT / "testbed" / "netns" / "link.sh"
-#: As scripts/lib-pair.sh and testbed/netns/lib.sh give them.
+#: As testbed/netns/lib-pair.sh and testbed/netns/lib.sh give them.
 RELAY_SOCKS = "10.66.0.1:1080"
 LAN_ADDR = "10.66.0.1"
 ORIGIN = f"http://{ORIGIN_ADDR}"

@@ -124,7 +124,7 @@ pub struct Preset {
 /// `before_ms` before its interruption starts to `after_ms` after it ends (the interruption itself
 /// keeps its blackout semantics: held for types I and II, flushed for III). The seeds give the
 /// level, not the length. Tried as the source of §15.8 item 12's RTOs on development routes
-/// (`scripts/fit_handover_loss.py`): Linux BBR recovers such losses without a timeout, so no
+/// (`tools/fit_handover_loss.py`): Linux BBR recovers such losses without a timeout, so no
 /// preset uses it (docs/hsr-model.md, "Loss around handovers").
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

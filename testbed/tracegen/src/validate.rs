@@ -1,7 +1,7 @@
 //! `validate`: the link-level §15.8 acceptance checks (items 1–11 and §15.3.6) computed from
 //! generated trip directories. [`report`] returns the numbers ([`Report`], `polycorn-tracegen
 //! validate --json`), [`Report::text`] prints them next to the published ones.
-//! scripts/validate_tracegen.py adds items 12–16, the tolerances and the verdicts.
+//! testbed/tracegen/tools/validate_tracegen.py adds items 12–16, the tolerances and the verdicts.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -581,7 +581,7 @@ pub fn report(dirs: &[PathBuf]) -> Result<Report, Error> {
 }
 
 /// Loads `dirs` and computes the checks pooled and for each trip alone (the per-trip values give
-/// the sampling spread: scripts/validate_tracegen.py widens its CI tolerances by it).
+/// the sampling spread: tools/validate_tracegen.py widens its CI tolerances by it).
 pub fn report_per_trip(dirs: &[PathBuf]) -> Result<PerTripReport, Error> {
     let trips: Vec<LoadedTrip> = dirs.iter().map(|d| load(d)).collect::<Result<_, _>>()?;
     let per_trip = trips.chunks(1).map(report_of).collect::<Result<_, _>>()?;
@@ -756,10 +756,14 @@ impl Report {
         writeln!(
             r,
             "not checked here: 12 RTO share under BBR iPerf (TCP over polycorn-emu) and 13-16 (the trainer's \
-             validation on trip directories): scripts/validate_tracegen.py;"
+             validation on trip directories): testbed/tracegen/tools/validate_tracegen.py;"
         )
         .ok();
-        writeln!(r, "  tolerances and pass/fail: scripts/validate_tracegen.py (make validate-tracegen).").ok();
+        writeln!(
+            r,
+            "  tolerances and pass/fail: testbed/tracegen/tools/validate_tracegen.py (make validate-tracegen)."
+        )
+        .ok();
         writeln!(
             r,
             "caveats: 1, 3, 4 use raw capacity (trace opportunities), not iPerf; 2, 4, 5 use scheduled delay, no queueing."

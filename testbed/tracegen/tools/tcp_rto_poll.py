@@ -2,7 +2,7 @@
 """Polls the kernel's tcp_info of every TCP socket with a given local port (run it
 inside the sender's network namespace) and reports the RTO counters per socket.
 
-Used by tcp_run.sh (make validate-tracegen: scripts/validate_tracegen.py) for
+Used by tcp_run.sh (make validate-tracegen: validate_tracegen.py) for
 hsr-facts §15.8 item 12 (RTO share under
 BBR iPerf). It reads tcp_info through NETLINK_SOCK_DIAG (INET_DIAG_INFO), because
 iproute2's ss of this Debian does not print the RTO fields of Linux >= 6.7:

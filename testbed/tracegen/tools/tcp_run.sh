@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One run of hsr-facts §15.8 item 12 for scripts/validate_tracegen.py: the
+# One run of hsr-facts §15.8 item 12 for validate_tracegen.py (beside it): the
 # namespace plumbing only (the Python side starts the runs, waits for them and
 # parses what they leave).
 #

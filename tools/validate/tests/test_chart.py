@@ -1032,7 +1032,7 @@ def test_the_cli_parsers_find_flags() -> None:
 
 def test_seeded_failure() -> None:
     """One proxy for one train. With POLYCORN_SEED_FAILURE=1 it expects two,
-    which scripts/validate-chart.sh uses to prove this suite can fail."""
+    which validate_chart.py uses to prove this suite can fail."""
     objs = render({"trains": TRAINS[:1]})
     want = 2 if os.environ.get("POLYCORN_SEED_FAILURE") == "1" else 1
     assert len(of_kind(objs, "StatefulSet")) == want

@@ -1,10 +1,10 @@
 """End-to-end check of the namespace testbed itself, not of Polycorn (``make
-smoke-netns``; entry point: scripts/smoke-netns.sh): builds
-the topology and the origin (testbed/netns/up.sh, testbed/origin/start.sh), checks
-every property the integration tests rely on, tears it all down and checks that
-nothing is left behind. Its own prefix (``PC_PREFIX``, default pcsmoke), so that it
-never tears down a topology a demo or test run is using. The probes that must run
-inside a namespace are testbed/netns/probe.py. Tests run in file order. Needs root.
+smoke-netns``): builds the topology and the origin (testbed/netns/up.sh,
+testbed/origin/start.sh), checks every property the integration tests rely on, tears
+it all down and checks that nothing is left behind. Its own prefix (``PC_PREFIX``,
+default pcsmoke), so that it never tears down a topology a demo or test run is using.
+The probes that must run inside a namespace are testbed/netns/probe.py. Tests run in
+file order. Needs root.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """make validate-tracegen: the HSR trace generator against the published numbers of
 hsr-facts §15.8 (items 1-16), each with a tolerance, as a pass/fail check.
 
-    python scripts/validate_tracegen.py run [--profile full|ci] [--out DIR] [--work DIR]
-        [--tcp-trips N] [--tcp-seconds S] [--no-tcp] [--seed-fault KEY]
-    python scripts/validate_tracegen.py docs [--check] [--json FILE] [--doc FILE]
+    python testbed/tracegen/tools/validate_tracegen.py run [--profile full|ci] [--out DIR]
+        [--work DIR] [--tcp-trips N] [--tcp-seconds S] [--no-tcp] [--seed-fault KEY]
+    python testbed/tracegen/tools/validate_tracegen.py docs [--check] [--json FILE] [--doc FILE]
 
-``run`` (scripts/validate-tracegen.sh is its entry point):
+``run`` (``make validate-tracegen``, in the workspace's environment), whose defaults come
+from the environment, so that make passes them through: VAL_PROFILE (``--profile``),
+VAL_DIR (``--work``), VAL_TCP=0 (``--no-tcp``), VAL_TCP_TRIPS, VAL_TCP_SECONDS and
+VAL_SEED_FAULT (a check key whose tolerance is made impossible: shows the gate failing):
 
 1. Builds ``polycorn-tracegen`` and ``polycorn-emu`` (``cargo build --release
    --locked --workspace``, a no-op after ``make build``) and refuses to go on
@@ -72,7 +75,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
 DOC = ROOT / "docs" / "hsr-model.md"
 BENCH_OUT = ROOT / "bench" / "out"
 JSON_NAME = "tracegen-validation.json"
@@ -81,7 +85,7 @@ SCHEMA = "polycorn-tracegen-validation/1"
 DEFAULT_PRESET = "pc-gateway-300"
 COMPARISON_PRESET = "pc-gateway-300-v1"
 BINARIES = ("polycorn-tracegen", "polycorn-emu")
-TCP_RUN = ROOT / "testbed" / "tracegen" / "tools" / "tcp_run.sh"
+TCP_RUN = HERE / "tcp_run.sh"
 # The CI subset's bounds widen by this many standard errors (see the module docstring).
 CI_Z = 3.0
 
@@ -1029,10 +1033,9 @@ class Build:
 
 
 def _extra_sources() -> list[Path]:
-    """What else the verdicts depend on for the whole run: this script and the item-12 tools.
-    (The trainer's code is checked around its one call, :func:`trainer_items`.)"""
-    ps = sorted((ROOT / "testbed" / "tracegen" / "tools").iterdir())
-    return [*ps, Path(__file__).resolve()]
+    """What else the verdicts depend on for the whole run: this script and the item-12 tools,
+    its neighbours. (The trainer's code is checked around its one call, :func:`trainer_items`.)"""
+    return sorted(p for p in HERE.iterdir() if p.is_file())
 
 
 def _trainer_sources() -> dict[Path, str]:
@@ -1518,7 +1521,7 @@ def report_text(doc: Mapping[str, Any], c: Computed, extras: Mapping[str, list[s
     dirty = f" with uncommitted changes to {', '.join(p['dirty'])}" if p["dirty"] else ""
     lines = [
         f"# polycorn-tracegen validation against hsr-facts §15.8, profile {doc['profile']} "
-        "(make validate-tracegen: scripts/validate_tracegen.py)",
+        "(make validate-tracegen: testbed/tracegen/tools/validate_tracegen.py)",
         f"# {p['date']}, commit {p['commit'][:12]}{dirty}; {p['generator']}; "
         f"sources sha256 {p['sources_sha256'][:16]}",
         f"# verdict {s['verdict']}: {s['passed']} of {s['checks']} checks pass; "
@@ -1533,7 +1536,7 @@ def report_text(doc: Mapping[str, Any], c: Computed, extras: Mapping[str, list[s
         lines += [
             "",
             "!! UNEXPECTED PASS: these expected failures now pass; drop their xfail mark in "
-            "scripts/validate_tracegen.py and the argument in docs/hsr-model.md:",
+            "testbed/tracegen/tools/validate_tracegen.py and the argument in docs/hsr-model.md:",
             *[f"!!   {k}" for k in s["unexpected_passes"]],
         ]
     for name, comp in doc.get("comparison", {}).items():
@@ -1884,7 +1887,7 @@ def item12_rows(doc: Mapping[str, Any]) -> list[str]:
     return rows
 
 
-#: The runs of scripts/fit_handover_loss.py that docs/hsr-model.md quotes.
+#: The runs of fit_handover_loss.py (next to this file) that docs/hsr-model.md quotes.
 HANDOVER_LOSS_RUNS = BENCH_OUT / "diagnostics" / "handover-loss"
 
 
@@ -2038,8 +2041,8 @@ def docs_cmd(args: argparse.Namespace) -> int:
     if args.check and changed:
         print(
             f"{args.doc}: stale generated region(s) {', '.join(changed)}: run "
-            "`python3 scripts/validate_tracegen.py docs` (once bench/out is what should be "
-            "reported)",
+            "`python3 testbed/tracegen/tools/validate_tracegen.py docs` (once bench/out is what "
+            "should be reported)",
             file=sys.stderr,
         )
         return 1
@@ -2052,15 +2055,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="validate_tracegen.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="build, generate, compute, judge; write JSON, text and docs")
-    r.add_argument("--profile", choices=("full", "ci"), default="full")
+    env = os.environ.get
+    r.add_argument("--profile", choices=("full", "ci"), default=env("VAL_PROFILE") or "full")
     r.add_argument(
-        "--work", type=Path, default=Path(tempfile.gettempdir()) / "polycorn-tracegen-validation"
+        "--work",
+        type=Path,
+        default=env("VAL_DIR") or Path(tempfile.gettempdir()) / "polycorn-tracegen-validation",
     )
     r.add_argument("--out", type=Path, help="default: bench/out for a complete full run")
-    r.add_argument("--no-tcp", action="store_true", help="skip item 12 (no root needed)")
-    r.add_argument("--tcp-trips", type=int, help="item 12's trips (full 4, ci 1)")
-    r.add_argument("--tcp-seconds", type=int, help="iperf3 seconds per run (full 600, ci 60)")
-    r.add_argument("--seed-fault", default="", metavar="KEY", help="make check KEY fail")
+    r.add_argument(
+        "--no-tcp",
+        action="store_true",
+        default=env("VAL_TCP") == "0",
+        help="skip item 12 (no root needed)",
+    )
+    r.add_argument(
+        "--tcp-trips",
+        type=int,
+        default=env("VAL_TCP_TRIPS") or None,
+        help="item 12's trips (full 4, ci 1)",
+    )
+    r.add_argument(
+        "--tcp-seconds",
+        type=int,
+        default=env("VAL_TCP_SECONDS") or None,
+        help="iperf3 seconds per run (full 600, ci 60)",
+    )
+    r.add_argument(
+        "--seed-fault",
+        default=env("VAL_SEED_FAULT") or "",
+        metavar="KEY",
+        help="make check KEY fail",
+    )
     d = sub.add_parser("docs", help="regenerate (or --check) docs/hsr-model.md's regions")
     d.add_argument("--check", action="store_true")
     d.add_argument("--json", type=Path, default=BENCH_OUT / JSON_NAME)
@@ -2068,6 +2094,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "docs":
         return docs_cmd(args)
+    if args.profile not in ("full", "ci"):
+        ap.error(f"profile {args.profile!r}: full or ci")
     if args.profile == "ci":
         args.work = args.work / "ci"
     try:

@@ -6,13 +6,13 @@ does (one BBR ``iperf3 -R`` flow per trip and carrier through polycorn-emu, the 
 definitions), all settings at once. Prints one line per setting and carrier and writes the
 results as JSON.
 
-    sudo uv run --all-packages --locked python scripts/fit_handover_loss.py \\
+    sudo uv run --all-packages --locked python testbed/tracegen/tools/fit_handover_loss.py \\
         --setting none --setting before_ms=150,after_ms=150 --out /tmp/fit.json
 
 A setting ``none`` runs the preset as it is (no preset has loss around handovers); any other
 starts from the generator's ``HandoverLoss::DEFAULT`` (70 %, 150 ms on each side).
 Development trips only (route 1, trips 1-2 by default): the validation's held-out routes
-(scripts/validate_tracegen.py, HELD_OUT_ROUTES) must never be used to fit.
+(validate_tracegen.py, HELD_OUT_ROUTES) must never be used to fit.
 """
 
 from __future__ import annotations

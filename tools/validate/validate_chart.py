@@ -1,27 +1,27 @@
 """Offline validation of the Helm chart charts/polycorn (part of ``make
-validate-platform``; entry point: scripts/validate-chart.sh).
+validate-platform``), a pytest module: ``pytest tools/validate/validate_chart.py`` in the
+workspace's environment (``uv run --all-packages``), whose Python is the one that parses
+the services' command lines.
 
 For every scenario ``charts/polycorn/ci/*-values.yaml``:
 
 1. ``helm lint --strict`` (values.schema.json included);
 2. ``helm template``;
 3. kubeconform -strict on every rendered object, against the Kubernetes schemas of
-   the PyPI package kubernetes-validate (made standalone by
-   tools/validate/k8s_schemas.py). A kind without a schema is an error; the only kinds
-   skipped are the Prometheus Operator's ServiceMonitor and PrometheusRule, which
-   step 5 checks instead;
+   the PyPI package kubernetes-validate (made standalone by k8s_schemas.py). A kind
+   without a schema is an error; the only kinds skipped are the Prometheus Operator's
+   ServiceMonitor and PrometheusRule, which step 5 checks instead;
 4. Envoy's bootstrap, from the rendered ConfigMap, against Envoy's own protobuf
-   schemas (tools/validate/envoy: go-control-plane, strict protojson, ValidateAll,
-   every typed_config unpacked and validated, cluster references);
+   schemas (envoy/: go-control-plane, strict protojson, ValidateAll, every
+   typed_config unpacked and validated, cluster references);
 5. ServiceMonitor/PrometheusRule decoded strictly into the Prometheus Operator's Go
-   types (tools/validate/monitoring), and the rendered rule groups through promtool.
+   types (monitoring/), and the rendered rule groups through promtool.
 
-Then: every container's command line through the real CLI's parser
-(tools/validate/cli_args.py; the proxy through its binary), the train path end to end
-on loopback (tools/validate/edge_smoke.py, when ``make build`` has built the
-binaries; over TLS by server name, and with quic.enabled over QUIC by the train's UDP
-port), the template unit tests (tools/validate/tests), and a seeded error for
-each validator, which must reject it naming the error.
+Then: every container's command line through the real CLI's parser (cli_args.py; the
+proxy through its binary), the train path end to end on loopback (edge_smoke.py, when
+``make build`` has built the binaries; over TLS by server name, and with quic.enabled
+over QUIC by the train's UDP port), the template unit tests (tests/), and a seeded
+error for each validator, which must reject it naming the error.
 
 ``KEEP=DIR`` keeps the rendered manifests in DIR. Tools come from ``scripts/setup.sh
 chart`` (helm, kubeconform, the schemas and the validators, in the machine cache).
@@ -40,8 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from polycorn_harness import ROOT
-
+ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "polycorn"
 CACHE = Path(os.environ.get("POLYCORN_CACHE", "/var/cache/polycorn"))
 BIN = CACHE / "go" / "bin"

@@ -1,5 +1,5 @@
 """Generate the Grafana dashboards in dashboards/ (committed; regenerate with
-``python3 scripts/gen_dashboards.py``, check with ``--check``).
+``python3 dashboards/gen_dashboards.py``, check with ``--check``).
 
 Five dashboards, all on the provisioned datasources (uids ``prometheus`` and
 ``linkdb``, services/grafana/provisioning/datasources/polycorn.yml):
@@ -17,7 +17,7 @@ Every PromQL expression names only metrics the services export
 or the recording rules of services/prometheus/rules/polycorn.rules.yml;
 every SQL query runs against LinkDB's real tables (the same script runs them
 against a migrated LinkDB). The JSON is typed against @grafana/schema by
-scripts/validate-observability.sh.
+make validate-platform (testbed/harness/suites/observability).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 SCHEMA_VERSION = 42  # @grafana/schema 13.2.3's defaultDashboard.schemaVersion
 PROM = {"type": "prometheus", "uid": "prometheus"}
 LINKDB = {"type": "grafana-postgresql-datasource", "uid": "linkdb"}
-OUT = Path(__file__).resolve().parent.parent / "dashboards"
+OUT = Path(__file__).resolve().parent
 
 Json = dict[str, Any]
 
@@ -1527,7 +1527,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text)
     if stale:
         print(
-            f"gen_dashboards: stale: {', '.join(stale)}; run python3 scripts/gen_dashboards.py",
+            f"gen_dashboards: stale: {', '.join(stale)}; run make dashboards",
             file=sys.stderr,
         )
         return 1
