@@ -5,7 +5,6 @@
 //! policy, so it is never an open relay), and schedules downlink traffic
 //! with the configured schedulerlet pipeline.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -15,7 +14,7 @@ use anyhow::{bail, Context as _};
 use clap::Parser;
 use ipnet::IpNet;
 use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, DEFAULT_PROXY_BUDGET, MAX_PATHS};
-use polycorn_net::config::{build_pipeline, PipelineToml};
+use polycorn_net::config::Scheduler;
 use polycorn_net::metrics::{self, Source};
 use polycorn_net::options::{self, CommonOpts, CommonSettings};
 use polycorn_net::session::{RESET_CONNECT_FAILED, RESET_REFUSED_BY_POLICY};
@@ -146,8 +145,8 @@ struct Settings {
     tls: Arc<rustls::ServerConfig>,
     /// `--crl`, watched for changes; taken by `run`.
     crl: Option<polycorn_pki::CrlWatch>,
-    scheduler: String,
-    pipelines: BTreeMap<String, PipelineToml>,
+    /// `--scheduler`: each session builds its own pipeline.
+    scheduler: Scheduler,
     transport: Transport,
     /// `--subflow-cc`.
     congestion: Congestion,
@@ -204,7 +203,8 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let CommonSettings {
         train_id,
         scheduler,
-        pipelines,
+        // The check's pipeline: each session builds its own.
+        pipeline: _,
         transport,
         congestion,
         quic_cc,
@@ -252,7 +252,6 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             tls,
             crl,
             scheduler,
-            pipelines,
             transport,
             congestion,
             quic_cc,
@@ -357,7 +356,7 @@ impl Proxy {
             s.close();
         }
         let cfg = self.s.endpoint.clone();
-        let pipeline = build_pipeline(&self.s.scheduler, &self.s.pipelines)?;
+        let pipeline = self.s.scheduler.build()?;
         let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
         if let Some(t) = self.table.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             ep.set_failure_table(t);
@@ -779,7 +778,7 @@ async fn run() -> anyhow::Result<()> {
             info!(crl = %c.path().display(), crls = st.crls, "revoked train certificates are refused (CRL)");
         }
     }
-    info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, subflow_cc = %s.congestion, "proxy started");
+    info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler.name, transport = ?s.transport, subflow_cc = %s.congestion, "proxy started");
     let metrics_addr = s.metrics_listen;
     let instance = std::hash::BuildHasher::hash_one(
         &std::collections::hash_map::RandomState::new(),
@@ -1043,7 +1042,8 @@ mod tests {
         let cmd = options::command::<Opts>("PROXY", PROXY_HELP);
         for a in cmd.get_arguments() {
             let want = format!("POLYCORN_PROXY_{}", a.get_id().as_str().to_ascii_uppercase());
-            assert_eq!(a.get_env().and_then(|e| e.to_str()), Some(want.as_str()), "--{:?}", a.get_long());
+            let want = (!options::LISTINGS.contains(&a.get_id().as_str())).then_some(want.as_str());
+            assert_eq!(a.get_env().and_then(|e| e.to_str()), want, "--{:?}", a.get_long());
         }
     }
 }
