@@ -3,7 +3,14 @@ does not depend on the run, variants keep their base's colour, and the default s
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from polycorn_bench.styles import CATALOGUE, label, style
+
+#: The chart's scheduler enum: the built-in compositions, as `polycorn-proxy --list-schedulers`
+#: prints them (tools/validate/tests/test_chart.py checks the two are equal).
+SCHEMA = Path(__file__).resolve().parents[2] / "charts/polycorn/values.schema.json"
 
 
 def test_every_catalogued_scheme_has_its_own_colour() -> None:
@@ -24,3 +31,11 @@ def test_looks_are_stable_and_the_default_stands_out() -> None:
     assert d.default and d.edgecolor == "black" and d.linewidth > style("hrsch+").linewidth
     assert label("hrsch+", "hrsch+") == "hrsch+ (default)"
     assert label("minrtt", "hrsch+") == "minrtt"
+
+
+def test_every_builtin_pipeline_has_its_own_look() -> None:
+    schema = json.loads(SCHEMA.read_text("utf-8"))
+    builtins = schema["definitions"]["scheduler"]["enum"]
+    assert builtins, f"no scheduler enum in {SCHEMA}"
+    missing = [b for b in builtins if b not in CATALOGUE]
+    assert not missing, f"built-in pipelines without a catalogued style: {missing}"

@@ -5,9 +5,9 @@
 //! policy, so it is never an open relay), and schedules downlink traffic
 //! with the configured schedulerlet pipeline.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,8 +15,8 @@ use anyhow::{bail, Context as _};
 use clap::Parser;
 use ipnet::IpNet;
 use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, DEFAULT_PROXY_BUDGET, MAX_PATHS};
-use polycorn_net::config::{build_pipeline, PipelineToml};
-use polycorn_net::metrics::{self, Source};
+use polycorn_net::config::Scheduler;
+use polycorn_net::metrics::{self, counter, gauge, Metric, Source};
 use polycorn_net::options::{self, CommonOpts, CommonSettings};
 use polycorn_net::session::{RESET_CONNECT_FAILED, RESET_REFUSED_BY_POLICY};
 use polycorn_net::subflow::{self, Congestion, Hello, Transport};
@@ -146,8 +146,8 @@ struct Settings {
     tls: Arc<rustls::ServerConfig>,
     /// `--crl`, watched for changes; taken by `run`.
     crl: Option<polycorn_pki::CrlWatch>,
-    scheduler: String,
-    pipelines: BTreeMap<String, PipelineToml>,
+    /// `--scheduler`: each session builds its own pipeline.
+    scheduler: Scheduler,
     transport: Transport,
     /// `--subflow-cc`.
     congestion: Congestion,
@@ -204,7 +204,8 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let CommonSettings {
         train_id,
         scheduler,
-        pipelines,
+        // The check's pipeline: each session builds its own.
+        pipeline: _,
         transport,
         congestion,
         quic_cc,
@@ -252,7 +253,6 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             tls,
             crl,
             scheduler,
-            pipelines,
             transport,
             congestion,
             quic_cc,
@@ -357,7 +357,7 @@ impl Proxy {
             s.close();
         }
         let cfg = self.s.endpoint.clone();
-        let pipeline = build_pipeline(&self.s.scheduler, &self.s.pipelines)?;
+        let pipeline = self.s.scheduler.build()?;
         let mut ep = Endpoint::new(cfg, pipeline, Instant::now());
         if let Some(t) = self.table.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             ep.set_failure_table(t);
@@ -617,70 +617,67 @@ impl Proxy {
     }
 }
 
-fn write_telemetry_metrics(w: &mut metrics::Writer, p: &Proxy) {
-    use std::sync::atomic::Ordering::Relaxed;
-    w.counter(
+/// The proxy's own families: refused handshakes and subflows, and
+/// telemetry it could not or need not forward.
+const PROXY_METRICS: &[Metric<Proxy>] = &[
+    counter(
         "polycorn_proxy_handshakes_refused",
         "TCP connections closed at once because MAX_HANDSHAKES subflows were already in their TLS handshake or HELLO.",
-        vec![],
-        p.handshakes_refused.load(Relaxed) as f64,
-    );
-    w.counter(
+        |p| p.handshakes_refused.load(Relaxed) as f64,
+    ),
+    counter(
         "polycorn_proxy_subflows_refused",
         "Subflows refused: a failed TLS handshake (logged at warn once a minute at most), a failed HELLO, another train.",
-        vec![],
-        p.subflows_refused.load(Relaxed) as f64,
-    );
-    w.counter(
+        |p| p.subflows_refused.load(Relaxed) as f64,
+    ),
+    counter(
         "polycorn_proxy_telemetry_discarded",
         "Telemetry records acknowledged and discarded because no --kafka-brokers is set.",
-        vec![],
-        p.telemetry_discarded.load(Relaxed) as f64,
-    );
-    let Some(k) = &p.sink else { return };
-    let st = &k.stats;
-    w.counter(
-        "polycorn_proxy_telemetry_produced",
-        "Telemetry records Kafka confirmed.",
-        vec![],
-        st.produced.load(Relaxed) as f64,
-    );
-    w.counter(
+        |p| p.telemetry_discarded.load(Relaxed) as f64,
+    ),
+    counter("polycorn_telemetry_malformed", "Telemetry records from the relay that did not decode.", |p| {
+        p.telemetry_malformed.load(Relaxed) as f64
+    }),
+];
+
+/// The Kafka sink's families (with --kafka-brokers only).
+const KAFKA_METRICS: &[Metric<kafka::SinkStats>] = &[
+    counter("polycorn_proxy_telemetry_produced", "Telemetry records Kafka confirmed.", |k| {
+        k.produced.load(Relaxed) as f64
+    }),
+    counter(
         "polycorn_proxy_telemetry_produce_errors",
         "Telemetry records Kafka did not confirm (not acknowledged; the relay resends).",
-        vec![],
-        st.produce_errors.load(Relaxed) as f64,
-    );
-    w.counter(
-        "polycorn_proxy_telemetry_dlq",
-        "Malformed telemetry records the dead-letter topic confirmed.",
-        vec![],
-        st.dlq.load(Relaxed) as f64,
-    );
-    w.counter(
+        |k| k.produce_errors.load(Relaxed) as f64,
+    ),
+    counter("polycorn_proxy_telemetry_dlq", "Malformed telemetry records the dead-letter topic confirmed.", |k| {
+        k.dlq.load(Relaxed) as f64
+    }),
+    counter(
         "polycorn_proxy_telemetry_reacked",
         "Resent telemetry records Kafka already had, acknowledged again.",
-        vec![],
-        st.reacked.load(Relaxed) as f64,
-    );
-    w.counter(
+        |k| k.reacked.load(Relaxed) as f64,
+    ),
+    counter(
         "polycorn_proxy_telemetry_refused",
         "Telemetry records not taken because too many were in flight to Kafka.",
-        vec![],
-        st.refused_full.load(Relaxed) as f64,
-    );
-    w.counter(
+        |k| k.refused_full.load(Relaxed) as f64,
+    ),
+    counter(
         "polycorn_proxy_telemetry_producer_replaced",
         "Kafka producers replaced because their deliveries failed and none succeeded for a minute.",
-        vec![],
-        st.replaced.load(Relaxed) as f64,
-    );
-    w.gauge(
-        "polycorn_proxy_telemetry_inflight",
-        "Telemetry records sent to Kafka and awaiting confirmation.",
-        vec![],
-        st.inflight.load(Relaxed) as f64,
-    );
+        |k| k.replaced.load(Relaxed) as f64,
+    ),
+    gauge("polycorn_proxy_telemetry_inflight", "Telemetry records sent to Kafka and awaiting confirmation.", |k| {
+        k.inflight.load(Relaxed) as f64
+    }),
+];
+
+fn write_proxy_metrics(w: &mut metrics::Writer, p: &Proxy) {
+    w.table(PROXY_METRICS, Vec::new, p);
+    if let Some(k) = &p.sink {
+        w.table(KAFKA_METRICS, Vec::new, &k.stats);
+    }
 }
 
 /// Start the failure-location table's sources (file, LinkDB API, Kafka
@@ -779,7 +776,7 @@ async fn run() -> anyhow::Result<()> {
             info!(crl = %c.path().display(), crls = st.crls, "revoked train certificates are refused (CRL)");
         }
     }
-    info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, subflow_cc = %s.congestion, "proxy started");
+    info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler.name, transport = ?s.transport, subflow_cc = %s.congestion, "proxy started");
     let metrics_addr = s.metrics_listen;
     let instance = std::hash::BuildHasher::hash_one(
         &std::collections::hash_map::RandomState::new(),
@@ -820,13 +817,7 @@ async fn run() -> anyhow::Result<()> {
             // No train connected: the budget every session will share.
             metrics::write_budget(w, &p.s.endpoint.budget);
         }
-        w.counter(
-            "polycorn_telemetry_malformed",
-            "Telemetry records from the relay that did not decode.",
-            vec![],
-            p.telemetry_malformed.load(std::sync::atomic::Ordering::Relaxed) as f64,
-        );
-        write_telemetry_metrics(w, &p);
+        write_proxy_metrics(w, &p);
     });
     let mut sources = vec![source];
     if proxy.s.transport == Transport::Quic {
@@ -1043,7 +1034,8 @@ mod tests {
         let cmd = options::command::<Opts>("PROXY", PROXY_HELP);
         for a in cmd.get_arguments() {
             let want = format!("POLYCORN_PROXY_{}", a.get_id().as_str().to_ascii_uppercase());
-            assert_eq!(a.get_env().and_then(|e| e.to_str()), Some(want.as_str()), "--{:?}", a.get_long());
+            let want = (!options::LISTINGS.contains(&a.get_id().as_str())).then_some(want.as_str());
+            assert_eq!(a.get_env().and_then(|e| e.to_str()), want, "--{:?}", a.get_long());
         }
     }
 }

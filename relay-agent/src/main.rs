@@ -5,7 +5,6 @@
 //! proxy, scheduling uplink traffic with the configured pipeline (or, for
 //! the kernel baselines, over kernel MPTCP: see `--transport`).
 
-use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -16,7 +15,6 @@ use anyhow::{bail, Context as _};
 use clap::Parser;
 use polycorn_capture::{Dialer, InterceptRules, RelayOpts, UdpPolicy};
 use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, DEFAULT_RELAY_BUDGET, MAX_PATHS};
-use polycorn_net::config::{build_pipeline, PipelineToml};
 use polycorn_net::metrics::{self, PathTransports, Source, Writer};
 use polycorn_net::mptcp_conn::{self, ConnDialer};
 use polycorn_net::options::{self, CommonOpts, CommonSettings};
@@ -190,8 +188,8 @@ struct Settings {
     proxy_name: rustls::pki_types::ServerName<'static>,
     tls: Arc<rustls::ClientConfig>,
     opts: Opts,
+    /// `--scheduler`'s name (its pipeline is built by [`settings`]).
     scheduler: String,
-    pipelines: BTreeMap<String, PipelineToml>,
     transport: Transport,
     /// `--subflow-cc`.
     congestion: Congestion,
@@ -226,7 +224,8 @@ const RELAY_HELP: &[(&str, &str)] = &[
     ),
 ];
 
-fn settings() -> anyhow::Result<Settings> {
+/// The checked options, and the uplink's pipeline (built by the check).
+fn settings() -> anyhow::Result<(Settings, polycorn_core::Pipeline)> {
     let (mut o, mut f) = options::read::<Opts>("RELAY", RELAY_HELP, |o| o.common.config.as_deref())?;
     o.common.merge(&mut f.common);
     merge_options!(o, f; paths, proxy_name, quic_port, listen_transparent, listen_socks, listen_dns, dns_upstream, lan_interface,
@@ -236,7 +235,7 @@ fn settings() -> anyhow::Result<Settings> {
     let CommonSettings {
         train_id,
         scheduler,
-        pipelines,
+        pipeline,
         transport,
         congestion,
         quic_cc,
@@ -291,15 +290,14 @@ fn settings() -> anyhow::Result<Settings> {
             .handover_failure_threshold_ms
             .unwrap_or(polycorn_telemetry::handover::DEFAULT_FAILURE_THRESHOLD_MS),
     };
-    Ok(Settings {
+    let settings = Settings {
         trace,
         train_id,
         paths,
         proxy_name,
         tls,
         opts: o,
-        scheduler,
-        pipelines,
+        scheduler: scheduler.name,
         transport,
         congestion,
         quic_cc,
@@ -309,7 +307,8 @@ fn settings() -> anyhow::Result<Settings> {
         detector,
         table_url,
         table_verifier,
-    })
+    };
+    Ok((settings, pipeline))
 }
 
 /// Whether any radio source runs (and so the telemetry spool is opened).
@@ -725,8 +724,8 @@ fn install_rules(s: &Settings) -> anyhow::Result<Option<InterceptRules>> {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let s = match settings() {
-        Ok(v) => Arc::new(v),
+    let (s, pipeline) = match settings() {
+        Ok((s, pipeline)) => (Arc::new(s), pipeline),
         Err(e) => {
             eprintln!("polycorn-relay: {e:#}");
             std::process::exit(2);
@@ -739,7 +738,6 @@ async fn run() -> anyhow::Result<()> {
     s.opts.common.buffers(s.opts.mem_budget).apply(&mut cfg, DEFAULT_RELAY_BUDGET)?;
     cfg.path = s.transport.path_config(cfg.path);
     cfg.max_conns_per_user = s.opts.max_conns_per_passenger.unwrap_or(cfg.max_conns_per_user);
-    let pipeline = build_pipeline(&s.scheduler, &s.pipelines)?;
     let ep = Endpoint::new(cfg, pipeline, Instant::now());
     let (session, mut events) = Session::new(ep);
     if let Some(t) = &s.trace {
@@ -980,7 +978,8 @@ mod tests {
         let cmd = options::command::<Opts>("RELAY", RELAY_HELP);
         for a in cmd.get_arguments() {
             let want = format!("POLYCORN_RELAY_{}", a.get_id().as_str().to_ascii_uppercase());
-            assert_eq!(a.get_env().and_then(|e| e.to_str()), Some(want.as_str()), "--{:?}", a.get_long());
+            let want = (!options::LISTINGS.contains(&a.get_id().as_str())).then_some(want.as_str());
+            assert_eq!(a.get_env().and_then(|e| e.to_str()), want, "--{:?}", a.get_long());
         }
         let names = |id: &str| {
             cmd.get_arguments()

@@ -98,29 +98,58 @@ pub struct PipelineToml {
     pub params: std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
 }
 
+/// The scheduler of what an endpoint sends, as configured and checked:
+/// its name and the composition it builds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scheduler {
+    pub name: String,
+    spec: polycorn_core::sched::PipelineSpec,
+}
+
+impl Scheduler {
+    /// The pipeline called `name`, a custom one from the file or a built-in
+    /// composition, built once: that checks it, and the pipeline is the
+    /// first one to use.
+    pub fn resolve(
+        name: &str,
+        custom: &std::collections::BTreeMap<String, PipelineToml>,
+    ) -> Result<(Scheduler, polycorn_core::Pipeline), Error> {
+        use polycorn_core::sched::{PipelineSpec, Registry, SchedulerletSpec};
+        let err = |source| Error::Scheduler { name: name.into(), source };
+        let reg = Registry::with_builtins();
+        let spec = match custom.get(name) {
+            Some(p) => {
+                let spec_of = |n: &str| SchedulerletSpec {
+                    name: n.to_string(),
+                    params: p.params.get(n).cloned().unwrap_or_default(),
+                };
+                PipelineSpec {
+                    schedulerlets: p.schedulerlets.iter().map(|n| spec_of(n)).collect(),
+                    reinjection: spec_of(p.reinjection.as_deref().unwrap_or("rto-oldest")),
+                }
+            }
+            None => reg.pipeline_spec(name).map_err(err)?.clone(),
+        };
+        let pipeline = reg.build_spec(name, &spec).map_err(err)?;
+        Ok((Scheduler { name: name.into(), spec }, pipeline))
+    }
+
+    /// Another pipeline of the same composition, with fresh state (the
+    /// proxy: one per session).
+    pub fn build(&self) -> Result<polycorn_core::Pipeline, Error> {
+        polycorn_core::sched::Registry::with_builtins()
+            .build_spec(&self.name, &self.spec)
+            .map_err(|source| Error::Scheduler { name: self.name.clone(), source })
+    }
+}
+
 /// Build the pipeline called `name`: a custom one from the file, or a
 /// built-in composition.
 pub fn build_pipeline(
     name: &str,
     custom: &std::collections::BTreeMap<String, PipelineToml>,
 ) -> Result<polycorn_core::Pipeline, Error> {
-    use polycorn_core::sched::{PipelineSpec, Registry, SchedulerletSpec};
-    let reg = Registry::with_builtins();
-    let r = match custom.get(name) {
-        Some(p) => {
-            let spec_of = |n: &str| SchedulerletSpec {
-                name: n.to_string(),
-                params: p.params.get(n).cloned().unwrap_or_default(),
-            };
-            let spec = PipelineSpec {
-                schedulerlets: p.schedulerlets.iter().map(|n| spec_of(n)).collect(),
-                reinjection: spec_of(p.reinjection.as_deref().unwrap_or("rto-oldest")),
-            };
-            reg.build_spec(name, &spec)
-        }
-        None => reg.build(name),
-    };
-    r.map_err(|source| Error::Scheduler { name: name.into(), source })
+    Scheduler::resolve(name, custom).map(|(_, p)| p)
 }
 
 #[cfg(test)]

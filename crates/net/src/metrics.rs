@@ -8,13 +8,18 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use polycorn_core::{Endpoint, MemoryBudget, PathId, HOL_STALL_LONG, HOL_STALL_VERY_LONG, MAX_PATHS};
+use polycorn_core::endpoint::EndpointStats;
+use polycorn_core::{
+    BudgetStats, Endpoint, FlowStats, MemoryBudget, PathId, PathStats, PathView, Pressure, HOL_STALL_LONG,
+    HOL_STALL_VERY_LONG, MAX_PATHS,
+};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -22,6 +27,28 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
+
+/// A metric family declared as data: its name (a counter's without the
+/// `_total` the encoder adds), its help, its type, and how to read its value
+/// from a `T` (a snapshot taken once per scrape). Tables of them
+/// ([`Writer::table`]) are how the families are declared: each name and help
+/// once, beside what it reads.
+pub struct Metric<T> {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub counter: bool,
+    pub value: fn(&T) -> f64,
+}
+
+/// A monotonic counter.
+pub const fn counter<T>(name: &'static str, help: &'static str, value: fn(&T) -> f64) -> Metric<T> {
+    Metric { name, help, counter: true, value }
+}
+
+/// A gauge.
+pub const fn gauge<T>(name: &'static str, help: &'static str, value: fn(&T) -> f64) -> Metric<T> {
+    Metric { name, help, counter: false, value }
+}
 
 #[derive(Debug, Default)]
 struct Family {
@@ -47,6 +74,16 @@ impl Writer {
     }
     pub fn gauge(&mut self, name: &'static str, help: &'static str, labels: Labels, v: f64) {
         self.push(name, help, false, labels, v);
+    }
+    /// One sample of `m`, read from `from`.
+    pub fn metric<T>(&mut self, m: &Metric<T>, labels: Labels, from: &T) {
+        self.push(m.name, m.help, m.counter, labels, (m.value)(from));
+    }
+    /// One sample of each metric of `table`, all with `labels`, read from `from`.
+    pub fn table<T>(&mut self, table: &[Metric<T>], labels: impl Fn() -> Labels, from: &T) {
+        for m in table {
+            self.metric(m, labels(), from);
+        }
     }
 }
 
@@ -86,6 +123,17 @@ impl prometheus_client::collector::Collector for SnapshotCollector {
     }
 }
 
+/// A `bool` as a gauge's 0 or 1.
+fn one_if(b: bool) -> f64 {
+    f64::from(u8::from(b))
+}
+
+const SESSION: &[Metric<crate::session::State>] = &[counter(
+    "polycorn_session_events_dropped",
+    "Events (new connections, telemetry records) dropped because the queue to the shell was full: connections are reset, records resent by the relay.",
+    |st| st.events_dropped as f64,
+)];
+
 /// Write a session's statistics: its endpoint's ([`write_endpoint`]) and the
 /// shell's event queue's.
 pub fn write_session(
@@ -95,272 +143,235 @@ pub fn write_session(
     now: std::time::Instant,
 ) {
     write_endpoint(w, &st.ep, path_names, now);
-    w.counter(
-        "polycorn_session_events_dropped",
-        "Events (new connections, telemetry records) dropped because the queue to the shell was full: connections are reset, records resent by the relay.",
-        Labels::new(),
-        st.events_dropped as f64,
-    );
+    w.table(SESSION, Labels::new, st);
 }
+
+/// What one scrape reads of an endpoint, once.
+struct EndpointScrape {
+    conns: usize,
+    users: usize,
+    buffered: u64,
+    s: EndpointStats,
+    f: FlowStats,
+    rtt_max: Duration,
+}
+
+/// The endpoint's families without labels: connections, scheduling, the
+/// wire, and flow control (the connections' windows and buffers, and the
+/// round trip autotuning measures over: docs/architecture.md, "Flow control
+/// and memory").
+const ENDPOINT: &[Metric<EndpointScrape>] = &[
+    gauge("polycorn_conn_active", "Passenger connections open.", |e| e.conns as f64),
+    gauge("polycorn_sched_users_active", "Passengers with data waiting to be scheduled.", |e| e.users as f64),
+    gauge("polycorn_conn_buffered_bytes", "Bytes held in connection send and receive buffers.", |e| e.buffered as f64),
+    counter("polycorn_conn_opened", "Passenger connections opened.", |e| e.s.conns_opened as f64),
+    counter("polycorn_conn_closed", "Passenger connections closed cleanly.", |e| e.s.conns_closed as f64),
+    counter("polycorn_conn_reset", "Passenger connections reset.", |e| e.s.conns_reset as f64),
+    counter("polycorn_sched_decisions", "Scheduling decisions made.", |e| e.s.decisions as f64),
+    counter("polycorn_sched_reinjected_bytes", "Passenger bytes sent again as reinjections.", |e| {
+        e.s.reinjected_bytes as f64
+    }),
+    counter(
+        "polycorn_sched_tail_reinjections",
+        "Segments of a flow's tail sent again from a slower path (tail-reinject).",
+        |e| e.s.tail_reinjections as f64,
+    ),
+    counter(
+        "polycorn_sched_head_reinjections",
+        "Window heads sent again for head-of-line recovery (opp-reinject).",
+        |e| e.s.head_reinjections as f64,
+    ),
+    counter("polycorn_conn_hol_stall_seconds", "Summed length of the head-of-line stalls that ended.", |e| {
+        e.s.hol_stall_us as f64 / 1e6
+    }),
+    counter("polycorn_sched_redundant_bytes", "Passenger bytes sent as redundant copies.", |e| {
+        e.s.redundant_bytes as f64
+    }),
+    counter("polycorn_recv_duplicate_bytes", "Received passenger bytes dropped as duplicates.", |e| {
+        e.s.duplicate_bytes_received as f64
+    }),
+    counter("polycorn_wire_protocol_errors", "Subflows closed for breaking the protocol.", |e| {
+        e.s.protocol_errors as f64
+    }),
+    counter(
+        "polycorn_conns_refused",
+        "Passenger connections refused because a connection cap was reached (per passenger on the relay, per train on the proxy).",
+        |e| e.s.conns_refused as f64,
+    ),
+    counter(
+        "polycorn_wire_input_pauses",
+        "Times a subflow was not read until its queue of control frames (answers to the peer) drained: a peer asking faster than it reads.",
+        |e| e.s.input_pauses as f64,
+    ),
+    counter(
+        "polycorn_wire_ctrl_overflows",
+        "Subflows declared dead because their peer read none of a full queue of control frames.",
+        |e| e.s.ctrl_overflows as f64,
+    ),
+    counter("polycorn_telemetry_received_records", "Telemetry records received.", |e| {
+        e.s.telemetry_received as f64
+    }),
+    gauge("polycorn_conn_window_bytes", "Sum of the connections' receive windows.", |e| e.f.window_sum_bytes as f64),
+    gauge("polycorn_conn_window_max_bytes", "Largest receive window of a connection.", |e| {
+        e.f.window_max_bytes as f64
+    }),
+    gauge("polycorn_conn_out_of_order_bytes", "Received bytes held above a gap in reassembly buffers.", |e| {
+        e.f.out_of_order_bytes as f64
+    }),
+    gauge("polycorn_conn_unsent_bytes", "Bytes written by passengers and not yet placed on a path.", |e| {
+        e.f.unsent_bytes as f64
+    }),
+    gauge("polycorn_conn_in_flight_bytes", "Bytes placed on paths and not yet acknowledged by the peer.", |e| {
+        e.f.in_flight_bytes as f64
+    }),
+    counter(
+        "polycorn_conn_window_limited_seconds",
+        "Time new data waited only for the peer's receive window, summed over connections.",
+        |e| e.f.window_limited_us as f64 / 1e6,
+    ),
+    counter(
+        "polycorn_conn_send_limited_seconds",
+        "Time passengers' writes waited for send room (the not-sent low-water mark, the connection cap or the memory budget), summed over connections.",
+        |e| e.f.send_limited_us as f64 / 1e6,
+    ),
+    counter("polycorn_conn_window_growths", "Receive windows grown by autotuning.", |e| e.s.window_growths as f64),
+    counter("polycorn_conn_window_growth_bytes", "Bytes receive windows grew by through autotuning.", |e| {
+        e.s.window_growth_bytes as f64
+    }),
+    gauge(
+        "polycorn_path_rtt_max_seconds",
+        "Largest smoothed RTT of the live paths (the round trip window autotuning measures over).",
+        |e| e.rtt_max.as_secs_f64(),
+    ),
+];
+
+/// By schedulerlet and event ([`polycorn_core::Pipeline::counters`]).
+const SCHEDULERLET_EVENTS: Metric<u64> = counter(
+    "polycorn_sched_schedulerlet_events",
+    "Schedulerlet events: hof-reject rejections (and those released by max_hold, and the milliseconds paths were held: held_ms), tail-reject deselections, idle-inject bursts.",
+    |v| *v as f64,
+);
+
+/// By least length (`at_least`).
+const HOL_STALLS: Metric<u64> = counter(
+    "polycorn_conn_hol_stalls",
+    "Head-of-line stalls that ended: periods in which received bytes waited above a gap while the in-order point stood still, by least length.",
+    |v| *v as f64,
+);
+
+/// Labelled by path (id and name); written for every configured path.
+const PATH_UP: Metric<bool> = gauge("polycorn_path_up", "1 when the subflow is established.", |up| one_if(*up));
+
+/// Labelled by path; written for the paths that are up.
+const PATH: &[Metric<(PathView, PathStats)>] = &[
+    gauge("polycorn_path_srtt_seconds", "Smoothed RTT measured at the data level.", |(v, _)| v.srtt_us as f64 / 1e6),
+    gauge("polycorn_path_rttvar_seconds", "RTT variation.", |(v, _)| v.rttvar_us as f64 / 1e6),
+    gauge("polycorn_path_in_flight_bytes", "Bytes sent and not yet acknowledged.", |(v, _)| v.in_flight_bytes as f64),
+    gauge("polycorn_path_cwnd_bytes", "Window the scheduler allows in flight.", |(v, _)| v.cwnd_bytes as f64),
+    gauge("polycorn_path_queued_bytes", "Send-buffer occupancy.", |(v, _)| v.queued_bytes as f64),
+    gauge("polycorn_path_delivery_rate_bytes_per_second", "Delivery-rate estimate.", |(v, _)| {
+        v.delivery_rate_bps as f64
+    }),
+    gauge("polycorn_path_consecutive_rtos", "RTOs of the oldest unacknowledged data.", |(v, _)| f64::from(v.rto_count)),
+    counter("polycorn_path_sent_bytes", "Bytes written to the subflow.", |(_, st)| st.sent_bytes as f64),
+    counter("polycorn_path_received_bytes", "Bytes read from the subflow.", |(_, st)| st.received_bytes as f64),
+    counter("polycorn_path_data_bytes", "Passenger bytes sent on the path.", |(_, st)| st.data_bytes_sent as f64),
+    counter("polycorn_path_reinjected_bytes", "Reinjected passenger bytes sent on the path.", |(_, st)| {
+        st.reinjected_bytes as f64
+    }),
+    counter("polycorn_path_redundant_bytes", "Redundant passenger bytes sent on the path.", |(_, st)| {
+        st.redundant_bytes as f64
+    }),
+    counter("polycorn_path_rto", "Retransmission timeouts.", |(_, st)| st.rto_events as f64),
+    counter(
+        "polycorn_path_stale_transitions",
+        "Times the path became stale: data outstanding and no acknowledgement progress, or no service.",
+        |(_, st)| st.stale_transitions as f64,
+    ),
+    counter(
+        "polycorn_path_penalisations",
+        "Times the path's window was halved for holding a connection's window head (penalise).",
+        |(_, st)| st.penalisations as f64,
+    ),
+    counter("polycorn_path_state_changes", "Subflow up/down transitions.", |(_, st)| st.state_changes as f64),
+];
 
 /// Write the endpoint's statistics. `path_names` labels each path.
 pub fn write_endpoint(w: &mut Writer, ep: &Endpoint, path_names: &[(PathId, String)], now: std::time::Instant) {
-    let s = ep.stats();
-    let n = Labels::new;
-    w.gauge("polycorn_conn_active", "Passenger connections open.", n(), ep.conn_count() as f64);
-    w.gauge(
-        "polycorn_sched_users_active",
-        "Passengers with data waiting to be scheduled.",
-        n(),
-        ep.active_users() as f64,
-    );
-    w.gauge(
-        "polycorn_conn_buffered_bytes",
-        "Bytes held in connection send and receive buffers.",
-        n(),
-        ep.buffered_bytes() as f64,
-    );
-    w.counter("polycorn_conn_opened", "Passenger connections opened.", n(), s.conns_opened as f64);
-    w.counter("polycorn_conn_closed", "Passenger connections closed cleanly.", n(), s.conns_closed as f64);
-    w.counter("polycorn_conn_reset", "Passenger connections reset.", n(), s.conns_reset as f64);
-    w.counter("polycorn_sched_decisions", "Scheduling decisions made.", n(), s.decisions as f64);
+    let s = ep.stats().clone();
+    let scrape = EndpointScrape {
+        conns: ep.conn_count(),
+        users: ep.active_users(),
+        buffered: ep.buffered_bytes(),
+        f: ep.flow_stats(),
+        rtt_max: ep.rtt_max(),
+        s,
+    };
+    w.table(ENDPOINT, Labels::new, &scrape);
     for (schedulerlet, event, v) in ep.pipeline().counters() {
-        w.counter(
-            "polycorn_sched_schedulerlet_events",
-            "Schedulerlet events: hof-reject rejections (and those released by max_hold, and the milliseconds paths were held: held_ms), tail-reject deselections, idle-inject bursts.",
-            vec![("schedulerlet".into(), schedulerlet.into()), ("event".into(), event.into())],
-            v as f64,
-        );
+        let labels = vec![("schedulerlet".into(), schedulerlet.into()), ("event".into(), event.into())];
+        w.metric(&SCHEDULERLET_EVENTS, labels, &v);
     }
-    w.counter(
-        "polycorn_sched_reinjected_bytes",
-        "Passenger bytes sent again as reinjections.",
-        n(),
-        s.reinjected_bytes as f64,
-    );
-    w.counter(
-        "polycorn_sched_tail_reinjections",
-        "Segments of a flow's tail sent again from a slower path (tail-reinject).",
-        n(),
-        s.tail_reinjections as f64,
-    );
-    w.counter(
-        "polycorn_sched_head_reinjections",
-        "Window heads sent again for head-of-line recovery (opp-reinject).",
-        n(),
-        s.head_reinjections as f64,
-    );
+    let s = &scrape.s;
     for (at_least, v) in [
         (Duration::ZERO, s.hol_stalls),
         (HOL_STALL_LONG, s.hol_stalls_long),
         (HOL_STALL_VERY_LONG, s.hol_stalls_very_long),
     ] {
-        w.counter(
-            "polycorn_conn_hol_stalls",
-            "Head-of-line stalls that ended: periods in which received bytes waited above a gap while the in-order point stood still, by least length.",
-            vec![("at_least".into(), format!("{}s", at_least.as_secs_f64()))],
-            v as f64,
-        );
+        w.metric(&HOL_STALLS, vec![("at_least".into(), format!("{}s", at_least.as_secs_f64()))], &v);
     }
-    w.counter(
-        "polycorn_conn_hol_stall_seconds",
-        "Summed length of the head-of-line stalls that ended.",
-        n(),
-        s.hol_stall_us as f64 / 1e6,
-    );
-    w.counter(
-        "polycorn_sched_redundant_bytes",
-        "Passenger bytes sent as redundant copies.",
-        n(),
-        s.redundant_bytes as f64,
-    );
-    w.counter(
-        "polycorn_recv_duplicate_bytes",
-        "Received passenger bytes dropped as duplicates.",
-        n(),
-        s.duplicate_bytes_received as f64,
-    );
-    w.counter(
-        "polycorn_wire_protocol_errors",
-        "Subflows closed for breaking the protocol.",
-        n(),
-        s.protocol_errors as f64,
-    );
-    w.counter(
-        "polycorn_conns_refused",
-        "Passenger connections refused because a connection cap was reached (per passenger on the relay, per train on the proxy).",
-        n(),
-        s.conns_refused as f64,
-    );
-    w.counter(
-        "polycorn_wire_input_pauses",
-        "Times a subflow was not read until its queue of control frames (answers to the peer) drained: a peer asking faster than it reads.",
-        n(),
-        s.input_pauses as f64,
-    );
-    w.counter(
-        "polycorn_wire_ctrl_overflows",
-        "Subflows declared dead because their peer read none of a full queue of control frames.",
-        n(),
-        s.ctrl_overflows as f64,
-    );
-    w.counter("polycorn_telemetry_received_records", "Telemetry records received.", n(), s.telemetry_received as f64);
-    write_flow_control(w, ep);
+    // A proxy's budget is shared by its sessions: its gauges are the whole
+    // account, not this endpoint's share of it.
+    write_budget(w, ep.budget());
     for (id, name) in path_names {
         let l = || vec![("path".to_string(), id.0.to_string()), ("name".to_string(), name.clone())];
-        let up = ep.is_path_up(*id);
-        w.gauge("polycorn_path_up", "1 when the subflow is established.", l(), f64::from(u8::from(up)));
+        w.metric(&PATH_UP, l(), &ep.is_path_up(*id));
         let (Some(v), Some(st)) = (ep.path_view(*id, now), ep.path_stats(*id)) else { continue };
-        w.gauge("polycorn_path_srtt_seconds", "Smoothed RTT measured at the data level.", l(), v.srtt_us as f64 / 1e6);
-        w.gauge("polycorn_path_rttvar_seconds", "RTT variation.", l(), v.rttvar_us as f64 / 1e6);
-        w.gauge("polycorn_path_in_flight_bytes", "Bytes sent and not yet acknowledged.", l(), v.in_flight_bytes as f64);
-        w.gauge("polycorn_path_cwnd_bytes", "Window the scheduler allows in flight.", l(), v.cwnd_bytes as f64);
-        w.gauge("polycorn_path_queued_bytes", "Send-buffer occupancy.", l(), v.queued_bytes as f64);
-        w.gauge(
-            "polycorn_path_delivery_rate_bytes_per_second",
-            "Delivery-rate estimate.",
-            l(),
-            v.delivery_rate_bps as f64,
-        );
-        w.gauge(
-            "polycorn_path_consecutive_rtos",
-            "RTOs of the oldest unacknowledged data.",
-            l(),
-            f64::from(v.rto_count),
-        );
-        w.counter("polycorn_path_sent_bytes", "Bytes written to the subflow.", l(), st.sent_bytes as f64);
-        w.counter("polycorn_path_received_bytes", "Bytes read from the subflow.", l(), st.received_bytes as f64);
-        w.counter("polycorn_path_data_bytes", "Passenger bytes sent on the path.", l(), st.data_bytes_sent as f64);
-        w.counter(
-            "polycorn_path_reinjected_bytes",
-            "Reinjected passenger bytes sent on the path.",
-            l(),
-            st.reinjected_bytes as f64,
-        );
-        w.counter(
-            "polycorn_path_redundant_bytes",
-            "Redundant passenger bytes sent on the path.",
-            l(),
-            st.redundant_bytes as f64,
-        );
-        w.counter("polycorn_path_rto", "Retransmission timeouts.", l(), st.rto_events as f64);
-        w.counter(
-            "polycorn_path_stale_transitions",
-            "Times the path became stale: data outstanding and no acknowledgement progress, or no service.",
-            l(),
-            st.stale_transitions as f64,
-        );
-        w.counter(
-            "polycorn_path_penalisations",
-            "Times the path's window was halved for holding a connection's window head (penalise).",
-            l(),
-            st.penalisations as f64,
-        );
-        w.counter("polycorn_path_state_changes", "Subflow up/down transitions.", l(), st.state_changes as f64);
+        w.table(PATH, l, &(v, st.clone()));
     }
 }
+
+/// The memory budget's figures and its pressure level, read once.
+const BUDGET: &[Metric<(BudgetStats, Pressure)>] = &[
+    gauge(
+        "polycorn_mem_budget_used_bytes",
+        "Memory budget in use: connections' send buffers plus receive windows (held or promised).",
+        |(b, _)| b.used as f64,
+    ),
+    gauge("polycorn_mem_budget_peak_bytes", "Most of the memory budget ever in use at once.", |(b, _)| b.peak as f64),
+    gauge(
+        "polycorn_mem_budget_pressure",
+        "Where the memory budget stands: 0 below low, 1 below pressure, 2 below high, 3 at or above high.",
+        |(_, p)| f64::from(p.level()),
+    ),
+    counter(
+        "polycorn_mem_budget_grants_denied",
+        "Window growths and writes refused or cut for lack of memory budget.",
+        |(b, _)| b.grants_denied as f64,
+    ),
+    counter(
+        "polycorn_mem_budget_reclaimed_bytes",
+        "Receive-window bytes taken back under memory pressure.",
+        |(b, _)| b.reclaimed_bytes as f64,
+    ),
+];
+
+/// By level (`low`, `pressure`, `high`).
+const BUDGET_LEVELS: Metric<u64> = gauge(
+    "polycorn_mem_budget_bytes",
+    "Levels of the memory budget: windows grow freely below low, to a fair share below pressure, shrink above; high is --mem-budget.",
+    |v| *v as f64,
+);
 
 /// The memory budget's account and levels. The proxy writes them with no
 /// session too (its sessions share the budget it configured), so the
 /// budget alert and panels have data on an idle proxy.
 pub fn write_budget(w: &mut Writer, budget: &MemoryBudget) {
-    let n = Labels::new;
-    let b = budget.stats();
+    w.table(BUDGET, Labels::new, &(budget.stats(), budget.pressure()));
     let levels = budget.levels();
-    w.gauge(
-        "polycorn_mem_budget_used_bytes",
-        "Memory budget in use: connections' send buffers plus receive windows (held or promised).",
-        n(),
-        b.used as f64,
-    );
-    w.gauge("polycorn_mem_budget_peak_bytes", "Most of the memory budget ever in use at once.", n(), b.peak as f64);
     for (level, v) in [("low", levels.low), ("pressure", levels.pressure), ("high", levels.high)] {
-        w.gauge(
-            "polycorn_mem_budget_bytes",
-            "Levels of the memory budget: windows grow freely below low, to a fair share below pressure, shrink above; high is --mem-budget.",
-            vec![("level".into(), level.into())],
-            v as f64,
-        );
+        w.metric(&BUDGET_LEVELS, vec![("level".into(), level.into())], &v);
     }
-    w.gauge(
-        "polycorn_mem_budget_pressure",
-        "Where the memory budget stands: 0 below low, 1 below pressure, 2 below high, 3 at or above high.",
-        n(),
-        f64::from(budget.pressure().level()),
-    );
-    w.counter(
-        "polycorn_mem_budget_grants_denied",
-        "Window growths and writes refused or cut for lack of memory budget.",
-        n(),
-        b.grants_denied as f64,
-    );
-    w.counter(
-        "polycorn_mem_budget_reclaimed_bytes",
-        "Receive-window bytes taken back under memory pressure.",
-        n(),
-        b.reclaimed_bytes as f64,
-    );
-}
-
-/// The memory budget, the connections' windows and buffers, and the
-/// round trip autotuning measures over (docs/architecture.md, "Flow control
-/// and memory"). A proxy's budget is shared by its sessions: its gauges are
-/// the whole account, not this endpoint's share of it.
-fn write_flow_control(w: &mut Writer, ep: &Endpoint) {
-    let n = Labels::new;
-    write_budget(w, ep.budget());
-    let f = ep.flow_stats();
-    let s = ep.stats();
-    w.gauge("polycorn_conn_window_bytes", "Sum of the connections' receive windows.", n(), f.window_sum_bytes as f64);
-    w.gauge(
-        "polycorn_conn_window_max_bytes",
-        "Largest receive window of a connection.",
-        n(),
-        f.window_max_bytes as f64,
-    );
-    w.gauge(
-        "polycorn_conn_out_of_order_bytes",
-        "Received bytes held above a gap in reassembly buffers.",
-        n(),
-        f.out_of_order_bytes as f64,
-    );
-    w.gauge(
-        "polycorn_conn_unsent_bytes",
-        "Bytes written by passengers and not yet placed on a path.",
-        n(),
-        f.unsent_bytes as f64,
-    );
-    w.gauge(
-        "polycorn_conn_in_flight_bytes",
-        "Bytes placed on paths and not yet acknowledged by the peer.",
-        n(),
-        f.in_flight_bytes as f64,
-    );
-    w.counter(
-        "polycorn_conn_window_limited_seconds",
-        "Time new data waited only for the peer's receive window, summed over connections.",
-        n(),
-        f.window_limited_us as f64 / 1e6,
-    );
-    w.counter(
-        "polycorn_conn_send_limited_seconds",
-        "Time passengers' writes waited for send room (the not-sent low-water mark, the connection cap or the memory budget), summed over connections.",
-        n(),
-        f.send_limited_us as f64 / 1e6,
-    );
-    w.counter("polycorn_conn_window_growths", "Receive windows grown by autotuning.", n(), s.window_growths as f64);
-    w.counter(
-        "polycorn_conn_window_growth_bytes",
-        "Bytes receive windows grew by through autotuning.",
-        n(),
-        s.window_growth_bytes as f64,
-    );
-    w.gauge(
-        "polycorn_path_rtt_max_seconds",
-        "Largest smoothed RTT of the live paths (the round trip window autotuning measures over).",
-        n(),
-        ep.rtt_max().as_secs_f64(),
-    );
 }
 
 /// What `/readyz` answers.
@@ -427,6 +438,12 @@ pub fn path_readiness(
     Readiness { ready: true, body }
 }
 
+const PANICS: &[Metric<u64>] = &[counter(
+    "polycorn_panics",
+    "Tasks that panicked (the process then shuts down for its supervisor to restart it).",
+    |n| *n as f64,
+)];
+
 /// Serve `/metrics`, `/healthz` (liveness: 503 once a task panicked) and
 /// `/readyz` (at least one path up; the body says which, and on what) on
 /// `addr` until `shutdown` resolves.
@@ -437,14 +454,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let mut sources = sources;
-    sources.push(Arc::new(|w: &mut Writer| {
-        w.counter(
-            "polycorn_panics",
-            "Tasks that panicked (the process then shuts down for its supervisor to restart it).",
-            vec![],
-            crate::panics::count() as f64,
-        )
-    }));
+    sources.push(Arc::new(|w: &mut Writer| w.table(PANICS, Labels::new, &crate::panics::count())));
     let mut reg = Registry::default();
     reg.register_collector(Box::new(SnapshotCollector { sources }));
     let reg = Arc::new(reg);
@@ -492,6 +502,32 @@ pub async fn serve(
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
+/// Labelled by path and transport.
+const SUBFLOW_TRANSPORT: Metric<bool> = gauge(
+    "polycorn_subflow_transport",
+    "1 for the transport carrying the path now (quic, or tls after a fallback); 0 for the others.",
+    |on| one_if(*on),
+);
+
+const QUIC_CC: &[Metric<crate::quic::CcStats>] = &[
+    counter(
+        "polycorn_quic_cc_outages_held",
+        "Losses of a whole period the railway controller took for an interruption (model kept).",
+        |c| c.outages_held.load(Relaxed) as f64,
+    ),
+    counter(
+        "polycorn_quic_cc_outages_congested",
+        "Losses of a whole period the railway controller took for congestion (model reset).",
+        |c| c.outages_congested.load(Relaxed) as f64,
+    ),
+    counter("polycorn_quic_cc_loss_backoffs", "Rounds whose loss exceeded the railway controller's tolerance.", |c| {
+        c.loss_backoffs.load(Relaxed) as f64
+    }),
+    counter("polycorn_quic_cc_handovers_held", "Handover hints that held a railway controller's model.", |c| {
+        c.handovers_held.load(Relaxed) as f64
+    }),
+];
+
 /// Which transport carries each path (`transports[i]`: 0 none, [`ON_TLS`],
 /// [`ON_QUIC`]) and the railway controllers' counters: over `--transport
 /// quic` a carrier that fell back to TLS shows here.
@@ -501,47 +537,18 @@ pub fn write_subflow_transports(
     transports: &[std::sync::atomic::AtomicU8],
     cc: &crate::quic::CcStats,
 ) {
-    use std::sync::atomic::Ordering::Relaxed;
     for (p, name) in path_names {
         let now = transports.get(p.index()).map_or(0, |t| t.load(Relaxed));
         for (v, transport) in [(ON_TLS, "tls"), (ON_QUIC, "quic")] {
-            w.gauge(
-                "polycorn_subflow_transport",
-                "1 for the transport carrying the path now (quic, or tls after a fallback); 0 for the others.",
-                vec![
-                    ("path".into(), p.0.to_string()),
-                    ("name".into(), name.clone()),
-                    ("transport".into(), transport.into()),
-                ],
-                f64::from(u8::from(now == v)),
-            );
+            let labels = vec![
+                ("path".into(), p.0.to_string()),
+                ("name".into(), name.clone()),
+                ("transport".into(), transport.into()),
+            ];
+            w.metric(&SUBFLOW_TRANSPORT, labels, &(now == v));
         }
     }
-    let n = Labels::new;
-    w.counter(
-        "polycorn_quic_cc_outages_held",
-        "Losses of a whole period the railway controller took for an interruption (model kept).",
-        n(),
-        cc.outages_held.load(Relaxed) as f64,
-    );
-    w.counter(
-        "polycorn_quic_cc_outages_congested",
-        "Losses of a whole period the railway controller took for congestion (model reset).",
-        n(),
-        cc.outages_congested.load(Relaxed) as f64,
-    );
-    w.counter(
-        "polycorn_quic_cc_loss_backoffs",
-        "Rounds whose loss exceeded the railway controller's tolerance.",
-        n(),
-        cc.loss_backoffs.load(Relaxed) as f64,
-    );
-    w.counter(
-        "polycorn_quic_cc_handovers_held",
-        "Handover hints that held a railway controller's model.",
-        n(),
-        cc.handovers_held.load(Relaxed) as f64,
-    );
+    w.table(QUIC_CC, Labels::new, cc);
 }
 
 #[cfg(test)]
@@ -555,6 +562,28 @@ pub(crate) mod tests {
         let mut body = String::new();
         prometheus_client::encoding::text::encode(&mut body, &reg).expect("encodes");
         body
+    }
+
+    #[test]
+    fn each_family_is_declared_once() {
+        let mut names: Vec<&str> = Vec::new();
+        names.extend(SESSION.iter().map(|m| m.name));
+        names.extend(ENDPOINT.iter().map(|m| m.name));
+        names.extend(PATH.iter().map(|m| m.name));
+        names.extend(BUDGET.iter().map(|m| m.name));
+        names.extend(QUIC_CC.iter().map(|m| m.name));
+        names.extend(PANICS.iter().map(|m| m.name));
+        names.extend(
+            [SCHEDULERLET_EVENTS.name, HOL_STALLS.name, BUDGET_LEVELS.name, SUBFLOW_TRANSPORT.name, PATH_UP.name]
+                .iter(),
+        );
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "a name in two tables: {names:?}");
+        for n in names {
+            assert!(n.starts_with("polycorn_") && !n.ends_with("_total"), "{n}: the encoder adds _total");
+        }
     }
 
     #[test]

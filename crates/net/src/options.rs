@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::config::{build_pipeline, BufferOptions, PipelineToml};
+use crate::config::{BufferOptions, PipelineToml, Scheduler};
 use crate::segtrace::TraceOptions;
 use crate::subflow::{Congestion, Transport};
 use crate::table::http::HttpOpts;
@@ -46,13 +46,16 @@ pub struct CommonOpts {
     #[arg(long)]
     pub key: Option<PathBuf>,
     /// Scheduler of what this endpoint sends (the relay: uplink, the proxy:
-    /// downlink): a built-in composition (hrsch+, hrsch+stale, hrsch,
-    /// minrtt, roundrobin, redundant, blest, ecf, single-path, the HRSCH
-    /// ablations minrtt+hpr, minrtt+tpr, minrtt+ori, minrtt+er, and the
-    /// head-of-line ones) or one under [pipelines] in the config file
-    /// [default: hrsch+, HRSCH with the stale filter and the tail rules].
+    /// downlink): a built-in composition (--list-schedulers) or one under
+    /// [pipelines] in the config file [default: hrsch+, HRSCH with the
+    /// stale filter and the tail rules].
     #[arg(long)]
     pub scheduler: Option<String>,
+    /// Print the built-in compositions --scheduler takes, one name a line,
+    /// and exit.
+    #[arg(long)]
+    #[serde(skip)]
+    pub list_schedulers: bool,
     /// `tls` (one TLS subflow per train interface), `quic` (one QUIC
     /// subflow per interface, each falling back to TLS on its own when UDP
     /// does not get through; a proxy at `quic` accepts both), `kernel-mptcp` (one
@@ -143,9 +146,10 @@ pub struct CommonOpts {
 #[derive(Debug)]
 pub struct CommonSettings {
     pub train_id: String,
-    /// The pipeline's name; it composes (checked).
-    pub scheduler: String,
-    pub pipelines: BTreeMap<String, PipelineToml>,
+    /// `--scheduler`, checked: it composes.
+    pub scheduler: Scheduler,
+    /// Its first pipeline, built by the check.
+    pub pipeline: polycorn_core::Pipeline,
     pub transport: Transport,
     /// `--subflow-cc`.
     pub congestion: Congestion,
@@ -190,8 +194,8 @@ impl CommonOpts {
     /// Check every shared option that can be checked before start.
     pub fn settings(&self) -> Result<CommonSettings, Error> {
         let train_id = self.train_id.clone().ok_or_else(|| Error::option("--train-id", "is required"))?;
-        let scheduler = self.scheduler.clone().unwrap_or_else(|| polycorn_core::sched::DEFAULT_PIPELINE.into());
-        build_pipeline(&scheduler, &self.pipelines)?;
+        let name = self.scheduler.as_deref().unwrap_or(polycorn_core::sched::DEFAULT_PIPELINE);
+        let (scheduler, pipeline) = Scheduler::resolve(name, &self.pipelines)?;
         let transport: Transport = self.transport.as_deref().unwrap_or("tls").parse()?;
         let congestion = self.subflow_cc.as_deref().map_or(Ok(Congestion::default()), str::parse)?;
         let quic_cc = self.quic_cc.as_deref().map_or(Ok(crate::quic::QuicCc::DEFAULT), str::parse)?;
@@ -206,7 +210,7 @@ impl CommonOpts {
         Ok(CommonSettings {
             train_id,
             scheduler,
-            pipelines: self.pipelines.clone(),
+            pipeline,
             transport,
             congestion,
             quic_cc,
@@ -222,7 +226,7 @@ impl CommonOpts {
 /// `help` (`(flag id, text)`) replacing the shared ones.
 pub fn command<T: clap::CommandFactory>(prefix: &str, help: &[(&'static str, &'static str)]) -> clap::Command {
     let mut cmd = T::command().mut_args(|a| {
-        if a.get_env().is_some() || a.is_positional() {
+        if a.get_env().is_some() || a.is_positional() || LISTINGS.contains(&a.get_id().as_str()) {
             return a;
         }
         let var = format!("POLYCORN_{prefix}_{}", a.get_id().as_str().to_ascii_uppercase());
@@ -234,8 +238,22 @@ pub fn command<T: clap::CommandFactory>(prefix: &str, help: &[(&'static str, &'s
     cmd
 }
 
+/// Flags (ids) that print something and exit, as `--help` does: only on
+/// the command line, never from the environment or the file.
+pub const LISTINGS: &[&str] = &["list_schedulers"];
+
+/// `--list-schedulers`: the built-in compositions, one name a line (for
+/// scripts: the chart's schema is checked against it).
+fn list_schedulers() -> ! {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let written = polycorn_core::sched::builtin_pipeline_names().try_for_each(|n| writeln!(out, "{n}"));
+    std::process::exit(if written.and_then(|()| out.flush()).is_ok() { 0 } else { 1 })
+}
+
 /// The options of the command line and environment ([`command`]; clap's
-/// message and exit on an error or for `--help`, as `Parser::parse` does),
+/// message and exit on an error or for `--help`, as `Parser::parse` does;
+/// the listing and exit for `--list-schedulers`),
 /// and those of the file they name with `--config` ([`load_file`]; `config`
 /// reads it from the parsed options): the caller merges the two, flags first.
 pub fn read<T>(
@@ -247,7 +265,11 @@ where
     T: clap::CommandFactory + clap::FromArgMatches + serde::de::DeserializeOwned + Default,
 {
     let mut cmd = command::<T>(prefix, help);
-    let cli = T::from_arg_matches(&cmd.get_matches_mut()).unwrap_or_else(|e| e.exit());
+    let matches = cmd.get_matches_mut();
+    if matches.get_flag("list_schedulers") {
+        list_schedulers();
+    }
+    let cli = T::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let file = load_file(config(&cli), &cmd)?;
     Ok((cli, file))
 }
@@ -261,7 +283,11 @@ pub fn load_file<T: serde::de::DeserializeOwned + Default>(
 ) -> Result<T, Error> {
     let Some(path) = path else { return Ok(T::default()) };
     let table: toml::Table = crate::config::load_toml(Some(path))?;
-    let known = |k: &str| k == "pipelines" || (k != "config" && cmd.get_arguments().any(|a| a.get_long() == Some(k)));
+    let known = |k: &str| {
+        k == "pipelines"
+            || (k != "config"
+                && cmd.get_arguments().any(|a| a.get_long() == Some(k) && !LISTINGS.contains(&a.get_id().as_str())))
+    };
     if let Some(k) = table.keys().find(|k| !known(k)) {
         return Err(Error::option(
             format!("config file {}", path.display()),
@@ -306,6 +332,7 @@ mod tests {
         assert_eq!(env("config").as_deref(), Some("POLYCORN_TEST_CONFIG"));
         assert_eq!(env("listen").as_deref(), Some("POLYCORN_TEST_LISTEN"));
         assert_eq!(env("paths").as_deref(), Some("POLYCORN_TEST_PATHS"), "an explicit name is kept");
+        assert_eq!(env("list_schedulers"), None, "a listing is asked for on the command line only");
         let ca = cmd.get_arguments().find(|a| a.get_id() == "ca").unwrap();
         assert_eq!(ca.get_help().map(ToString::to_string).as_deref(), Some("The trains' CA."));
         let m = cmd.try_get_matches_from(["x", "--subflow-cc", "cubic", "--listen", "a", "--path", "p,q"]).unwrap();
@@ -331,6 +358,7 @@ mod tests {
         let e = file("trian-id = \"x\"\n").unwrap_err().to_string();
         assert!(e.contains("unknown key \"trian-id\""), "{e}");
         assert!(file("config = \"x\"\n").is_err(), "the file cannot name another file");
+        assert!(file("list-schedulers = true\n").is_err(), "nor ask for a listing");
         let e = file("conn-window = \"big\"\n").unwrap_err();
         assert!(matches!(e, Error::ConfigSyntax { .. }), "{e:?}");
         assert!(load_file::<Opts>(None, &cmd).unwrap().common.train_id.is_none());
@@ -350,7 +378,8 @@ mod tests {
         assert_eq!(cli.pipelines.len(), 1);
         let s = CommonOpts { train_id: Some("t".into()), scheduler: Some("minrtt".into()), ..Default::default() };
         let s = s.settings().unwrap();
-        assert_eq!((s.scheduler.as_str(), s.transport), ("minrtt", Transport::Tls));
+        assert_eq!((s.scheduler.name.as_str(), s.transport), ("minrtt", Transport::Tls));
+        assert_eq!(s.pipeline.name(), "minrtt");
         let e = CommonOpts { train_id: Some("t".into()), scheduler: Some("nope".into()), ..Default::default() }
             .settings()
             .unwrap_err();

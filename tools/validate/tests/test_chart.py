@@ -1079,15 +1079,27 @@ def test_every_value_the_schema_knows_has_a_documented_default() -> None:
     assert comments * 4 >= len(lines), (comments, len(lines))
 
 
+def _proxy_bin() -> Path:
+    """The newest polycorn-proxy of target/release (``make build``) and target/debug."""
+    candidates = [REPO / "target" / d / "polycorn-proxy" for d in ("release", "debug")]
+    built = [b for b in candidates if b.is_file()]
+    if not built:
+        pytest.fail(
+            "no target/release/polycorn-proxy or target/debug/polycorn-proxy: "
+            "build it first (make build, or cargo build -p polycorn-proxy)"
+        )
+    return max(built, key=lambda p: p.stat().st_mtime)
+
+
 def test_the_scheduler_enum_is_the_proxys_registry() -> None:
+    """The enum is what the proxy lists as its built-in compositions, in its order."""
     schema = yaml.safe_load((CHART / "values.schema.json").read_text())
-    registry = (REPO / "crates/core/src/sched/registry.rs").read_text()
-    # The built-ins only: the tests below `#[cfg(test)]` register pipelines the proxy lacks.
-    registry = registry.split("#[cfg(test)]", 1)[0]
-    # rustfmt may break the call after its parenthesis.
-    built_in = set(re.findall(r'register_pipeline\(\s*"([^"]+)"', registry))
-    assert built_in, "no register_pipeline(...) found in the registry"
-    assert set(schema["definitions"]["scheduler"]["enum"]) == built_in
+    listed = subprocess.run(
+        [_proxy_bin(), "--list-schedulers"], capture_output=True, text=True, check=True, env={}
+    ).stdout.split()
+    assert listed, "polycorn-proxy --list-schedulers printed nothing"
+    enum = schema["definitions"]["scheduler"]["enum"]
+    assert enum == listed, f"values.schema.json's scheduler enum {enum}, the proxy's {listed}"
     assert "/proxy/scheduler" in render_error({"proxy": {"scheduler": "fastest"}})
 
 

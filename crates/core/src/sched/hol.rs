@@ -28,6 +28,7 @@
 use std::time::Instant;
 
 use super::hrsch::{buf_bytes, TailReject};
+use super::registry::{ConfigError, FromParams, ParamReader};
 use super::{Context, HeadAction, HeadContext, Kind, PathSets, Reinject, Schedulerlet, TailContext};
 use crate::ids::PathMask;
 use crate::path::{Availability, PathView, StaleThreshold};
@@ -56,9 +57,16 @@ pub struct OppReinject {
     pub reinjections: u64,
 }
 
+impl FromParams for OppReinject {
+    const NAME: &'static str = "opp-reinject";
+    fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(OppReinject::default())
+    }
+}
+
 impl Schedulerlet for OppReinject {
     fn name(&self) -> &'static str {
-        "opp-reinject"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
@@ -81,9 +89,16 @@ pub struct Penalise {
     pub requests: u64,
 }
 
+impl FromParams for Penalise {
+    const NAME: &'static str = "penalise";
+    fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(Penalise::default())
+    }
+}
+
 impl Schedulerlet for Penalise {
     fn name(&self) -> &'static str {
-        "penalise"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
@@ -114,9 +129,32 @@ pub struct StaleFilter {
     pub threshold: Option<StaleThreshold>,
 }
 
+impl FromParams for StaleFilter {
+    const NAME: &'static str = "stale-filter";
+    const PARAMS: &'static [&'static str] = &["srtt_factor", "min_ms"];
+    /// Without parameters the endpoint's path configuration decides when a
+    /// path is stale (2 x SRTT, at least 300 ms); with either, the other
+    /// takes that default.
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        let threshold = if p.is_empty() {
+            None
+        } else {
+            let d = crate::path::PathConfig::default().stale_threshold();
+            const FACTOR: &str = "an integer from 1 to 16";
+            let factor = p.get("srtt_factor", f64::from(d.srtt_factor), 1.0..=16.0, FACTOR)?;
+            if factor.fract() != 0.0 {
+                return Err(p.bad("srtt_factor", factor, FACTOR));
+            }
+            let min_ms = p.get("min_ms", d.min.as_secs_f64() * 1e3, 10.0..=60_000.0, "10 to 60000 ms")?;
+            Some(StaleThreshold { srtt_factor: factor as u32, min: std::time::Duration::from_secs_f64(min_ms / 1e3) })
+        };
+        Ok(StaleFilter { threshold, ..StaleFilter::default() })
+    }
+}
+
 impl Schedulerlet for StaleFilter {
     fn name(&self) -> &'static str {
-        "stale-filter"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
@@ -254,9 +292,16 @@ pub struct TailReinject {
     pub requests: u64,
 }
 
+impl FromParams for TailReinject {
+    const NAME: &'static str = "tail-reinject";
+    fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(TailReinject::default())
+    }
+}
+
 impl Schedulerlet for TailReinject {
     fn name(&self) -> &'static str {
-        "tail-reinject"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::CandidateFilter

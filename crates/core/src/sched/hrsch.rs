@@ -28,6 +28,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::registry::{ConfigError, FromParams, ParamReader};
 use super::{Context, Kind, PathSets, Schedulerlet};
 use crate::ids::{PathId, PathMask, MAX_PATHS};
 use crate::path::{Availability, PathView};
@@ -271,9 +272,19 @@ impl HofReject {
     }
 }
 
+impl FromParams for HofReject {
+    const NAME: &'static str = "hof-reject";
+    const PARAMS: &'static [&'static str] = &["gps_error_m", "max_hold_s"];
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        let e = p.get("gps_error_m", 20.0, 0.0..=10_000.0, "0..=10000")?;
+        let hold = p.get("max_hold_s", 10.0, 0.1..=3600.0, "0.1..=3600")?;
+        Ok(HofReject::new(e, Duration::from_secs_f64(hold)))
+    }
+}
+
 impl Schedulerlet for HofReject {
     fn name(&self) -> &'static str {
-        "hof-reject"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
@@ -391,9 +402,21 @@ impl TailReject {
     }
 }
 
+/// The tail rule's parameters, shared by `tail-reject` and `tail-filter`:
+/// `bursts` and `strict`, each 0 or 1.
+impl FromParams for TailReject {
+    const NAME: &'static str = "tail-reject";
+    const PARAMS: &'static [&'static str] = &["bursts", "strict"];
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        let bursts = p.flag("bursts", "0 (FIN only, the paper's) or 1 (also burst ends)")?;
+        let strict = p.flag("strict", "0 (T+ relaxed by 1 + rttvar/srtt, the paper's) or 1 (not relaxed)")?;
+        Ok(TailReject { bursts, strict, ..TailReject::default() })
+    }
+}
+
 impl Schedulerlet for TailReject {
     fn name(&self) -> &'static str {
-        "tail-reject"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::SelectionFilter
@@ -454,9 +477,17 @@ pub struct TailFilter {
     pub rejected: u64,
 }
 
+impl FromParams for TailFilter {
+    const NAME: &'static str = "tail-filter";
+    const PARAMS: &'static [&'static str] = TailReject::PARAMS;
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(TailFilter { rule: TailReject::from_params(p)?, ..TailFilter::default() })
+    }
+}
+
 impl Schedulerlet for TailFilter {
     fn name(&self) -> &'static str {
-        "tail-filter"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
@@ -528,9 +559,21 @@ impl IdleInject {
     }
 }
 
+impl FromParams for IdleInject {
+    const NAME: &'static str = "idle-inject";
+    const PARAMS: &'static [&'static str] = &["alpha", "beta", "tau", "revive_unavailable"];
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        let alpha = p.get("alpha", 1.0, 0.0..=3600.0, "0..=3600 (seconds)")?;
+        let beta = p.get("beta", Self::DEFAULT_BETA_BYTES as f64, 0.0..=1e12, "0..=1e12 (bytes)")?;
+        let tau = p.get("tau", 16.0, 0.0..=65_536.0, "0..=65536 (MSS-sized units of 1448 bytes)")?;
+        let revive = p.flag("revive_unavailable", "0 or 1")?;
+        Ok(IdleInject::new(Duration::from_secs_f64(alpha), beta as u64, tau as u32, revive))
+    }
+}
+
 impl Schedulerlet for IdleInject {
     fn name(&self) -> &'static str {
-        "idle-inject"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::HardSelector

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use super::registry::{ConfigError, FromParams, ParamReader};
 use super::{Context, Kind, PathSets, Reinject, ReinjectionHandler, Schedulerlet};
 use crate::ids::{PathId, UserId};
 use crate::path::{Availability, PathView};
@@ -19,9 +20,16 @@ fn has_room(p: &PathView) -> bool {
 #[derive(Debug, Default)]
 pub struct MinRtt;
 
+impl FromParams for MinRtt {
+    const NAME: &'static str = "minrtt";
+    fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(MinRtt)
+    }
+}
+
 impl Schedulerlet for MinRtt {
     fn name(&self) -> &'static str {
-        "minrtt"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::SoftSelector
@@ -39,9 +47,16 @@ pub struct RoundRobin {
     next: u8,
 }
 
+impl FromParams for RoundRobin {
+    const NAME: &'static str = "roundrobin";
+    fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(RoundRobin::default())
+    }
+}
+
 impl Schedulerlet for RoundRobin {
     fn name(&self) -> &'static str {
-        "roundrobin"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::SoftSelector
@@ -60,9 +75,16 @@ impl Schedulerlet for RoundRobin {
 #[derive(Debug, Default)]
 pub struct AllPaths;
 
+impl FromParams for AllPaths {
+    const NAME: &'static str = "all-paths";
+    fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(AllPaths)
+    }
+}
+
 impl Schedulerlet for AllPaths {
     fn name(&self) -> &'static str {
-        "all-paths"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::SoftSelector
@@ -85,9 +107,16 @@ pub struct PinUser {
     next: u8,
 }
 
+impl FromParams for PinUser {
+    const NAME: &'static str = "pin-user";
+    fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(PinUser::default())
+    }
+}
+
 impl Schedulerlet for PinUser {
     fn name(&self) -> &'static str {
-        "pin-user"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
@@ -124,9 +153,18 @@ pub struct PinPath {
     pub path: PathId,
 }
 
+impl FromParams for PinPath {
+    const NAME: &'static str = "pin-path";
+    const PARAMS: &'static [&'static str] = &["path"];
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        let path = p.get("path", 0.0, 0.0..=(crate::MAX_PATHS - 1) as f64, "a path id")?;
+        Ok(PinPath { path: PathId(path as u8) })
+    }
+}
+
 impl Schedulerlet for PinPath {
     fn name(&self) -> &'static str {
-        "pin-path"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::CandidateFilter
@@ -155,9 +193,17 @@ pub struct Blest {
     pub lambda: f64,
 }
 
+impl FromParams for Blest {
+    const NAME: &'static str = "blest";
+    const PARAMS: &'static [&'static str] = &["lambda"];
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(Blest { lambda: p.get("lambda", 1.0, 0.01..=100.0, "0.01..=100")? })
+    }
+}
+
 impl Schedulerlet for Blest {
     fn name(&self) -> &'static str {
-        "blest"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::SelectionFilter
@@ -196,9 +242,17 @@ impl Ecf {
     }
 }
 
+impl FromParams for Ecf {
+    const NAME: &'static str = "ecf";
+    const PARAMS: &'static [&'static str] = &["beta"];
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(Ecf::new(p.get("beta", 0.25, 0.0..=10.0, "0..=10")?))
+    }
+}
+
 impl Schedulerlet for Ecf {
     fn name(&self) -> &'static str {
-        "ecf"
+        Self::NAME
     }
     fn kind(&self) -> Kind {
         Kind::SelectionFilter
@@ -237,9 +291,16 @@ impl Schedulerlet for Ecf {
 #[derive(Debug, Default)]
 pub struct NoReinjection;
 
+impl FromParams for NoReinjection {
+    const NAME: &'static str = "none";
+    fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(NoReinjection)
+    }
+}
+
 impl ReinjectionHandler for NoReinjection {
     fn name(&self) -> &'static str {
-        "none"
+        Self::NAME
     }
     fn on_rto(&mut self, _now: Instant, _path: &PathView) -> Reinject {
         Reinject::Nothing
@@ -251,9 +312,16 @@ impl ReinjectionHandler for NoReinjection {
 #[derive(Debug, Default)]
 pub struct RtoOldest;
 
+impl FromParams for RtoOldest {
+    const NAME: &'static str = "rto-oldest";
+    fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(RtoOldest)
+    }
+}
+
 impl ReinjectionHandler for RtoOldest {
     fn name(&self) -> &'static str {
-        "rto-oldest"
+        Self::NAME
     }
     fn on_rto(&mut self, _now: Instant, _path: &PathView) -> Reinject {
         Reinject::Oldest
@@ -268,9 +336,17 @@ pub struct Extended {
     pub k: u32,
 }
 
+impl FromParams for Extended {
+    const NAME: &'static str = "extended";
+    const PARAMS: &'static [&'static str] = &["k"];
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError> {
+        Ok(Extended { k: p.get("k", 3.0, 1.0..=64.0, "1..=64")? as u32 })
+    }
+}
+
 impl ReinjectionHandler for Extended {
     fn name(&self) -> &'static str {
-        "extended"
+        Self::NAME
     }
     fn on_rto(&mut self, _now: Instant, path: &PathView) -> Reinject {
         if path.rto_count == self.k {

@@ -18,8 +18,8 @@
 //! unacknowledged packets when its retransmission timer fires.
 //!
 //! Schedulerlets are registered by name in a [`Registry`]; pipelines are
-//! composed by name, in configuration. The built-in compositions are listed
-//! in [`registry`]; writing a new schedulerlet is described in
+//! composed by name, in configuration. The built-in compositions are
+//! [`BUILTIN_PIPELINES`]; writing a new schedulerlet is described in
 //! `docs/schedulerlets.md`.
 //!
 //! HRSCH, the paper's scheduler, and its ablations are compositions too;
@@ -38,7 +38,10 @@ use crate::ids::{ConnId, PathId, PathMask, UserId};
 use crate::path::{Availability, PathView, StaleThreshold};
 
 pub use hrsch::{FailureTable, TrackDirection, TrainState, TrainTracker};
-pub use registry::{ConfigError, Params, PipelineSpec, Registry, SchedulerletSpec, DEFAULT_PIPELINE};
+pub use registry::{
+    builtin_pipeline_names, BuiltinPipeline, ConfigError, FromParams, Params, PipelineSpec, Registry, SchedulerletSpec,
+    BUILTIN_PIPELINES, DEFAULT_PIPELINE,
+};
 
 /// Which set moves a schedulerlet may make.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,31 +1,13 @@
 //! Schedulerlets and reinjection handlers registered by name, and pipelines
 //! composed by name.
 //!
-//! Built-in compositions:
-//!
-//! | name          | schedulerlets             | reinjection  |
-//! |---------------|---------------------------|--------------|
-//! | `minrtt`      | `minrtt`                  | `rto-oldest` |
-//! | `roundrobin`  | `roundrobin`              | `rto-oldest` |
-//! | `redundant`   | `all-paths`               | `rto-oldest` |
-//! | `blest`       | `minrtt`, `blest`         | `rto-oldest` |
-//! | `ecf`         | `minrtt`, `ecf`           | `rto-oldest` |
-//! | `single-path` | `pin-user`, `minrtt`      | `rto-oldest` |
-//! | `hrsch`       | `hof-reject`, `minrtt`, `tail-reject`, `idle-inject` | `extended` (k = 3) |
-//! | `minrtt+hpr`  | `hof-reject`, `minrtt`    | `rto-oldest` |
-//! | `minrtt+tpr`  | `minrtt`, `tail-reject`   | `rto-oldest` |
-//! | `minrtt+ori`  | `minrtt`, `idle-inject`   | `rto-oldest` |
-//! | `minrtt+er`   | `minrtt`                  | `extended` (k = 3) |
-//! | `minrtt+opp`  | `minrtt`, `opp-reinject`  | `rto-oldest` |
-//! | `minrtt+pen`  | `minrtt`, `penalise`      | `rto-oldest` |
-//! | `minrtt+stale`| `stale-filter`, `minrtt`  | `rto-oldest` |
-//! | `minrtt+hol`  | `stale-filter`, `minrtt`, `opp-reinject`, `penalise` | `rto-oldest` |
-//! | `hrsch+hol`   | `hof-reject`, `stale-filter`, `minrtt`, `tail-reject`, `idle-inject`, `opp-reinject`, `penalise` | `extended` (k = 3) |
-//! | `hrsch+stale` | `hof-reject`, `stale-filter`, `minrtt`, `tail-reject`, `idle-inject` | `extended` (k = 3) |
-//! | `hrsch+`      | `hof-reject`, `stale-filter`, `tail-filter`, `minrtt`, `idle-inject`, `tail-reinject` | `extended` (k = 3) |
-//!
-//! The last five are HRSCH (POLYCORN §4) and its ablations, one HRSCH
-//! mechanism added to MPTCP's minRTT each ([`super::hrsch`]).
+//! Each built-in schedulerlet and reinjection handler declares its name
+//! once, as [`FromParams::NAME`]: its `name()` returns it, the registry
+//! registers it under it ([`SCHEDULERLETS`], [`REINJECTION_HANDLERS`]) and
+//! parameter errors name it. The built-in compositions are one table,
+//! [`BUILTIN_PIPELINES`]; `polycorn-relay --list-schedulers` and
+//! `polycorn-proxy --list-schedulers` print their names, and
+//! docs/schedulerlets.md ("Built-in compositions") says what each is for.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,7 +15,6 @@ use super::hol::{OppReinject, Penalise, StaleFilter, TailReinject};
 use super::hrsch::{HofReject, IdleInject, TailFilter, TailReject};
 use super::lets::{AllPaths, Blest, Ecf, Extended, MinRtt, NoReinjection, PinPath, PinUser, RoundRobin, RtoOldest};
 use super::{Pipeline, ReinjectionHandler, Schedulerlet};
-use crate::path::StaleThreshold;
 
 /// The composition the relay and the proxy use without `--scheduler`:
 /// HRSCH with the stale filter, its tail rule as a candidate filter before
@@ -83,8 +64,165 @@ pub enum ConfigError {
     EmptyPipeline,
 }
 
+/// A schedulerlet or reinjection handler that is built from parameters,
+/// under the one name it declares.
+pub trait FromParams: Sized {
+    /// The name: what `name()` returns, what configuration and pipelines
+    /// call it, and what its parameter errors say.
+    const NAME: &'static str;
+    /// The parameters it accepts; any other is refused, naming these.
+    const PARAMS: &'static [&'static str] = &[];
+    /// Build one from its parameters (each read with a default).
+    fn from_params(p: &ParamReader<'_>) -> Result<Self, ConfigError>;
+}
+
 type LetFactory = Box<dyn Fn(&Params) -> Result<Box<dyn Schedulerlet>, ConfigError> + Send + Sync>;
 type ReinjectFactory = Box<dyn Fn(&Params) -> Result<Box<dyn ReinjectionHandler>, ConfigError> + Send + Sync>;
+
+/// A built-in schedulerlet: its name and its constructor.
+pub type LetEntry = (&'static str, fn(&Params) -> Result<Box<dyn Schedulerlet>, ConfigError>);
+/// A built-in reinjection handler: its name and its constructor.
+pub type ReinjectionEntry = (&'static str, fn(&Params) -> Result<Box<dyn ReinjectionHandler>, ConfigError>);
+
+fn from_params<T: FromParams>(p: &Params) -> Result<T, ConfigError> {
+    T::from_params(&ParamReader::new(T::NAME, p, T::PARAMS)?)
+}
+
+fn boxed_let<T: FromParams + Schedulerlet + 'static>(p: &Params) -> Result<Box<dyn Schedulerlet>, ConfigError> {
+    Ok(Box::new(from_params::<T>(p)?))
+}
+
+fn boxed_reinjection<T: FromParams + ReinjectionHandler + 'static>(
+    p: &Params,
+) -> Result<Box<dyn ReinjectionHandler>, ConfigError> {
+    Ok(Box::new(from_params::<T>(p)?))
+}
+
+const fn schedulerlet<T: FromParams + Schedulerlet + 'static>() -> LetEntry {
+    (T::NAME, boxed_let::<T>)
+}
+
+const fn reinjection<T: FromParams + ReinjectionHandler + 'static>() -> ReinjectionEntry {
+    (T::NAME, boxed_reinjection::<T>)
+}
+
+/// The built-in schedulerlets.
+pub const SCHEDULERLETS: &[LetEntry] = &[
+    schedulerlet::<MinRtt>(),
+    schedulerlet::<RoundRobin>(),
+    schedulerlet::<AllPaths>(),
+    schedulerlet::<PinUser>(),
+    schedulerlet::<PinPath>(),
+    schedulerlet::<Blest>(),
+    schedulerlet::<Ecf>(),
+    schedulerlet::<HofReject>(),
+    schedulerlet::<TailReject>(),
+    schedulerlet::<TailFilter>(),
+    schedulerlet::<IdleInject>(),
+    schedulerlet::<OppReinject>(),
+    schedulerlet::<Penalise>(),
+    schedulerlet::<TailReinject>(),
+    schedulerlet::<StaleFilter>(),
+];
+
+/// The built-in reinjection handlers.
+pub const REINJECTION_HANDLERS: &[ReinjectionEntry] =
+    &[reinjection::<NoReinjection>(), reinjection::<RtoOldest>(), reinjection::<Extended>()];
+
+/// A built-in composition: what `--scheduler NAME` builds without a
+/// configuration file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BuiltinPipeline {
+    pub name: &'static str,
+    /// Schedulerlets in order, each with its default parameters.
+    pub schedulerlets: &'static [&'static str],
+    /// The reinjection handler and its parameters.
+    pub reinjection: (&'static str, &'static [(&'static str, f64)]),
+}
+
+impl BuiltinPipeline {
+    pub fn spec(&self) -> PipelineSpec {
+        let (name, params) = self.reinjection;
+        PipelineSpec {
+            schedulerlets: self.schedulerlets.iter().map(|n| SchedulerletSpec::named(n)).collect(),
+            reinjection: SchedulerletSpec {
+                name: name.into(),
+                params: params.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+            },
+        }
+    }
+}
+
+/// MPTCP's reinjection, the baselines'.
+const RTO_OLDEST: (&str, &[(&str, f64)]) = (RtoOldest::NAME, &[]);
+/// HRSCH's extended reinjection (POLYCORN §4.5), at the third timeout.
+const EXTENDED_K3: (&str, &[(&str, f64)]) = (Extended::NAME, &[("k", 3.0)]);
+
+const fn pipeline(
+    name: &'static str,
+    schedulerlets: &'static [&'static str],
+    reinjection: (&'static str, &'static [(&'static str, f64)]),
+) -> BuiltinPipeline {
+    BuiltinPipeline { name, schedulerlets, reinjection }
+}
+
+/// The built-in compositions, in the order `--list-schedulers` prints them.
+/// New ones go at the end: the property tests pick a composition by its
+/// index here, and their saved regression cases record that index.
+pub const BUILTIN_PIPELINES: &[BuiltinPipeline] = &[
+    // MPTCP's schedulers and the baselines.
+    pipeline("minrtt", &[MinRtt::NAME], RTO_OLDEST),
+    pipeline("roundrobin", &[RoundRobin::NAME], RTO_OLDEST),
+    pipeline("redundant", &[AllPaths::NAME], RTO_OLDEST),
+    pipeline("blest", &[MinRtt::NAME, Blest::NAME], RTO_OLDEST),
+    pipeline("ecf", &[MinRtt::NAME, Ecf::NAME], RTO_OLDEST),
+    pipeline("single-path", &[PinUser::NAME, MinRtt::NAME], RTO_OLDEST),
+    // HRSCH (POLYCORN §4) and its ablations, one HRSCH mechanism added to
+    // MPTCP's minRTT each (super::hrsch).
+    pipeline("hrsch", &[HofReject::NAME, MinRtt::NAME, TailReject::NAME, IdleInject::NAME], EXTENDED_K3),
+    pipeline("minrtt+hpr", &[HofReject::NAME, MinRtt::NAME], RTO_OLDEST),
+    pipeline("minrtt+tpr", &[MinRtt::NAME, TailReject::NAME], RTO_OLDEST),
+    pipeline("minrtt+ori", &[MinRtt::NAME, IdleInject::NAME], RTO_OLDEST),
+    pipeline("minrtt+er", &[MinRtt::NAME], EXTENDED_K3),
+    // Head-of-line recovery (super::hol) on top of minrtt, one mechanism
+    // each and all three, and inside HRSCH.
+    pipeline("minrtt+opp", &[MinRtt::NAME, OppReinject::NAME], RTO_OLDEST),
+    pipeline("minrtt+pen", &[MinRtt::NAME, Penalise::NAME], RTO_OLDEST),
+    pipeline("minrtt+stale", &[StaleFilter::NAME, MinRtt::NAME], RTO_OLDEST),
+    pipeline("minrtt+hol", &[StaleFilter::NAME, MinRtt::NAME, OppReinject::NAME, Penalise::NAME], RTO_OLDEST),
+    pipeline(
+        "hrsch+hol",
+        &[
+            HofReject::NAME,
+            StaleFilter::NAME,
+            MinRtt::NAME,
+            TailReject::NAME,
+            IdleInject::NAME,
+            OppReinject::NAME,
+            Penalise::NAME,
+        ],
+        EXTENDED_K3,
+    ),
+    pipeline(
+        "hrsch+stale",
+        &[HofReject::NAME, StaleFilter::NAME, MinRtt::NAME, TailReject::NAME, IdleInject::NAME],
+        EXTENDED_K3,
+    ),
+    // Not in the paper: the tail rule before minrtt, so that a tail packet
+    // takes the faster carrier when minrtt would pick a lower-RTT but
+    // slower one, and the tail's copies on the quickest carrier once the
+    // last packet is placed.
+    pipeline(
+        "hrsch+",
+        &[HofReject::NAME, StaleFilter::NAME, TailFilter::NAME, MinRtt::NAME, IdleInject::NAME, TailReinject::NAME],
+        EXTENDED_K3,
+    ),
+];
+
+/// The names of the built-in compositions, in [`BUILTIN_PIPELINES`]' order.
+pub fn builtin_pipeline_names() -> impl Iterator<Item = &'static str> {
+    BUILTIN_PIPELINES.iter().map(|p| p.name)
+}
 
 /// Everything that can be composed.
 pub struct Registry {
@@ -117,6 +255,11 @@ impl<'a> ParamReader<'a> {
         Ok(ParamReader { owner, params, accepted })
     }
 
+    /// No parameter was given: every one takes its default.
+    pub fn is_empty(&self) -> bool {
+        self.params.is_empty()
+    }
+
     /// A parameter with a default, checked against `range`.
     pub fn get(
         &self,
@@ -128,30 +271,24 @@ impl<'a> ParamReader<'a> {
         debug_assert!(self.accepted.contains(&name));
         let v = self.params.get(name).copied().unwrap_or(default);
         if !v.is_finite() || !range.contains(&v) {
-            return Err(ConfigError::BadParam(self.owner.into(), name.into(), v, what));
+            return Err(self.bad(name, v, what));
         }
         Ok(v)
     }
-}
 
-fn no_params(name: &str, p: &Params) -> Result<(), ConfigError> {
-    ParamReader::new(name, p, &[]).map(|_| ())
-}
-
-/// The tail rule's parameters, shared by `tail-reject` and `tail-filter`
-/// (`owner`): `bursts` and `strict`, each 0 or 1.
-fn tail_rule(owner: &'static str, p: &Params) -> Result<TailReject, ConfigError> {
-    let r = ParamReader::new(owner, p, &["bursts", "strict"])?;
-    let flag = |name: &str, what: &'static str| -> Result<bool, ConfigError> {
-        let v = r.get(name, 0.0, 0.0..=1.0, what)?;
+    /// A switch: 0 (off, the default) or 1; `what` says what each means.
+    pub fn flag(&self, name: &str, what: &'static str) -> Result<bool, ConfigError> {
+        let v = self.get(name, 0.0, 0.0..=1.0, what)?;
         if v != 0.0 && v != 1.0 {
-            return Err(ConfigError::BadParam(owner.into(), name.into(), v, "0 or 1"));
+            return Err(self.bad(name, v, "0 or 1"));
         }
         Ok(v == 1.0)
-    };
-    let bursts = flag("bursts", "0 (FIN only, the paper's) or 1 (also burst ends)")?;
-    let strict = flag("strict", "0 (T+ relaxed by 1 + rttvar/srtt, the paper's) or 1 (not relaxed)")?;
-    Ok(TailReject { bursts, strict, ..TailReject::default() })
+    }
+
+    /// The error for parameter `name` = `value`, which is not `what`.
+    pub fn bad(&self, name: &str, value: f64, what: &'static str) -> ConfigError {
+        ConfigError::BadParam(self.owner.into(), name.into(), value, what)
+    }
 }
 
 impl Registry {
@@ -160,143 +297,29 @@ impl Registry {
         Registry { lets: HashMap::new(), reinjectors: HashMap::new(), pipelines: BTreeMap::new() }
     }
 
-    /// The built-in schedulerlets and compositions.
+    /// The built-in schedulerlets, reinjection handlers and compositions.
     pub fn with_builtins() -> Self {
         let mut r = Registry::empty();
-        r.register_schedulerlet("minrtt", |p| no_params("minrtt", p).map(|_| Box::new(MinRtt) as _));
-        r.register_schedulerlet("roundrobin", |p| {
-            no_params("roundrobin", p).map(|_| Box::new(RoundRobin::default()) as _)
-        });
-        r.register_schedulerlet("all-paths", |p| no_params("all-paths", p).map(|_| Box::new(AllPaths) as _));
-        r.register_schedulerlet("pin-user", |p| no_params("pin-user", p).map(|_| Box::new(PinUser::default()) as _));
-        r.register_schedulerlet("pin-path", |p| {
-            let r = ParamReader::new("pin-path", p, &["path"])?;
-            let path = r.get("path", 0.0, 0.0..=(crate::MAX_PATHS - 1) as f64, "a path id")?;
-            Ok(Box::new(PinPath { path: crate::PathId(path as u8) }) as _)
-        });
-        r.register_schedulerlet("blest", |p| {
-            let r = ParamReader::new("blest", p, &["lambda"])?;
-            Ok(Box::new(Blest { lambda: r.get("lambda", 1.0, 0.01..=100.0, "0.01..=100")? }) as _)
-        });
-        r.register_schedulerlet("ecf", |p| {
-            let r = ParamReader::new("ecf", p, &["beta"])?;
-            Ok(Box::new(Ecf::new(r.get("beta", 0.25, 0.0..=10.0, "0..=10")?)) as _)
-        });
-        r.register_schedulerlet("hof-reject", |p| {
-            let r = ParamReader::new("hof-reject", p, &["gps_error_m", "max_hold_s"])?;
-            let e = r.get("gps_error_m", 20.0, 0.0..=10_000.0, "0..=10000")?;
-            let hold = r.get("max_hold_s", 10.0, 0.1..=3600.0, "0.1..=3600")?;
-            Ok(Box::new(HofReject::new(e, std::time::Duration::from_secs_f64(hold))) as _)
-        });
-        r.register_schedulerlet("tail-reject", |p| tail_rule("tail-reject", p).map(|t| Box::new(t) as _));
-        r.register_schedulerlet("tail-filter", |p| {
-            tail_rule("tail-filter", p).map(|rule| Box::new(TailFilter { rule, ..TailFilter::default() }) as _)
-        });
-        r.register_schedulerlet("idle-inject", |p| {
-            let r = ParamReader::new("idle-inject", p, &["alpha", "beta", "tau", "revive_unavailable"])?;
-            let alpha = r.get("alpha", 1.0, 0.0..=3600.0, "0..=3600 (seconds)")?;
-            let beta = r.get("beta", IdleInject::DEFAULT_BETA_BYTES as f64, 0.0..=1e12, "0..=1e12 (bytes)")?;
-            let tau = r.get("tau", 16.0, 0.0..=65_536.0, "0..=65536 (MSS-sized units of 1448 bytes)")?;
-            let revive = r.get("revive_unavailable", 0.0, 0.0..=1.0, "0 or 1")?;
-            if revive != 0.0 && revive != 1.0 {
-                return Err(ConfigError::BadParam("idle-inject".into(), "revive_unavailable".into(), revive, "0 or 1"));
-            }
-            Ok(Box::new(IdleInject::new(
-                std::time::Duration::from_secs_f64(alpha),
-                beta as u64,
-                tau as u32,
-                revive == 1.0,
-            )) as _)
-        });
-        r.register_schedulerlet("opp-reinject", |p| {
-            no_params("opp-reinject", p).map(|_| Box::new(OppReinject::default()) as _)
-        });
-        r.register_schedulerlet("penalise", |p| no_params("penalise", p).map(|_| Box::new(Penalise::default()) as _));
-        r.register_schedulerlet("tail-reinject", |p| {
-            no_params("tail-reinject", p).map(|_| Box::new(TailReinject::default()) as _)
-        });
-        r.register_schedulerlet("stale-filter", |p| {
-            // Without parameters the endpoint's path configuration decides
-            // when a path is stale (2 x SRTT, at least 300 ms); with either,
-            // the other takes that default.
-            let r = ParamReader::new("stale-filter", p, &["srtt_factor", "min_ms"])?;
-            let threshold = if p.is_empty() {
-                None
-            } else {
-                let d = crate::path::PathConfig::default().stale_threshold();
-                let factor = r.get("srtt_factor", f64::from(d.srtt_factor), 1.0..=16.0, "an integer from 1 to 16")?;
-                if factor.fract() != 0.0 {
-                    return Err(ConfigError::BadParam(
-                        "stale-filter".into(),
-                        "srtt_factor".into(),
-                        factor,
-                        "an integer from 1 to 16",
-                    ));
-                }
-                let min_ms = r.get("min_ms", d.min.as_secs_f64() * 1e3, 10.0..=60_000.0, "10 to 60000 ms")?;
-                Some(StaleThreshold {
-                    srtt_factor: factor as u32,
-                    min: std::time::Duration::from_secs_f64(min_ms / 1e3),
-                })
-            };
-            Ok(Box::new(StaleFilter { threshold, ..StaleFilter::default() }) as _)
-        });
-        r.register_reinjection("none", |p| no_params("none", p).map(|_| Box::new(NoReinjection) as _));
-        r.register_reinjection("rto-oldest", |p| no_params("rto-oldest", p).map(|_| Box::new(RtoOldest) as _));
-        r.register_reinjection("extended", |p| {
-            let r = ParamReader::new("extended", p, &["k"])?;
-            Ok(Box::new(Extended { k: r.get("k", 3.0, 1.0..=64.0, "1..=64")? as u32 }) as _)
-        });
-        let comp = |lets: &[&str]| PipelineSpec {
-            schedulerlets: lets.iter().map(|n| SchedulerletSpec::named(n)).collect(),
-            reinjection: SchedulerletSpec::named("rto-oldest"),
-        };
-        r.register_pipeline("minrtt", comp(&["minrtt"]));
-        r.register_pipeline("roundrobin", comp(&["roundrobin"]));
-        r.register_pipeline("redundant", comp(&["all-paths"]));
-        r.register_pipeline("blest", comp(&["minrtt", "blest"]));
-        r.register_pipeline("ecf", comp(&["minrtt", "ecf"]));
-        r.register_pipeline("single-path", comp(&["pin-user", "minrtt"]));
-        let extended = |lets: &[&str]| PipelineSpec {
-            reinjection: SchedulerletSpec { name: "extended".into(), params: Params::from([("k".into(), 3.0)]) },
-            ..comp(lets)
-        };
-        r.register_pipeline("hrsch", extended(&["hof-reject", "minrtt", "tail-reject", "idle-inject"]));
-        r.register_pipeline("minrtt+hpr", comp(&["hof-reject", "minrtt"]));
-        r.register_pipeline("minrtt+tpr", comp(&["minrtt", "tail-reject"]));
-        r.register_pipeline("minrtt+ori", comp(&["minrtt", "idle-inject"]));
-        r.register_pipeline("minrtt+er", extended(&["minrtt"]));
-        // Head-of-line recovery (super::hol) on top of minrtt, one mechanism
-        // each and all three, and inside HRSCH.
-        r.register_pipeline("minrtt+opp", comp(&["minrtt", "opp-reinject"]));
-        r.register_pipeline("minrtt+pen", comp(&["minrtt", "penalise"]));
-        r.register_pipeline("minrtt+stale", comp(&["stale-filter", "minrtt"]));
-        r.register_pipeline("minrtt+hol", comp(&["stale-filter", "minrtt", "opp-reinject", "penalise"]));
-        r.register_pipeline(
-            "hrsch+stale",
-            extended(&["hof-reject", "stale-filter", "minrtt", "tail-reject", "idle-inject"]),
-        );
-        // Not in the paper: the tail rule before minrtt, so that a
-        // tail packet takes the faster carrier when minrtt would pick a
-        // lower-RTT but slower one, and the tail's copies on the quickest
-        // carrier once the last packet is placed.
-        r.register_pipeline(
-            "hrsch+",
-            extended(&["hof-reject", "stale-filter", "tail-filter", "minrtt", "idle-inject", "tail-reinject"]),
-        );
-        r.register_pipeline(
-            "hrsch+hol",
-            extended(&[
-                "hof-reject",
-                "stale-filter",
-                "minrtt",
-                "tail-reject",
-                "idle-inject",
-                "opp-reinject",
-                "penalise",
-            ]),
-        );
+        for &(name, f) in SCHEDULERLETS {
+            r.register_schedulerlet(name, f);
+        }
+        for &(name, f) in REINJECTION_HANDLERS {
+            r.register_reinjection(name, f);
+        }
+        for p in BUILTIN_PIPELINES {
+            r.register_pipeline(p.name, p.spec());
+        }
         r
+    }
+
+    /// Register `T` under its [`FromParams::NAME`].
+    pub fn add_schedulerlet<T: FromParams + Schedulerlet + 'static>(&mut self) {
+        self.register_schedulerlet(T::NAME, boxed_let::<T>);
+    }
+
+    /// Register `T` under its [`FromParams::NAME`].
+    pub fn add_reinjection<T: FromParams + ReinjectionHandler + 'static>(&mut self) {
+        self.register_reinjection(T::NAME, boxed_reinjection::<T>);
     }
 
     pub fn register_schedulerlet(
@@ -321,6 +344,12 @@ impl Registry {
 
     pub fn schedulerlet_names(&self) -> Vec<String> {
         let mut v: Vec<String> = self.lets.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    pub fn reinjection_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.reinjectors.keys().cloned().collect();
         v.sort();
         v
     }
@@ -354,9 +383,7 @@ impl Registry {
             lets.push(f(&s.params)?);
         }
         let rf = self.reinjectors.get(&spec.reinjection.name).ok_or_else(|| {
-            let mut known: Vec<_> = self.reinjectors.keys().cloned().collect();
-            known.sort();
-            ConfigError::UnknownReinjection(spec.reinjection.name.clone(), known.join(", "))
+            ConfigError::UnknownReinjection(spec.reinjection.name.clone(), self.reinjection_names().join(", "))
         })?;
         Ok(Pipeline::new(name, lets, rf(&spec.reinjection.params)?))
     }
@@ -383,28 +410,50 @@ mod tests {
     }
 
     #[test]
-    fn every_builtin_composition_builds() {
+    fn every_builtin_composition_builds_under_its_name() {
         let r = Registry::with_builtins();
-        for name in [
-            "minrtt",
-            "roundrobin",
-            "redundant",
-            "blest",
-            "ecf",
-            "single-path",
-            "hrsch",
-            "minrtt+hpr",
-            "minrtt+tpr",
-            "minrtt+ori",
-            "minrtt+er",
-            "hrsch+stale",
-            "hrsch+hol",
-            "hrsch+",
-        ] {
-            let p = r.build(name).unwrap();
-            assert_eq!(p.name(), name);
+        for b in BUILTIN_PIPELINES {
+            let p = r.build(b.name).unwrap();
+            assert_eq!(p.name(), b.name);
+            assert_eq!(p.schedulerlet_names(), b.schedulerlets, "{}", b.name);
         }
+        let mut names: Vec<String> = builtin_pipeline_names().map(String::from).collect();
+        names.sort();
+        assert_eq!(names, r.pipeline_names(), "one entry per name");
+        assert!(builtin_pipeline_names().any(|n| n == DEFAULT_PIPELINE));
         assert_eq!(r.build("blest").unwrap().schedulerlet_names(), vec!["minrtt", "blest"]);
+    }
+
+    #[test]
+    fn every_builtin_answers_to_the_name_it_is_registered_under() {
+        for &(name, build) in SCHEDULERLETS {
+            assert_eq!(build(&Params::new()).unwrap().name(), name);
+        }
+        for &(name, build) in REINJECTION_HANDLERS {
+            assert_eq!(build(&Params::new()).unwrap().name(), name);
+        }
+        let r = Registry::with_builtins();
+        assert_eq!(r.schedulerlet_names().len(), SCHEDULERLETS.len(), "no name twice");
+        assert_eq!(r.reinjection_names().len(), REINJECTION_HANDLERS.len(), "no name twice");
+        let e = r.build_spec(
+            "x",
+            &PipelineSpec {
+                reinjection: SchedulerletSpec::named("nope"),
+                ..r.pipeline_spec("minrtt").unwrap().clone()
+            },
+        );
+        assert!(e.unwrap_err().to_string().ends_with("known: extended, none, rto-oldest"));
+    }
+
+    /// docs/schedulerlets.md has a row for every built-in composition (what
+    /// it is for; `--list-schedulers` prints the names).
+    #[test]
+    fn every_builtin_composition_is_documented() {
+        let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/schedulerlets.md");
+        let doc = std::fs::read_to_string(doc).unwrap();
+        for name in builtin_pipeline_names() {
+            assert!(doc.contains(&format!("\n| `{name}` |")), "docs/schedulerlets.md has no row for `{name}`");
+        }
     }
 
     #[test]
@@ -453,9 +502,15 @@ mod tests {
     fn a_user_schedulerlet_composes_with_builtins() {
         use super::super::{Context, Kind, PathSets};
         struct OnlyEven;
+        impl FromParams for OnlyEven {
+            const NAME: &'static str = "only-even";
+            fn from_params(_: &ParamReader<'_>) -> Result<Self, ConfigError> {
+                Ok(OnlyEven)
+            }
+        }
         impl Schedulerlet for OnlyEven {
             fn name(&self) -> &'static str {
-                "only-even"
+                Self::NAME
             }
             fn kind(&self) -> Kind {
                 Kind::CandidateFilter
@@ -469,12 +524,13 @@ mod tests {
             }
         }
         let mut r = Registry::with_builtins();
-        r.register_schedulerlet("only-even", |_| Ok(Box::new(OnlyEven) as _));
+        r.add_schedulerlet::<OnlyEven>();
         let spec = PipelineSpec {
-            schedulerlets: vec![SchedulerletSpec::named("only-even"), SchedulerletSpec::named("minrtt")],
-            reinjection: SchedulerletSpec::named("none"),
+            schedulerlets: vec![SchedulerletSpec::named(OnlyEven::NAME), SchedulerletSpec::named(MinRtt::NAME)],
+            reinjection: SchedulerletSpec::named(NoReinjection::NAME),
         };
         r.register_pipeline("even-minrtt", spec);
+        assert!(!builtin_pipeline_names().any(|n| n == "even-minrtt"), "registered, not built in");
         let mut p = r.build("even-minrtt").unwrap();
         let paths = [super::super::test_support::view(0, 50), super::super::test_support::view(1, 10)];
         let pkt = super::super::test_support::packet();

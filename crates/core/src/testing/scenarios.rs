@@ -5,11 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::sched::{PipelineSpec, Registry, SchedulerletSpec};
+use crate::sched::{builtin_pipeline_names, PipelineSpec, Registry, SchedulerletSpec};
 use crate::PathId;
 
 const MB: u64 = 1_000_000;
-const BUILTINS: [&str; 6] = ["minrtt", "roundrobin", "redundant", "blest", "ecf", "single-path"];
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
@@ -26,7 +25,7 @@ fn two_paths() -> Vec<PathSpec> {
 
 #[test]
 fn every_builtin_scheduler_delivers_a_megabyte_each_way_intact() {
-    for name in BUILTINS {
+    for name in builtin_pipeline_names() {
         let mut h = Harness::new(name, two_paths(), 1);
         h.open(ConnSpec::new(1).upload(MB).download(MB));
         let r = h.run_until(secs(60));
@@ -70,7 +69,7 @@ fn a_three_second_blackout_mid_transfer_only_delays_it() {
         r.conns[0].completion.unwrap()
     };
     assert!(base > secs(1), "the blackout must fall mid-transfer (took {base:?})");
-    for name in BUILTINS {
+    for name in builtin_pipeline_names() {
         let mut paths = two_paths();
         paths[0] = paths[0].clone().with_blackout(secs(1), secs(4));
         let mut h = Harness::new(name, paths, 3);
@@ -87,7 +86,7 @@ fn a_three_second_blackout_mid_transfer_only_delays_it() {
 
 #[test]
 fn killing_a_path_mid_transfer_loses_nothing() {
-    for name in BUILTINS {
+    for name in builtin_pipeline_names() {
         for revive in [None, Some(secs(2))] {
             let mut paths = two_paths();
             paths[0] = paths[0].clone().with_kill(ms(700), revive);
@@ -125,7 +124,7 @@ fn a_path_silent_past_dead_after_is_closed_and_reconnected() {
 
 #[test]
 fn lossy_paths_deliver_everything_intact() {
-    for name in BUILTINS {
+    for name in builtin_pipeline_names() {
         let paths = vec![PathSpec::rate(2 * MB, ms(20)).with_loss(0.02), PathSpec::rate(MB, ms(60)).with_loss(0.05)];
         let mut h = Harness::new(name, paths, 6);
         h.open(ConnSpec::new(1).upload(MB).download(2 * MB));
