@@ -76,8 +76,18 @@ fn connections_beyond_the_handshake_cap_are_closed_at_once_and_counted() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (_proxy, listen, metrics) = start(dir.path(), Stdio::null());
-    // That probe connection took a handshake slot for up to 10 s; hold 64
-    // more that never speak TLS.
+    // The readiness probe's connection took a slot until the proxy saw it
+    // close; wait for that (its failed handshake is counted), or its slot
+    // could come free between the extra connections below and hold one.
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while get(metrics, "/metrics")
+        .and_then(|text| counter(&text, "polycorn_proxy_subflows_refused_total"))
+        .is_none_or(|n| n < 1.0)
+    {
+        assert!(Instant::now() < give_up, "the probe's handshake never ended");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Hold every slot with connections that never speak TLS.
     let mut held = Vec::new();
     for _ in 0..64 {
         held.push(TcpStream::connect(listen).unwrap());
