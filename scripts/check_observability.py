@@ -411,48 +411,67 @@ JOB_MATCHER = re.compile(r'job=~?"([^"]+)"')
 
 
 def check_alerts(rules: list[Path], tests: list[Path], scrape_config: Path) -> list[str]:
-    problems: list[str] = []
-    alerts: dict[str, dict[str, Any]] = {}
-    for path in rules:
-        for g in yaml.safe_load(path.read_text()).get("groups", []):
-            for r in g.get("rules", []):
-                if "alert" in r:
-                    alerts[r["alert"]] = r
-    firing: set[str] = set()
-    quiet: set[str] = set()
-    for path in tests:
-        for t in yaml.safe_load(path.read_text()).get("tests", []):
-            for case in t.get("alert_rule_test", []):
-                (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
+    alerts = read_alerts(rules)
+    firing, quiet = tested_alerts(tests)
     jobs = {
         c["job_name"] for c in yaml.safe_load(scrape_config.read_text()).get("scrape_configs", [])
     }
+    problems: list[str] = []
     for name, r in sorted(alerts.items()):
-        labels, ann = r.get("labels", {}), r.get("annotations", {})
-        if labels.get("severity") not in SEVERITIES:
-            problems.append(
-                f"{name}: severity {labels.get('severity')!r} not in {sorted(SEVERITIES)}"
-            )
-        for key in ("summary", "description"):
-            if not ann.get(key):
-                problems.append(f"{name}: no {key} annotation")
-        want = f"docs/operations.md#{name.lower()}"
-        if ann.get("runbook_url") != want:
-            problems.append(f"{name}: runbook_url {ann.get('runbook_url')!r} is not {want!r}")
+        problems += annotation_problems(name, r)
         if name not in firing:
             problems.append(f"{name}: no promtool test where it fires")
         if name not in quiet:
             problems.append(f"{name}: no promtool test where it must stay quiet")
-        for m in JOB_MATCHER.findall(str(r["expr"])):
-            for job in m.split("|"):
-                if job not in jobs:
-                    problems.append(f"{name}: job {job!r} is not scraped by {scrape_config.name}")
+        problems += [
+            f"{name}: job {job!r} is not scraped by {scrape_config.name}"
+            for m in JOB_MATCHER.findall(str(r["expr"]))
+            for job in m.split("|")
+            if job not in jobs
+        ]
     for name in sorted((firing | quiet) - set(alerts)):
         problems.append(f"tests name an alert the rules do not have: {name}")
     print(
         f"alerts: {len(alerts)} alerts, {len(firing & set(alerts))} with a firing test, "
         f"{len(quiet & set(alerts))} with a quiet test; jobs scraped: {sorted(jobs)}"
     )
+    return problems
+
+
+def read_alerts(rules: list[Path]) -> dict[str, dict[str, Any]]:
+    """Alert name -> its rule, from Prometheus rule files."""
+    alerts: dict[str, dict[str, Any]] = {}
+    for path in rules:
+        for g in yaml.safe_load(path.read_text()).get("groups", []):
+            for r in g.get("rules", []):
+                if "alert" in r:
+                    alerts[r["alert"]] = r
+    return alerts
+
+
+def tested_alerts(tests: list[Path]) -> tuple[set[str], set[str]]:
+    """The alerts promtool unit tests expect to fire, and those they expect quiet."""
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for path in tests:
+        for t in yaml.safe_load(path.read_text()).get("tests", []):
+            for case in t.get("alert_rule_test", []):
+                (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
+    return firing, quiet
+
+
+def annotation_problems(name: str, r: dict[str, Any]) -> list[str]:
+    """An alert rule's severity label, summary and description, and runbook anchor."""
+    problems: list[str] = []
+    labels, ann = r.get("labels", {}), r.get("annotations", {})
+    if labels.get("severity") not in SEVERITIES:
+        problems.append(f"{name}: severity {labels.get('severity')!r} not in {sorted(SEVERITIES)}")
+    for key in ("summary", "description"):
+        if not ann.get(key):
+            problems.append(f"{name}: no {key} annotation")
+    want = f"docs/operations.md#{name.lower()}"
+    if ann.get("runbook_url") != want:
+        problems.append(f"{name}: runbook_url {ann.get('runbook_url')!r} is not {want!r}")
     return problems
 
 
@@ -475,25 +494,6 @@ def check_dashboards(
 ) -> list[str]:
     problems: list[str] = []
     uids: dict[str, str] = {}
-
-    def ds_ok(where: str, ds: Any) -> None:
-        if ds is None:
-            return
-        if not isinstance(ds, dict):
-            problems.append(f"{where}: datasource {ds!r} is not a {{type, uid}} reference")
-            return
-        uid = ds.get("uid")
-        if uid in GRAFANA_BUILTIN_DS:
-            return
-        if uid not in datasources:
-            problems.append(
-                f"{where}: datasource uid {uid!r} is not provisioned (have {sorted(datasources)})"
-            )
-        elif ds.get("type") not in (None, datasources[uid]):
-            problems.append(
-                f"{where}: datasource {uid!r} has type {datasources[uid]!r}, not {ds.get('type')!r}"
-            )
-
     for path in paths:
         d = json.loads(path.read_text())
         uid = d.get("uid")
@@ -509,36 +509,66 @@ def check_dashboards(
             problems.append(
                 f"{path.name}: schemaVersion {d.get('schemaVersion')} is not {schema_version}"
             )
-        ids: set[Any] = set()
-        boxes: list[tuple[str, int, int, int, int]] = []
-        for p in panels_of(d):
-            where = f"{path.name}: panel {p.get('id')} {p.get('title')!r}"
-            if p.get("id") in ids:
-                problems.append(f"{where}: duplicate panel id")
-            ids.add(p.get("id"))
-            ds_ok(where, p.get("datasource"))
-            for t in p.get("targets", []):
-                ds_ok(f"{where} target {t.get('refId')}", t.get("datasource"))
-                if not t.get("refId"):
-                    problems.append(f"{where}: a target without refId")
-            refs = [t.get("refId") for t in p.get("targets", [])]
-            if len(refs) != len(set(refs)):
-                problems.append(f"{where}: duplicate refIds {refs}")
-            g = p.get("gridPos")
-            if not g:
-                problems.append(f"{where}: no gridPos")
-                continue
-            x, y, w, h = g["x"], g["y"], g["w"], g["h"]
-            if x < 0 or y < 0 or w < 1 or h < 1 or x + w > 24:
-                problems.append(f"{where}: gridPos {g} is outside the 24-column grid")
-            for other, ox, oy, ow, oh in boxes:
-                if x < ox + ow and ox < x + w and y < oy + oh and oy < y + h:
-                    problems.append(f"{where}: overlaps {other}")
-            boxes.append((where, x, y, w, h))
+        problems += panel_problems(path.name, d, datasources)
         for v in d.get("templating", {}).get("list", []):
-            ds_ok(f"{path.name}: variable {v.get('name')}", v.get("datasource"))
+            problems += datasource_problems(
+                f"{path.name}: variable {v.get('name')}", v.get("datasource"), datasources
+            )
     print(f"dashboards: {len(paths)} dashboards, datasources provisioned: {datasources}")
     return problems
+
+
+def panel_problems(name: str, d: dict[str, Any], datasources: dict[str, str]) -> list[str]:
+    """A dashboard's panels: unique ids, their targets' datasources and refIds, and a
+    place on the 24-column grid that no other panel takes."""
+    problems: list[str] = []
+    ids: set[Any] = set()
+    boxes: list[tuple[str, int, int, int, int]] = []
+    for p in panels_of(d):
+        where = f"{name}: panel {p.get('id')} {p.get('title')!r}"
+        if p.get("id") in ids:
+            problems.append(f"{where}: duplicate panel id")
+        ids.add(p.get("id"))
+        problems += datasource_problems(where, p.get("datasource"), datasources)
+        for t in p.get("targets", []):
+            problems += datasource_problems(
+                f"{where} target {t.get('refId')}", t.get("datasource"), datasources
+            )
+            if not t.get("refId"):
+                problems.append(f"{where}: a target without refId")
+        refs = [t.get("refId") for t in p.get("targets", [])]
+        if len(refs) != len(set(refs)):
+            problems.append(f"{where}: duplicate refIds {refs}")
+        g = p.get("gridPos")
+        if not g:
+            problems.append(f"{where}: no gridPos")
+            continue
+        x, y, w, h = g["x"], g["y"], g["w"], g["h"]
+        if x < 0 or y < 0 or w < 1 or h < 1 or x + w > 24:
+            problems.append(f"{where}: gridPos {g} is outside the 24-column grid")
+        for other, ox, oy, ow, oh in boxes:
+            if x < ox + ow and ox < x + w and y < oy + oh and oy < y + h:
+                problems.append(f"{where}: overlaps {other}")
+        boxes.append((where, x, y, w, h))
+    return problems
+
+
+def datasource_problems(where: str, ds: Any, datasources: dict[str, str]) -> list[str]:
+    """A datasource reference: absent, Grafana's own, or provisioned with its type."""
+    if ds is None:
+        return []
+    if not isinstance(ds, dict):
+        return [f"{where}: datasource {ds!r} is not a {{type, uid}} reference"]
+    uid = ds.get("uid")
+    if uid in GRAFANA_BUILTIN_DS:
+        return []
+    if uid not in datasources:
+        return [f"{where}: datasource uid {uid!r} is not provisioned (have {sorted(datasources)})"]
+    if ds.get("type") not in (None, datasources[uid]):
+        return [
+            f"{where}: datasource {uid!r} has type {datasources[uid]!r}, not {ds.get('type')!r}"
+        ]
+    return []
 
 
 # ------------------------------------------------------------------ SQL check
@@ -681,7 +711,7 @@ def check_families(committed: Path, live: list[Path], refresh: str | None) -> li
 # ------------------------------------------------------------------ main
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("metrics", help="PromQL metric names vs the services' /metrics")
@@ -714,32 +744,39 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--committed", type=Path, required=True, help="dir of the committed dumps")
     f.add_argument("--refresh", metavar="CMD", help="the command that refreshes them")
     f.add_argument("live", type=Path, nargs="+", help="dumps scraped from the running services")
-    a = p.parse_args(argv)
+    return p
 
+
+def findings(a: argparse.Namespace) -> list[str]:
+    """The problems one checking subcommand finds."""
+    if a.cmd == "metrics":
+        exprs, recorded = rule_exprs(a.rules)
+        exprs += dashboard_exprs(a.dashboards)
+        exported = Exported()
+        for src in a.exposition or []:
+            parse_exposition(read_source(src), exported, src)
+        if a.prometheus:
+            read_prometheus(a.prometheus, exported)
+        return check_metrics(exprs, recorded, exported)
+    if a.cmd == "query":
+        variables = dict(v.split("=", 1) for v in a.var)
+        return check_query(a.dashboards, a.prometheus, variables, a.allow_empty)
+    if a.cmd == "alerts":
+        return check_alerts(a.rules, a.tests, a.scrape_config)
+    if a.cmd == "dashboards":
+        return check_dashboards(a.dashboards, provisioned(a.provisioning), a.schema_version)
+    if a.cmd == "families":
+        return check_families(a.committed, a.live, a.refresh)
+    return check_sql(a.dashboards, a.database_url, a.datasource_uid, a.expect_rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     try:
-        if a.cmd == "metrics":
-            exprs, recorded = rule_exprs(a.rules)
-            exprs += dashboard_exprs(a.dashboards)
-            exported = Exported()
-            for src in a.exposition or []:
-                parse_exposition(read_source(src), exported, src)
-            if a.prometheus:
-                read_prometheus(a.prometheus, exported)
-            problems = check_metrics(exprs, recorded, exported)
-        elif a.cmd == "query":
-            variables = dict(v.split("=", 1) for v in a.var)
-            problems = check_query(a.dashboards, a.prometheus, variables, a.allow_empty)
-        elif a.cmd == "promql-rules":
+        if a.cmd == "promql-rules":
             sys.stdout.write(promql_rules(a.dashboards))
             return 0
-        elif a.cmd == "alerts":
-            problems = check_alerts(a.rules, a.tests, a.scrape_config)
-        elif a.cmd == "dashboards":
-            problems = check_dashboards(a.dashboards, provisioned(a.provisioning), a.schema_version)
-        elif a.cmd == "families":
-            problems = check_families(a.committed, a.live, a.refresh)
-        else:
-            problems = check_sql(a.dashboards, a.database_url, a.datasource_uid, a.expect_rows)
+        problems = findings(a)
     except (CheckError, OSError) as err:
         print(f"check_observability {a.cmd}: {err}", file=sys.stderr)
         return 1

@@ -120,6 +120,11 @@ def check_line(
     names: dict[str, str],
     facts: tuple[set[str], dict[str, set[str]]] | None,
 ) -> list[str]:
+    return path_problems(path, line, files) + note_problems(line, names, facts)
+
+
+def path_problems(path: PurePosixPath, line: str, files: set[str]) -> list[str]:
+    """Paths in one line of ``path`` that lead outside the repository."""
     problems: list[str] = []
     for pattern, why in OUTSIDE:
         for m in pattern.finditer(line):
@@ -133,20 +138,30 @@ def check_line(
     for m in DIRNAME.finditer(line):
         if escapes(path.parent, m.group(1).count("..")):
             problems.append(f"{m.group(0)!r} leaves the repository")
+    return problems
+
+
+def note_problems(
+    line: str, names: dict[str, str], facts: tuple[set[str], dict[str, set[str]]] | None
+) -> list[str]:
+    """Design notes one line cites that the repository lacks, and hsr-facts sections
+    and items that its hsr-facts.md does not have."""
+    problems: list[str] = []
     for m in NOTE.finditer(line):
         name = (m.group(1) or m.group(2)) + ".md"
         if name not in names:
             problems.append(f"cites {name}, which is not in the repository")
-    if facts is not None:
-        found, items = facts
-        for m in CITATION.finditer(line):
-            for sec in (m.group(1), m.group(2)):
-                if sec and sec not in found:
-                    problems.append(f"hsr-facts §{sec}: no such section in {names['hsr-facts.md']}")
-            item = m.group(3)
-            sec = m.group(1)
-            if item and f"{sec}.{item}" not in found and item not in items.get(sec, set()):
-                problems.append(f"hsr-facts §{sec} item {item}: no such item")
+    if facts is None:
+        return problems
+    found, items = facts
+    for m in CITATION.finditer(line):
+        for sec in (m.group(1), m.group(2)):
+            if sec and sec not in found:
+                problems.append(f"hsr-facts §{sec}: no such section in {names['hsr-facts.md']}")
+        item = m.group(3)
+        sec = m.group(1)
+        if item and f"{sec}.{item}" not in found and item not in items.get(sec, set()):
+            problems.append(f"hsr-facts §{sec} item {item}: no such item")
     return problems
 
 

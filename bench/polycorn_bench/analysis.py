@@ -381,37 +381,9 @@ def im_summary(ls: LinkSetRun, schemes: list[str], users: list[int]) -> dict[str
     for scheme in schemes:
         per: dict[str, dict[str, Any]] = {}
         for u in users:
-            pooled: dict[tuple[str, int], list[float]] = defaultdict(list)
-            covs: list[float] = []
-            n_failed = 0
-            n_trips = 0
-            for trip in ls.trips:
-                sr = trip.schemes.get(scheme)
-                if sr is None or u not in sr.im:
-                    continue
-                n_trips += 1
-                by_user: dict[int, list[float]] = defaultdict(list)
-                for m in sr.im[u]:
-                    if m.ok and m.delay_ms is not None:
-                        by_user[m.user].append(m.delay_ms)
-                    else:
-                        n_failed += 1
-                for user, ds in by_user.items():
-                    pooled[(trip.name, user)] = ds
-                _, _, cov, n = im_stats(by_user)
-                if n and math.isfinite(cov):
-                    covs.append(cov)
-            if n_trips == 0:
-                continue
-            mean, p90, _, n_ok = im_stats(pooled)  # type: ignore[arg-type]
-            per[str(u)] = {
-                "n_ok": n_ok,
-                "n_failed": n_failed,
-                "n_trips": n_trips,
-                "mean_ms": finite_or_none(mean),
-                "p90_ms": finite_or_none(p90),
-                "cov": float(np.mean(covs)) if covs else None,
-            }
+            st = _im_users(ls, scheme, u)
+            if st is not None:
+                per[str(u)] = st
         if per:
             out[scheme] = per
     for per in out.values():
@@ -423,6 +395,42 @@ def im_summary(ls: LinkSetRun, schemes: list[str], users: list[int]) -> dict[str
                     for k, f in (("mean", "mean_ms"), ("p90", "p90_ms"), ("cov", "cov"))
                 }
     return out
+
+
+def _im_users(ls: LinkSetRun, scheme: str, u: int) -> dict[str, Any] | None:
+    """One scheme's message delay with ``u`` concurrent users, pooled over the trips that
+    ran it; None if none did."""
+    pooled: dict[tuple[str, int], list[float]] = defaultdict(list)
+    covs: list[float] = []
+    n_failed = 0
+    n_trips = 0
+    for trip in ls.trips:
+        sr = trip.schemes.get(scheme)
+        if sr is None or u not in sr.im:
+            continue
+        n_trips += 1
+        by_user: dict[int, list[float]] = defaultdict(list)
+        for m in sr.im[u]:
+            if m.ok and m.delay_ms is not None:
+                by_user[m.user].append(m.delay_ms)
+            else:
+                n_failed += 1
+        for user, ds in by_user.items():
+            pooled[(trip.name, user)] = ds
+        _, _, cov, n = im_stats(by_user)
+        if n and math.isfinite(cov):
+            covs.append(cov)
+    if n_trips == 0:
+        return None
+    mean, p90, _, n_ok = im_stats(pooled)  # type: ignore[arg-type]
+    return {
+        "n_ok": n_ok,
+        "n_failed": n_failed,
+        "n_trips": n_trips,
+        "mean_ms": finite_or_none(mean),
+        "p90_ms": finite_or_none(p90),
+        "cov": float(np.mean(covs)) if covs else None,
+    }
 
 
 def size_labels(run: Run) -> list[str]:

@@ -298,86 +298,111 @@ def capacity_share(
         mine = [b for b in backlogs if b.scheme == scheme and b.trip in carriers]
         if not mine:
             continue
-        n_carriers = max(len(carriers[b.trip]) for b in mine)
-        per_carrier: list[dict[str, list[float]]] = [{} for _ in range(n_carriers)]
-        total: dict[str, list[float]] = {}
-        goodput: dict[str, list[float]] = {}
-        trips: list[dict[str, Any]] = []
-        for b in mine:
-            cs = carriers[b.trip]
-            payload = sum(carrier_capacity_mbps(c, b.rec.start_ms, b.rec.end_ms) for c in cs)
-            g_share = b.rec.goodput_mbps / payload if payload > 0 else None
-            if g_share is not None:
-                goodput.setdefault(b.trip, []).append(g_share)
-            entry: dict[str, Any] = {
-                "trip": b.trip,
-                "id": b.rec.id,
-                "goodput_mbps": b.rec.goodput_mbps,
-                "capacity_mbps": payload,
-                "goodput_share": g_share,
-                "window_ms": None,
-                "carriers": None,
-                "total": None,
-            }
-            trips.append(entry)
-            got = samples.get((b.trip, scheme), [])
-            if len(got) < 2 or len(got[0].rx_bytes) != len(cs) or len(got[-1].rx_bytes) != len(cs):
-                missing = True
-                continue
-            first, last = got[0], got[-1]
-            if last.t_ms <= first.t_ms:
-                issues.add("carrier counters without a window", f"{ls.name}/{b.trip}/{scheme}")
-                continue
-            span = last.t_ms - first.t_ms
-            rows = []
-            sent_sum = cap_sum = 0.0
-            for k, c in enumerate(cs):
-                sent = float(last.rx_bytes[k] - first.rx_bytes[k])
-                cap = float(
-                    carrier_opportunities(c, first.t_ms, last.t_ms) * WIRE_BYTES_PER_OPPORTUNITY
-                )
-                share = sent / cap if cap > 0 else None
-                rows.append(
-                    {
-                        "delivered_mbps": sent * 8 / span / 1000,
-                        "capacity_mbps": cap * 8 / span / 1000,
-                        "share": share,
-                    }
-                )
-                if share is not None:
-                    per_carrier[k].setdefault(b.trip, []).append(share)
-                sent_sum += sent
-                cap_sum += cap
-            entry["window_ms"] = [first.t_ms, last.t_ms]
-            entry["carriers"] = rows
-            entry["total"] = sent_sum / cap_sum if cap_sum > 0 else None
-            if entry["total"] is not None:
-                total.setdefault(b.trip, []).append(entry["total"])
-        # The queueing the scheme added at each carrier's bottleneck, over the trip.
-        queue_p95: dict[str, list[float]] = {}
-        for trip in ls.trips:
-            mine_run = trip.schemes.get(scheme)
-            if mine_run is not None and trip.name in carriers:
-                for k, (_, p95) in mine_run.queue_delay_ms.items():
-                    queue_p95.setdefault(str(k), []).append(p95)
-        out[scheme] = {
-            "queue_delay_p95_ms": {
-                k: trip_mean_interval([[v] for v in vs]) for k, vs in sorted(queue_p95.items())
-            }
-            or None,
-            "carriers": {
-                str(k): trip_mean_interval(list(g.values())) for k, g in enumerate(per_carrier)
-            }
-            if any(per_carrier)
-            else None,
-            "total": trip_mean_interval(list(total.values())) if total else None,
-            "goodput_share": trip_mean_interval(list(goodput.values())),
-            "own_carrier": own_carrier(scheme),
-            "trips": trips,
-        }
+        out[scheme], scheme_missing = _scheme_share(
+            ls, scheme, mine, carriers=carriers, samples=samples, issues=issues
+        )
+        missing = missing or scheme_missing
     if not out:
         return None, None
     return out, CAPACITY_SHARE_NOTE if missing else None
+
+
+def _scheme_share(
+    ls: LinkSetRun,
+    scheme: str,
+    mine: list[BacklogRun],
+    *,
+    carriers: dict[str, list[Carrier]],
+    samples: dict[tuple[str, str], list[CarrierSample]],
+    issues: Issues,
+) -> tuple[dict[str, Any], bool]:
+    """One scheme's entry of :func:`capacity_share` from its backlog runs, and whether some
+    run had no carrier counters."""
+    n_carriers = max(len(carriers[b.trip]) for b in mine)
+    per_carrier: list[dict[str, list[float]]] = [{} for _ in range(n_carriers)]
+    total: dict[str, list[float]] = {}
+    goodput: dict[str, list[float]] = {}
+    trips: list[dict[str, Any]] = []
+    missing = False
+    for b in mine:
+        cs = carriers[b.trip]
+        payload = sum(carrier_capacity_mbps(c, b.rec.start_ms, b.rec.end_ms) for c in cs)
+        g_share = b.rec.goodput_mbps / payload if payload > 0 else None
+        if g_share is not None:
+            goodput.setdefault(b.trip, []).append(g_share)
+        entry: dict[str, Any] = {
+            "trip": b.trip,
+            "id": b.rec.id,
+            "goodput_mbps": b.rec.goodput_mbps,
+            "capacity_mbps": payload,
+            "goodput_share": g_share,
+            "window_ms": None,
+            "carriers": None,
+            "total": None,
+        }
+        trips.append(entry)
+        got = samples.get((b.trip, scheme), [])
+        if len(got) < 2 or len(got[0].rx_bytes) != len(cs) or len(got[-1].rx_bytes) != len(cs):
+            missing = True
+            continue
+        first, last = got[0], got[-1]
+        if last.t_ms <= first.t_ms:
+            issues.add("carrier counters without a window", f"{ls.name}/{b.trip}/{scheme}")
+            continue
+        rows, entry["total"] = _carrier_rows(cs, first, last)
+        entry["window_ms"] = [first.t_ms, last.t_ms]
+        entry["carriers"] = rows
+        for k, row in enumerate(rows):
+            if row["share"] is not None:
+                per_carrier[k].setdefault(b.trip, []).append(row["share"])
+        if entry["total"] is not None:
+            total.setdefault(b.trip, []).append(entry["total"])
+    # The queueing the scheme added at each carrier's bottleneck, over the trip.
+    queue_p95: dict[str, list[float]] = {}
+    for trip in ls.trips:
+        mine_run = trip.schemes.get(scheme)
+        if mine_run is not None and trip.name in carriers:
+            for k, (_, p95) in mine_run.queue_delay_ms.items():
+                queue_p95.setdefault(str(k), []).append(p95)
+    share = {
+        "queue_delay_p95_ms": {
+            k: trip_mean_interval([[v] for v in vs]) for k, vs in sorted(queue_p95.items())
+        }
+        or None,
+        "carriers": {
+            str(k): trip_mean_interval(list(g.values())) for k, g in enumerate(per_carrier)
+        }
+        if any(per_carrier)
+        else None,
+        "total": trip_mean_interval(list(total.values())) if total else None,
+        "goodput_share": trip_mean_interval(list(goodput.values())),
+        "own_carrier": own_carrier(scheme),
+        "trips": trips,
+    }
+    return share, missing
+
+
+def _carrier_rows(
+    cs: list[Carrier], first: CarrierSample, last: CarrierSample
+) -> tuple[list[dict[str, float | None]], float | None]:
+    """Each carrier's delivered bytes against its capacity between two samples of the
+    train's carrier counters, and the share of the carriers' total capacity delivered."""
+    span = last.t_ms - first.t_ms
+    rows: list[dict[str, float | None]] = []
+    sent_sum = cap_sum = 0.0
+    for k, c in enumerate(cs):
+        sent = float(last.rx_bytes[k] - first.rx_bytes[k])
+        cap = float(carrier_opportunities(c, first.t_ms, last.t_ms) * WIRE_BYTES_PER_OPPORTUNITY)
+        rows.append(
+            {
+                "delivered_mbps": sent * 8 / span / 1000,
+                "capacity_mbps": cap * 8 / span / 1000,
+                "share": sent / cap if cap > 0 else None,
+            }
+        )
+        sent_sum += sent
+        cap_sum += cap
+    return rows, sent_sum / cap_sum if cap_sum > 0 else None
 
 
 def _mib(kb: int | None) -> float | None:

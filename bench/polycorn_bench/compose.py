@@ -125,6 +125,48 @@ def compose(
         phase_patterns(phase)
     meta = _load(base)
     metas = {run: _load(run) for run in {*link_sets.values(), *phases.values()}}
+    sets = _link_set_sources(base, meta, metas, link_sets)
+    for phase, ls in drops:
+        if ls not in sets:
+            raise ComposeError(f"--drop {phase}@{ls}: no link set {ls!r}")
+    composed_from = _composed_from(
+        base, meta, metas, link_sets=link_sets, phases=phases, drops=drops
+    )
+    for phase, run in phases.items():
+        if phase in metas[run]:
+            meta[phase] = metas[run][phase]
+    out.mkdir(parents=True)
+    try:
+        for name, (run, entry) in sets.items():
+            mine = {p: r / name for p, r in phases.items() if name in metas[r]["link_sets"]}
+            dropped = [p for p, ls in drops if ls == name]
+            src = run / name
+            _check_link_set(src, entry)
+            _link_tree(src, out / name, mine, dropped)
+    except ComposeError:
+        shutil.rmtree(out)  # nothing half-built left behind (links only, never their targets)
+        raise
+    given = meta.get("phases")
+    phase_list: list[Any] = list(given) if isinstance(given, list) else []
+    for m in metas.values():
+        for ph in m.get("phases") or []:
+            if ph not in phase_list:
+                phase_list.append(ph)
+    meta["phases"] = phase_list
+    meta["link_sets"] = {name: entry for name, (_, entry) in sets.items()}
+    meta["composed_from"] = composed_from
+    (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    return meta
+
+
+def _link_set_sources(
+    base: Path,
+    meta: dict[str, Any],
+    metas: dict[Path, dict[str, Any]],
+    link_sets: dict[str, Path],
+) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Link set -> (the run it comes from, its entry in that run's run.json): the base's,
+    replaced by those ``link_sets`` takes from other runs."""
     sets: dict[str, tuple[Path, dict[str, Any]]] = {
         name: (base, entry) for name, entry in meta["link_sets"].items()
     }
@@ -133,9 +175,19 @@ def compose(
         if not isinstance(entry, dict):
             raise ComposeError(f"{run}/run.json has no link set {name!r}")
         sets[name] = (run, entry)
-    for phase, ls in drops:
-        if ls not in sets:
-            raise ComposeError(f"--drop {phase}@{ls}: no link set {ls!r}")
+    return sets
+
+
+def _composed_from(
+    base: Path,
+    meta: dict[str, Any],
+    metas: dict[Path, dict[str, Any]],
+    *,
+    link_sets: dict[str, Path],
+    phases: dict[str, Path],
+    drops: list[tuple[str, str]],
+) -> list[dict[str, Any]]:
+    """Where each part of the composed run comes from (its ``composed_from``)."""
     composed_from: list[dict[str, Any]] = [
         {"run": str(base.resolve()), "commit": meta.get("commit"), "used_for": "the rest"}
     ]
@@ -152,36 +204,18 @@ def compose(
                 "schemes": metas[run].get("schemes"),
             }
         )
-        if phase in metas[run]:
-            meta[phase] = metas[run][phase]
     for phase, ls in drops:
         composed_from.append({"run": None, "commit": None, "used_for": f"dropped {phase}@{ls}"})
-    out.mkdir(parents=True)
-    try:
-        for name, (run, entry) in sets.items():
-            mine = {p: r / name for p, r in phases.items() if name in metas[r]["link_sets"]}
-            dropped = [p for p, ls in drops if ls == name]
-            src = run / name
-            if not src.is_dir():
-                raise ComposeError(f"{src}: missing link set directory")
-            for trip in entry.get("trips", []):
-                if not (src / str(trip)).is_dir():
-                    raise ComposeError(f"{src / str(trip)}: missing trip directory")
-            _link_tree(src, out / name, mine, dropped)
-    except ComposeError:
-        shutil.rmtree(out)  # nothing half-built left behind (links only, never their targets)
-        raise
-    given = meta.get("phases")
-    phase_list: list[Any] = list(given) if isinstance(given, list) else []
-    for m in metas.values():
-        for ph in m.get("phases") or []:
-            if ph not in phase_list:
-                phase_list.append(ph)
-    meta["phases"] = phase_list
-    meta["link_sets"] = {name: entry for name, (_, entry) in sets.items()}
-    meta["composed_from"] = composed_from
-    (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    return meta
+    return composed_from
+
+
+def _check_link_set(src: Path, entry: dict[str, Any]) -> None:
+    """A link set's directory and every trip its entry lists are there."""
+    if not src.is_dir():
+        raise ComposeError(f"{src}: missing link set directory")
+    for trip in entry.get("trips", []):
+        if not (src / str(trip)).is_dir():
+            raise ComposeError(f"{src / str(trip)}: missing trip directory")
 
 
 def _pairs(values: list[str], what: str) -> dict[str, Path]:

@@ -148,69 +148,18 @@ class Schedule:
 
     @classmethod
     def parse(cls, text: str, name: str = "<schedule>") -> Schedule:
-        dt: list[float] = []
-        dv: list[float] = []
-        bs: list[float] = []
-        be: list[float] = []
-        bk: list[str] = []
-        linear = False
-        mode_seen = False
-        loss_t: list[float] = []
-
-        def num(s: str, line: int) -> float:
-            try:
-                v = float(s)
-            except ValueError:
-                raise LinkFileError(f"{name}:{line}: not a number: {s!r}") from None
-            if not math.isfinite(v) or v < 0:
-                raise LinkFileError(f"{name}:{line}: must be finite and non-negative: {s!r}")
-            return v
-
+        lines = _ScheduleLines(name)
         for i, raw in enumerate(text.splitlines(), start=1):
             fields = raw.split("#", 1)[0].split()
-            if not fields:
-                continue
-            kind, args = fields[0], fields[1:]
-            if kind == "delay-mode":
-                if mode_seen or len(args) != 1 or args[0] not in ("step", "linear"):
-                    raise LinkFileError(f"{name}:{i}: expected one 'delay-mode step|linear'")
-                mode_seen = True
-                linear = args[0] == "linear"
-            elif kind == "delay":
-                if len(args) != 2:
-                    raise LinkFileError(f"{name}:{i}: expected 'delay <t_ms> <one_way_ms>'")
-                t, d = num(args[0], i), num(args[1], i)
-                if dt and t <= dt[-1]:
-                    raise LinkFileError(f"{name}:{i}: delay points must have increasing times")
-                dt.append(t)
-                dv.append(d)
-            elif kind == "loss":
-                if len(args) != 5:
-                    raise LinkFileError(f"{name}:{i}: expected 'loss <t_ms> <4 probabilities>'")
-                t = num(args[0], i)
-                if loss_t and t <= loss_t[-1]:
-                    raise LinkFileError(f"{name}:{i}: loss points must have increasing times")
-                loss_t.append(t)
-            elif kind == "blackout":
-                if len(args) != 3 or args[2] not in ("hold", "flush"):
-                    raise LinkFileError(f"{name}:{i}: expected 'blackout <start> <end> hold|flush'")
-                s, e = num(args[0], i), num(args[1], i)
-                if s >= e:
-                    raise LinkFileError(f"{name}:{i}: blackout end must be after its start")
-                if be and s < be[-1]:
-                    raise LinkFileError(f"{name}:{i}: blackouts must be sorted, non-overlapping")
-                bs.append(s)
-                be.append(e)
-                bk.append(args[2])
-            else:
-                raise LinkFileError(f"{name}:{i}: unknown directive {kind!r}")
+            if fields:
+                lines.directive(fields[0], fields[1:], i)
         return cls(
-            delay_t=np.asarray(dt, dtype=np.float64),
-            delay_ms=np.asarray(dv, dtype=np.float64),
-            linear=linear,
-            blackout_start=np.asarray(bs, dtype=np.float64),
-            blackout_end=np.asarray(be, dtype=np.float64),
-            blackout_kind=tuple(bk),
+            delay_t=np.asarray(lines.dt, dtype=np.float64),
+            delay_ms=np.asarray(lines.dv, dtype=np.float64),
+            linear=lines.linear,
+            blackout_start=np.asarray(lines.bs, dtype=np.float64),
+            blackout_end=np.asarray(lines.be, dtype=np.float64),
+            blackout_kind=tuple(lines.bk),
         )
 
     @classmethod
@@ -243,6 +192,78 @@ class Schedule:
         if i >= 0 and t < self.blackout_end[i]:
             return float(self.blackout_end[i])
         return t
+
+
+@dataclass
+class _ScheduleLines:
+    """A schedule file's directives as :meth:`Schedule.parse` reads them, each checked."""
+
+    name: str
+    dt: list[float] = field(default_factory=list)
+    dv: list[float] = field(default_factory=list)
+    bs: list[float] = field(default_factory=list)
+    be: list[float] = field(default_factory=list)
+    bk: list[str] = field(default_factory=list)
+    linear: bool = False
+    mode_seen: bool = False
+    loss_t: list[float] = field(default_factory=list)
+
+    def directive(self, kind: str, args: list[str], i: int) -> None:
+        """Line ``i``: ``kind`` and its arguments."""
+        if kind == "delay-mode":
+            self.delay_mode(args, i)
+        elif kind == "delay":
+            self.delay(args, i)
+        elif kind == "loss":
+            self.loss(args, i)
+        elif kind == "blackout":
+            self.blackout(args, i)
+        else:
+            raise LinkFileError(f"{self.name}:{i}: unknown directive {kind!r}")
+
+    def num(self, s: str, line: int) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            raise LinkFileError(f"{self.name}:{line}: not a number: {s!r}") from None
+        if not math.isfinite(v) or v < 0:
+            raise LinkFileError(f"{self.name}:{line}: must be finite and non-negative: {s!r}")
+        return v
+
+    def delay_mode(self, args: list[str], i: int) -> None:
+        if self.mode_seen or len(args) != 1 or args[0] not in ("step", "linear"):
+            raise LinkFileError(f"{self.name}:{i}: expected one 'delay-mode step|linear'")
+        self.mode_seen = True
+        self.linear = args[0] == "linear"
+
+    def delay(self, args: list[str], i: int) -> None:
+        if len(args) != 2:
+            raise LinkFileError(f"{self.name}:{i}: expected 'delay <t_ms> <one_way_ms>'")
+        t, d = self.num(args[0], i), self.num(args[1], i)
+        if self.dt and t <= self.dt[-1]:
+            raise LinkFileError(f"{self.name}:{i}: delay points must have increasing times")
+        self.dt.append(t)
+        self.dv.append(d)
+
+    def loss(self, args: list[str], i: int) -> None:
+        if len(args) != 5:
+            raise LinkFileError(f"{self.name}:{i}: expected 'loss <t_ms> <4 probabilities>'")
+        t = self.num(args[0], i)
+        if self.loss_t and t <= self.loss_t[-1]:
+            raise LinkFileError(f"{self.name}:{i}: loss points must have increasing times")
+        self.loss_t.append(t)
+
+    def blackout(self, args: list[str], i: int) -> None:
+        if len(args) != 3 or args[2] not in ("hold", "flush"):
+            raise LinkFileError(f"{self.name}:{i}: expected 'blackout <start> <end> hold|flush'")
+        s, e = self.num(args[0], i), self.num(args[1], i)
+        if s >= e:
+            raise LinkFileError(f"{self.name}:{i}: blackout end must be after its start")
+        if self.be and s < self.be[-1]:
+            raise LinkFileError(f"{self.name}:{i}: blackouts must be sorted, non-overlapping")
+        self.bs.append(s)
+        self.be.append(e)
+        self.bk.append(args[2])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -103,122 +103,153 @@ def _save(fig: Any, path: Path) -> Path:
 
 def plot_link_set(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path) -> list[Path]:
     written: list[Path] = []
+    written += _plot_bulk(doc, name, ls, out)
+    written += _plot_goodput_cdf(doc, name, ls, out)
+    written += _plot_im(doc, name, ls, out)
+    written += _plot_handovers(doc, name, ls, out)
+    written += _plot_ablation(doc, name, ls, out)
+    return written
+
+
+def _plot_bulk(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path) -> list[Path]:
+    """The goodput ratios vs minrtt and vs the oracle, by download size."""
     default = doc.get("default_scheme")
     bulk = ls.get("bulk", {})
-    if bulk:
-        groups = _labels(doc, bulk)
-        fig, ax = plt.subplots(figsize=(10.5, 4.5))
-        _grouped_bars(ax, groups, bulk, "ratio_vs_minrtt", "ci95", default=default)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xlabel("download size")
-        ax.set_ylabel("goodput / minrtt goodput\n(geometric mean of pairs, 95 % CI)")
-        ax.set_title(f"{name}: bulk goodput relative to minrtt")
-        _legend_outside(ax)
-        written.append(_save(fig, out / f"{name}-ratio-minrtt.png"))
+    if not bulk:
+        return []
+    written: list[Path] = []
+    groups = _labels(doc, bulk)
+    fig, ax = plt.subplots(figsize=(10.5, 4.5))
+    _grouped_bars(ax, groups, bulk, "ratio_vs_minrtt", "ci95", default=default)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("download size")
+    ax.set_ylabel("goodput / minrtt goodput\n(geometric mean of pairs, 95 % CI)")
+    ax.set_title(f"{name}: bulk goodput relative to minrtt")
+    _legend_outside(ax)
+    written.append(_save(fig, out / f"{name}-ratio-minrtt.png"))
 
-        fig, ax = plt.subplots(figsize=(10.5, 4.5))
-        _grouped_bars(ax, groups, bulk, "ratio_vs_oracle", None, default=default)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xlabel("download size")
-        ax.set_ylabel("oracle time / actual time\n(geometric mean, 1 = oracle)")
-        ax.set_title(f"{name}: bulk completion time relative to the oracle")
-        _legend_outside(ax)
-        written.append(_save(fig, out / f"{name}-ratio-oracle.png"))
+    fig, ax = plt.subplots(figsize=(10.5, 4.5))
+    _grouped_bars(ax, groups, bulk, "ratio_vs_oracle", None, default=default)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("download size")
+    ax.set_ylabel("oracle time / actual time\n(geometric mean, 1 = oracle)")
+    ax.set_title(f"{name}: bulk completion time relative to the oracle")
+    _legend_outside(ax)
+    written.append(_save(fig, out / f"{name}-ratio-oracle.png"))
+    return written
 
+
+def _plot_goodput_cdf(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path) -> list[Path]:
+    """The goodput CDF of each download size."""
+    default = doc.get("default_scheme")
     goodputs = ls.get("goodput_mbps", {})
     sizes = [
         k
         for k in _labels(doc, goodputs)
         if k != OVERALL and any(per.get(k) for per in goodputs.values())
     ]
-    if sizes:
-        fig, axes = plt.subplots(1, len(sizes), figsize=(4 * len(sizes) + 1.5, 3.8), squeeze=False)
-        for ax, label in zip(axes[0], sizes, strict=True):
-            for scheme, per in goodputs.items():
-                v = np.sort(np.asarray(per.get(label, []), dtype=float))
-                if len(v):
-                    st = style(scheme, default)
-                    ax.step(
-                        v,
-                        np.arange(1, len(v) + 1) / len(v),
-                        where="post",
-                        label=scheme_label(scheme, default),
-                        color=st.color,
-                        linewidth=st.linewidth,
-                        zorder=st.zorder,
-                    )
-            ax.set_title(label)
-            ax.set_xlabel("goodput (Mbit/s)")
-            ax.set_ylabel("fraction of downloads")
-            ax.grid(alpha=0.3)
-        _legend_outside(axes[0][-1])
-        fig.suptitle(f"{name}: goodput CDF (timeouts censored at their timeout)")
-        written.append(_save(fig, out / f"{name}-goodput-cdf.png"))
-
-    im = ls.get("im", {})
-    if im:
-        fig, axes = plt.subplots(1, 2, figsize=(11.5, 4))
-        for ax, key, title in zip(
-            axes, ("mean_ms", "p90_ms"), ("mean delay", "90th percentile delay"), strict=True
-        ):
-            for scheme, per in im.items():
-                us = sorted(per, key=int)
-                ys = [np.nan if per[u][key] is None else per[u][key] for u in us]
+    if not sizes:
+        return []
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4 * len(sizes) + 1.5, 3.8), squeeze=False)
+    for ax, label in zip(axes[0], sizes, strict=True):
+        for scheme, per in goodputs.items():
+            v = np.sort(np.asarray(per.get(label, []), dtype=float))
+            if len(v):
                 st = style(scheme, default)
-                ax.plot(
-                    [int(u) for u in us],
-                    ys,
-                    marker=st.marker,
+                ax.step(
+                    v,
+                    np.arange(1, len(v) + 1) / len(v),
+                    where="post",
                     label=scheme_label(scheme, default),
                     color=st.color,
                     linewidth=st.linewidth,
                     zorder=st.zorder,
                 )
-            ax.set_xticks(sorted({int(u) for per in im.values() for u in per}))
-            ax.set_xlabel("concurrent IM users")
-            ax.set_ylabel(f"{title} (ms)")
-            ax.set_title(title)
-            ax.grid(alpha=0.3)
-        _legend_outside(axes[1])
-        fig.suptitle(f"{name}: interactive message delay")
-        written.append(_save(fig, out / f"{name}-im.png"))
+        ax.set_title(label)
+        ax.set_xlabel("goodput (Mbit/s)")
+        ax.set_ylabel("fraction of downloads")
+        ax.grid(alpha=0.3)
+    _legend_outside(axes[0][-1])
+    fig.suptitle(f"{name}: goodput CDF (timeouts censored at their timeout)")
+    return [_save(fig, out / f"{name}-goodput-cdf.png")]
 
+
+def _plot_im(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path) -> list[Path]:
+    """Interactive message delay by number of users."""
+    default = doc.get("default_scheme")
+    im = ls.get("im", {})
+    if not im:
+        return []
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4))
+    for ax, key, title in zip(
+        axes, ("mean_ms", "p90_ms"), ("mean delay", "90th percentile delay"), strict=True
+    ):
+        for scheme, per in im.items():
+            us = sorted(per, key=int)
+            ys = [np.nan if per[u][key] is None else per[u][key] for u in us]
+            st = style(scheme, default)
+            ax.plot(
+                [int(u) for u in us],
+                ys,
+                marker=st.marker,
+                label=scheme_label(scheme, default),
+                color=st.color,
+                linewidth=st.linewidth,
+                zorder=st.zorder,
+            )
+        ax.set_xticks(sorted({int(u) for per in im.values() for u in per}))
+        ax.set_xlabel("concurrent IM users")
+        ax.set_ylabel(f"{title} (ms)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    _legend_outside(axes[1])
+    fig.suptitle(f"{name}: interactive message delay")
+    return [_save(fig, out / f"{name}-im.png")]
+
+
+def _plot_handovers(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path) -> list[Path]:
+    """The goodput ratio vs minrtt by handovers during the download."""
+    default = doc.get("default_scheme")
     by_ho = ls.get("bulk_by_handovers")
-    if by_ho:
-        fig, ax = plt.subplots(figsize=(10.5, 4.5))
-        _grouped_bars(ax, list(HANDOVER_BINS), by_ho, "ratio_vs_minrtt", "ci95", default=default)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xlabel("handovers during the minrtt download (all sizes)")
-        ax.set_ylabel("goodput / minrtt goodput\n(geometric mean of pairs, 95 % CI)")
-        ax.set_title(f"{name}: goodput relative to minrtt by handovers")
-        _legend_outside(ax)
-        written.append(_save(fig, out / f"{name}-handovers.png"))
+    if not by_ho:
+        return []
+    fig, ax = plt.subplots(figsize=(10.5, 4.5))
+    _grouped_bars(ax, list(HANDOVER_BINS), by_ho, "ratio_vs_minrtt", "ci95", default=default)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("handovers during the minrtt download (all sizes)")
+    ax.set_ylabel("goodput / minrtt goodput\n(geometric mean of pairs, 95 % CI)")
+    ax.set_title(f"{name}: goodput relative to minrtt by handovers")
+    _legend_outside(ax)
+    return [_save(fig, out / f"{name}-handovers.png")]
 
+
+def _plot_ablation(doc: dict[str, Any], name: str, ls: dict[str, Any], out: Path) -> list[Path]:
+    """The HRSCH ablation's goodput gains, with the paper's."""
     abl = ls.get("ablation")
-    if abl:
-        schemes = list(abl)
-        x = np.arange(len(schemes))
-        gains = [np.nan if abl[s]["gain"] is None else abl[s]["gain"] * 100 for s in schemes]
-        lo, hi = [], []
-        for s, g in zip(schemes, gains, strict=True):
-            ci = abl[s]["ci95"]
-            ok = ci and ci[0] is not None and ci[1] is not None and np.isfinite(g)
-            lo.append(g - ci[0] * 100 if ok else 0.0)
-            hi.append(ci[1] * 100 - g if ok else 0.0)
-        paper = [
-            np.nan if abl[s]["paper_gain"] is None else abl[s]["paper_gain"] * 100 for s in schemes
-        ]
-        fig, ax = plt.subplots(figsize=(8, 4.2))
-        ax.bar(x, gains, 0.6, yerr=[lo, hi], capsize=3, label="this run (95 % CI)")
-        ax.scatter(x, paper, marker="D", color="black", zorder=3, label="paper")
-        ax.axhline(0.0, color="black", linewidth=0.8)
-        ax.set_xticks(x, [f"{abl[s]['mechanism']}\n{s}" for s in schemes])
-        ax.set_ylabel("goodput gain over minrtt (%)\n(geometric mean of pairs)")
-        ax.set_title(f"{name}: HRSCH ablation")
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize="small")
-        written.append(_save(fig, out / f"{name}-ablation.png"))
-    return written
+    if not abl:
+        return []
+    schemes = list(abl)
+    x = np.arange(len(schemes))
+    gains = [np.nan if abl[s]["gain"] is None else abl[s]["gain"] * 100 for s in schemes]
+    lo, hi = [], []
+    for s, g in zip(schemes, gains, strict=True):
+        ci = abl[s]["ci95"]
+        ok = ci and ci[0] is not None and ci[1] is not None and np.isfinite(g)
+        lo.append(g - ci[0] * 100 if ok else 0.0)
+        hi.append(ci[1] * 100 - g if ok else 0.0)
+    paper = [
+        np.nan if abl[s]["paper_gain"] is None else abl[s]["paper_gain"] * 100 for s in schemes
+    ]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    ax.bar(x, gains, 0.6, yerr=[lo, hi], capsize=3, label="this run (95 % CI)")
+    ax.scatter(x, paper, marker="D", color="black", zorder=3, label="paper")
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks(x, [f"{abl[s]['mechanism']}\n{s}" for s in schemes])
+    ax.set_ylabel("goodput gain over minrtt (%)\n(geometric mean of pairs)")
+    ax.set_title(f"{name}: HRSCH ablation")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    return [_save(fig, out / f"{name}-ablation.png")]
 
 
 def plot_all(doc: dict[str, Any], out: Path) -> list[Path]:

@@ -673,6 +673,70 @@ def read_queue_delay(path: Path) -> dict[int, tuple[float, float]]:
     return out
 
 
+def _read_trip(
+    trip_path: Path,
+    name: str,
+    listed: list[str],
+    *,
+    all_schemes: list[str],
+    users: list[int],
+    issues: Issues,
+) -> TripRun:
+    """One trip's directory: its schemes' records (adding schemes and IM users not seen
+    before to ``all_schemes`` and ``users``), its handovers and its sweep."""
+    schemes: dict[str, SchemeRun] = {}
+    for scheme in _scheme_dirs(trip_path, listed):
+        if scheme not in all_schemes:
+            all_schemes.append(scheme)
+        sdir = trip_path / scheme
+        if not sdir.is_dir():
+            issues.add("missing scheme directory", str(sdir))
+            continue
+        schemes[scheme] = _read_scheme(sdir, users, issues)
+    events = trip_path / "trip" / "events.jsonl"
+    ho, failures = read_handovers(events, issues) if events.exists() else (None, None)
+    return TripRun(
+        name,
+        trip_path / "trip",
+        schemes,
+        ho,
+        failures,
+        sweep=read_sweep(trip_path, issues),
+    )
+
+
+def _read_scheme(sdir: Path, users: list[int], issues: Issues) -> SchemeRun:
+    """One scheme's records on one trip; IM users not seen before are added to ``users``."""
+    sr = SchemeRun()
+    bulk = sdir / "bulk.jsonl"
+    if bulk.exists():
+        sr.downloads = read_downloads(bulk, issues)
+    backlog = sdir / "backlog.jsonl"
+    if backlog.exists():
+        sr.backlog = read_backlogs(backlog, issues)
+    counters = sdir / "backlog.carriers.json"
+    if counters.exists():
+        sr.backlog_carriers = read_carrier_samples(counters, issues)
+    for f in sorted(sdir.glob("im-*.jsonl")):
+        if f.name.endswith(".conn.jsonl"):
+            # polycorn-loadgen's connection log: not analysed.
+            continue
+        u = f.stem.removeprefix("im-")
+        if not u.isdigit():
+            issues.add("unexpected file", str(f))
+            continue
+        sr.im[int(u)] = read_messages(f, issues)
+        if int(u) not in users:
+            users.append(int(u))
+    sr.relay_metrics = _read_snapshot(sdir / "logs" / "relay.metrics", issues)
+    sr.proxy_metrics = _read_snapshot(sdir / "logs" / "proxy.metrics", issues)
+    emu = sdir / "logs" / "emu.log"
+    if emu.exists():
+        sr.queue_delay_ms = read_queue_delay(emu)
+    read_concurrency(sdir, sr, issues)
+    return sr
+
+
 def read_run(root: Path) -> Run:
     """Read a run directory. Raises ``FileNotFoundError``/``ValueError`` only if ``run.json``
     itself is missing or unusable."""
@@ -700,52 +764,14 @@ def read_run(root: Path) -> Run:
             if not trip_path.is_dir():
                 issues.add("missing trip directory", str(trip_path))
                 continue
-            schemes: dict[str, SchemeRun] = {}
-            for scheme in _scheme_dirs(trip_path, listed):
-                if scheme not in all_schemes:
-                    all_schemes.append(scheme)
-                sdir = trip_path / scheme
-                if not sdir.is_dir():
-                    issues.add("missing scheme directory", str(sdir))
-                    continue
-                sr = SchemeRun()
-                bulk = sdir / "bulk.jsonl"
-                if bulk.exists():
-                    sr.downloads = read_downloads(bulk, issues)
-                backlog = sdir / "backlog.jsonl"
-                if backlog.exists():
-                    sr.backlog = read_backlogs(backlog, issues)
-                counters = sdir / "backlog.carriers.json"
-                if counters.exists():
-                    sr.backlog_carriers = read_carrier_samples(counters, issues)
-                for f in sorted(sdir.glob("im-*.jsonl")):
-                    if f.name.endswith(".conn.jsonl"):
-                        # polycorn-loadgen's connection log: not analysed.
-                        continue
-                    u = f.stem.removeprefix("im-")
-                    if not u.isdigit():
-                        issues.add("unexpected file", str(f))
-                        continue
-                    sr.im[int(u)] = read_messages(f, issues)
-                    if int(u) not in users:
-                        users.append(int(u))
-                sr.relay_metrics = _read_snapshot(sdir / "logs" / "relay.metrics", issues)
-                sr.proxy_metrics = _read_snapshot(sdir / "logs" / "proxy.metrics", issues)
-                emu = sdir / "logs" / "emu.log"
-                if emu.exists():
-                    sr.queue_delay_ms = read_queue_delay(emu)
-                read_concurrency(sdir, sr, issues)
-                schemes[scheme] = sr
-            events = trip_path / "trip" / "events.jsonl"
-            ho, failures = read_handovers(events, issues) if events.exists() else (None, None)
             trips.append(
-                TripRun(
+                _read_trip(
+                    trip_path,
                     str(trip),
-                    trip_path / "trip",
-                    schemes,
-                    ho,
-                    failures,
-                    sweep=read_sweep(trip_path, issues),
+                    listed,
+                    all_schemes=all_schemes,
+                    users=users,
+                    issues=issues,
                 )
             )
         link_sets.append(LinkSetRun(ls_name, str(ls_meta.get("description", "")), trips))

@@ -1037,70 +1037,8 @@ def markdown(doc: dict[str, Any]) -> str:
         if ls.get("description"):
             out += [ls["description"], ""]
         out += [f"Trips: {', '.join(ls.get('trips', [])) or 'none'}.", ""]
-        bulk = ls.get("bulk", {})
-        if bulk:
-            out += ["### Bulk downloads", ""]
-            out += [
-                "Per size: n downloads with a goodput (timeouts included as censored values), "
-                "median goodput, geometric mean of paired goodput ratios vs minrtt with 95 % "
-                "bootstrap CI, ratio of means, geometric mean of oracle time / actual time, "
-                "timeouts and other failures.",
-                "",
-            ]
-            for label in _ordered_labels(doc, bulk):
-                out += [f"**{label}**", ""]
-                rows = []
-                for scheme, per in bulk.items():
-                    s = per.get(label)
-                    if s is None:
-                        continue
-                    rows.append(
-                        [
-                            f"`{scheme}`",
-                            str(s["n"]),
-                            _f(s["goodput_mbps_median"]),
-                            _f(s["ratio_vs_minrtt"]) + _ci(s["ci95"]),
-                            _f(s["ratio_of_means"]),
-                            _f(s["ratio_vs_oracle"]),
-                            str(s["n_timeout"]),
-                            str(s["n_failed"]),
-                        ]
-                    )
-                out += _table(
-                    [
-                        "scheme",
-                        "n",
-                        "median Mbit/s",
-                        "× minrtt [95 % CI]",
-                        "ratio of means",
-                        "× oracle",
-                        "timeouts",
-                        "failed",
-                    ],
-                    rows,
-                )
-                out.append("")
-        by_ho = ls.get("bulk_by_handovers")
-        if by_ho:
-            out += [
-                "### Bulk downloads by handovers during the flow",
-                "",
-                "All sizes pooled. A pair's bin is the number of `handover_start` events (any "
-                "carrier) during the minrtt download of the pair; cells: n, geometric mean "
-                "ratio vs minrtt [95 % CI].",
-                "",
-            ]
-            rows = []
-            for scheme, per in by_ho.items():
-                row = [f"`{scheme}`"]
-                for b in HANDOVER_BINS:
-                    s = per.get(b, {})
-                    row.append(
-                        f"{s.get('n', 0)}: {_f(s.get('ratio_vs_minrtt'))}{_ci(s.get('ci95'))}"
-                    )
-                rows.append(row)
-            out += _table(["scheme", *[_bin_title(b) for b in HANDOVER_BINS]], rows)
-            out.append("")
+        out += _bulk_section(doc, ls)
+        out += _bulk_by_handovers_section(ls)
         out += _backlog_section(ls)
         out += _capacity_section(ls)
         out += _hol_section(ls)
@@ -1108,31 +1046,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out += _sched_events_section(ls)
         out += _lost_time_section(ls)
         out += _stall_section(ls)
-        im = ls.get("im", {})
-        if im:
-            out += [
-                "### Interactive messages",
-                "",
-                "Delay of delivered messages: mean, p90, coefficient of variation of per-user "
-                "means; in brackets the ratio vs single-path / vs minrtt.",
-                "",
-            ]
-            rows = []
-            for scheme, per in im.items():
-                for u, s in per.items():
-                    sp, mr = s.get("vs_single_path", {}), s.get("vs_minrtt", {})
-                    rows.append(
-                        [
-                            f"`{scheme}`",
-                            u,
-                            f"{s['n_ok']}/{s['n_ok'] + s['n_failed']}",
-                            f"{_f(s['mean_ms'], 1)} ({_f(sp.get('mean'))} / {_f(mr.get('mean'))})",
-                            f"{_f(s['p90_ms'], 1)} ({_f(sp.get('p90'))} / {_f(mr.get('p90'))})",
-                            f"{_f(s['cov'])} ({_f(sp.get('cov'))} / {_f(mr.get('cov'))})",
-                        ]
-                    )
-            out += _table(["scheme", "users", "delivered", "mean ms", "p90 ms", "cov"], rows)
-            out.append("")
+        out += _im_section(ls)
         out += _hrsch_section(doc, ls)
     out += _run_to_run_section(doc.get("run_to_run"))
     out += ["## Method", ""]
@@ -1144,6 +1058,109 @@ def markdown(doc: dict[str, Any]) -> str:
         out += [f"  - e.g. {e}" for e in issues.get("examples", [])[:10]]
     out.append("")
     return "\n".join(out)
+
+
+def _bulk_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
+    bulk = ls.get("bulk", {})
+    if not bulk:
+        return []
+    out = [
+        "### Bulk downloads",
+        "",
+        "Per size: n downloads with a goodput (timeouts included as censored values), "
+        "median goodput, geometric mean of paired goodput ratios vs minrtt with 95 % "
+        "bootstrap CI, ratio of means, geometric mean of oracle time / actual time, "
+        "timeouts and other failures.",
+        "",
+    ]
+    for label in _ordered_labels(doc, bulk):
+        out += [f"**{label}**", ""]
+        rows = []
+        for scheme, per in bulk.items():
+            s = per.get(label)
+            if s is None:
+                continue
+            rows.append(
+                [
+                    f"`{scheme}`",
+                    str(s["n"]),
+                    _f(s["goodput_mbps_median"]),
+                    _f(s["ratio_vs_minrtt"]) + _ci(s["ci95"]),
+                    _f(s["ratio_of_means"]),
+                    _f(s["ratio_vs_oracle"]),
+                    str(s["n_timeout"]),
+                    str(s["n_failed"]),
+                ]
+            )
+        out += _table(
+            [
+                "scheme",
+                "n",
+                "median Mbit/s",
+                "× minrtt [95 % CI]",
+                "ratio of means",
+                "× oracle",
+                "timeouts",
+                "failed",
+            ],
+            rows,
+        )
+        out.append("")
+    return out
+
+
+def _bulk_by_handovers_section(ls: dict[str, Any]) -> list[str]:
+    by_ho = ls.get("bulk_by_handovers")
+    if not by_ho:
+        return []
+    out = [
+        "### Bulk downloads by handovers during the flow",
+        "",
+        "All sizes pooled. A pair's bin is the number of `handover_start` events (any "
+        "carrier) during the minrtt download of the pair; cells: n, geometric mean "
+        "ratio vs minrtt [95 % CI].",
+        "",
+    ]
+    rows = []
+    for scheme, per in by_ho.items():
+        row = [f"`{scheme}`"]
+        for b in HANDOVER_BINS:
+            s = per.get(b, {})
+            row.append(f"{s.get('n', 0)}: {_f(s.get('ratio_vs_minrtt'))}{_ci(s.get('ci95'))}")
+        rows.append(row)
+    out += _table(["scheme", *[_bin_title(b) for b in HANDOVER_BINS]], rows)
+    out.append("")
+    return out
+
+
+def _im_section(ls: dict[str, Any]) -> list[str]:
+    im = ls.get("im", {})
+    if not im:
+        return []
+    out = [
+        "### Interactive messages",
+        "",
+        "Delay of delivered messages: mean, p90, coefficient of variation of per-user "
+        "means; in brackets the ratio vs single-path / vs minrtt.",
+        "",
+    ]
+    rows = []
+    for scheme, per in im.items():
+        for u, s in per.items():
+            sp, mr = s.get("vs_single_path", {}), s.get("vs_minrtt", {})
+            rows.append(
+                [
+                    f"`{scheme}`",
+                    u,
+                    f"{s['n_ok']}/{s['n_ok'] + s['n_failed']}",
+                    f"{_f(s['mean_ms'], 1)} ({_f(sp.get('mean'))} / {_f(mr.get('mean'))})",
+                    f"{_f(s['p90_ms'], 1)} ({_f(sp.get('p90'))} / {_f(mr.get('p90'))})",
+                    f"{_f(s['cov'])} ({_f(sp.get('cov'))} / {_f(mr.get('cov'))})",
+                ]
+            )
+    out += _table(["scheme", "users", "delivered", "mean ms", "p90 ms", "cov"], rows)
+    out.append("")
+    return out
 
 
 def text_table(doc: dict[str, Any]) -> str:

@@ -178,28 +178,40 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
     files = sorted(trace_dir.glob("*.jsonl")) if trace_dir.is_dir() else []
     if not files:
         return None
-    recv: dict[int, ConnRecv] = defaultdict(ConnRecv)
-    sends: dict[tuple[int, int], list[Sent]] = defaultdict(list)
-    seg_len: dict[tuple[int, int], int] = {}
-    requeues: dict[tuple[int, int], list[tuple[float, str, int]]] = defaultdict(list)
-    samples: dict[int, list[PathSample]] = defaultdict(list)
-    request_sent: dict[int, tuple[float, int]] = {}
-    request_arrived: dict[int, tuple[float, int]] = {}
-    window_sent: dict[tuple[int, int], tuple[float, int]] = {}
-    window_arrived: dict[tuple[int, int], tuple[float, int]] = {}
-    window_limited: dict[int, list[tuple[float, bool]]] = defaultdict(list)
-    dropped = 0
+    reader = _TraceReader()
     sessions: dict[str, int] = {}
     for f in files:
-        relay = f.name.startswith("relay-")
         # relay-<session>-<start>.jsonl / proxy-<session>-<start>.jsonl: connection ids
         # restart at 1 in every session, so they are told apart by session.
         parts = f.stem.split("-")
         sid = sessions.setdefault(parts[1] if len(parts) > 1 else f.stem, len(sessions))
+        reader.read_file(f, sid, epoch_ms, issues)
+    return reader.trace()
 
-        def cid(obj: dict[str, Any], sid: int = sid) -> int:
-            return (sid << 32) | int(obj["conn"])
 
+@dataclass
+class _TraceReader:
+    """A scheme's trace as its files are read: :class:`Trace`'s fields, unsorted."""
+
+    recv: dict[int, ConnRecv] = field(default_factory=lambda: defaultdict(ConnRecv))
+    sends: dict[tuple[int, int], list[Sent]] = field(default_factory=lambda: defaultdict(list))
+    seg_len: dict[tuple[int, int], int] = field(default_factory=dict)
+    requeues: dict[tuple[int, int], list[tuple[float, str, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    samples: dict[int, list[PathSample]] = field(default_factory=lambda: defaultdict(list))
+    request_sent: dict[int, tuple[float, int]] = field(default_factory=dict)
+    request_arrived: dict[int, tuple[float, int]] = field(default_factory=dict)
+    window_sent: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)
+    window_arrived: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)
+    window_limited: dict[int, list[tuple[float, bool]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    dropped: int = 0
+
+    def read_file(self, f: Path, sid: int, epoch_ms: float, issues: Issues) -> None:
+        """One endpoint's trace file of session ``sid``."""
+        relay = f.name.startswith("relay-")
         file_dropped, ended = 0, False
         for obj in read_jsonl(f, issues):
             ev = obj.get("ev")
@@ -212,80 +224,99 @@ def read_trace(trace_dir: Path, epoch_ms: float, issues: Issues) -> Trace | None
             if not isinstance(t, int | float):
                 issues.add("bad trace record", f"{f}: no t_ms")
                 continue
-            t = float(t) - epoch_ms
             try:
-                if ev == "recv" and relay:
-                    recv[cid(obj)].events.append(
-                        (t, int(obj["path"]), int(obj["off"]), int(obj["len"]), int(obj["new"]))
-                    )
-                elif ev in ("sent", "recv") and int(obj["off"]) == 0:
-                    # The request's first byte: sent by the relay, received by the proxy.
-                    side = request_sent if relay else request_arrived
-                    conn_id = cid(obj)
-                    if (ev == "sent") == relay and (conn_id not in side or t < side[conn_id][0]):
-                        side[conn_id] = (t, int(obj["path"]))
-                    if ev == "sent" and not relay:
-                        key = (conn_id, 0)
-                        sends[key].append(Sent(t, int(obj["path"]), str(obj["copy"])))
-                        seg_len[key] = int(obj["len"])
-                elif ev == "sent" and not relay:
-                    key = (cid(obj), int(obj["off"]))
-                    sends[key].append(Sent(t, int(obj["path"]), str(obj["copy"])))
-                    seg_len[key] = int(obj["len"])
-                elif ev in ("window_sent", "window_recv"):
-                    key = (cid(obj), int(obj["max_data"]))
-                    w = window_sent if ev == "window_sent" else window_arrived
-                    if (ev == "window_sent") == relay and key not in w:
-                        w[key] = (t, int(obj["path"]))
-                elif ev == "window_limited" and not relay:
-                    window_limited[cid(obj)].append((t, bool(obj["limited"])))
-                elif ev == "requeue" and not relay:
-                    key = (cid(obj), int(obj["off"]))
-                    requeues[key].append((t, str(obj["cause"]), int(obj["path"])))
-                elif ev == "path" and not relay:
-                    samples[int(obj["path"])].append(
-                        PathSample(
-                            t,
-                            str(obj["avail"]),
-                            bool(obj["stale"]),
-                            int(obj["rto_count"]),
-                            int(obj["in_flight"]),
-                            int(obj["cwnd"]),
-                        )
-                    )
-                elif ev == "head" and not relay and obj.get("reinject"):
-                    key = (cid(obj), int(obj["off"]))
-                    requeues[key].append((t, "head", -1))
+                self.record(ev, obj, relay, sid, float(t) - epoch_ms)
             except (KeyError, TypeError, ValueError):
                 issues.add("bad trace record", f"{f}: {ev} with missing fields")
-        dropped += file_dropped
+        self.dropped += file_dropped
         if not ended:
             issues.add("trace without its end line (process killed?)", str(f))
-    for r in recv.values():
-        r.build()
-    seg_offsets: dict[int, list[int]] = defaultdict(list)
-    for conn, off in sorted(seg_len):
-        seg_offsets[conn].append(off)
-    for sv in sends.values():
-        sv.sort(key=lambda s: s.t)
-    for rv in requeues.values():
-        rv.sort()
-    for pv in samples.values():
-        pv.sort(key=lambda x: x.t)
-    return Trace(
-        dict(recv),
-        dict(sends),
-        dict(seg_offsets),
-        seg_len,
-        dict(requeues),
-        dropped,
-        dict(samples),
-        request_sent,
-        request_arrived,
-        window_sent,
-        window_arrived,
-        {k: sorted(v, key=lambda x: x[0]) for k, v in window_limited.items()},
-    )
+
+    def record(self, ev: Any, obj: dict[str, Any], relay: bool, sid: int, t: float) -> None:
+        """One trace record, at trip time ``t``; KeyError, TypeError or ValueError when a
+        field it needs is missing or malformed."""
+        if ev == "recv" and relay:
+            self.recv[_cid(sid, obj)].events.append(
+                (t, int(obj["path"]), int(obj["off"]), int(obj["len"]), int(obj["new"]))
+            )
+        elif ev in ("sent", "recv") and int(obj["off"]) == 0:
+            # The request's first byte: sent by the relay, received by the proxy.
+            side = self.request_sent if relay else self.request_arrived
+            conn_id = _cid(sid, obj)
+            if (ev == "sent") == relay and (conn_id not in side or t < side[conn_id][0]):
+                side[conn_id] = (t, int(obj["path"]))
+            if ev == "sent" and not relay:
+                self.sent((conn_id, 0), obj, t)
+        elif ev == "sent" and not relay:
+            self.sent((_cid(sid, obj), int(obj["off"])), obj, t)
+        elif ev in ("window_sent", "window_recv"):
+            key = (_cid(sid, obj), int(obj["max_data"]))
+            w = self.window_sent if ev == "window_sent" else self.window_arrived
+            if (ev == "window_sent") == relay and key not in w:
+                w[key] = (t, int(obj["path"]))
+        elif not relay:
+            self.proxy_state(ev, obj, sid, t)
+
+    def sent(self, key: tuple[int, int], obj: dict[str, Any], t: float) -> None:
+        """A DATA frame the proxy wrote: segment ``key`` (conn, offset)."""
+        self.sends[key].append(Sent(t, int(obj["path"]), str(obj["copy"])))
+        self.seg_len[key] = int(obj["len"])
+
+    def proxy_state(self, ev: Any, obj: dict[str, Any], sid: int, t: float) -> None:
+        """The proxy's window-limited transitions, requeues, path samples and head
+        reinjections."""
+        if ev == "window_limited":
+            self.window_limited[_cid(sid, obj)].append((t, bool(obj["limited"])))
+        elif ev == "requeue":
+            key = (_cid(sid, obj), int(obj["off"]))
+            self.requeues[key].append((t, str(obj["cause"]), int(obj["path"])))
+        elif ev == "path":
+            self.samples[int(obj["path"])].append(
+                PathSample(
+                    t,
+                    str(obj["avail"]),
+                    bool(obj["stale"]),
+                    int(obj["rto_count"]),
+                    int(obj["in_flight"]),
+                    int(obj["cwnd"]),
+                )
+            )
+        elif ev == "head" and obj.get("reinject"):
+            key = (_cid(sid, obj), int(obj["off"]))
+            self.requeues[key].append((t, "head", -1))
+
+    def trace(self) -> Trace:
+        """The trace, every series in time order."""
+        for r in self.recv.values():
+            r.build()
+        seg_offsets: dict[int, list[int]] = defaultdict(list)
+        for conn, off in sorted(self.seg_len):
+            seg_offsets[conn].append(off)
+        for sv in self.sends.values():
+            sv.sort(key=lambda s: s.t)
+        for rv in self.requeues.values():
+            rv.sort()
+        for pv in self.samples.values():
+            pv.sort(key=lambda x: x.t)
+        return Trace(
+            dict(self.recv),
+            dict(self.sends),
+            dict(seg_offsets),
+            self.seg_len,
+            dict(self.requeues),
+            self.dropped,
+            dict(self.samples),
+            self.request_sent,
+            self.request_arrived,
+            self.window_sent,
+            self.window_arrived,
+            {k: sorted(v, key=lambda x: x[0]) for k, v in self.window_limited.items()},
+        )
+
+
+def _cid(sid: int, obj: dict[str, Any]) -> int:
+    """A connection id unique across sessions."""
+    return (sid << 32) | int(obj["conn"])
 
 
 def stall_runs(d: Download) -> list[tuple[float, float]]:

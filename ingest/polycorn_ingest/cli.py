@@ -59,39 +59,71 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="polycorn-ingest", description=__doc__.split("\n")[0])
     p.add_argument("--log-level", default="INFO")
     sub = p.add_subparsers(dest="cmd", required=True)
-
-    def db(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
-            "--database-url",
-            default=os.environ.get("POLYCORN_DATABASE_URL"),
-            help="postgresql://user@host:port/db (env POLYCORN_DATABASE_URL)",
+    _run_args(sub.add_parser("run", help="consume telemetry into LinkDB"))
+    _import_drivetest_args(
+        sub.add_parser(
+            "import-drivetest",
+            help="import a third-party drive-test CSV log",
+            description="Import a drive-test CSV log. --format picks a preset (generic: "
+            "time,lat,lon,cell_id,rsrp; gnettrack: G-NetTrack Pro exports such as the UCC "
+            "4G/5G datasets); every --*-col option overrides one of its columns ('' drops an "
+            "optional one). See docs/ingest.md for the mapping of public formats.",
         )
-        sp.add_argument(
-            "--migrate", action="store_true", help="bring LinkDB to the latest schema first"
+    )
+    _import_routes_args(
+        sub.add_parser(
+            "import-routes", help="store track geometry (GeoJSON or an OSM XML extract) in LinkDB"
         )
-        sp.add_argument(
-            "--trip-gap-s",
-            type=float,
-            default=600.0,
-            help="a gap between fixes longer than this starts a new trip",
+    )
+    _learn_route_args(
+        sub.add_parser(
+            "learn-route", help="learn a route's centre line from stored fixes (no geometry needed)"
         )
+    )
+    _rematch_args(
+        sub.add_parser("rematch", help="map-match fixes stored before their route was imported")
+    )
+    _produce_testbed_args(
+        sub.add_parser("produce-testbed", help="publish a testbed trip's events.jsonl")
+    )
+    return p
 
-    def window(sp: argparse.ArgumentParser) -> None:  # read by _window
-        sp.add_argument("--since", default=None, help="ISO 8601 time (default: the beginning)")
-        sp.add_argument("--until", default=None, help="ISO 8601 time (default: now and later)")
 
-    def kafka(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
-            "--bootstrap",
-            default=os.environ.get("POLYCORN_KAFKA_BOOTSTRAP"),
-            help="Kafka bootstrap servers (env POLYCORN_KAFKA_BOOTSTRAP)",
-        )
-        sp.add_argument("--topic", default="polycorn.telemetry.v1")
-        kafka_security.add_arguments(sp)
+def _db_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--database-url",
+        default=os.environ.get("POLYCORN_DATABASE_URL"),
+        help="postgresql://user@host:port/db (env POLYCORN_DATABASE_URL)",
+    )
+    sp.add_argument(
+        "--migrate", action="store_true", help="bring LinkDB to the latest schema first"
+    )
+    sp.add_argument(
+        "--trip-gap-s",
+        type=float,
+        default=600.0,
+        help="a gap between fixes longer than this starts a new trip",
+    )
 
-    run = sub.add_parser("run", help="consume telemetry into LinkDB")
-    kafka(run)
-    db(run)
+
+def _window_args(sp: argparse.ArgumentParser) -> None:  # read by _window
+    sp.add_argument("--since", default=None, help="ISO 8601 time (default: the beginning)")
+    sp.add_argument("--until", default=None, help="ISO 8601 time (default: now and later)")
+
+
+def _kafka_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--bootstrap",
+        default=os.environ.get("POLYCORN_KAFKA_BOOTSTRAP"),
+        help="Kafka bootstrap servers (env POLYCORN_KAFKA_BOOTSTRAP)",
+    )
+    sp.add_argument("--topic", default="polycorn.telemetry.v1")
+    kafka_security.add_arguments(sp)
+
+
+def _run_args(run: argparse.ArgumentParser) -> None:
+    _kafka_args(run)
+    _db_args(run)
     run.add_argument("--group", default="polycorn-ingest")
     run.add_argument("--dlq-topic", default="polycorn.telemetry.dlq")
     run.add_argument("--batch-max", type=int, default=50_000, help="messages per batch at most")
@@ -111,16 +143,10 @@ def _parser() -> argparse.ArgumentParser:
         "last error (a broken migration exits at once)",
     )
 
-    imp = sub.add_parser(
-        "import-drivetest",
-        help="import a third-party drive-test CSV log",
-        description="Import a drive-test CSV log. --format picks a preset (generic: "
-        "time,lat,lon,cell_id,rsrp; gnettrack: G-NetTrack Pro exports such as the UCC "
-        "4G/5G datasets); every --*-col option overrides one of its columns ('' drops an "
-        "optional one). See docs/ingest.md for the mapping of public formats.",
-    )
+
+def _import_drivetest_args(imp: argparse.ArgumentParser) -> None:
     imp.add_argument("file", type=Path)
-    db(imp)
+    _db_args(imp)
     imp.add_argument("--train-id", required=True, help="LinkDB train id for this log")
     imp.add_argument("--format", choices=sorted(FORMATS), default="generic")
     imp.add_argument(
@@ -162,11 +188,10 @@ def _parser() -> argparse.ArgumentParser:
         "(generic 1500, gnettrack 2500)",
     )
 
-    rt = sub.add_parser(
-        "import-routes", help="store track geometry (GeoJSON or an OSM XML extract) in LinkDB"
-    )
+
+def _import_routes_args(rt: argparse.ArgumentParser) -> None:
     rt.add_argument("file", type=Path)
-    db(rt)
+    _db_args(rt)
     rt.add_argument("--format", choices=("geojson", "osm"), default=None, help="default: by suffix")
     rt.add_argument("--route-id", default=None, help="the route's id (required for OSM)")
     rt.add_argument("--name", default="", help="the route's name (OSM)")
@@ -182,24 +207,25 @@ def _parser() -> argparse.ArgumentParser:
         help="OSM: shorter chains of ways (sidings, yards) are left out",
     )
 
-    lr = sub.add_parser(
-        "learn-route", help="learn a route's centre line from stored fixes (no geometry needed)"
-    )
-    db(lr)
+
+def _learn_route_args(lr: argparse.ArgumentParser) -> None:
+    _db_args(lr)
     lr.add_argument("--route-id", required=True)
     lr.add_argument("--name", default="")
     lr.add_argument("--train", action="append", default=None, help="a train (repeatable)")
-    window(lr)
+    _window_args(lr)
     lr.add_argument("--step-m", type=float, default=100.0, help="vertex spacing while learning")
 
-    rm = sub.add_parser("rematch", help="map-match fixes stored before their route was imported")
-    db(rm)
-    rm.add_argument("--train", default=None, help="one train (default: every train)")
-    window(rm)
 
-    tb = sub.add_parser("produce-testbed", help="publish a testbed trip's events.jsonl")
+def _rematch_args(rm: argparse.ArgumentParser) -> None:
+    _db_args(rm)
+    rm.add_argument("--train", default=None, help="one train (default: every train)")
+    _window_args(rm)
+
+
+def _produce_testbed_args(tb: argparse.ArgumentParser) -> None:
     tb.add_argument("events", type=Path)
-    kafka(tb)
+    _kafka_args(tb)
     tb.add_argument("--train-id", required=True)
     tb.add_argument("--epoch-unix-ms", type=int, default=None, help="trip start (default: now)")
     tb.add_argument(
@@ -214,7 +240,6 @@ def _parser() -> argparse.ArgumentParser:
         help="names of carriers 0, 1, ... (comma-separated; the default is the testbed "
         "relay's path names, so LinkDB keys the same cells either way)",
     )
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

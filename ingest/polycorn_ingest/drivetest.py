@@ -383,62 +383,100 @@ def read(
             report.rows += 1
             line = reader.line_num
             try:
-                t = parse_time(row[cols.time] or "", fmt.time_format, tz)
-                lat_s, lon_s = _value(row, cols.lat, fmt.na), _value(row, cols.lon, fmt.na)
-                try:
-                    lat, lon = float(lat_s or "nan"), float(lon_s or "nan")
-                except ValueError:
-                    lat = lon = math.nan
-                if not (
-                    math.isfinite(lat)
-                    and math.isfinite(lon)
-                    and -90 <= lat <= 90
-                    and -180 <= lon <= 180
-                ) or (lat == 0 and lon == 0):
-                    raise ValueError(f"bad position ({lat_s!r}, {lon_s!r})")
-                parts = [_value(row, c, fmt.na) for c in cols.cell]
-                if any(p is None for p in parts):
-                    cell = 0  # no service
-                elif len(parts) == 1:
-                    cell = parse_cell(parts[0] or "")
-                else:
-                    cell = composite_cell([p or "" for p in parts])
-                op = carrier or _value(row, cols.carrier, fmt.na) or ""
-                if not op or len(op) > MAX_CARRIER:
-                    raise ValueError(f"bad operator {op!r} (1-{MAX_CARRIER} characters)")
-                mode = _value(row, cols.mode, fmt.na)
-                if mode is not None and len(mode) > MAX_RAT:
-                    report.ignored.append((line, f"network mode {mode!r} stored as empty"))
-                    mode = None
                 out.append(
-                    Measurement(
-                        line,
-                        t,
-                        lat,
-                        lon,
-                        cell,
-                        _measure(row, cols.signal, "RSRP", fmt=fmt, line=line, report=report),
-                        op,
-                        _measure(row, cols.rsrq, "RSRQ", fmt=fmt, line=line, report=report),
-                        _measure(row, cols.sinr, "SINR", fmt=fmt, line=line, report=report),
-                        _measure(
-                            row,
-                            cols.speed,
-                            "speed",
-                            fmt=fmt,
-                            line=line,
-                            report=report,
-                            scale=speed_scale,
-                        ),
-                        mode,
+                    _measurement(
+                        row,
+                        cols,
+                        fmt,
+                        tz=tz,
+                        carrier=carrier,
+                        speed_scale=speed_scale,
+                        line=line,
+                        report=report,
                     )
                 )
             except (ValueError, TypeError) as e:
                 report.bad.append((line, str(e)))
-    out.sort(key=lambda m: (m.t_ms, m.line))
+    return _first_per_carrier_and_time(out, report)
+
+
+def _measurement(
+    row: dict[str, str | None],
+    cols: Columns,
+    fmt: Format,
+    *,
+    tz: dt.tzinfo,
+    carrier: str,
+    speed_scale: float,
+    line: int,
+    report: ImportReport,
+) -> Measurement:
+    """One CSV row; a value out of range is reported and stored as empty, a row without
+    a time, a position or an operator raises ValueError."""
+    t = parse_time(row[cols.time] or "", fmt.time_format, tz)
+    lat, lon = _position(row, cols, fmt)
+    cell = _cell(row, cols, fmt)
+    op = carrier or _value(row, cols.carrier, fmt.na) or ""
+    if not op or len(op) > MAX_CARRIER:
+        raise ValueError(f"bad operator {op!r} (1-{MAX_CARRIER} characters)")
+    mode = _value(row, cols.mode, fmt.na)
+    if mode is not None and len(mode) > MAX_RAT:
+        report.ignored.append((line, f"network mode {mode!r} stored as empty"))
+        mode = None
+    return Measurement(
+        line,
+        t,
+        lat,
+        lon,
+        cell,
+        _measure(row, cols.signal, "RSRP", fmt=fmt, line=line, report=report),
+        op,
+        _measure(row, cols.rsrq, "RSRQ", fmt=fmt, line=line, report=report),
+        _measure(row, cols.sinr, "SINR", fmt=fmt, line=line, report=report),
+        _measure(
+            row,
+            cols.speed,
+            "speed",
+            fmt=fmt,
+            line=line,
+            report=report,
+            scale=speed_scale,
+        ),
+        mode,
+    )
+
+
+def _position(row: dict[str, str | None], cols: Columns, fmt: Format) -> tuple[float, float]:
+    """(lat, lon) in range and not (0, 0), the position of a receiver without a fix."""
+    lat_s, lon_s = _value(row, cols.lat, fmt.na), _value(row, cols.lon, fmt.na)
+    try:
+        lat, lon = float(lat_s or "nan"), float(lon_s or "nan")
+    except ValueError:
+        lat = lon = math.nan
+    if not (
+        math.isfinite(lat) and math.isfinite(lon) and -90 <= lat <= 90 and -180 <= lon <= 180
+    ) or (lat == 0 and lon == 0):
+        raise ValueError(f"bad position ({lat_s!r}, {lon_s!r})")
+    return lat, lon
+
+
+def _cell(row: dict[str, str | None], cols: Columns, fmt: Format) -> int:
+    """The serving cell from its one or several columns; 0 (no service) if any is empty."""
+    parts = [_value(row, c, fmt.na) for c in cols.cell]
+    if any(p is None for p in parts):
+        return 0
+    if len(parts) == 1:
+        return parse_cell(parts[0] or "")
+    return composite_cell([p or "" for p in parts])
+
+
+def _first_per_carrier_and_time(ms: list[Measurement], report: ImportReport) -> list[Measurement]:
+    """The measurements in time order, one per carrier and millisecond (the first row);
+    the others are counted as duplicates."""
+    ms.sort(key=lambda m: (m.t_ms, m.line))
     uniq: list[Measurement] = []
     last: dict[str, int] = {}
-    for m in out:
+    for m in ms:
         if last.get(m.carrier) == m.t_ms:
             report.duplicates += 1
             continue

@@ -112,45 +112,12 @@ def _join_parts(parts: list[Coords], where: str) -> Coords:
 
 def parse_geojson(doc: Any) -> list[RouteSpec]:
     """Routes from a GeoJSON document (module doc)."""
-    if not isinstance(doc, dict):
-        raise RouteError("GeoJSON: the document is not an object")
-    if doc.get("type") == "FeatureCollection":
-        feats = doc.get("features")
-        if not isinstance(feats, list):
-            raise RouteError("GeoJSON: FeatureCollection without a features list")
-    elif doc.get("type") == "Feature":
-        feats = [doc]
-    else:
-        raise RouteError(
-            f"GeoJSON: expected a FeatureCollection or Feature, got {doc.get('type')!r}"
-        )
     refs: dict[str, tuple[Coords, dict[str, Any]]] = {}
     tracks: dict[str, list[TrackSpec]] = defaultdict(list)
     order: list[str] = []
-    for n, f in enumerate(feats):
+    for n, f in enumerate(_features(doc)):
         where = f"feature {n}"
-        if not isinstance(f, dict) or f.get("type") != "Feature":
-            raise RouteError(f"{where}: not a Feature")
-        props = f.get("properties") or {}
-        if not isinstance(props, dict):
-            raise RouteError(f"{where}: properties is not an object")
-        rid = props.get("route", props.get("route_id", f.get("id")))
-        if rid is None or str(rid).strip() == "" or len(str(rid)) > 128:
-            raise RouteError(f"{where}: no route id (property 'route', 'route_id' or the id)")
-        rid = str(rid)
-        geom = f.get("geometry") or {}
-        gtype = geom.get("type") if isinstance(geom, dict) else None
-        if gtype == "LineString":
-            coords = _check_coords(geom.get("coordinates"), where)
-        elif gtype == "MultiLineString":
-            parts = geom.get("coordinates")
-            if not isinstance(parts, list) or not parts:
-                raise RouteError(f"{where}: empty MultiLineString")
-            coords = _join_parts(
-                [_check_coords(p, f"{where} part {k}") for k, p in enumerate(parts)], where
-            )
-        else:
-            raise RouteError(f"{where}: geometry must be a LineString, got {gtype!r}")
+        rid, props, coords = _read_feature(f, where)
         if rid not in order:
             order.append(rid)
         track = props.get("track")
@@ -180,6 +147,46 @@ def parse_geojson(doc: Any) -> list[RouteSpec]:
     return out
 
 
+def _features(doc: Any) -> list[Any]:
+    """A GeoJSON document's features: a FeatureCollection's, or the one Feature."""
+    if not isinstance(doc, dict):
+        raise RouteError("GeoJSON: the document is not an object")
+    if doc.get("type") == "FeatureCollection":
+        feats = doc.get("features")
+        if not isinstance(feats, list):
+            raise RouteError("GeoJSON: FeatureCollection without a features list")
+        return feats
+    if doc.get("type") == "Feature":
+        return [doc]
+    raise RouteError(f"GeoJSON: expected a FeatureCollection or Feature, got {doc.get('type')!r}")
+
+
+def _read_feature(f: Any, where: str) -> tuple[str, dict[str, Any], Coords]:
+    """One feature's route id, properties and line (a MultiLineString's parts joined)."""
+    if not isinstance(f, dict) or f.get("type") != "Feature":
+        raise RouteError(f"{where}: not a Feature")
+    props = f.get("properties") or {}
+    if not isinstance(props, dict):
+        raise RouteError(f"{where}: properties is not an object")
+    rid = props.get("route", props.get("route_id", f.get("id")))
+    if rid is None or str(rid).strip() == "" or len(str(rid)) > 128:
+        raise RouteError(f"{where}: no route id (property 'route', 'route_id' or the id)")
+    geom = f.get("geometry") or {}
+    gtype = geom.get("type") if isinstance(geom, dict) else None
+    if gtype == "LineString":
+        coords = _check_coords(geom.get("coordinates"), where)
+    elif gtype == "MultiLineString":
+        parts = geom.get("coordinates")
+        if not isinstance(parts, list) or not parts:
+            raise RouteError(f"{where}: empty MultiLineString")
+        coords = _join_parts(
+            [_check_coords(p, f"{where} part {k}") for k, p in enumerate(parts)], where
+        )
+    else:
+        raise RouteError(f"{where}: geometry must be a LineString, got {gtype!r}")
+    return str(rid), props, coords
+
+
 def _names(tracks: Iterable[TrackSpec]) -> list[str]:
     return [t.name for t in tracks]
 
@@ -193,6 +200,38 @@ def parse_osm(
     min_length_m: float = 1000.0,
 ) -> RouteSpec:
     """One route from an OSM XML extract's railway ways (module doc)."""
+    nodes, ways = _read_osm(path, railway)
+    chains = _chain(ways, nodes)
+    notes: list[str] = []
+    lines: list[tuple[Coords, str]] = []
+    for refs, pref, wids in chains:
+        coords = [nodes[r] for r in refs]
+        ln = length_m(coords)
+        if ln < min_length_m:
+            notes.append(f"left out ways {','.join(wids)}: {ln:.0f} m < {min_length_m:.0f} m")
+            continue
+        lines.append((coords, pref))
+    if not lines:
+        raise RouteError(f"{path}: no railway line of at least {min_length_m:.0f} m")
+    lines.sort(key=lambda lp: -length_m(lp[0]))
+    ref = lines[0][0]
+    tracks = []
+    for k, (coords, pref) in enumerate(lines):
+        same = _same_direction(ref, coords)
+        running = {
+            "forward": "increasing" if same else "decreasing",
+            "backward": "decreasing" if same else "increasing",
+        }.get(pref, "both")
+        tracks.append(TrackSpec(f"{k + 1}", running, coords))
+    props = {"osm_ways": sorted({w for _, _, ws in chains for w in ws}, key=int_or_str)}
+    return RouteSpec(route_id, name or route_id, "osm", ref, tracks, props, notes)
+
+
+def _read_osm(
+    path: Path, railway: Sequence[str]
+) -> tuple[dict[str, tuple[float, float]], list[tuple[str, list[str], dict[str, str]]]]:
+    """An OSM XML extract's nodes (id -> lon, lat) and its ways tagged with one of the
+    railway values (id, node ids, tags), each way with at least 2 nodes, all present."""
     nodes: dict[str, tuple[float, float]] = {}
     ways: list[tuple[str, list[str], dict[str, str]]] = []
     try:
@@ -221,30 +260,7 @@ def parse_osm(
                 if missing
                 else f"{path}: way {wid} has fewer than 2 nodes"
             )
-    chains = _chain(ways, nodes)
-    notes: list[str] = []
-    lines: list[tuple[Coords, str]] = []
-    for refs, pref, wids in chains:
-        coords = [nodes[r] for r in refs]
-        ln = length_m(coords)
-        if ln < min_length_m:
-            notes.append(f"left out ways {','.join(wids)}: {ln:.0f} m < {min_length_m:.0f} m")
-            continue
-        lines.append((coords, pref))
-    if not lines:
-        raise RouteError(f"{path}: no railway line of at least {min_length_m:.0f} m")
-    lines.sort(key=lambda lp: -length_m(lp[0]))
-    ref = lines[0][0]
-    tracks = []
-    for k, (coords, pref) in enumerate(lines):
-        same = _same_direction(ref, coords)
-        running = {
-            "forward": "increasing" if same else "decreasing",
-            "backward": "decreasing" if same else "increasing",
-        }.get(pref, "both")
-        tracks.append(TrackSpec(f"{k + 1}", running, coords))
-    props = {"osm_ways": sorted({w for _, _, ws in chains for w in ws}, key=int_or_str)}
-    return RouteSpec(route_id, name or route_id, "osm", ref, tracks, props, notes)
+    return nodes, ways
 
 
 def int_or_str(s: str) -> tuple[int, str]:

@@ -134,6 +134,31 @@ def _verify_keys(text: str) -> int:
 
 
 def check(path: Path, proxy_bin: Path | None) -> tuple[int, list[str]]:
+    n, errors = check_verify_keys(path)
+    for where, c in containers(path):
+        (cmd,) = c["command"]
+        args = [_expand(a) for a in c.get("args", [])]
+        if cmd == "envoy":
+            continue  # tools/validate/envoy checks its configuration
+        try:
+            if cmd in PYTHON_CLIS:
+                _parse_python(PYTHON_CLIS[cmd], args)
+            elif cmd == "polycorn-proxy":
+                if proxy_bin is None:
+                    continue
+                _parse_proxy(proxy_bin, args)
+            else:
+                raise RuntimeError(f"no parser known for command {cmd!r}")
+        except Exception as e:
+            errors.append(f"{where}: {cmd} {' '.join(args)}: {e}")
+            continue
+        n += 1
+    return n, errors
+
+
+def check_verify_keys(path: Path) -> tuple[int, list[str]]:
+    """The table-signing verify keys in a manifest's ConfigMaps: (how many are valid,
+    what is wrong with the others)."""
     n = 0
     errors = []
     for o in yaml.safe_load_all(path.read_text()):
@@ -145,35 +170,28 @@ def check(path: Path, proxy_bin: Path | None) -> tuple[int, list[str]]:
                 errors.append(f"{where}: table-signing.pub: {e}")
                 continue
             n += 1
-    for where, c in containers(path):
-        (cmd,) = c["command"]
-        args = [_expand(a) for a in c.get("args", [])]
-        if cmd == "envoy":
-            continue  # tools/validate/envoy checks its configuration
-        try:
-            if cmd in PYTHON_CLIS:
-                out = io.StringIO()
-                with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
-                    try:
-                        PYTHON_CLIS[cmd](args)
-                    except SystemExit as e:
-                        if e.code not in (0, None):
-                            raise RuntimeError(out.getvalue().strip() or f"exit {e.code}") from None
-            elif cmd == "polycorn-proxy":
-                if proxy_bin is None:
-                    continue
-                r = subprocess.run(
-                    [str(proxy_bin), *args, "--help"], capture_output=True, text=True, check=False
-                )
-                if r.returncode != 0:
-                    raise RuntimeError(r.stderr.strip())
-            else:
-                raise RuntimeError(f"no parser known for command {cmd!r}")
-        except Exception as e:
-            errors.append(f"{where}: {cmd} {' '.join(args)}: {e}")
-            continue
-        n += 1
     return n, errors
+
+
+def _parse_python(cli: Callable[[list[str]], None], args: list[str]) -> None:
+    """A Python service's command line through its own parser (its output kept quiet);
+    raises RuntimeError with that output if the parser rejects it."""
+    out = io.StringIO()
+    with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
+        try:
+            cli(args)
+        except SystemExit as e:
+            if e.code not in (0, None):
+                raise RuntimeError(out.getvalue().strip() or f"exit {e.code}") from None
+
+
+def _parse_proxy(proxy_bin: Path, args: list[str]) -> None:
+    """The proxy's command line through its binary (with --help appended)."""
+    r = subprocess.run(
+        [str(proxy_bin), *args, "--help"], capture_output=True, text=True, check=False
+    )
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip())
 
 
 def main(argv: list[str] | None = None) -> int:

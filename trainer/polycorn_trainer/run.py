@@ -16,6 +16,8 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
+
 from polycorn_schema.startup import pg_connect
 from polycorn_trainer.data import Shard, load_cells
 from polycorn_trainer.fit import CellData, CellResult, Counts, Params, fit_many
@@ -191,38 +193,9 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         kinds: dict[str, int] = defaultdict(int)
         for r in results:
             kinds[r.kind] += 1
-        model_id: int | None = None
-        published: Published | None = None
-        if o.store:
-            with conn.transaction():
-                model_id = store_model(
-                    conn,
-                    results,
-                    {**o.params.as_dict(), "shard": str(o.shard)},
-                    validation,
-                    handovers,
-                )
-            if o.publish:
-                published = publish_table(conn, model_id, o.signer)
-        elif o.publish:
-            raise ValueError("publishing needs a stored model")
-        if o.publish and published is None:
-            log.info("no cell has a failure location yet: no table published")
-    if published is not None and o.bootstrap:
-        produce_table(
-            o.bootstrap,
-            o.topic,
-            published.body,
-            version=published.version,
-            etag=published.etag,
-            signature=published.signature,
-            kafka=o.kafka,
-        )
-        log.info("table v%d produced to %s", published.version, o.topic)
-    elif published is not None:
-        log.warning(
-            "no Kafka bootstrap: table v%d is in LinkDB only (the API serves it)", published.version
-        )
+        model_id, published = _store_and_publish(conn, o, results, validation, handovers)
+    if published is not None:
+        _produce(o, published)
     refit_s = time.monotonic() - t0
     summary: dict[str, Any] = {
         "model_id": model_id,
@@ -247,24 +220,7 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         ),
         "validation": validation,
     }
-    m.cells_fitted.set(summary["cells_fitted"])
-    for k in ("linear_svc", "too_few", "no_failures", "failures_only"):
-        m.cells.labels(k).set(kinds.get(k, 0))
-    m.handovers.set(handovers)
-    for k in ("failure_correct", "failure_late", "failure_early", "success_correct"):
-        if validation[k] is not None:
-            m.validation.labels(k).set(validation[k])
-    for k, v in validation["with_lead"].items():
-        if v is not None:
-            m.validation.labels(f"lead_{k}").set(v)
-    for k, v in validation["separability"].items():
-        if v is not None:
-            m.validation.labels(f"separability_{k}").set(v)
-    if model_id is not None:
-        m.model_id.set(model_id)
-    if published:
-        m.table_version.set(published.version)
-        m.table_entries.set(published.entries)
+    _export(m, summary, kinds, published)
     log.info(
         "run done in %.1f s: model %s, %d cells (%d SVMs), table %s; validation: failures "
         "correct/late/early %s/%s/%s, successes correct %s",
@@ -279,6 +235,78 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         validation["success_correct"],
     )
     return summary
+
+
+def _store_and_publish(
+    conn: psycopg.Connection,
+    o: Options,
+    results: list[CellResult],
+    validation: dict[str, Any],
+    handovers: int,
+) -> tuple[int | None, Published | None]:
+    """Store the model (its id) and assemble the table from it, as the options ask."""
+    model_id: int | None = None
+    published: Published | None = None
+    if o.store:
+        with conn.transaction():
+            model_id = store_model(
+                conn,
+                results,
+                {**o.params.as_dict(), "shard": str(o.shard)},
+                validation,
+                handovers,
+            )
+        if o.publish:
+            published = publish_table(conn, model_id, o.signer)
+    elif o.publish:
+        raise ValueError("publishing needs a stored model")
+    if o.publish and published is None:
+        log.info("no cell has a failure location yet: no table published")
+    return model_id, published
+
+
+def _produce(o: Options, published: Published) -> None:
+    """Send a published table to Kafka, if there is one to send it to."""
+    if o.bootstrap:
+        produce_table(
+            o.bootstrap,
+            o.topic,
+            published.body,
+            version=published.version,
+            etag=published.etag,
+            signature=published.signature,
+            kafka=o.kafka,
+        )
+        log.info("table v%d produced to %s", published.version, o.topic)
+    else:
+        log.warning(
+            "no Kafka bootstrap: table v%d is in LinkDB only (the API serves it)", published.version
+        )
+
+
+def _export(
+    m: Metrics, summary: dict[str, Any], kinds: dict[str, int], published: Published | None
+) -> None:
+    """A run's summary as the trainer's metrics."""
+    validation = summary["validation"]
+    m.cells_fitted.set(summary["cells_fitted"])
+    for k in ("linear_svc", "too_few", "no_failures", "failures_only"):
+        m.cells.labels(k).set(kinds.get(k, 0))
+    m.handovers.set(summary["handovers"])
+    for k in ("failure_correct", "failure_late", "failure_early", "success_correct"):
+        if validation[k] is not None:
+            m.validation.labels(k).set(validation[k])
+    for k, v in validation["with_lead"].items():
+        if v is not None:
+            m.validation.labels(f"lead_{k}").set(v)
+    for k, v in validation["separability"].items():
+        if v is not None:
+            m.validation.labels(f"separability_{k}").set(v)
+    if summary["model_id"] is not None:
+        m.model_id.set(summary["model_id"])
+    if published:
+        m.table_version.set(published.version)
+        m.table_entries.set(published.entries)
 
 
 def publish_only(

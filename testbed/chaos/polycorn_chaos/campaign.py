@@ -99,6 +99,60 @@ class FaultRecord:
 
 
 @dataclass
+class RecoveryWatch:
+    """The recovery conditions not yet met after the faults healed (t0, monotonic)."""
+
+    t0: float
+    pending: set[str]
+    # The trainer's polycorn_trainer_runs_total when recovery began, if a fault hit it.
+    trainer_runs0: float | None
+    # Seconds after t0 at which each condition held.
+    took: dict[str, float] = field(default_factory=dict)
+    # Wall ms up to which the relay has emitted everything it will.
+    cut_ms: int = 0
+    # The relay's polycorn_telemetry_spool_acked_total as first read once it was back.
+    acked0: float | None = None
+
+    def met(self, c: str) -> None:
+        self.pending.discard(c)
+        self.took[c] = round(time.monotonic() - self.t0, 1)
+
+
+def health_violations(
+    records: list[FaultRecord], ready: dict[str, list[tuple[float, bool]]]
+) -> list[Violation]:
+    """Health agreed with reality during the faults: a relay without its proxy or any
+    carrier, and a proxy without its relay, said 'not ready' within the grace."""
+    bad: list[Violation] = []
+    for r in records:
+        k = r.fault.kind
+        start, end = r.applied_at, r.healed_at
+        silent = any(
+            o.fault.kind == "link-drop" and o.applied_at < end and o.healed_at > start
+            for o in records
+        )
+        grace = SILENT_GRACE_S if silent else UNREADY_GRACE_S
+
+        def win(
+            who: str, start: float = start, end: float = end, grace: float = grace
+        ) -> dict[str, Any]:
+            return {"samples": ready[who], "start": start, "end": end, "grace_s": grace}
+
+        if k in ("proxy-kill", "proxy-term"):
+            bad += check_unready_during("relay", "its proxy was down", **win("relay"))
+        elif k == "links-all-down":
+            # The relay sees its interfaces go down (crates/net/src/link.rs);
+            # the proxy hears only silence.
+            bad += check_unready_during("relay", "every carrier was down", **win("relay"))
+            bad += check_unready_during(
+                "proxy", "every carrier was down", **win("proxy", grace=SILENT_GRACE_S)
+            )
+        elif k in ("relay-kill", "relay-term"):
+            bad += check_unready_during("proxy", "its relay was down", **win("proxy"))
+    return bad
+
+
+@dataclass
 class Campaign:
     tb: Testbed
     trip: TripTelemetry
@@ -207,70 +261,8 @@ class Campaign:
         pax = Passengers(tb, plan.workload, seed, chat_out)
 
         records = [FaultRecord(f) for f in plan.faults]
-        timeline = sorted(
-            [(r.fault.start_s, 0, i) for i, r in enumerate(records)]
-            + [(r.fault.end_s, 1, i) for i, r in enumerate(records)]
-        )
-        ready: dict[str, list[tuple[float, bool]]] = {"relay": [], "proxy": []}
-        last_err_read = 0.0
-        for at, heal, i in timeline:
-            while time.monotonic() - t0 < at:
-                for who, samples in ready.items():
-                    samples.append((time.monotonic(), tb.ready(who)))
-                if time.monotonic() - last_err_read > 1.0:
-                    self.spool_errors()
-                    last_err_read = time.monotonic()
-                time.sleep(0.2)
-            r = records[i]
-            try:
-                if heal:
-                    self.heal(r)
-                    log(f"  healed {r.fault.kind}")
-                else:
-                    if r.fault.kind == "spool-full":
-                        self.spool_errors()
-                    self.apply(r)
-                    log(f"  applied {r.fault.kind}")
-            except Exception as e:
-                r.error = f"{type(e).__name__}: {e}"
-                log(f"  {'heal' if heal else 'apply'} {r.fault.kind} failed: {r.error}")
-                bad.append(
-                    Violation(
-                        "campaign",
-                        f"could not {'heal' if heal else 'apply'} {r.fault.kind}: {r.error}",
-                    )
-                )
-        self.spool_errors()
-        for r in records:
-            if r.fault.kind == "spool-full":
-                self.ledger.lost_windows.append((r.applied_ms - 1500, r.healed_ms + 2500))
-
-        # Health agreed with reality during the faults.
-        for r in records:
-            k = r.fault.kind
-            start, end = r.applied_at, r.healed_at
-            silent = any(
-                o.fault.kind == "link-drop" and o.applied_at < end and o.healed_at > start
-                for o in records
-            )
-            grace = SILENT_GRACE_S if silent else UNREADY_GRACE_S
-
-            def win(
-                who: str, start: float = start, end: float = end, grace: float = grace
-            ) -> dict[str, Any]:
-                return {"samples": ready[who], "start": start, "end": end, "grace_s": grace}
-
-            if k in ("proxy-kill", "proxy-term"):
-                bad += check_unready_during("relay", "its proxy was down", **win("relay"))
-            elif k == "links-all-down":
-                # The relay sees its interfaces go down (crates/net/src/link.rs);
-                # the proxy hears only silence.
-                bad += check_unready_during("relay", "every carrier was down", **win("relay"))
-                bad += check_unready_during(
-                    "proxy", "every carrier was down", **win("proxy", grace=SILENT_GRACE_S)
-                )
-            elif k in ("relay-kill", "relay-term"):
-                bad += check_unready_during("proxy", "its relay was down", **win("proxy"))
+        ready = self.run_faults(records, t0, bad)
+        bad += health_violations(records, ready)
 
         transfers, chat, problems = pax.finish()
         if problems:
@@ -323,6 +315,53 @@ class Campaign:
             "reproduce": f"make chaos CHAOS_SEED={seed} CHAOS_EPISODES=1",
         }
 
+    def run_faults(
+        self, records: list[FaultRecord], t0: float, bad: list[Violation]
+    ) -> dict[str, list[tuple[float, bool]]]:
+        """Apply and heal each fault on time (seconds after t0), sampling relay's and
+        proxy's /readyz meanwhile: those samples, (monotonic time, ready), per process."""
+        timeline = sorted(
+            [(r.fault.start_s, 0, i) for i, r in enumerate(records)]
+            + [(r.fault.end_s, 1, i) for i, r in enumerate(records)]
+        )
+        ready: dict[str, list[tuple[float, bool]]] = {"relay": [], "proxy": []}
+        last_err_read = 0.0
+        for at, heal, i in timeline:
+            while time.monotonic() - t0 < at:
+                for who, samples in ready.items():
+                    samples.append((time.monotonic(), self.tb.ready(who)))
+                if time.monotonic() - last_err_read > 1.0:
+                    self.spool_errors()
+                    last_err_read = time.monotonic()
+                time.sleep(0.2)
+            self.apply_or_heal(records[i], bool(heal), bad)
+        self.spool_errors()
+        for r in records:
+            if r.fault.kind == "spool-full":
+                self.ledger.lost_windows.append((r.applied_ms - 1500, r.healed_ms + 2500))
+        return ready
+
+    def apply_or_heal(self, r: FaultRecord, heal: bool, bad: list[Violation]) -> None:
+        """One step of the timeline; a step that fails is a violation, not the end."""
+        try:
+            if heal:
+                self.heal(r)
+                log(f"  healed {r.fault.kind}")
+            else:
+                if r.fault.kind == "spool-full":
+                    self.spool_errors()
+                self.apply(r)
+                log(f"  applied {r.fault.kind}")
+        except Exception as e:
+            r.error = f"{type(e).__name__}: {e}"
+            log(f"  {'heal' if heal else 'apply'} {r.fault.kind} failed: {r.error}")
+            bad.append(
+                Violation(
+                    "campaign",
+                    f"could not {'heal' if heal else 'apply'} {r.fault.kind}: {r.error}",
+                )
+            )
+
     def recover(
         self, bad: list[Violation], crashed: list[dict[str, Any]], plan: Plan
     ) -> tuple[float, int]:
@@ -336,65 +375,29 @@ class Campaign:
             except Exception as e:
                 bad.append(Violation("health-agrees", f"{name} does not start again: {e}"))
         trainer_hit = any(f.component in ("trainer", "pg", "kafka") for f in plan.faults)
-        trainer_runs0 = self._trainer_runs() if trainer_hit else None
-        pending = {
-            "relay healthy and ready",
-            "proxy healthy and ready",
-            "ingest serves /metrics",
-            "trainer serves /metrics",
-            "a passenger download succeeds",
-            "the relay's spool is acknowledged again",
-        }
+        w = RecoveryWatch(
+            t0=t0,
+            pending={
+                "relay healthy and ready",
+                "proxy healthy and ready",
+                "ingest serves /metrics",
+                "trainer serves /metrics",
+                "a passenger download succeeds",
+                "the relay's spool is acknowledged again",
+            },
+            trainer_runs0=self._trainer_runs() if trainer_hit else None,
+        )
         if trainer_hit:
-            pending.add("the trainer completes a run")
-        cut_ms = 0
-        acked0: float | None = None
-        took: dict[str, float] = {}
-
-        def met(c: str) -> None:
-            pending.discard(c)
-            took[c] = round(time.monotonic() - t0, 1)
+            w.pending.add("the trainer completes a run")
 
         deadline = t0 + max(RECOVER_S, TRAINER_S if trainer_hit else 0)
-        while pending and time.monotonic() < deadline:
+        while w.pending and time.monotonic() < deadline:
             self.crashes(crashed, bad)
-            for who in ("relay", "proxy"):
-                c = f"{who} healthy and ready"
-                if c in pending and tb.healthy(who) and tb.ready(who):
-                    met(c)
-                    if who == "relay":
-                        cut_ms = now_ms() - 2000
-            for who in ("ingest", "trainer"):
-                c = f"{who} serves /metrics"
-                if c in pending and tb.metrics(who) is not None:
-                    met(c)
-            c = "a passenger download succeeds"
-            if c in pending and "relay healthy and ready" not in pending:
-                t = download(tb, "10.66.0.2", "1MiB.bin", max_time_s=20)
-                if t.exit_code == 0:
-                    _, tb_bad = check_transfers([t], tb.sums)
-                    bad += tb_bad
-                    met(c)
-            # Records flow again (relay -> proxy -> Kafka -> acknowledgement).
-            # Not "the spool is empty": samples arrive every second, so under
-            # load a few are always in flight. That every record reaches
-            # LinkDB is the telemetry check's business.
-            c = "the relay's spool is acknowledged again"
-            if c in pending and "relay healthy and ready" not in pending:
-                m = tb.metrics("relay")
-                acked = None if m is None else m.get("polycorn_telemetry_spool_acked_total")
-                if acked is not None and acked0 is None:
-                    acked0 = acked
-                elif acked is not None and acked0 is not None and acked > acked0:
-                    met(c)
-            c = "the trainer completes a run"
-            if c in pending:
-                runs = self._trainer_runs()
-                if runs is not None and (trainer_runs0 is None or runs > trainer_runs0):
-                    met(c)
-            if pending:
+            self.poll_services(w)
+            self.poll_flows(w, bad)
+            if w.pending:
                 time.sleep(0.5)
-        for c in sorted(pending):
+        for c in sorted(w.pending):
             bad.append(
                 Violation(
                     "health-agrees",
@@ -406,8 +409,53 @@ class Campaign:
                 h, r = tb.healthy(who), tb.ready(who)
                 log(f"  {who}: alive {tb.procs[who].alive()}, /healthz {h}, /readyz {r}")
         self.spool_errors()
-        self.recovery = took
-        return time.monotonic() - t0, cut_ms
+        self.recovery = w.took
+        return time.monotonic() - t0, w.cut_ms
+
+    def poll_services(self, w: RecoveryWatch) -> None:
+        """Processes answer again: relay and proxy healthy and ready, ingest and trainer
+        serve their metrics."""
+        tb = self.tb
+        for who in ("relay", "proxy"):
+            c = f"{who} healthy and ready"
+            if c in w.pending and tb.healthy(who) and tb.ready(who):
+                w.met(c)
+                if who == "relay":
+                    w.cut_ms = now_ms() - 2000
+        for who in ("ingest", "trainer"):
+            c = f"{who} serves /metrics"
+            if c in w.pending and tb.metrics(who) is not None:
+                w.met(c)
+
+    def poll_flows(self, w: RecoveryWatch, bad: list[Violation]) -> None:
+        """Work flows again: passengers download, telemetry is acknowledged, the trainer
+        completes a run."""
+        tb = self.tb
+        relay_back = "relay healthy and ready" not in w.pending
+        c = "a passenger download succeeds"
+        if c in w.pending and relay_back:
+            t = download(tb, "10.66.0.2", "1MiB.bin", max_time_s=20)
+            if t.exit_code == 0:
+                _, tb_bad = check_transfers([t], tb.sums)
+                bad += tb_bad
+                w.met(c)
+        # Records flow again (relay -> proxy -> Kafka -> acknowledgement).
+        # Not "the spool is empty": samples arrive every second, so under
+        # load a few are always in flight. That every record reaches
+        # LinkDB is the telemetry check's business.
+        c = "the relay's spool is acknowledged again"
+        if c in w.pending and relay_back:
+            m = tb.metrics("relay")
+            acked = None if m is None else m.get("polycorn_telemetry_spool_acked_total")
+            if acked is not None and w.acked0 is None:
+                w.acked0 = acked
+            elif acked is not None and w.acked0 is not None and acked > w.acked0:
+                w.met(c)
+        c = "the trainer completes a run"
+        if c in w.pending:
+            runs = self._trainer_runs()
+            if runs is not None and (w.trainer_runs0 is None or runs > w.trainer_runs0):
+                w.met(c)
 
     def _trainer_runs(self) -> float | None:
         m = self.tb.metrics("trainer")

@@ -238,16 +238,7 @@ def trip(servers: dict[str, str], make_trip: MakeTrip, bin_dir: Path) -> Iterato
     work = Path(tempfile.mkdtemp(prefix="polycorn-ite."))
     table_key = work / "table-key"
     run([str(bin_dir / "polycorn-pki"), "table-key", "--out", str(table_key)])
-    topic, dlq = f"polycorn.telemetry.v1.{run_id}", f"polycorn.telemetry.dlq.{run_id}"
-    tables = f"polycorn.failure-tables.v1.{run_id}"
-    kafka_create_topics(
-        env["POLYCORN_KAFKA_BOOTSTRAP"],
-        [
-            NewTopic(topic, 4, 1),
-            NewTopic(dlq, 1, 1),
-            NewTopic(tables, 1, 1, config={"cleanup.policy": "compact"}),
-        ],
-    )
+    topic, dlq, tables = _create_topics(env, run_id)
     db_url = _setup_linkdb(env, f"linkdb_{run_id}")
     sasl = env["POLYCORN_KAFKA_SASL_BOOTSTRAP"]
     ingest_metrics = f"127.0.0.1:{os.environ.get('E2E_INGEST_METRICS_PORT', '9481')}"
@@ -275,7 +266,6 @@ def trip(servers: dict[str, str], make_trip: MakeTrip, bin_dir: Path) -> Iterato
             start_new_session=True,  # its own process group: stopped whole at the end
         )
     t = Topology(P, make_trip(2, 3, TRIP_S), bin_dir, {"TRAIN_ID": TRAIN_ID})
-    blackout = False
     try:
         wait_until(
             "polycorn-ingest serves /metrics",
@@ -317,45 +307,65 @@ def trip(servers: dict[str, str], make_trip: MakeTrip, bin_dir: Path) -> Iterato
             ingest_metrics,
             table_key,
         )
-
-        def until(trip_s: float) -> None:
-            while (time.time() * 1000 - epoch) / 1000 < trip_s:
-                time.sleep(0.5)
-
-        s = TRIP_S // 10
-        until(s)
-        log("fault: Kafka restart")
-        infra.restart(env, "kafka")
-        until(3 * s)
-        # ingest writes a batch every few seconds, so a database restart must show in
-        # its count of failed (retried) transactions.
-        tr.db_errors["before"] = tr.ingest_metric("polycorn_ingest_db_errors_total")
-        log("fault: PostgreSQL restart")
-        infra.restart(env, "pg")
-        until(4 * s)
-        tr.db_errors["after"] = tr.ingest_metric("polycorn_ingest_db_errors_total")
-        log("fault: relay restart")
-        _restart_relay(t)
-        until(5 * s)
-        log("fault: every path dark for 60 s")
-        _blackout(t, True)
-        blackout = True
-        until(5 * s + 60)
-        _blackout(t, False)
-        blackout = False
-        log("paths back")
-        until(TRIP_S)
-        log("trip over")
+        _faults(tr)
         yield tr
     finally:
-        if blackout:
-            _blackout(t, False)
         if ingest.poll() is None:
             os.killpg(ingest.pid, signal.SIGTERM)
             ingest.wait(30)
         t.down()
         if os.environ.get("KEEP_WORK") != "1":
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _create_topics(env: Mapping[str, str], run_id: str) -> tuple[str, str, str]:
+    """This run's telemetry, dead-letter and (compacted) failure-table topics."""
+    topic, dlq = f"polycorn.telemetry.v1.{run_id}", f"polycorn.telemetry.dlq.{run_id}"
+    tables = f"polycorn.failure-tables.v1.{run_id}"
+    kafka_create_topics(
+        env["POLYCORN_KAFKA_BOOTSTRAP"],
+        [
+            NewTopic(topic, 4, 1),
+            NewTopic(dlq, 1, 1),
+            NewTopic(tables, 1, 1, config={"cleanup.policy": "compact"}),
+        ],
+    )
+    return topic, dlq, tables
+
+
+def _faults(tr: Trip) -> None:
+    """The trip's faults at fixed points of it (Kafka, PostgreSQL and relay restarts,
+    every path dark for 60 s); returns when the trip is over."""
+    env, t = tr.env, tr.topology
+
+    def until(trip_s: float) -> None:
+        while (time.time() * 1000 - tr.epoch_ms) / 1000 < trip_s:
+            time.sleep(0.5)
+
+    s = TRIP_S // 10
+    until(s)
+    log("fault: Kafka restart")
+    infra.restart(env, "kafka")
+    until(3 * s)
+    # ingest writes a batch every few seconds, so a database restart must show in
+    # its count of failed (retried) transactions.
+    tr.db_errors["before"] = tr.ingest_metric("polycorn_ingest_db_errors_total")
+    log("fault: PostgreSQL restart")
+    infra.restart(env, "pg")
+    until(4 * s)
+    tr.db_errors["after"] = tr.ingest_metric("polycorn_ingest_db_errors_total")
+    log("fault: relay restart")
+    _restart_relay(t)
+    until(5 * s)
+    log("fault: every path dark for 60 s")
+    _blackout(t, True)
+    try:
+        until(5 * s + 60)
+    finally:
+        _blackout(t, False)
+    log("paths back")
+    until(TRIP_S)
+    log("trip over")
 
 
 def test_the_relays_spool_drains_after_the_faults(trip: Trip) -> None:
