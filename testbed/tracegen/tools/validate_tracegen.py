@@ -386,7 +386,7 @@ def _suffix(fleet: str) -> str:
     return "" if fleet == "pc" else f".{fleet}"
 
 
-def _build_checks() -> list[Check]:
+def _build_checks() -> list[Check]:  # noqa: PLR0912 (the §15.8 table: one loop per item, in order)
     out: list[Check] = []
     ctx: tuple[tuple[str, Src], ...]
 
@@ -1220,50 +1220,68 @@ def tcp_runs(b: Build, fleet_dirs: Sequence[Path], plan: TcpPlan, work: Path) ->
     return summarize_tcp(work / "tcp", runs, plan.seconds, cc)
 
 
+def _tcp_preflight(work: Path) -> tuple[str, Path]:
+    """Item 12's requirements checked, its congestion control and a fresh ``work/tcp``."""
+    missing = [t for t in ("iperf3", "nstat", "ip") if shutil.which(t) is None]
+    if os.geteuid() != 0 or missing:
+        why = f"missing {', '.join(missing)}: run `make setup`" if missing else "not root"
+        raise RunError(f"item 12 needs root, iperf3, nstat and ip ({why}); VAL_TCP=0 skips it")
+    tcpdir = work / "tcp"
+    if tcpdir.exists():
+        shutil.rmtree(tcpdir)
+    tcpdir.mkdir(parents=True)
+    return _congestion_control(), tcpdir
+
+
+def _start_tcp_run(
+    b: Build, trip: Path, carrier: int, *, prefix: str, cc: str, plan: TcpPlan, tcpdir: Path
+) -> TcpRun:
+    """One iperf3 flow over one carrier of one trip, started in its own session."""
+    args = [str(trip), str(carrier), prefix, cc, str(plan.seconds), str(tcpdir)]
+    args.append(str(b.binaries["polycorn-emu"]))
+    log_path = tcpdir / f"{prefix}.log"
+    with log_path.open("wb") as out:
+        p = subprocess.Popen(
+            ["bash", str(TCP_RUN), *args],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return TcpRun(prefix, carrier, trip, p, log_path)
+
+
+def _wait_tcp_runs(runs: Sequence[TcpRun], plan: TcpPlan) -> list[TcpRun]:
+    """Every run waited for (one stopped when it overstays); the ones that failed."""
+    failed: list[TcpRun] = []
+    deadline = time.monotonic() + plan.seconds + 180
+    for r in runs:
+        try:
+            r.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log(f"{r.prefix}: no end {plan.seconds + 180} s after the start: stopped")
+            _stop(r)
+        if r.proc.returncode != 0:
+            failed.append(r)
+    return failed
+
+
 def run_tcp(
     b: Build, fleet_dirs: Sequence[Path], plan: TcpPlan, work: Path
 ) -> tuple[list[TcpRun], str]:
     """Item 12's iperf3 flows, one per trip and carrier, all at once, into ``work/tcp``:
     the runs (each ended well, or :class:`RunError`) and the congestion control."""
-    missing = [t for t in ("iperf3", "nstat", "ip") if shutil.which(t) is None]
-    if os.geteuid() != 0 or missing:
-        why = f"missing {', '.join(missing)}: run `make setup`" if missing else "not root"
-        raise RunError(f"item 12 needs root, iperf3, nstat and ip ({why}); VAL_TCP=0 skips it")
-    cc = _congestion_control()
-    tcpdir = work / "tcp"
-    if tcpdir.exists():
-        shutil.rmtree(tcpdir)
-    tcpdir.mkdir(parents=True)
+    cc, tcpdir = _tcp_preflight(work)
     runs: list[TcpRun] = []
     n = plan.trips * 2
     log(f"item 12: {n} runs ({plan.trips} trips x 2 carriers), {plan.seconds} s of {cc} iperf3")
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    failed: list[TcpRun] = []
     try:
         for ti, d in enumerate(fleet_dirs[: plan.trips], 1):
             for c in (0, 1):
                 prefix = f"{plan.prefix}{ti}c{c}"
-                args = [str(d), str(c), prefix, cc, str(plan.seconds), str(tcpdir)]
-                args.append(str(b.binaries["polycorn-emu"]))
-                log_path = tcpdir / f"{prefix}.log"
-                with log_path.open("wb") as out:
-                    p = subprocess.Popen(
-                        ["bash", str(TCP_RUN), *args],
-                        cwd=ROOT,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                runs.append(TcpRun(prefix, c, d, p, log_path))
-        deadline = time.monotonic() + plan.seconds + 180
-        for r in runs:
-            try:
-                r.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log(f"{r.prefix}: no end {plan.seconds + 180} s after the start: stopped")
-                _stop(r)
-            if r.proc.returncode != 0:
-                failed.append(r)
+                runs.append(_start_tcp_run(b, d, c, prefix=prefix, cc=cc, plan=plan, tcpdir=tcpdir))
+        failed = _wait_tcp_runs(runs, plan)
     except BaseException:
         # Interrupted (or anything else): no run may outlive this process. A second signal
         # must not cut the teardown short; stop first, then say so (stderr may be closed).
