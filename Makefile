@@ -87,11 +87,16 @@ integration: build ## only the integration tests (integration.sh, integration-hs
 test-first-start: build ## first start from wiped infra state: infra.sh up from nothing, then the demo's fleet part (~3 min)
 	bash scripts/test-first-start.sh
 
+# The workspace's Python itself (after a uv sync), not `uv run`, for the demo and
+# bench-hsr: Ctrl-C or a SIGTERM must reach the orchestrator, which tears every
+# topology down.
+PYW := .venv/bin/python
 demo: build ## end-to-end demo on the namespace testbed
-	bash scripts/demo.sh
+	uv sync --all-packages --locked --quiet
+	$(PYW) -m polycorn_benchrun.demo
 
 bench-dataplane: build ## data-plane benchmark
-	bash scripts/bench-dataplane.sh
+	$(UVW) python -m polycorn_benchrun.dataplane
 
 # testbed/tracegen/tools/validate_tracegen.py judges every §15.8 item against its tolerance
 # and fails on a gating miss, a stale binary or a failed iperf3 run (root; ~12 min).
@@ -104,50 +109,56 @@ bench-cc: build ## the QUIC subflows' controller and its variants on generated t
 	$(UV) python -m polycorn_bench.cc
 
 bench-emu: build ## the link emulator's ceiling: 4 x 100 Mbit/s iperf3 through polycorn-emu -> bench/out/emu.json
-	bash scripts/bench-emu.sh
+	$(UVW) python -m polycorn_benchrun.emu
 
 bench-api: ## LinkDB API hot queries, 1M handovers, open loop at 200 req/s -> bench/out/api.json
-	bash scripts/bench-api.sh
+	bash scripts/setup.sh bench >/dev/null
+	$(UVW) python -m polycorn_benchrun.api
 
 PROFILE ?= short
 bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full|long; precision: hrsch vs minrtt only -> hsr-precision.json; recovery: failed-handover recovery alone -> hsr-recovery.json; transport, transport-unseen: TLS/TCP against QUIC subflows and direct TCP in a backlogged download; transport-bulk: their bulk downloads against the oracle, with kernel MPTCP and direct CUBIC -> hsr-transport*.json) -> bench/out/hsr.json
 	uv sync --project bench --locked --quiet
-	PROFILE=$(PROFILE) bash scripts/bench-hsr.sh
+	uv sync --all-packages --locked --quiet
+	PROFILE=$(PROFILE) $(PYW) -m polycorn_benchrun.hsr
 
 # Its profiles are report (the default here, whatever PROFILE says in this
 # file) and ci (2 short trips, a smoke check): `make bench-loop PROFILE=ci`.
 bench-loop: build ## the closed fleet loop: trips in turn, each with the table learned from the ones before (PROFILE=report|ci) -> bench/out/loop.json
 	uv sync --project bench --locked --quiet
-	PROFILE=$(if $(filter file default,$(origin PROFILE)),report,$(PROFILE)) bash scripts/bench-loop.sh
+	PROFILE=$(if $(filter file default,$(origin PROFILE)),report,$(PROFILE)) $(UVW) python -m polycorn_benchrun.loop
 
 # Against the real Kafka and PostGIS of scripts/infra.sh: a fresh database and
 # topic; parameters and method in docs/ingest.md.
 INGEST_BENCH_ARGS ?=
 bench-ingest: setup ## ingest throughput (events/s) and end-to-end lag, Kafka -> LinkDB -> bench/out/ingest.json
 	bash scripts/infra.sh up pg kafka
-	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_ingest.bench --out bench/out/ingest.json $(INGEST_BENCH_ARGS)
+	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_benchrun.ingest --out bench/out/ingest.json $(INGEST_BENCH_ARGS)
 
 bench-matching: setup ## map matching cost per fix: batched vs per-train candidate search side by side -> bench/out/matching.json
 	bash scripts/infra.sh up pg
-	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_ingest.bench_match --out bench/out/matching.json $(MATCHING_BENCH_ARGS)
+	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_benchrun.matching --out bench/out/matching.json $(MATCHING_BENCH_ARGS)
 
 # Against the same infra: generated fleets through Kafka and ingest into fresh
 # databases, the trainer's validation on them, and one refit of 10,000 cells /
-# 1M handovers timed; knobs and method in scripts/bench-trainer.sh and
+# 1M handovers timed; knobs and method in polycorn_benchrun.trainer_fleet and
 # docs/benchmarks.md.
 bench-trainer: setup ## trainer: validation on generated fleets vs the paper, refit time and peak memory at 10k cells / 1M handovers -> bench/out/trainer.json
 	bash scripts/infra.sh up pg kafka
-	bash scripts/bench-trainer.sh
+	$(UVW) python -m polycorn_benchrun.trainer_fleet bench
 
 # One cloud node under a fleet's load: a proxy per train as the
 # chart runs them, real relays with passenger traffic, Kafka and ingest on the
 # infra of scripts/infra.sh; per fleet size of FLEET_TRAINS, FLEET_SECONDS
-# measured. Method: docs/benchmarks.md, "Fleet load".
+# measured; FLEET_ARGS: more flags (python -m polycorn_benchrun.fleet --help).
+# Method: docs/benchmarks.md, "Fleet load".
 FLEET_TRAINS ?= 10,25,50,100
 FLEET_CONNS ?= 100
 FLEET_SECONDS ?= 60
+FLEET_ARGS ?=
 bench-fleet: build ## fleet load: FLEET_TRAINS (10,25,50,100) trains x FLEET_CONNS (100) passenger connections, FLEET_SECONDS (60) each -> bench/out/fleet.json (CPU and RSS per train, Kafka, ingest lag, trains per node)
-	FLEET_TRAINS=$(FLEET_TRAINS) FLEET_CONNS=$(FLEET_CONNS) FLEET_SECONDS=$(FLEET_SECONDS) bash scripts/bench-fleet.sh
+	bash scripts/infra.sh up pg kafka
+	eval "$$(bash scripts/infra.sh env)" && $(UVW) python -m polycorn_benchrun.fleet \
+		--trains $(FLEET_TRAINS) --conns $(FLEET_CONNS) --seconds $(FLEET_SECONDS) $(FLEET_ARGS)
 
 # The platform: what cannot run here (Kubernetes, Envoy, Grafana)
 # is checked with the strongest offline validator; docs/operations.md.
@@ -196,15 +207,15 @@ lint-refs: ## nothing in the repository references files outside it, and every M
 
 # Python: the uv projects, each with its lockfile: bench/ (benchmark analysis)
 # and the cloud services' workspace at the root (schema/, ingest/,
-# linkdb-api/, trainer/, and the fault campaign testbed/chaos/; uv.lock).
+# linkdb-api/, trainer/, the fault campaign testbed/chaos/, the harness and the
+# benchmark orchestrators bench/run/; uv.lock).
 UV := uv run --project bench --locked --quiet
 UVW := uv run --all-packages --locked --quiet
-PY_WS := schema ingest linkdb-api trainer testbed/chaos testbed/harness
-# Benchmark helpers run with the workspace (scripts/bench-trainer.sh).
+PY_WS := schema ingest linkdb-api trainer testbed/chaos testbed/harness bench/run
 PY_SCRIPTS := $(wildcard scripts/*.py dashboards/*.py) $(addprefix testbed/tracegen/tools/,validate_tracegen.py fit_handover_loss.py)
 lint-py: setup ## ruff (check + format) and mypy --strict on the Python code
-	$(UV) ruff check bench
-	$(UV) ruff format --check bench
+	$(UV) ruff check --extend-exclude bench/run bench
+	$(UV) ruff format --check --extend-exclude bench/run bench
 	$(UV) mypy --config-file bench/pyproject.toml
 	$(UVW) ruff check $(wildcard $(PY_WS)) $(PY_SCRIPTS)
 	$(UVW) ruff format --check $(wildcard $(PY_WS)) $(PY_SCRIPTS)

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACEGEN = ROOT / "target" / "release" / "polycorn-tracegen"
 PRESET = "pc-gateway-300"
 TRIP_S = 1800
-#: Held-out routes of make bench-trainer and their trip seeds (scripts/bench-trainer.sh).
+#: Held-out routes of make bench-trainer and their trip seeds (polycorn_benchrun.trainer_fleet).
 ROUTES: dict[int, range] = {7: range(2001, 2025), 11: range(2101, 2125), 12: range(2201, 2225)}
 PAPER = {
     "failure_correct": 0.806,

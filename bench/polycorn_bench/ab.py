@@ -4,7 +4,7 @@ Usage (from the repository root)::
 
     uv run --project bench --locked python -m polycorn_bench.ab RUN_A RUN_B [--out F.json]
 
-RUN_A and RUN_B are raw run directories of ``scripts/bench-hsr.sh`` with the same trips and
+RUN_A and RUN_B are raw run directories of ``make bench-hsr`` with the same trips and
 load plan, for example ``PROFILE=precision`` run once with the old binaries (``BIN=...``) and
 once with the new, both with a fixed ``LOAD_START_S`` so that every download meets the same
 links at the same moment in both runs. A change that helps every scheme alike leaves the

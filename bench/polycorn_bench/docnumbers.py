@@ -82,7 +82,7 @@ DEFAULT_JSON = "bench/out/hsr-default.json"
 HOL_DEFAULT_JSON = "bench/out/hsr-hol-default.json"
 #: CUBIC against BBR on the subflows, side by side in one precision run (scheme NAME~cubic).
 CC_SAME_RUN_JSON = "bench/out/hsr-cc.json"
-#: Diagnostic CC: CUBIC against BBR on the subflows (out/diagnostics/cc/compare.py).
+#: Diagnostic CC: CUBIC against BBR on the subflows (polycorn_bench.diagnostics.cc_compare).
 CC_JSON = "bench/out/diagnostics/cc/compare.json"
 #: The kernel-MPTCP baselines after the tunnel's fix (no endpoint RTO or window over kernel
 #: MPTCP) beside minrtt and the default pipeline, precision profile (2026-11-27).

@@ -268,7 +268,7 @@ class _ScheduleLines:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m polycorn_bench.links rotate IN START_MS OUT``: write IN started START_MS
-    in (:meth:`Trace.rotated`; scripts/bench-hsr.sh cuts the ``driving`` trips this way)."""
+    in (:meth:`Trace.rotated`; polycorn_benchrun.hsr cuts the ``driving`` trips this way)."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="polycorn_bench.links", description=main.__doc__)

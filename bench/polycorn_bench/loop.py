@@ -5,7 +5,7 @@ Usage (from the repository root)::
     uv run --project bench --locked python -m polycorn_bench.loop RUN_DIR \\
         [--out bench/out/loop.json] [--md bench/out/loop.md] [--plots docs/img/loop] [--quiet]
 
-``RUN_DIR`` is what ``scripts/bench-loop.sh`` leaves: the layout of a bench-hsr run (see
+``RUN_DIR`` is what ``python -m polycorn_benchrun.loop`` leaves: the layout of a bench-hsr run (see
 ``records``) with one link set, ``hsr``, whose trips ran one after the other, and four
 "schemes" per trip, all copies of the topology side by side on the same trip:
 

@@ -1,5 +1,5 @@
 """The relay's and the proxy's Prometheus snapshots (``logs/relay.metrics``,
-``logs/proxy.metrics``), taken by ``scripts/bench-hsr.sh`` at the end of each trip.
+``logs/proxy.metrics``), taken by ``python -m polycorn_benchrun.hsr`` at the end of each trip.
 
 Text exposition format: ``# HELP``/``# TYPE``/``# EOF`` comments, then one sample a line,
 ``name{label="value",...} value`` (the braces may be absent or empty), read with

@@ -1,4 +1,4 @@
-"""Reading a raw HSR benchmark run directory (written by ``scripts/bench-hsr.sh``).
+"""Reading a raw HSR benchmark run directory (written by ``python -m polycorn_benchrun.hsr``).
 
 Layout::
 

@@ -1,6 +1,6 @@
 """Where stalls of bulk downloads come from, from the endpoints' segment traces.
 
-With ``SEGMENT_TRACE=1`` (scripts/bench-hsr.sh) the relay and the proxy of every scheme write
+With ``SEGMENT_TRACE=1`` (polycorn_benchrun.hsr) the relay and the proxy of every scheme write
 a segment trace (``--trace-dir``, crates/core/src/trace.rs): every DATA frame the proxy wrote
 to a path (``sent``: first copy, redundant copy or reinjection), every DATA frame the relay
 received (``recv``: path, offset, new bytes), timeouts, stale paths, segments given back for

@@ -51,7 +51,7 @@ PALETTE = (
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 HATCHES = ("", "//", "..", "xx", "\\\\", "--", "oo", "++")
 
-#: Every scheme bench-hsr runs (scripts/bench-hsr.sh, the full profile, and the variants of
+#: Every scheme bench-hsr runs (polycorn_benchrun.hsr, the full profile, and the variants of
 #: testbed/pipelines.toml that runs report), each with its index into the tables above.
 CATALOGUE: dict[str, int] = {
     name: i

@@ -10,14 +10,14 @@ Two kinds, both in ``testbed/pipelines.toml``:
   (the default pipeline until ``hrsch+``: the stale threshold, or tail-aware rejection for
   burst ends); its gain is over ``hrsch+stale``.
 * **Failure table and HPR lead**: ``hrsch@oracle`` is hrsch with the measured trip's own
-  failures as its table (scripts/bench-hsr.sh: a scheme ``NAME@oracle``), ``hrsch@broad``
+  failures as its table (polycorn_benchrun.hsr: a scheme ``NAME@oracle``), ``hrsch@broad``
   with the trainer's table at lower thresholds, ``hrsch@early`` with the trainer placing each
   cell's failure at the 10th percentile of its failures (runs before 2026-11-27, when the
   learned table used the mean), ``hrsch@mean`` at their mean (the paper's rule; since then),
   each against the learned table;
   ``hrsch+lead100`` the default pipeline with ``hof-reject``'s E_GPS at 100 m.
 * **Congestion control**: ``NAME~cubic`` is pipeline NAME with CUBIC on its subflows
-  (scripts/bench-hsr.sh: relay and proxy ``--subflow-cc``) against NAME with the default,
+  (polycorn_benchrun.hsr: relay and proxy ``--subflow-cc``) against NAME with the default,
   BBR, in the same run; ``direct-c<k>~cubic`` the same for the passenger's own TCP without
   the tunnel (CUBIC at passenger and origin against BBR).
 * **Tail rules** (not in the paper): ``tail-filter`` in place of ``tail-reject``,

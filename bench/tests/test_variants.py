@@ -73,7 +73,7 @@ def test_every_variant_is_a_testbed_pipeline() -> None:
     toml = (Path(__file__).resolve().parents[2] / "testbed/pipelines.toml").read_text("utf-8")
     built_in = {"hrsch", "minrtt", "hrsch+hol", "hrsch+", STALE}
     for scheme, base, _ in VARIANTS.values():
-        # bench-hsr.sh: NAME@oracle (@broad) is the pipeline NAME with another table,
+        # polycorn_benchrun.hsr: NAME@oracle (@broad) is the pipeline NAME with another table,
         # NAME~CC the pipeline NAME with another congestion control.
         for s in (scheme.split("@")[0].split("~")[0], base.split("@")[0].split("~")[0]):
             if is_direct(s):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarise the raw records of scripts/bench-dataplane.sh into
+"""Summarise the raw records of polycorn_benchrun.dataplane (make bench-dataplane) into
 bench/out/dataplane.json and a human table, bench/out/dataplane.md.
 
 usage: report.py --raw RAW.jsonl --meta META.json --decision DECISION.json

@@ -4,10 +4,9 @@ PostgreSQL, Kafka and Prometheus start from nothing (a fresh, private state
 directory: initdb, a freshly formatted KRaft broker). A client started before
 each server must wait through its start-up; then the demo's fleet part runs on
 the new servers: history through Kafka and ingest into LinkDB, the trainer, a
-live trip whose proxy reads the learned table from Kafka. Every run until issue
-17 found servers left warm by an earlier run; a fresh broker's group
-coordinator answers NOT_COORDINATOR for a while, and the first `make demo`
-failed on it.
+live trip whose proxy reads the learned table from Kafka. Runs on servers left
+warm by an earlier run never meet what a newcomer's first `make demo` does: a
+fresh broker's group coordinator answers NOT_COORDINATOR for a while.
 
 The servers get their own ports and state directory (``FIRST_START_PG_PORT``,
 ``FIRST_START_KAFKA_PORT``, ``FIRST_START_PROM_PORT``), so the developer's warm
@@ -138,7 +137,8 @@ def test_the_history_loader_started_before_kafka_is_waiting_for_it(fs: FirstStar
         "early",
         [
             sys.executable,
-            "scripts/trainer_fleet.py",
+            "-m",
+            "polycorn_benchrun.trainer_fleet",
             "load",
             "--route-seed",
             "3",
@@ -175,7 +175,7 @@ def test_the_demos_fleet_part_on_the_new_servers(fs: FirstStart) -> None:
         "DEMO_HISTORY_TRIPS": os.environ.get("FIRST_START_HISTORY_TRIPS", "2"),
     }
     r = subprocess.run(
-        ["bash", "scripts/demo-fleet.sh"],
+        [sys.executable, "-m", "polycorn_benchrun.demo_fleet"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 from polycorn_harness import ROOT
@@ -28,7 +29,11 @@ def _bench(tmp: Path, log: Path, schemes: str) -> subprocess.Popen[bytes]:
     }
     with log.open("wb") as out:
         return subprocess.Popen(
-            ["bash", "scripts/bench-hsr.sh"], cwd=ROOT, env=env, stdout=out, stderr=out
+            [sys.executable, "-m", "polycorn_benchrun.hsr"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=out,
         )
 
 

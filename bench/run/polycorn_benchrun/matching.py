@@ -1,7 +1,7 @@
 """``make bench-matching``: the cost of map matching a batch of fixes, the
 batched candidate search against the per-train one, side by side.
 
-    python -m polycorn_ingest.bench_match [--trains 200] [--fixes 60] [--rounds 7]
+    python -m polycorn_benchrun.matching [--trains 200] [--fixes 60] [--rounds 7]
         [--seed 1] [--out FILE]
 
 Against the real PostGIS of ``scripts/infra.sh`` (env
@@ -41,8 +41,8 @@ from typing import Any
 
 import psycopg
 
+from polycorn_benchrun.ingest import _machine
 from polycorn_ingest import mapmatch
-from polycorn_ingest.bench import _machine
 from polycorn_ingest.routes import parse_geojson, store
 from polycorn_schema.testing import fresh_database
 

@@ -1,7 +1,7 @@
 """Passenger traffic of ``make bench-fleet``: the origin and the passengers (asyncio).
 
-    python -m polycorn_ingest.fleet_traffic origin --listen HOST:PORT [--fault corrupt|short]
-    python -m polycorn_ingest.fleet_traffic passengers --plan FILE --out FILE
+    python -m polycorn_benchrun.fleet_traffic origin --listen HOST:PORT [--fault corrupt|short]
+    python -m polycorn_benchrun.fleet_traffic passengers --plan FILE --out FILE
 
 The origin is the Internet the proxies connect to. A connection opens with a
 17-byte header, ``kind u8 | key u64 | size u32 | rate u32`` (network order):

@@ -1,7 +1,9 @@
 """Diagnostic G: bulk downloads' ratio to the oracle on the same two held-out trips, in the main
 run (22 schemes side by side) and in a run of 5 schemes (light load).
 
-Usage (from bench/): uv run python out/diagnostics/g/compare.py MAIN_RUN LIGHT_RUN OUT_JSON
+Usage (from bench/), for bench/out/diagnostics/g/compare.json:
+
+    uv run python -m polycorn_bench.diagnostics.g_compare MAIN_RUN LIGHT_RUN OUT_JSON
 """
 
 from __future__ import annotations

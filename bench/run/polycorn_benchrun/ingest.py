@@ -1,6 +1,6 @@
 """``make bench-ingest``: sustained Kafka → LinkDB throughput and end-to-end lag.
 
-    python -m polycorn_ingest.bench [--records 1000000] [--trains 1000] [--consumers 2]
+    python -m polycorn_benchrun.ingest [--records 1000000] [--trains 1000] [--consumers 2]
         [--batch-max 50000] [--lag-rate 10000] [--lag-seconds 30] [--out FILE]
 
 Against the real Kafka and PostGIS of ``scripts/infra.sh`` (env

@@ -6,7 +6,10 @@ goodput_run_b / goodput_run_a, the SD of its logarithm, and the share of downloa
 and within 10 % of each other. A benchmark whose downloads sit at the same places of the trip
 in both runs should agree closely; one whose downloads move with the warm-up should not.
 
-Usage (from bench/): uv run python out/diagnostics/precision/repeat.py RUN_A RUN_B [OUT_JSON]
+Usage (from bench/):
+
+    uv run python -m polycorn_bench.diagnostics.precision_repeat RUN_A RUN_B [OUT_JSON]
+
 (RUN_A, RUN_B: raw run directories, e.g. /tmp/polycorn-bench-hsr/run-precision).
 """
 

@@ -1,9 +1,9 @@
 -- make bench-trainer, the scale run: a LinkDB with 10,000 <carrier, cell,
 -- direction> keys and 1,000,000 handovers out of them, in SQL, quickly.
 --
---   psql URL -v cells=10000 -v handovers=1000000 -v carriers=2 -v seed=0.42 -f scripts/trainer-seed.sql
+--   psql URL -v cells=10000 -v handovers=1000000 -v carriers=2 -v seed=0.42 -f bench/run/polycorn_benchrun/trainer-seed.sql
 --
--- (all four variables are required; scripts/bench-trainer.sh passes them).
+-- (all four variables are required; polycorn_benchrun.trainer_fleet passes them).
 --
 -- Not linkdb-api/loadtest/seed.sql (bench-api's 1M handovers): that one
 -- leaves handovers.cell NULL (ingest sets it; the trainer reads cells

@@ -1,10 +1,29 @@
-"""The fleet half of the demo (entry point: scripts/demo-fleet.sh, whose comment
-describes it): one emulated trip's telemetry through the whole
-cloud side, with real services.
+"""The fleet half of the demo: one emulated trip's telemetry through the whole cloud
+side, with real services.
 
     relay-agent (radio replay, durable spool) -> 2 emulated carriers -> proxy
     -> Kafka -> polycorn-ingest -> LinkDB (PostgreSQL + PostGIS) -> linkdb-api
                                            -> polycorn-trainer -> Kafka -> proxy
+
+First the fleet's history: DEMO_HISTORY_TRIPS (24) earlier trips of the same route go
+through Kafka and ingest into a fresh LinkDB (``polycorn_benchrun.trainer_fleet load``),
+and the trainer service learns from them and publishes failure-location table v1 to a
+compacted topic. Then the live trip: the proxy (hrsch) reads the table from the topic
+at start and hot-reloads every later version; a passenger downloads through the train;
+the trip's telemetry lands in LinkDB and the trainer's next run learns from it too. At
+the end the LinkDB API says what the fleet knows: the train, its handovers, the cells
+where handovers failed, the trainer's validation and the table the proxy used. Tables
+are signed as in a deployment: the trainer signs each with a key of ``polycorn-pki
+table-key``, and the proxy takes only tables that key's public half verifies
+(``--failure-table-verify-key``).
+
+    python -m polycorn_benchrun.demo_fleet
+
+Run by :mod:`polycorn_benchrun.demo` (make demo) after the side-by-side scheduler
+comparison; DEMO_TRIP_S sets the trip length (120), DEMO_HISTORY_TRIPS the history,
+DEMO_API_PORT the API's port (18080), BIN the binaries (target/release). Needs root
+(namespaces); PostgreSQL, Kafka and Prometheus are scripts/infra.sh's (started if need
+be; its POLYCORN_* environment picks another instance).
 
 The demo is also a check (the first-start suite runs it on servers started from
 nothing): what did not happen fails it (exit 1), with the log to read.
@@ -190,7 +209,8 @@ class Demo:
         log = self.work / "history.log"
         with log.open("w") as f:
             r = subprocess.run(
-                [str(VENV / "python"), "scripts/trainer_fleet.py", "load", "--route-seed", "1"]
+                [str(VENV / "python"), "-m", "polycorn_benchrun.trainer_fleet", "load"]
+                + ["--route-seed", "1"]
                 + ["--trip-seeds", f"101-{100 + self.history}", "--duration-s", str(self.trip_s)]
                 + ["--tracegen", str(self.bin / "polycorn-tracegen"), "--database-url", self.db]
                 + ["--work", str(self.work / "history"), "--out", str(self.work / "history.json")],

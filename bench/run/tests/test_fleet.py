@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from polycorn_ingest import bench_fleet
-from polycorn_ingest.fleet_traffic import pattern
+from polycorn_benchrun import fleet
+from polycorn_benchrun.fleet_traffic import pattern
+from polycorn_harness import ROOT
 
-BIN = Path(os.environ.get("POLYCORN_BIN", bench_fleet.ROOT / "target/release"))
+BIN = Path(os.environ.get("POLYCORN_BIN", ROOT / "target/release"))
 NEEDED = ("polycorn-proxy", "polycorn-relay", "polycorn-pki", "polycorn-tracegen")
 KEYS = ("trains", "conns_per_train", "proxy_rss_mb_p99", "cpu_per_train_pct", "ingest_lag_p99_ms")
 
@@ -33,7 +34,7 @@ def binaries() -> Path:
 
 def run(binaries: Path, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "fleet.json"
-    rc = bench_fleet.main(
+    rc = fleet.main(
         [
             "--bin",
             str(binaries),
@@ -90,7 +91,7 @@ def test_check_train_telemetry_counts_gaps_and_extras() -> None:
     hos = [("carrier-0", 9_900, 10_000), ("carrier-1", 29_000, 30_000)]
     epoch = 1_000_000
     got = [epoch + t for t in fixes[5:50]]
-    ok = bench_fleet.check_train_telemetry(
+    ok = fleet.check_train_telemetry(
         fixes,
         hos,
         epoch,
@@ -101,13 +102,13 @@ def test_check_train_telemetry_counts_gaps_and_extras() -> None:
     )
     assert ok["ok"], ok
     gap = [t for t in got if t != epoch + 20_000]
-    r = bench_fleet.check_train_telemetry(
+    r = fleet.check_train_telemetry(
         fixes, hos, epoch, gap, [("carrier-0", epoch + 9_900)], epoch + 5_000, epoch + 49_500
     )
     assert not r["ok"]
     assert r["problems"] == ["missing: 1 fixes, 1 handovers"]
     dup = [*got, got[3], epoch + 1234]
-    r = bench_fleet.check_train_telemetry(fixes, hos, epoch, dup, [], epoch + 5_000, epoch + 49_500)
+    r = fleet.check_train_telemetry(fixes, hos, epoch, dup, [], epoch + 5_000, epoch + 49_500)
     assert not r["ok"]
 
 

@@ -1,6 +1,6 @@
 """``make bench-fleet``: many trains against one cloud node, CPU and memory per train.
 
-    python -m polycorn_ingest.bench_fleet [--trains 10,25,50,100] [--conns 100] [--seconds 60]
+    python -m polycorn_benchrun.fleet [--trains 10,25,50,100] [--conns 100] [--seconds 60]
         [--bulk-share 0.2] [--bulk-rate 8192] [--chat-gap-s 5] [--out bench/out/fleet.json]
 
 The cloud node under test is what the Helm chart runs for a fleet: one
@@ -13,7 +13,7 @@ PostGIS of ``scripts/infra.sh``, env ``POLYCORN_KAFKA_BOOTSTRAP``,
 subflows over loopback to its proxy, the radio replay of a polycorn-tracegen
 trip as its telemetry source, each train at its own place of the trip, a
 SOCKS5 listener) and ``--conns`` passenger connections from
-``polycorn_ingest.fleet_traffic``: a share of rate-limited downloads (back to
+``polycorn_benchrun.fleet_traffic``: a share of rate-limited downloads (back to
 back, each on a fresh connection) and the rest chat connections, every byte
 checked.
 
@@ -25,7 +25,7 @@ RSS from /proc/<pid>/status every second, the proxies' and relays' metrics
 must drain, ingest must commit every record the proxies produced, the
 telemetry topic is read back (records and bytes per second), and LinkDB
 must hold every GPS fix and handover of each train's replayed stretch once.
-Ingest lag is ``polycorn_ingest.bench``'s: commit time minus the record's
+Ingest lag is ``polycorn_benchrun.ingest``'s: commit time minus the record's
 time (the train's clock when the relay made it), so it spans relay, proxy,
 Kafka and ingest. A run with a failed check (a broken transfer, a refused
 connection, a record missing) has ``"ok": false`` and the exit status is 1.
@@ -62,7 +62,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from prometheus_client.parser import text_string_to_metric_families
 
-from polycorn_ingest.bench import _machine
+from polycorn_benchrun.ingest import _machine
+from polycorn_harness import ROOT
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.records import Rows
@@ -70,7 +71,6 @@ from polycorn_ingest.sink import LinkDbSink
 from polycorn_schema.startup import kafka_create_topics, pg_connect
 from polycorn_schema.testing import fresh_database
 
-ROOT = Path(__file__).resolve().parents[2]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CARRIERS = 2
 TRIP_SPREAD_S = 300
@@ -167,7 +167,7 @@ def machine_busy() -> tuple[int, int]:
 
 def infra_pids() -> dict[str, list[int]]:
     """Kafka's and PostgreSQL's processes of scripts/infra.sh's instance (for their CPU)."""
-    state = Path(os.environ.get("POLYCORN_INFRA_DIR", "/tmp/polycorn-infra"))  # noqa: S108
+    state = Path(os.environ.get("POLYCORN_INFRA_DIR", "/tmp/polycorn-infra"))
     out: dict[str, list[int]] = {}
     with contextlib.suppress(OSError, ValueError):
         out["kafka"] = [int((state / "kafka/pid").read_text().split()[0])]
@@ -228,9 +228,7 @@ class Procs:
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:
-            p = subprocess.Popen(  # noqa: S603
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.p[name] = p
         return p
 
@@ -403,7 +401,7 @@ def run_fleet(sh: Shared, n: int) -> dict[str, Any]:
             py = sys.executable
             procs.start(
                 "origin",
-                [py, "-m", "polycorn_ingest.fleet_traffic", "origin", "--listen", origin]
+                [py, "-m", "polycorn_benchrun.fleet_traffic", "origin", "--listen", origin]
                 + (["--fault", cfg.fault] if cfg.fault in ("corrupt", "short") else []),
             )
             trains: list[dict[str, Any]] = []
@@ -499,7 +497,7 @@ def run_fleet(sh: Shared, n: int) -> dict[str, Any]:
                 [
                     py,
                     "-m",
-                    "polycorn_ingest.fleet_traffic",
+                    "polycorn_benchrun.fleet_traffic",
                     "passengers",
                     "--plan",
                     str(work / "plan.json"),
@@ -937,14 +935,14 @@ def sizing(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(  # noqa: S603
-            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],  # noqa: S607
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
-        dirty = subprocess.run(  # noqa: S603
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],  # noqa: S607
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
             check=True,
@@ -956,13 +954,13 @@ def git_commit() -> str:
 
 def prepare(cfg: Config, work: Path, n_max: int, trip_s: int) -> Shared:
     pki, trip = work / "pki", work / "trip"
-    subprocess.run(  # noqa: S603
+    subprocess.run(
         [str(cfg.bin_dir / "polycorn-pki"), "dev", "--out", str(pki), "--train"]
         + [train_id(i) for i in range(n_max)],
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    subprocess.run(  # noqa: S603
+    subprocess.run(
         [
             str(cfg.bin_dir / "polycorn-tracegen"),
             "generate",
@@ -1126,11 +1124,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bulk-size", type=int, default=65_536)
     ap.add_argument("--chat-gap-s", type=float, default=5.0)
     ap.add_argument("--port-base", type=int, default=21000)
-    ap.add_argument("--bin", type=Path, default=ROOT / "target/release")
+    ap.add_argument(
+        "--bin", type=Path, default=Path(os.environ.get("BIN", ROOT / "target/release"))
+    )
     ap.add_argument("--bin-commit", help="the commit the binaries were built from, if not HEAD")
     ap.add_argument("--fault", choices=["corrupt", "short", "lose-row"])
     ap.add_argument("--work", type=Path, help="keep the run's files here")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/out/fleet.json")
+    out = Path(os.environ.get("BENCH_OUT", ROOT / "bench/out"))
+    ap.add_argument("--out", type=Path, default=out / "fleet.json")
     a = ap.parse_args(argv)
     # SIGTERM unwinds like an exception, so every child process is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -1,6 +1,6 @@
 """make bench-emu: the ceiling of the link emulator (testbed/emu, polycorn-emu) on
-this machine -> bench/out/emu.json and a table (entry point:
-scripts/bench-emu.sh).
+this machine -> bench/out/emu.json and a table (``python -m polycorn_benchrun.emu``;
+needs root).
 
 Builds its own namespace testbed (``PC_PREFIX`` pcemu, testbed/netns/up.sh),
 replaces the carrier veths with polycorn-emu links at a constant rate (default
@@ -263,7 +263,7 @@ def main() -> int:
     )
     doc = {
         "what": "polycorn-emu ceiling: one iperf3 TCP flow per carrier, all carriers at once "
-        "(scripts/bench-emu.sh)",
+        "(make bench-emu)",
         "machine": {"cpus": NCPU, "model": model, "kernel": platform.release()},
         "cases": cases,
     }

@@ -1,6 +1,6 @@
 """make bench-dataplane: throughput, CPU per GB, request/response latency and memory
 of the relay-agent/proxy pair on the namespace testbed, side by side with plain TCP
-and kernel MPTCP (entry point: scripts/bench-dataplane.sh).
+and kernel MPTCP (``python -m polycorn_benchrun.dataplane``; needs root).
 What each number means: bench/README.md.
 
 Builds its own testbed (``PC_PREFIX`` pcbench, 4 carriers; the harness's

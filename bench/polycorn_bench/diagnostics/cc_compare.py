@@ -7,7 +7,9 @@ sits at the same place of the trip in both); reports per scheme the geometric me
 goodput_cubic / goodput_bbr with a 95 % bootstrap interval that resamples trips, each run's
 ratio to the oracle, and within each run the ratio of SCHEME to minrtt.
 
-Usage (from bench/): uv run python out/diagnostics/cc/compare.py BBR_RUN CUBIC_RUN OUT_JSON
+Usage (from bench/), for bench/out/diagnostics/cc/compare.json:
+
+    uv run python -m polycorn_bench.diagnostics.cc_compare BBR_RUN CUBIC_RUN OUT_JSON
 """
 
 from __future__ import annotations

@@ -1,18 +1,97 @@
-"""make bench-hsr: every scheme side by side on the same emulated HSR trips (entry
-point: scripts/bench-hsr.sh, whose comment describes the method, the link sets, the
-profiles and every variable).
+"""make bench-hsr: every scheme side by side on the same emulated HSR trips.
+
+    PROFILE=demo|ci|short|full|long|precision|recovery|transport|transport-unseen|transport-bulk \\
+        python -m polycorn_benchrun.hsr
 
 For each link set and trip, one copy of the topology per scheme (the harness's
-:class:`~polycorn_harness.topology.Topology`, prefixes hb0, hb1, ...) is built; all
-their emulators share one wall-clock epoch, so every scheme sees the same capacity,
-delay, loss and handover realisation at the same moment. Then one load generator per
-topology runs the same plan (same seed), in phases (bulk, im, backlog, concurrency;
-then the budget sweep). bench/polycorn_bench turns the records into ratios, oracle
-comparisons, tables and plots. Ctrl-C or any failure tears every topology down.
+:class:`~polycorn_harness.topology.Topology` over testbed/topology.sh, prefixes
+hb0, hb1, ...) is built; all their emulators share one wall-clock epoch, so
+every scheme sees the same capacity, delay, loss and handover realisation at
+the same moment. Then one load generator
+per topology runs the same plan (same seed), in phases (PHASES, below):
+  bulk         downloads of 256 KB, 1 MB and 4 MB at random points of a window;
+  im           instant messaging with 10, 20 and 30 users;
+  backlog      one backlogged download, requests back to back across
+               BACKLOG_S seconds, so that every handover failure in that
+               window gets a recovery measurement (and, against
+               single-path-c0/-c1, the best single carrier per trip);
+  concurrency  CONC_USERS (1, 10, 100) concurrent backlogged passengers in
+               turn, CONC_S seconds each, each passenger its own source
+               address; per window the relay's and proxy's peak RSS (VmHWM,
+               reset at the window's start) and metrics snapshots;
+  sweep        (hsr only) after each trip's main pass, the trip replayed
+               again for the SWEEP_SCHEMES (default minrtt hrsch, those in
+               SCHEMES), one topology per scheme and memory budget
+               (SWEEP_MIB, --mem-budget of relay and proxy), side by side:
+               one backlogged download of SWEEP_S seconds each.
+bench/polycorn_bench turns the records into ratios, oracle comparisons,
+tables and plots.
+
+Link sets:
+  hsr       trips from polycorn-tracegen (preset pc-gateway-300, 2 carriers)
+            on REPORT seeds: route seed 7, trip seeds 1001.. Development and
+            tuning use route seeds 1-3 / trip seeds 1..99 (the v2 failure model's
+            fit, unit tests); results are never reported on those.
+  mahimahi  the real LTE traces of testbed/traces/mahimahi (T-Mobile and
+            Verizon, driving; GPL-3.0 data, see its README) as carriers 0
+            and 1, 30 ms one-way delay, no random loss, no scheduled
+            blackouts (set MAHIMAHI_DIR to use another copy).
+  driving   two longer real driving traces of the same collection, AT&T LTE
+            (786 s) and T-Mobile UMTS (928 s), as carriers 0 and 1, 30 ms
+            one-way delay, no random loss: real outages (21 and 32 gaps of
+            1 s or more in their downlinks) on two unequal carriers. Trip k
+            starts both traces DRIVING_STEP_S x k seconds in (rotated, so
+            each trip sees another stretch of road); 1 trip in short and
+            full, 3 in long.
+
+Failure-location table (HRSCH's handover-failure-aware path rejection): the
+trainer learns it from TABLE_TRIPS (default 20) PREVIOUS trips of the same
+route (trip seeds 901..), never from a trip being measured; those trips go
+through Kafka and ingest into a fresh LinkDB first (make_table). Every
+scheme gets the table and the radio replay; only hof-reject uses it. The
+closed loop, trip after trip, is polycorn_benchrun.loop (make bench-loop).
+
+Environment: PROFILE (default short), SCHEMES (space-separated, must
+include minrtt; default all below, precision: minrtt hrsch; a scheme
+NAME@oracle, NAME@broad, NAME@early or NAME@mean runs pipeline NAME with
+another failure table, and NAME~CC with congestion control CC on its
+subflows instead of the default, e.g. minrtt~cubic; see up_topology;
+direct-c<i> is the passengers' own TCP over carrier i without relay or
+proxy, direct-c<i>~CC with CC at passenger and origin instead of bbr),
+BENCH_PREFIX (topology prefix, default hb), LINK_SETS (default: the profile's),
+BENCH_WORK (raw runs, default /tmp/polycorn-bench-hsr), BENCH_OUT (default
+bench/out; the demo and ci profiles write only under BENCH_WORK), PLOTS
+(directory for PNGs), SWEEP_SCHEMES (schemes of the budget sweep),
+TRIP_PARALLEL (trips at once, default 1, precision 11), SEGMENT_TRACE (1:
+relay and proxy of the main pass write a segment trace, --trace-dir, into
+each scheme's run directory; bench/polycorn_bench/stalls.py reads it).
+
+Diagnostics (development only; any of these makes the run a diagnostic
+one: its results go under BENCH_WORK/out, never bench/out, and run.json
+says "diagnostic"): ROUTE_SEED (default 7; development uses 1),
+TRIP_SEED_BASE (measured trips are BASE+1.., default 1000),
+TABLE_SEED_BASE (previous trips for the table, BASE+1.., default 900),
+HSR_TRIPS (trips of the hsr set), BENCH_SLOT_S (seconds per download
+slot), TABLE=previous|truth|none (truth: an oracle table built from the
+measured trip's own events by `polycorn-tracegen failure-table`, every
+failed cell, for an upper bound on hof-reject; none: no table),
+PHASES (a subset of: bulk im backlog concurrency sweep; default the
+profile's), CONC_USERS, CONC_S, SWEEP_MIB, SWEEP_S, TRACEGEN_PRESET
+(default pc-gateway-300), PC_EMU_LOSS_KEYING (the emulator's
+--loss-keying, default time) and LOAD_START_S (trip time of the load's
+start in seconds, or auto: as soon as every topology is up; default 45 in
+precision, recovery and the transport profiles, 120 in short, full and
+long, auto in ci and demo). Results from before 2026-11-26 were
+measured on TRACEGEN_PRESET=pc-gateway-300-v1 PC_EMU_LOSS_KEYING=packet.
+Ctrl-C or any failure tears every topology down. Needs root (network namespaces)
+and the release binaries (make build); run it with the workspace's Python itself
+(.venv/bin/python, as make bench-hsr does), not under `uv run`, so that Ctrl-C or
+a SIGTERM reaches it and every topology is torn down.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -134,7 +213,7 @@ FULL = Profile(
     slot_s=15, im_win_s=115, users="10 20 30", backlog_s=300, load_start="120", conc_s=60,
     sweep_mib="8 16 32 64", sweep_s=180, phases="bulk im backlog",
 )  # fmt: skip
-#: Per profile (scripts/bench-hsr.sh says why each is what it is).
+#: Per profile (the module's docstring says what each is for).
 PROFILES: dict[str, Profile] = {
     "ci": Profile(
         per_size=2, messages=5, gap_ms=300, hsr_trips=1, sets="hsr", slot_s=6, im_win_s=12,
@@ -569,7 +648,7 @@ class Bench:
     def make_table(self) -> None:
         """The table the trainer learns from previous trips of the route (seeds
         TABLE_SEED_BASE+1..+TABLE_TRIPS), through the fleet's real path: each trip's
-        telemetry into Kafka, polycorn-ingest into a fresh LinkDB (trainer_fleet.py load
+        telemetry into Kafka, polycorn-ingest into a fresh LinkDB (trainer_fleet's load
         checks every count), then ``polycorn-trainer run --once`` with its defaults."""
         s = self.s
         env = infra.up(services=["pg", "kafka"])
@@ -583,7 +662,7 @@ class Bench:
         first, last = s.table_seed_base + 1, s.table_seed_base + s.table_trips
         with (self.run / "table-load.log").open("w") as f:
             r = subprocess.run(
-                [str(VENV / "python"), "scripts/trainer_fleet.py", "load"]
+                [str(VENV / "python"), "-m", "polycorn_benchrun.trainer_fleet", "load"]
                 + ["--route-seed", str(s.route_seed), "--trip-seeds", f"{first}-{last}"]
                 + ["--duration-s", str(s.trip_s), "--carriers", str(CARRIERS)]
                 + ["--preset", s.preset, "--tracegen", str(s.bin / "polycorn-tracegen")]
@@ -1006,7 +1085,13 @@ def interrupted(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    # Everything else is the environment's (the docstring); --help prints it.
+    argparse.ArgumentParser(
+        prog="python -m polycorn_benchrun.hsr",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     if os.geteuid() != 0:
         raise BenchError("must run as root (network namespaces)")
     s = Settings.from_env()

@@ -1,8 +1,14 @@
-"""Geometric mean download time per trip, size and scheme, before -> after.
+"""The receive window's diagnostic: geometric mean download time per trip, size and
+scheme, before -> after the change of the window's start and growth.
 
 Reads ``before-r7-t*.txt`` and ``after-r7-t*.txt`` (outputs of ``print_railway_replay``)
-next to this file and prints one line per trip and size.
+in DIR and prints one line per trip and size.
+
+Usage (from bench/): uv run python -m polycorn_bench.diagnostics.window_summary \\
+    out/diagnostics/railway-replay/window > out/diagnostics/railway-replay/window/summary.txt
 """
+
+from __future__ import annotations
 
 import collections
 import math
@@ -29,7 +35,9 @@ def geomean(values: list[float]) -> float:
 
 
 def main() -> None:
-    here = Path(__file__).parent
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    here = Path(sys.argv[1])
     for size in (262144, 1048576, 4194304):
         print(f"size {size} (s, geometric mean of 10 downloads, before -> after)")
         for t in range(1001, 1006):

@@ -1,6 +1,7 @@
 """make bench-api: p50/p99 of the LinkDB API's hot queries with 1M handovers loaded,
-each at a fixed open-loop 200 requests/s -> bench/out/api.json (entry point:
-scripts/bench-api.sh).
+each at a fixed open-loop 200 requests/s -> bench/out/api.json
+(``python -m polycorn_benchrun.api``, after ``scripts/setup.sh bench``, as make bench-api
+runs it).
 
 1. PostgreSQL + PostGIS (``scripts/infra.sh up pg``, through the harness); a fresh
    database ``linkdb_bench_api``, migrated, seeded by linkdb-api/loadtest/seed.sql
