@@ -551,7 +551,7 @@ impl Proxy {
         let cert_train = sub.peer_train()?;
         tokio::spawn(sub.log_stats(peer.to_string(), Duration::from_secs(2)));
         let cc = self.s.quic_cc.to_string();
-        let probe = subflow::SendProbe::Quic(sub.send_gauge());
+        let probe = polycorn_net::session::SendProbe::Quic(sub.send_gauge());
         self.serve_subflow(sub, cert_train, peer, handshake, Some(probe), ("quic", cc), Some(slot)).await
     }
 
@@ -583,7 +583,7 @@ impl Proxy {
         cert_train: String,
         peer: SocketAddr,
         handshake: tokio::sync::OwnedSemaphorePermit,
-        probe: Option<subflow::SendProbe>,
+        probe: Option<polycorn_net::session::SendProbe>,
         (transport, cc): (&'static str, String),
         slot: Option<Arc<polycorn_net::quic::HintSlot>>,
     ) -> anyhow::Result<()>

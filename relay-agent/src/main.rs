@@ -544,7 +544,7 @@ async fn keep_path(
                             info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "quic", cc = %s.quic_cc, "subflow up");
                             slot.store(metrics::ON_QUIC, std::sync::atomic::Ordering::Relaxed);
                             tokio::spawn(q.log_stats(spec.name.clone(), Duration::from_secs(2)));
-                            let probe = subflow::SendProbe::Quic(q.send_gauge());
+                            let probe = polycorn_net::session::SendProbe::Quic(q.send_gauge());
                             session.run_path_until(spec.id, *q, Some(probe), lost).await
                         }
                     }

@@ -530,7 +530,7 @@ impl QuicSubflow {
 }
 
 /// A QUIC subflow's pacer as the session's writer sees it
-/// ([`crate::subflow::SendProbe::Quic`]).
+/// ([`crate::session::SendProbe::Quic`]).
 #[derive(Clone, Debug)]
 pub struct QuicSendGauge {
     slot: Arc<HintSlot>,
@@ -546,7 +546,7 @@ impl QuicSendGauge {
         if rate <= 0.0 {
             return UNPACED_WRITE;
         }
-        pacer_burst(rate).min(crate::session::MAX_WRITE as f64) as usize
+        pacer_burst(rate).min(crate::subflow::MAX_WRITE as f64) as usize
     }
 }
 

@@ -21,6 +21,8 @@ use polycorn_core::{ConnId, Endpoint, Event, PathId, Recv, StreamError, UserId, 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, Notify};
 
+pub use crate::subflow::MAX_WRITE;
+
 /// Events the shell acts on (everything that is not about waking a stream).
 #[derive(Debug, Clone)]
 pub enum SessionEvent {
@@ -332,9 +334,9 @@ impl Session {
     /// `probe`, when given, reads the transport's unsent bytes on every
     /// read and before every transmit poll, for the path's send-buffer
     /// occupancy, and how much one write should take
-    /// ([`crate::subflow::SendProbe`]); without it writes take up to
+    /// ([`SendProbe`]); without it writes take up to
     /// [`MAX_WRITE`].
-    pub async fn run_path<S>(&self, path: PathId, stream: S, probe: Option<crate::subflow::SendProbe>) -> io::Result<()>
+    pub async fn run_path<S>(&self, path: PathId, stream: S, probe: Option<SendProbe>) -> io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
@@ -350,7 +352,7 @@ impl Session {
         &self,
         path: PathId,
         stream: S,
-        probe: Option<crate::subflow::SendProbe>,
+        probe: Option<SendProbe>,
         lost: L,
     ) -> io::Result<()>
     where
@@ -589,8 +591,39 @@ impl Drop for ConnStream {
     }
 }
 
-/// Most bytes a subflow's writer takes from the endpoint for one write.
-pub const MAX_WRITE: usize = 256 * 1024;
+/// What a session's writer reads about a subflow's send side below it.
+#[derive(Debug)]
+pub enum SendProbe {
+    /// A TCP subflow: the kernel's unsent bytes.
+    Tcp(crate::subflow::UnsentProbe),
+    /// A QUIC subflow: how much its pacer lets go at once.
+    Quic(crate::quic::QuicSendGauge),
+}
+
+impl SendProbe {
+    /// Bytes written to the subflow and not yet sent, where the transport
+    /// says.
+    pub fn unsent_bytes(&self) -> Option<u64> {
+        match self {
+            SendProbe::Tcp(p) => p.unsent_bytes(),
+            SendProbe::Quic(_) => None,
+        }
+    }
+
+    /// Most bytes worth taking from the endpoint for one write.
+    pub fn write_quantum(&self) -> usize {
+        match self {
+            SendProbe::Tcp(_) => MAX_WRITE,
+            SendProbe::Quic(g) => g.write_quantum(),
+        }
+    }
+}
+
+impl From<crate::subflow::UnsentProbe> for SendProbe {
+    fn from(p: crate::subflow::UnsentProbe) -> Self {
+        SendProbe::Tcp(p)
+    }
+}
 
 /// RESET codes. Shells map them to what passengers see (a TCP RST).
 pub const RESET_ABORTED: u32 = 1;

@@ -272,39 +272,8 @@ impl UnsentProbe {
     }
 }
 
-/// What a session's writer reads about a subflow's send side below it.
-#[derive(Debug)]
-pub enum SendProbe {
-    /// A TCP subflow: the kernel's unsent bytes.
-    Tcp(UnsentProbe),
-    /// A QUIC subflow: how much its pacer lets go at once.
-    Quic(crate::quic::QuicSendGauge),
-}
-
-impl SendProbe {
-    /// Bytes written to the subflow and not yet sent, where the transport
-    /// says.
-    pub fn unsent_bytes(&self) -> Option<u64> {
-        match self {
-            SendProbe::Tcp(p) => p.unsent_bytes(),
-            SendProbe::Quic(_) => None,
-        }
-    }
-
-    /// Most bytes worth taking from the endpoint for one write.
-    pub fn write_quantum(&self) -> usize {
-        match self {
-            SendProbe::Tcp(_) => crate::session::MAX_WRITE,
-            SendProbe::Quic(g) => g.write_quantum(),
-        }
-    }
-}
-
-impl From<UnsentProbe> for SendProbe {
-    fn from(p: UnsentProbe) -> Self {
-        SendProbe::Tcp(p)
-    }
-}
+/// Most bytes a subflow's writer takes from the endpoint for one write.
+pub const MAX_WRITE: usize = 256 * 1024;
 
 /// Keep SockRef in use for platform checks in tests.
 pub fn is_mptcp(stream: &TcpStream) -> bool {

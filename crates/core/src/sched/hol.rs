@@ -28,7 +28,7 @@
 use std::time::Instant;
 
 use super::hrsch::{buf_bytes, TailReject};
-use super::registry::{ConfigError, FromParams, ParamReader};
+use super::params::{ConfigError, FromParams, ParamReader};
 use super::{Context, HeadAction, HeadContext, Kind, PathSets, Reinject, Schedulerlet, TailContext};
 use crate::ids::PathMask;
 use crate::path::{Availability, PathView, StaleThreshold};

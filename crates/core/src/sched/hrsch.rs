@@ -28,7 +28,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::registry::{ConfigError, FromParams, ParamReader};
+use super::params::{ConfigError, FromParams, ParamReader};
 use super::{Context, Kind, PathSets, Schedulerlet};
 use crate::ids::{PathId, PathMask, MAX_PATHS};
 use crate::path::{Availability, PathView};

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::registry::{ConfigError, FromParams, ParamReader};
+use super::params::{ConfigError, FromParams, ParamReader};
 use super::{Context, Kind, PathSets, Reinject, ReinjectionHandler, Schedulerlet};
 use crate::ids::{PathId, UserId};
 use crate::path::{Availability, PathView};

@@ -29,6 +29,7 @@
 pub mod hol;
 pub mod hrsch;
 pub mod lets;
+pub mod params;
 pub mod registry;
 pub mod users;
 

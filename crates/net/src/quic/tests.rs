@@ -210,7 +210,7 @@ fn a_write_into_a_paced_subflow_is_one_pacer_burst() {
     slot.pacing.store(10_000_000, Ordering::Relaxed);
     assert_eq!(gauge.write_quantum(), 100_000);
     slot.pacing.store(1 << 30, Ordering::Relaxed);
-    assert_eq!(gauge.write_quantum(), crate::session::MAX_WRITE);
+    assert_eq!(gauge.write_quantum(), crate::subflow::MAX_WRITE);
 }
 
 /// Counts the largest single write through it.
@@ -245,7 +245,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteSizes<S> {
 /// scheduler can still move it; a TCP subflow's writes stay large.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_writer_takes_one_pacer_burst_at_a_time() {
-    async fn largest_write(probe: impl FnOnce() -> Option<crate::subflow::SendProbe>) -> usize {
+    async fn largest_write(probe: impl FnOnce() -> Option<crate::session::SendProbe>) -> usize {
         let (relay, _relay_events) = session(Role::Relay);
         let (proxy, mut proxy_events) = session(Role::Proxy);
         let (a, b) = tokio::io::duplex(4 << 20);
@@ -286,7 +286,7 @@ async fn the_writer_takes_one_pacer_burst_at_a_time() {
     }
     let slot = Arc::new(HintSlot::default());
     slot.pacing.store(1_000_000, Ordering::Relaxed);
-    let paced = largest_write(|| Some(crate::subflow::SendProbe::Quic(QuicSendGauge { slot }))).await;
+    let paced = largest_write(|| Some(crate::session::SendProbe::Quic(QuicSendGauge { slot }))).await;
     assert!(paced <= PACER_MIN_WRITE, "a write of {paced} bytes into a subflow paced at 8 Mbit/s");
     // Without a pacer a write takes what the endpoint has ready: about the
     // path's queue (64 KiB), a little more or less as the tasks interleave,
