@@ -4,12 +4,11 @@
 regenerated from the same seeds, with every reading of hsr-facts §15.8 item 14. docs/trainer.md's
 "Results" table is generated from it (``python -m polycorn_bench.docnumbers``).
 
-    uv run --all-packages --locked python scripts/trainer_trips.py [--out FILE]
+    uv run --all-packages --locked python -m polycorn_benchrun.trainer_trips [--out FILE]
 
 Needs ``target/release/polycorn-tracegen`` (``make build``); about two minutes on 2 cores.
 """
 
-# ruff: noqa: S603
 from __future__ import annotations
 
 import argparse
@@ -25,12 +24,12 @@ from pathlib import Path
 from polycorn_harness.process import git_commit
 from polycorn_trainer.fit import Params
 
+ROOT = Path(__file__).resolve().parents[3]
 # The trace generator's validation generates the fleets.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testbed" / "tracegen" / "tools"))
+sys.path.insert(0, str(ROOT / "testbed" / "tracegen" / "tools"))
 
-import validate_tracegen as vt
+import validate_tracegen as vt  # noqa: E402 (a script beside the generator, not a package)
 
-ROOT = Path(__file__).resolve().parent.parent
 TRACEGEN = ROOT / "target" / "release" / "polycorn-tracegen"
 PRESET = "pc-gateway-300"
 TRIP_S = 1800
@@ -84,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "loto_at_reconnect: t_HO = when the UE is connected again; with_prediction: over "
             "failures whose cell failed in another trip). The trainer's default parameters "
             "(trainer_params); the generator's were fixed on development routes 1-3 before "
-            "these routes were generated. Written by scripts/trainer_trips.py."
+            "these routes were generated. Written by python -m polycorn_benchrun.trainer_trips."
         ),
         "commit": git_commit(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
