@@ -516,15 +516,21 @@ def git(*a: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=False)
 
 
-def main() -> int:
-    a = args()
+def preflight() -> bool:
+    """Root and every tool the run uses; what is missing logged."""
     if os.geteuid() != 0:
         log("must run as root (network namespaces)")
-        return 1
+        return False
     for tool in ("iperf3", "mptcpize", "python3", "ss", "top"):
         if shutil.which(tool) is None:
             log(f"{tool} not found: run 'make setup'")
-            return 1
+            return False
+    return True
+
+
+def private_binaries(a: argparse.Namespace) -> Path:
+    """The pair's binaries (built if missing) copied into the run's work directory,
+    which is returned."""
     bins = ("polycorn-relay", "polycorn-proxy", "polycorn-pki")
     if not all((a.bin / b).exists() for b in bins):
         subprocess.run(
@@ -540,91 +546,60 @@ def main() -> int:
     # this tree) must not mix two versions of the pair in one result.
     for b in bins:
         shutil.copy2(a.bin / b, work / "bin" / b)
-    a.out.mkdir(parents=True, exist_ok=True)
-    bench = Bench(a, work)
-    bench.raw.write_text("")
-    (a.out / "dataplane-top.txt").write_text("")
-    commit = git_commit(short=False)
-    dirty = git("diff", "--no-ext-diff", "--quiet", "HEAD", "--").returncode != 0
-    started, load_start = utc(), " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    t_start = time.monotonic()
-    log(
-        f"testbed {a.prefix}: {CARRIERS} carriers; {a.reps} repetitions x {len(SCHEMES)} "
-        f"schemes x up/down x {a.seconds}s"
-    )
-    try:
-        bench.up()
-        for rep in range(1, a.reps + 1):
-            # Rotate the order each repetition, so no scheme always runs first.
-            order = SCHEMES[rep - 1 :] + SCHEMES[: rep - 1]
-            for scheme in order:
-                log(f"rep {rep}/{a.reps}  {scheme}")
-                if not bench.scheme_up(scheme):
-                    for d in ("down", "up"):
-                        bench.record(
-                            {
-                                "kind": "throughput",
-                                "rep": rep,
-                                "scheme": scheme,
-                                "dir": d,
-                                "error": "did not come up",
-                            }
-                        )
-                    bench.scheme_down()
-                    continue
-                bench.throughput(rep, scheme, "down")
-                bench.throughput(rep, scheme, "up")
-                if scheme == "direct":
-                    bench.latency(rep, "direct")
-                    bench.latency(rep, "origin_local")
-                elif scheme.startswith(("relay_", "quic_")) or scheme == "kernel_mptcp":
-                    bench.latency(rep, scheme)
-                bench.scheme_down()
-            log(f"rep {rep}/{a.reps}  rss: {a.conns} idle passenger connections through relay_2")
-            bench.rss(rep)
-        load_end = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-        net_seconds = round(time.monotonic() - t_start)
-        relay_log = bench.testbed.state / "logs" / "relay.log"
-        if relay_log.exists():
-            shutil.copy2(relay_log, work / "relay-last.log")
-        log(f"network part done in {net_seconds}s; tearing down the testbed")
-    finally:
-        bench.down()
-    decision = bench.decision()
-    (work / "decision.json").write_text(json.dumps(decision))
+    return work
+
+
+def measure_scheme(bench: Bench, rep: int, scheme: str) -> None:
+    """One scheme's throughput both ways and, where it has a path for it, latency."""
+    if not bench.scheme_up(scheme):
+        for d in ("down", "up"):
+            bench.record(
+                {
+                    "kind": "throughput",
+                    "rep": rep,
+                    "scheme": scheme,
+                    "dir": d,
+                    "error": "did not come up",
+                }
+            )
+        bench.scheme_down()
+        return
+    bench.throughput(rep, scheme, "down")
+    bench.throughput(rep, scheme, "up")
+    if scheme == "direct":
+        bench.latency(rep, "direct")
+        bench.latency(rep, "origin_local")
+    elif scheme.startswith(("relay_", "quic_")) or scheme == "kernel_mptcp":
+        bench.latency(rep, scheme)
+    bench.scheme_down()
+
+
+def measure_network(bench: Bench, a: argparse.Namespace) -> None:
+    """Every repetition: each scheme, then the relay's memory with idle connections."""
+    for rep in range(1, a.reps + 1):
+        # Rotate the order each repetition, so no scheme always runs first.
+        order = SCHEMES[rep - 1 :] + SCHEMES[: rep - 1]
+        for scheme in order:
+            log(f"rep {rep}/{a.reps}  {scheme}")
+            measure_scheme(bench, rep, scheme)
+        log(f"rep {rep}/{a.reps}  rss: {a.conns} idle passenger connections through relay_2")
+        bench.rss(rep)
+
+
+def machine() -> dict[str, Any]:
     cpuinfo = Path("/proc/cpuinfo").read_text()
     model = re.search(r"^model name\s*:\s*(.*)$", cpuinfo, re.M)
     mem = re.search(r"^MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text(), re.M)
-    meta = {
-        "started": started,
-        "finished": utc(),
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "settings": {
-            "reps": a.reps,
-            "seconds_per_run": a.seconds,
-            "conns": a.conns,
-            "round_trips": a.rtts,
-            "mptcp_subflows": a.mptcp_subflows,
-            "testbed_carriers": CARRIERS,
-        },
-        "network_part_seconds": net_seconds,
-        "loadavg_start": load_start,
-        "loadavg_end": load_end,
-        "machine": {
-            "cpu": model.group(1) if model else "",
-            "cpus": os.cpu_count(),
-            "kernel": platform.release(),
-            "mem_mb": int(mem.group(1)) // 1024 if mem else None,
-        },
-        "tools": {
-            "iperf3": run(["iperf3", "--version"]).stdout.splitlines()[0],
-            "python": run(["python3", "--version"]).stdout.strip(),
-            "relay": binary_info(work / "bin" / "polycorn-relay"),
-            "proxy": binary_info(work / "bin" / "polycorn-proxy"),
-        },
+    return {
+        "cpu": model.group(1) if model else "",
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "mem_mb": int(mem.group(1)) // 1024 if mem else None,
     }
-    (work / "meta.json").write_text(json.dumps(meta))
+
+
+def report(a: argparse.Namespace, bench: Bench, work: Path) -> int:
+    """bench/tools/report.py over the raw records, printed; its exit status."""
     r = subprocess.run(
         [
             "python3",
@@ -643,13 +618,72 @@ def main() -> int:
         cwd=ROOT,
         check=False,
     )
+    return r.returncode
+
+
+def main() -> int:
+    a = args()
+    if not preflight():
+        return 1
+    work = private_binaries(a)
+    a.out.mkdir(parents=True, exist_ok=True)
+    bench = Bench(a, work)
+    bench.raw.write_text("")
+    (a.out / "dataplane-top.txt").write_text("")
+    commit = git_commit(short=False)
+    dirty = git("diff", "--no-ext-diff", "--quiet", "HEAD", "--").returncode != 0
+    started, load_start = utc(), " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    t_start = time.monotonic()
+    log(
+        f"testbed {a.prefix}: {CARRIERS} carriers; {a.reps} repetitions x {len(SCHEMES)} "
+        f"schemes x up/down x {a.seconds}s"
+    )
+    try:
+        bench.up()
+        measure_network(bench, a)
+        load_end = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        net_seconds = round(time.monotonic() - t_start)
+        relay_log = bench.testbed.state / "logs" / "relay.log"
+        if relay_log.exists():
+            shutil.copy2(relay_log, work / "relay-last.log")
+        log(f"network part done in {net_seconds}s; tearing down the testbed")
+    finally:
+        bench.down()
+    decision = bench.decision()
+    (work / "decision.json").write_text(json.dumps(decision))
+    meta = {
+        "started": started,
+        "finished": utc(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "settings": {
+            "reps": a.reps,
+            "seconds_per_run": a.seconds,
+            "conns": a.conns,
+            "round_trips": a.rtts,
+            "mptcp_subflows": a.mptcp_subflows,
+            "testbed_carriers": CARRIERS,
+        },
+        "network_part_seconds": net_seconds,
+        "loadavg_start": load_start,
+        "loadavg_end": load_end,
+        "machine": machine(),
+        "tools": {
+            "iperf3": run(["iperf3", "--version"]).stdout.splitlines()[0],
+            "python": run(["python3", "--version"]).stdout.strip(),
+            "relay": binary_info(work / "bin" / "polycorn-relay"),
+            "proxy": binary_info(work / "bin" / "polycorn-proxy"),
+        },
+    }
+    (work / "meta.json").write_text(json.dumps(meta))
+    rc = report(a, bench, work)
     log(
         f"wrote {a.out}/dataplane.json and {a.out}/dataplane.md "
         f"({time.monotonic() - t_start:.0f}s in all)"
     )
     print()
     print((a.out / "dataplane.md").read_text() if (a.out / "dataplane.md").exists() else "")
-    return r.returncode
+    return rc
 
 
 if __name__ == "__main__":

@@ -365,301 +365,384 @@ def train_id(i: int) -> str:
     return f"train-fl{i:04d}"
 
 
-def run_fleet(sh: Shared, n: int) -> dict[str, Any]:
-    cfg = sh.cfg
-    tag = f"{secrets.token_hex(3)}n{n}"
-    work = sh.work / f"n{n}"
-    procs = Procs(work / "logs")
-    topic, dlq, tables = (
-        f"fleet.telemetry.{tag}",
-        f"fleet.telemetry.{tag}.dlq",
-        f"fleet.tables.{tag}",
-    )
-    kafka_create_topics(
-        sh.bootstrap,
-        [
-            NewTopic(topic, 8, 1),
-            NewTopic(dlq, 1, 1),
-            NewTopic(tables, 1, 1, config={"cleanup.policy": "compact"}),
-        ],
-    )
-    admin = AdminClient({"bootstrap.servers": sh.bootstrap})
-    ctx = mp.get_context("spawn")
-    ingest: Any = None
-    stop_ingest = ctx.Event()
-    b = cfg.port_base
-    origin = f"127.0.0.2:{b + 999}"
-    try:
-        with fresh_database(prefix="linkdb_fleet") as url:
-            lagq = ctx.Queue()
-            ingest = ctx.Process(
-                target=_ingest_worker,
-                args=(url, sh.bootstrap, topic, f"fleet-{tag}", lagq, stop_ingest),
-                daemon=True,
-            )
-            ingest.start()
-            py = sys.executable
-            procs.start(
-                "origin",
-                [py, "-m", "polycorn_benchrun.fleet_traffic", "origin", "--listen", origin]
-                + (["--fault", cfg.fault] if cfg.fault in ("corrupt", "short") else []),
-            )
-            trains: list[dict[str, Any]] = []
-            now_ms = int(time.time() * 1000)
-            for i in range(n):
-                t = train_id(i)
-                pp, pm, sp, rm = b + i, b + 200 + i, b + 400 + i, b + 600 + i
-                procs.start(
-                    f"proxy-{i}",
-                    [
-                        str(cfg.bin_dir / "polycorn-proxy"),
-                        f"--train-id={t}",
-                        f"--listen=127.0.0.1:{pp}",
-                        f"--metrics-listen=127.0.0.1:{pm}",
-                        f"--ca={sh.pki / 'ca.crt'}",
-                        f"--cert={sh.pki / 'proxy.crt'}",
-                        f"--key={sh.pki / 'proxy.key'}",
-                        *CHART_PROXY_ARGS,
-                        "--allow=127.0.0.2/32",
-                        f"--kafka-brokers={sh.bootstrap}",
-                        f"--kafka-topic={topic}",
-                        f"--kafka-dlq-topic={dlq}",
-                        f"--failure-table-topic={tables}",
-                    ],
-                )
-                # Each train at its own place of the trip: trip time 0 was offset s ago.
-                offset_s = (i * 37) % TRIP_SPREAD_S
-                epoch = now_ms - offset_s * 1000
-                trains.append(
-                    {
-                        "id": t,
-                        "proxy_metrics": f"127.0.0.1:{pm}",
-                        "relay_metrics": f"127.0.0.1:{rm}",
-                        "socks": f"127.0.0.1:{sp}",
-                        "epoch_ms": epoch,
-                        "sources": [
-                            f"127.{64 + i // 256}.{i % 256}.{k + 1}"
-                            for k in range(cfg.passengers_per_train)
-                        ],
-                    }
-                )
-            for i, tr in enumerate(trains):
-                procs.start(
-                    f"relay-{i}",
-                    [
-                        str(cfg.bin_dir / "polycorn-relay"),
-                        f"--train-id={tr['id']}",
-                        *[f"--path=carrier-{c}=@127.0.0.1:{b + i}" for c in range(CARRIERS)],
-                        f"--ca={sh.pki / 'ca.crt'}",
-                        f"--cert={sh.pki / (tr['id'] + '.crt')}",
-                        f"--key={sh.pki / (tr['id'] + '.key')}",
-                        "--proxy-name=proxy.polycorn",
-                        f"--listen-socks={tr['socks']}",
-                        f"--metrics-listen={tr['relay_metrics']}",
-                        f"--replay-events={sh.trip / 'events.jsonl'}",
-                        f"--replay-epoch-unix-ms={tr['epoch_ms']}",
-                        f"--telemetry-spool={work / 'spool' / tr['id']}",
-                        "--log-json",
-                    ],
-                )
-                tr["started_ms"] = int(time.time() * 1000)
-            deadline = time.monotonic() + 60 + n
-            for tr in trains:
-                while paths_up(tr["relay_metrics"]) < CARRIERS:
-                    if time.monotonic() > deadline or procs.dead():
-                        raise RuntimeError(
-                            f"{tr['id']}: subflows not up (dead: {procs.dead()}); logs in {work}"
-                        )
-                    time.sleep(0.2)
-            print(f"n={n}: {n} relays connected to {n} proxies", flush=True)
-            # Ingest has joined its group and writes (the relays' telemetry flows).
-            try:
-                first = lagq.get(timeout=120)
-            except queue.Empty:
-                raise RuntimeError("ingest committed nothing within 120 s") from None
-            committed = len(first[1])
-            bulk = round(cfg.conns * cfg.bulk_share)
-            plan = {
-                "origin": origin,
-                "trains": [{"socks": t["socks"], "sources": t["sources"]} for t in trains],
-                "conns": cfg.conns,
-                "bulk": bulk,
-                "bulk_rate": cfg.bulk_rate,
-                "bulk_size": cfg.bulk_size,
-                "chat_gap_s": cfg.chat_gap_s,
-                "ramp_s": cfg.ramp_s,
-                "seconds": cfg.ramp_s + cfg.warmup_s + cfg.seconds + 5,
-                "seed": n,
-            }
-            (work / "plan.json").write_text(json.dumps(plan))
-            pax = procs.start(
-                "passengers",
+class Fleet:
+    """One fleet of ``n`` trains: its topics, processes and ingest consumer, and the
+    telemetry commits ingest has reported so far."""
+
+    def __init__(self, sh: Shared, n: int) -> None:
+        self.sh, self.n, self.cfg = sh, n, sh.cfg
+        self.tag = f"{secrets.token_hex(3)}n{n}"
+        self.work = sh.work / f"n{n}"
+        self.procs = Procs(self.work / "logs")
+        self.topic, self.dlq, self.tables = (
+            f"fleet.telemetry.{self.tag}",
+            f"fleet.telemetry.{self.tag}.dlq",
+            f"fleet.tables.{self.tag}",
+        )
+        self.ctx = mp.get_context("spawn")
+        self.ingest: Any = None
+        self.stop_ingest = self.ctx.Event()
+        self.lagq: Any = None
+        self.origin = f"127.0.0.2:{self.cfg.port_base + 999}"
+        self.trains: list[dict[str, Any]] = []
+        #: Records ingest has committed, and the lags of those committed in the window.
+        self.committed = 0
+        self.lags: list[float] = []
+
+    def create_topics(self) -> None:
+        kafka_create_topics(
+            self.sh.bootstrap,
+            [
+                NewTopic(self.topic, 8, 1),
+                NewTopic(self.dlq, 1, 1),
+                NewTopic(self.tables, 1, 1, config={"cleanup.policy": "compact"}),
+            ],
+        )
+        self.admin = AdminClient({"bootstrap.servers": self.sh.bootstrap})
+
+    # ---- the start: ingest, origin, proxies, relays
+
+    def start(self, url: str) -> None:
+        """Ingest on the database at ``url``, the origin and every train, connected, and
+        ingest's first commit."""
+        self.lagq = self.ctx.Queue()
+        self.ingest = self.ctx.Process(
+            target=_ingest_worker,
+            args=(
+                url,
+                self.sh.bootstrap,
+                self.topic,
+                f"fleet-{self.tag}",
+                self.lagq,
+                self.stop_ingest,
+            ),
+            daemon=True,
+        )
+        self.ingest.start()
+        self.procs.start(
+            "origin",
+            [sys.executable, "-m", "polycorn_benchrun.fleet_traffic", "origin"]
+            + ["--listen", self.origin]
+            + (["--fault", self.cfg.fault] if self.cfg.fault in ("corrupt", "short") else []),
+        )
+        self.start_proxies()
+        self.start_relays()
+        self.wait_connected()
+        # Ingest has joined its group and writes (the relays' telemetry flows).
+        try:
+            first = self.lagq.get(timeout=120)
+        except queue.Empty:
+            raise RuntimeError("ingest committed nothing within 120 s") from None
+        self.committed = len(first[1])
+
+    def start_proxies(self) -> None:
+        """One proxy per train with the chart's flags; the trains' addresses and places."""
+        cfg, sh, b = self.cfg, self.sh, self.cfg.port_base
+        now_ms = int(time.time() * 1000)
+        for i in range(self.n):
+            t = train_id(i)
+            pp, pm, sp, rm = b + i, b + 200 + i, b + 400 + i, b + 600 + i
+            self.procs.start(
+                f"proxy-{i}",
                 [
-                    py,
-                    "-m",
-                    "polycorn_benchrun.fleet_traffic",
-                    "passengers",
-                    "--plan",
-                    str(work / "plan.json"),
-                    "--out",
-                    str(work / "passengers.json"),
+                    str(cfg.bin_dir / "polycorn-proxy"),
+                    f"--train-id={t}",
+                    f"--listen=127.0.0.1:{pp}",
+                    f"--metrics-listen=127.0.0.1:{pm}",
+                    f"--ca={sh.pki / 'ca.crt'}",
+                    f"--cert={sh.pki / 'proxy.crt'}",
+                    f"--key={sh.pki / 'proxy.key'}",
+                    *CHART_PROXY_ARGS,
+                    "--allow=127.0.0.2/32",
+                    f"--kafka-brokers={sh.bootstrap}",
+                    f"--kafka-topic={self.topic}",
+                    f"--kafka-dlq-topic={self.dlq}",
+                    f"--failure-table-topic={self.tables}",
                 ],
             )
-            pax_t0 = time.monotonic()
-            lags: list[float] = []
+            # Each train at its own place of the trip: trip time 0 was offset s ago.
+            offset_s = (i * 37) % TRIP_SPREAD_S
+            epoch = now_ms - offset_s * 1000
+            self.trains.append(
+                {
+                    "id": t,
+                    "proxy_metrics": f"127.0.0.1:{pm}",
+                    "relay_metrics": f"127.0.0.1:{rm}",
+                    "socks": f"127.0.0.1:{sp}",
+                    "epoch_ms": epoch,
+                    "sources": [
+                        f"127.{64 + i // 256}.{i % 256}.{k + 1}"
+                        for k in range(cfg.passengers_per_train)
+                    ],
+                }
+            )
 
-            def drain_lags(window: tuple[float, float] | None) -> None:
-                nonlocal committed
-                while True:
-                    try:
-                        commit_s, ls = lagq.get_nowait()
-                    except queue.Empty:
-                        return
-                    committed += len(ls)
-                    if window and window[0] <= commit_s <= window[1]:
-                        lags.extend(ls)
+    def start_relays(self) -> None:
+        cfg, sh, b = self.cfg, self.sh, self.cfg.port_base
+        for i, tr in enumerate(self.trains):
+            self.procs.start(
+                f"relay-{i}",
+                [
+                    str(cfg.bin_dir / "polycorn-relay"),
+                    f"--train-id={tr['id']}",
+                    *[f"--path=carrier-{c}=@127.0.0.1:{b + i}" for c in range(CARRIERS)],
+                    f"--ca={sh.pki / 'ca.crt'}",
+                    f"--cert={sh.pki / (tr['id'] + '.crt')}",
+                    f"--key={sh.pki / (tr['id'] + '.key')}",
+                    "--proxy-name=proxy.polycorn",
+                    f"--listen-socks={tr['socks']}",
+                    f"--metrics-listen={tr['relay_metrics']}",
+                    f"--replay-events={sh.trip / 'events.jsonl'}",
+                    f"--replay-epoch-unix-ms={tr['epoch_ms']}",
+                    f"--telemetry-spool={self.work / 'spool' / tr['id']}",
+                    "--log-json",
+                ],
+            )
+            tr["started_ms"] = int(time.time() * 1000)
 
-            while time.monotonic() < pax_t0 + cfg.ramp_s + cfg.warmup_s:
-                drain_lags(None)
-                time.sleep(0.5)
-            # ---- the measurement window
-            groups: dict[str, list[int]] = {
-                "proxy": [procs.pid(f"proxy-{i}") for i in range(n)],
-                "relay": [procs.pid(f"relay-{i}") for i in range(n)],
-                "ingest": [ingest.pid],
-                "passengers": [pax.pid],
-                "origin": [procs.pid("origin")],
-                **infra_pids(),
-            }
-            # The scrapes first: on a loaded machine they take a while, and the
-            # CPU is divided by the wall time between the two readings of it.
-            m_before = [scrape(t["proxy_metrics"]) for t in trains]
-            w0 = time.time()
-            before = {g: [cpu_ticks(p) for p in ps] for g, ps in groups.items()}
-            busy0 = machine_busy()
-            load0 = os.getloadavg()
-            rss: dict[str, list[list[int]]] = {
-                "proxy": [[] for _ in range(n)],
-                "relay": [[] for _ in range(n)],
-            }
-            while time.time() < w0 + cfg.seconds:
-                for g in rss:
-                    for k, p in enumerate(groups[g]):
-                        rss[g][k].append(rss_kib(p))
-                drain_lags((w0, w0 + cfg.seconds))
-                time.sleep(max(0.0, 1.0 - (time.time() - w0) % 1.0))
-            w1 = time.time()
-            after = {g: [cpu_ticks(p) for p in ps] for g, ps in groups.items()}
-            busy1 = machine_busy()
-            load1 = os.getloadavg()
-            # The passengers end on their own a few seconds after the window.
-            dead_during = [
-                d for d in procs.dead() if not (d == "passengers" and pax.returncode == 0)
-            ]
-            m_after = [scrape(t["proxy_metrics"]) for t in trains]
-            span = w1 - w0
-            cpu = {
-                g: 100.0
-                * sum(a - bb for a, bb in zip(after[g], before[g], strict=True))
-                / CLK_TCK
-                / span
-                for g in groups
-            }
-            per_proxy_cpu = [
-                100.0 * (a - bb) / CLK_TCK / span
-                for a, bb in zip(after["proxy"], before["proxy"], strict=True)
-            ]
-            # ---- the end: passengers, spools, relays, ingest
-            pax.wait(timeout=cfg.seconds + cfg.ramp_s + cfg.warmup_s + 120)
-            report = json.loads((work / "passengers.json").read_text())
-            drained = False
-            end = time.monotonic() + 60
-            while time.monotonic() < end:
-                drain_lags((w0, w1))
-                rms = [scrape(t["relay_metrics"]) for t in trains]
-                if all(
-                    m.get("polycorn_telemetry_spool_records", 1) == 0
-                    and m.get("polycorn_telemetry_spool_in_flight", 1) == 0
-                    for m in rms
-                ):
-                    drained = True
-                    break
-                time.sleep(1.0)
-            relay_final = [scrape(t["relay_metrics"]) for t in trains]
-            stopped_ms = int(time.time() * 1000)
-            procs.stop([f"relay-{i}" for i in range(n)])
+    def wait_connected(self) -> None:
+        """Until every relay has both subflows up."""
+        deadline = time.monotonic() + 60 + self.n
+        for tr in self.trains:
+            while paths_up(tr["relay_metrics"]) < CARRIERS:
+                if time.monotonic() > deadline or self.procs.dead():
+                    raise RuntimeError(
+                        f"{tr['id']}: subflows not up (dead: {self.procs.dead()}); "
+                        f"logs in {self.work}"
+                    )
+                time.sleep(0.2)
+        print(f"n={self.n}: {self.n} relays connected to {self.n} proxies", flush=True)
+
+    def start_passengers(self) -> subprocess.Popen[bytes]:
+        cfg = self.cfg
+        bulk = round(cfg.conns * cfg.bulk_share)
+        plan = {
+            "origin": self.origin,
+            "trains": [{"socks": t["socks"], "sources": t["sources"]} for t in self.trains],
+            "conns": cfg.conns,
+            "bulk": bulk,
+            "bulk_rate": cfg.bulk_rate,
+            "bulk_size": cfg.bulk_size,
+            "chat_gap_s": cfg.chat_gap_s,
+            "ramp_s": cfg.ramp_s,
+            "seconds": cfg.ramp_s + cfg.warmup_s + cfg.seconds + 5,
+            "seed": self.n,
+        }
+        (self.work / "plan.json").write_text(json.dumps(plan))
+        return self.procs.start(
+            "passengers",
+            [
+                sys.executable,
+                "-m",
+                "polycorn_benchrun.fleet_traffic",
+                "passengers",
+                "--plan",
+                str(self.work / "plan.json"),
+                "--out",
+                str(self.work / "passengers.json"),
+            ],
+        )
+
+    def drain_lags(self, window: tuple[float, float] | None) -> None:
+        """Ingest's commits so far counted; the lags of those within ``window`` kept."""
+        while True:
+            try:
+                commit_s, ls = self.lagq.get_nowait()
+            except queue.Empty:
+                return
+            self.committed += len(ls)
+            if window and window[0] <= commit_s <= window[1]:
+                self.lags.extend(ls)
+
+    def warm_up(self, pax_t0: float) -> None:
+        """The passengers' ramp and the warm-up after it."""
+        while time.monotonic() < pax_t0 + self.cfg.ramp_s + self.cfg.warmup_s:
+            self.drain_lags(None)
+            time.sleep(0.5)
+
+    # ---- the measurement window
+
+    def measure(self, pax: subprocess.Popen[bytes]) -> dict[str, Any]:
+        """CPU and RSS of every process and the proxies' metrics over the window, as
+        :func:`summarize` takes them."""
+        n, procs = self.n, self.procs
+        groups: dict[str, list[int]] = {
+            "proxy": [procs.pid(f"proxy-{i}") for i in range(n)],
+            "relay": [procs.pid(f"relay-{i}") for i in range(n)],
+            "ingest": [self.ingest.pid],
+            "passengers": [pax.pid],
+            "origin": [procs.pid("origin")],
+            **infra_pids(),
+        }
+        # The scrapes first: on a loaded machine they take a while, and the
+        # CPU is divided by the wall time between the two readings of it.
+        m_before = [scrape(t["proxy_metrics"]) for t in self.trains]
+        w0 = time.time()
+        before = {g: [cpu_ticks(p) for p in ps] for g, ps in groups.items()}
+        busy0 = machine_busy()
+        load0 = os.getloadavg()
+        rss: dict[str, list[list[int]]] = {
+            "proxy": [[] for _ in range(n)],
+            "relay": [[] for _ in range(n)],
+        }
+        while time.time() < w0 + self.cfg.seconds:
+            for g in rss:
+                for k, p in enumerate(groups[g]):
+                    rss[g][k].append(rss_kib(p))
+            self.drain_lags((w0, w0 + self.cfg.seconds))
+            time.sleep(max(0.0, 1.0 - (time.time() - w0) % 1.0))
+        w1 = time.time()
+        after = {g: [cpu_ticks(p) for p in ps] for g, ps in groups.items()}
+        busy1 = machine_busy()
+        load1 = os.getloadavg()
+        # The passengers end on their own a few seconds after the window.
+        dead_during = [d for d in procs.dead() if not (d == "passengers" and pax.returncode == 0)]
+        m_after = [scrape(t["proxy_metrics"]) for t in self.trains]
+        span = w1 - w0
+        cpu = {
+            g: 100.0
+            * sum(a - bb for a, bb in zip(after[g], before[g], strict=True))
+            / CLK_TCK
+            / span
+            for g in groups
+        }
+        per_proxy_cpu = [
+            100.0 * (a - bb) / CLK_TCK / span
+            for a, bb in zip(after["proxy"], before["proxy"], strict=True)
+        ]
+        return {
+            "span": span,
+            "cpu": cpu,
+            "per_proxy_cpu": per_proxy_cpu,
+            "rss": rss,
+            "m_before": m_before,
+            "m_after": m_after,
+            "window": (w0, w1),
+            "machine": (busy0, busy1, load0, load1),
+            "dead": dead_during,
+        }
+
+    # ---- the end: passengers, spools, relays, ingest
+
+    def finish(
+        self, pax: subprocess.Popen[bytes], window: tuple[float, float]
+    ) -> tuple[dict[str, Any], int]:
+        """The passengers' end, the relays' spools drained and the relays stopped, and
+        ingest caught up with what the proxies produced: what :func:`summarize` takes of
+        it, and when the relays stopped (Unix ms)."""
+        cfg = self.cfg
+        pax.wait(timeout=cfg.seconds + cfg.ramp_s + cfg.warmup_s + 120)
+        report = json.loads((self.work / "passengers.json").read_text())
+        drained = self.wait_spools_drained(window)
+        relay_final = [scrape(t["relay_metrics"]) for t in self.trains]
+        stopped_ms = int(time.time() * 1000)
+        self.procs.stop([f"relay-{i}" for i in range(self.n)])
+        time.sleep(1.0)
+        proxy_final = [scrape(t["proxy_metrics"]) for t in self.trains]
+        produced = sum(m.get("polycorn_proxy_telemetry_produced_total", 0) for m in proxy_final)
+        end = time.monotonic() + 120
+        while self.committed < produced and time.monotonic() < end:
+            self.drain_lags(window)
+            time.sleep(0.5)
+        time.sleep(2.0)
+        self.drain_lags(window)
+        ended = {
+            "report": report,
+            "drained": drained,
+            "relay_final": relay_final,
+            "proxy_final": proxy_final,
+            "produced": produced,
+        }
+        return ended, stopped_ms
+
+    def wait_spools_drained(self, window: tuple[float, float]) -> bool:
+        """Until every relay's spool is empty, at most 60 s; whether they all emptied."""
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            self.drain_lags(window)
+            rms = [scrape(t["relay_metrics"]) for t in self.trains]
+            if all(
+                m.get("polycorn_telemetry_spool_records", 1) == 0
+                and m.get("polycorn_telemetry_spool_in_flight", 1) == 0
+                for m in rms
+            ):
+                return True
             time.sleep(1.0)
-            proxy_final = [scrape(t["proxy_metrics"]) for t in trains]
-            produced = sum(m.get("polycorn_proxy_telemetry_produced_total", 0) for m in proxy_final)
-            end = time.monotonic() + 120
-            while committed < produced and time.monotonic() < end:
-                drain_lags((w0, w1))
-                time.sleep(0.5)
-            time.sleep(2.0)
-            drain_lags((w0, w1))
-            # ---- the topic read back
-            topic_stats = read_topic(sh.bootstrap, topic, w0, w1)
-            # ---- LinkDB against the trip
-            tele: dict[str, Any] = {}
-            with pg_connect(url) as c:
-                if cfg.fault == "lose-row":
-                    c.execute(
-                        "DELETE FROM gps_fixes WHERE ctid IN (SELECT ctid FROM gps_fixes "
-                        "WHERE train_id = %s ORDER BY time LIMIT 1 OFFSET 5)",
-                        (train_id(0),),
-                    )
-                    c.commit()
-                for tr in trains:
-                    f = [
-                        int(r[0])
-                        for r in c.execute(
-                            "SELECT (extract(epoch FROM time) * 1000)::bigint FROM gps_fixes "
-                            "WHERE train_id = %s",
-                            (tr["id"],),
-                        ).fetchall()
-                    ]
-                    h = [
-                        (str(r[0]), int(r[1]))
-                        for r in c.execute(
-                            "SELECT carrier, (extract(epoch FROM start_time) * 1000)::bigint "
-                            "FROM handovers WHERE train_id = %s",
-                            (tr["id"],),
-                        ).fetchall()
-                    ]
-                    tele[tr["id"]] = check_train_telemetry(
-                        sh.fixes, sh.hos, tr["epoch_ms"], f, h, tr["started_ms"], stopped_ms
-                    )
-    finally:
-        stop_ingest.set()
-        procs.stop()
-        if ingest is not None:
-            ingest.join(30)
-            if ingest.is_alive():
-                ingest.kill()
-        for fut in admin.delete_topics([topic, dlq, tables]).values():
+        return False
+
+    # ---- LinkDB against the trip
+
+    def check_linkdb(self, url: str, stopped_ms: int) -> dict[str, Any]:
+        """Each train's fixes and handovers in LinkDB against the stretch of the trip it
+        replayed (:func:`check_train_telemetry`)."""
+        tele: dict[str, Any] = {}
+        with pg_connect(url) as c:
+            if self.cfg.fault == "lose-row":
+                c.execute(
+                    "DELETE FROM gps_fixes WHERE ctid IN (SELECT ctid FROM gps_fixes "
+                    "WHERE train_id = %s ORDER BY time LIMIT 1 OFFSET 5)",
+                    (train_id(0),),
+                )
+                c.commit()
+            for tr in self.trains:
+                f = [
+                    int(r[0])
+                    for r in c.execute(
+                        "SELECT (extract(epoch FROM time) * 1000)::bigint FROM gps_fixes "
+                        "WHERE train_id = %s",
+                        (tr["id"],),
+                    ).fetchall()
+                ]
+                h = [
+                    (str(r[0]), int(r[1]))
+                    for r in c.execute(
+                        "SELECT carrier, (extract(epoch FROM start_time) * 1000)::bigint "
+                        "FROM handovers WHERE train_id = %s",
+                        (tr["id"],),
+                    ).fetchall()
+                ]
+                tele[tr["id"]] = check_train_telemetry(
+                    self.sh.fixes, self.sh.hos, tr["epoch_ms"], f, h, tr["started_ms"], stopped_ms
+                )
+        return tele
+
+    def tear_down(self) -> None:
+        """Ingest, every process and the fleet's topics, whatever of them was started."""
+        self.stop_ingest.set()
+        self.procs.stop()
+        if self.ingest is not None:
+            self.ingest.join(30)
+            if self.ingest.is_alive():
+                self.ingest.kill()
+        for fut in self.admin.delete_topics([self.topic, self.dlq, self.tables]).values():
             with contextlib.suppress(Exception):
                 fut.result(30)
+
+
+def run_fleet(sh: Shared, n: int) -> dict[str, Any]:
+    fl = Fleet(sh, n)
+    fl.create_topics()
+    try:
+        with fresh_database(prefix="linkdb_fleet") as url:
+            fl.start(url)
+            pax = fl.start_passengers()
+            fl.warm_up(time.monotonic())
+            measured = fl.measure(pax)
+            ended, stopped_ms = fl.finish(pax, measured["window"])
+            # ---- the topic read back
+            topic_stats = read_topic(sh.bootstrap, fl.topic, *measured["window"])
+            tele = fl.check_linkdb(url, stopped_ms)
+    finally:
+        fl.tear_down()
     return summarize(
         n,
-        cfg,
-        span=span,
-        cpu=cpu,
-        per_proxy_cpu=per_proxy_cpu,
-        rss=rss,
-        lags=lags,
-        committed=committed,
-        produced=produced,
-        m_before=m_before,
-        m_after=m_after,
-        proxy_final=proxy_final,
-        relay_final=relay_final,
-        drained=drained,
-        report=report,
-        window=(w0, w1),
+        sh.cfg,
+        **measured,
+        **ended,
+        lags=fl.lags,
+        committed=fl.committed,
         tele=tele,
         topic_stats=topic_stats,
-        machine=(busy0, busy1, load0, load1),
-        dead=dead_during,
     )
 
 

@@ -344,9 +344,7 @@ class Settings:
     @classmethod
     def from_env(cls) -> Settings:
         e = os.environ.get
-        profile = e("PROFILE", "short")
-        if profile not in PROFILES:
-            raise BenchError(f"PROFILE must be one of {', '.join(PROFILES)}, got {profile!r}")
+        profile = _profile(e("PROFILE", "short"))
         p = PROFILES[profile]
         diagnostic = any(e(v) for v in DIAGNOSTIC_VARS)
         work = Path(e("BENCH_WORK", "/tmp/polycorn-bench-hsr"))
@@ -354,60 +352,17 @@ class Settings:
             out = Path(e("BENCH_OUT", str(work / "out")))
         else:
             out = Path(e("BENCH_OUT", str(ROOT / "bench" / "out")))
-        schemes = (e("SCHEMES") or p.schemes).split()
-        if "minrtt" not in schemes:
-            raise BenchError("SCHEMES must include minrtt (the reference of every ratio)")
-        for s in schemes:
-            if "@" in s and s.split("@", 1)[1] not in ("oracle", *TABLE_VARIANTS):
-                raise BenchError(
-                    f"scheme {s!r}: the only table suffixes are @oracle, @broad, @early and @mean"
-                )
-            pipe = s.split("@", 1)[0]
-            if "~" in pipe and not re.fullmatch(r"[^~]+~[a-z0-9_-]{1,20}", pipe):
-                raise BenchError(
-                    f"scheme {s!r}: a congestion-control suffix is ~NAME: a kernel algorithm, "
-                    "or for quic-NAME a --quic-cc controller"
-                )
-            if is_direct(s) and "@" in s:
-                raise BenchError(f"scheme {s!r}: a direct scheme runs no relay, so no table")
-        segment_trace = e("SEGMENT_TRACE", "0")
-        if segment_trace not in ("0", "1"):
-            raise BenchError(f"SEGMENT_TRACE must be 0 or 1, got {segment_trace!r}")
-        load_start = e("LOAD_START_S") or p.load_start
-        if load_start != "auto":
-            if not re.fullmatch(r"[1-9][0-9]*", load_start):
-                raise BenchError(
-                    f"LOAD_START_S must be a number of seconds or auto: {load_start!r}"
-                )
-            if int(load_start) > MAX_WARMUP_S:
-                raise BenchError(
-                    f"LOAD_START_S must be at most {MAX_WARMUP_S} s (the trip is generated for "
-                    f"that warm-up), got {load_start}"
-                )
-        phases = (e("PHASES") or p.phases).split()
-        if not phases:
-            raise BenchError(f"PHASES is empty (a subset of: {' '.join(ALL_PHASES)})")
-        for ph in phases:
-            if ph not in ALL_PHASES:
-                raise BenchError(f"unknown phase {ph!r} in PHASES (a subset of: {ALL_PHASES})")
-        conc_counts = [
-            _int("CONC_USERS", u, positive=True) for u in e("CONC_USERS", "1 10 100").split()
-        ]
-        if any(u > 154 for u in conc_counts):
-            raise BenchError(f"CONC_USERS must be integers 1..154, got {conc_counts}")
-        table = e("TABLE", "previous")
-        if table not in ("previous", "truth", "none"):
-            raise BenchError(f"TABLE must be previous, truth or none, got {table!r}")
-        slot = e("BENCH_SLOT_S")
-        if slot is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", slot):
-            raise BenchError(f"BENCH_SLOT_S must be a number of seconds, got {slot!r}")
-        prefix = e("BENCH_PREFIX", "hb")
-        if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", prefix):
-            raise BenchError(f"BENCH_PREFIX must be 1-8 lower-case letters/digits, got {prefix!r}")
-        sets = (e("LINK_SETS") or p.sets).split()
-        for s in sets:
-            if s not in ("hsr", "mahimahi", "driving"):
-                raise BenchError(f"unknown link set {s!r} (hsr, mahimahi, driving)")
+        # Checked in this order, each before the next: the first bad setting is the
+        # one reported.
+        schemes = _schemes(e("SCHEMES") or p.schemes)
+        segment_trace = _segment_trace(e("SEGMENT_TRACE", "0"))
+        load_start = _load_start(e("LOAD_START_S") or p.load_start)
+        phases = _phases(e("PHASES") or p.phases)
+        conc_counts = _conc_counts(e("CONC_USERS", "1 10 100"))
+        table = _table(e("TABLE", "previous"))
+        slot = _slot(e("BENCH_SLOT_S"))
+        prefix = _prefix(e("BENCH_PREFIX", "hb"))
+        sets = _link_sets(e("LINK_SETS") or p.sets)
         st = cls(
             profile=profile,
             p=p,
@@ -427,7 +382,7 @@ class Settings:
             trip_parallel=_int(
                 "TRIP_PARALLEL", e("TRIP_PARALLEL") or str(p.parallel), positive=True
             ),
-            segment_trace=segment_trace == "1",
+            segment_trace=segment_trace,
             load_start=load_start,
             hsr_trips=_int("HSR_TRIPS", e("HSR_TRIPS") or str(p.hsr_trips), positive=True),
             phases=phases,
@@ -443,13 +398,106 @@ class Settings:
             prefix=prefix,
         )
         if st.has("sweep"):
-            sweep = e("SWEEP_SCHEMES")
-            st.sweep_list = (
-                sweep.split() if sweep else [s for s in ("minrtt", "hrsch") if s in schemes]
-            )
-            if any(is_direct(x) for x in st.sweep_list):
-                raise BenchError("SWEEP_SCHEMES: a direct scheme has no relay or proxy budget")
+            st.sweep_list = _sweep_list(e("SWEEP_SCHEMES"), schemes)
         return st
+
+
+def _profile(profile: str) -> str:
+    if profile not in PROFILES:
+        raise BenchError(f"PROFILE must be one of {', '.join(PROFILES)}, got {profile!r}")
+    return profile
+
+
+def _schemes(v: str) -> list[str]:
+    """SCHEMES: minrtt among them, and each suffix one a scheme of its kind can take."""
+    schemes = v.split()
+    if "minrtt" not in schemes:
+        raise BenchError("SCHEMES must include minrtt (the reference of every ratio)")
+    for s in schemes:
+        if "@" in s and s.split("@", 1)[1] not in ("oracle", *TABLE_VARIANTS):
+            raise BenchError(
+                f"scheme {s!r}: the only table suffixes are @oracle, @broad, @early and @mean"
+            )
+        pipe = s.split("@", 1)[0]
+        if "~" in pipe and not re.fullmatch(r"[^~]+~[a-z0-9_-]{1,20}", pipe):
+            raise BenchError(
+                f"scheme {s!r}: a congestion-control suffix is ~NAME: a kernel algorithm, "
+                "or for quic-NAME a --quic-cc controller"
+            )
+        if is_direct(s) and "@" in s:
+            raise BenchError(f"scheme {s!r}: a direct scheme runs no relay, so no table")
+    return schemes
+
+
+def _segment_trace(v: str) -> bool:
+    if v not in ("0", "1"):
+        raise BenchError(f"SEGMENT_TRACE must be 0 or 1, got {v!r}")
+    return v == "1"
+
+
+def _load_start(v: str) -> str:
+    """LOAD_START_S: auto, or whole seconds within the warm-up the trip is generated for."""
+    if v != "auto":
+        if not re.fullmatch(r"[1-9][0-9]*", v):
+            raise BenchError(f"LOAD_START_S must be a number of seconds or auto: {v!r}")
+        if int(v) > MAX_WARMUP_S:
+            raise BenchError(
+                f"LOAD_START_S must be at most {MAX_WARMUP_S} s (the trip is generated for "
+                f"that warm-up), got {v}"
+            )
+    return v
+
+
+def _phases(v: str) -> list[str]:
+    phases = v.split()
+    if not phases:
+        raise BenchError(f"PHASES is empty (a subset of: {' '.join(ALL_PHASES)})")
+    for ph in phases:
+        if ph not in ALL_PHASES:
+            raise BenchError(f"unknown phase {ph!r} in PHASES (a subset of: {ALL_PHASES})")
+    return phases
+
+
+def _conc_counts(v: str) -> list[int]:
+    counts = [_int("CONC_USERS", u, positive=True) for u in v.split()]
+    if any(u > 154 for u in counts):
+        raise BenchError(f"CONC_USERS must be integers 1..154, got {counts}")
+    return counts
+
+
+def _table(v: str) -> str:
+    if v not in ("previous", "truth", "none"):
+        raise BenchError(f"TABLE must be previous, truth or none, got {v!r}")
+    return v
+
+
+def _slot(v: str | None) -> str | None:
+    """BENCH_SLOT_S, if set: seconds, a fraction allowed."""
+    if v is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
+        raise BenchError(f"BENCH_SLOT_S must be a number of seconds, got {v!r}")
+    return v
+
+
+def _prefix(v: str) -> str:
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", v):
+        raise BenchError(f"BENCH_PREFIX must be 1-8 lower-case letters/digits, got {v!r}")
+    return v
+
+
+def _link_sets(v: str) -> list[str]:
+    sets = v.split()
+    for s in sets:
+        if s not in ("hsr", "mahimahi", "driving"):
+            raise BenchError(f"unknown link set {s!r} (hsr, mahimahi, driving)")
+    return sets
+
+
+def _sweep_list(v: str | None, schemes: list[str]) -> list[str]:
+    """SWEEP_SCHEMES, by default those of minrtt and hrsch the run has."""
+    sweep: list[str] = v.split() if v else [s for s in ("minrtt", "hrsch") if s in schemes]
+    if any(is_direct(x) for x in sweep):
+        raise BenchError("SWEEP_SCHEMES: a direct scheme has no relay or proxy budget")
+    return sweep
 
 
 def is_direct(scheme: str) -> bool:
@@ -1085,6 +1133,61 @@ def interrupted(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def check_inputs(s: Settings) -> None:
+    """The release binaries and every Mahimahi trace the link sets replay are there."""
+    missing = [b for b in BINARIES if not (s.bin / b).exists()]
+    if missing:
+        raise BenchError(f"{s.bin}/{missing[0]} missing: run 'make build'")
+    for link_set in s.link_sets:
+        names = {
+            "mahimahi": [f"{n}-LTE-short" for n in ("TMobile", "Verizon")],
+            "driving": list(DRIVING_TRACES),
+        }.get(link_set, [])
+        for n in names:
+            for way in ("up", "down"):
+                if not (s.mahimahi / f"{n}.{way}").is_file():
+                    raise BenchError(f"Mahimahi trace {s.mahimahi}/{n}.{way} is missing")
+
+
+def run_link_set(s: Settings, b: Bench, link_set: str) -> list[str]:
+    """Every trip of ``link_set`` (the failure table learnt first if the hsr set needs
+    it and the run has none yet); the trip ids."""
+    if link_set == "hsr" and s.table == "previous" and not (b.run / "failure-table.json").exists():
+        b.make_table()
+    ids = b.trip_ids(link_set)
+    if s.trip_parallel == 1:
+        for k, tid in enumerate(ids):
+            b.run_trip(link_set, k, tid, 0)
+        return ids
+    # Waves of TRIP_PARALLEL trips, each on its own block of topologies; a
+    # failed trip fails the run.
+    for w in range(0, len(ids), s.trip_parallel):
+        wave = list(enumerate(ids))[w : w + s.trip_parallel]
+        log(f"{link_set}: trips {w + 1}-{w + len(wave)} of {len(ids)} at once")
+        parallel(
+            [
+                lambda k=k, tid=tid, ls=link_set, w=w: b.run_trip(ls, k, tid, k - w)  # type: ignore[misc]
+                for k, tid in wave
+            ]
+        )
+    return ids
+
+
+def analyse(s: Settings, run_dir: Path) -> None:
+    """bench/polycorn_bench's analysis of the run: results and plots."""
+    log(f"analysing {run_dir}")
+    s.plots.mkdir(parents=True, exist_ok=True)
+    r = s.p.result
+    subprocess.run(
+        ["uv", "run", "--project", "bench", "--locked", "--quiet", "python", "-m"]
+        + ["polycorn_bench.hsr", str(run_dir), "--out", str(s.out / f"{r}.json")]
+        + ["--md", str(s.out / f"{r}.md"), "--plots", str(s.plots)],
+        cwd=ROOT,
+        check=True,
+    )
+    log(f"results: {s.out}/{r}.json, {s.out}/{r}.md, plots in {s.plots}; raw records in {run_dir}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Everything else is the environment's (the docstring); --help prints it.
     argparse.ArgumentParser(
@@ -1098,18 +1201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The commit the run starts from (HEAD at the end may be later: others work in
     # this tree while a full run takes hours).
     s.commit = git_commit()
-    missing = [b for b in BINARIES if not (s.bin / b).exists()]
-    if missing:
-        raise BenchError(f"{s.bin}/{missing[0]} missing: run 'make build'")
-    for link_set in s.link_sets:
-        names = {
-            "mahimahi": [f"{n}-LTE-short" for n in ("TMobile", "Verizon")],
-            "driving": list(DRIVING_TRACES),
-        }.get(link_set, [])
-        for n in names:
-            for way in ("up", "down"):
-                if not (s.mahimahi / f"{n}.{way}").is_file():
-                    raise BenchError(f"Mahimahi trace {s.mahimahi}/{n}.{way} is missing")
+    check_inputs(s)
     run_dir = s.work / f"run-{s.profile}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -1124,28 +1216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets: dict[str, Any] = {}
     try:
         for link_set in s.link_sets:
-            if (
-                link_set == "hsr"
-                and s.table == "previous"
-                and not (run_dir / "failure-table.json").exists()
-            ):
-                b.make_table()
-            ids = b.trip_ids(link_set)
-            if s.trip_parallel == 1:
-                for k, tid in enumerate(ids):
-                    b.run_trip(link_set, k, tid, 0)
-            else:
-                # Waves of TRIP_PARALLEL trips, each on its own block of topologies; a
-                # failed trip fails the run.
-                for w in range(0, len(ids), s.trip_parallel):
-                    wave = list(enumerate(ids))[w : w + s.trip_parallel]
-                    log(f"{link_set}: trips {w + 1}-{w + len(wave)} of {len(ids)} at once")
-                    parallel(
-                        [
-                            lambda k=k, tid=tid, ls=link_set, w=w: b.run_trip(ls, k, tid, k - w)  # type: ignore[misc]
-                            for k, tid in wave
-                        ]
-                    )
+            ids = run_link_set(s, b, link_set)
             sets[link_set] = {"trips": ids, "description": description(s, link_set)}
     except BaseException:
         b.stopping.set()
@@ -1159,17 +1230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not sets:
         raise BenchError("no link set ran")
     (run_dir / "run.json").write_text(json.dumps(run_json(s, b, sets), indent=1) + "\n")
-    log(f"analysing {run_dir}")
-    s.plots.mkdir(parents=True, exist_ok=True)
-    r = s.p.result
-    subprocess.run(
-        ["uv", "run", "--project", "bench", "--locked", "--quiet", "python", "-m"]
-        + ["polycorn_bench.hsr", str(run_dir), "--out", str(s.out / f"{r}.json")]
-        + ["--md", str(s.out / f"{r}.md"), "--plots", str(s.plots)],
-        cwd=ROOT,
-        check=True,
-    )
-    log(f"results: {s.out}/{r}.json, {s.out}/{r}.md, plots in {s.plots}; raw records in {run_dir}")
+    analyse(s, run_dir)
     return 0
 
 

@@ -218,7 +218,7 @@ def _machine() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--trains", type=int, default=1000)
@@ -227,131 +227,175 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lag-rate", type=int, default=10_000, help="records/s in the lag phase")
     ap.add_argument("--lag-seconds", type=float, default=30.0)
     ap.add_argument("--out", type=Path, default=Path("bench/out/ingest.json"))
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _preload(a: argparse.Namespace, bootstrap: str, topic: str) -> tuple[dict[str, int], float]:
+    """The fleet's records, ending an hour ago, into the topic; their mix and the seconds
+    it took."""
+    t_pre = time.monotonic()
+    now_ms = int(time.time() * 1000)
+    secs = a.records // (a.trains * 7) + 2
+    mix = _produce(bootstrap, topic, fleet(a.trains, now_ms - secs * 1000 - 3_600_000), a.records)
+    preload_s = time.monotonic() - t_pre
+    print(f"preloaded {a.records} records in {preload_s:.1f} s: {mix}", flush=True)
+    return mix, preload_s
+
+
+def _throughput(out: Any, records: int) -> tuple[int, float, float]:
+    """Until the workers have committed ``records``: those committed, the window from the
+    end of the first commit to the last one, and the events/s over it."""
+    commits: list[tuple[float, int]] = []
+    done = 0
+    while done < records:
+        _, commit_s, n, _ = out.get(timeout=600)
+        commits.append((commit_s, n))
+        done += n
+    commits.sort()
+    span = commits[-1][0] - commits[0][0]
+    eps = (done - commits[0][1]) / span
+    print(f"throughput: {done} records, {eps:,.0f} events/s over {span:.1f} s", flush=True)
+    return done, span, eps
+
+
+def _lag_phase(
+    a: argparse.Namespace, out: Any, bootstrap: str, topic: str
+) -> tuple[list[float], float]:
+    """Records stamped with their send time at the lag rate for the lag seconds, until
+    every one is committed: the lag of each (unsorted), and the rate achieved."""
+    lags: list[float] = []
+    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    recs = fleet(a.trains, int(time.time() * 1000))
+    target = int(a.lag_rate * a.lag_seconds)
+    t0 = time.monotonic()
+    sent = 0
+    while sent < target:
+        due = min(target, int((time.monotonic() - t0) * a.lag_rate))
+        while sent < due:
+            r = next(recs)
+            r.time_unix_ms = int(time.time() * 1000)
+            prod.produce(topic, key=r.train_id.encode(), value=r.SerializeToString())
+            sent += 1
+        prod.poll(0)
+        while True:
+            try:
+                _, _, _, lag = out.get_nowait()
+            except queue.Empty:
+                break
+            if lag is not None:
+                lags.extend(lag)
+        time.sleep(0.002)
+    achieved = sent / (time.monotonic() - t0)
+    prod.flush(30)
+    while len(lags) < target:
+        _, _, _, lag = out.get(timeout=120)
+        if lag is not None:
+            lags.extend(lag)
+    return lags, achieved
+
+
+def _stages(out: Any, workers: int) -> tuple[list[dict[str, float]], list[dict[str, float]], int]:
+    """Every stopping worker's stage times at the end and at the end of the throughput
+    phase, and the batches of all."""
+    stages: list[dict[str, float]] = []
+    snaps: list[dict[str, float]] = []
+    batches = 0
+    while len(stages) < workers:
+        msg = out.get(timeout=60)
+        if msg[0] == "stages":
+            stages.append(msg[1])
+            batches += msg[2]
+            snaps.append(msg[3])
+    return stages, snaps, batches
+
+
+def _postgres(url: str) -> tuple[dict[str, Any], Any]:
+    """The server settings recorded with the result, and the schema's revision row."""
+    with pg_connect(url) as c:
+        pg = {
+            k: c.execute(f"SHOW {k}").fetchone()[0]  # type: ignore[index]
+            for k in PG_SETTINGS
+        }
+        head = c.execute("SELECT version_num FROM alembic_version").fetchone()
+    return pg, head
+
+
+def _run(a: argparse.Namespace, url: str, bootstrap: str, topic: str, tag: str) -> dict[str, Any]:
+    """Preload, the throughput phase and the lag phase on the database at ``url``; the
+    result."""
+    ctx = mp.get_context("spawn")
+    mix, preload_s = _preload(a, bootstrap, topic)
+    out = ctx.Queue()
+    stop = (ctx.Event(), ctx.Event())
+    group = f"bench-{tag}"
+    procs = [
+        ctx.Process(
+            target=_worker,
+            args=(url, bootstrap, topic, group),
+            kwargs={"out": out, "stop": stop, "batch_max": a.batch_max},
+        )
+        for _ in range(a.consumers)
+    ]
+    for proc in procs:
+        proc.start()
+    done, span, eps = _throughput(out, a.records)
+    # Lag phase.
+    stop[1].set()
+    time.sleep(1.0)
+    lags, achieved = _lag_phase(a, out, bootstrap, topic)
+    stop[0].set()
+    stages, snaps, batches = _stages(out, len(procs))
+    for proc in procs:
+        proc.join(30)
+    lags.sort()
+    q = statistics.quantiles(lags, n=100)
+    total = {k: round(sum(s[k] for s in stages), 2) for k in stages[0]}
+    thr = {k: round(sum(s.get(k, 0.0) for s in snaps), 2) for k in stages[0]}
+    pg, head = _postgres(url)
+    return {
+        "events_per_s": round(eps),
+        "lag_p50_ms": round(q[49] * 1000, 1),
+        "lag_p99_ms": round(q[98] * 1000, 1),
+        "goal_events_per_s": 50_000,
+        "records": done,
+        "mix": mix,
+        "trains": a.trains,
+        "consumers": a.consumers,
+        "consumer_note": "one consumer group, each consumer its own process",
+        "partitions": 8,
+        "batch_max": a.batch_max,
+        "throughput_window_s": round(span, 2),
+        "preload_s": round(preload_s, 1),
+        "lag_phase": {
+            "rate_per_s": a.lag_rate,
+            "achieved_rate_per_s": round(achieved),
+            "seconds": a.lag_seconds,
+            "records": len(lags),
+            "max_ms": round(lags[-1] * 1000, 1),
+        },
+        "stage_seconds_all_consumers": total,
+        "stage_seconds_throughput_phase": thr,
+        "stage_note": "wall seconds per stage summed over the consumer processes "
+        "(cpu = their own process CPU); all = both phases, throughput_phase = up to "
+        "the first commit of the lag phase",
+        "postgres": pg,
+        "schema_revision": head[0] if head else None,
+        "batches": batches,
+        "machine": _machine(),
+        "method": "see docs/ingest.md#benchmark",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _args(argv)
     bootstrap = os.environ["POLYCORN_KAFKA_BOOTSTRAP"]
     tag = secrets.token_hex(3)
     topic = f"bench.telemetry.{tag}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     kafka_create_topics(bootstrap, [NewTopic(topic, 8, 1), NewTopic(topic + ".dlq", 1, 1)])
-    ctx = mp.get_context("spawn")
     try:
         with fresh_database(prefix="linkdb_bench") as url:
-            t_pre = time.monotonic()
-            now_ms = int(time.time() * 1000)
-            secs = a.records // (a.trains * 7) + 2
-            mix = _produce(
-                bootstrap, topic, fleet(a.trains, now_ms - secs * 1000 - 3_600_000), a.records
-            )
-            preload_s = time.monotonic() - t_pre
-            print(f"preloaded {a.records} records in {preload_s:.1f} s: {mix}", flush=True)
-            out = ctx.Queue()
-            stop = (ctx.Event(), ctx.Event())
-            group = f"bench-{tag}"
-            procs = [
-                ctx.Process(
-                    target=_worker,
-                    args=(url, bootstrap, topic, group),
-                    kwargs={"out": out, "stop": stop, "batch_max": a.batch_max},
-                )
-                for _ in range(a.consumers)
-            ]
-            for proc in procs:
-                proc.start()
-            commits: list[tuple[float, int]] = []
-            done = 0
-            while done < a.records:
-                _, commit_s, n, _ = out.get(timeout=600)
-                commits.append((commit_s, n))
-                done += n
-            commits.sort()
-            span = commits[-1][0] - commits[0][0]
-            eps = (done - commits[0][1]) / span
-            print(f"throughput: {done} records, {eps:,.0f} events/s over {span:.1f} s", flush=True)
-            # Lag phase.
-            stop[1].set()
-            time.sleep(1.0)
-            lags: list[float] = []
-            prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-            recs = fleet(a.trains, int(time.time() * 1000))
-            target = int(a.lag_rate * a.lag_seconds)
-            t0 = time.monotonic()
-            sent = 0
-            while sent < target:
-                due = min(target, int((time.monotonic() - t0) * a.lag_rate))
-                while sent < due:
-                    r = next(recs)
-                    r.time_unix_ms = int(time.time() * 1000)
-                    prod.produce(topic, key=r.train_id.encode(), value=r.SerializeToString())
-                    sent += 1
-                prod.poll(0)
-                while True:
-                    try:
-                        _, _, n, lag = out.get_nowait()
-                    except queue.Empty:
-                        break
-                    if lag is not None:
-                        lags.extend(lag)
-                time.sleep(0.002)
-            achieved = sent / (time.monotonic() - t0)
-            prod.flush(30)
-            while len(lags) < target:
-                _, _, n, lag = out.get(timeout=120)
-                if lag is not None:
-                    lags.extend(lag)
-            stop[0].set()
-            stages: list[dict[str, float]] = []
-            snaps: list[dict[str, float]] = []
-            batches = 0
-            while len(stages) < len(procs):
-                msg = out.get(timeout=60)
-                if msg[0] == "stages":
-                    stages.append(msg[1])
-                    batches += msg[2]
-                    snaps.append(msg[3])
-            for proc in procs:
-                proc.join(30)
-            lags.sort()
-            q = statistics.quantiles(lags, n=100)
-            total = {k: round(sum(s[k] for s in stages), 2) for k in stages[0]}
-            thr = {k: round(sum(s.get(k, 0.0) for s in snaps), 2) for k in stages[0]}
-            with pg_connect(url) as c:
-                pg = {
-                    k: c.execute(f"SHOW {k}").fetchone()[0]  # type: ignore[index]
-                    for k in PG_SETTINGS
-                }
-                head = c.execute("SELECT version_num FROM alembic_version").fetchone()
-            result = {
-                "events_per_s": round(eps),
-                "lag_p50_ms": round(q[49] * 1000, 1),
-                "lag_p99_ms": round(q[98] * 1000, 1),
-                "goal_events_per_s": 50_000,
-                "records": done,
-                "mix": mix,
-                "trains": a.trains,
-                "consumers": a.consumers,
-                "consumer_note": "one consumer group, each consumer its own process",
-                "partitions": 8,
-                "batch_max": a.batch_max,
-                "throughput_window_s": round(span, 2),
-                "preload_s": round(preload_s, 1),
-                "lag_phase": {
-                    "rate_per_s": a.lag_rate,
-                    "achieved_rate_per_s": round(achieved),
-                    "seconds": a.lag_seconds,
-                    "records": len(lags),
-                    "max_ms": round(lags[-1] * 1000, 1),
-                },
-                "stage_seconds_all_consumers": total,
-                "stage_seconds_throughput_phase": thr,
-                "stage_note": "wall seconds per stage summed over the consumer processes "
-                "(cpu = their own process CPU); all = both phases, throughput_phase = up to "
-                "the first commit of the lag phase",
-                "postgres": pg,
-                "schema_revision": head[0] if head else None,
-                "batches": batches,
-                "machine": _machine(),
-                "method": "see docs/ingest.md#benchmark",
-            }
+            result = _run(a, url, bootstrap, topic, tag)
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps(result, indent=2))

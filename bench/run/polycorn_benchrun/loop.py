@@ -371,32 +371,9 @@ class Loop:
         tdir = self.run / "hsr" / tid
         tdir.mkdir(parents=True)
         trip = tdir / "trip"
-        log(f"trip {k}/{s.trips} ({tid}): generating {s.trip_s}s")
-        run(
-            [str(s.bin / "polycorn-tracegen"), "generate", "--preset", s.preset]
-            + ["--route-seed", str(s.route_seed), "--trip-seed", str(seed)]
-            + ["--duration-s", str(s.trip_s), "--carriers", str(CARRIERS), "--out", str(trip)]
-        )
-        route_args: list[str] = []
-        if s.positions == "gps":
-            route_args = ["--route", str(trip / "route.geojson")]
-            if k == 1:
-                # The line before the first fix arrives (fixes are matched as they are
-                # stored); every trip of the route has the same line.
-                r = run(
-                    [str(VENV / "polycorn-ingest"), "import-routes", str(trip / "route.geojson")]
-                    + ["--database-url", self.db],
-                    env=self.env,
-                )
-                (self.run / "import-routes.json").write_text(r.stdout)
-                log(f"route imported: {r.stdout.strip()[:200]}")
+        self.generate(k, tid, seed, trip)
         truth = tdir / "failure-table-truth.json"
-        run(
-            [str(s.bin / "polycorn-tracegen"), "failure-table", "--events"]
-            + [str(trip / "events.jsonl"), "--min-failures", "1", "--min-failure-rate", "0"]
-            + [*route_args, "--out", str(truth)]
-        )
-        truth_n = len(json.loads(truth.read_text())["entries"])
+        truth_n = self.oracle_table(trip, truth)
 
         # The learned table as the trainer left it after the previous trip.
         learned_file = tdir / "failure-table-learned.json"
@@ -409,7 +386,71 @@ class Loop:
         else:
             log(f"trip {k}: no learned table yet (empty LinkDB); oracle table {truth_n} entries")
 
-        # The previous trip's last fix is at its epoch + trip_s.
+        epoch = self.next_epoch()
+        self.up_all(k, trip, epoch, learned_file if learned else None, truth)
+        warm, backlog_end = self.load(k, tdir, epoch)
+        spool = self.drain(k, epoch)
+        in_use = self.collect(k, tdir, trip)
+        trip_ho, got, db_trips = self.ingested(k, trip)
+        trainer = self.train(k, tdir)
+        rec = {
+            "trip": k,
+            "id": tid,
+            "trip_seed": seed,
+            "epoch_unix_ms": epoch,
+            "load_start_s": warm,
+            "backlog_end_s": backlog_end,
+            "learned_table": {"version": learned[0], "entries": learned[1]} if learned else None,
+            "handovers": {
+                "trip_events": trip_ho,
+                "events_all_trips": self.handovers_want,
+                "linkdb": got,
+                "linkdb_trips": db_trips,
+            },
+            "in_use_at_end": {k_: _num(v) for k_, v in in_use.items()},
+            "learned_relay_spool_left": _num(spool),
+            "trainer_after": trainer,
+        }
+        (tdir / "loop-trip.json").write_text(json.dumps(rec, indent=2) + "\n")
+        self.trip_ids.append(tid)
+
+    def generate(self, k: int, tid: str, seed: int, trip: Path) -> None:
+        """The trip into ``trip``; on GPS positions, before trip 1, its route into LinkDB."""
+        s = self.s
+        log(f"trip {k}/{s.trips} ({tid}): generating {s.trip_s}s")
+        run(
+            [str(s.bin / "polycorn-tracegen"), "generate", "--preset", s.preset]
+            + ["--route-seed", str(s.route_seed), "--trip-seed", str(seed)]
+            + ["--duration-s", str(s.trip_s), "--carriers", str(CARRIERS), "--out", str(trip)]
+        )
+        if s.positions == "gps" and k == 1:
+            # The line before the first fix arrives (fixes are matched as they are
+            # stored); every trip of the route has the same line.
+            r = run(
+                [str(VENV / "polycorn-ingest"), "import-routes", str(trip / "route.geojson")]
+                + ["--database-url", self.db],
+                env=self.env,
+            )
+            (self.run / "import-routes.json").write_text(r.stdout)
+            log(f"route imported: {r.stdout.strip()[:200]}")
+
+    def oracle_table(self, trip: Path, truth: Path) -> int:
+        """The oracle table of the trip (every cell where it fails) into ``truth``; its
+        entries."""
+        route_args: list[str] = []
+        if self.s.positions == "gps":
+            route_args = ["--route", str(trip / "route.geojson")]
+        run(
+            [str(self.s.bin / "polycorn-tracegen"), "failure-table", "--events"]
+            + [str(trip / "events.jsonl"), "--min-failures", "1", "--min-failure-rate", "0"]
+            + [*route_args, "--out", str(truth)]
+        )
+        return len(json.loads(truth.read_text())["entries"])
+
+    def next_epoch(self) -> int:
+        """The trip's epoch: now, once TRIP_SPACING_S have passed since the previous
+        trip's last fix (at its epoch + trip_s)."""
+        s = self.s
         wait_until(
             "the trip spacing",
             lambda: now_ms() >= self.last_trip_end_ms + TRIP_SPACING_S * 1000,
@@ -418,27 +459,40 @@ class Loop:
         )
         epoch = now_ms()
         self.last_trip_end_ms = epoch + s.trip_s * 1000
+        return epoch
+
+    def endpoint_args(
+        self, variant: str, learned: Path | None, truth: Path
+    ) -> tuple[list[str], list[str], list[int], Path | None]:
+        """A copy's relay and proxy arguments, forwarded ports and table file."""
+        s = self.s
+        # Every copy replays the radio log from the trip's start (--replay-resume,
+        # a modem's history), so all carry the same telemetry; only the learned
+        # copy's proxy has a sink.
+        relay = ["--replay-resume"] + (["--replay-gps-only"] if s.positions == "gps" else [])
+        proxy: list[str] = []
+        forward: list[int] = []
+        table: Path | None = None
+        if variant == "hrsch-learned":
+            forward = [self.kafka_port]
+            proxy += [f"--kafka-brokers=127.0.0.1:{self.kafka_port}", self.verify]
+            relay.append(self.verify)
+            if s.table_source == "topic":
+                proxy.append(f"--failure-table-topic={TABLE_TOPIC}")
+                if learned:
+                    relay.append(f"--failure-table={learned}")
+            elif learned:
+                table = learned
+        elif variant == "hrsch-truth":
+            table = truth
+        return relay, proxy, forward, table
+
+    def up_all(self, k: int, trip: Path, epoch: int, learned: Path | None, truth: Path) -> None:
+        """Every variant's topology up, one after the other; ``learned``: the learned
+        table's file, if there is one yet."""
         log(f"trip {k}: building {len(VARIANTS)} topologies (epoch {epoch})")
         for i, variant in enumerate(VARIANTS):
-            # Every copy replays the radio log from the trip's start (--replay-resume,
-            # a modem's history), so all carry the same telemetry; only the learned
-            # copy's proxy has a sink.
-            relay = ["--replay-resume"] + (["--replay-gps-only"] if s.positions == "gps" else [])
-            proxy: list[str] = []
-            forward: list[int] = []
-            table: Path | None = None
-            if variant == "hrsch-learned":
-                forward = [self.kafka_port]
-                proxy += [f"--kafka-brokers=127.0.0.1:{self.kafka_port}", self.verify]
-                relay.append(self.verify)
-                if s.table_source == "topic":
-                    proxy.append(f"--failure-table-topic={TABLE_TOPIC}")
-                    if learned:
-                        relay.append(f"--failure-table={learned_file}")
-                elif learned:
-                    table = learned_file
-            elif variant == "hrsch-truth":
-                table = truth
+            relay, proxy, forward, table = self.endpoint_args(variant, learned, truth)
             topo = self.topology(i, trip)
             try:
                 topo.up(
@@ -454,6 +508,11 @@ class Loop:
                 raise LoopError(
                     f"trip {k}: topology for {variant} failed (logs: {topo.state}/logs): {e}"
                 ) from e
+
+    def load(self, k: int, tdir: Path, epoch: int) -> tuple[int, int]:
+        """Every copy's load plan at once, from as soon as all are up; the load's start
+        and the backlog's end (trip time, seconds)."""
+        s = self.s
         backlog_end = s.trip_s - 5
         warm = max(15, (now_ms() - epoch) // 1000 + 5)
         if backlog_end - warm - s.bulk_s < 10:
@@ -476,8 +535,12 @@ class Loop:
             t.start()
         for t in threads:
             t.join()
-        # The rest of the event log, then the learned relay's spool empties (every
-        # record confirmed by the proxy after Kafka).
+        return warm, backlog_end
+
+    def drain(self, k: int, epoch: int) -> float:
+        """The rest of the event log, then the learned relay's spool empties (every
+        record confirmed by the proxy after Kafka); the records left in it."""
+        s = self.s
         end = epoch + s.trip_s * 1000 + 1000
         wait_until("the trip's end", lambda: now_ms() >= end, s.trip_s + 60, every_s=0.5)
         spool: float = -1
@@ -491,37 +554,24 @@ class Loop:
             wait_until("the learned relay's spool empty", drained, 60, every_s=0.5)
         except WaitTimeoutError:
             log(f"trip {k}: WARNING: the learned relay's spool still holds {spool:.0f} records")
+        return spool
+
+    def collect(self, k: int, tdir: Path, trip: Path) -> dict[str, float | None]:
+        """Every copy's records and logs, then the topologies down (once the learned
+        copy's tables are checked); which table the learned copy had in use."""
         for i, variant in enumerate(VARIANTS):
             self.topology(i, trip).collect(tdir / variant)
-        # Which table the learned copy's endpoints had in use at the end.
-        m = tdir / VARIANTS[LEARNED] / "logs"
-
-        def snap(which: str, name: str, **labels: str) -> float | None:
-            f = m / f"{which}.metrics"
-            text = f.read_text() if f.exists() else ""
-            return metrics.value(text, name, **labels) if text else None
-
-        in_use = {
-            "proxy_version": snap("proxy", "polycorn_failure_table_version"),
-            "proxy_entries": snap("proxy", "polycorn_failure_table_entries"),
-            "relay_version": snap("relay", "polycorn_failure_table_version"),
-        }
-        pv, pe, rv = (_num(in_use[x]) for x in ("proxy_version", "proxy_entries", "relay_version"))
-        log(f"trip {k}: learned copy's table in use: proxy version {pv} ({pe} entries), relay {rv}")
-        # Every table the trainer published verified: none refused for its signature.
-        refused = sum(
-            snap(w, "polycorn_failure_table_source_rejected_total", reason="signature") or 0
-            for w in ("proxy", "relay")
-        )
-        if refused:
-            raise LoopError(f"trip {k}: the learned copy refused {refused:.0f} tables")
+        in_use = learned_tables_in_use(k, tdir / VARIANTS[LEARNED] / "logs")
         self.all_down(trip)
         for i, variant in enumerate(VARIANTS):
             emu_log = self.topology(i, trip).state / "logs" / "emu.log"
             if emu_log.exists():
                 (tdir / variant / "logs" / "emu.log").write_bytes(emu_log.read_bytes())
+        return in_use
 
-        # LinkDB has the trip, then the trainer learns the next table.
+    def ingested(self, k: int, trip: Path) -> tuple[int, int, Any]:
+        """Until LinkDB has the trip: the trip's handovers in its event log, LinkDB's
+        handovers of the train and its trips."""
         trip_ho = len(Expected.load(trip / "events.jsonl", 0).handovers)
         self.handovers_want += trip_ho
         got = self.wait_ingest(self.handovers_want)
@@ -533,55 +583,67 @@ class Loop:
         if got != self.handovers_want:
             want = self.handovers_want
             log(f"trip {k}: WARNING: LinkDB has {got} handovers, the event logs {want}")
-        trainer: Any = None
-        if self.have_trainer:
-            t0 = now_ms()
-            with (tdir / "trainer.log").open("w") as logf:
-                rc = subprocess.run(
-                    [str(VENV / "polycorn-trainer"), "run", "--once", "--database-url", self.db]
-                    + ["--bootstrap", self.env["POLYCORN_KAFKA_BOOTSTRAP"], "--topic", TABLE_TOPIC]
-                    + ["--table-signing-key", str(self.table_key / "table-signing.key")]
-                    + [*s.trainer_args, "--summary-json", str(tdir / "trainer.json")],
-                    env=self.env,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    check=False,
-                ).returncode
-            if rc != 0:
-                tail = (tdir / "trainer.log").read_text()[-2000:]
-                raise LoopError(f"trip {k}: polycorn-trainer run failed ({rc}):\n{tail}")
-            trainer = json.loads((tdir / "trainer.json").read_text())
-            pub = trainer.get("table")
-            brief = {
-                "model_id": trainer.get("model_id"),
-                "cells": trainer.get("cells"),
-                "cells_fitted": trainer.get("cells_fitted"),
-                "handovers": trainer.get("handovers"),
-                "table": {"version": pub["version"], "entries": pub["entries"]} if pub else None,
-            }
-            log(f"trip {k}: trainer {json.dumps(brief)} in {(now_ms() - t0) // 1000}s")
-        else:
+        return trip_ho, got, db_trips
+
+    def train(self, k: int, tdir: Path) -> Any:
+        """The trainer learns the next table from LinkDB; its summary (None without a
+        trainer)."""
+        if not self.have_trainer:
             (tdir / "trainer.json").write_text("null\n")
-        rec = {
-            "trip": k,
-            "id": tid,
-            "trip_seed": seed,
-            "epoch_unix_ms": epoch,
-            "load_start_s": warm,
-            "backlog_end_s": backlog_end,
-            "learned_table": {"version": learned[0], "entries": learned[1]} if learned else None,
-            "handovers": {
-                "trip_events": trip_ho,
-                "events_all_trips": self.handovers_want,
-                "linkdb": got,
-                "linkdb_trips": db_trips,
-            },
-            "in_use_at_end": {k_: _num(v) for k_, v in in_use.items()},
-            "learned_relay_spool_left": _num(spool),
-            "trainer_after": trainer,
+            return None
+        s = self.s
+        t0 = now_ms()
+        with (tdir / "trainer.log").open("w") as logf:
+            rc = subprocess.run(
+                [str(VENV / "polycorn-trainer"), "run", "--once", "--database-url", self.db]
+                + ["--bootstrap", self.env["POLYCORN_KAFKA_BOOTSTRAP"], "--topic", TABLE_TOPIC]
+                + ["--table-signing-key", str(self.table_key / "table-signing.key")]
+                + [*s.trainer_args, "--summary-json", str(tdir / "trainer.json")],
+                env=self.env,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                check=False,
+            ).returncode
+        if rc != 0:
+            tail = (tdir / "trainer.log").read_text()[-2000:]
+            raise LoopError(f"trip {k}: polycorn-trainer run failed ({rc}):\n{tail}")
+        trainer = json.loads((tdir / "trainer.json").read_text())
+        pub = trainer.get("table")
+        brief = {
+            "model_id": trainer.get("model_id"),
+            "cells": trainer.get("cells"),
+            "cells_fitted": trainer.get("cells_fitted"),
+            "handovers": trainer.get("handovers"),
+            "table": {"version": pub["version"], "entries": pub["entries"]} if pub else None,
         }
-        (tdir / "loop-trip.json").write_text(json.dumps(rec, indent=2) + "\n")
-        self.trip_ids.append(tid)
+        log(f"trip {k}: trainer {json.dumps(brief)} in {(now_ms() - t0) // 1000}s")
+        return trainer
+
+
+def learned_tables_in_use(k: int, m: Path) -> dict[str, float | None]:
+    """Which table the learned copy's endpoints had in use at the end, from their
+    metrics snapshots in ``m``; every table the trainer published must have verified
+    (none refused for its signature)."""
+
+    def snap(which: str, name: str, **labels: str) -> float | None:
+        f = m / f"{which}.metrics"
+        text = f.read_text() if f.exists() else ""
+        return metrics.value(text, name, **labels) if text else None
+
+    in_use = {
+        "proxy_version": snap("proxy", "polycorn_failure_table_version"),
+        "proxy_entries": snap("proxy", "polycorn_failure_table_entries"),
+        "relay_version": snap("relay", "polycorn_failure_table_version"),
+    }
+    pv, pe, rv = (_num(in_use[x]) for x in ("proxy_version", "proxy_entries", "relay_version"))
+    log(f"trip {k}: learned copy's table in use: proxy version {pv} ({pe} entries), relay {rv}")
+    refused = sum(
+        snap(w, "polycorn_failure_table_source_rejected_total", reason="signature") or 0
+        for w in ("proxy", "relay")
+    )
+    if refused:
+        raise LoopError(f"trip {k}: the learned copy refused {refused:.0f} tables")
+    return in_use
 
 
 def _num(v: float | None) -> int | float | None:
@@ -591,21 +653,9 @@ def _num(v: float | None) -> int | float | None:
     return int(v) if float(v).is_integer() else v
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    # Everything else is the environment's (the docstring); --help prints it.
-    argparse.ArgumentParser(
-        prog="python -m polycorn_benchrun.loop",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    ).parse_args(argv)
-    if os.geteuid() != 0:
-        log("ERROR: must run as root (network namespaces)")
-        return 1
-    s = Settings.from_env()
-    # Ctrl-C and SIGTERM tear everything down (the finally below), also when this
-    # process inherited SIGINT ignored (started in the background of a script).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+def check_binaries(s: Settings) -> None:
+    """The release binaries are there, and the proxy reads tables from a topic if the
+    run has it do so."""
     missing = [b for b in BINARIES if not (s.bin / b).exists()]
     if missing:
         raise LoopError(f"{s.bin}/{missing[0]} missing: run 'make build'")
@@ -613,6 +663,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         helptext = run([str(s.bin / "polycorn-proxy"), "--help"]).stdout
         if "--failure-table-topic" not in helptext:
             raise LoopError(f"{s.bin}/polycorn-proxy has no --failure-table-topic")
+
+
+def prepare_run_dir(s: Settings) -> Path:
+    """A fresh run directory, with the run's table-signing key in it."""
     run_dir = s.work / f"run-{s.profile}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -621,55 +675,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     # learned copy's relay and proxy take only tables it verifies. (The oracle table
     # of hrsch-truth is the benchmark's stand-in, not a published table.)
     run([str(s.bin / "polycorn-pki"), "table-key", "--out", str(run_dir / "table-key")])
+    return run_dir
 
-    log(f"infrastructure in {INFRA['POLYCORN_INFRA_DIR']}, fresh")
-    env = infra.environment(INFRA)
-    ingest: subprocess.Popen[bytes] | None = None
-    loop: Loop | None = None
-    try:
-        infra.wipe(env)
-        env = infra.up(INFRA, ["pg", "kafka"])
-        run([str(VENV / "polycorn-linkdb"), "--url", env["POLYCORN_DATABASE_URL"], "upgrade"])
-        topics = run(["bash", "scripts/infra.sh", "topics", "--list"], env=env).stdout.split()
-        if TABLE_TOPIC not in topics:
-            raise LoopError(f"topic {TABLE_TOPIC} missing (services/kafka/topics.txt)")
-        loop = Loop(s, env, run_dir)
-        ingest = loop.start_ingest()
-        if not (VENV / "polycorn-trainer").exists():
-            if os.environ.get("LOOP_ALLOW_NO_TRAINER") != "1":
-                raise LoopError("polycorn-trainer is not in the workspace")
-            log("WARNING: no polycorn-trainer: nothing is learned (diagnostic run)")
-            loop.have_trainer = False
-        # The commit the run starts from (a report run takes hours).
-        commit = git_commit()
-        first, last = s.trip_seed_base + 1, s.trip_seed_base + s.trips
-        log(
-            f"profile {s.profile}: {s.trips} trips of {s.trip_s}s, route {s.route_seed}, trip "
-            f"seeds {first}..{last}, table source {s.table_source}, positions {s.positions}"
-        )
-        t_start = now_ms()
-        for k in range(1, s.trips + 1):
-            loop.trip(k)
-            log(f"trip {k} done; {(now_ms() - t_start) // 1000}s so far")
-    finally:
-        log("tearing down")
-        if loop is not None:
-            loop.all_down(run_dir)
-        if ingest is not None:
-            # ingest runs in its own process group: stop all of it.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(ingest.pid, signal.SIGTERM)
-            stop_process(ingest.pid)
-        infra.wipe(env)
 
-    assert loop is not None
+def prepare_linkdb(env: dict[str, str]) -> None:
+    """LinkDB's schema on the fresh PostgreSQL; the table topic on the fresh Kafka."""
+    run([str(VENV / "polycorn-linkdb"), "--url", env["POLYCORN_DATABASE_URL"], "upgrade"])
+    topics = run(["bash", "scripts/infra.sh", "topics", "--list"], env=env).stdout.split()
+    if TABLE_TOPIC not in topics:
+        raise LoopError(f"topic {TABLE_TOPIC} missing (services/kafka/topics.txt)")
+
+
+def check_trainer(loop: Loop) -> None:
+    if not (VENV / "polycorn-trainer").exists():
+        if os.environ.get("LOOP_ALLOW_NO_TRAINER") != "1":
+            raise LoopError("polycorn-trainer is not in the workspace")
+        log("WARNING: no polycorn-trainer: nothing is learned (diagnostic run)")
+        loop.have_trainer = False
+
+
+def run_trips(s: Settings, loop: Loop, t_start: int) -> None:
+    first, last = s.trip_seed_base + 1, s.trip_seed_base + s.trips
+    log(
+        f"profile {s.profile}: {s.trips} trips of {s.trip_s}s, route {s.route_seed}, trip "
+        f"seeds {first}..{last}, table source {s.table_source}, positions {s.positions}"
+    )
+    for k in range(1, s.trips + 1):
+        loop.trip(k)
+        log(f"trip {k} done; {(now_ms() - t_start) // 1000}s so far")
+
+
+def tear_down(
+    loop: Loop | None, ingest: subprocess.Popen[bytes] | None, env: dict[str, str], run_dir: Path
+) -> None:
+    """Whatever of the topologies, ingest and the infrastructure was started, down."""
+    log("tearing down")
+    if loop is not None:
+        loop.all_down(run_dir)
+    if ingest is not None:
+        # ingest runs in its own process group: stop all of it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(ingest.pid, signal.SIGTERM)
+        stop_process(ingest.pid)
+    infra.wipe(env)
+
+
+def run_json(s: Settings, loop: Loop, commit: str) -> dict[str, Any]:
+    first, last = s.trip_seed_base + 1, s.trip_seed_base + s.trips
     desc = (
         f"polycorn-tracegen {s.preset}, {CARRIERS} carriers, route seed {s.route_seed}, "
         f"trip seeds {first}..{last}, in order"
     )
     if s.diagnostic:
         desc = f"DIAGNOSTIC: {desc}"
-    run_json = {
+    return {
         "profile": s.profile,
         "diagnostic": s.diagnostic,
         "commit": commit,
@@ -693,7 +752,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "link_sets": {"hsr": {"trips": loop.trip_ids, "description": desc}},
     }
-    (run_dir / "run.json").write_text(json.dumps(run_json, indent=2) + "\n")
+
+
+def analyse(s: Settings, run_dir: Path, t_start: int) -> None:
+    """bench/polycorn_bench's analysis of the run: results and plots."""
     log(f"analysing {run_dir}")
     s.plots.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -707,6 +769,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"results: {s.out}/loop.json, {s.out}/loop.md, plot in {s.plots}; raw records in "
         f"{run_dir}; {(now_ms() - t_start) // 1000}s"
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # Everything else is the environment's (the docstring); --help prints it.
+    argparse.ArgumentParser(
+        prog="python -m polycorn_benchrun.loop",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
+    if os.geteuid() != 0:
+        log("ERROR: must run as root (network namespaces)")
+        return 1
+    s = Settings.from_env()
+    # Ctrl-C and SIGTERM tear everything down (the finally below), also when this
+    # process inherited SIGINT ignored (started in the background of a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    check_binaries(s)
+    run_dir = prepare_run_dir(s)
+
+    log(f"infrastructure in {INFRA['POLYCORN_INFRA_DIR']}, fresh")
+    env = infra.environment(INFRA)
+    ingest: subprocess.Popen[bytes] | None = None
+    loop: Loop | None = None
+    try:
+        infra.wipe(env)
+        env = infra.up(INFRA, ["pg", "kafka"])
+        prepare_linkdb(env)
+        loop = Loop(s, env, run_dir)
+        ingest = loop.start_ingest()
+        check_trainer(loop)
+        # The commit the run starts from (a report run takes hours).
+        commit = git_commit()
+        t_start = now_ms()
+        run_trips(s, loop, t_start)
+    finally:
+        tear_down(loop, ingest, env, run_dir)
+
+    assert loop is not None
+    (run_dir / "run.json").write_text(json.dumps(run_json(s, loop, commit), indent=2) + "\n")
+    analyse(s, run_dir, t_start)
     return 0
 
 

@@ -68,6 +68,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -207,145 +208,159 @@ def _db_counts(url: str) -> dict[str, Any]:
     return out
 
 
-def cmd_load(a: argparse.Namespace) -> int:
-    work: Path = a.work
-    work.mkdir(parents=True, exist_ok=True)
-    seeds = _seeds(a.trip_seeds)
-    tag = secrets.token_hex(3)
-    topic = f"bench.trainer.fleet.r{a.route_seed}.{tag}"
-    group = f"bench-trainer-{tag}"
-    admin = AdminClient({"bootstrap.servers": a.bootstrap})
-    kafka_create_topics(
-        a.bootstrap, [NewTopic(topic, a.partitions, 1), NewTopic(topic + ".dlq", 1, 1)]
+def _generate_trip(a: argparse.Namespace, seed: int, trip_dir: Path) -> None:
+    """One trip by polycorn-tracegen into ``trip_dir``, only its event log and trip.json
+    kept."""
+    shutil.rmtree(trip_dir, ignore_errors=True)
+    subprocess.run(
+        [
+            a.tracegen,
+            "generate",
+            "--preset",
+            a.preset,
+            "--route-seed",
+            str(a.route_seed),
+            "--trip-seed",
+            str(seed),
+            "--duration-s",
+            str(a.duration_s),
+            "--carriers",
+            str(a.carriers),
+            "--out",
+            str(trip_dir),
+        ],
+        check=True,
     )
+    # Only the event log feeds LinkDB; the link traces are large.
+    for p in trip_dir.iterdir():
+        if p.name not in ("events.jsonl", "trip.json"):
+            p.unlink()
+
+
+def _produce_trip(
+    a: argparse.Namespace, trip_dir: Path, topic: str, train: str, epoch_ms: int
+) -> None:
+    """The trip's event log published to ``topic`` as ``train``'s telemetry."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "polycorn_ingest.cli",
+            "--log-level",
+            "WARNING",
+            "produce-testbed",
+            str(trip_dir / "events.jsonl"),
+            "--bootstrap",
+            a.bootstrap,
+            "--topic",
+            topic,
+            "--train-id",
+            train,
+            "--epoch-unix-ms",
+            str(epoch_ms),
+            "--carriers",
+            CARRIERS,
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def _publish_fleet(
+    a: argparse.Namespace, seeds: list[int], topic: str
+) -> tuple[dict[str, int], list[dict[str, Any]], float, float]:
+    """Every trip generated and published to ``topic``, a day apart, the trains taking
+    turns: the event files' counts, each trip's, and the seconds generating and
+    producing took."""
+    work: Path = a.work
     files: dict[str, int] = Counter()
     trips: list[dict[str, Any]] = []
-    t0 = time.monotonic()
-    try:
-        gen_s = produce_s = 0.0
-        for j, seed in enumerate(seeds):
-            trip_dir = work / f"r{a.route_seed}-t{seed}"
-            train = f"bench-train-{j % a.trains}"
-            epoch_ms = int(EPOCH.timestamp() * 1000) + j * DAY_MS
-            t = time.monotonic()
-            shutil.rmtree(trip_dir, ignore_errors=True)
-            subprocess.run(
-                [
-                    a.tracegen,
-                    "generate",
-                    "--preset",
-                    a.preset,
-                    "--route-seed",
-                    str(a.route_seed),
-                    "--trip-seed",
-                    str(seed),
-                    "--duration-s",
-                    str(a.duration_s),
-                    "--carriers",
-                    str(a.carriers),
-                    "--out",
-                    str(trip_dir),
-                ],
-                check=True,
-            )
-            # Only the event log feeds LinkDB; the link traces are large.
-            for p in trip_dir.iterdir():
-                if p.name not in ("events.jsonl", "trip.json"):
-                    p.unlink()
-            gen_s += time.monotonic() - t
-            counts = _event_counts(trip_dir / "events.jsonl", train, epoch_ms)
-            files.update(counts)
-            meta = json.loads((trip_dir / "trip.json").read_text())
-            trips.append(
-                {
-                    "trip_seed": seed,
-                    "train": train,
-                    "epoch_unix_ms": epoch_ms,
-                    "distance_m": round(meta["distance_m"], 1),
-                    **counts,
-                }
-            )
-            t = time.monotonic()
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "polycorn_ingest.cli",
-                    "--log-level",
-                    "WARNING",
-                    "produce-testbed",
-                    str(trip_dir / "events.jsonl"),
-                    "--bootstrap",
-                    a.bootstrap,
-                    "--topic",
-                    topic,
-                    "--train-id",
-                    train,
-                    "--epoch-unix-ms",
-                    str(epoch_ms),
-                    "--carriers",
-                    CARRIERS,
-                ],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            produce_s += time.monotonic() - t
-        log(
-            f"route {a.route_seed}: {len(seeds)} trips generated ({gen_s:.0f} s) and produced "
-            f"({produce_s:.0f} s): {files['records']} records, "
-            f"{files['handover_records']} handovers"
+    gen_s = produce_s = 0.0
+    for j, seed in enumerate(seeds):
+        trip_dir = work / f"r{a.route_seed}-t{seed}"
+        train = f"bench-train-{j % a.trains}"
+        epoch_ms = int(EPOCH.timestamp() * 1000) + j * DAY_MS
+        t = time.monotonic()
+        _generate_trip(a, seed, trip_dir)
+        gen_s += time.monotonic() - t
+        counts = _event_counts(trip_dir / "events.jsonl", train, epoch_ms)
+        files.update(counts)
+        meta = json.loads((trip_dir / "trip.json").read_text())
+        trips.append(
+            {
+                "trip_seed": seed,
+                "train": train,
+                "epoch_unix_ms": epoch_ms,
+                "distance_m": round(meta["distance_m"], 1),
+                **counts,
+            }
         )
         t = time.monotonic()
-        ingest = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "polycorn_ingest.cli",
-                "--log-level",
-                "WARNING",
-                "run",
-                "--bootstrap",
-                a.bootstrap,
-                "--database-url",
-                a.database_url,
-                "--topic",
-                topic,
-                "--dlq-topic",
-                topic + ".dlq",
-                "--group",
-                group,
-                "--metrics-addr",
-                "",
-            ]
-        )
-        try:
-            deadline = time.monotonic() + a.ingest_timeout_s
-            while not _drained(a.bootstrap, group, topic, a.partitions):
-                if ingest.poll() is not None:
-                    raise RuntimeError(f"polycorn-ingest run exited with {ingest.returncode}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"ingest not caught up after {a.ingest_timeout_s} s")
-                time.sleep(1.0)
-        finally:
-            ingest.send_signal(signal.SIGTERM)
-            ingest.wait(60)
-        ingest_s = time.monotonic() - t
-        dlq = Consumer({"bootstrap.servers": a.bootstrap, "group.id": group})
-        try:
-            _, dlq_high = retry(
-                lambda: dlq.get_watermark_offsets(TopicPartition(topic + ".dlq", 0), timeout=10),
-                what=f"end offset of {topic}.dlq",
-                retriable=kafka_retriable,
-            )
-        finally:
-            dlq.close()
+        _produce_trip(a, trip_dir, topic, train, epoch_ms)
+        produce_s += time.monotonic() - t
+    log(
+        f"route {a.route_seed}: {len(seeds)} trips generated ({gen_s:.0f} s) and produced "
+        f"({produce_s:.0f} s): {files['records']} records, "
+        f"{files['handover_records']} handovers"
+    )
+    return files, trips, gen_s, produce_s
+
+
+def _ingest_topic(a: argparse.Namespace, topic: str, group: str) -> tuple[float, int]:
+    """One polycorn-ingest run until its group has consumed every partition of
+    ``topic``, then stopped: the seconds it took, and the records dead-lettered."""
+    t = time.monotonic()
+    ingest = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "polycorn_ingest.cli",
+            "--log-level",
+            "WARNING",
+            "run",
+            "--bootstrap",
+            a.bootstrap,
+            "--database-url",
+            a.database_url,
+            "--topic",
+            topic,
+            "--dlq-topic",
+            topic + ".dlq",
+            "--group",
+            group,
+            "--metrics-addr",
+            "",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + a.ingest_timeout_s
+        while not _drained(a.bootstrap, group, topic, a.partitions):
+            if ingest.poll() is not None:
+                raise RuntimeError(f"polycorn-ingest run exited with {ingest.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ingest not caught up after {a.ingest_timeout_s} s")
+            time.sleep(1.0)
     finally:
-        for f in admin.delete_topics([topic, topic + ".dlq"]).values():
-            f.result(30)
-    db = _db_counts(a.database_url)
-    log(f"route {a.route_seed}: ingested in {ingest_s:.0f} s; dead-lettered: {dlq_high}")
+        ingest.send_signal(signal.SIGTERM)
+        ingest.wait(60)
+    ingest_s = time.monotonic() - t
+    dlq = Consumer({"bootstrap.servers": a.bootstrap, "group.id": group})
+    try:
+        _, dlq_high = retry(
+            lambda: dlq.get_watermark_offsets(TopicPartition(topic + ".dlq", 0), timeout=10),
+            what=f"end offset of {topic}.dlq",
+            retriable=kafka_retriable,
+        )
+    finally:
+        dlq.close()
+    return ingest_s, dlq_high
+
+
+def _counts_match(route_seed: int, trips: int, files: dict[str, int], db: dict[str, Any]) -> bool:
+    """LinkDB's counts against the event files', printed side by side; whether all
+    match."""
     checks = [
-        ("trips", len(seeds), db["trips"]),
+        ("trips", trips, db["trips"]),
         ("gps fixes", files["gps"], db["gps_fixes"]),
         ("cell samples", files["rsrp"], db["signal_samples"]),
         ("handovers (handover_end events)", files["handover_end"], db["handovers"]),
@@ -360,12 +375,36 @@ def cmd_load(a: argparse.Namespace) -> int:
     for what, want, got in checks:
         mark = "ok" if want == got else "MISMATCH"
         ok &= want == got
-        print(f"route {a.route_seed}: {what}: event files {want}, LinkDB {got}  {mark}")
+        print(f"route {route_seed}: {what}: event files {want}, LinkDB {got}  {mark}")
     print(
-        f"route {a.route_seed}: {db['cells']} cells <carrier, cell, direction>, passes per cell "
+        f"route {route_seed}: {db['cells']} cells <carrier, cell, direction>, passes per cell "
         f"min/median/max {db['passes_per_cell']}, {db['cells_missing_a_trip']} cells missing "
         "from some trip"
     )
+    return ok
+
+
+def cmd_load(a: argparse.Namespace) -> int:
+    work: Path = a.work
+    work.mkdir(parents=True, exist_ok=True)
+    seeds = _seeds(a.trip_seeds)
+    tag = secrets.token_hex(3)
+    topic = f"bench.trainer.fleet.r{a.route_seed}.{tag}"
+    group = f"bench-trainer-{tag}"
+    admin = AdminClient({"bootstrap.servers": a.bootstrap})
+    kafka_create_topics(
+        a.bootstrap, [NewTopic(topic, a.partitions, 1), NewTopic(topic + ".dlq", 1, 1)]
+    )
+    t0 = time.monotonic()
+    try:
+        files, trips, gen_s, produce_s = _publish_fleet(a, seeds, topic)
+        ingest_s, dlq_high = _ingest_topic(a, topic, group)
+    finally:
+        for f in admin.delete_topics([topic, topic + ".dlq"]).values():
+            f.result(30)
+    db = _db_counts(a.database_url)
+    log(f"route {a.route_seed}: ingested in {ingest_s:.0f} s; dead-lettered: {dlq_high}")
+    ok = _counts_match(a.route_seed, len(seeds), files, db)
     summary = {
         "route_seed": a.route_seed,
         "trip_seeds": seeds,
@@ -767,6 +806,164 @@ def _self(*args: str, env: dict[str, str] | None = None) -> None:
     )
 
 
+def _meta(a: argparse.Namespace) -> dict[str, Any]:
+    """What the report says of the run: commit, date, machine load, workers, seed."""
+    return {
+        "commit": git_commit(),
+        "dirty": bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+        ),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "loadavg_start": _loadavg(),
+        "workers": a.workers,
+        "cpus": len(os.sched_getaffinity(0)),
+        "seed": float(a.seed),
+    }
+
+
+def _fleet_part(
+    a: argparse.Namespace,
+    routes: list[int],
+    env: dict[str, str],
+    work: Path,
+    *,
+    fresh: Callable[[str], str],
+    trainer: str,
+) -> None:
+    """Per route, its fleet loaded into a fresh database, then the trainer's
+    validation."""
+    log("building polycorn-tracegen")
+    subprocess.run(
+        # The workspace, as `make build` (a subset compiles its dependencies again).
+        ["cargo", "build", "--release", "--locked", "-q", "--workspace"],
+        cwd=ROOT,
+        check=True,
+    )
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    tracegen = target / "release" / "polycorn-tracegen"
+    for i, route in enumerate(routes):
+        first = 2000 + 100 * i + 1
+        seeds = f"{first}-{first + a.trips - 1}"
+        name = f"linkdb_bench_trainer_r{route}"
+        log(f"route {route}: {a.trips} trips of {a.trip_s}s (seeds {seeds}) into {name}")
+        url = fresh(name)
+        _self(
+            "load",
+            "--route-seed",
+            str(route),
+            "--trip-seeds",
+            seeds,
+            "--duration-s",
+            str(a.trip_s),
+            "--carriers",
+            "2",
+            "--tracegen",
+            str(tracegen),
+            "--database-url",
+            url,
+            "--bootstrap",
+            env["POLYCORN_KAFKA_BOOTSTRAP"],
+            "--work",
+            str(work / "trips"),
+            "--out",
+            str(work / f"fleet-r{route}.json"),
+        )
+        shutil.rmtree(work / "trips", ignore_errors=True)
+        log(f"route {route}: polycorn-trainer validate")
+        subprocess.run(
+            [
+                trainer,
+                "--log-level",
+                "WARNING",
+                "validate",
+                "--summary-json",
+                str(work / f"validate-r{route}.json"),
+            ],
+            env={**env, "POLYCORN_DATABASE_URL": url},
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
+
+
+def _scale_part(
+    a: argparse.Namespace,
+    env: dict[str, str],
+    work: Path,
+    *,
+    fresh: Callable[[str], str],
+    trainer: str,
+    meta: dict[str, Any],
+) -> None:
+    """The scale database seeded and checked, then one refit measured; the seeding time
+    and the load before the refit into ``meta``."""
+    name = "linkdb_bench_trainer_scale"
+    log(f"scale: seeding {name} with {a.cells} cells and {a.handovers} handovers")
+    url = fresh(name)
+    t0 = time.monotonic()
+    subprocess.run(
+        [
+            "psql",
+            url,
+            "-q",
+            "-v",
+            f"cells={a.cells}",
+            "-v",
+            f"handovers={a.handovers}",
+            "-v",
+            "carriers=2",
+            "-v",
+            f"seed={a.seed}",
+            "-f",
+            str(SEED_SQL),
+        ],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
+    meta["seed_s"] = round(time.monotonic() - t0, 1)
+    _self("scale-check", "--database-url", url, "--out", str(work / "scale-data.json"))
+    meta["loadavg_before_scale"] = _loadavg()
+    log(f"scale: polycorn-trainer run --once --no-publish (workers: {a.workers})")
+    (work / "meta.json").write_text(json.dumps(meta))
+    _self(
+        "measure",
+        "--out",
+        str(work / "scale-measure.json"),
+        "--",
+        trainer,
+        "run",
+        "--once",
+        "--no-publish",
+        "--workers",
+        str(a.workers),
+        "--summary-json",
+        str(work / "scale-summary.json"),
+        env={**env, "POLYCORN_DATABASE_URL": url},
+    )
+
+
+def _clean_up(
+    a: argparse.Namespace, dbs: list[str], admin_url: str, work: Path, diagnostic: bool
+) -> None:
+    """The databases the run made dropped and its work directory removed, unless
+    ``--keep`` (a diagnostic run's work directory holds its results: kept)."""
+    if a.keep:
+        log(f"kept: databases {' '.join(dbs) or 'none'}, work directory {work}")
+        return
+    for name in dbs:
+        with pg_connect(admin_url, autocommit=True) as c:
+            c.execute(f"drop database if exists {name} with (force)")
+    # A diagnostic run's results live in the work directory.
+    if diagnostic:
+        log(f"results and pieces kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def cmd_bench(a: argparse.Namespace) -> int:
     """make bench-trainer: the fleets, the scale refit and the report; the databases it
     made dropped at the end."""
@@ -794,119 +991,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
     # The trainer's console script, run directly (not through uv) so that the
     # measured process tree is the trainer's.
     trainer = str(Path(sys.executable).parent / "polycorn-trainer")
-    meta = {
-        "commit": git_commit(),
-        "dirty": bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.strip()
-        ),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "loadavg_start": _loadavg(),
-        "workers": a.workers,
-        "cpus": len(os.sched_getaffinity(0)),
-        "seed": float(a.seed),
-    }
+    meta = _meta(a)
     try:
         if "fleet" in parts:
-            log("building polycorn-tracegen")
-            subprocess.run(
-                # The workspace, as `make build` (a subset compiles its dependencies again).
-                ["cargo", "build", "--release", "--locked", "-q", "--workspace"],
-                cwd=ROOT,
-                check=True,
-            )
-            target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-            tracegen = target / "release" / "polycorn-tracegen"
-            for i, route in enumerate(routes):
-                first = 2000 + 100 * i + 1
-                seeds = f"{first}-{first + a.trips - 1}"
-                name = f"linkdb_bench_trainer_r{route}"
-                log(f"route {route}: {a.trips} trips of {a.trip_s}s (seeds {seeds}) into {name}")
-                url = fresh(name)
-                _self(
-                    "load",
-                    "--route-seed",
-                    str(route),
-                    "--trip-seeds",
-                    seeds,
-                    "--duration-s",
-                    str(a.trip_s),
-                    "--carriers",
-                    "2",
-                    "--tracegen",
-                    str(tracegen),
-                    "--database-url",
-                    url,
-                    "--bootstrap",
-                    env["POLYCORN_KAFKA_BOOTSTRAP"],
-                    "--work",
-                    str(work / "trips"),
-                    "--out",
-                    str(work / f"fleet-r{route}.json"),
-                )
-                shutil.rmtree(work / "trips", ignore_errors=True)
-                log(f"route {route}: polycorn-trainer validate")
-                subprocess.run(
-                    [
-                        trainer,
-                        "--log-level",
-                        "WARNING",
-                        "validate",
-                        "--summary-json",
-                        str(work / f"validate-r{route}.json"),
-                    ],
-                    env={**env, "POLYCORN_DATABASE_URL": url},
-                    stdout=subprocess.DEVNULL,
-                    check=True,
-                )
+            _fleet_part(a, routes, env, work, fresh=fresh, trainer=trainer)
         if "scale" in parts:
-            name = "linkdb_bench_trainer_scale"
-            log(f"scale: seeding {name} with {a.cells} cells and {a.handovers} handovers")
-            url = fresh(name)
-            t0 = time.monotonic()
-            subprocess.run(
-                [
-                    "psql",
-                    url,
-                    "-q",
-                    "-v",
-                    f"cells={a.cells}",
-                    "-v",
-                    f"handovers={a.handovers}",
-                    "-v",
-                    "carriers=2",
-                    "-v",
-                    f"seed={a.seed}",
-                    "-f",
-                    str(SEED_SQL),
-                ],
-                stdout=subprocess.DEVNULL,
-                check=True,
-            )
-            meta["seed_s"] = round(time.monotonic() - t0, 1)
-            _self("scale-check", "--database-url", url, "--out", str(work / "scale-data.json"))
-            meta["loadavg_before_scale"] = _loadavg()
-            log(f"scale: polycorn-trainer run --once --no-publish (workers: {a.workers})")
-            (work / "meta.json").write_text(json.dumps(meta))
-            _self(
-                "measure",
-                "--out",
-                str(work / "scale-measure.json"),
-                "--",
-                trainer,
-                "run",
-                "--once",
-                "--no-publish",
-                "--workers",
-                str(a.workers),
-                "--summary-json",
-                str(work / "scale-summary.json"),
-                env={**env, "POLYCORN_DATABASE_URL": url},
-            )
+            _scale_part(a, env, work, fresh=fresh, trainer=trainer, meta=meta)
         (work / "meta.json").write_text(json.dumps(meta))
         if {"fleet", "scale"} <= parts:
             out.mkdir(parents=True, exist_ok=True)
@@ -923,17 +1013,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         else:
             log(f"one part only: pieces in {work} (no report)")
     finally:
-        if a.keep:
-            log(f"kept: databases {' '.join(dbs) or 'none'}, work directory {work}")
-        else:
-            for name in dbs:
-                with pg_connect(admin_url, autocommit=True) as c:
-                    c.execute(f"drop database if exists {name} with (force)")
-            # A diagnostic run's results live in the work directory.
-            if diagnostic:
-                log(f"results and pieces kept in {work}")
-            else:
-                shutil.rmtree(work, ignore_errors=True)
+        _clean_up(a, dbs, admin_url, work, diagnostic)
     return 0
 
 
