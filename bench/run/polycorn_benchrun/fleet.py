@@ -238,6 +238,13 @@ class Procs:
     def dead(self) -> list[str]:
         return [n for n, p in self.p.items() if p.poll() is not None]
 
+    def obituary(self, name: str, lines: int = 5) -> str:
+        """How a process ended: its exit status and the last lines of its log (a run's
+        work directory is gone when the benchmark returns, so the result keeps them)."""
+        log = self.logs / f"{name}.log"
+        tail = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+        return f"{name} exited with status {self.p[name].returncode}: " + " | ".join(tail)
+
     def stop(self, names: list[str] | None = None, timeout: float = 10.0) -> None:
         names = list(self.p) if names is None else names
         for n in names:
@@ -620,6 +627,7 @@ class Fleet:
             "window": (w0, w1),
             "machine": (busy0, busy1, load0, load1),
             "dead": dead_during,
+            "obituaries": [procs.obituary(d) for d in dead_during],
         }
 
     # ---- the end: passengers, spools, relays, ingest
@@ -927,6 +935,7 @@ def summarize(n: int, cfg: Config, **k: Any) -> dict[str, Any]:
         "machine_busy_pct": round(100.0 * (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]), 1),
         "loadavg_1m": [round(load0[0], 2), round(load1[0], 2)],
         "dead": k["dead"],
+        "obituaries": k["obituaries"],
     }
 
 
@@ -1092,6 +1101,8 @@ def run_series(cfg: Config, work: Path) -> dict[str, Any]:
         if not r["ok"]:
             print(f"n={n}: FAILED checks: {[c for c, v in r['checks'].items() if not v]}")
             print(f"  errors: {r['transfer_errors']} telemetry: {r['telemetry_in_linkdb']}")
+            for o in r["obituaries"]:
+                print(f"  {o}")
     # The headline is the largest fleet the machine carried (not saturated).
     big = max((r for r in runs if not r["saturated"]), key=lambda r: r["trains"], default=None)
     big = big or max(runs, key=lambda r: r["trains"])
