@@ -1,5 +1,4 @@
-"""Did a testbed trip's telemetry land in LinkDB exactly once? (Was
-scripts/trip_exactly_once.py.)
+"""Did a testbed trip's telemetry land in LinkDB exactly once?
 
 A trip's radio log is polycorn-tracegen's ``events.jsonl``; ``epoch_ms`` is the
 wall-clock time of the trip's t = 0 (UNIX ms). Every ``handover_end`` of the
