@@ -156,11 +156,11 @@ def _slow_readers(pair: Pair) -> None:
     """300 passengers read a large file at 2 KB/s each: the bytes between the origin
     and them pile up until the budgets stop them; the proxy must stay within its
     budget and below its pod's memory limit, and give everything back
-    (scripts/slow_readers.py says exactly what it checks)."""
+    (testbed/harness/tools/slow_readers.py says exactly what it checks)."""
     r = subprocess.run(
         [
             sys.executable,
-            "scripts/slow_readers.py",
+            "testbed/harness/tools/slow_readers.py",
             "--pax-ns",
             pair.ns("pax"),
             "--cloud-ns",

@@ -499,7 +499,7 @@ def test_the_trainer_learns_and_the_proxy_loads_only_its_signed_table(trip: Trip
     run(
         [
             sys.executable,
-            "scripts/signed_tables.py",
+            "testbed/harness/tools/signed_tables.py",
             "--bootstrap",
             env["POLYCORN_KAFKA_BOOTSTRAP"],
             "--topic",

@@ -1,7 +1,7 @@
 """Signed failure tables, end to end: a running proxy with
 ``--failure-table-verify-key`` and the trainer's real table on Kafka.
 
-    python scripts/signed_tables.py --bootstrap HOST:PORT --topic TOPIC \\
+    python testbed/harness/tools/signed_tables.py --bootstrap HOST:PORT --topic TOPIC \\
         --signing-key DIR/table-signing.key --verify-key DIR/table-signing.pub \\
         --metrics-cmd "ip netns exec NS curl -fsS --max-time 2 http://127.0.0.1:9464/metrics"
 
@@ -29,7 +29,6 @@ Exit status 0 when every check holds; 1 otherwise, with the reason.
 """
 
 # The metrics command is this script's own argument.
-# ruff: noqa: S603
 
 from __future__ import annotations
 
