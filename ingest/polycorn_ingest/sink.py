@@ -476,7 +476,18 @@ class WriteResult:
     cells_changed: int = 0
 
 
-def _months(seen: dict[str, list[int]]) -> set[dt.datetime]:
+#: Month partitions are made only for months near the present. A record time far in the
+#: past or the future (a train whose clock went wrong, or a hostile one: record times are
+#: accepted from 1990 to 2200) is kept in the DEFAULT partition instead, so that no train
+#: can make LinkDB create a partition for every month it names.
+PARTITION_PAST = dt.timedelta(days=400)
+PARTITION_FUTURE = dt.timedelta(days=62)
+
+
+def _months(seen: dict[str, list[int]], now: dt.datetime) -> set[dt.datetime]:
+    """The month partitions a batch's rows go into: the months of each table's earliest and
+    latest row and a few between, those within the window around ``now`` only."""
+    first, last = month_start(now - PARTITION_PAST), month_start(now + PARTITION_FUTURE)
     out: set[dt.datetime] = set()
     for lo, hi in seen.values():
         m = month_start(dt.datetime.fromtimestamp(lo / 1000, dt.UTC))
@@ -489,7 +500,7 @@ def _months(seen: dict[str, list[int]]) -> set[dt.datetime]:
                 break
             out.add(m)
             m = next_month(m)
-    return out
+    return {m for m in out if first <= m <= last}
 
 
 class LinkDbSink:
@@ -527,7 +538,7 @@ class LinkDbSink:
         return self._conn
 
     def _ensure_partitions(self, seen: dict[str, list[int]]) -> None:
-        need = _months(seen) - self._months
+        need = _months(seen, dt.datetime.now(dt.UTC)) - self._months
         if not need:
             return
         if self._engine is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from typing import Any
 
 import sqlalchemy as sa
@@ -65,8 +66,9 @@ def test_ingest_consumes_over_sasl_ssl_into_linkdb_over_tls() -> None:
             # Both of the sink's connections (psycopg, and SQLAlchemy for the
             # partitions: run() closed them, so once more) use TLS.
             assert sink._connection().execute(SSL).fetchone() == (True,)
-            two_years = T0 - 730 * 86_400_000
-            sink._ensure_partitions({"gps_fixes": [two_years, two_years]})
+            # A month this sink has not made yet (near the present: the only ones it makes).
+            next_month = int(time.time() * 1000) + 31 * 86_400_000
+            sink._ensure_partitions({"gps_fixes": [next_month, next_month]})
             assert sink._engine is not None
             with sink._engine.connect() as c:
                 assert c.execute(sa.text(SSL)).one()[0] is True
