@@ -377,8 +377,12 @@ pub struct Endpoint {
     stats: EndpointStats,
     views: Vec<PathView>,
     acked_scratch: Vec<SentRecord>,
-    /// RESETs made while no path was up.
-    orphan_resets: Vec<Frame>,
+    /// RESETs made while no path was up, for the first path to come up; at
+    /// most [`RESET_RESEND_MAX`], oldest dropped first, so connections reset
+    /// during a long outage cannot grow it, or flood that path's control
+    /// queue when it comes up (a peer that misses a RESET ends that
+    /// connection at its own idle timeout).
+    orphan_resets: VecDeque<Frame>,
     /// RESETs sent in the last [`RESET_RESEND_WINDOW`] (at most
     /// [`RESET_RESEND_MAX`]), oldest first. Control frames are not
     /// acknowledged: a RESET written on subflows that all die before
@@ -447,7 +451,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             views: Vec::with_capacity(MAX_PATHS),
             acked_scratch: Vec::new(),
-            orphan_resets: Vec::new(),
+            orphan_resets: VecDeque::new(),
             recent_resets: VecDeque::new(),
             train: None,
             failure_table: None,
@@ -1048,10 +1052,17 @@ impl Endpoint {
         self.recent_resets.push_back((now, f.clone()));
         if self.up_paths().is_empty() {
             // No path to carry it now: the first path to come up does.
-            self.orphan_resets.push(f);
+            self.keep_orphan_reset(f);
         } else {
             self.broadcast(f);
         }
+    }
+
+    fn keep_orphan_reset(&mut self, f: Frame) {
+        if self.orphan_resets.len() == RESET_RESEND_MAX {
+            self.orphan_resets.pop_front();
+        }
+        self.orphan_resets.push_back(f);
     }
 
     /// A path went down, perhaps with RESETs it had not delivered: send the
@@ -1064,7 +1075,7 @@ impl Endpoint {
         if self.up_paths().is_empty() {
             for f in frames {
                 if !self.orphan_resets.contains(&f) {
-                    self.orphan_resets.push(f);
+                    self.keep_orphan_reset(f);
                 }
             }
         } else {
@@ -2631,6 +2642,27 @@ mod tests {
         let much_later = later + RESET_RESEND_WINDOW + Duration::from_secs(1);
         proxy.path_down(PathId(1), much_later);
         assert!(proxy.recent_resets.is_empty() && proxy.orphan_resets.is_empty());
+    }
+
+    #[test]
+    fn resets_while_no_path_is_up_keep_the_endpoints_memory_bounded() {
+        let now = Instant::now();
+        let (mut relay, mut proxy) = pair("minrtt", now);
+        let dst: SocketAddr = "10.99.0.10:80".parse().unwrap();
+        // A long outage: passengers open and give up on connection after
+        // connection, each one reset with no path to carry its RESET.
+        for _ in 0..20 * RESET_RESEND_MAX {
+            let c = relay.open(UserId([2; 16]), dst, now).unwrap();
+            relay.reset(c, 1, now);
+        }
+        assert_eq!(relay.orphan_resets.len(), RESET_RESEND_MAX);
+        // The first path up gets the most recent ones and stays healthy.
+        paths_up(&mut relay, &mut proxy, &[PathId(0)], now);
+        let queued = relay.slots[0].as_ref().unwrap().ctrl.len();
+        assert!(queued < CTRL_PAUSE, "{queued} control frames queued");
+        assert!(relay.orphan_resets.is_empty());
+        pump(&mut relay, &mut proxy, now);
+        assert!(relay.up_paths().contains(&PathId(0)));
     }
 
     #[test]
