@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use polycorn_capture::{Dialer, InterceptRules, RelayOpts, UdpPolicy};
-use polycorn_core::{Endpoint, EndpointConfig, PathId, Role, UserId, DEFAULT_RELAY_BUDGET, MAX_PATHS};
+use polycorn_core::{
+    Endpoint, EndpointConfig, PathId, Role, UserId, DEFAULT_RELAY_BUDGET, MAX_PATHS, PASSENGER_V6_PREFIX,
+};
 use polycorn_net::metrics::{self, PathTransports, Source, Writer};
 use polycorn_net::mptcp_conn::{self, ConnDialer};
 use polycorn_net::options::{self, CommonOpts, CommonSettings};
@@ -94,6 +96,12 @@ struct Opts {
     /// (a TCP reset; counted in polycorn_conns_refused_total) [default: 1024].
     #[arg(long)]
     max_conns_per_passenger: Option<usize>,
+    /// How many leading bits of an IPv6 source address name one passenger
+    /// (0-128): a device takes addresses from its LAN's /64 at will, so
+    /// the caps count a /64 as one passenger; 128 counts each address
+    /// [default: 64].
+    #[arg(long)]
+    ipv6_passenger_prefix: Option<u8>,
     /// Testbed radio source: replay a polycorn-tracegen event log
     /// (events.jsonl) as GPS fixes, serving cells, signal samples and
     /// handovers; carrier k of the log is the k-th --path.
@@ -229,7 +237,7 @@ fn settings() -> anyhow::Result<(Settings, polycorn_core::Pipeline)> {
     let (mut o, mut f) = options::read::<Opts>("RELAY", RELAY_HELP, |o| o.common.config.as_deref())?;
     o.common.merge(&mut f.common);
     merge_options!(o, f; paths, proxy_name, quic_port, listen_transparent, listen_socks, listen_dns, dns_upstream, lan_interface,
-        udp_policy, metrics_listen, mem_budget, max_conns, max_conns_per_passenger, replay_events, replay_epoch_unix_ms,
+        udp_policy, metrics_listen, mem_budget, max_conns, max_conns_per_passenger, ipv6_passenger_prefix, replay_events, replay_epoch_unix_ms,
         replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms, handover_failure_threshold_ms,
         telemetry_spool, telemetry_spool_max_bytes, replay_resume);
     let CommonSettings {
@@ -265,6 +273,9 @@ fn settings() -> anyhow::Result<(Settings, polycorn_core::Pipeline)> {
     o.common.buffers(o.mem_budget).apply(&mut EndpointConfig::new(Role::Relay), DEFAULT_RELAY_BUDGET)?;
     if o.max_conns_per_passenger == Some(0) {
         bail!("--max-conns-per-passenger must be at least 1");
+    }
+    if o.ipv6_passenger_prefix.is_some_and(|p| p > 128) {
+        bail!("--ipv6-passenger-prefix must be 0 to 128");
     }
     if o.telemetry_spool_max_bytes.is_some_and(|b| b < spool::MIN_MAX_BYTES) {
         bail!("--telemetry-spool-max-bytes must be at least {}", spool::MIN_MAX_BYTES);
@@ -321,9 +332,10 @@ fn default_metrics_listen() -> SocketAddr {
     "127.0.0.1:9465".parse().expect("valid")
 }
 
-/// Opens passenger connections through the session.
+/// Opens passenger connections through the session, each under its
+/// passenger (an IPv6 source by its prefix of `.1` bits).
 #[derive(Clone)]
-struct TunnelDialer(Session);
+struct TunnelDialer(Session, u8);
 
 impl Dialer for TunnelDialer {
     type Stream = ConnStream;
@@ -332,7 +344,7 @@ impl Dialer for TunnelDialer {
         user: IpAddr,
         dst: SocketAddr,
     ) -> impl std::future::Future<Output = std::io::Result<ConnStream>> + Send {
-        let r = self.0.open(UserId::from(user), dst).map_err(|e| std::io::Error::other(e.to_string()));
+        let r = self.0.open(UserId::passenger(user, self.1), dst).map_err(|e| std::io::Error::other(e.to_string()));
         std::future::ready(r)
     }
 
@@ -843,7 +855,12 @@ async fn run() -> anyhow::Result<()> {
 
     let (listeners, passengers) = open_listeners(&s, max_conns, &mut sources).await?;
     match &conn_dialer {
-        None => spawn_capture(&mut tasks, TunnelDialer(session.clone()), listeners, &stop_rx),
+        None => spawn_capture(
+            &mut tasks,
+            TunnelDialer(session.clone(), s.opts.ipv6_passenger_prefix.unwrap_or(PASSENGER_V6_PREFIX)),
+            listeners,
+            &stop_rx,
+        ),
         Some(d) => spawn_capture(&mut tasks, MptcpConnDialer(d.clone()), listeners, &stop_rx),
     }
     let rules = install_rules(&s)?;
@@ -902,7 +919,7 @@ mod tests {
         let pipeline = polycorn_core::sched::Registry::with_builtins().build("minrtt").unwrap();
         let (session, _events) =
             Session::new(Endpoint::new(EndpointConfig::new(Role::Relay), pipeline, Instant::now()));
-        let dialer = TunnelDialer(session.clone());
+        let dialer = TunnelDialer(session.clone(), PASSENGER_V6_PREFIX);
         let mut conn = dialer.dial("10.66.0.2".parse().unwrap(), "10.99.0.10:80".parse().unwrap()).await.unwrap();
         let id = conn.id();
         let (mut passenger, mut socket) = tokio::io::duplex(1 << 16);

@@ -60,6 +60,26 @@ impl From<IpAddr> for UserId {
     }
 }
 
+/// The IPv6 prefix length that names one passenger by default: a device
+/// takes addresses from its LAN's /64 at will (privacy extensions, SLAAC),
+/// so one address per passenger would let one device fill every cap.
+pub const PASSENGER_V6_PREFIX: u8 = 64;
+
+impl UserId {
+    /// A passenger by source address: an IPv4 address as it is, an IPv6
+    /// address by its first `v6_prefix` bits (0..=128; 128 keys each address).
+    pub fn passenger(ip: IpAddr, v6_prefix: u8) -> Self {
+        match ip {
+            IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+                let bits = u32::from(v6_prefix.min(128));
+                let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+                UserId((u128::from(v6) & mask).to_be_bytes())
+            }
+            _ => UserId::from(ip),
+        }
+    }
+}
+
 impl From<Ipv4Addr> for UserId {
     fn from(ip: Ipv4Addr) -> Self {
         UserId::from(IpAddr::V4(ip))
@@ -123,6 +143,22 @@ impl PathMask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv6_passenger_is_its_prefix_and_an_ipv4_one_its_address() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let a = UserId::passenger(ip("2001:db8:1:2::10"), PASSENGER_V6_PREFIX);
+        // Another address of the same /64 (a privacy address): the same passenger.
+        assert_eq!(a, UserId::passenger(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), 64));
+        assert_eq!(a.ip(), ip("2001:db8:1:2::"));
+        assert_ne!(a, UserId::passenger(ip("2001:db8:1:3::10"), 64));
+        // 128 keys each address; 0 makes every IPv6 passenger one.
+        assert_ne!(UserId::passenger(ip("2001:db8:1:2::10"), 128), UserId::passenger(ip("2001:db8:1:2::11"), 128));
+        assert_eq!(UserId::passenger(ip("2001:db8::1"), 0), UserId::passenger(ip("fe80::1"), 0));
+        // IPv4 passengers, mapped or not, keep their address whatever the prefix.
+        assert_eq!(UserId::passenger(ip("10.66.0.2"), 64), UserId::from(ip("10.66.0.2")));
+        assert_eq!(UserId::passenger(ip("::ffff:10.66.0.2"), 64), UserId::from(ip("10.66.0.2")));
+    }
 
     #[test]
     fn user_id_round_trips_v4_and_v6() {

@@ -33,7 +33,7 @@ pub use endpoint::{
     Endpoint, EndpointConfig, Event, FlowStats, InputError, Recv, Role, StreamError, DEFAULT_PROXY_BUDGET,
     DEFAULT_RELAY_BUDGET, HOL_STALL_LONG, HOL_STALL_VERY_LONG,
 };
-pub use ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS};
+pub use ids::{ConnId, PathId, PathMask, UserId, MAX_PATHS, PASSENGER_V6_PREFIX};
 pub use path::{Availability, PathConfig, PathStats, PathView, StaleThreshold};
 pub use sched::{FailureTable, Pipeline, Registry, TrackDirection, TrainState, TrainTracker};
 pub use trace::{CopyKind, RequeueCause, TraceEvent, TraceRecord};
