@@ -14,7 +14,7 @@ and untracked ones that are not ignored. It reports, as ``file:line: why``:
   ``include_str!`` and friends stay relative to the file); ``$(dirname ..)/..``
   forms resolve from the file's directory too, and ``$root/..`` always leaves;
 - tracked symbolic links whose target is outside the repository;
-- issue numbers (``issue 12``): the repository links no tracker;
+- issue numbers (the word "issue" and a number): the repository links no tracker;
 - design-note names (``hsr-facts``, ``brief.md``, ``style.md``, ``infra.md``)
   with no file of that name in the repository, and ``hsr-facts §N`` citations
   (with ``item K``) that the repository's hsr-facts.md has no section or item

@@ -3,25 +3,14 @@ heading is found, a live one and anything in code is not."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
+
+from script_loader import load_script
 
 from polycorn_harness import ROOT
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("doc_links", ROOT / "scripts/check_doc_links.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["doc_links"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-links = _load()
+links = load_script("doc_links", "scripts/check_doc_links.py")
 
 
 def test_github_anchors() -> None:

@@ -4,28 +4,14 @@ stops the plan, its neighbours and nothing else."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_loader import load_script
 
-from polycorn_harness import ROOT
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("stage_runner", ROOT / "scripts/test_stages.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["stage_runner"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-stages = _load()
+stages = load_script("stage_runner", "scripts/test_stages.py")
 
 #: What make test must run, as a piece of some stage's command: the checks
 #: that CI relies on. Dropping one from the plan fails this test.
