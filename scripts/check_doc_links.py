@@ -19,10 +19,11 @@ anything is found (``file:line: why``), 0 otherwise.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+
+from check_self_contained import git_files
 
 LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^()\s]+)\)")
@@ -86,14 +87,8 @@ def check_file(root: Path, rel: str) -> list[str]:
 
 
 def markdown_files(root: Path) -> list[str]:
-    out = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"],  # noqa: S607
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return [p for p in out.splitlines() if (root / p).is_file()]
+    """The Markdown files git knows, as :mod:`check_self_contained` lists a tree."""
+    return [p for p in git_files(root) if p.endswith(".md") and (root / p).is_file()]
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,11 @@ from polycorn_harness import ROOT
 
 
 def load_script(name: str, rel: str) -> ModuleType:
-    """The script at ``rel`` (from the repository root), imported as module ``name``."""
+    """The script at ``rel`` (from the repository root), imported as module ``name``, with
+    its own folder on the import path as when it runs (it may import its neighbours)."""
+    folder = str((ROOT / rel).parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
     spec = importlib.util.spec_from_file_location(name, ROOT / rel)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
