@@ -21,7 +21,7 @@ use polycorn_core::{ConnId, Endpoint, Event, PathId, Recv, StreamError, UserId, 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, Notify};
 
-pub use crate::subflow::MAX_WRITE;
+use crate::subflow::MAX_WRITE;
 
 /// Events the shell acts on (everything that is not about waking a stream).
 #[derive(Debug, Clone)]
