@@ -166,6 +166,8 @@ struct Settings {
     /// `--failure-table-verify-key`: the keys tables must be signed with.
     table_verifier: Option<polycorn_net::table::signature::Verifier>,
     failure_table: Option<PathBuf>,
+    /// `--failure-table-state-dir`: where the highest table accepted is kept.
+    failure_table_state_dir: Option<PathBuf>,
     /// `--failure-table-url` and its options.
     table_url: Option<HttpOpts>,
     /// (brokers, topic) of the failure-location tables.
@@ -264,6 +266,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             endpoint,
             table_verifier,
             failure_table: o.common.failure_table,
+            failure_table_state_dir: o.common.failure_table_state_dir,
             table_url,
             table_topic,
             kafka: o.kafka_brokers.map(|b| {
@@ -692,13 +695,15 @@ fn table_sources(
         return Ok(None);
     }
     let p = proxy.clone();
-    let hub = TableHub::build(proxy.routes.clone(), s.table_verifier.clone(), move |t: polycorn_core::FailureTable| {
+    let apply = move |t: polycorn_core::FailureTable| {
         *p.table.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.clone());
         let cur = p.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, s)) = &cur.session {
             s.with(|st, _| st.ep.set_failure_table(t));
         }
-    });
+    };
+    let hub =
+        TableHub::open(proxy.routes.clone(), s.table_verifier.clone(), s.failure_table_state_dir.as_deref(), apply)?;
     for t in FileAndApi::open(&hub, s.failure_table.as_deref(), s.table_url.as_ref())?.tasks(stop) {
         tokio::spawn(t);
     }

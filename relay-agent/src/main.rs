@@ -758,12 +758,15 @@ async fn run() -> anyhow::Result<()> {
         info!(file = %file.display(), "segment trace on");
     }
     // The failure-location table's sources, before any path is up.
-    let tables = (s.opts.common.failure_table.is_some() || s.table_url.is_some()).then(|| {
+    let tables = if s.opts.common.failure_table.is_some() || s.table_url.is_some() {
         let ts = session.clone();
-        TableHub::build(Default::default(), s.table_verifier.clone(), move |t| {
+        let state_dir = s.opts.common.failure_table_state_dir.as_deref();
+        Some(TableHub::open(Default::default(), s.table_verifier.clone(), state_dir, move |t| {
             ts.with(|st, _| st.ep.set_failure_table(t))
-        })
-    });
+        })?)
+    } else {
+        None
+    };
     let table_sources = match &tables {
         Some(hub) => Some(FileAndApi::open(hub, s.opts.common.failure_table.as_deref(), s.table_url.as_ref())?),
         None => None,

@@ -124,6 +124,13 @@ pub struct CommonOpts {
     /// (warned at start).
     #[arg(long)]
     pub failure_table_verify_key: Option<PathBuf>,
+    /// Directory (created if missing) where the highest failure-location
+    /// table accepted (version and issue time) is kept across restarts:
+    /// tables older than it are then refused from the API and Kafka (a
+    /// replay). Without it, or on a first start with an empty directory,
+    /// the first valid, unexpired table is taken whatever its version.
+    #[arg(long)]
+    pub failure_table_state_dir: Option<PathBuf>,
     /// Log as JSON lines.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub log_json: Option<bool>,
@@ -168,7 +175,7 @@ impl CommonOpts {
     pub fn merge(&mut self, file: &mut CommonOpts) {
         crate::merge_options!(self, file; train_id, ca, cert, key, scheduler, transport, subflow_cc, quic_cc, conn_window,
             conn_window_initial, conn_send_buffer, failure_table, failure_table_url, failure_table_poll_s,
-            failure_table_api_key_file, failure_table_insecure_http, failure_table_verify_key, log_json, trace_dir,
+            failure_table_api_key_file, failure_table_insecure_http, failure_table_verify_key, failure_table_state_dir, log_json, trace_dir,
             trace_max_bytes);
         if self.pipelines.is_empty() {
             self.pipelines = std::mem::take(&mut file.pipelines);

@@ -33,6 +33,14 @@
 //! measure and `measures` each vertex's position along the route (metres,
 //! geodesic, as LinkDB computed them; non-decreasing). Readers that do not
 //! know these fields ignore them.
+//!
+//! `issued_unix_s` and `expires_unix_s` (Unix seconds) say when the trainer
+//! signed the table and until when it may be used. They are part of the
+//! signed bytes, so a signature vouches for them: a shell with
+//! `--failure-table-verify-key` refuses a signed table without them or past
+//! its expiry, and drops a table in use when it expires (crates/net's
+//! `table` module). The trainer re-issues the table on every run, an
+//! unchanged one under the same version with a later issue time.
 
 use polycorn_core::sched::hrsch::{FailureTable, TrackDirection};
 use serde::{Deserialize, Serialize};
@@ -50,6 +58,12 @@ pub struct FailureTableFile {
     /// Reference lines of the routes the entries are on (may be empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteLine>,
+    /// When the table was issued (signed), Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued_unix_s: Option<u64>,
+    /// The end of the table's validity, Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_unix_s: Option<u64>,
 }
 
 /// A route's reference line: vertices and their measures.
@@ -115,6 +129,8 @@ pub enum TableError {
     Entry(usize, &'static str),
     #[error("route {0}: {1}")]
     Route(usize, &'static str),
+    #[error("expires_unix_s {expires} is before issued_unix_s {issued}")]
+    Validity { issued: u64, expires: u64 },
 }
 
 impl FailureTableFile {
@@ -125,6 +141,8 @@ impl FailureTableFile {
             source: source.into(),
             entries: Vec::new(),
             routes: Vec::new(),
+            issued_unix_s: None,
+            expires_unix_s: None,
         }
     }
 
@@ -143,6 +161,11 @@ impl FailureTableFile {
             }
             if e.route.as_ref().is_some_and(|r| r.is_empty() || r.len() > 128) {
                 return Err(TableError::Entry(i, "route must be 1 to 128 bytes"));
+            }
+        }
+        if let (Some(issued), Some(expires)) = (f.issued_unix_s, f.expires_unix_s) {
+            if expires < issued {
+                return Err(TableError::Validity { issued, expires });
             }
         }
         let mut vertices = 0usize;
