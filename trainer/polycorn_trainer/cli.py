@@ -21,7 +21,11 @@ kafka_security``) and ``--table-signing-key FILE`` (env
 ``POLYCORN_TRAINER_TABLE_SIGNING_KEY``): the Ed25519 key every table is
 signed with (``polycorn-pki table-key``; without it tables are published
 unsigned, and relays and proxies with ``--failure-table-verify-key`` refuse
-them). Exit status: 0 done, 1 the run failed, 2 bad usage.
+them), and ``--table-validity-s`` (default three days): each table's expiry
+after its issue time; every run re-issues the current table, so it must
+exceed twice ``--interval-s``. Exit status: 0 done, 1 the run failed (also
+when the current ``failure_tables`` row is not one a publisher wrote: the
+trainer signs nothing then), 2 bad usage.
 ``docs/trainer.md`` has the method.
 """
 
@@ -44,6 +48,7 @@ from polycorn_trainer.fit import Params
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, publish_only, run
 from polycorn_trainer.signing import TableSigner
+from polycorn_trainer.store import DEFAULT_VALIDITY_S
 
 log = logging.getLogger("polycorn_trainer")
 
@@ -71,6 +76,13 @@ def _seconds(text: str) -> float:
     v = float(text)
     if not (v > 0 and v < 1e7):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return v
+
+
+def _validity(text: str) -> int:
+    v = int(text)
+    if not 60 <= v <= 365 * 24 * 3600:
+        raise argparse.ArgumentTypeError(f"must be 60 s to a year, got {text}")
     return v
 
 
@@ -118,6 +130,13 @@ def _parser() -> argparse.ArgumentParser:
             default=Path(key) if key else None,
             help="Ed25519 private key (PEM or 32-byte seed; polycorn-pki table-key) that signs "
             "every table published (env POLYCORN_TRAINER_TABLE_SIGNING_KEY); none: unsigned",
+        )
+        sp.add_argument(
+            "--table-validity-s",
+            type=_validity,
+            default=DEFAULT_VALIDITY_S,
+            help="each table expires this long after it is issued (default "
+            f"{DEFAULT_VALIDITY_S}); every run re-issues it, so keep it well above --interval-s",
         )
         kafka_security.add_arguments(sp)
 
@@ -188,6 +207,7 @@ def _options(
         topic=getattr(a, "topic", TOPIC),
         kafka=kafka or {},
         signer=signer,
+        validity_s=getattr(a, "table_validity_s", DEFAULT_VALIDITY_S),
         db_wait_s=a.db_wait_s,
     )
 
@@ -235,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                 db_wait_s=a.db_wait_s,
                 kafka=kafka,
                 signer=signer,
+                validity_s=a.table_validity_s,
             )
             print(
                 json.dumps(
@@ -250,6 +271,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(s["validation"], indent=2))
             return 0
         o = _options(a, store=True, publish=not a.no_publish, kafka=kafka, signer=signer)
+        if not a.once and a.table_validity_s <= 2 * a.interval_s:
+            p.error(
+                f"--table-validity-s {a.table_validity_s} must exceed twice --interval-s "
+                f"{a.interval_s:.0f}: tables would expire between runs"
+            )
         metrics = Metrics()
         if a.metrics_addr:
             metrics.serve(a.metrics_addr)

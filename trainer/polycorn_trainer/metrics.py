@@ -52,6 +52,12 @@ class Metrics:
             "Unix time of the last successful run",
             registry=r,
         )
+        self.table_refused = Counter(
+            "polycorn_trainer_table_refused_total",
+            "Runs that refused to sign or build on the current failure_tables row: its stored "
+            "bytes are not the canonical form of its body (a row not written by a publisher)",
+            registry=r,
+        )
         self.model_id = Gauge("polycorn_trainer_model_id", "models.id of the last run", registry=r)
 
     def serve(self, addr: str) -> None:

@@ -24,7 +24,13 @@ from polycorn_trainer.fit import CellData, CellResult, Counts, Params, fit_many
 from polycorn_trainer.kafka import produce_table
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.signing import TableSigner
-from polycorn_trainer.store import Published, publish_table, store_model
+from polycorn_trainer.store import (
+    DEFAULT_VALIDITY_S,
+    Published,
+    StoredTableError,
+    publish_table,
+    store_model,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,8 @@ class Options:
     kafka: dict[str, str] = field(default_factory=dict)
     # --table-signing-key: signs every table published; None: unsigned.
     signer: TableSigner | None = None
+    # --table-validity-s: each table's expiry after its issue time.
+    validity_s: int = DEFAULT_VALIDITY_S
     progress_every_s: float = 5.0
     # How long to wait for a starting PostgreSQL before a run fails.
     db_wait_s: float = 60.0
@@ -164,6 +172,10 @@ def run(url: str, o: Options, metrics: Metrics | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
         summary = _run(url, o, m, t0)
+    except StoredTableError:
+        m.table_refused.inc()
+        m.runs.labels("error").inc()
+        raise
     except Exception:
         m.runs.labels("error").inc()
         raise
@@ -257,7 +269,7 @@ def _store_and_publish(
                 handovers,
             )
         if o.publish:
-            published = publish_table(conn, model_id, o.signer)
+            published = publish_table(conn, model_id, o.signer, validity_s=o.validity_s)
     elif o.publish:
         raise ValueError("publishing needs a stored model")
     if o.publish and published is None:
@@ -317,11 +329,13 @@ def publish_only(
     db_wait_s: float = 60.0,
     kafka: dict[str, str] | None = None,
     signer: TableSigner | None = None,
+    validity_s: int = DEFAULT_VALIDITY_S,
 ) -> Published | None:
     """Re-assembles the table from the latest cell models and publishes it
-    (after sharded runs, or to re-send the current table to Kafka)."""
+    (after sharded runs, or to re-issue the current table and send it to
+    Kafka)."""
     with pg_connect(url, timeout_s=db_wait_s) as conn:
-        published = publish_table(conn, None, signer)
+        published = publish_table(conn, None, signer, validity_s=validity_s)
     if published is not None and bootstrap:
         produce_table(
             bootstrap,

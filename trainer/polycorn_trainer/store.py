@@ -8,17 +8,30 @@ publishes after its run and the last to finish publishes the union.
 Publication takes linkdb-api's advisory lock, gets version = previous + 1,
 and stores the canonical body with its ETag — the bytes the API serves and
 the Kafka message carries (``body_bytes``, verbatim) — and, with a signing
-key, their signature (``signature``; :mod:`polycorn_trainer.signing`). An
-assembled table equal to the current one is not published again (no version
-churn); :func:`publish_table` then reports the current one, signed again
-with the key given when its stored signature is not that key's (a new key:
-the proxies that verify with it must get the current table signed by it).
+key, their signature (``signature``; :mod:`polycorn_trainer.signing`).
+
+Every table carries ``issued_unix_s`` (now) and ``expires_unix_s`` (now +
+``validity_s``) inside the signed bytes: relays and proxies refuse a table
+past its expiry and any table older than the highest they accepted, so an
+old signed table cannot be replayed. An assembled table equal to the current
+one gets no new version (no version churn) but is re-issued under the same
+version with a fresh issue time and expiry (signed with the key given, a new
+key after a rotation too), so a fleet whose trainer runs keeps a valid table.
+
+The trainer signs only bytes it serialised itself from what it assembled,
+never bytes read from the database: anyone who can write ``failure_tables``
+could otherwise plant a table that the next run signs. A current row whose
+stored bytes are not the canonical form of its stored body is not built
+upon: :class:`StoredTableError` (the run fails, counted in
+``polycorn_trainer_table_refused_total``) until an operator looks. Without a
+signing key, a signed current row is re-sent as stored (nothing is signed).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +46,16 @@ from polycorn_trainer.signing import TableSigner
 log = logging.getLogger(__name__)
 
 U64_MAX = 2**64 - 1
+# How long a table is valid after it is issued. The trainer re-issues it on
+# every run (hourly by default), so a healthy fleet never reaches expiry;
+# three days ride out a trainer down over a weekend, and bound how old a
+# table a proxy without state (a new pod) can be given.
+DEFAULT_VALIDITY_S = 3 * 24 * 3600
+
+
+class StoredTableError(RuntimeError):
+    """The current ``failure_tables`` row was not written by a publisher:
+    its stored bytes are not the canonical form of its body."""
 
 
 @dataclass(frozen=True)
@@ -203,33 +226,53 @@ def current_table(conn: psycopg.Connection) -> Current | None:
     return Current(int(row[0]), row[1], str(row[2]), data, row[4])
 
 
-def _republish(
-    conn: psycopg.Connection, cur: Current, entries: int, signer: TableSigner | None
-) -> Published:
-    """The current table unchanged; signed with ``signer`` when its stored
-    signature is not that key's (or it has none), and given its stored bytes
-    when it was stored without them."""
-    data = cur.data if cur.data is not None else canonical(cur.body)
-    etag = cur.etag if cur.data is not None else etag_of(data)
-    signature = cur.signature
-    if signer is not None:
-        signature = signer.sign(data)  # Ed25519 is deterministic: same key, same signature
-    if (signature, data, etag) != (cur.signature, cur.data, cur.etag):
-        conn.execute(
-            "UPDATE failure_tables SET body_bytes = %s, signature = %s, etag = %s "
-            "WHERE version = %s",
-            (data, signature, etag, cur.version),
+def check_stored(cur: Current) -> None:
+    """Raises :class:`StoredTableError` unless the row's stored bytes are
+    the canonical form of its stored body (what every publisher writes)."""
+    if cur.data is not None and cur.data != canonical(cur.body):
+        raise StoredTableError(
+            f"failure_tables v{cur.version}: body_bytes ({len(cur.data)} bytes, "
+            f"sha256 {etag_of(cur.data)[:16]}) are not the canonical form of its body; "
+            "not signing or building on it (a row not written by a publisher?)"
         )
-        log.info("failure-location table v%d signed with %s", cur.version, signer and signer.origin)
-    return Published(cur.version, entries, etag, data, new=False, signature=signature)
+
+
+def serialise(
+    version: int,
+    entries: list[dict[str, Any]],
+    routes: list[dict[str, Any]],
+    *,
+    model_id: int | None,
+    issued_unix_s: int,
+    validity_s: int,
+) -> bytes:
+    """The table's canonical bytes, from what this run assembled."""
+    body: dict[str, Any] = {
+        "format": FORMAT,
+        "version": version,
+        "source": f"polycorn-trainer {__version__}"
+        + (f", model {model_id}" if model_id is not None else ""),
+        "issued_unix_s": issued_unix_s,
+        "expires_unix_s": issued_unix_s + validity_s,
+        "entries": entries,
+    }
+    if routes:
+        body["routes"] = routes
+    return canonical(body)
 
 
 def publish_table(
-    conn: psycopg.Connection, model_id: int | None, signer: TableSigner | None = None
+    conn: psycopg.Connection,
+    model_id: int | None,
+    signer: TableSigner | None = None,
+    *,
+    validity_s: int = DEFAULT_VALIDITY_S,
+    now_unix_s: int | None = None,
 ) -> Published | None:
-    """Assembles and stores the next table (module docstring), signed with
-    ``signer``. ``None`` when no cell has a failure location and no table
-    was ever published."""
+    """Assembles and stores the next table, or re-issues the current one
+    (module docstring), signed with ``signer``. ``None`` when no cell has a
+    failure location and no table was ever published."""
+    issued = int(time.time()) if now_unix_s is None else now_unix_s
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (PUBLISH_LOCK,))
         entries, skipped = assemble(conn)
@@ -237,37 +280,49 @@ def publish_table(
         if skipped:
             log.warning("%d cells left out of the table (cell ID not a data-plane ID)", skipped)
         cur = current_table(conn)
-        if (
+        if cur is not None:
+            check_stored(cur)
+        unchanged = (
             cur is not None
             and cur.body.get("entries") == entries
             and cur.body.get("routes", []) == routes
-        ):
-            return _republish(conn, cur, len(entries), signer)
+        )
+        if cur is not None and unchanged and signer is None and cur.signature is not None:
+            # No key to sign a re-issue with: re-send the signed table as stored.
+            data = cur.data if cur.data is not None else canonical(cur.body)
+            return Published(cur.version, len(entries), cur.etag, data, False, cur.signature)
         if cur is None and not entries:
             return None
-        version = (cur.version if cur else 0) + 1
-        body = {
-            "format": FORMAT,
-            "version": version,
-            "source": f"polycorn-trainer {__version__}"
-            + (f", model {model_id}" if model_id is not None else ""),
-            "entries": entries,
-        }
-        if routes:
-            body["routes"] = routes
-        data = canonical(body)
+        version = cur.version if cur is not None and unchanged else (cur.version if cur else 0) + 1
+        data = serialise(
+            version,
+            entries,
+            routes,
+            model_id=model_id,
+            issued_unix_s=issued,
+            validity_s=validity_s,
+        )
         etag = etag_of(data)
         signature = signer.sign(data) if signer is not None else None
-        conn.execute(
-            "INSERT INTO failure_tables "
-            "(version, model_id, etag, entries, body, note, body_bytes, signature) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (version, model_id, etag, len(entries), data.decode(), "trainer", data, signature),
-        )
+        if unchanged:
+            conn.execute(
+                "UPDATE failure_tables SET body = %s, body_bytes = %s, etag = %s, signature = %s "
+                "WHERE version = %s",
+                (data.decode(), data, etag, signature, version),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO failure_tables "
+                "(version, model_id, etag, entries, body, note, body_bytes, signature) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (version, model_id, etag, len(entries), data.decode(), "trainer", data, signature),
+            )
     log.info(
-        "failure-location table v%d published: %d entries, %s",
+        "failure-location table v%d %s: %d entries, valid until %d, %s",
         version,
+        "re-issued" if unchanged else "published",
         len(entries),
-        "signed" if signature else "unsigned",
+        issued + validity_s,
+        f"signed with {signer.origin}" if signer is not None else "unsigned",
     )
-    return Published(version, len(entries), etag, data, new=True, signature=signature)
+    return Published(version, len(entries), etag, data, new=not unchanged, signature=signature)

@@ -34,6 +34,7 @@ from polycorn_schema.failure_table import (
     HEADER_VERSION,
     HTTP_SIGNATURE_HEADER,
     KAFKA_KEY,
+    canonical,
     etag_of,
 )
 from polycorn_schema.startup import kafka_create_topics
@@ -44,6 +45,7 @@ from polycorn_trainer.fit import Params
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, run
 from polycorn_trainer.signing import TableSigner, verify
+from polycorn_trainer.store import DEFAULT_VALIDITY_S, StoredTableError, publish_table
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 CELLS = 12  # per carrier, increasing direction; cell k's edge at 2000 * k
@@ -220,12 +222,17 @@ def test_run_stores_publishes_and_api_serves_the_same_bytes(db: str, topic: str)
     # The metrics say what happened.
     assert m.registry.get_sample_value("polycorn_trainer_runs_total", {"result": "ok"}) == 1
     assert m.registry.get_sample_value("polycorn_trainer_table_version") == 1
-    # A second run on the same data: a new model, the same table (no new version),
-    # sent to Kafka again (harmless: the proxies apply only higher versions).
+    # A second run on the same data: a new model, the same table (no new
+    # version) re-issued with a later issue time, sent to Kafka again.
     s2 = run(db, o, m)
     assert s2["model_id"] != s["model_id"]
-    assert s2["table"] == {**table, "new": False}
-    assert len(read_topic(topic)) == 2
+    assert s2["table"]["version"] == 1 and not s2["table"]["new"]
+    assert s2["table"]["entries"] == table["entries"]
+    msgs = read_topic(topic)
+    assert len(msgs) == 2
+    first, again = json.loads(msgs[0][1]), json.loads(msgs[1][1])
+    assert again["entries"] == first["entries"] and again["version"] == 1
+    assert again["issued_unix_s"] >= first["issued_unix_s"]
 
 
 def test_shards_split_the_cells_and_publish_the_union(db: str) -> None:
@@ -389,8 +396,9 @@ def test_published_tables_are_signed_and_the_api_serves_the_signature(
     """With --table-signing-key: the Kafka message's ``polycorn-signature``
     header verifies with the public key over exactly the message's value,
     LinkDB keeps the bytes and the signature, and the API serves the same
-    bytes with the same signature. A new key (a rotation) re-signs the
-    current table without a new version."""
+    bytes with the same signature. The signed bytes carry the issue time and
+    the expiry. A new key (a rotation) re-issues the current table signed by
+    it, without a new version."""
     seed(db)
     key = write_signing_key(tmp_path / "table-signing.key")
     signer = TableSigner.load(tmp_path / "table-signing.key")
@@ -411,6 +419,8 @@ def test_published_tables_are_signed_and_the_api_serves_the_signature(
             "SELECT body_bytes, signature FROM failure_tables WHERE version = 1"
         ).fetchone()
     assert stored is not None and bytes(stored[0]) == value and stored[1] == sig.decode()
+    doc = json.loads(value)
+    assert doc["expires_unix_s"] - doc["issued_unix_s"] == DEFAULT_VALIDITY_S
     with api(db) as client:
         r = client.get("/v1/failure-table", headers={"X-API-Key": "k"})
         assert r.status_code == 200 and r.content == value
@@ -421,24 +431,108 @@ def test_published_tables_are_signed_and_the_api_serves_the_signature(
         r304 = client.get("/v1/failure-table", headers={"X-API-Key": "k", "If-None-Match": etag})
         assert r304.status_code == 304
 
-    # A new key (the seed form this time): the same table, re-signed.
+    # A new key (the seed form this time): the same table re-issued, signed by it.
     new_key = write_signing_key(tmp_path / "new.key", seed_only=True)
     s2 = run(db, replace(o, signer=TableSigner.load(tmp_path / "new.key")))
     assert s2["table"] is not None and s2["table"]["version"] == 1 and not s2["table"]["new"]
     _, value2, headers2 = read_topic(topic)[-1]
-    assert value2 == value
+    doc2 = json.loads(value2)
+    assert doc2["entries"] == doc["entries"] and doc2["issued_unix_s"] >= doc["issued_unix_s"]
     verify(new_key.public_key(), value2, headers2[HEADER_SIGNATURE])
     with pytest.raises(InvalidSignature):
         verify(key.public_key(), value2, headers2[HEADER_SIGNATURE])
     with api(db) as client:
         r = client.get("/v1/failure-table", headers={"X-API-Key": "k"})
-        assert r.headers["etag"] == etag, "the bytes did not change"
+        assert r.content == value2 and r.headers["etag"] == f'"{etag_of(value2)}"'
         assert r.headers[HTTP_SIGNATURE_HEADER] == headers2[HEADER_SIGNATURE].decode()
 
-    # Without a key the table is sent with the signature LinkDB holds.
+    # Without a key the table is sent as LinkDB holds it, signature and all
+    # (the trainer signs nothing).
     run(db, o)
     _, value3, headers3 = read_topic(topic)[-1]
-    assert value3 == value and headers3[HEADER_SIGNATURE] == headers2[HEADER_SIGNATURE]
+    assert value3 == value2 and headers3[HEADER_SIGNATURE] == headers2[HEADER_SIGNATURE]
+
+
+def test_an_unchanged_table_is_reissued_before_it_expires(db: str, tmp_path: Path) -> None:
+    """Every run re-issues the current table, unchanged, under the same
+    version with a fresh issue time and expiry, signed over the new bytes:
+    a fleet whose trainer keeps running never holds an expired table."""
+    seed(db)
+    run(db, Options(workers=1, publish=False))  # the cell models, no table yet
+    key = write_signing_key(tmp_path / "k.key")
+    signer = TableSigner.load(tmp_path / "k.key")
+    with psycopg.connect(db) as c:
+        first = publish_table(c, None, signer, validity_s=600, now_unix_s=1_800_000_000)
+        again = publish_table(c, None, signer, validity_s=600, now_unix_s=1_800_000_500)
+        row = c.execute(
+            "SELECT body_bytes, signature, count(*) OVER () FROM failure_tables"
+        ).fetchone()
+    assert first is not None and again is not None and first.new and not again.new
+    assert again.version == first.version
+    a, b = json.loads(first.body), json.loads(again.body)
+    assert (a["issued_unix_s"], a["expires_unix_s"]) == (1_800_000_000, 1_800_000_600)
+    assert (b["issued_unix_s"], b["expires_unix_s"]) == (1_800_000_500, 1_800_001_100)
+    assert a["entries"] == b["entries"]
+    assert row is not None and bytes(row[0]) == again.body and row[2] == 1
+    assert again.signature is not None and row[1] == again.signature
+    verify(key.public_key(), again.body, again.signature)
+
+
+def test_a_planted_table_is_neither_signed_nor_published(
+    db: str, topic: str, tmp_path: Path
+) -> None:
+    """Someone who can write ``failure_tables`` plants a row with a far-future
+    version whose body equals what the trainer would assemble but whose
+    ``body_bytes`` are a table of their own. The next run signs nothing and
+    sends nothing: it fails (exit status 1, counted), the planted row stays
+    unsigned, the topic gets no message."""
+    seed(db)
+    write_signing_key(tmp_path / "k.key")
+    signer = TableSigner.load(tmp_path / "k.key")
+    o = Options(workers=1, bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic)
+    s = run(db, replace(o, signer=signer))
+    assert s["table"] is not None
+    with psycopg.connect(db) as c:
+        body = c.execute("SELECT body FROM failure_tables WHERE version = 1").fetchone()
+        assert body is not None
+        planted_version = 10**12
+        genuine = {**body[0], "version": planted_version}
+        forged = {**genuine, "entries": [{"cell": 7, "direction": "increasing", "position_m": 1.0}]}
+        c.execute(
+            "INSERT INTO failure_tables (version, etag, entries, body, note, body_bytes) "
+            "VALUES (%s, %s, 1, %s, 'planted', %s)",
+            (planted_version, "x", json.dumps(genuine), canonical(forged)),
+        )
+    sent = len(read_topic(topic))
+    m = Metrics()
+    with pytest.raises(StoredTableError, match="not the canonical form"):
+        run(db, replace(o, signer=signer), m)
+    assert m.registry.get_sample_value("polycorn_trainer_table_refused_total") == 1
+    assert m.registry.get_sample_value("polycorn_trainer_runs_total", {"result": "error"}) == 1
+    rc = cli.main(
+        [
+            "publish",
+            "--database-url",
+            db,
+            "--bootstrap",
+            os.environ["POLYCORN_KAFKA_BOOTSTRAP"],
+            "--topic",
+            topic,
+            "--table-signing-key",
+            str(tmp_path / "k.key"),
+        ]
+    )
+    assert rc == 1
+    with psycopg.connect(db) as c:
+        planted = c.execute(
+            "SELECT signature, body_bytes FROM failure_tables WHERE version = %s",
+            (planted_version,),
+        ).fetchone()
+        highest = c.execute("SELECT max(version) FROM failure_tables").fetchone()
+    assert planted is not None and planted[0] is None, "the planted row was signed"
+    assert bytes(planted[1]) == canonical(forged)
+    assert highest == (planted_version,), "nothing was published on top of it"
+    assert len(read_topic(topic)) == sent, "something was sent to Kafka"
 
 
 def test_a_bad_signing_key_fails_the_run_with_one_line(

@@ -21,9 +21,14 @@ give the proxy a table of its own. Checks, in turn:
    rises by one each time and V stays in use;
 3. a malformed table signed with the trainer's key is refused as
    ``reason="malformed"`` (the signature is checked first, then the table),
-   V stays;
-4. a well-formed table signed with the trainer's key is taken (the refusals
-   did not stop the topic).
+   and so is one signed without an issue time and expiry; V stays;
+4. a table signed with the trainer's key but past its expiry is refused as
+   ``reason="expired"``, V stays;
+5. a well-formed table signed with the trainer's key is taken (the refusals
+   did not stop the topic);
+6. the trainer's own message of V, produced again (a replay of a genuine,
+   signed, unexpired table), is ignored: counted as not newer, the newer
+   table stays.
 
 Exit status 0 when every check holds; 1 otherwise, with the reason.
 """
@@ -56,6 +61,7 @@ from prom_metric import value
 
 REJECTED = "polycorn_failure_table_source_rejected_total"
 VERSION = "polycorn_failure_table_version"
+NOT_NEWER = "polycorn_failure_table_source_not_newer_total"
 
 
 class CheckError(Exception):
@@ -81,6 +87,9 @@ class Proxy:
 
     def version(self) -> int:
         return self.sample(VERSION)
+
+    def not_newer(self) -> int:
+        return self.sample(NOT_NEWER, source="kafka")
 
 
 def trainer_message(bootstrap: str, topic: str, version: int) -> tuple[bytes, bytes]:
@@ -119,14 +128,21 @@ def trainer_message(bootstrap: str, topic: str, version: int) -> tuple[bytes, by
     return found
 
 
-def table(version: int, source: str, cell: int = 1) -> bytes:
-    """A well-formed table (cell 0 is out of range: malformed)."""
-    body = {
+def table(
+    version: int, source: str, cell: int = 1, valid_s: float = 3600.0, stamped: bool = True
+) -> bytes:
+    """A well-formed table (cell 0 is out of range: malformed), issued a
+    minute ago and valid ``valid_s`` from then (negative: expired)."""
+    now = int(time.time())
+    body: dict[str, object] = {
         "format": "polycorn-failure-table/1",
         "version": version,
         "source": source,
         "entries": [{"cell": cell, "direction": "increasing", "position_m": 100.0}],
     }
+    if stamped:
+        body["issued_unix_s"] = now - 60
+        body["expires_unix_s"] = now - 60 + int(valid_s)
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -190,23 +206,54 @@ def run(a: argparse.Namespace) -> None:
             )
         print(f"proxy: a table {what} refused (reason=signature, now {before + 1}); v{v} stays")
 
-    # 3. Signed by the trainer's key but malformed: refused as malformed.
-    before = proxy.rejected("malformed")
-    broken = table(v + 4, "broken", cell=0)
-    produce(a.bootstrap, a.topic, broken, signer.sign(broken).encode())
+    # 3. Signed by the trainer's key but malformed (cell 0; no issue time
+    # and expiry): refused as malformed.
+    for what, broken in (
+        ("malformed", table(v + 4, "broken", cell=0)),
+        ("without issue time and expiry", table(v + 4, "unstamped", stamped=False)),
+    ):
+        before = proxy.rejected("malformed")
+        produce(a.bootstrap, a.topic, broken, signer.sign(broken).encode())
+
+        def malformed(b: int = before) -> bool:
+            return proxy.rejected("malformed") >= b + 1
+
+        wait_for(
+            f"a table {what} signed with the trainer's key was not counted as reason=malformed",
+            malformed,
+        )
+        if proxy.version() != v:
+            raise CheckError(f"the proxy left v{v} for a table {what} ({proxy.version()})")
+        print(f"proxy: a table {what} with the trainer's signature refused (malformed); v{v} stays")
+
+    # 4. Signed by the trainer's key but expired: refused as expired.
+    before = proxy.rejected("expired")
+    stale = table(v + 4, "expired", valid_s=30)
+    produce(a.bootstrap, a.topic, stale, signer.sign(stale).encode())
     wait_for(
-        "a malformed table signed with the trainer's key was not counted as reason=malformed",
-        lambda: proxy.rejected("malformed") >= before + 1,
+        "an expired table signed with the trainer's key was not counted as reason=expired",
+        lambda: proxy.rejected("expired") >= before + 1,
     )
     if proxy.version() != v:
-        raise CheckError(f"the proxy left v{v} for a malformed table ({proxy.version()})")
-    print(f"proxy: a malformed table with the trainer's signature refused (malformed); v{v} stays")
+        raise CheckError(f"the proxy left v{v} for an expired table ({proxy.version()})")
+    print(f"proxy: an expired table with the trainer's signature refused (expired); v{v} stays")
 
-    # 4. And a good one with the trainer's key is still taken.
+    # 5. And a good one with the trainer's key is still taken.
     good = table(v + 5, "signed-after-refusals")
     produce(a.bootstrap, a.topic, good, signer.sign(good).encode())
     wait_for(f"the signed v{v + 5} was not taken", lambda: proxy.version() == v + 5)
     print(f"proxy: a table signed with the trainer's key after them taken (v{v + 5})")
+
+    # 6. The trainer's own v, replayed: ignored, v + 5 stays.
+    before = proxy.not_newer()
+    produce(a.bootstrap, a.topic, body, sig)
+    wait_for(
+        f"the replayed v{v} was not counted as not newer",
+        lambda: proxy.not_newer() >= before + 1,
+    )
+    if proxy.version() != v + 5:
+        raise CheckError(f"the replayed v{v} moved the proxy to {proxy.version()}")
+    print(f"proxy: the trainer's own v{v} replayed: ignored (not newer); v{v + 5} stays")
 
 
 def main(argv: list[str] | None = None) -> int:

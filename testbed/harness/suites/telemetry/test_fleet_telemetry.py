@@ -290,6 +290,7 @@ def trip(servers: dict[str, str], make_trip: MakeTrip, bin_dir: Path) -> Iterato
                 f"--kafka-dlq-topic={dlq}",
                 f"--failure-table-topic={tables}",
                 f"--failure-table-verify-key={table_key}/table-signing.pub",
+                f"--failure-table-state-dir={work}/proxy-table-state",
                 *kafka_auth(env, "proxy"),
             ],
         )
