@@ -1206,3 +1206,26 @@ def test_kafka_security_alternatives_and_missing_secrets() -> None:
     objs = render({"postgresql": {"sslmode": "require", "caSecret": {"name": ""}}})
     c = container(objs, "Deployment", "polycorn-ingest")
     assert _env(c)["PGSSLMODE"] == "require" and "PGSSLROOTCERT" not in _env(c)
+
+
+def test_every_proxy_keeps_the_highest_table_accepted_in_a_writable_volume() -> None:
+    """--failure-table-state-dir on every proxy, signing on or off, in a
+    writable emptyDir mounted at that path (the root filesystem is
+    read-only), so a restarted container still refuses older tables."""
+    on = render({"trains": TRAINS})
+    off = render(
+        {
+            "trains": TRAINS,
+            "tableSigning": {"enabled": False, "signingKeySecret": {"name": ""}, "verifyKeys": ""},
+        }
+    )
+    for objs in (on, off):
+        sets = of_kind(objs, "StatefulSet")
+        assert len(sets) == len(TRAINS)
+        for s in sets:
+            spec = s["spec"]["template"]["spec"]
+            c = spec["containers"][0]
+            d = flag(c["args"], "failure-table-state-dir")
+            assert d == "/var/lib/polycorn/table-state", s["metadata"]["name"]
+            m, v = _volume_of(spec, c, f"{d}/failure-table.state")
+            assert not m.get("readOnly") and "emptyDir" in v, s["metadata"]["name"]
