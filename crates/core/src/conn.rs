@@ -643,7 +643,7 @@ pub struct RecvStream {
     read_off: u64,
     /// Out-of-order pieces above `contiguous_end()`, non-overlapping, with
     /// the bytes they hold in `ooo_bytes`.
-    ooo: BTreeMap<u64, Vec<u8>>,
+    ooo: BTreeMap<u64, VecDeque<u8>>,
     ooo_bytes: u64,
     fin_off: Option<u64>,
     /// Current window: the most bytes the peer may send beyond `read_off`.
@@ -674,13 +674,15 @@ pub enum RecvError {
 /// What one out-of-order piece costs beyond its bytes (its map entry, its
 /// allocation's header), counted against the window so that a peer sending
 /// tiny pieces with gaps between them cannot make reassembly cost many
-/// times the window.
-pub const PIECE_OVERHEAD: u64 = 64;
+/// times the window. A piece is a B-tree entry (key and a 32-byte
+/// double-ended buffer, in leaves that ascending inserts leave about half
+/// full) plus its allocation: about 80 bytes measured.
+pub const PIECE_OVERHEAD: u64 = 96;
 
 /// Out-of-order pieces may cost ([`PIECE_OVERHEAD`] each) this much beyond
 /// the window before the peer breaks the protocol: 1024 pieces. A sender
 /// of whole segments (16 KiB) needs one piece per gap, so 1024 gaps.
-pub const PIECE_OVERHEAD_SLACK: u64 = 64 * 1024;
+pub const PIECE_OVERHEAD_SLACK: u64 = 1024 * PIECE_OVERHEAD;
 
 /// What either side may send on a new connection before the peer's first
 /// WINDOW frame: a protocol constant, so the two ends never disagree about
@@ -695,6 +697,14 @@ pub const INITIAL_MAX_DATA: u64 = 64 * 1024;
 /// window and 3.21 s with 1/8 (6.88 and 4.59 s at 512 KiB). WINDOW frames
 /// are a few bytes, and go out at most once per acknowledgement.
 pub const WINDOW_UPDATE_DIVISOR: u64 = 8;
+
+/// Put `bytes` in front of `piece` (amortised O(`bytes.len()`)).
+fn prepend(piece: &mut VecDeque<u8>, bytes: &[u8]) {
+    piece.reserve(bytes.len());
+    for &b in bytes.iter().rev() {
+        piece.push_front(b);
+    }
+}
 
 impl RecvStream {
     pub fn new(limits: WindowLimits) -> Self {
@@ -790,15 +800,19 @@ impl RecvStream {
     }
 
     /// Hold `piece` at `start` (a gap between held pieces, or above them):
-    /// appended to the piece that ends at `start` and joined with the one
-    /// that begins where it ends, so contiguous arrivals above a gap share
-    /// one allocation. Refused when the pieces would cost more than the
-    /// window allows ([`PIECE_OVERHEAD`]).
+    /// joined with the piece that ends at `start` and the one that begins
+    /// where it ends, so contiguous arrivals above a gap share one
+    /// allocation. Pieces are double-ended and two are joined by moving the
+    /// smaller into the larger, so each byte is moved O(log n) times
+    /// whatever the arrival order: a peer sending one-byte pieces in reverse
+    /// order cannot make reassembly copy the window once per byte. Refused
+    /// when the pieces would cost more than the window allows
+    /// ([`PIECE_OVERHEAD`]).
     fn store_piece(&mut self, start: u64, piece: &[u8]) -> Result<(), RecvError> {
         let end = start + piece.len() as u64;
-        let joins_prev = self.ooo.range(..start).next_back().is_some_and(|(&o, v)| o + v.len() as u64 == start);
+        let prev = self.ooo.range(..start).next_back().filter(|(&o, v)| o + v.len() as u64 == start).map(|(&o, _)| o);
         let joins_next = self.ooo.contains_key(&end);
-        if !joins_prev && !joins_next {
+        if prev.is_none() && !joins_next {
             let pieces = self.ooo.len() + 1;
             let cost = self.ooo_bytes + piece.len() as u64 + pieces as u64 * PIECE_OVERHEAD;
             let allowed = self.advertised.saturating_sub(self.read_off) + PIECE_OVERHEAD_SLACK;
@@ -808,19 +822,32 @@ impl RecvStream {
         }
         self.ooo_bytes += piece.len() as u64;
         let next = if joins_next { self.ooo.remove(&end) } else { None };
-        if joins_prev {
-            let (_, prev) = self.ooo.range_mut(..start).next_back().expect("checked above");
-            prev.extend_from_slice(piece);
-            if let Some(n) = next {
-                prev.extend_from_slice(&n);
+        let (at, mut held) = match prev {
+            Some(o) => {
+                let mut p = self.ooo.remove(&o).expect("found above");
+                p.extend(piece);
+                (o, p)
             }
-        } else {
-            let mut v = piece.to_vec();
-            if let Some(n) = next {
-                v.extend_from_slice(&n);
+            None => match next {
+                Some(mut n) => {
+                    prepend(&mut n, piece);
+                    self.ooo.insert(start, n);
+                    return Ok(());
+                }
+                None => (start, VecDeque::from(piece.to_vec())),
+            },
+        };
+        if let Some(mut n) = next {
+            if held.len() >= n.len() {
+                held.extend(n);
+            } else {
+                let (a, b) = held.as_slices();
+                prepend(&mut n, b);
+                prepend(&mut n, a);
+                held = n;
             }
-            self.ooo.insert(start, v);
         }
+        self.ooo.insert(at, held);
         Ok(())
     }
 
