@@ -791,7 +791,9 @@ impl RecvStream {
                 Some(entry) if *entry.key() == end => {
                     let v = entry.remove();
                     self.ooo_bytes -= v.len() as u64;
-                    self.ready.extend(v);
+                    let (a, b) = v.as_slices();
+                    self.ready.extend(a);
+                    self.ready.extend(b);
                 }
                 _ => break,
             }
