@@ -101,9 +101,10 @@ struct Opts {
     /// Most passenger connections at once per listener [default: 4096].
     #[arg(long)]
     max_conns: Option<usize>,
-    /// Most connections of one passenger (one LAN address) at once, so one
-    /// passenger cannot take every slot; beyond it a connection is refused
-    /// (a TCP reset; counted in polycorn_conns_refused_total) [default: 1024].
+    /// Most connections of one passenger (see --ipv6-passenger-prefix) at
+    /// once, so one passenger cannot take every slot; beyond it a connection
+    /// is refused (a TCP reset; counted in polycorn_conns_refused_total, and
+    /// under kernel-mptcp-conn in polycorn_capture_dial_failed) [default: 1024].
     #[arg(long)]
     max_conns_per_passenger: Option<usize>,
     /// How many leading bits of an IPv6 source address name one passenger
@@ -774,6 +775,8 @@ async fn run() -> anyhow::Result<()> {
     s.opts.common.buffers(s.opts.mem_budget).apply(&mut cfg, DEFAULT_RELAY_BUDGET)?;
     cfg.path = s.transport.path_config(cfg.path);
     cfg.max_conns_per_user = s.opts.max_conns_per_passenger.unwrap_or(cfg.max_conns_per_user);
+    let per_passenger = cfg.max_conns_per_user;
+    let v6_prefix = s.opts.ipv6_passenger_prefix.unwrap_or(PASSENGER_V6_PREFIX);
     let ep = Endpoint::new(cfg, pipeline, Instant::now());
     let (session, mut events) = Session::new(ep);
     if let Some(t) = &s.trace {
@@ -813,7 +816,9 @@ async fn run() -> anyhow::Result<()> {
     let conn_dialer = (s.transport == Transport::KernelMptcpConn).then(|| {
         let proxy = s.paths[0].proxy;
         info!(%proxy, "kernel-mptcp-conn: one MPTCP connection per passenger connection");
-        ConnDialer::new(proxy, s.proxy_name.clone(), &s.tls, Arc::default()).with_congestion(s.congestion.clone())
+        ConnDialer::new(proxy, s.proxy_name.clone(), &s.tls, Arc::default())
+            .with_congestion(s.congestion.clone())
+            .with_passengers(v6_prefix, per_passenger)
     });
     let known_proxy = KnownProxy::default();
     let transports = PathTransports::default();
@@ -879,12 +884,7 @@ async fn run() -> anyhow::Result<()> {
 
     let (listeners, passengers) = open_listeners(&s, max_conns, &mut sources).await?;
     match &conn_dialer {
-        None => spawn_capture(
-            &mut tasks,
-            TunnelDialer(session.clone(), s.opts.ipv6_passenger_prefix.unwrap_or(PASSENGER_V6_PREFIX)),
-            listeners,
-            &stop_rx,
-        ),
+        None => spawn_capture(&mut tasks, TunnelDialer(session.clone(), v6_prefix), listeners, &stop_rx),
         Some(d) => spawn_capture(&mut tasks, MptcpConnDialer(d.clone()), listeners, &stop_rx),
     }
     let rules = install_rules(&s)?;
