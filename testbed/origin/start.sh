@@ -5,7 +5,10 @@
 #   :5201  iperf3 server
 #   :7     TCP echo server (echo.py), for interactive / messaging tests
 #   :53    dnsmasq (UDP and TCP): origin.test -> 10.99.0.10, for passengers'
-#          DNS carried through the tunnel
+#          DNS carried through the tunnel; and names of addresses no
+#          passenger may reach (loopback.test, metadata.test, private.test,
+#          proxy-host.test) for the passenger probe suite
+#          (testbed/harness/polycorn_harness/probes.py)
 # Pid files go to $PC_STATE/run/, logs to $PC_STATE/origin/logs/.
 # Restarts anything already running, then returns once all three listen.
 set -euo pipefail
@@ -43,7 +46,9 @@ disown
 
 # No upstream servers: it answers only for its own names, never forwards.
 in_cloud dnsmasq --keep-in-foreground --no-resolv --no-hosts --bind-interfaces --listen-address="$ORIGIN_ADDR" \
-    --port=53 --address=/origin.test/"$ORIGIN_ADDR" --pid-file="$run/dnsmasq.pid" --log-facility=- \
+    --port=53 --address=/origin.test/"$ORIGIN_ADDR" \
+    --address=/loopback.test/127.0.0.1 --address=/loopback.test/::1 --address=/metadata.test/169.254.169.254 \
+    --address=/private.test/10.0.0.1 --address=/proxy-host.test/"$INET_GW_ADDR" --pid-file="$run/dnsmasq.pid" --log-facility=- \
     </dev/null >>"$origin/logs/dnsmasq.log" 2>&1 &
 disown
 

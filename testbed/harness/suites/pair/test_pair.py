@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from polycorn_harness import ROOT, metrics
+from polycorn_harness import ROOT, metrics, probes
 from polycorn_harness.pair import (
     LAN_ADDR,
     ORIGIN,
@@ -273,36 +273,24 @@ def test_a_relay_with_another_trains_certificate_is_refused(pair: Pair) -> None:
     assert (code, body) == (503, "no path up")
 
 
-def test_the_proxy_refuses_destinations_its_policy_denies(pair: Pair) -> None:
-    """The proxy is no open relay: asked through SOCKS5 for its own host in any
-    spelling (loopback, IPv4-mapped, NAT64, unspecified) or for a private network
-    other than the origins' (pair.sh's --allow), it refuses each and says so."""
+def test_a_passenger_reaches_nothing_but_the_relay(pair: Pair) -> None:
+    """The passenger probe suite (polycorn_harness.probes): from the passenger's
+    namespace, the train's own services (LAN and carrier addresses), the proxy
+    host's own addresses, every loopback, unspecified, mapped, compatible, 6to4
+    and NAT64 form, metadata and cluster-private addresses, directly and
+    through SOCKS5 (addresses and names), each set up to answer if reached:
+    every one is refused. One line per probe in the output; the proxy logs its
+    refusals by policy."""
     seen = len(pair.log_lines("proxy"))
-    dsts = ["127.0.0.1:9464", "[::ffff:127.0.0.1]:9464", "[64:ff9b::7f00:1]:9464", "[::]:9464"]
-    dsts.append("10.0.0.1:80")
-    for dst in dsts:
-        r = pair.exec(
-            "pax",
-            [
-                "curl",
-                "-fsS",
-                "--max-time",
-                "5",
-                "-o",
-                "/dev/null",
-                "--socks5",
-                RELAY_SOCKS,
-                f"http://{dst}/metrics",
-            ],
-            check=False,
-        )
-        assert r.returncode != 0, f"{dst} answered"
-
-    def logged() -> bool:
-        new = pair.log_lines("proxy")[seen:]
-        return sum("destination refused by policy" in line for line in new) == len(dsts)
-
-    wait_until(f"{len(dsts)} refusals by policy in the proxy's log", logged, 5)
+    with probes.targets(pair) as proxy_host:
+        results = probes.run(pair, probes.catalogue(pair.carriers, proxy_host))
+    print(f"\n{len(results)} passenger probes:")
+    for r in results:
+        print(r.line())
+    answered = [r.line() for r in results if r.answered]
+    assert not answered, "reached by a passenger:\n" + "\n".join(answered)
+    refused = [line for line in pair.log_lines("proxy")[seen:] if "refused by policy" in line]
+    assert refused, "the proxy logged no refusal by policy"
 
 
 def test_both_ends_export_prometheus_metrics(pair: Pair) -> None:
