@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from polycorn_harness import ROOT
-from polycorn_harness.pair import LAN_ADDR, ORIGIN_ADDR, RELAY_SOCKS, Pair
+from polycorn_harness.pair import LAN_ADDR, RELAY_SOCKS, Pair
 
 PROBE = ROOT / "testbed" / "netns" / "passenger_probe.py"
 #: The port of every stand-in service on the proxy's host.
@@ -157,15 +157,14 @@ def run(pair: Pair, probes: list[Probe]) -> list[Result]:
 
 def proxy_host_addresses(pair: Pair) -> list[str]:
     """The proxy host's own global addresses (loopback and link-local aside,
-    probed on their own), without the origin's and those :func:`targets`
-    adds."""
+    probed on their own), without those :func:`targets` adds."""
     out = pair.exec("cloud", ["ip", "-j", "addr", "show"]).stdout
     added = {*METADATA, *PRIVATE}
     addrs: list[str] = []
     for link in json.loads(out):
         for a in link.get("addr_info", []):
             local = a["local"]
-            if a.get("scope") == "global" and local != ORIGIN_ADDR and local not in added:
+            if a.get("scope") == "global" and local not in added:
                 addrs.append(local)
     return sorted(set(addrs))
 
