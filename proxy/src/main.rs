@@ -80,6 +80,8 @@ struct Opts {
     /// the destination decides, and an allow entry wins a tie with a deny
     /// entry of the same prefix length, so `--allow 0.0.0.0/0` re-opens
     /// nothing. Only some networks: `--deny 0.0.0.0/0,::/0 --allow NETS`.
+    /// Neither list can open the proxy's own host: its interface addresses
+    /// (read again every 5 s), loopback and unspecified are always refused.
     #[arg(long, value_delimiter = ',')]
     allow: Option<Vec<IpNet>>,
     /// Upstream connect timeout in seconds [default: 10].
