@@ -82,9 +82,18 @@ struct Opts {
     /// entry of the same prefix length, so `--allow 0.0.0.0/0` re-opens
     /// nothing. Only some networks: `--deny 0.0.0.0/0,::/0 --allow NETS`.
     /// Neither list can open the proxy's own host: its interface addresses
-    /// (read again every 5 s), loopback and unspecified are always refused.
+    /// (read again every 5 s), loopback and unspecified are always refused
+    /// (but see --allow-own-address).
     #[arg(long, value_delimiter = ',')]
     allow: Option<Vec<IpNet>>,
+    /// Addresses of this host that passengers may reach nonetheless,
+    /// comma-separated addresses (not networks), which --deny and --allow
+    /// must still admit: only for a testbed whose origin servers share the
+    /// proxy's network namespace or listen on loopback (never in
+    /// production: every service of the host bound to all interfaces, or
+    /// to that loopback address, answers there).
+    #[arg(long, value_delimiter = ',')]
+    allow_own_address: Option<Vec<std::net::IpAddr>>,
     /// Most subflows in their TLS or QUIC handshake and HELLO at once from
     /// one source (an IPv4 address, an IPv6 /64); beyond it a new connection
     /// is closed at once. 0: no per-source limit, for a proxy that sees
@@ -210,7 +219,7 @@ const PROXY_HELP: &[(&str, &str)] = &[
 fn settings() -> anyhow::Result<(Settings, bool)> {
     let (mut o, mut f) = options::read::<Opts>("PROXY", PROXY_HELP, |o| o.common.config.as_deref())?;
     o.common.merge(&mut f.common);
-    merge_options!(o, f; listen, crl, max_conns, metrics_listen, deny, allow, handshakes_per_source, connect_timeout_s, mem_budget,
+    merge_options!(o, f; listen, crl, max_conns, metrics_listen, deny, allow, allow_own_address, handshakes_per_source, connect_timeout_s, mem_budget,
         kafka_brokers, kafka_topic, kafka_dlq_topic, failure_table_topic, kafka_security_protocol, kafka_sasl_mechanism,
         kafka_sasl_username, kafka_sasl_password_file, kafka_ssl_ca, kafka_ssl_cert, kafka_ssl_key);
     let CommonSettings {
@@ -244,7 +253,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let (tls, crl) =
         polycorn_pki::server_config_with_crl(&ca, &cert, &key, std::slice::from_ref(&train_id), o.crl.as_deref())
             .context("loading the proxy's TLS material")?;
-    let policy = policy::Policy::new(o.deny, o.allow);
+    let policy = policy::Policy::new(o.deny, o.allow).open_own_addresses(o.allow_own_address.unwrap_or_default());
     let mut endpoint = EndpointConfig::new(Role::Proxy);
     o.common.buffers(o.mem_budget).apply(&mut endpoint, DEFAULT_PROXY_BUDGET)?;
     endpoint.path = transport.path_config(endpoint.path);
@@ -846,6 +855,9 @@ async fn run() -> anyhow::Result<()> {
         } else {
             info!(crl = %c.path().display(), crls = st.crls, "revoked train certificates are refused (CRL)");
         }
+    }
+    if !s.policy.opened_own_addresses().is_empty() {
+        warn!(addresses = ?s.policy.opened_own_addresses(), "--allow-own-address: passengers may reach these addresses of this host");
     }
     info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler.name, transport = ?s.transport, subflow_cc = %s.congestion, "proxy started");
     let metrics_addr = s.metrics_listen;

@@ -23,7 +23,11 @@
 //! unspecified addresses, in every form above. An `--allow` entry that
 //! re-opens an origin network the host also sits on (the host's own
 //! `10.99.0.1` inside an allowed `10.99.0.0/24`) must not open the host's
-//! own services bound to all interfaces. The interface addresses are read
+//! own services bound to all interfaces. Only `--allow-own-address` names
+//! addresses of the host passengers may reach nonetheless, one by one: for
+//! a testbed whose origin servers share the proxy's network namespace or
+//! listen on a loopback address. The
+//! interface addresses are read
 //! at start and again when a check finds them older than [`OWN_REFRESH`],
 //! so an address added later is refused within that time.
 
@@ -70,6 +74,8 @@ pub struct Policy {
     deny: Vec<IpNet>,
     allow: Vec<IpNet>,
     own: Arc<OwnAddrs>,
+    /// `--allow-own-address`.
+    own_open: HashSet<IpAddr>,
 }
 
 /// The host's own addresses, read by `read` and cached for [`OWN_REFRESH`].
@@ -114,6 +120,14 @@ impl Policy {
         Self::with_own_addrs(deny, allow, host_addrs)
     }
 
+    /// Addresses of this host passengers may reach although they are the
+    /// host's own (an interface or loopback address named exactly; the
+    /// lists still apply to them).
+    pub fn open_own_addresses(mut self, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        self.own_open.extend(addrs);
+        self
+    }
+
     /// The policy with `read` listing the host's own addresses.
     fn with_own_addrs(
         deny: Option<Vec<IpNet>>,
@@ -124,21 +138,28 @@ impl Policy {
             deny.unwrap_or_else(|| DEFAULT_DENY.iter().map(|s| s.parse().expect("valid default CIDR")).collect());
         let own = Arc::new(OwnAddrs { read, cache: Mutex::new(None) });
         own.get(Instant::now()); // read at start: a failure is logged now
-        Self { deny, allow: allow.unwrap_or_default(), own }
+        Self { deny, allow: allow.unwrap_or_default(), own, own_open: HashSet::new() }
+    }
+
+    /// The addresses `open_own_addresses` opened.
+    pub fn opened_own_addresses(&self) -> Vec<IpAddr> {
+        self.own_open.iter().copied().collect()
     }
 
     /// Whether the proxy may connect to `dst`.
     pub fn allows(&self, dst: SocketAddr) -> bool {
         let ip = dst.ip();
         let v4s = embedded_v4(ip);
-        if is_host(ip) || v4s.iter().any(|v4| is_host(IpAddr::V4(*v4))) {
+        let host = |a: IpAddr| is_host(a) && !self.own_open.contains(&a);
+        if host(ip) || v4s.iter().any(|v4| host(IpAddr::V4(*v4))) {
             return false;
         }
         if !(self.admits(ip) && v4s.iter().all(|v4| self.admits(IpAddr::V4(*v4)))) {
             return false;
         }
         let own = self.own.get(Instant::now());
-        !(own.contains(&ip) || v4s.iter().any(|v4| own.contains(&IpAddr::V4(*v4))))
+        let is_own = |a: IpAddr| own.contains(&a) && !self.own_open.contains(&a);
+        !(is_own(ip) || v4s.iter().any(|v4| is_own(IpAddr::V4(*v4))))
     }
 
     /// The most specific entry containing `ip` decides; allow wins a tie.
@@ -382,6 +403,20 @@ mod tests {
         for a in ["10.99.0.1", "10.99.0.255", "::ffff:10.99.0.1", "64:ff9b::a63:1", "2002:a63:1::1", "fd00::1"] {
             assert!(!verdict(&p, a), "{a} is the proxy's own host");
         }
+        // Only an address named by --allow-own-address is opened.
+        let testbed = Policy::with_own_addrs(None, Some(nets(&["10.99.0.0/24"])), testbed_host)
+            .open_own_addresses(["10.99.0.255".parse().unwrap()]);
+        assert!(verdict(&testbed, "10.99.0.255"));
+        assert!(verdict(&testbed, "::ffff:10.99.0.255"));
+        assert!(!verdict(&testbed, "10.99.0.1"));
+        // A loopback origin needs both the exact address and an allow entry.
+        let lo = Policy::with_own_addrs(None, Some(nets(&["127.0.0.2/32"])), testbed_host)
+            .open_own_addresses(["127.0.0.2".parse().unwrap()]);
+        assert!(verdict(&lo, "127.0.0.2"));
+        assert!(!verdict(&lo, "127.0.0.1"));
+        let no_allow =
+            Policy::with_own_addrs(None, None, testbed_host).open_own_addresses(["127.0.0.2".parse().unwrap()]);
+        assert!(!verdict(&no_allow, "127.0.0.2"), "the deny list still applies");
         // Even with no deny list at all.
         let open = Policy::with_own_addrs(Some(Vec::new()), None, testbed_host);
         assert!(verdict(&open, "10.99.0.10"));

@@ -15,7 +15,10 @@ RELAY_SOCKS=10.66.0.1:1080
 # The testbed's "Internet", where the origin servers listen (inet0 in
 # NS_CLOUD, testbed/netns/up.sh): a private network, which the proxy's
 # default destination policy refuses. start_proxy re-opens it, and only it,
-# with --allow (the rest of 10.0.0.0/8, loopback, ... stay refused).
+# with --allow (the rest of 10.0.0.0/8, loopback, ... stay refused). The
+# origins' address is one of NS_CLOUD's own, which the proxy refuses
+# whatever --allow says: --allow-own-address opens that one address, so
+# 10.99.0.1 (the namespace's other address) stays refused.
 ORIGIN_NET=10.99.0.0/24
 
 # Development certificates: the served train, and a second train the proxy
@@ -30,7 +33,7 @@ start_proxy() {
     mkdir -p "$PC_STATE/run" "$PC_STATE/logs"
     ip netns exec "$NS_CLOUD" "$BIN/polycorn-proxy" --train-id "$TRAIN_ID" --listen "0.0.0.0:$PROXY_PORT" \
         --ca "$PKI_DIR/ca.crt" --cert "$PKI_DIR/proxy.crt" --key "$PKI_DIR/proxy.key" \
-        --metrics-listen "$PROXY_METRICS" --allow "$ORIGIN_NET" "$@" >>"$PC_STATE/logs/proxy.log" 2>&1 &
+        --metrics-listen "$PROXY_METRICS" --allow "$ORIGIN_NET" --allow-own-address "$ORIGIN_ADDR" "$@" >>"$PC_STATE/logs/proxy.log" 2>&1 &
     echo $! >"$PC_STATE/run/proxy.pid"
 }
 
