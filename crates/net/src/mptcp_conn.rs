@@ -680,9 +680,15 @@ impl Drop for Active {
     }
 }
 
+/// Failed TLS handshakes (anyone on the Internet can cause one) and
+/// destinations refused by policy (a passenger's scanner causes one per
+/// address it tries): each counted, logged at warn once a minute at most.
+static PREAUTH_LOG: crate::lograte::Every = crate::lograte::Every::new(Duration::from_secs(60));
+static POLICY_LOG: crate::lograte::Every = crate::lograte::Every::new(Duration::from_secs(60));
+
 /// One connection: TLS, header, policy, upstream, copy. Every refusal is
-/// counted and logged and ends in a reset; nothing here panics on what a
-/// relay sends.
+/// counted and logged (the two kinds above at most once a minute) and ends
+/// in a reset; nothing here panics on what a relay sends.
 async fn handle(tcp: TcpStream, peer: SocketAddr, acceptor: tokio_rustls::TlsAcceptor, o: ServeOpts) {
     let st = &o.stats;
     tune(&tcp);
@@ -690,12 +696,22 @@ async fn handle(tcp: TcpStream, peer: SocketAddr, acceptor: tokio_rustls::TlsAcc
         Ok(Ok(t)) => t,
         Ok(Err(e)) => {
             st.refused_tls.fetch_add(1, Relaxed);
-            warn!(%peer, error = %e, "kernel-mptcp-conn: TLS handshake failed");
+            match PREAUTH_LOG.check(std::time::Instant::now()) {
+                Some(left_out) => {
+                    warn!(%peer, error = %e, left_out, "kernel-mptcp-conn: TLS handshake failed (logged once a minute at most; left_out: since the last line)")
+                }
+                None => debug!(%peer, error = %e, "kernel-mptcp-conn: TLS handshake failed"),
+            }
             return;
         }
         Err(_) => {
             st.refused_tls.fetch_add(1, Relaxed);
-            warn!(%peer, "kernel-mptcp-conn: TLS handshake timed out");
+            match PREAUTH_LOG.check(std::time::Instant::now()) {
+                Some(left_out) => {
+                    warn!(%peer, left_out, "kernel-mptcp-conn: TLS handshake timed out (logged once a minute at most; left_out: since the last line)")
+                }
+                None => debug!(%peer, "kernel-mptcp-conn: TLS handshake timed out"),
+            }
             return;
         }
     };
@@ -724,7 +740,12 @@ async fn handle(tcp: TcpStream, peer: SocketAddr, acceptor: tokio_rustls::TlsAcc
     let (user, dst) = (header.user.ip(), header.dst);
     if !(o.allowed)(dst) {
         st.refused_policy.fetch_add(1, Relaxed);
-        warn!(%peer, %user, %dst, "destination refused by policy");
+        match POLICY_LOG.check(std::time::Instant::now()) {
+            Some(left_out) => {
+                warn!(%peer, %user, %dst, left_out, "destination refused by policy (logged once a minute at most; left_out: since the last line)")
+            }
+            None => debug!(%peer, %user, %dst, "destination refused by policy"),
+        }
         reset_on_close(tls.get_ref().0);
         return;
     }
