@@ -366,10 +366,12 @@ impl SendStream {
             payload.extend_from_slice(&b[..n - a.len()]);
         }
         self.unsent.drain(..n);
-        if self.unsent.is_empty() && self.unsent.capacity() as u64 > self.limits.min_unsent {
-            // A burst is out: keep no more capacity than the floor, which
-            // every connection may hold (the budget counts capacity).
-            self.unsent.shrink_to(self.limits.min_unsent as usize);
+        let keep = (self.limits.min_unsent / 2) as usize;
+        if self.unsent.is_empty() && self.unsent.capacity() > keep {
+            // A burst is out: keep no more capacity than half the floor, so
+            // the floor (counted as capacity plus the segments the bytes are
+            // copied into) always has room for a write, whatever the budget.
+            self.unsent.shrink_to(keep);
         }
         self.held += u64::from(pkt.len);
         self.segs.insert(
@@ -1547,7 +1549,10 @@ mod tests {
         }
         assert_eq!(s.unsent(), 0);
         let held = (100_000 + room) as u64;
-        assert_eq!(s.memory(), held + 64 * 1024, "segments held, the buffer back to the floor");
+        assert_eq!(s.memory(), held + 32 * 1024, "segments held, the buffer back to half the floor");
+        // With every segment acknowledged, the floor alone has room for a write.
+        s.on_ack(held, false, &[]).unwrap();
+        assert!(s.room_within(64 * 1024) >= 16 * 1024, "room {}", s.room_within(64 * 1024));
     }
 
     /// The receive side's ready buffer never grows past the window granted
