@@ -131,6 +131,18 @@ def git(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
 
 
+def record(path: Path, measured: dict[str, object], checks: list[tuple[str, bool]]) -> None:
+    """The measurements as JSON, with the commit and whether the tree was clean."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "git_commit": git("rev-parse", "HEAD").stdout.strip() or "unknown",
+        "git_dirty": git("diff", "--no-ext-diff", "--quiet", "HEAD", "--").returncode != 0,
+        **measured,
+        "checks": [{"what": what, "ok": ok} for what, ok in checks],
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
 def run(a: argparse.Namespace) -> int:
     before = rss_bytes(a.proxy_pid)
     m0 = scrape(a.cloud_ns, a.proxy_metrics)
@@ -161,7 +173,9 @@ def run(a: argparse.Namespace) -> int:
             print(f" of {budget / MIB:.0f} MiB, {conns:.0f} connections")
         running = [c.poll() is None for c in curls]
         last = received(a.pax_ns)
-        refused = scrape(a.cloud_ns, a.proxy_metrics).get("polycorn_conns_refused_total", 0.0) - refused0
+        refused = (
+            scrape(a.cloud_ns, a.proxy_metrics).get("polycorn_conns_refused_total", 0.0) - refused0
+        )
     finally:
         for c in curls:
             c.kill()
@@ -179,7 +193,18 @@ def run(a: argparse.Namespace) -> int:
 
     # Everything back: a new download completes.
     fresh = subprocess.run(
-        [*netns(a.pax_ns), "curl", "-fsS", "--max-time", "30", "-r", "0-1048575", "-o", "/dev/null", a.url],
+        [
+            *netns(a.pax_ns),
+            "curl",
+            "-fsS",
+            "--max-time",
+            "30",
+            "-r",
+            "0-1048575",
+            "-o",
+            "/dev/null",
+            a.url,
+        ],
         capture_output=True,
         check=False,
     )
@@ -213,13 +238,19 @@ def run(a: argparse.Namespace) -> int:
     ]
     if a.expect_refused:
         checks += [
-            (f"{refused:.0f} connections refused at the cap ({peak_conns:.0f} served at once)", refused > 0),
+            (
+                f"{refused:.0f} connections refused at the cap ({peak_conns:.0f} served at once)",
+                refused > 0,
+            ),
             (
                 f"{len(served)} of the {len(still)} passenger connections up at the end"
                 f" received at least what their reader took ({need / 1024:.0f} KiB)",
                 len(still) > 0 and len(served) == len(still),
             ),
-            (f"{ended} downloads refused ended (at most the {refused:.0f} refused)", ended <= refused),
+            (
+                f"{ended} downloads refused ended (at most the {refused:.0f} refused)",
+                ended <= refused,
+            ),
         ]
     else:
         checks += [
@@ -227,26 +258,25 @@ def run(a: argparse.Namespace) -> int:
             (f"{peak_conns:.0f} connections at once (all {n} at the proxy)", peak_conns >= n),
         ]
     if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        doc = {
-            "git_commit": git("rev-parse", "HEAD").stdout.strip() or "unknown",
-            "git_dirty": git("diff", "--no-ext-diff", "--quiet", "HEAD", "--").returncode != 0,
-            "downloads": n,
-            "rate": a.rate,
-            "seconds": a.seconds,
-            "mem_budget_bytes": budget,
-            "budget_peak_bytes": ever,
-            "budget_used_peak_sampled_bytes": peak_used,
-            "rss_before_bytes": before,
-            "rss_peak_bytes": peak_rss,
-            "rss_limit_bytes": limit,
-            "conns_peak": peak_conns,
-            "conns_refused": refused,
-            "downloads_running_at_end": len(still),
-            "passenger_conns_served_at_end": len(served),
-            "checks": [{"what": what, "ok": ok} for what, ok in checks],
-        }
-        a.json.write_text(json.dumps(doc, indent=2) + "\n")
+        record(
+            a.json,
+            {
+                "downloads": n,
+                "rate": a.rate,
+                "seconds": a.seconds,
+                "mem_budget_bytes": budget,
+                "budget_peak_bytes": ever,
+                "budget_used_peak_sampled_bytes": peak_used,
+                "rss_before_bytes": before,
+                "rss_peak_bytes": peak_rss,
+                "rss_limit_bytes": limit,
+                "conns_peak": peak_conns,
+                "conns_refused": refused,
+                "passenger_conns_up_at_end": len(still),
+                "passenger_conns_served_at_end": len(served),
+            },
+            checks,
+        )
     for what, ok in checks:
         print(f"  {'ok' if ok else 'FAILED'}: {what}")
     return 0 if all(ok for _, ok in checks) else 1

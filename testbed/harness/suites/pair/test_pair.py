@@ -207,7 +207,9 @@ def test_the_proxy_at_its_connection_cap_refuses_new_connections_and_stays_under
         pair.start_proxy("--mem-budget", str(CAP_BUDGET))
         pair.start_main_relay()
         pair.wait_paths_up(timeout_s=40)
-        _slow_readers(pair, "--rss-limit-mib", str(CAP_POD_MIB), "--expect-refused")
+        record = os.environ.get("PROXY_MEMORY_JSON")  # make bench-proxy-memory
+        extra = ("--json", record) if record else ()
+        _slow_readers(pair, "--rss-limit-mib", str(CAP_POD_MIB), "--expect-refused", *extra)
     finally:
         pair.stop("relay")
         pair.stop("proxy")
