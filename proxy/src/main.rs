@@ -88,9 +88,9 @@ struct Opts {
     /// Memory shared by every passenger connection, bytes: its send buffer
     /// and receive window (buffer capacity, not only bytes held), its
     /// floors and a fixed overhead for its sockets, task and copy buffers
-    /// (160 KiB). Windows grow freely below half of it, only to a fair
-    /// share below three quarters, and shrink back above; send buffers grow
-    /// past their floors only below three quarters. The budget is hard: a
+    /// (160 KiB). Windows and send buffers grow past their floors only
+    /// below half of it (the other half is kept for new connections'
+    /// reservations); windows shrink back above three quarters. The budget is hard: a
     /// new connection reserves its overhead and floors (352 KiB with the
     /// default buffers), and one that does not fit is refused with a RESET
     /// (code 5, overloaded; counted in polycorn_conns_refused_total), so at

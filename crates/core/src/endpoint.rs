@@ -957,7 +957,9 @@ impl Endpoint {
             Pressure::Moderate => want.min(cur.max(levels.pressure / n.max(1))),
             Pressure::Pressure | Pressure::High => cur,
         };
-        let got = if target > cur { budget.charge_up_to(target - cur, levels.pressure) } else { 0 };
+        // A hard budget keeps its upper half for reservations ([`Self::grant_limit`]).
+        let limit = if self.cfg.hard_budget { levels.low } else { levels.pressure };
+        let got = if target > cur { budget.charge_up_to(target - cur, limit) } else { 0 };
         if got < want - cur {
             budget.note_denied();
         }
@@ -1051,13 +1053,14 @@ impl Endpoint {
     }
 
     /// How far send buffers grow beyond their floors: a soft budget's
-    /// `high`; a hard one's `pressure`, so the last quarter stays for new
-    /// connections' reservations (a few bulk transfers cannot lock every
-    /// new connection out) and for memory counted as it arrives.
+    /// `high`; a hard one's `low`, so the other half stays for new
+    /// connections' reservations (transfers that opened first cannot lock
+    /// the connections after them out) and for memory counted as it
+    /// arrives.
     fn grant_limit(&self) -> u64 {
         let levels = self.cfg.budget.levels();
         if self.cfg.hard_budget {
-            levels.pressure
+            levels.low
         } else {
             levels.high
         }
