@@ -104,10 +104,18 @@ struct Opts {
     /// Upstream connect timeout in seconds [default: 10].
     #[arg(long)]
     connect_timeout_s: Option<f64>,
-    /// Memory shared by every passenger connection's send buffer and
-    /// receive window, bytes: windows grow freely below half of it, only to
-    /// a fair share below three quarters, and shrink back above; at the
-    /// budget no connection gets more than its floor [default: 268435456 (256 MiB)].
+    /// Memory shared by every passenger connection, bytes: its send buffer
+    /// and receive window (buffer capacity, not only bytes held), its
+    /// floors and a fixed overhead for its sockets, task and copy buffers
+    /// (160 KiB). Windows and send buffers grow past their floors only
+    /// below half of it (the other half is kept for new connections'
+    /// reservations); windows shrink back above three quarters. The budget is hard: a
+    /// new connection reserves its overhead and floors (352 KiB with the
+    /// default buffers), and one that does not fit is refused with a RESET
+    /// (code 5, overloaded; counted in polycorn_conns_refused_total), so at
+    /// most about budget / 352 KiB connections are served at once, whatever
+    /// --max-conns says. Size the pod's memory limit at the budget plus the
+    /// process's own (docs/operations.md) [default: 268435456 (256 MiB)].
     #[arg(long)]
     mem_budget: Option<u64>,
     /// Follow the trainer's compacted Kafka topic of failure-location
@@ -256,6 +264,12 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let policy = policy::Policy::new(o.deny, o.allow).open_own_addresses(o.allow_own_address.unwrap_or_default());
     let mut endpoint = EndpointConfig::new(Role::Proxy);
     o.common.buffers(o.mem_budget).apply(&mut endpoint, DEFAULT_PROXY_BUDGET)?;
+    endpoint.hard_budget = true;
+    endpoint.conn_overhead_bytes = CONN_OVERHEAD_BYTES;
+    let reservation = CONN_OVERHEAD_BYTES + endpoint.conn_window_min_bytes + endpoint.conn_unsent_min_bytes;
+    if endpoint.budget.levels().high < reservation {
+        bail!("--mem-budget must hold at least one connection's reservation ({reservation} bytes)");
+    }
     endpoint.path = transport.path_config(endpoint.path);
     let timeout = o.connect_timeout_s.unwrap_or(10.0);
     if !(timeout > 0.0 && timeout < 3600.0) {
@@ -823,10 +837,21 @@ fn stream_reset(stream: polycorn_net::ConnStream, code: u32) {
     stream.reset(code);
 }
 
+/// Each direction's copy buffer between a passenger's stream and its
+/// upstream socket.
+const COPY_BUFFER_BYTES: usize = 64 * 1024;
+
+/// What a passenger connection holds outside the endpoint's buffers, charged
+/// to the memory budget for its life: both copy buffers, and an allowance
+/// for the upstream socket, the task and the connection's state in the
+/// endpoint and session (a few KiB measured; the rest is headroom for
+/// allocator rounding).
+const CONN_OVERHEAD_BYTES: u64 = 2 * COPY_BUFFER_BYTES as u64 + 32 * 1024;
+
 /// Copy both ways until both directions finished, telling the endpoint
 /// where the server's bursts end (`polycorn_net::relay`).
 async fn relay(mut a: polycorn_net::ConnStream, mut b: TcpStream) {
-    if let Err(e) = polycorn_net::relay::relay_bursts(&mut a, &mut b, 64 * 1024).await {
+    if let Err(e) = polycorn_net::relay::relay_bursts(&mut a, &mut b, COPY_BUFFER_BYTES).await {
         tracing::debug!(conn = %a.id(), error = %e, "connection ended with an error");
     }
 }
