@@ -14,12 +14,13 @@ Per cell (:func:`fit_cell`):
   ``min_failures`` failures and a failure share of at least
   ``min_failure_rate`` (:class:`Params`); otherwise the cell gets no entry
   and the proxies never throttle for it. With ``min_trains`` ≥ 2 (the
-  default) the entry must also rest on several trains (:func:`table_entry`):
-  failures from at least ``min_trains`` distinct trains, the thresholds
-  met with any one train's handovers left out, and the position the latest
-  of those computed without each train, so that one train (faulty or
-  compromised) can neither put a cell into the fleet's table nor move an
-  entry earlier.
+  default) the entry must also rest on several trains (:func:`qualifies`,
+  :func:`table_location`): failures from at least ``min_trains`` distinct
+  trains, no train's failures counted above the runner-up's, and the
+  position the latest of those computed without each failing train, so
+  that one train (faulty or compromised) cannot put a cell into the fleet's
+  table on its own, is at most half of any cell's evidence, and cannot
+  move an entry earlier than the other trains' failures put it.
 - **Earliest handover position** (EHP, §2.3) and the failure rate.
 - **Linear SVMs** (scikit-learn ``LinearSVC``: L2 penalty, squared hinge = L2
   loss, balanced class weights for the rare failures) on the location, on
@@ -88,9 +89,9 @@ class Params:
     min_failures: int = 3
     min_failure_rate: float = 0.2
     # A cell enters the table only on failures from at least this many
-    # distinct trains, and only when the thresholds hold with any one train
-    # left out (table_entry); 1: one train's word is enough (a line served
-    # by a single train, or a single-train testbed).
+    # distinct trains, with no train counted above the runner-up
+    # (qualifies); 1: one train's word is enough (a line served by a
+    # single train, or a single-train testbed).
     min_trains: int = 2
     # A cell needs this many handovers (with both outcomes) for its SVMs.
     min_handovers: int = 8
@@ -323,22 +324,28 @@ def _svm(x: F64, y: B, p: Params) -> tuple[LinearSVC, F64, F64] | None:
 def qualifies(f: F64, n: F64, p: Params) -> B:
     """Whether the evidence of each row qualifies a cell for the table: ``f``
     and ``n`` are the failures and handovers per train (rows × trains; a
-    row is one training set). The thresholds (``min_failures``,
-    ``min_failure_rate``) must hold on the row's total and, with
-    ``min_trains`` ≥ 2, failures must come from that many distinct trains
-    and the thresholds must still hold with any one train's handovers left
-    out: no entry then rests on a single train's reports."""
+    row is one training set), and the thresholds (``min_failures``,
+    ``min_failure_rate``) apply to the row's total. With ``min_trains`` ≥ 2,
+    failures must come from that many distinct trains, and no train counts
+    for more than the runner-up: each train's failures are capped at the
+    count of the train with the second most failures in the row, and its
+    handovers scaled by the same factor (a capped train's failure share
+    stays its own, so flooding failures cannot dilute a cell out either).
+    One train's reports are then at most half of the evidence counted: it
+    can add a cell only where the other trains' failures already reach half
+    the threshold, and a single train's failures count for nothing."""
+    failing_trains = (f > 0).sum(axis=1)
+    if p.min_trains > 1:
+        second = np.sort(f, axis=1)[:, -2] if f.shape[1] > 1 else np.zeros(len(f))
+        capped = np.minimum(f, second[:, None])
+        n = n * np.divide(capped, f, out=np.ones_like(f), where=f > 0)
+        f = capped
     tf = f.sum(axis=1)
     tn = n.sum(axis=1)
-    ok: B = (tf > 0) & (tf >= p.min_failures) & (tf / np.maximum(tn, 1) >= p.min_failure_rate)
-    if p.min_trains <= 1:
-        return ok
-    ok &= (f > 0).sum(axis=1) >= p.min_trains
-    rf = tf[:, None] - f
-    rn = tn[:, None] - n
-    without: B = (rf > 0) & (rf >= p.min_failures) & (rf / np.maximum(rn, 1) >= p.min_failure_rate)
-    # A train with no handovers in the row leaves nothing out.
-    ok &= np.where(n > 0, without, True).all(axis=1)
+    share = np.divide(tf, tn, out=np.zeros_like(tf), where=tn > 0)
+    ok: B = (tf > 0) & (tf >= p.min_failures) & (share >= p.min_failure_rate)
+    if p.min_trains > 1:
+        ok &= failing_trains >= p.min_trains
     return ok
 
 
@@ -354,8 +361,9 @@ def table_location(x: F64, y: B, train_idx: I64, p: Params) -> float:
     with ``min_trains`` ≥ 2 the latest of the locations computed without
     each train that failed there, so that no train's reports can move the
     entry (and the throttle before it) earlier than the other trains'
-    failures put it. The cell must qualify (:func:`qualifies`), which
-    leaves failures whichever train is left out."""
+    failures put it. The cell must qualify (:func:`qualifies`): then at
+    least two trains failed there, and failures remain whichever is left
+    out."""
     if p.min_trains <= 1:
         return p.location(x[y])
     return max(p.location(x[y & (train_idx != t)]) for t in np.unique(train_idx[y]))

@@ -285,27 +285,59 @@ def test_one_trains_failures_alone_put_no_cell_in_the_table() -> None:
     assert fit_cell(c, Params(min_trains=1)).predicted_failure_track_m is not None
 
 
-def test_an_entry_must_stand_without_any_one_train() -> None:
-    # Failures from two trains, 4 in all, but 3 of them train 1's: without it, 1 < 3.
+def test_no_train_counts_for_more_than_the_runner_up() -> None:
+    # Failures from two trains, 4 in all, but 3 of them train 1's: counted as
+    # many as train 2's one, 2 < 3.
     tracks = [1000.0, 1010, 1020, 1030, 1040, 1050]
     failed = [True, True, True, True, False, False]
     trips = [1, 2, 3, 4, 5, 6]
     lopsided = cell(tracks, failed, trips, train=[1, 1, 1, 2, 2, 2])
     assert fit_cell(lopsided, Params()).predicted_failure_track_m is None
-    # Three failures from each of two trains: either alone meets the thresholds.
+    assert fit_cell(lopsided, Params(min_trains=1)).predicted_failure_track_m is not None
+    # Three failures from each of two trains: in; a third train is required with min_trains=3.
     both = cell(tracks * 2, failed * 2, [*trips, 7, 8, 9, 10, 11, 12], train=[1] * 6 + [2] * 6)
     assert fit_cell(both, Params()).predicted_failure_track_m is not None
     assert fit_cell(both, Params(min_trains=3)).predicted_failure_track_m is None
-    # The share too: three trains fail once each, a fourth passes nine times: 3 of 12
-    # (25 %) meets 0.2, but without any one failing train 2 of 11 (18 %) does not.
-    rate = cell(
-        [1000.0] * 12,
-        [True] * 3 + [False] * 9,
-        list(range(12)),
-        train=[1, 2, 3] + [4] * 9,
+
+
+def test_one_train_adds_at_most_half_the_evidence_and_cannot_dilute_a_cell_out() -> None:
+    """Trains 1 and 2 fail once each in four passes (2 < 3 failures): out.
+    Train 3's 40 failures count as one (the runner-up's), so the cell is in:
+    one train can complete evidence that is half the threshold, no more.
+    Where trains 1 and 2 fail twice each (in on their own), train 3's 40
+    failures in 200 passes count as 2 in 10: capped with its handovers, they
+    cannot dilute the failure share (6 of 208) and push the cell out."""
+    honest_x = [1000.0, 1100, 1200, 1300] * 2
+    honest_y = [True, False, False, False] * 2
+    honest_t = [1] * 4 + [2] * 4
+    short = cell(honest_x, honest_y, list(range(8)), train=honest_t)
+    assert fit_cell(short, Params()).predicted_failure_track_m is None
+    flooded = cell(
+        honest_x + [1000.0] * 40,
+        honest_y + [True] * 40,
+        list(range(48)),
+        train=honest_t + [3] * 40,
     )
-    assert fit_cell(rate, Params(min_failures=2)).predicted_failure_track_m is None
-    assert fit_cell(rate, Params(min_failures=2, min_failure_rate=0.1)).predicted_failure_track_m
+    assert fit_cell(flooded, Params()).predicted_failure_track_m is not None
+    one = cell(
+        honest_x[:4] + [1000.0] * 40,
+        honest_y[:4] + [True] * 40,
+        list(range(44)),
+        train=[1] * 4 + [3] * 40,
+    )
+    assert fit_cell(one, Params()).predicted_failure_track_m is None, "1 honest failure: out"
+    twice = [True, True, False, False] * 2
+    dense = cell(
+        honest_x + [1000.0] * 40 + [1200.0] * 160,
+        twice + [True] * 40 + [False] * 160,
+        list(range(208)),
+        train=honest_t + [3] * 200,
+    )
+    assert fit_cell(
+        cell(honest_x, twice, list(range(8)), train=honest_t), Params()
+    ).predicted_failure_track_m
+    # Train 3: 40 failures in 200 passes (20 %), capped to 2 failures in 10 passes.
+    assert fit_cell(dense, Params()).predicted_failure_track_m is not None
 
 
 def test_one_train_cannot_move_an_entry_earlier() -> None:
