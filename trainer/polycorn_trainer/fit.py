@@ -366,7 +366,23 @@ def table_location(x: F64, y: B, train_idx: I64, p: Params) -> float:
     out."""
     if p.min_trains <= 1:
         return p.location(x[y])
-    return max(p.location(x[y & (train_idx != t)]) for t in np.unique(train_idx[y]))
+    xf = x[y]
+    order = np.argsort(xf, kind="stable")
+    xs, owner = xf[order], train_idx[y][order]
+    # One row per failing train: the failures kept when it is left out.
+    kept = owner[None, :] != np.unique(owner)[:, None]
+    m = kept.sum(axis=1)
+    if p.location_quantile is None:
+        return float(((kept * xs).sum(axis=1) / m).max())
+    # np.quantile's default (linear) rule on each row's kept failures: the
+    # k-th kept one is where the row's running count first reaches k + 1.
+    pos = p.location_quantile * (m - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, m - 1)
+    run = np.cumsum(kept, axis=1)
+    x_lo = xs[np.argmax(run >= (lo + 1)[:, None], axis=1)]
+    x_hi = xs[np.argmax(run >= (hi + 1)[:, None], axis=1)]
+    return float((x_lo + (x_hi - x_lo) * (pos - lo)).max())
 
 
 def table_entry(c: CellData, p: Params) -> float | None:

@@ -174,6 +174,7 @@ def test_one_train_flooding_many_cells_moves_the_table_by_at_most_the_bound(db: 
     after = table(db)
     added = set(after) - set(before)
     assert added <= set(short), f"one train added cells {sorted(added - set(short))}"
+    assert added == set(short), "the bound: the cells one failure short are completed"
     assert set(before) <= set(after), "failures of one more train removed an entry"
     moved = {c: (before[c], after[c]) for c in honest_cells if after[c] < honest_q[c]}
     assert not moved, f"one train moved entries earlier: {moved}"
