@@ -33,13 +33,15 @@ def test_the_trainer_publishes_over_sasl_ssl_from_linkdb_over_tls(tmp_path: Path
     try:
         with fresh_database(prefix="linkdb_test_trainer") as url:
             seed(url)
-            # The command line as the chart runs it: the password from a file.
+            # The command line as the chart runs it: the password from a file
+            # (--min-trains=1: seed's fleet is one train).
             rc = cli.main(
                 [
                     "--log-level=WARNING",
                     "run",
                     "--once",
                     "--workers=1",
+                    "--min-trains=1",
                     f"--database-url={tls_url(url)}",
                     f"--bootstrap={kafka_sasl_bootstrap()}",
                     f"--topic={topic}",

@@ -455,7 +455,8 @@ def test_the_faults_really_happened(trip: Trip) -> None:
 def test_the_trainer_learns_and_the_proxy_loads_only_its_signed_table(trip: Trip) -> None:
     """The trainer learns from what this trip put into LinkDB and publishes to the
     compacted topic that the running proxy follows, signed. One trip has no history
-    and few failures per cell, so any failure enters the table (--min-failures 1).
+    and few failures per cell, so any failure enters the table (--min-failures 1,
+    and --min-trains 1: it is one train's trip).
     Whoever can write the topic then tries tables of their own (another key,
     unsigned, the trainer's signature of another table, malformed but signed):
     each refused, and a table the trainer's key signs is still taken."""
@@ -478,6 +479,8 @@ def test_the_trainer_learns_and_the_proxy_loads_only_its_signed_table(trip: Trip
             "1",
             "--min-failure-rate",
             "0",
+            "--min-trains",
+            "1",
             "--table-signing-key",
             f"{trip.table_key}/table-signing.key",
             "--summary-json",
@@ -590,6 +593,8 @@ def test_the_alert_rules_and_dashboards_use_only_what_the_services_export(
                     "1",
                     "--min-failure-rate",
                     "0",
+                    "--min-trains",
+                    "1",
                     "--metrics-addr",
                     trainer,
                 ],
