@@ -5,7 +5,9 @@ refusal is PostgreSQL's own (InsufficientPrivilege), not a check of ours."""
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -13,6 +15,7 @@ from psycopg import errors as pgerr
 from sqlalchemy import create_engine, text
 from sqlalchemy import exc as sa_exc
 
+from polycorn_schema.linkdb import cli
 from polycorn_schema.linkdb.cli import sqlalchemy_url
 from polycorn_schema.linkdb.partitions import ensure_month_partitions
 from polycorn_schema.testing import fresh_database, service_url
@@ -162,3 +165,49 @@ def test_the_owner_owns_every_linkdb_object(db: str) -> None:
             "AND pg_get_userbyid(c.relowner) <> 'linkdb_owner'"
         ).fetchall()
     assert others == []
+
+
+def test_login_makes_a_member_with_a_scram_verifier_only(db: str, tmp_path: Path) -> None:
+    name = f"polycorn_test_login_{secrets.token_hex(3)}"
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret-not-in-the-catalogue\n")
+    try:
+        assert (
+            cli.main(
+                ["--url", db, "login", name, "--role", "linkdb_ingest", "--password-file", str(pw)]
+            )
+            == 0
+        )
+        # Again: an update (a new password), not an error.
+        assert (
+            cli.main(
+                ["--url", db, "login", name, "--role", "linkdb_ingest", "--password-file", str(pw)]
+            )
+            == 0
+        )
+        with psycopg.connect(db) as c:
+            stored, member = c.execute(
+                "SELECT rolpassword, pg_has_role(rolname, 'linkdb_ingest', 'MEMBER') "
+                "FROM pg_authid WHERE rolname = %s",
+                (name,),
+            ).fetchone() or (None, None)
+        assert stored is not None and stored.startswith("SCRAM-SHA-256$")
+        assert "s3cret" not in stored and member is True
+        assert (
+            cli.main(
+                [
+                    "--url",
+                    db,
+                    "login",
+                    "linkdb_owner",
+                    "--role",
+                    "linkdb_ingest",
+                    "--password-file",
+                    str(pw),
+                ]
+            )
+            == 1
+        )
+    finally:
+        with psycopg.connect(db, autocommit=True) as c:
+            c.execute(f"DROP ROLE IF EXISTS {name}")
