@@ -17,7 +17,12 @@ from sqlalchemy import exc as sa_exc
 
 from polycorn_schema.linkdb import cli
 from polycorn_schema.linkdb.cli import sqlalchemy_url
-from polycorn_schema.linkdb.partitions import ensure_month_partitions
+from polycorn_schema.linkdb.partitions import (
+    ensure_month_partitions,
+    month_start,
+    next_month,
+    partition_name,
+)
 from polycorn_schema.testing import fresh_database, service_url
 
 T = dt.datetime(2026, 11, 24, 12, tzinfo=dt.UTC)
@@ -99,6 +104,9 @@ def test_ingest_writes_telemetry_and_cannot_touch_models_or_tables(db: str) -> N
 
 def test_ingest_makes_month_partitions_through_the_function_only(db: str) -> None:
     url = service_url(db, "ingest")
+    # Next month: inside ingest's window whenever the test runs.
+    month = next_month(month_start(dt.datetime.now(dt.UTC)))
+    at, name = month + dt.timedelta(days=1), partition_name("gps_fixes", month)
     engine = create_engine(sqlalchemy_url(url))
     try:
         with engine.begin() as conn:
@@ -107,19 +115,19 @@ def test_ingest_makes_month_partitions_through_the_function_only(db: str) -> Non
                     "INSERT INTO gps_fixes (train_id, time, geog) VALUES "
                     "('t1', :t, ST_GeogFromText('POINT(116.3 39.8)'))"
                 ),
-                {"t": T + dt.timedelta(days=60)},
+                {"t": at},
             )
         with engine.begin() as conn:
-            created = ensure_month_partitions(conn, [T + dt.timedelta(days=60)])
-        assert "gps_fixes_y2027m01" in created
+            created = ensure_month_partitions(conn, [at])
+        assert name in created
         with engine.begin() as conn:
             # The new partition has its parent's privileges, not more.
-            conn.execute(text("INSERT INTO gps_fixes_y2027m01 SELECT * FROM gps_fixes LIMIT 0"))
+            conn.execute(text(f"INSERT INTO {name} SELECT * FROM gps_fixes LIMIT 0"))
             where = conn.execute(
                 text("SELECT tableoid::regclass::text FROM gps_fixes WHERE time = :t"),
-                {"t": T + dt.timedelta(days=60)},
+                {"t": at},
             ).scalar_one()
-        assert where == "gps_fixes_y2027m01"
+        assert where == name
         with (
             engine.begin() as conn,
             pytest.raises(sa_exc.DBAPIError, match="not a partitioned LinkDB table"),
@@ -127,6 +135,8 @@ def test_ingest_makes_month_partitions_through_the_function_only(db: str) -> Non
             conn.execute(text("SELECT linkdb_ensure_month_partition('failure_tables', now())"))
     finally:
         engine.dispose()
+    with psycopg.connect(url) as c, pytest.raises(pgerr.InvalidParameterValue, match="window"):
+        c.execute("SELECT linkdb_ensure_month_partition('gps_fixes', now() + interval '5 years')")
     refused(service_url(db, "api"), f"SELECT linkdb_ensure_month_partition('gps_fixes', '{T}')")
     refused(service_url(db, "trainer"), f"SELECT linkdb_ensure_month_partition('gps_fixes', '{T}')")
 

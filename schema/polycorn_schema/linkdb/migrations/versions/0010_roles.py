@@ -12,8 +12,9 @@ when missing) and grants each exactly its service's statements:
                     trips, gps_fixes, signal_samples, path_stats, handovers,
                     cells, routes, route_tracks, route_segments); creates
                     month partitions only through
-                    ``linkdb_ensure_month_partition``; nothing on models or
-                    failure_tables
+                    ``linkdb_ensure_month_partition`` (within ingest's
+                    window with its rounding to months: 432 days back,
+                    93 ahead); nothing on models or failure_tables
 ``linkdb_reader``   SELECT on every table (linkdb-api, Grafana)
 ``linkdb_trainer``  SELECT on every table; INSERT and UPDATE on models,
                     cell_models and failure_tables
@@ -109,6 +110,13 @@ BEGIN
     END IF;
     IF month IS NULL THEN
         RAISE EXCEPTION 'no month' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- ingest's window (polycorn_ingest.sink: PARTITION_PAST, _FUTURE), so
+    -- that its login cannot make partitions without end; the owner can.
+    IF NOT pg_has_role(session_user, 'linkdb_owner', 'MEMBER')
+       AND (month < now() - interval '432 days' OR month >= now() + interval '93 days') THEN
+        RAISE EXCEPTION 'month % is outside ingest''s partition window', month
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('polycorn.linkdb.partitions'));
     IF EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
