@@ -37,7 +37,7 @@ from polycorn_schema.failure_table import (
     etag_of,
 )
 from polycorn_schema.startup import kafka_create_topics
-from polycorn_schema.testing import fresh_database
+from polycorn_schema.testing import fresh_database, service_url
 from polycorn_trainer import cli
 from polycorn_trainer.data import Shard, load_cells
 from polycorn_trainer.fit import Params
@@ -167,7 +167,8 @@ def read_topic(topic: str) -> list[tuple[Any, Any, dict[str, Any]]]:
 
 def api(url: str) -> TestClient:
     s = Settings(
-        DatabaseSettings(url=url, pool_size=2), ApiSettings(keys=f"t:read:{hash_key('k')}")
+        DatabaseSettings(url=service_url(url, "api"), pool_size=2),
+        ApiSettings(keys=f"t:read:{hash_key('k')}"),
     )
     return TestClient(create_app(s))
 
@@ -280,7 +281,7 @@ def test_cli_once_writes_a_summary_and_reports_a_dead_database(
             "run",
             "--once",
             "--database-url",
-            db,
+            service_url(db, "trainer"),
             "--bootstrap",
             "",
             "--workers",

@@ -19,6 +19,7 @@ from polycorn_schema.testing import (
     kafka_bootstrap,
     kafka_sasl_bootstrap,
     kafka_user,
+    service_url,
     tls_url,
 )
 from polycorn_trainer import cli
@@ -42,7 +43,7 @@ def test_the_trainer_publishes_over_sasl_ssl_from_linkdb_over_tls(tmp_path: Path
                     "--once",
                     "--workers=1",
                     "--min-trains=1",
-                    f"--database-url={tls_url(url)}",
+                    f"--database-url={tls_url(service_url(url, 'trainer'))}",
                     f"--bootstrap={kafka_sasl_bootstrap()}",
                     f"--topic={topic}",
                     "--kafka-security-protocol=SASL_SSL",

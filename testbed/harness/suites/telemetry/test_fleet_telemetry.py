@@ -52,6 +52,7 @@ from polycorn_harness.topology import RELAY_METRICS, Topology, run, scrape
 from polycorn_harness.trip import Expected, exactly_once
 from polycorn_harness.wait import wait_until
 from polycorn_schema.startup import kafka_create_topics, pg_connect
+from polycorn_schema.testing import service_url
 
 P = "pcite"
 TRAIN_ID = "train-e2e"
@@ -251,7 +252,7 @@ def trip(servers: dict[str, str], make_trip: MakeTrip, bin_dir: Path) -> Iterato
                 sasl,
                 *kafka_auth(env, "ingest"),
                 "--database-url",
-                db_url,
+                service_url(db_url, "ingest"),
                 "--topic",
                 topic,
                 "--dlq-topic",
@@ -469,7 +470,7 @@ def test_the_trainer_learns_and_the_proxy_loads_only_its_signed_table(trip: Trip
             "run",
             "--once",
             "--database-url",
-            trip.db_url,
+            service_url(trip.db_url, "trainer"),
             "--bootstrap",
             env["POLYCORN_KAFKA_SASL_BOOTSTRAP"],
             *kafka_auth(env, "trainer"),
@@ -574,7 +575,7 @@ def test_the_alert_rules_and_dashboards_use_only_what_the_services_export(
                     api_port,
                     "--no-access-log",
                 ],
-                env={**trip.env, "POLYCORN_DATABASE_URL": trip.db_url},
+                env={**trip.env, "POLYCORN_DATABASE_URL": service_url(trip.db_url, "api")},
                 stdout=a_out,
                 stderr=subprocess.STDOUT,
             ),
@@ -588,7 +589,7 @@ def test_the_alert_rules_and_dashboards_use_only_what_the_services_export(
                     "3600",
                     "--no-publish",
                     "--database-url",
-                    trip.db_url,
+                    service_url(trip.db_url, "trainer"),
                     "--min-failures",
                     "1",
                     "--min-failure-rate",
@@ -634,7 +635,7 @@ def test_the_alert_rules_and_dashboards_use_only_what_the_services_export(
             *check,
             "sql",
             "--database-url",
-            trip.db_url,
+            service_url(trip.db_url, "api"),
             "--expect-rows",
             "Handover failures",
             "--expect-rows",
