@@ -20,7 +20,7 @@ define run_integration
 	bash scripts/integration-telemetry.sh
 endef
 
-.PHONY: help setup build test check test-deep fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-cc bench-emu lint lint-rust lint-sh lint-py test-py test-py-bench test-py-services smoke-netns clean-testbed
+.PHONY: help setup build test check test-deep fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-cc bench-emu bench-proxy-memory lint lint-rust lint-sh lint-py test-py test-py-bench test-py-services smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -110,6 +110,9 @@ bench-cc: build ## the QUIC subflows' controller and its variants on generated t
 
 bench-emu: build ## the link emulator's ceiling: 4 x 100 Mbit/s iperf3 through polycorn-emu -> bench/out/emu.json
 	$(UVW) python -m polycorn_benchrun.emu
+
+bench-proxy-memory: build ## the proxy at its connection cap: 300 slow readers against a 64 MiB budget in a 128 MiB pod (the chart's scaled by 4): refusals, budget peak, RSS (namespaces pcit-*) -> bench/out/proxy-memory.json
+	PROXY_MEMORY_JSON=$(CURDIR)/bench/out/proxy-memory.json bash scripts/integration.sh -k "every_carriers_subflow_up or connection_cap"
 
 bench-api: ## LinkDB API hot queries, 1M handovers, open loop at 200 req/s -> bench/out/api.json
 	bash scripts/setup.sh bench >/dev/null

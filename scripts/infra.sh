@@ -28,6 +28,9 @@
 #                                                ingest and trainer
 # PostgreSQL takes TLS too (ssl=on, the same certificate): sslmode=verify-full
 # with sslrootcert=$POLYCORN_INFRA_TLS_CA.
+# LinkDB's roles (migration 0010) are made by the migrations; the tests log
+# in as each service's own login, made on demand with no password (the
+# cluster trusts local logins): polycorn_schema.testing.service_url.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -274,7 +274,7 @@ mptcp_endpoints() {
 
 start_im_server() {
     mkdir -p "$run" "$logs"
-    ip netns exec "$NS_CLOUD" setsid "$BIN/polycorn-loadgen" im-server --listen "$ORIGIN_ADDR:$IM_PORT" \
+    ip netns exec "$NS_INET" setsid "$BIN/polycorn-loadgen" im-server --listen "$ORIGIN_ADDR:$IM_PORT" \
         </dev/null >>"$logs/im-server.log" 2>&1 &
     echo $! >"$run/im-server.pid"
 }

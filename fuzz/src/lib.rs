@@ -550,7 +550,7 @@ impl polycorn_capture::Dialer for MemDialer {
 struct MemResolver;
 
 impl polycorn_capture::socks5::Resolver for MemResolver {
-    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    async fn resolve(&self, _user: IpAddr, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
         match host.as_bytes().first() {
             Some(b'x') => Err(std::io::ErrorKind::NotFound.into()),
             Some(b'e') => Ok(Vec::new()),

@@ -26,7 +26,7 @@ import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.sink import LinkDbSink
-from polycorn_schema.testing import fresh_database
+from polycorn_schema.testing import fresh_database, service_url
 
 FAST: dict[str, Any] = {"topic.metadata.refresh.interval.ms": 1000}
 
@@ -50,7 +50,7 @@ def ingest(  # noqa: PLR0917
         retry_max_s=0.2,
         kafka=FAST,
     )
-    return Ingestor(cfg, sink or LinkDbSink(url), metrics or Metrics())
+    return Ingestor(cfg, sink or LinkDbSink(service_url(url, "ingest")), metrics or Metrics())
 
 
 def committed(group: str, topic: str, partitions: int) -> list[int]:

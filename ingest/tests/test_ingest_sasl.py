@@ -23,6 +23,7 @@ from polycorn_schema.testing import (
     kafka_bootstrap,
     kafka_sasl_bootstrap,
     kafka_user,
+    service_url,
     tls_url,
 )
 
@@ -41,7 +42,7 @@ def test_ingest_consumes_over_sasl_ssl_into_linkdb_over_tls() -> None:
             p.produce(topic, key=r.train_id.encode(), value=r.SerializeToString())
         assert p.flush(60) == 0
         with fresh_database() as url:
-            sink = LinkDbSink(tls_url(url))
+            sink = LinkDbSink(tls_url(service_url(url, "ingest")))
             kafka: dict[str, Any] = {
                 **kafka_user("ingest").config(),
                 "topic.metadata.refresh.interval.ms": 1000,

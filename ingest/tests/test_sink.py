@@ -9,7 +9,7 @@ from helpers import T0, counts
 
 from polycorn_ingest.records import MAX_TIME_MS, MIN_TIME_MS, Rows
 from polycorn_ingest.sink import DataRejectedError, LinkDbSink, _months
-from polycorn_schema.testing import fresh_database
+from polycorn_schema.testing import fresh_database, service_url
 
 
 def _rows(path: int, srtt: int) -> Rows:
@@ -28,7 +28,7 @@ def test_out_of_range_values_are_a_data_rejection_and_store_nothing(path: int, s
     # Binary COPY must not wrap 70000 into a smallint (psycopg's int2 dumper
     # would): the batch is refused, so the consumer can bisect it to the DLQ.
     with fresh_database() as url:
-        sink = LinkDbSink(url)
+        sink = LinkDbSink(service_url(url, "ingest"))
         try:
             with pytest.raises(DataRejectedError):
                 sink.write(_rows(path, srtt))

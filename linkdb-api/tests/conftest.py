@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from polycorn_linkdb_api.app import create_app
 from polycorn_linkdb_api.auth import hash_key
 from polycorn_linkdb_api.settings import ApiSettings, DatabaseSettings, Settings
-from polycorn_schema.testing import fresh_database
+from polycorn_schema.testing import fresh_database, service_url
 
 READ_KEY = "test-read-key"
 ADMIN_KEY = "test-admin-key"
@@ -96,6 +96,8 @@ def settings_for(url: str, **api: object) -> Settings:
         f"reader:read:{hash_key(READ_KEY)},boss:admin:{hash_key(ADMIN_KEY)},"
         f"proxy:table:{hash_key(TABLE_KEY)}"
     )
+    # The API's own role; the admin publish tests need linkdb_publisher too.
+    url = service_url(url, "api-publisher")
     return Settings(DatabaseSettings(url=url, pool_size=4), ApiSettings(keys=keys, **api))  # type: ignore[arg-type]
 
 

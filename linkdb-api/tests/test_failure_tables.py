@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from polycorn_linkdb_api.app import create_app
-from polycorn_schema.testing import fresh_database
+from polycorn_schema.testing import fresh_database, service_url
 
 from .conftest import ADMIN, READ, TABLE, settings_for
 
@@ -36,6 +36,21 @@ E1 = {
 def fresh() -> Iterator[TestClient]:
     with fresh_database() as url, TestClient(create_app(settings_for(url))) as c:
         yield c
+
+
+def test_the_api_role_alone_cannot_publish() -> None:
+    # The API's deployed role is linkdb_reader only: the admin route is
+    # refused by the database, as a 403, and nothing is stored.
+    with fresh_database() as url:
+        s = settings_for(url)
+        s.database.url = service_url(url, "api")
+        with TestClient(create_app(s)) as c:
+            r = c.post("/v1/failure-tables", json=table(E1), headers=ADMIN)
+            assert r.status_code == 403, r.text
+            assert "linkdb_publisher" in r.json()["detail"]
+            assert c.get("/v1/failure-table", headers=READ).status_code == 404
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM failure_tables").fetchone() == (0,)
 
 
 def test_no_table_yet_is_404(fresh: TestClient) -> None:

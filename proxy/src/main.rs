@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 
 mod kafka;
 mod policy;
+mod preauth;
 mod table_topic;
 
 /// The tests against a real broker run in parallel; the ones that stop the
@@ -80,15 +81,41 @@ struct Opts {
     /// the destination decides, and an allow entry wins a tie with a deny
     /// entry of the same prefix length, so `--allow 0.0.0.0/0` re-opens
     /// nothing. Only some networks: `--deny 0.0.0.0/0,::/0 --allow NETS`.
+    /// Neither list can open the proxy's own host: its interface addresses
+    /// (read again every 5 s), loopback and unspecified are always refused
+    /// (but see --allow-own-address).
     #[arg(long, value_delimiter = ',')]
     allow: Option<Vec<IpNet>>,
+    /// Addresses of this host that passengers may reach nonetheless,
+    /// comma-separated addresses (not networks), which --deny and --allow
+    /// must still admit: only for a benchmark whose origin servers share the
+    /// proxy's host or listen on loopback (never in
+    /// production: every service of the host bound to all interfaces, or
+    /// to that loopback address, answers there).
+    #[arg(long, value_delimiter = ',')]
+    allow_own_address: Option<Vec<std::net::IpAddr>>,
+    /// Most subflows in their TLS or QUIC handshake and HELLO at once from
+    /// one source (an IPv4 address, an IPv6 /64); beyond it a new connection
+    /// is closed at once. 0: no per-source limit, for a proxy that sees
+    /// every train through one address (a TCP relay in front of it)
+    /// [default: 4].
+    #[arg(long)]
+    handshakes_per_source: Option<usize>,
     /// Upstream connect timeout in seconds [default: 10].
     #[arg(long)]
     connect_timeout_s: Option<f64>,
-    /// Memory shared by every passenger connection's send buffer and
-    /// receive window, bytes: windows grow freely below half of it, only to
-    /// a fair share below three quarters, and shrink back above; at the
-    /// budget no connection gets more than its floor [default: 268435456 (256 MiB)].
+    /// Memory shared by every passenger connection, bytes: its send buffer
+    /// and receive window (buffer capacity, not only bytes held), its
+    /// floors and a fixed overhead for its sockets, task and copy buffers
+    /// (160 KiB). Windows and send buffers grow past their floors only
+    /// below half of it (the other half is kept for new connections'
+    /// reservations); windows shrink back above three quarters. The budget is hard: a
+    /// new connection reserves its overhead and floors (352 KiB with the
+    /// default buffers), and one that does not fit is refused with a RESET
+    /// (code 5, overloaded; counted in polycorn_conns_refused_total), so at
+    /// most about budget / 352 KiB connections are served at once, whatever
+    /// --max-conns says. Size the pod's memory limit at the budget plus the
+    /// process's own (docs/operations.md) [default: 268435456 (256 MiB)].
     #[arg(long)]
     mem_budget: Option<u64>,
     /// Follow the trainer's compacted Kafka topic of failure-location
@@ -159,6 +186,8 @@ struct Settings {
     metrics_listen: SocketAddr,
     /// `--deny` and `--allow`.
     policy: policy::Policy,
+    /// `--handshakes-per-source`.
+    handshakes_per_source: usize,
     connect_timeout: Duration,
     /// Every session's endpoint starts from this; clones share its memory
     /// budget, so a relay that reconnects does not get a second one.
@@ -200,7 +229,7 @@ const PROXY_HELP: &[(&str, &str)] = &[
 fn settings() -> anyhow::Result<(Settings, bool)> {
     let (mut o, mut f) = options::read::<Opts>("PROXY", PROXY_HELP, |o| o.common.config.as_deref())?;
     o.common.merge(&mut f.common);
-    merge_options!(o, f; listen, crl, max_conns, metrics_listen, deny, allow, connect_timeout_s, mem_budget,
+    merge_options!(o, f; listen, crl, max_conns, metrics_listen, deny, allow, allow_own_address, handshakes_per_source, connect_timeout_s, mem_budget,
         kafka_brokers, kafka_topic, kafka_dlq_topic, failure_table_topic, kafka_security_protocol, kafka_sasl_mechanism,
         kafka_sasl_username, kafka_sasl_password_file, kafka_ssl_ca, kafka_ssl_cert, kafka_ssl_key);
     let CommonSettings {
@@ -234,9 +263,15 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
     let (tls, crl) =
         polycorn_pki::server_config_with_crl(&ca, &cert, &key, std::slice::from_ref(&train_id), o.crl.as_deref())
             .context("loading the proxy's TLS material")?;
-    let policy = policy::Policy::new(o.deny, o.allow);
+    let policy = policy::Policy::new(o.deny, o.allow).open_own_addresses(o.allow_own_address.unwrap_or_default());
     let mut endpoint = EndpointConfig::new(Role::Proxy);
     o.common.buffers(o.mem_budget).apply(&mut endpoint, DEFAULT_PROXY_BUDGET)?;
+    endpoint.hard_budget = true;
+    endpoint.conn_overhead_bytes = CONN_OVERHEAD_BYTES;
+    let reservation = CONN_OVERHEAD_BYTES + endpoint.conn_window_min_bytes + endpoint.conn_unsent_min_bytes;
+    if endpoint.budget.levels().high < reservation {
+        bail!("--mem-budget must hold at least one connection's reservation ({reservation} bytes)");
+    }
     endpoint.path = transport.path_config(endpoint.path);
     let timeout = o.connect_timeout_s.unwrap_or(10.0);
     if !(timeout > 0.0 && timeout < 3600.0) {
@@ -262,6 +297,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             max_conns,
             metrics_listen: o.metrics_listen.unwrap_or_else(|| "127.0.0.1:9464".parse().expect("valid")),
             policy,
+            handshakes_per_source: o.handshakes_per_source.unwrap_or(preauth::DEFAULT_PER_SOURCE),
             connect_timeout: Duration::from_secs_f64(timeout),
             endpoint,
             table_verifier,
@@ -308,11 +344,16 @@ struct Proxy {
     sink: Option<Arc<kafka::KafkaSink>>,
     /// Records acknowledged and discarded for want of a sink.
     telemetry_discarded: std::sync::atomic::AtomicU64,
-    /// Subflows before authentication (TLS handshake and HELLO): at most
-    /// [`MAX_HANDSHAKES`] at once, each holding a permit for 10 s at most.
-    handshakes: Arc<tokio::sync::Semaphore>,
-    /// Connections closed at once because that many were being set up.
-    handshakes_refused: std::sync::atomic::AtomicU64,
+    /// Subflows before authentication (handshake and HELLO): their slots,
+    /// per source and in all ([`preauth`]).
+    preauth: Arc<preauth::PreAuth>,
+    /// Connections refused a slot, logged at warn once a minute at most.
+    preauth_log: polycorn_net::lograte::Every,
+    /// OPENs refused by the destination policy: all counted, logged at
+    /// warn once a minute at most (a passenger's scanner causes one per
+    /// address it tries).
+    destinations_refused: std::sync::atomic::AtomicU64,
+    policy_log: polycorn_net::lograte::Every,
     /// Subflows refused (a failed TLS handshake, HELLO, another train): all
     /// counted; those that failed before authentication logged at warn
     /// once a minute at most (anyone on the Internet can cause one).
@@ -333,14 +374,44 @@ impl std::fmt::Display for Unauthenticated {
     }
 }
 
-/// Subflows in their TLS handshake or HELLO at once (before the peer is
-/// authenticated). A train sets up one per carrier, a few more after a
-/// restart; beyond this, a new TCP connection is closed at once, so that
-/// unauthenticated peers cannot hold the proxy's file descriptors and
-/// handshake work (10 s and two descriptors each) without bound.
-const MAX_HANDSHAKES: usize = 64;
+/// `step` of a subflow's setup, unless a newer connection takes its
+/// handshake's slot first.
+async fn preauth_step<T>(
+    handshake: &preauth::Permit,
+    step: impl std::future::Future<Output = T>,
+    what: &'static str,
+) -> anyhow::Result<T> {
+    tokio::select! {
+        v = step => Ok(v),
+        _ = handshake.evicted() => {
+            Err(anyhow::anyhow!("its slot went to a newer connection (every slot busy)").context(Unauthenticated(what)))
+        }
+    }
+}
+
+/// A subflow's setup that ran out of [`preauth::PREAUTH_TIMEOUT`].
+fn timed_out(what: &'static str) -> anyhow::Error {
+    anyhow::anyhow!("no {what} within {} s of the accept", preauth::PREAUTH_TIMEOUT.as_secs())
+        .context(Unauthenticated(what))
+}
 
 impl Proxy {
+    /// A slot for a handshake from `peer`, or None (counted, and logged at
+    /// warn once a minute at most).
+    fn admit(&self, peer: SocketAddr, proven: bool, transport: &str) -> Option<preauth::Permit> {
+        match self.preauth.admit(preauth::Source::new(peer.ip(), proven), Instant::now()) {
+            Ok(p) => Some(p),
+            Err(r) => {
+                if let Some(left_out) = self.preauth_log.check(Instant::now()) {
+                    warn!(%peer, transport, reason = r.reason(), left_out, "connection refused before its handshake (logged once a minute at most; left_out: since the last line)");
+                } else {
+                    debug!(%peer, transport, reason = r.reason(), "connection refused before its handshake");
+                }
+                None
+            }
+        }
+    }
+
     fn allowed(&self, dst: SocketAddr) -> bool {
         self.s.policy.allows(dst)
     }
@@ -403,7 +474,12 @@ impl Proxy {
             match ev {
                 SessionEvent::ConnOpened { conn, user, dst } => {
                     if !self.allowed(dst) {
-                        warn!(%conn, %user, %dst, "destination refused by policy");
+                        self.destinations_refused.fetch_add(1, Relaxed);
+                        if let Some(left_out) = self.policy_log.check(Instant::now()) {
+                            warn!(%conn, %user, %dst, left_out, "destination refused by policy (logged once a minute at most; left_out: since the last line)");
+                        } else {
+                            debug!(%conn, %user, %dst, "destination refused by policy");
+                        }
                         session.reset(conn, RESET_REFUSED_BY_POLICY);
                         continue;
                     }
@@ -508,20 +584,20 @@ impl Proxy {
         self: Arc<Self>,
         tcp: TcpStream,
         peer: SocketAddr,
-        handshake: tokio::sync::OwnedSemaphorePermit,
+        handshake: preauth::Permit,
     ) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + preauth::PREAUTH_TIMEOUT;
         subflow::tune(&tcp)?;
         let probe = subflow::UnsentProbe::new(&tcp)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(self.s.tls.clone());
-        let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+        let accept = tokio::time::timeout_at(deadline, acceptor.accept(tcp));
+        let tls = match preauth_step(&handshake, accept, "TLS handshake").await? {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) if polycorn_pki::authenticated_refusal(&e).is_some() => {
                 return Err(anyhow::Error::new(e).context("TLS handshake"))
             }
             Ok(Err(e)) => return Err(anyhow::Error::new(e).context(Unauthenticated("TLS handshake"))),
-            Err(_) => {
-                return Err(anyhow::anyhow!("no TLS handshake within 10 s").context(Unauthenticated("TLS handshake")))
-            }
+            Err(_) => return Err(timed_out("TLS handshake")),
         };
         let cert_train = {
             let (_, conn) = tls.get_ref();
@@ -529,7 +605,7 @@ impl Proxy {
             polycorn_pki::train_id_of(&certs[0])?
         };
         let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
-        self.serve_subflow(tls, cert_train, peer, handshake, Some(probe.into()), ("tls", cc), None).await
+        self.serve_subflow(tls, cert_train, peer, (handshake, deadline), Some(probe.into()), ("tls", cc), None).await
     }
 
     /// A QUIC subflow ([`polycorn_net::quic`]): the same HELLO and the same
@@ -538,24 +614,24 @@ impl Proxy {
         self: Arc<Self>,
         incoming: quinn::Incoming,
         crypto: polycorn_net::quic::ServerCrypto,
-        handshake: tokio::sync::OwnedSemaphorePermit,
+        handshake: preauth::Permit,
     ) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + preauth::PREAUTH_TIMEOUT;
         let peer = incoming.remote_address();
         let accept = polycorn_net::quic::accept(incoming, &crypto, self.s.quic_cc, self.s.cc_stats.clone());
-        let (sub, slot) = match tokio::time::timeout(Duration::from_secs(10), accept).await {
-            Ok(Ok(v)) => v,
-            // A certificate of another train fails inside quinn's
-            // handshake, indistinguishable here from any other failure.
-            Ok(Err(e)) => return Err(anyhow::Error::new(e).context(Unauthenticated("QUIC handshake"))),
-            Err(_) => {
-                return Err(anyhow::anyhow!("no QUIC handshake within 10 s").context(Unauthenticated("QUIC handshake")))
-            }
-        };
+        let (sub, slot) =
+            match preauth_step(&handshake, tokio::time::timeout_at(deadline, accept), "QUIC handshake").await? {
+                Ok(Ok(v)) => v,
+                // A certificate of another train fails inside quinn's
+                // handshake, indistinguishable here from any other failure.
+                Ok(Err(e)) => return Err(anyhow::Error::new(e).context(Unauthenticated("QUIC handshake"))),
+                Err(_) => return Err(timed_out("QUIC handshake")),
+            };
         let cert_train = sub.peer_train()?;
         tokio::spawn(sub.log_stats(peer.to_string(), Duration::from_secs(2)));
         let cc = self.s.quic_cc.to_string();
         let probe = polycorn_net::session::SendProbe::Quic(sub.send_gauge());
-        self.serve_subflow(sub, cert_train, peer, handshake, Some(probe), ("quic", cc), Some(slot)).await
+        self.serve_subflow(sub, cert_train, peer, (handshake, deadline), Some(probe), ("quic", cc), Some(slot)).await
     }
 
     /// Count and log a refused subflow.
@@ -585,7 +661,7 @@ impl Proxy {
         mut stream: S,
         cert_train: String,
         peer: SocketAddr,
-        handshake: tokio::sync::OwnedSemaphorePermit,
+        (handshake, deadline): (preauth::Permit, tokio::time::Instant),
         probe: Option<polycorn_net::session::SendProbe>,
         (transport, cc): (&'static str, String),
         slot: Option<Arc<polycorn_net::quic::HintSlot>>,
@@ -593,7 +669,8 @@ impl Proxy {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let hello = subflow::server_read_hello(&mut stream, Duration::from_secs(10)).await?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let hello = preauth_step(&handshake, subflow::server_read_hello(&mut stream, left), "HELLO").await??;
         if hello.train_id != cert_train || hello.train_id != self.s.train_id {
             bail!(
                 "HELLO names train {:?} but the certificate is for {:?} and this proxy serves {:?}",
@@ -610,7 +687,7 @@ impl Proxy {
             slot.bind(session.hints().path(hello.path));
         }
         subflow::server_ack(&mut stream, &hello, self.instance).await?;
-        drop(handshake); // authenticated: no longer counts as a handshake
+        handshake.authenticated(); // no longer counts as a handshake
         let on = if transport == "quic" { metrics::ON_QUIC } else { metrics::ON_TLS };
         transports[hello.path.index()].store(on, std::sync::atomic::Ordering::Relaxed);
         info!(%peer, path = %hello.path, name = %hello.path_name, transport, %cc, "subflow up");
@@ -624,9 +701,17 @@ impl Proxy {
 /// telemetry it could not or need not forward.
 const PROXY_METRICS: &[Metric<Proxy>] = &[
     counter(
-        "polycorn_proxy_handshakes_refused",
-        "TCP connections closed at once because MAX_HANDSHAKES subflows were already in their TLS handshake or HELLO.",
-        |p| p.handshakes_refused.load(Relaxed) as f64,
+        "polycorn_proxy_handshakes_evicted",
+        "Subflows in their handshake or HELLO closed because a newer connection took their slot (every slot busy).",
+        |p| p.preauth.evicted.load(Relaxed) as f64,
+    ),
+    gauge("polycorn_proxy_handshakes_in_flight", "Subflows in their TLS or QUIC handshake or HELLO.", |p| {
+        p.preauth.in_flight() as f64
+    }),
+    counter(
+        "polycorn_proxy_destinations_refused",
+        "Passenger connections refused by the destination policy (logged at warn once a minute at most).",
+        |p| p.destinations_refused.load(Relaxed) as f64,
     ),
     counter(
         "polycorn_proxy_subflows_refused",
@@ -677,6 +762,15 @@ const KAFKA_METRICS: &[Metric<kafka::SinkStats>] = &[
 ];
 
 fn write_proxy_metrics(w: &mut metrics::Writer, p: &Proxy) {
+    for (reason, n) in [("per_source", &p.preauth.refused_per_source), ("busy", &p.preauth.refused_busy)] {
+        w.counter(
+            "polycorn_proxy_handshakes_refused",
+            "Connections closed at once, before their handshake: their source had --handshakes-per-source in flight \
+             (per_source), or every slot they may take was busy (busy).",
+            vec![("reason".into(), reason.into())],
+            n.load(Relaxed) as f64,
+        );
+    }
     w.table(PROXY_METRICS, Vec::new, p);
     if let Some(k) = &p.sink {
         w.table(KAFKA_METRICS, Vec::new, &k.stats);
@@ -748,10 +842,21 @@ fn stream_reset(stream: polycorn_net::ConnStream, code: u32) {
     stream.reset(code);
 }
 
+/// Each direction's copy buffer between a passenger's stream and its
+/// upstream socket.
+const COPY_BUFFER_BYTES: usize = 64 * 1024;
+
+/// What a passenger connection holds outside the endpoint's buffers, charged
+/// to the memory budget for its life: both copy buffers, and an allowance
+/// for the upstream socket, the task and the connection's state in the
+/// endpoint and session (a few KiB measured; the rest is headroom for
+/// allocator rounding).
+const CONN_OVERHEAD_BYTES: u64 = 2 * COPY_BUFFER_BYTES as u64 + 32 * 1024;
+
 /// Copy both ways until both directions finished, telling the endpoint
 /// where the server's bursts end (`polycorn_net::relay`).
 async fn relay(mut a: polycorn_net::ConnStream, mut b: TcpStream) {
-    if let Err(e) = polycorn_net::relay::relay_bursts(&mut a, &mut b, 64 * 1024).await {
+    if let Err(e) = polycorn_net::relay::relay_bursts(&mut a, &mut b, COPY_BUFFER_BYTES).await {
         tracing::debug!(conn = %a.id(), error = %e, "connection ended with an error");
     }
 }
@@ -781,6 +886,9 @@ async fn run() -> anyhow::Result<()> {
             info!(crl = %c.path().display(), crls = st.crls, "revoked train certificates are refused (CRL)");
         }
     }
+    if !s.policy.opened_own_addresses().is_empty() {
+        warn!(addresses = ?s.policy.opened_own_addresses(), "--allow-own-address: passengers may reach these addresses of this host");
+    }
     info!(listen = %s.listen, train = %s.train_id, scheduler = %s.scheduler.name, transport = ?s.transport, subflow_cc = %s.congestion, "proxy started");
     let metrics_addr = s.metrics_listen;
     let instance = std::hash::BuildHasher::hash_one(
@@ -797,6 +905,7 @@ async fn run() -> anyhow::Result<()> {
             None
         }
     };
+    let per_source = s.handshakes_per_source;
     let proxy = Arc::new(Proxy {
         s,
         sink,
@@ -806,8 +915,10 @@ async fn run() -> anyhow::Result<()> {
         table: Mutex::new(None),
         routes: polycorn_net::hof::SharedRoutes::default(),
         telemetry_malformed: Default::default(),
-        handshakes: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
-        handshakes_refused: Default::default(),
+        preauth: preauth::PreAuth::new(per_source),
+        preauth_log: polycorn_net::lograte::Every::new(Duration::from_secs(60)),
+        destinations_refused: Default::default(),
+        policy_log: polycorn_net::lograte::Every::new(Duration::from_secs(60)),
         subflows_refused: Default::default(),
         refused_log: polycorn_net::lograte::Every::new(Duration::from_secs(60)),
     });
@@ -899,10 +1010,18 @@ async fn run() -> anyhow::Result<()> {
     let accept_quic = async {
         let Some((endpoint, crypto)) = &quic else { return std::future::pending().await };
         while let Some(incoming) = endpoint.accept().await {
-            let Ok(handshake) = proxy.handshakes.clone().try_acquire_owned() else {
-                proxy.handshakes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                debug!(peer = %incoming.remote_address(), "too many subflows in their handshake: QUIC connection refused");
-                incoming.refuse();
+            // An unvalidated source may be spoofed: it is counted apart,
+            // and refused a slot it is asked to prove itself (a stateless
+            // retry), after which it is counted as itself.
+            let proven = incoming.remote_address_validated();
+            let Some(handshake) = proxy.admit(incoming.remote_address(), proven, "quic") else {
+                if !proven && incoming.may_retry() {
+                    if let Err(e) = incoming.retry() {
+                        e.into_incoming().refuse();
+                    }
+                } else {
+                    incoming.refuse();
+                }
                 continue;
             };
             let p = proxy.clone();
@@ -925,11 +1044,7 @@ async fn run() -> anyhow::Result<()> {
                     continue;
                 }
             };
-            let Ok(handshake) = proxy.handshakes.clone().try_acquire_owned() else {
-                proxy.handshakes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                debug!(%peer, "too many subflows in their handshake: connection closed");
-                continue;
-            };
+            let Some(handshake) = proxy.admit(peer, true, "tls") else { continue };
             let p = proxy.clone();
             tokio::spawn(async move {
                 if let Err(e) = p.clone().accept_subflow(tcp, peer, handshake).await {

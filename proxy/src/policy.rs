@@ -17,10 +17,29 @@
 //! IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::/96` (RFC 6052) and the
 //! local-use `64:ff9b:1::/48` (RFC 8215; every prefix length of RFC 6052's
 //! table is tried, as the translator's is unknown), and 6to4 `2002::/16`.
+//!
+//! Whatever the lists say, the proxy host itself is refused: its interface
+//! addresses (and their IPv4 broadcast addresses), loopback and the
+//! unspecified addresses, in every form above. An `--allow` entry that
+//! re-opens an origin network the host also sits on (the host's own
+//! `10.99.0.1` inside an allowed `10.99.0.0/24`) must not open the host's
+//! own services bound to all interfaces. Only `--allow-own-address` names
+//! addresses of the host passengers may reach nonetheless, one by one: for
+//! a benchmark whose origin servers share the proxy's host or listen on a
+//! loopback address. The interface addresses are read at start and again
+//! when a check finds them older than [`OWN_REFRESH`], so an address added
+//! later is refused within that time.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
+
+/// How old the list of the host's own addresses may get before a check
+/// reads it again (one `getifaddrs`, a netlink dump: microseconds).
+pub const OWN_REFRESH: Duration = Duration::from_secs(5);
 
 /// The binary's default `--deny`: the proxy's own host, the networks it may
 /// run in and everything not routed on the Internet.
@@ -48,25 +67,98 @@ pub const DEFAULT_DENY: &[&str] = &[
     "ff00::/8",        // multicast
 ];
 
-/// `--deny` and `--allow`.
+/// `--deny` and `--allow`, and the host's own addresses.
 #[derive(Debug, Clone)]
 pub struct Policy {
     deny: Vec<IpNet>,
     allow: Vec<IpNet>,
+    own: Arc<OwnAddrs>,
+    /// `--allow-own-address`.
+    own_open: HashSet<IpAddr>,
+}
+
+/// The host's own addresses, read by `read` and cached for [`OWN_REFRESH`].
+struct OwnAddrs {
+    read: fn() -> std::io::Result<HashSet<IpAddr>>,
+    cache: Mutex<Option<(Instant, Arc<HashSet<IpAddr>>)>>,
+}
+
+impl std::fmt::Debug for OwnAddrs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnAddrs").finish_non_exhaustive()
+    }
+}
+
+impl OwnAddrs {
+    /// The addresses, read again when older than [`OWN_REFRESH`]. A failed
+    /// read keeps the previous list (and is tried again at the next check);
+    /// with no list at all, only loopback and unspecified are known to be
+    /// the host's own.
+    fn get(&self, now: Instant) -> Arc<HashSet<IpAddr>> {
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        match &*c {
+            Some((at, set)) if now.saturating_duration_since(*at) < OWN_REFRESH => set.clone(),
+            old => match (self.read)() {
+                Ok(set) => {
+                    let set = Arc::new(set);
+                    *c = Some((now, set.clone()));
+                    set
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list this host's addresses; the previous list stays in use");
+                    old.as_ref().map(|(_, s)| s.clone()).unwrap_or_default()
+                }
+            },
+        }
+    }
 }
 
 impl Policy {
     /// `deny`: None for [`DEFAULT_DENY`].
     pub fn new(deny: Option<Vec<IpNet>>, allow: Option<Vec<IpNet>>) -> Self {
+        Self::with_own_addrs(deny, allow, host_addrs)
+    }
+
+    /// Addresses of this host passengers may reach although they are the
+    /// host's own (an interface or loopback address named exactly; the
+    /// lists still apply to them).
+    pub fn open_own_addresses(mut self, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        self.own_open.extend(addrs);
+        self
+    }
+
+    /// The policy with `read` listing the host's own addresses.
+    fn with_own_addrs(
+        deny: Option<Vec<IpNet>>,
+        allow: Option<Vec<IpNet>>,
+        read: fn() -> std::io::Result<HashSet<IpAddr>>,
+    ) -> Self {
         let deny =
             deny.unwrap_or_else(|| DEFAULT_DENY.iter().map(|s| s.parse().expect("valid default CIDR")).collect());
-        Self { deny, allow: allow.unwrap_or_default() }
+        let own = Arc::new(OwnAddrs { read, cache: Mutex::new(None) });
+        own.get(Instant::now()); // read at start: a failure is logged now
+        Self { deny, allow: allow.unwrap_or_default(), own, own_open: HashSet::new() }
+    }
+
+    /// The addresses `open_own_addresses` opened.
+    pub fn opened_own_addresses(&self) -> Vec<IpAddr> {
+        self.own_open.iter().copied().collect()
     }
 
     /// Whether the proxy may connect to `dst`.
     pub fn allows(&self, dst: SocketAddr) -> bool {
         let ip = dst.ip();
-        self.admits(ip) && embedded_v4(ip).iter().all(|v4| self.admits(IpAddr::V4(*v4)))
+        let v4s = embedded_v4(ip);
+        let host = |a: IpAddr| is_host(a) && !self.own_open.contains(&a);
+        if host(ip) || v4s.iter().any(|v4| host(IpAddr::V4(*v4))) {
+            return false;
+        }
+        if !(self.admits(ip) && v4s.iter().all(|v4| self.admits(IpAddr::V4(*v4)))) {
+            return false;
+        }
+        let own = self.own.get(Instant::now());
+        let is_own = |a: IpAddr| own.contains(&a) && !self.own_open.contains(&a);
+        !(is_own(ip) || v4s.iter().any(|v4| is_own(IpAddr::V4(*v4))))
     }
 
     /// The most specific entry containing `ip` decides; allow wins a tie.
@@ -76,6 +168,67 @@ impl Policy {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(d), Some(a)) => a >= d,
+        }
+    }
+}
+
+/// Loopback and unspecified: the host itself on every host.
+fn is_host(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.is_unspecified(),
+    }
+}
+
+/// The host's interface addresses, with the IPv4 broadcast address of
+/// each interface that has one (`getifaddrs`).
+pub fn host_addrs() -> std::io::Result<HashSet<IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head into `head` on success; the
+    // list is freed below with freeifaddrs, once, after the last read.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = HashSet::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        // SAFETY: each pointer is null or points at a sockaddr of its
+        // family's size, as getifaddrs fills them.
+        out.extend(unsafe { sockaddr_ip(ifa.ifa_addr) });
+        if ifa.ifa_flags & libc::IFF_BROADCAST as libc::c_uint != 0 {
+            // SAFETY: as above (the broadcast address, with IFF_BROADCAST).
+            out.extend(unsafe { sockaddr_ip(ifa.ifa_ifu) });
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: the head getifaddrs returned, freed once; nothing reads it after.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// The IP address of an AF_INET or AF_INET6 `sockaddr`; None for a null
+/// pointer or another family.
+///
+/// # Safety
+/// `sa` is null or points at a valid sockaddr of its family's size.
+unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract; the family says which struct it is.
+    unsafe {
+        match i32::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let a = &*sa.cast::<libc::sockaddr_in>();
+                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))))
+            }
+            libc::AF_INET6 => {
+                let a = &*sa.cast::<libc::sockaddr_in6>();
+                Some(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)))
+            }
+            _ => None,
         }
     }
 }
@@ -234,5 +387,69 @@ mod tests {
         assert!(!verdict(&p, "10.98.0.10"));
         assert!(!verdict(&p, "1.1.1.1"));
         assert!(!verdict(&p, "2606:4700:4700::1111"));
+    }
+
+    /// A host with 10.99.0.1/24 (broadcast 10.99.0.255) and fd00::1.
+    fn testbed_host() -> std::io::Result<HashSet<IpAddr>> {
+        Ok(["10.99.0.1", "10.99.0.255", "fd00::1"].iter().map(|a| a.parse().expect("address")).collect())
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_are_refused_whatever_allow_says() {
+        let p = Policy::with_own_addrs(None, Some(nets(&["10.99.0.0/24", "fd00::/64"])), testbed_host);
+        assert!(verdict(&p, "10.99.0.10"), "the origin network stays open");
+        assert!(verdict(&p, "fd00::10"));
+        for a in ["10.99.0.1", "10.99.0.255", "::ffff:10.99.0.1", "64:ff9b::a63:1", "2002:a63:1::1", "fd00::1"] {
+            assert!(!verdict(&p, a), "{a} is the proxy's own host");
+        }
+        // Only an address named by --allow-own-address is opened.
+        let testbed = Policy::with_own_addrs(None, Some(nets(&["10.99.0.0/24"])), testbed_host)
+            .open_own_addresses(["10.99.0.255".parse().unwrap()]);
+        assert!(verdict(&testbed, "10.99.0.255"));
+        assert!(verdict(&testbed, "::ffff:10.99.0.255"));
+        assert!(!verdict(&testbed, "10.99.0.1"));
+        // A loopback origin needs both the exact address and an allow entry.
+        let lo = Policy::with_own_addrs(None, Some(nets(&["127.0.0.2/32"])), testbed_host)
+            .open_own_addresses(["127.0.0.2".parse().unwrap()]);
+        assert!(verdict(&lo, "127.0.0.2"));
+        assert!(!verdict(&lo, "127.0.0.1"));
+        let no_allow =
+            Policy::with_own_addrs(None, None, testbed_host).open_own_addresses(["127.0.0.2".parse().unwrap()]);
+        assert!(!verdict(&no_allow, "127.0.0.2"), "the deny list still applies");
+        // Even with no deny list at all.
+        let open = Policy::with_own_addrs(Some(Vec::new()), None, testbed_host);
+        assert!(verdict(&open, "10.99.0.10"));
+        assert!(!verdict(&open, "10.99.0.1"));
+    }
+
+    #[test]
+    fn loopback_and_unspecified_are_refused_whatever_allow_says() {
+        let p = Policy::with_own_addrs(Some(Vec::new()), Some(nets(&["0.0.0.0/0", "::/0", "127.0.0.0/8"])), || {
+            Ok(HashSet::new())
+        });
+        for a in ["127.0.0.1", "127.0.0.2", "0.0.0.0", "::1", "::", "::ffff:127.0.0.2", "64:ff9b::7f00:2"] {
+            assert!(!verdict(&p, a), "{a} is the proxy's own host");
+        }
+        assert!(verdict(&p, "10.0.0.1"), "nothing else is denied");
+    }
+
+    #[test]
+    fn the_hosts_addresses_come_from_the_kernel_and_are_read_again() {
+        let got = host_addrs().expect("getifaddrs");
+        assert!(got.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)), "{got:?}");
+        static READS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let own = OwnAddrs {
+            read: || {
+                READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                testbed_host()
+            },
+            cache: Mutex::new(None),
+        };
+        let t0 = Instant::now();
+        assert_eq!(own.get(t0).len(), 3);
+        own.get(t0 + OWN_REFRESH / 2);
+        assert_eq!(READS.load(std::sync::atomic::Ordering::Relaxed), 1, "cached");
+        own.get(t0 + OWN_REFRESH);
+        assert_eq!(READS.load(std::sync::atomic::Ordering::Relaxed), 2, "read again once stale");
     }
 }

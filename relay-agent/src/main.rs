@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
-use polycorn_capture::{Dialer, InterceptRules, RelayOpts, UdpPolicy};
+use polycorn_capture::{Dialer, GatewayAllow, InterceptRules, RelayOpts, UdpPolicy};
 use polycorn_core::{
     Endpoint, EndpointConfig, PathId, Role, UserId, DEFAULT_RELAY_BUDGET, MAX_PATHS, PASSENGER_V6_PREFIX,
 };
@@ -75,6 +75,16 @@ struct Opts {
     /// removes them on exit. Needs CAP_NET_ADMIN.
     #[arg(long)]
     lan_interface: Option<String>,
+    /// Gateway services passengers may reach, as `PROTO:PORT` or
+    /// `PROTO:FIRST-LAST` (PROTO `tcp` or `udp`), e.g. `tcp:22,udp:123`.
+    /// With --lan-interface the gateway is closed to the passenger LAN: on
+    /// any of its addresses passengers reach only the relay (its capture,
+    /// SOCKS5 and DNS ports), ICMP, and DHCP/DHCPv6 (UDP 67, 547); every
+    /// other TCP connection is reset and other UDP refused, unless listed
+    /// here. Repeat the flag, or comma-separate.
+    #[arg(long = "gateway-allow", value_delimiter = ',')]
+    #[serde(rename = "gateway-allow")]
+    gateway_allow: Option<Vec<String>>,
     /// Passenger UDP other than DNS: `reject-quic` (reject UDP 443 so apps
     /// fall back to TCP, drop the rest), `drop-all` or `allow` [default: reject-quic].
     #[arg(long)]
@@ -91,9 +101,10 @@ struct Opts {
     /// Most passenger connections at once per listener [default: 4096].
     #[arg(long)]
     max_conns: Option<usize>,
-    /// Most connections of one passenger (one LAN address) at once, so one
-    /// passenger cannot take every slot; beyond it a connection is refused
-    /// (a TCP reset; counted in polycorn_conns_refused_total) [default: 1024].
+    /// Most connections of one passenger (see --ipv6-passenger-prefix) at
+    /// once, so one passenger cannot take every slot; beyond it a connection
+    /// is refused (a TCP reset; counted in polycorn_conns_refused_total, and
+    /// under kernel-mptcp-conn in polycorn_capture_dial_failed) [default: 1024].
     #[arg(long)]
     max_conns_per_passenger: Option<usize>,
     /// How many leading bits of an IPv6 source address name one passenger
@@ -205,6 +216,8 @@ struct Settings {
     quic_cc: polycorn_net::quic::QuicCc,
     cc_stats: Arc<polycorn_net::quic::CcStats>,
     udp_policy: UdpPolicy,
+    /// `--gateway-allow`.
+    gateway_allow: Vec<GatewayAllow>,
     modems: Vec<radio::mmcli::ModemSpec>,
     detector: polycorn_telemetry::handover::DetectorConfig,
     /// `--failure-table-url` and its options.
@@ -237,7 +250,7 @@ fn settings() -> anyhow::Result<(Settings, polycorn_core::Pipeline)> {
     let (mut o, mut f) = options::read::<Opts>("RELAY", RELAY_HELP, |o| o.common.config.as_deref())?;
     o.common.merge(&mut f.common);
     merge_options!(o, f; paths, proxy_name, quic_port, listen_transparent, listen_socks, listen_dns, dns_upstream, lan_interface,
-        udp_policy, metrics_listen, mem_budget, max_conns, max_conns_per_passenger, ipv6_passenger_prefix, replay_events, replay_epoch_unix_ms,
+        gateway_allow, udp_policy, metrics_listen, mem_budget, max_conns, max_conns_per_passenger, ipv6_passenger_prefix, replay_events, replay_epoch_unix_ms,
         replay_detect, replay_gps_only, gpsd, modems, mmcli, mmcli_interval_ms, handover_failure_threshold_ms,
         telemetry_spool, telemetry_spool_max_bytes, replay_resume);
     let CommonSettings {
@@ -270,6 +283,15 @@ fn settings() -> anyhow::Result<(Settings, polycorn_core::Pipeline)> {
         "allow" => UdpPolicy::Allow,
         other => bail!("unknown --udp-policy {other:?}: use reject-quic, drop-all or allow"),
     };
+    let gateway_allow = o
+        .gateway_allow
+        .iter()
+        .flatten()
+        .map(|a| a.parse::<GatewayAllow>().map_err(|e| anyhow::anyhow!("--gateway-allow {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if !gateway_allow.is_empty() && o.lan_interface.is_none() {
+        bail!("--gateway-allow needs --lan-interface (it opens holes in the rules installed there)");
+    }
     o.common.buffers(o.mem_budget).apply(&mut EndpointConfig::new(Role::Relay), DEFAULT_RELAY_BUDGET)?;
     if o.max_conns_per_passenger == Some(0) {
         bail!("--max-conns-per-passenger must be at least 1");
@@ -314,6 +336,7 @@ fn settings() -> anyhow::Result<(Settings, polycorn_core::Pipeline)> {
         quic_cc,
         cc_stats: Arc::default(),
         udp_policy,
+        gateway_allow,
         modems,
         detector,
         table_url,
@@ -717,18 +740,20 @@ async fn open_listeners(
 fn install_rules(s: &Settings) -> anyhow::Result<Option<InterceptRules>> {
     Ok(match (&s.opts.lan_interface, s.opts.listen_transparent) {
         (Some(lan), Some(t)) => {
-            // Passengers must not read the relay's metrics (the image
-            // listens on every address so that Prometheus can scrape it).
-            let metrics = s.opts.metrics_listen.unwrap_or_else(default_metrics_listen);
+            // The rest of the gateway (the relay's metrics too, which the
+            // image serves on every address for Prometheus) is closed to
+            // the passengers.
             let r = InterceptRules {
                 lan_if: lan.clone(),
                 tcp_redirect_port: t.port(),
                 dns_port: s.opts.listen_dns.map_or(0, |d| d.port()),
                 udp_policy: s.udp_policy,
-                guard_tcp_ports: if metrics.ip().is_loopback() { Vec::new() } else { vec![metrics.port()] },
+                passenger_tcp_ports: s.opts.listen_socks.map(|a| a.port()).into_iter().collect(),
+                gateway_allow: s.gateway_allow.clone(),
             };
             r.install().with_context(|| format!("installing interception rules on {lan}"))?;
-            info!(%lan, "interception rules installed");
+            let allowed: Vec<String> = s.gateway_allow.iter().map(ToString::to_string).collect();
+            info!(%lan, gateway_allow = ?allowed, "interception rules installed; the gateway is closed to passengers");
             Some(r)
         }
         _ => None,
@@ -750,6 +775,8 @@ async fn run() -> anyhow::Result<()> {
     s.opts.common.buffers(s.opts.mem_budget).apply(&mut cfg, DEFAULT_RELAY_BUDGET)?;
     cfg.path = s.transport.path_config(cfg.path);
     cfg.max_conns_per_user = s.opts.max_conns_per_passenger.unwrap_or(cfg.max_conns_per_user);
+    let per_passenger = cfg.max_conns_per_user;
+    let v6_prefix = s.opts.ipv6_passenger_prefix.unwrap_or(PASSENGER_V6_PREFIX);
     let ep = Endpoint::new(cfg, pipeline, Instant::now());
     let (session, mut events) = Session::new(ep);
     if let Some(t) = &s.trace {
@@ -792,7 +819,9 @@ async fn run() -> anyhow::Result<()> {
     let conn_dialer = (s.transport == Transport::KernelMptcpConn).then(|| {
         let proxy = s.paths[0].proxy;
         info!(%proxy, "kernel-mptcp-conn: one MPTCP connection per passenger connection");
-        ConnDialer::new(proxy, s.proxy_name.clone(), &s.tls, Arc::default()).with_congestion(s.congestion.clone())
+        ConnDialer::new(proxy, s.proxy_name.clone(), &s.tls, Arc::default())
+            .with_congestion(s.congestion.clone())
+            .with_passengers(v6_prefix, per_passenger)
     });
     let known_proxy = KnownProxy::default();
     let transports = PathTransports::default();
@@ -858,12 +887,7 @@ async fn run() -> anyhow::Result<()> {
 
     let (listeners, passengers) = open_listeners(&s, max_conns, &mut sources).await?;
     match &conn_dialer {
-        None => spawn_capture(
-            &mut tasks,
-            TunnelDialer(session.clone(), s.opts.ipv6_passenger_prefix.unwrap_or(PASSENGER_V6_PREFIX)),
-            listeners,
-            &stop_rx,
-        ),
+        None => spawn_capture(&mut tasks, TunnelDialer(session.clone(), v6_prefix), listeners, &stop_rx),
         Some(d) => spawn_capture(&mut tasks, MptcpConnDialer(d.clone()), listeners, &stop_rx),
     }
     let rules = install_rules(&s)?;
@@ -1023,6 +1047,23 @@ mod tests {
             assert_eq!(f.common.transport.as_deref(), Some(t));
         }
         assert!("kernel-mptcp-connection".parse::<Transport>().is_err());
+    }
+
+    #[test]
+    fn the_gateway_allow_list_is_a_flag_and_a_config_key() {
+        let o = Opts::try_parse_from([
+            "polycorn-relay",
+            "--gateway-allow",
+            "tcp:22,udp:123",
+            "--gateway-allow",
+            "tcp:8000-8010",
+        ])
+        .unwrap();
+        let entries: Vec<GatewayAllow> = o.gateway_allow.unwrap().iter().map(|a| a.parse().unwrap()).collect();
+        let shown: Vec<String> = entries.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["tcp:22", "udp:123", "tcp:8000-8010"]);
+        let f = file_opts("gateway-allow = [\"tcp:2947\"]\n").unwrap();
+        assert_eq!(f.gateway_allow.unwrap(), ["tcp:2947"]);
     }
 
     #[test]

@@ -85,6 +85,35 @@ def kafka_user(user: str, *, password_file: Path | None = None) -> KafkaSecurity
     )
 
 
+# The LOGIN role each service logs in as on the test server (trust
+# authentication: no password) and the groups of migration 0010 it is a
+# member of; deployments make theirs with ``polycorn-linkdb login``.
+SERVICE_LOGINS: dict[str, tuple[str, ...]] = {
+    "ingest": ("linkdb_ingest",),
+    "api": ("linkdb_reader",),
+    "api-publisher": ("linkdb_reader", "linkdb_publisher"),
+    "trainer": ("linkdb_trainer",),
+}
+
+
+def service_url(url: str, service: str) -> str:
+    """``url`` (a migrated LinkDB, as a superuser) logging in as ``service``'s
+    role instead (``SERVICE_LOGINS``), which is made if missing."""
+    groups = SERVICE_LOGINS[service]
+    login = "polycorn_test_" + service.replace("-", "_")
+    with pg_connect(url, autocommit=True) as c:
+        # Roles are the cluster's: tests in parallel may race to make one.
+        c.execute(
+            f"DO $$ BEGIN CREATE ROLE {login} LOGIN; "
+            "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+        )
+        for g in groups:
+            c.execute(f"GRANT {g} TO {login}")
+    u = urllib.parse.urlsplit(url)
+    host = u.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(u._replace(netloc=f"{login}@{host}"))
+
+
 @contextmanager
 def fresh_database(migrate: bool = True, prefix: str = "linkdb_test") -> Iterator[str]:
     """A new, empty database (PostGIS enabled, migrated to head unless

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Reference passenger interception for the train namespace, the same rules
-# the relay-agent installs itself at start-up:
+# Reference passenger interception for the train namespace, the capturing
+# part of the rules the relay-agent installs itself at start-up (the relay
+# also closes the gateway's own services to passengers and checks their
+# source addresses: crates/capture/src/rules.rs):
 #
 #   intercept.sh add PORT   every TCP connection arriving from the passenger
 #                           LAN (iif lan0), whatever its destination, is

@@ -12,10 +12,11 @@ PROXY_METRICS=127.0.0.1:9464
 RELAY_METRICS=127.0.0.1:9465
 RELAY_TPROXY_PORT=15001
 RELAY_SOCKS=10.66.0.1:1080
-# The testbed's "Internet", where the origin servers listen (inet0 in
-# NS_CLOUD, testbed/netns/up.sh): a private network, which the proxy's
-# default destination policy refuses. start_proxy re-opens it, and only it,
-# with --allow (the rest of 10.0.0.0/8, loopback, ... stay refused).
+# The testbed's "Internet", where the origin servers listen (NS_INET,
+# on-link with the proxy host's inet0, testbed/netns/up.sh): a private
+# network, which the proxy's default destination policy refuses. start_proxy
+# re-opens it, and only it, with --allow (the rest of 10.0.0.0/8, loopback,
+# ... stay refused); the proxy host's own 10.99.0.1 in it stays refused.
 ORIGIN_NET=10.99.0.0/24
 
 # Development certificates: the served train, and a second train the proxy

@@ -30,9 +30,10 @@ else
 fi
 
 NS_TRAIN="$PC_PREFIX-train"   # relay-agent; gateway of the passenger LAN
-NS_CLOUD="$PC_PREFIX-cloud"   # proxy and the "Internet" origin servers
+NS_CLOUD="$PC_PREFIX-cloud"   # proxy
+NS_INET="$PC_PREFIX-inet"     # the "Internet": origin servers
 NS_PAX="$PC_PREFIX-pax"       # passengers' devices
-PC_NAMESPACES=("$NS_PAX" "$NS_TRAIN" "$NS_CLOUD")
+PC_NAMESPACES=("$NS_PAX" "$NS_TRAIN" "$NS_CLOUD" "$NS_INET")
 
 # Passenger LAN: pax0 (in NS_PAX) <-> lan0 (in NS_TRAIN).
 PAX_IF=pax0
@@ -40,8 +41,10 @@ PAX_ADDR=10.66.0.2
 LAN_IF=lan0
 LAN_ADDR=10.66.0.1
 
-# Origin ("Internet servers"): inet0 in NS_CLOUD. A veth whose peer
-# (inet0x) also stays in NS_CLOUD, since this kernel has no dummy driver.
+# Origin ("Internet servers"): inet0 in NS_CLOUD (the proxy host's address
+# on its upstream network) <-> inet0x in NS_INET (the origin). The origin
+# has a host of its own, as on the Internet: the proxy refuses its own
+# host's addresses, so an origin local to NS_CLOUD would be unreachable.
 INET_IF=inet0
 INET_PEER_IF=inet0x
 INET_GW_ADDR=10.99.0.1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the integration topology used by the tests and the demo:
 #
-#   NS_PAX (passengers)        NS_TRAIN (relay-agent)            NS_CLOUD (proxy + origin)
+#   NS_PAX (passengers)        NS_TRAIN (relay-agent)            NS_CLOUD (proxy)        NS_INET (origin)
 #   pax0 10.66.0.2/24 ---- lan0 10.66.0.1/24
 #   default via 10.66.0.1      car0 10.77.0.1/24 ----------- cpx0 10.77.0.2/24
 #                              car1 10.77.1.1/24 ----------- cpx1 10.77.1.2/24
@@ -16,10 +16,10 @@
 # - The proxy listens on 0.0.0.0:PORT in NS_CLOUD. The relay's subflow i
 #   binds to car<i> (SO_BINDTODEVICE) and connects to 10.77.<i>.2:PORT, so
 #   each subflow rides its own link and `link.sh down <i>` kills only it.
-# - Origin servers (testbed/origin) listen on 10.99.0.10, local to NS_CLOUD,
-#   where the proxy opens its upstream connections. Other 10.99.0.x
-#   addresses get no ARP answer: an origin that never answers (connect fails
-#   after ~3 s with EHOSTUNREACH).
+# - Origin servers (testbed/origin) listen on 10.99.0.10 in NS_INET, on a
+#   veth from NS_CLOUD's inet0 (10.99.0.1), where the proxy opens its
+#   upstream connections. Other 10.99.0.x addresses get no ARP answer: an
+#   origin that never answers (connect fails after ~3 s with EHOSTUNREACH).
 # - Kernel MPTCP (for the kernel-mptcp transport and `mptcpize run iperf3`):
 #   both ends have limits `subflow N add_addr_accepted N`; the train has a
 #   `subflow` endpoint 10.77.<i>.1 dev car<i> for every i >= 1 (car0 carries
@@ -78,14 +78,11 @@ for ((i = 0; i < PC_CARRIERS; i++)); do
     ip -n "$NS_CLOUD" link set "$cpx" up
 done
 
-# ---- origin ("Internet")
-# This kernel has no dummy driver (CONFIG_DUMMY unset), so a veth pair with
-# both ends in NS_CLOUD stands in for it: addresses on inet0 are local to
-# NS_CLOUD, and packets to unassigned 10.99.0.x go out to the idle peer.
-ip -n "$NS_CLOUD" link add "$INET_IF" type veth peer name "$INET_PEER_IF"
+# ---- origin ("Internet"): its own namespace, on-link with the proxy host.
+ip -n "$NS_CLOUD" link add "$INET_IF" type veth peer name "$INET_PEER_IF" netns "$NS_INET"
 ip -n "$NS_CLOUD" addr add "$INET_GW_ADDR/24" dev "$INET_IF"
-ip -n "$NS_CLOUD" addr add "$ORIGIN_ADDR/24" dev "$INET_IF"
-ip -n "$NS_CLOUD" link set "$INET_PEER_IF" up
+ip -n "$NS_INET" addr add "$ORIGIN_ADDR/24" dev "$INET_PEER_IF"
+ip -n "$NS_INET" link set "$INET_PEER_IF" up
 ip -n "$NS_CLOUD" link set "$INET_IF" up
 
 # ---- forwarding: explicit, so the intent does not depend on kernel defaults.
@@ -127,6 +124,7 @@ mkdir -p "$PC_STATE/run"
     echo "NS_PAX=$NS_PAX"
     echo "NS_TRAIN=$NS_TRAIN"
     echo "NS_CLOUD=$NS_CLOUD"
+    echo "NS_INET=$NS_INET"
     echo "PAX_IF=$PAX_IF"
     echo "PAX_ADDR=$PAX_ADDR"
     echo "LAN_IF=$LAN_IF"

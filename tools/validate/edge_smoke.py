@@ -79,7 +79,13 @@ VALUES: dict[str, Any] = {
             "users": {c: {"secret": f"kafka-{c}"} for c in ("proxy", "ingest", "trainer")},
         },
     },
-    "postgresql": {"existingSecret": "linkdb-url", "caSecret": {"name": "linkdb-ca"}},
+    "postgresql": {
+        "users": {
+            c: {"secret": f"linkdb-url-{c.lower()}", "key": "database-url"}
+            for c in ("migrations", "ingest", "linkdbApi", "trainer")
+        },
+        "caSecret": {"name": "linkdb-ca"},
+    },
     "proxy": {"caSecret": {"name": "pki-ca"}},
     "envoy": {"api": {"tlsSecret": "api-tls"}},
     "trains": [{"id": t} for t in TRAINS],

@@ -305,7 +305,7 @@ def test_helm_and_the_values_schema_reject(
 
 def test_helm_requires_the_kafka_bootstrap() -> None:
     rejects(
-        helm("template", "polycorn", CHART, "--set", "postgresql.existingSecret=x"),
+        helm("template", "polycorn", CHART, "--set", "postgresql.users.ingest.secret=x"),
         "kafka.bootstrap is required",
     )
 

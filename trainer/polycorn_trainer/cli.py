@@ -60,6 +60,13 @@ def _non_negative_int(text: str) -> int:
     return v
 
 
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
 def _quantile(text: str) -> float | None:
     """A fraction, or ``mean`` (None: the failures' mean position)."""
     return None if text.strip().lower() == "mean" else _fraction(text)
@@ -149,6 +156,14 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--min-failure-rate", type=_fraction, default=d.min_failure_rate)
         sp.add_argument("--min-handovers", type=_non_negative_int, default=d.min_handovers)
         sp.add_argument(
+            "--min-trains",
+            type=_positive_int,
+            default=d.min_trains,
+            help="a cell enters the table only on failures from this many distinct trains, and "
+            "only if it still qualifies with any one train left out (default "
+            f"{d.min_trains}); 1: one train's reports are enough (a line with a single train)",
+        )
+        sp.add_argument(
             "--location-quantile",
             type=_quantile,
             default=d.location_quantile,
@@ -194,6 +209,7 @@ def _options(
         min_failures=a.min_failures,
         min_failure_rate=a.min_failure_rate,
         min_handovers=max(2, a.min_handovers),
+        min_trains=a.min_trains,
         lead_s=a.lead_s,
         location_quantile=a.location_quantile,
     )

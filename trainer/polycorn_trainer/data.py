@@ -53,7 +53,9 @@ SHARD_EXPR = (
 # is fitted on the route most of them are on (measures on different routes
 # do not compare); ties go to a named route. Speed at a handover: the
 # train's last fix within 10 s before its start (looked up for positioned
-# handovers only).
+# handovers only). The reporting train as a 64-bit hash of its ID: two
+# trains whose IDs collide would count as one, which only ever makes the
+# table's several-trains rule (fit.qualifies) harder to meet, never easier.
 CELL_ROUTE = """LEFT JOIN LATERAL (
     SELECT h2.route_id AS route FROM handovers h2
     WHERE h2.cell = c.id AND h2.track_m IS NOT NULL
@@ -68,6 +70,7 @@ SELECT c.id, c.carrier, c.cell_id, c.direction::text,
        array_agg(coalesce(h.rsrp_dbm, 'NaN'::float8) ORDER BY h.start_time, h.id) {T},
        array_agg(h.outcome = 'failure' ORDER BY h.start_time, h.id) {T},
        array_agg(coalesce(h.trip_id, -h.id) ORDER BY h.start_time, h.id) {T},
+       array_agg(hashtextextended(h.train_id, 0) ORDER BY h.start_time, h.id) {T},
        array_agg(coalesce(s.speed_mps, 'NaN'::float8) ORDER BY h.start_time, h.id) {T}
 FROM cells c
 {CELL_ROUTE}
@@ -103,7 +106,10 @@ def load_cells(conn: psycopg.Connection, shard: Shard) -> Loaded:
     with conn.cursor(name="polycorn_trainer_cells") as cur:
         cur.itersize = 2000
         cur.execute(sql, _shard_params(shard))
-        for key, carrier, cell_id, direction, untracked, track, rsrp, failed, trip, speed in cur:
+        for row in cur:
+            key, carrier, cell_id, direction, untracked, track, rsrp, failed, trip, train, speed = (
+                row
+            )
             out.untracked += int(untracked)
             if track is None:  # no positioned handover
                 continue
@@ -117,6 +123,7 @@ def load_cells(conn: psycopg.Connection, shard: Shard) -> Loaded:
                     rsrp_dbm=np.asarray(rsrp, dtype=np.float64),
                     failed=np.asarray(failed, dtype=np.bool_),
                     trip=np.asarray(trip, dtype=np.int64),
+                    train=np.asarray(train, dtype=np.int64),
                     speed_mps=np.asarray(speed, dtype=np.float64),
                 )
             )

@@ -13,7 +13,14 @@ Per cell (:func:`fit_cell`):
   into the failure-location table only when the cell has at least
   ``min_failures`` failures and a failure share of at least
   ``min_failure_rate`` (:class:`Params`); otherwise the cell gets no entry
-  and the proxies never throttle for it.
+  and the proxies never throttle for it. With ``min_trains`` ≥ 2 (the
+  default) the entry must also rest on several trains (:func:`qualifies`,
+  :func:`table_location`): failures from at least ``min_trains`` distinct
+  trains, no train's failures counted above the runner-up's, and the
+  position the latest of those computed without each failing train, so
+  that one train (faulty or compromised) cannot put a cell into the fleet's
+  table on its own, is at most half of any cell's evidence, and cannot
+  move an entry earlier than the other trains' failures put it.
 - **Earliest handover position** (EHP, §2.3) and the failure rate.
 - **Linear SVMs** (scikit-learn ``LinearSVC``: L2 penalty, squared hinge = L2
   loss, balanced class weights for the rare failures) on the location, on
@@ -81,6 +88,11 @@ class Params:
     # Table thresholds (the stand-in builder of the HRSCH issue used the same).
     min_failures: int = 3
     min_failure_rate: float = 0.2
+    # A cell enters the table only on failures from at least this many
+    # distinct trains, with no train counted above the runner-up
+    # (qualifies); 1: one train's word is enough (a line served by a
+    # single train, or a single-train testbed).
+    min_trains: int = 2
     # A cell needs this many handovers (with both outcomes) for its SVMs.
     min_handovers: int = 8
     # SVM regularisation (scikit-learn's C) and iteration cap.
@@ -125,6 +137,7 @@ class CellData:
     rsrp_dbm: F64  # NaN when unknown
     failed: B
     trip: I64  # trips.id; handovers without a trip get a group of their own
+    train: I64  # the reporting train (any integer that tells trains apart)
     speed_mps: F64  # NaN when unknown
     # Seconds added to each handover's Δ: None (t_HO is the blackout start,
     # as the trainer validates), or the blackout durations (t_HO is when the
@@ -133,7 +146,7 @@ class CellData:
 
     def __post_init__(self) -> None:
         n = len(self.track_m)
-        for name in ("rsrp_dbm", "failed", "trip", "speed_mps"):
+        for name in ("rsrp_dbm", "failed", "trip", "train", "speed_mps"):
             if len(getattr(self, name)) != n:
                 raise ValueError(
                     f"cell {self.key}: {name} has {len(getattr(self, name))} values, not {n}"
@@ -308,10 +321,81 @@ def _svm(x: F64, y: B, p: Params) -> tuple[LinearSVC, F64, F64] | None:
     return m, mean, scale
 
 
-def _qualifies(failures: int, handovers: int, p: Params) -> bool:
-    if failures <= 0 or handovers <= 0:
-        return False
-    return failures >= p.min_failures and failures / handovers >= p.min_failure_rate
+def qualifies(f: F64, n: F64, p: Params) -> B:
+    """Whether the evidence of each row qualifies a cell for the table: ``f``
+    and ``n`` are the failures and handovers per train (rows × trains; a
+    row is one training set), and the thresholds (``min_failures``,
+    ``min_failure_rate``) apply to the row's total. With ``min_trains`` ≥ 2,
+    failures must come from that many distinct trains, and no train counts
+    for more than the runner-up: each train's failures are capped at the
+    count of the train with the second most failures in the row, and its
+    handovers scaled by the same factor (a capped train's failure share
+    stays its own, so flooding failures cannot dilute a cell out either).
+    One train's reports are then at most half of the evidence counted: it
+    can add a cell only where the other trains' failures already reach half
+    the threshold, and a single train's failures count for nothing."""
+    failing_trains = (f > 0).sum(axis=1)
+    if p.min_trains > 1:
+        second = np.sort(f, axis=1)[:, -2] if f.shape[1] > 1 else np.zeros(len(f))
+        capped = np.minimum(f, second[:, None])
+        n = n * np.divide(capped, f, out=np.ones_like(f), where=f > 0)
+        f = capped
+    tf = f.sum(axis=1)
+    tn = n.sum(axis=1)
+    share = np.divide(tf, tn, out=np.zeros_like(tf), where=tn > 0)
+    ok: B = (tf > 0) & (tf >= p.min_failures) & (share >= p.min_failure_rate)
+    if p.min_trains > 1:
+        ok &= failing_trains >= p.min_trains
+    return ok
+
+
+def _per_train(y: B, train_idx: I64, trains: int) -> tuple[F64, F64]:
+    f = np.bincount(train_idx, weights=y.astype(np.float64), minlength=trains).astype(np.float64)
+    n = np.bincount(train_idx, minlength=trains).astype(np.float64)
+    return f[None, :], n[None, :]
+
+
+def table_location(x: F64, y: B, train_idx: I64, p: Params) -> float:
+    """Where the table puts a qualifying cell's failures, in progress along
+    the direction of travel: :meth:`Params.location` of its failures, and
+    with ``min_trains`` ≥ 2 the latest of the locations computed without
+    each train that failed there, so that no train's reports can move the
+    entry (and the throttle before it) earlier than the other trains'
+    failures put it. The cell must qualify (:func:`qualifies`): then at
+    least two trains failed there, and failures remain whichever is left
+    out."""
+    if p.min_trains <= 1:
+        return p.location(x[y])
+    xf = x[y]
+    order = np.argsort(xf, kind="stable")
+    xs, owner = xf[order], train_idx[y][order]
+    # One row per failing train: the failures kept when it is left out.
+    kept = owner[None, :] != np.unique(owner)[:, None]
+    m = kept.sum(axis=1)
+    if p.location_quantile is None:
+        return float(((kept * xs).sum(axis=1) / m).max())
+    # np.quantile's default (linear) rule on each row's kept failures: the
+    # k-th kept one is where the row's running count first reaches k + 1.
+    pos = p.location_quantile * (m - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, m - 1)
+    run = np.cumsum(kept, axis=1)
+    x_lo = xs[np.argmax(run >= (lo + 1)[:, None], axis=1)]
+    x_hi = xs[np.argmax(run >= (hi + 1)[:, None], axis=1)]
+    return float((x_lo + (x_hi - x_lo) * (pos - lo)).max())
+
+
+def table_entry(c: CellData, p: Params) -> float | None:
+    """The cell's table position (``track_m``), or ``None`` when it does not
+    qualify."""
+    y = c.failed.astype(bool)
+    if not y.any():
+        return None
+    _, tinv = np.unique(c.train, return_inverse=True)
+    f, n = _per_train(y, tinv, int(tinv.max()) + 1)
+    if not qualifies(f, n, p)[0]:
+        return None
+    return c.sign * table_location(c.x, y, tinv, p)
 
 
 def fit_cell(c: CellData, p: Params) -> CellResult:
@@ -328,6 +412,8 @@ def fit_cell(c: CellData, p: Params) -> CellResult:
         "handovers": n,
         "failures": nf,
         "trips": len(np.unique(c.trip)) if n else 0,
+        "trains": len(np.unique(c.train)) if n else 0,
+        "failure_trains": len(np.unique(c.train[y])) if nf else 0,
         "earliest_ho_track_m": ehp,
         "failure_mean_track_m": mean_fail,
         "failure_location_track_m": location,
@@ -376,15 +462,16 @@ def fit_cell(c: CellData, p: Params) -> CellResult:
                 if math.isfinite(xb):
                     params["boundary_track_m"] = c.sign * xb
         params["svm"] = svms
-    predicted = location if _qualifies(nf, n, p) else None
+    predicted = table_entry(c, p)
     return CellResult(c.key, kind, predicted, rate, params, counts, deployed)
 
 
 def validate_cell(c: CellData, p: Params) -> tuple[Counts, Counts]:
     """Leave-one-trip-out validation counts of one cell (module docstring),
     for the two predictors: ``paper`` predicts from any failure history, as
-    §3 does; ``deployed`` applies the table thresholds of :class:`Params`,
-    i.e. validates the table the proxies get. The folds' sums and the
+    §3 does; ``deployed`` applies the table's rule (:func:`qualifies`,
+    :func:`table_location`) to each fold, i.e. validates the table the
+    proxies get. The folds' sums and the
     speeds are computed once for both."""
     n = len(c.track_m)
     if n == 0:
@@ -393,11 +480,9 @@ def validate_cell(c: CellData, p: Params) -> tuple[Counts, Counts]:
     y = c.failed.astype(bool)
     groups, inv = np.unique(c.trip, return_inverse=True)
     g = len(groups)
-    n_g = np.bincount(inv, minlength=g)
     f_g = np.bincount(inv, weights=y.astype(np.float64), minlength=g)
     s_g = np.bincount(inv, weights=np.where(y, x, 0.0), minlength=g)
     # Training folds: everything but the held-out trip.
-    tr_n = n - n_g
     tr_f = f_g.sum() - f_g
     tr_s = s_g.sum() - s_g
     if p.location_quantile is None:
@@ -414,10 +499,22 @@ def validate_cell(c: CellData, p: Params) -> tuple[Counts, Counts]:
     bad = ~np.isfinite(speed) | (speed <= 0.5)
     speed[bad] = p.nominal_speed_mps
     paper = tr_f > 0
-    deployed = paper & (tr_f >= p.min_failures) & (tr_f / np.maximum(tr_n, 1) >= p.min_failure_rate)
+    # The table's rule on each fold: per-train counts of the other trips.
+    _, tinv = np.unique(c.train, return_inverse=True)
+    t = int(tinv.max()) + 1
+    fold_train = inv * t + tinv
+    f_gt = np.bincount(fold_train, weights=y.astype(np.float64), minlength=g * t).reshape(g, t)
+    n_gt = np.bincount(fold_train, minlength=g * t).reshape(g, t).astype(np.float64)
+    deployed = paper & qualifies(f_gt.sum(axis=0) - f_gt, n_gt.sum(axis=0) - n_gt, p)
+    l_dep = l_fold
+    if p.min_trains > 1:
+        l_dep = np.full(g, np.nan)
+        for j in np.flatnonzero(deployed):
+            m = inv != j
+            l_dep[j] = table_location(x[m], y[m], tinv[m], p)
     out = []
-    for has in (paper, deployed):
-        k = _classify(x, y, np.where(has, l_fold, np.nan)[inv], speed, p, offset_s=c.delta_offset_s)
+    for has, lh in ((paper, l_fold), (deployed, l_dep)):
+        k = _classify(x, y, np.where(has, lh, np.nan)[inv], speed, p, offset_s=c.delta_offset_s)
         k.speed_fallbacks = int(bad.sum())
         out.append(k)
     return out[0], out[1]

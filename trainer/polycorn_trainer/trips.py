@@ -121,6 +121,9 @@ def cells_of(trips: list[_Trip], at_reconnect: bool = False) -> dict[str, list[C
                 rsrp_dbm=np.array([h.rsrp_dbm for h in hs]),
                 failed=np.array([h.failed for h in hs]),
                 trip=np.array([h.trip for h in hs], dtype=np.int64),
+                # Generated trips are independent draws of the model, like
+                # trips of different trains: each counts as its own train.
+                train=np.array([h.trip for h in hs], dtype=np.int64),
                 speed_mps=np.array([h.speed_mps for h in hs]),
                 delta_offset_s=np.array([h.duration_s for h in hs]) if at_reconnect else None,
             )

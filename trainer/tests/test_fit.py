@@ -16,7 +16,9 @@ def cell(
     direction: str = "increasing",
     rsrp: list[float] | None = None,
     speed: float = 80.0,
+    train: list[int] | None = None,
 ) -> CellData:
+    """A cell's handovers; each trip by a train of its own unless ``train`` says."""
     n = len(track)
     return CellData(
         key=1,
@@ -27,21 +29,30 @@ def cell(
         rsrp_dbm=np.asarray(rsrp if rsrp is not None else [np.nan] * n, dtype=np.float64),
         failed=np.asarray(failed, dtype=np.bool_),
         trip=np.asarray(trip, dtype=np.int64),
+        train=np.asarray(trip if train is None else train, dtype=np.int64),
         speed_mps=np.full(n, speed),
     )
 
 
 def test_prediction_is_the_mean_failure_location_and_needs_the_thresholds() -> None:
+    # One train's word is enough here (min_trains=1): the thresholds and the location alone.
     c = cell([1000, 1010, 1100, 1200, 1220], [False, False, True, True, True], [1, 2, 3, 4, 5])
     r = fit_cell(
-        c, Params(min_failures=3, min_failure_rate=0.15, min_handovers=4, location_quantile=None)
+        c,
+        Params(
+            min_trains=1,
+            min_failures=3,
+            min_failure_rate=0.15,
+            min_handovers=4,
+            location_quantile=None,
+        ),
     )
     assert r.predicted_failure_track_m == pytest.approx(1173.333, abs=1e-3)
     assert r.failure_rate == pytest.approx(0.6)
     assert r.params["earliest_ho_track_m"] == 1000
     assert r.kind == "linear_svc"
     # Only two failures: below min_failures, so no table entry, but the mean is kept.
-    r2 = fit_cell(c, Params(min_failures=4, location_quantile=None))
+    r2 = fit_cell(c, Params(min_trains=1, min_failures=4, location_quantile=None))
     assert r2.predicted_failure_track_m is None
     assert r2.params["failure_mean_track_m"] == pytest.approx(1173.333, abs=1e-3)
 
@@ -51,7 +62,14 @@ def test_decreasing_direction_mirrors_positions() -> None:
         [5000, 4990, 4900, 4800], [False, False, True, True], [1, 2, 3, 4], direction="decreasing"
     )
     r = fit_cell(
-        c, Params(min_failures=1, min_failure_rate=0, min_handovers=4, location_quantile=None)
+        c,
+        Params(
+            min_trains=1,
+            min_failures=1,
+            min_failure_rate=0,
+            min_handovers=4,
+            location_quantile=None,
+        ),
     )
     assert r.params["earliest_ho_track_m"] == 5000  # earliest = largest when decreasing
     assert r.predicted_failure_track_m == pytest.approx(4850)
@@ -164,6 +182,7 @@ def test_mismatched_arrays_are_refused() -> None:
             np.zeros(3),
             np.zeros(2, bool),
             np.zeros(2, np.int64),
+            np.zeros(2, np.int64),
             np.zeros(2),
         )
     with pytest.raises(ValueError, match="direction"):
@@ -206,8 +225,8 @@ def test_delta_histogram_bins_the_predicted_handovers() -> None:
 def test_a_location_quantile_moves_the_prediction_and_its_validation() -> None:
     # One failure per trip; the held-out trip's failure is judged against the others'.
     c = cell([1000, 1100, 1200, 1000], [True] * 4, [1, 2, 3, 4])
-    mean = Params(min_failures=1, min_failure_rate=0, location_quantile=None)
-    early = Params(min_failures=1, min_failure_rate=0, location_quantile=0.0)
+    mean = Params(min_trains=1, min_failures=1, min_failure_rate=0, location_quantile=None)
+    early = Params(min_trains=1, min_failures=1, min_failure_rate=0, location_quantile=0.0)
     assert fit_cell(c, mean).predicted_failure_track_m == pytest.approx(1075)
     r = fit_cell(c, early)
     assert r.predicted_failure_track_m == pytest.approx(1000)
@@ -231,9 +250,11 @@ def test_the_default_places_a_failure_at_its_10th_percentile() -> None:
     xs = [1000.0, 1100.0, 1200.0, 1300.0, 1400.0]
     c = cell(xs, [True] * 5, [1, 2, 3, 4, 5])
     assert Params().location_quantile == 0.1
-    got = fit_cell(c, Params(min_failures=1, min_failure_rate=0)).predicted_failure_track_m
+    got = fit_cell(
+        c, Params(min_trains=1, min_failures=1, min_failure_rate=0)
+    ).predicted_failure_track_m
     assert got == pytest.approx(float(np.quantile(xs, 0.1)))
-    paper = Params(min_failures=1, min_failure_rate=0, location_quantile=None)
+    paper = Params(min_trains=1, min_failures=1, min_failure_rate=0, location_quantile=None)
     assert fit_cell(c, paper).predicted_failure_track_m == pytest.approx(1200)
 
 
@@ -245,3 +266,117 @@ def test_the_cli_takes_a_quantile_or_mean() -> None:
     assert (_quantile("0.25"), _quantile("mean"), _quantile("MEAN")) == (0.25, None, None)
     with pytest.raises((argparse.ArgumentTypeError, ValueError)):
         _quantile("1.5")
+
+
+def test_one_trains_failures_alone_put_no_cell_in_the_table() -> None:
+    """Train 1 fails on each of its four trips (days count for nothing: the
+    same train), train 2 passes twice: the thresholds hold, the several-trains
+    rule keeps the cell out. One train's word is enough only with min_trains=1."""
+    c = cell(
+        [1000, 1010, 1020, 1030, 900, 910],
+        [True, True, True, True, False, False],
+        [1, 2, 3, 4, 5, 6],
+        train=[1, 1, 1, 1, 2, 2],
+    )
+    assert Params().min_trains == 2
+    r = fit_cell(c, Params())
+    assert r.predicted_failure_track_m is None
+    assert (r.params["trains"], r.params["failure_trains"]) == (2, 1)
+    assert fit_cell(c, Params(min_trains=1)).predicted_failure_track_m is not None
+
+
+def test_no_train_counts_for_more_than_the_runner_up() -> None:
+    # Failures from two trains, 4 in all, but 3 of them train 1's: counted as
+    # many as train 2's one, 2 < 3.
+    tracks = [1000.0, 1010, 1020, 1030, 1040, 1050]
+    failed = [True, True, True, True, False, False]
+    trips = [1, 2, 3, 4, 5, 6]
+    lopsided = cell(tracks, failed, trips, train=[1, 1, 1, 2, 2, 2])
+    assert fit_cell(lopsided, Params()).predicted_failure_track_m is None
+    assert fit_cell(lopsided, Params(min_trains=1)).predicted_failure_track_m is not None
+    # Three failures from each of two trains: in; a third train is required with min_trains=3.
+    both = cell(tracks * 2, failed * 2, [*trips, 7, 8, 9, 10, 11, 12], train=[1] * 6 + [2] * 6)
+    assert fit_cell(both, Params()).predicted_failure_track_m is not None
+    assert fit_cell(both, Params(min_trains=3)).predicted_failure_track_m is None
+
+
+def test_one_train_adds_at_most_half_the_evidence_and_cannot_dilute_a_cell_out() -> None:
+    """Trains 1 and 2 fail once each in four passes (2 < 3 failures): out.
+    Train 3's 40 failures count as one (the runner-up's), so the cell is in:
+    one train can complete evidence that is half the threshold, no more.
+    Where trains 1 and 2 fail twice each (in on their own), train 3's 40
+    failures in 200 passes count as 2 in 10: capped with its handovers, they
+    cannot dilute the failure share (6 of 208) and push the cell out."""
+    honest_x = [1000.0, 1100, 1200, 1300] * 2
+    honest_y = [True, False, False, False] * 2
+    honest_t = [1] * 4 + [2] * 4
+    short = cell(honest_x, honest_y, list(range(8)), train=honest_t)
+    assert fit_cell(short, Params()).predicted_failure_track_m is None
+    flooded = cell(
+        honest_x + [1000.0] * 40,
+        honest_y + [True] * 40,
+        list(range(48)),
+        train=honest_t + [3] * 40,
+    )
+    assert fit_cell(flooded, Params()).predicted_failure_track_m is not None
+    one = cell(
+        honest_x[:4] + [1000.0] * 40,
+        honest_y[:4] + [True] * 40,
+        list(range(44)),
+        train=[1] * 4 + [3] * 40,
+    )
+    assert fit_cell(one, Params()).predicted_failure_track_m is None, "1 honest failure: out"
+    twice = [True, True, False, False] * 2
+    dense = cell(
+        honest_x + [1000.0] * 40 + [1200.0] * 160,
+        twice + [True] * 40 + [False] * 160,
+        list(range(208)),
+        train=honest_t + [3] * 200,
+    )
+    assert fit_cell(
+        cell(honest_x, twice, list(range(8)), train=honest_t), Params()
+    ).predicted_failure_track_m
+    # Train 3: 40 failures in 200 passes (20 %), capped to 2 failures in 10 passes.
+    assert fit_cell(dense, Params()).predicted_failure_track_m is not None
+
+
+def test_one_train_cannot_move_an_entry_earlier() -> None:
+    """Four trains fail between 1300 and 1390 m; a fifth reports 20 failures at
+    500 m. The entry is no earlier than the four trains' own failures put it
+    (the table's quantile of them); with one train's word enough it would
+    follow the fifth train to 500 m."""
+    honest_x = [1300.0, 1330.0, 1360.0, 1390.0] * 2
+    honest_train = [1, 2, 3, 4] * 2
+    x = honest_x + [500.0] * 20
+    train = honest_train + [5] * 20
+    c = cell(x, [True] * len(x), list(range(len(x))), train=train)
+    honest = float(np.quantile(honest_x, Params().location_quantile or 0.0))
+    got = fit_cell(c, Params()).predicted_failure_track_m
+    assert got is not None and got >= honest
+    assert fit_cell(c, Params(min_trains=1)).predicted_failure_track_m == pytest.approx(500)
+    # Decreasing: "earlier" is the larger track_m, and the bound mirrors.
+    d = cell(
+        [-v for v in x], [True] * len(x), list(range(len(x))), train=train, direction="decreasing"
+    )
+    got_d = fit_cell(d, Params()).predicted_failure_track_m
+    assert got_d is not None and got_d <= -honest
+
+
+def test_the_deployed_validation_applies_the_train_rule_to_each_fold() -> None:
+    # Train 1's four trips fail, train 2's two succeed: the paper's predictor has
+    # the other trips' failures for every failure, the deployed one (the table)
+    # never predicts: one train's failures.
+    c = cell(
+        [1000, 1000, 1000, 1000, 1000, 1000],
+        [True, True, True, True, False, False],
+        [1, 2, 3, 4, 5, 6],
+        train=[1, 1, 1, 1, 2, 2],
+    )
+    paper, deployed = validate_cell(c, Params(location_quantile=None))
+    assert paper.failures_without_prediction == 0
+    assert deployed.failures_without_prediction == 4
+    # With trips of three trains each failing, every fold keeps two trains'
+    # failures (3 of 5 trips): the deployed predictor predicts them all.
+    c3 = cell([1000.0] * 6, [True] * 6, [1, 2, 3, 4, 5, 6], train=[1, 1, 2, 2, 3, 3])
+    _, deployed3 = validate_cell(c3, Params(location_quantile=None))
+    assert deployed3.failures_without_prediction == 0

@@ -38,7 +38,7 @@ from polycorn_schema.failure_table import (
     etag_of,
 )
 from polycorn_schema.startup import kafka_create_topics
-from polycorn_schema.testing import fresh_database
+from polycorn_schema.testing import fresh_database, service_url
 from polycorn_trainer import cli
 from polycorn_trainer.data import Shard, load_cells
 from polycorn_trainer.fit import Params
@@ -49,6 +49,9 @@ from polycorn_trainer.store import DEFAULT_VALIDITY_S, StoredTableError, publish
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 CELLS = 12  # per carrier, increasing direction; cell k's edge at 2000 * k
+# seed's fleet is one train: its failures are enough for the table only with
+# min_trains=1 (the several-trains rule has its own tests, test_one_train.py).
+ONE_TRAIN = Params(min_trains=1)
 
 
 def seed(url: str, trips: int = 6, seed_: int = 1) -> dict[str, int]:
@@ -166,7 +169,8 @@ def read_topic(topic: str) -> list[tuple[Any, Any, dict[str, Any]]]:
 
 def api(url: str) -> TestClient:
     s = Settings(
-        DatabaseSettings(url=url, pool_size=2), ApiSettings(keys=f"t:read:{hash_key('k')}")
+        DatabaseSettings(url=service_url(url, "api"), pool_size=2),
+        ApiSettings(keys=f"t:read:{hash_key('k')}"),
     )
     return TestClient(create_app(s))
 
@@ -174,7 +178,9 @@ def api(url: str) -> TestClient:
 def test_run_stores_publishes_and_api_serves_the_same_bytes(db: str, topic: str) -> None:
     truth = seed(db)
     m = Metrics()
-    o = Options(workers=1, bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic)
+    o = Options(
+        workers=1, params=ONE_TRAIN, bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic
+    )
     s = run(db, o, m)
     assert s["handovers"] == truth["handovers"]  # the one without a position is left out
     assert s["handovers_without_track"] == 1
@@ -237,7 +243,7 @@ def test_run_stores_publishes_and_api_serves_the_same_bytes(db: str, topic: str)
 
 def test_shards_split_the_cells_and_publish_the_union(db: str) -> None:
     seed(db, trips=5, seed_=2)
-    whole = run(db, Options(workers=1, publish=True))
+    whole = run(db, Options(workers=1, params=ONE_TRAIN, publish=True))
     assert whole["table"] is not None
     with psycopg.connect(db) as c:
         entries_whole = c.execute(
@@ -245,7 +251,7 @@ def test_shards_split_the_cells_and_publish_the_union(db: str) -> None:
         ).fetchone()
     seen = 0
     for i in range(3):
-        s = run(db, Options(workers=1, shard=Shard(i, 3)))
+        s = run(db, Options(workers=1, params=ONE_TRAIN, shard=Shard(i, 3)))
         seen += s["cells"]
     assert seen == 2 * CELLS  # every cell in exactly one shard
     with psycopg.connect(db) as c:
@@ -282,10 +288,12 @@ def test_cli_once_writes_a_summary_and_reports_a_dead_database(
             "run",
             "--once",
             "--database-url",
-            db,
+            service_url(db, "trainer"),
             "--bootstrap",
             "",
             "--workers",
+            "1",
+            "--min-trains",
             "1",
             "--summary-json",
             str(out),
@@ -350,7 +358,7 @@ def test_routed_cells_publish_their_route_point_and_line(db: str) -> None:
     loaded = load_cells(psycopg.connect(db), Shard())
     cell0 = next(x for x in loaded.cells if x.cell_id == 1 << 32 | 1)
     assert float(cell0.track_m.max()) < 1000  # the r2 handovers are left out
-    s = run(db, Options(workers=1), Metrics())
+    s = run(db, Options(workers=1, params=ONE_TRAIN), Metrics())
     assert s["table"] is not None
     with psycopg.connect(db) as c:
         row = c.execute("SELECT body FROM failure_tables ORDER BY version DESC LIMIT 1").fetchone()
@@ -402,7 +410,9 @@ def test_published_tables_are_signed_and_the_api_serves_the_signature(
     seed(db)
     key = write_signing_key(tmp_path / "table-signing.key")
     signer = TableSigner.load(tmp_path / "table-signing.key")
-    o = Options(workers=1, bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic)
+    o = Options(
+        workers=1, params=ONE_TRAIN, bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic
+    )
     s = run(db, replace(o, signer=signer))
     assert s["table"] is not None and s["table"]["version"] == 1
 

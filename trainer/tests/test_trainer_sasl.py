@@ -19,6 +19,7 @@ from polycorn_schema.testing import (
     kafka_bootstrap,
     kafka_sasl_bootstrap,
     kafka_user,
+    service_url,
     tls_url,
 )
 from polycorn_trainer import cli
@@ -33,14 +34,16 @@ def test_the_trainer_publishes_over_sasl_ssl_from_linkdb_over_tls(tmp_path: Path
     try:
         with fresh_database(prefix="linkdb_test_trainer") as url:
             seed(url)
-            # The command line as the chart runs it: the password from a file.
+            # The command line as the chart runs it: the password from a file
+            # (--min-trains=1: seed's fleet is one train).
             rc = cli.main(
                 [
                     "--log-level=WARNING",
                     "run",
                     "--once",
                     "--workers=1",
-                    f"--database-url={tls_url(url)}",
+                    "--min-trains=1",
+                    f"--database-url={tls_url(service_url(url, 'trainer'))}",
                     f"--bootstrap={kafka_sasl_bootstrap()}",
                     f"--topic={topic}",
                     "--kafka-security-protocol=SASL_SSL",

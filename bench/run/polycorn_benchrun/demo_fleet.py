@@ -52,6 +52,7 @@ from polycorn_harness.topology import PROXY_METRICS, RELAY_METRICS, Topology, ru
 from polycorn_harness.trip import Expected
 from polycorn_harness.wait import WaitTimeoutError, wait_until
 from polycorn_schema.startup import pg_connect
+from polycorn_schema.testing import service_url
 
 PREFIX = "hf"
 TRAIN = "train-demo"
@@ -169,7 +170,7 @@ class Demo:
         )
         self.ingest_log = self.service(
             "ingest",
-            [str(VENV / "polycorn-ingest"), "run", "--database-url", self.db]
+            [str(VENV / "polycorn-ingest"), "run", "--database-url", service_url(self.db, "ingest")]
             + ["--group", f"demo-{pid}", "--topic", self.topic_name, "--dlq-topic", self.dlq]
             + ["--metrics-addr", "127.0.0.1:19464"],
         )
@@ -181,7 +182,11 @@ class Demo:
             "api",
             [str(VENV / "polycorn-linkdb-api"), "serve", "--port", str(self.api_port)]
             + ["--no-access-log"],
-            {**self.env, "POLYCORN_DATABASE_URL": self.db, "POLYCORN_API_KEYS": entry},
+            {
+                **self.env,
+                "POLYCORN_DATABASE_URL": service_url(self.db, "api"),
+                "POLYCORN_API_KEYS": entry,
+            },
         )
         # Prometheus (scripts/infra.sh) scrapes ingest, the API and the trainer.
         self.targets = Path(self.env["POLYCORN_PROM_TARGETS_DIR"]) / f"demo-fleet-{pid}.json"
@@ -236,7 +241,7 @@ class Demo:
         log = self.service(
             "trainer",
             [str(VENV / "polycorn-trainer"), "run", "--interval-s", "30"]
-            + ["--database-url", self.db, "--topic", self.tables]
+            + ["--database-url", service_url(self.db, "trainer"), "--topic", self.tables]
             + ["--min-failures", "2", "--min-failure-rate", "0.1"]
             + ["--table-signing-key", str(self.table_key / "table-signing.key")]
             + ["--metrics-addr", "127.0.0.1:19466", "--summary-json", str(self.summary)],

@@ -461,6 +461,8 @@ class Fleet:
                     f"--key={sh.pki / 'proxy.key'}",
                     *CHART_PROXY_ARGS,
                     "--allow=127.0.0.2/32",
+                    # The origin listens on the proxies' host: open that address only.
+                    "--allow-own-address=127.0.0.2",
                     f"--kafka-brokers={sh.bootstrap}",
                     f"--kafka-topic={self.topic}",
                     f"--kafka-dlq-topic={self.dlq}",

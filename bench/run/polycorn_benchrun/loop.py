@@ -203,8 +203,10 @@ class Settings:
             positions=e("LOOP_POSITIONS", "track"),
             # The trainer's table thresholds: over a handful of trips no cell reaches
             # its default 3 failures; one is enough here, the 15 % rule stays
-            # (docs/results.md, "Learning loop").
-            trainer_args=shlex.split(e("LOOP_TRAINER_ARGS", "--min-failures 1")),
+            # (docs/results.md, "Learning loop"). The loop is one train, so one
+            # train's failures must be enough (--min-trains 1; the fleet's
+            # default asks for several trains, docs/trainer.md).
+            trainer_args=shlex.split(e("LOOP_TRAINER_ARGS", "--min-failures 1 --min-trains 1")),
             ingest_metrics=e("LOOP_INGEST_METRICS", "127.0.0.1:9482"),
             prefix=e("BENCH_PREFIX", "hl"),
             trips=int(p["trips"]),

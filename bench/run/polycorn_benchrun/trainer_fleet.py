@@ -634,7 +634,8 @@ def _markdown(r: dict[str, Any]) -> str:
     lines += [
         "",
         f"With the table thresholds (what the proxies get: ≥ {TABLE.min_failures} failures and "
-        f"≥ {100 * TABLE.min_failure_rate:.0f} % in the training trips), percent:",
+        f"≥ {100 * TABLE.min_failure_rate:.0f} % in the training trips, from ≥ "
+        f"{TABLE.min_trains} trains, none counted above the runner-up), percent:",
         "",
         "| | " + " | ".join(f"route {k}" for k in routes) + " |",
         "|---" * (len(routes) + 1) + "|",

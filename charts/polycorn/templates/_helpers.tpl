@@ -111,17 +111,20 @@ TCP and UDP at one port of the edge. Empty when there is none. Call with
 {{- required "kafka.bootstrap is required: the Kafka bootstrap servers, host:port[,host:port...]" .Values.kafka.bootstrap }}
 {{- end }}
 
-{{/* POLYCORN_DATABASE_URL from the existing Secret; libpq's PGSSLMODE and
-PGSSLROOTCERT (an sslmode or sslrootcert in the URL wins). */}}
+{{/* POLYCORN_DATABASE_URL of one component from its own Secret (its own
+LinkDB login, postgresql.users); libpq's PGSSLMODE and PGSSLROOTCERT (an
+sslmode or sslrootcert in the URL wins). Call with (dict "ctx" $ "c"
+"migrations"|"ingest"|"linkdbApi"|"trainer"). */}}
 {{- define "polycorn.databaseEnv" -}}
+{{- $u := index .ctx.Values.postgresql.users .c }}
 - name: POLYCORN_DATABASE_URL
   valueFrom:
     secretKeyRef:
-      name: {{ required "postgresql.existingSecret is required: a Secret holding LinkDB's postgresql:// URL" .Values.postgresql.existingSecret }}
-      key: {{ .Values.postgresql.existingSecretKey }}
+      name: {{ required (printf "postgresql.users.%s.secret is required: a Secret holding the %s's LinkDB URL, postgresql://LOGIN:PASSWORD@HOST:5432/linkdb, with a login of its own (docs/operations.md, \"LinkDB roles\")" .c .c) $u.secret }}
+      key: {{ $u.key }}
 - name: PGSSLMODE
-  value: {{ .Values.postgresql.sslmode }}
-{{- if .Values.postgresql.caSecret.name }}
+  value: {{ .ctx.Values.postgresql.sslmode }}
+{{- if .ctx.Values.postgresql.caSecret.name }}
 - name: PGSSLROOTCERT
   value: /etc/polycorn/postgresql-ca/ca.crt
 {{- end }}
@@ -357,8 +360,23 @@ NOTES.txt and from the Envoy ConfigMap, so that `helm template` fails too.
 {{- fail (printf "quic.sessionIdleTimeout %s must be more than 30s, the relays' QUIC idle timeout: a connection silent through an outage would lose its Envoy session while both ends still hold it" .Values.quic.sessionIdleTimeout) }}
 {{- end }}
 {{- end }}
+{{- $dbSecrets := dict }}
+{{- range $c, $u := .Values.postgresql.users }}
+{{- if and $u.secret (or (ne $c "migrations") $.Values.migrations.enabled) }}
+{{- $k := printf "%s/%s" $u.secret $u.key }}
+{{- if hasKey $dbSecrets $k }}
+{{- fail (printf "postgresql.users.%s and postgresql.users.%s name the same Secret key %s: each component logs in to LinkDB as its own role (only the trainer may write failure tables), so each needs a URL of its own" (get $dbSecrets $k) $c $k) }}
+{{- end }}
+{{- $_ := set $dbSecrets $k $c }}
+{{- end }}
+{{- end }}
 {{- if and (has .Values.postgresql.sslmode (list "verify-ca" "verify-full")) (not .Values.postgresql.caSecret.name) }}
 {{- fail (printf "postgresql.caSecret.name is required with postgresql.sslmode %s: a Secret with the CA certificate of the PostgreSQL server" .Values.postgresql.sslmode) }}
+{{- end }}
+{{- with .Values.metrics.grafana.linkdbDatasource }}
+{{- if and .enabled (has .sslmode (list "verify-ca" "verify-full")) (not .caCertPath) }}
+{{- fail (printf "metrics.grafana.linkdbDatasource.caCertPath is required with sslmode %s: the path, in Grafana's container, of the CA certificate of LinkDB's server" .sslmode) }}
+{{- end }}
 {{- end }}
 {{- range $c, $u := .Values.kafka.security.users }}
 {{- if and $u.tlsSecret (not (hasSuffix "SSL" $.Values.kafka.security.protocol)) }}

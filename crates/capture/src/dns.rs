@@ -159,8 +159,9 @@ async fn forward<D: Dialer>(query: &[u8], from: SocketAddr, upstream: SocketAddr
 
 /// Resolves SOCKS5 domain names through the tunnel, as the forwarder
 /// answers passengers' own queries: an A and an AAAA query, each over its
-/// own stream dialed through the [`Dialer`] to `upstream` (DNS over TCP),
-/// built and parsed with `hickory-proto`. Without it, SOCKS5 names would be
+/// own stream dialed through the [`Dialer`] to `upstream` (DNS over TCP) on
+/// behalf of the passenger who asked, so its per-passenger limits count
+/// them as that passenger's; built and parsed with `hickory-proto`. Without it, SOCKS5 names would be
 /// resolved by the train's own resolver, outside the tunnel (which the train
 /// may not have, and which would leak the passenger's names to whatever
 /// network the train is on).
@@ -168,16 +169,14 @@ async fn forward<D: Dialer>(query: &[u8], from: SocketAddr, upstream: SocketAddr
 pub struct TunnelResolver<D> {
     dialer: D,
     upstream: SocketAddr,
-    /// On whose behalf the streams are dialed (the tunnel counts them).
-    user: std::net::IpAddr,
 }
 
 impl<D: Dialer> TunnelResolver<D> {
     pub fn new(dialer: D, upstream: SocketAddr) -> Self {
-        TunnelResolver { dialer, upstream, user: std::net::Ipv6Addr::UNSPECIFIED.into() }
+        TunnelResolver { dialer, upstream }
     }
 
-    async fn query(&self, name: &Name, rtype: RecordType) -> io::Result<Vec<std::net::IpAddr>> {
+    async fn query(&self, user: std::net::IpAddr, name: &Name, rtype: RecordType) -> io::Result<Vec<std::net::IpAddr>> {
         static NEXT_ID: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(1);
         let mut msg = Message::new();
         msg.set_id(NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
@@ -186,7 +185,7 @@ impl<D: Dialer> TunnelResolver<D> {
             .set_recursion_desired(true)
             .add_query(Query::query(name.clone(), rtype));
         let bytes = msg.to_vec().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let from = SocketAddr::new(self.user, 0);
+        let from = SocketAddr::new(user, 0);
         let response = forward(&bytes, from, self.upstream, &self.dialer).await?;
         let answer =
             Message::from_vec(&response).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
@@ -206,14 +205,14 @@ impl<D: Dialer> TunnelResolver<D> {
 }
 
 impl<D: Dialer> crate::socks5::Resolver for TunnelResolver<D> {
-    async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    async fn resolve(&self, user: std::net::IpAddr, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
         if let Ok(ip) = host.parse::<std::net::IpAddr>() {
             return Ok(vec![SocketAddr::new(ip, port)]);
         }
         let mut name = Name::from_ascii(host)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host:?}: {e}")))?;
         name.set_fqdn(true);
-        let (v4, v6) = tokio::join!(self.query(&name, RecordType::A), self.query(&name, RecordType::AAAA));
+        let (v4, v6) = tokio::join!(self.query(user, &name, RecordType::A), self.query(user, &name, RecordType::AAAA));
         // IPv4 first (the carriers' networks are mostly IPv4), then IPv6;
         // one family failing is fine if the other answered.
         let mut out: Vec<SocketAddr> = Vec::new();
@@ -522,17 +521,21 @@ mod tests {
         let dialer = LocalDialer { target: resolving_upstream().await, dialed: dialed.clone() };
         let upstream: SocketAddr = UPSTREAM.parse().unwrap();
         let r = TunnelResolver::new(dialer, upstream);
-        let got = r.resolve("train.example", 443).await.unwrap();
+        let pax: IpAddr = "10.66.0.2".parse().unwrap();
+        let got = r.resolve(pax, "train.example", 443).await.unwrap();
         assert_eq!(got, vec!["10.99.0.10:443".parse::<SocketAddr>().unwrap(), "[2001:db8::a]:443".parse().unwrap()]);
-        // Both queries went through the dialer (the tunnel) to the upstream.
+        // Both queries went through the dialer (the tunnel) to the upstream,
+        // on behalf of the passenger who asked.
         let d = dialed.lock().unwrap().clone();
-        assert_eq!(d.len(), 2);
-        assert!(d.iter().all(|(_, dst)| *dst == upstream));
+        assert_eq!(d, [(pax, upstream), (pax, upstream)]);
         // An unknown name resolves to nothing (host unreachable for SOCKS5);
         // a literal address needs no query; a bad name is an error.
-        assert!(r.resolve("nowhere.example", 80).await.unwrap().is_empty());
-        assert_eq!(r.resolve("192.0.2.7", 80).await.unwrap(), vec!["192.0.2.7:80".parse::<SocketAddr>().unwrap()]);
-        assert_eq!(dialed.lock().unwrap().len(), 4);
-        assert!(r.resolve(&"a".repeat(300), 80).await.is_err());
+        let other: IpAddr = "2001:db8:66::7".parse().unwrap();
+        assert!(r.resolve(other, "nowhere.example", 80).await.unwrap().is_empty());
+        let literal = r.resolve(pax, "192.0.2.7", 80).await.unwrap();
+        assert_eq!(literal, vec!["192.0.2.7:80".parse::<SocketAddr>().unwrap()]);
+        let d = dialed.lock().unwrap().clone();
+        assert_eq!(d[2..], [(other, upstream), (other, upstream)], "each lookup is its asker's");
+        assert!(r.resolve(pax, &"a".repeat(300), 80).await.is_err());
     }
 }

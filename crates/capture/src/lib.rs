@@ -16,7 +16,8 @@
 //!   DNS-over-TCP through the tunnel, because the tunnel carries only streams
 //!   and the train itself has no resolver it may use.
 //! - [`rules`]: the nftables ruleset that does the catching (TCP REDIRECT,
-//!   UDP/53 REDIRECT, QUIC reject) and its installation.
+//!   UDP/53 REDIRECT, QUIC reject), closes the gateway's own services to
+//!   passengers and checks their source addresses, and its installation.
 //!
 //! The tunnel is abstracted as a [`Dialer`]: "open a byte stream to `dst` on
 //! behalf of passenger `user`". The relay-agent implements it on top of
@@ -41,7 +42,7 @@ pub mod transparent;
 pub use copy::copy_bidirectional_bursts;
 pub use dns::{serve_dns, TunnelResolver};
 pub use relay::relay;
-pub use rules::{InterceptRules, UdpPolicy};
+pub use rules::{GatewayAllow, InterceptRules, UdpPolicy};
 pub use socks5::{handle_socks5, serve_socks5, serve_socks5_with_resolver, Resolver, Socks5Error, SystemResolver};
 pub use transparent::{original_dst, serve_transparent, tproxy_dst};
 

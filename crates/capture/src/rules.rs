@@ -12,8 +12,8 @@
 //!   own is REDIRECTed to the transparent listener. REDIRECT happens before
 //!   routing, so the train needs neither a route to the destination nor IP
 //!   forwarding, and conntrack keeps the original destination for
-//!   `SO_ORIGINAL_DST`. TCP to the train's own addresses (its DHCP/SSH/
-//!   metrics services, or the relay port itself) is left alone.
+//!   `SO_ORIGINAL_DST`. TCP to the train's own addresses is not redirected:
+//!   the filter input chain below decides about it.
 //! - **filter prerouting** (priority `mangle`, i.e. before the nat chain so
 //!   DNS still has port 53): UDP other than DNS is handled per
 //!   [`UdpPolicy`]. The tunnel carries no UDP, so QUIC (UDP/443) is
@@ -21,11 +21,30 @@
 //!   back to TCP at once instead of after a QUIC timeout. iptables' `REJECT`
 //!   is refused in PREROUTING; nftables' `reject` is accepted there, and
 //!   without forwarding the packet would never reach INPUT or FORWARD.
-//!   UDP to the train's own, broadcast and multicast addresses (DHCP, mDNS,
-//!   NTP to the train) is left to the train's input policy.
-//! - **filter input**: TCP to [`InterceptRules::guard_tcp_ports`] on the
-//!   train itself (the relay's metrics and health endpoint) is reset, so
-//!   passengers cannot read the relay's metrics.
+//!   UDP to the train's own, broadcast and multicast addresses is left to
+//!   the filter input chain below.
+//! - **filter input** (the gateway itself): the passenger interface
+//!   reaches only what the relay serves passengers. Accepted: what the
+//!   nat chain redirected (`ct status dnat`: the transparent listener, the
+//!   DNS forwarder), replies of the gateway's own connections, ICMP and
+//!   ICMPv6 (echo, errors and path MTU, neighbour and router discovery),
+//!   DHCP and DHCPv6 to the gateway's server ports, the relay's own
+//!   passenger ports ([`InterceptRules::passenger_tcp_ports`], SOCKS5;
+//!   [`InterceptRules::dns_port`]), and the operator's
+//!   [`InterceptRules::gateway_allow`]. Every other TCP connection to any
+//!   of the gateway's addresses (the LAN's, a carrier's, any other: ssh,
+//!   gpsd, a modem's web UI, the relay's metrics) is reset, other UDP to
+//!   its own addresses gets ICMP port unreachable, and the rest is dropped.
+//!   Traffic of the other interfaces is not touched.
+//! - **filter prerouting** (priority `raw`, before conntrack): a strict
+//!   reverse-path check on the passenger interface: a source address the
+//!   gateway would not route back out of that interface, or one of its own,
+//!   is dropped. A passenger can then not make the DNS forwarder (or any
+//!   other service) answer to an address off the LAN, such as a carrier's
+//!   network. The unspecified source (DHCP discovery, duplicate address
+//!   detection) is let through. Spoofing another passenger of the same LAN
+//!   passes this check; only the access network's client isolation with
+//!   source guard can tell those apart.
 
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
@@ -57,15 +76,95 @@ pub struct InterceptRules {
     /// Port of the transparent TCP listener ([`crate::serve_transparent`]).
     pub tcp_redirect_port: u16,
     /// Port of the UDP DNS forwarder ([`crate::serve_dns`]); 0 when there is
-    /// none: passenger DNS is then not redirected (nor dropped) at all.
+    /// none: passenger DNS is then not redirected, so queries to other hosts
+    /// go wherever the train routes them and queries to the gateway itself
+    /// are closed like its other services (unless allowed, `udp:53`).
     pub dns_port: u16,
     /// Non-DNS UDP handling.
     pub udp_policy: UdpPolicy,
-    /// TCP ports of the train's own services that passengers must not
-    /// reach (the relay's metrics and health endpoint): connections to them
-    /// from the passenger interface are reset.
-    pub guard_tcp_ports: Vec<u16>,
+    /// TCP ports on the gateway's own addresses that the relay serves
+    /// passengers directly (its SOCKS5 listener): open to the passenger
+    /// interface.
+    pub passenger_tcp_ports: Vec<u16>,
+    /// The operator's exceptions: gateway services passengers may reach
+    /// (`--gateway-allow`). Everything else on the gateway is closed to the
+    /// passenger interface.
+    pub gateway_allow: Vec<GatewayAllow>,
 }
+
+/// Transport protocol of a [`GatewayAllow`] entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// One gateway service open to passengers: a protocol and a port range,
+/// written `tcp:22`, `udp:123` or `tcp:8000-8010`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatewayAllow {
+    /// TCP or UDP.
+    pub proto: Proto,
+    /// First port of the range (nonzero).
+    pub first: u16,
+    /// Last port of the range (at least `first`).
+    pub last: u16,
+}
+
+impl std::str::FromStr for GatewayAllow {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let err = || format!("{s:?}: expected PROTO:PORT or PROTO:FIRST-LAST with PROTO tcp or udp, e.g. tcp:22");
+        let (proto, ports) = s.trim().split_once(':').ok_or_else(err)?;
+        let proto = match proto.to_ascii_lowercase().as_str() {
+            "tcp" => Proto::Tcp,
+            "udp" => Proto::Udp,
+            _ => return Err(err()),
+        };
+        let (first, last) = ports.split_once('-').unwrap_or((ports, ports));
+        let port = |p: &str| p.parse::<u16>().ok().filter(|p| *p != 0);
+        match (port(first), port(last)) {
+            (Some(first), Some(last)) if first <= last => Ok(GatewayAllow { proto, first, last }),
+            _ => Err(err()),
+        }
+    }
+}
+
+impl std::fmt::Display for GatewayAllow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let proto = match self.proto {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        };
+        if self.first == self.last {
+            write!(f, "{proto}:{}", self.first)
+        } else {
+            write!(f, "{proto}:{}-{}", self.first, self.last)
+        }
+    }
+}
+
+impl GatewayAllow {
+    /// The nftables match, e.g. `tcp dport 8000-8010`.
+    fn nft_match(&self) -> String {
+        let proto = match self.proto {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        };
+        if self.first == self.last {
+            format!("{proto} dport {}", self.first)
+        } else {
+            format!("{proto} dport {}-{}", self.first, self.last)
+        }
+    }
+}
+
+/// UDP ports of the gateway's DHCP (67) and DHCPv6 (547) servers: a LAN
+/// gateway hands out its passengers' addresses, so these stay open.
+pub const DHCP_SERVER_PORTS: [u16; 2] = [67, 547];
 
 impl InterceptRules {
     /// Rules for `lan_if` with the default [`UdpPolicy::RejectQuic`].
@@ -75,7 +174,8 @@ impl InterceptRules {
             tcp_redirect_port,
             dns_port,
             udp_policy: UdpPolicy::default(),
-            guard_tcp_ports: Vec::new(),
+            passenger_tcp_ports: Vec::new(),
+            gateway_allow: Vec::new(),
         }
     }
 
@@ -130,14 +230,36 @@ impl InterceptRules {
             let _ = writeln!(s, "        drop");
             let _ = writeln!(s, "    }}");
         }
-        if !self.guard_tcp_ports.is_empty() {
-            let ports: Vec<String> = self.guard_tcp_ports.iter().map(u16::to_string).collect();
-            let _ = writeln!(s, "    chain guard {{");
-            let _ = writeln!(s, "        type filter hook input priority filter; policy accept;");
-            let _ = writeln!(s, "        iifname != \"{lan}\" return");
-            let _ = writeln!(s, "        tcp dport {{ {} }} reject with tcp reset", ports.join(", "));
-            let _ = writeln!(s, "    }}");
+        let _ = writeln!(s, "    chain source_check {{");
+        let _ = writeln!(s, "        type filter hook prerouting priority raw; policy accept;");
+        let _ = writeln!(s, "        iifname != \"{lan}\" return");
+        let _ = writeln!(s, "        ip saddr 0.0.0.0 return");
+        let _ = writeln!(s, "        ip6 saddr :: return");
+        let _ = writeln!(s, "        fib saddr type local drop");
+        let _ = writeln!(s, "        fib saddr . iif oif missing drop");
+        let _ = writeln!(s, "    }}");
+        let _ = writeln!(s, "    chain gateway {{");
+        let _ = writeln!(s, "        type filter hook input priority filter; policy accept;");
+        let _ = writeln!(s, "        iifname != \"{lan}\" return");
+        let _ = writeln!(s, "        ct state established,related accept");
+        let _ = writeln!(s, "        ct status dnat accept");
+        let _ = writeln!(s, "        meta l4proto {{ icmp, ipv6-icmp }} accept");
+        let mut udp: Vec<String> = DHCP_SERVER_PORTS.iter().map(u16::to_string).collect();
+        if self.dns_port != 0 {
+            udp.push(self.dns_port.to_string());
         }
+        let _ = writeln!(s, "        udp dport {{ {} }} accept", udp.join(", "));
+        if !self.passenger_tcp_ports.is_empty() {
+            let ports: Vec<String> = self.passenger_tcp_ports.iter().map(u16::to_string).collect();
+            let _ = writeln!(s, "        tcp dport {{ {} }} accept", ports.join(", "));
+        }
+        for allow in &self.gateway_allow {
+            let _ = writeln!(s, "        {} accept", allow.nft_match());
+        }
+        let _ = writeln!(s, "        meta l4proto tcp reject with tcp reset");
+        let _ = writeln!(s, "        fib daddr type local meta l4proto udp reject with icmpx type port-unreachable");
+        let _ = writeln!(s, "        drop");
+        let _ = writeln!(s, "    }}");
         let _ = writeln!(s, "}}");
         s
     }
@@ -212,30 +334,101 @@ table inet polycorn_relay {
         udp dport 443 reject with icmpx type port-unreachable
         drop
     }
+    chain source_check {
+        type filter hook prerouting priority raw; policy accept;
+        iifname != "lan0" return
+        ip saddr 0.0.0.0 return
+        ip6 saddr :: return
+        fib saddr type local drop
+        fib saddr . iif oif missing drop
+    }
+    chain gateway {
+        type filter hook input priority filter; policy accept;
+        iifname != "lan0" return
+        ct state established,related accept
+        ct status dnat accept
+        meta l4proto { icmp, ipv6-icmp } accept
+        udp dport { 67, 547, 15053 } accept
+        meta l4proto tcp reject with tcp reset
+        fib daddr type local meta l4proto udp reject with icmpx type port-unreachable
+        drop
+    }
 }
 "#;
         assert_eq!(r.nft_script(), expected);
     }
 
     #[test]
-    fn guarded_ports_are_reset_for_passengers_only() {
-        let r = InterceptRules { guard_tcp_ports: vec![9465, 8080], ..InterceptRules::new("lan0", 15001, 0) };
+    fn the_gateway_is_closed_to_passengers_but_for_what_the_relay_serves() {
+        let allow = ["tcp:22", "udp:123", "tcp:8000-8010"].map(|a| a.parse().unwrap()).to_vec();
+        let r = InterceptRules {
+            passenger_tcp_ports: vec![1080],
+            gateway_allow: allow,
+            ..InterceptRules::new("lan0", 15001, 15053)
+        };
         let s = r.nft_script();
-        let guard = "    chain guard {
+        let gateway = "    chain gateway {
         type filter hook input priority filter; policy accept;
         iifname != \"lan0\" return
-        tcp dport { 9465, 8080 } reject with tcp reset
+        ct state established,related accept
+        ct status dnat accept
+        meta l4proto { icmp, ipv6-icmp } accept
+        udp dport { 67, 547, 15053 } accept
+        tcp dport { 1080 } accept
+        tcp dport 22 accept
+        udp dport 123 accept
+        tcp dport 8000-8010 accept
+        meta l4proto tcp reject with tcp reset
+        fib daddr type local meta l4proto udp reject with icmpx type port-unreachable
+        drop
     }
 ";
-        assert!(s.contains(guard), "{s}");
-        assert!(!InterceptRules::new("lan0", 15001, 0).nft_script().contains("chain guard"));
+        assert!(s.contains(gateway), "{s}");
+        // Without SOCKS5, DNS forwarder or allow-list: DHCP and ICMP only.
+        let s = InterceptRules::new("lan0", 15001, 0).nft_script();
+        assert!(s.contains("        udp dport { 67, 547 } accept\n"), "{s}");
+        assert!(!s.contains("tcp dport {"), "{s}");
+        assert!(s.contains("        meta l4proto tcp reject with tcp reset\n"), "{s}");
+    }
+
+    #[test]
+    fn passenger_sources_are_checked_against_the_route_back() {
+        let s = InterceptRules::new("wlan*", 15001, 0).nft_script();
+        let check = "    chain source_check {
+        type filter hook prerouting priority raw; policy accept;
+        iifname != \"wlan*\" return
+        ip saddr 0.0.0.0 return
+        ip6 saddr :: return
+        fib saddr type local drop
+        fib saddr . iif oif missing drop
+    }
+";
+        assert!(s.contains(check), "{s}");
+    }
+
+    #[test]
+    fn gateway_allow_entries_parse_and_print() {
+        for (text, want) in [
+            ("tcp:22", GatewayAllow { proto: Proto::Tcp, first: 22, last: 22 }),
+            ("UDP:123", GatewayAllow { proto: Proto::Udp, first: 123, last: 123 }),
+            ("tcp:8000-8010", GatewayAllow { proto: Proto::Tcp, first: 8000, last: 8010 }),
+        ] {
+            let got: GatewayAllow = text.parse().unwrap();
+            assert_eq!(got, want, "{text}");
+            assert_eq!(got.to_string().parse::<GatewayAllow>().unwrap(), want);
+        }
+        for bad in ["", "22", "tcp", "tcp:", "tcp:0", "tcp:65536", "sctp:22", "tcp:10-5", "tcp:1-", "tcp:a", "tcp:22;x"]
+        {
+            let e = bad.parse::<GatewayAllow>().unwrap_err();
+            assert!(e.contains("PROTO:PORT"), "{bad}: {e}");
+        }
     }
 
     #[test]
     fn nft_script_drop_all_has_no_reject() {
         let r = InterceptRules { udp_policy: UdpPolicy::DropAll, ..InterceptRules::new("wlan1", 1, 2) };
         let s = r.nft_script();
-        assert!(!s.contains("reject"));
+        assert!(!s.contains("udp dport 443 reject"));
         assert!(s.contains("chain udp_filter"));
         assert!(s.contains("        drop\n"));
         assert!(s.contains("iifname != \"wlan1\" return"));
@@ -245,7 +438,7 @@ table inet polycorn_relay {
     fn nft_script_allow_has_no_udp_filter() {
         let r = InterceptRules { udp_policy: UdpPolicy::Allow, ..InterceptRules::new("lan0", 1, 2) };
         let s = r.nft_script();
-        assert!(!s.contains("udp_filter") && !s.contains("drop") && !s.contains("reject"));
+        assert!(!s.contains("udp_filter") && !s.contains("udp dport 443"));
         assert!(s.contains("udp dport 53 redirect to :2") && s.contains("meta l4proto tcp redirect to :1"));
     }
 

@@ -10,9 +10,11 @@
 //! Domain names are resolved by a [`Resolver`]. The default,
 //! [`SystemResolver`], uses the train's own resolver (`getaddrinfo` through
 //! `tokio::net::lookup_host`), which the train may not have: in production
-//! pass your own to [`serve_socks5_with_resolver`], e.g. a closure that
-//! resolves through the tunnel. Any `Fn(String, u16) -> impl Future<Output =
-//! io::Result<Vec<SocketAddr>>>` that is `Clone + Send + Sync` is a resolver.
+//! pass your own to [`serve_socks5_with_resolver`], e.g.
+//! [`crate::TunnelResolver`], which resolves through the tunnel on behalf of
+//! the asking client. Any `Fn(IpAddr, String, u16) -> impl Future<Output =
+//! io::Result<Vec<SocketAddr>>>` (client, host, port) that is `Clone + Send +
+//! Sync` is a resolver.
 //!
 //! Dial failures are reported with the closest reply code: connection refused
 //! `0x05`, host unreachable `0x04` (also for timeouts and names that resolve
@@ -54,9 +56,11 @@ pub mod reply {
 
 /// Resolves a SOCKS5 domain-name destination to addresses to try in order.
 pub trait Resolver: Clone + Send + Sync + 'static {
-    /// Addresses for `host` with `port` filled in. An empty list counts as
-    /// "host unreachable".
-    fn resolve(&self, host: &str, port: u16) -> impl Future<Output = io::Result<Vec<SocketAddr>>> + Send;
+    /// Addresses for `host` with `port` filled in, looked up on behalf of
+    /// `user`, the asking client (as given to the [`Dialer`]), so that a
+    /// resolver using the tunnel charges the lookup to that passenger. An
+    /// empty list counts as "host unreachable".
+    fn resolve(&self, user: IpAddr, host: &str, port: u16) -> impl Future<Output = io::Result<Vec<SocketAddr>>> + Send;
 }
 
 /// Resolves with the system resolver (`tokio::net::lookup_host`).
@@ -64,18 +68,18 @@ pub trait Resolver: Clone + Send + Sync + 'static {
 pub struct SystemResolver;
 
 impl Resolver for SystemResolver {
-    async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    async fn resolve(&self, _user: IpAddr, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
         Ok(tokio::net::lookup_host((host, port)).await?.collect())
     }
 }
 
 impl<F, Fut> Resolver for F
 where
-    F: Fn(String, u16) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(IpAddr, String, u16) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = io::Result<Vec<SocketAddr>>> + Send,
 {
-    fn resolve(&self, host: &str, port: u16) -> impl Future<Output = io::Result<Vec<SocketAddr>>> + Send {
-        self(host.to_owned(), port)
+    fn resolve(&self, user: IpAddr, host: &str, port: u16) -> impl Future<Output = io::Result<Vec<SocketAddr>>> + Send {
+        self(user, host.to_owned(), port)
     }
 }
 
@@ -307,7 +311,7 @@ async fn connect<D: Dialer, R: Resolver>(
 ) -> io::Result<D::Stream> {
     let addrs = match target {
         Target::Addr(a) => vec![*a],
-        Target::Domain(host, port) => resolver.resolve(host, *port).await?,
+        Target::Domain(host, port) => resolver.resolve(user, host, *port).await?,
     };
     let mut last = io::Error::new(io::ErrorKind::HostUnreachable, "name resolved to no address");
     for addr in addrs {
@@ -480,8 +484,8 @@ mod tests {
 
     #[tokio::test]
     async fn socks5_connect_domain_uses_resolver() {
-        let resolver = |host: String, port: u16| async move {
-            assert_eq!(host, "origin.example");
+        let resolver = |user: IpAddr, host: String, port: u16| async move {
+            assert_eq!((user, host.as_str()), (USER, "origin.example"), "looked up for the asking client");
             Ok(vec![SocketAddr::new(Ipv4Addr::new(198, 51, 100, 9).into(), port)])
         };
         let mut h = harness_with(resolver, RelayOpts::default()).await;
@@ -510,7 +514,7 @@ mod tests {
 
     #[tokio::test]
     async fn socks5_resolver_failure_tries_all_addresses_then_reports() {
-        let resolver = |_host: String, _port: u16| async move {
+        let resolver = |_user: IpAddr, _host: String, _port: u16| async move {
             Ok(vec!["192.0.2.1:1".parse().unwrap(), "192.0.2.2:2".parse().unwrap()])
         };
         let mut h = harness_with(resolver, RelayOpts::default()).await;

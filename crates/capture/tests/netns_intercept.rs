@@ -1,14 +1,16 @@
 //! Transparent interception for real, in network namespaces of its own.
 //!
-//! Builds three namespaces named after this process (`pccap<pid>{p,t,o}`,
+//! Builds four namespaces named after this process (`pccap<pid>{p,t,o,c}`,
 //! never the shared `pc-*` testbed):
 //!
 //! ```text
 //!  pccap<pid>p (passenger)     pccap<pid>t (train)               pccap<pid>o ("origin")
 //!  pax0 10.67.0.2/24 ───────── lan0 10.67.0.1/24                 lo 10.67.9.9/32
 //!       fd67::2/64                  fd67::1/64                       fd67:9::9/128
-//!  default via 10.67.0.1,      no route to the origin, no forwarding
-//!          via fd67::1
+//!  default via 10.67.0.1,      car0 10.68.0.1/24 ─┐
+//!          via fd67::1         no route to the    │  pccap<pid>c (a carrier's network)
+//!                              origin, no         └─ cpx0 10.68.0.2/24
+//!                              forwarding
 //! ```
 //!
 //! The train's listeners are dual-stack (`[::]`), so IPv4 passengers arrive
@@ -19,7 +21,10 @@
 //! `serve_dns` with a dialer that records what it is asked for and connects
 //! to servers on the train's own loopback (the tunnel's stand-in). The
 //! passenger then connects to the origin address, which the train cannot
-//! route to: only interception can make that work. Each side runs on a
+//! route to: only interception can make that work. The train's own services
+//! (on its LAN and carrier addresses) must be closed to the passenger but
+//! for the relay's and the allow-listed ones, and a DNS query with a spoofed
+//! source on the carrier's network must not be answered there. Each side runs on a
 //! thread that `setns`-ed into its namespace, so sockets and the `nft` child
 //! process live there.
 //!
@@ -48,6 +53,10 @@ const ORIGIN: Ipv4Addr = Ipv4Addr::new(10, 67, 9, 9);
 const PAX6: Ipv6Addr = Ipv6Addr::new(0xfd67, 0, 0, 0, 0, 0, 0, 2);
 const LAN6: Ipv6Addr = Ipv6Addr::new(0xfd67, 0, 0, 0, 0, 0, 0, 1);
 const ORIGIN6: Ipv6Addr = Ipv6Addr::new(0xfd67, 9, 0, 0, 0, 0, 0, 9);
+/// The train's address on the carrier link, and the carrier side's (the
+/// victim a spoofing passenger would reflect DNS answers at).
+const CAR: Ipv4Addr = Ipv4Addr::new(10, 68, 0, 1);
+const VICTIM: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 68, 0, 2)), 5300);
 const STEP: Duration = Duration::from_secs(5);
 
 /// Deletes the namespaces it holds when dropped.
@@ -165,6 +174,21 @@ fn dns_query(id: u16) -> Vec<u8> {
     q
 }
 
+/// The train's listening ports, for the passenger.
+#[derive(Clone, Copy, Debug)]
+struct Ports {
+    relay: u16,
+    /// A service of the gateway's own (ssh, gpsd, the relay's metrics...)
+    /// listening on every address: closed to passengers.
+    closed: u16,
+    /// The same, allow-listed by the operator.
+    allowed: u16,
+    /// Stands in for the relay's SOCKS5 listener.
+    socks: u16,
+    /// A UDP service of the gateway's own: closed to passengers.
+    closed_udp: u16,
+}
+
 struct TrainReport {
     dialed: Vec<(IpAddr, SocketAddr)>,
     tcp: StatsSnapshot,
@@ -177,41 +201,50 @@ fn nft_has_table() -> bool {
     run(&["nft", "list", "table", "inet", polycorn_capture::rules::TABLE]).is_ok()
 }
 
-/// The train side: rules, relay, DNS forwarder, and a local service on
-/// `local_port` that must stay reachable (not intercepted).
-fn train(
-    ready: std::sync::mpsc::Sender<(u16, u16, u16, u16)>,
-    done: tokio::sync::oneshot::Receiver<()>,
-) -> TrainReport {
+/// Accepts on `l` and answers `banner` to each connection.
+fn serve_banner(l: TcpListener, banner: &'static [u8]) {
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let _ = s.write_all(banner).await;
+        }
+    });
+}
+
+/// The train side: rules, relay, DNS forwarder, and its own services: one
+/// closed to passengers, one allow-listed, one standing in for SOCKS5.
+fn train(ready: std::sync::mpsc::Sender<Ports>, done: tokio::sync::oneshot::Receiver<()>) -> TrainReport {
     runtime().block_on(async move {
         let dialer = RecordingDialer { echo: echo_server().await, dns: dns_upstream().await, dialed: Arc::default() };
         let listener = TcpListener::bind("[::]:0").await.unwrap();
         let dns_socket = UdpSocket::bind("[::]:0").await.unwrap();
-        let local = TcpListener::bind("[::]:0").await.unwrap();
-        // Like the relay's metrics endpoint: the train's, not the passengers'.
-        let guarded = TcpListener::bind("[::]:0").await.unwrap();
-        let ports = (
-            listener.local_addr().unwrap().port(),
-            dns_socket.local_addr().unwrap().port(),
-            local.local_addr().unwrap().port(),
-            guarded.local_addr().unwrap().port(),
-        );
+        let bind_any = || async { TcpListener::bind("[::]:0").await.unwrap() };
+        let (closed, allowed, socks) = (bind_any().await, bind_any().await, bind_any().await);
+        let closed_udp = UdpSocket::bind("[::]:0").await.unwrap();
+        let port = |l: &TcpListener| l.local_addr().unwrap().port();
+        let ports = Ports {
+            relay: port(&listener),
+            closed: port(&closed),
+            allowed: port(&allowed),
+            socks: port(&socks),
+            closed_udp: closed_udp.local_addr().unwrap().port(),
+        };
+        serve_banner(closed, b"closed");
+        serve_banner(allowed, b"allowed");
+        serve_banner(socks, b"socks");
         tokio::spawn(async move {
-            while let Ok((mut s, _)) = guarded.accept().await {
-                let _ = s.write_all(b"metrics").await;
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = closed_udp.recv_from(&mut buf).await {
+                let _ = closed_udp.send_to(&buf[..n], from).await;
             }
         });
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = local.accept().await {
-                let _ = s.write_all(b"local").await;
-            }
-        });
+        let dns_port = dns_socket.local_addr().unwrap().port();
 
         // Every variant's script is accepted by the kernel; installing twice
         // replaces rather than stacks.
-        InterceptRules::new("lan0", ports.0, 0).install().expect("install without DNS");
-        let mut rules = InterceptRules::new("lan0", ports.0, ports.1);
-        rules.guard_tcp_ports = vec![ports.3];
+        InterceptRules::new("lan0", ports.relay, 0).install().expect("install without DNS");
+        let mut rules = InterceptRules::new("lan0", ports.relay, dns_port);
+        rules.passenger_tcp_ports = vec![ports.socks];
+        rules.gateway_allow = vec![format!("tcp:{}", ports.allowed).parse().unwrap()];
         for policy in [UdpPolicy::Allow, UdpPolicy::DropAll, UdpPolicy::RejectQuic, UdpPolicy::RejectQuic] {
             rules.udp_policy = policy;
             rules.install().unwrap_or_else(|e| panic!("install {policy:?}: {e}"));
@@ -243,9 +276,42 @@ fn train(
     })
 }
 
+/// Connects to `dst` and requires a refusal: a reset during connect, or at
+/// the latest a reset or close before any byte.
+async fn assert_closed(dst: SocketAddr, what: &str) {
+    match timeout(STEP, TcpStream::connect(dst))
+        .await
+        .unwrap_or_else(|_| panic!("{what} {dst}: a reset, not a timeout"))
+    {
+        Ok(mut c) => {
+            let mut back = Vec::new();
+            let r = timeout(STEP, c.read_to_end(&mut back)).await.unwrap_or_else(|_| panic!("{what} {dst}: no end"));
+            assert!(r.is_err() || back.is_empty(), "{what} {dst} answered a passenger: {r:?} {back:?}");
+        }
+        Err(e) => assert!(
+            matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset),
+            "{what} {dst}: {e}"
+        ),
+    }
+}
+
+async fn read_banner(dst: SocketAddr) -> Vec<u8> {
+    let mut c = timeout(STEP, TcpStream::connect(dst)).await.expect("connect timed out").unwrap();
+    let mut back = Vec::new();
+    timeout(STEP, c.read_to_end(&mut back)).await.unwrap().unwrap();
+    back
+}
+
 /// The passenger side; panics on the first wrong behaviour.
-fn passenger((relay_port, _dns_port, local_port, guarded_port): (u16, u16, u16, u16)) {
+fn passenger(ports: Ports) {
     runtime().block_on(async move {
+        // A DNS query from a source on the carrier's network (the victim's):
+        // the source check drops it, so it is neither counted nor answered
+        // (the train's report says). It goes first, so the forwarder would
+        // have read it before any of the queries below.
+        let spoofed = UdpSocket::bind(VICTIM).await.unwrap();
+        spoofed.send_to(&dns_query(0x6666), (LAN, 53)).await.unwrap();
+
         // Intercepted TCP to an address the train cannot route to, with a
         // half-close: the echo comes back after our FIN.
         let dsts: [SocketAddr; 3] = [(ORIGIN, 80).into(), (ORIGIN, 8443).into(), (ORIGIN6, 80).into()];
@@ -259,36 +325,31 @@ fn passenger((relay_port, _dns_port, local_port, guarded_port): (u16, u16, u16, 
             assert_eq!(back, msg.as_bytes(), "echo through the relay for {dst}");
         }
 
-        // The train's own services are not intercepted.
-        let mut c = timeout(STEP, TcpStream::connect((LAN, local_port))).await.unwrap().unwrap();
-        let mut back = Vec::new();
-        timeout(STEP, c.read_to_end(&mut back)).await.unwrap().unwrap();
-        assert_eq!(back, b"local");
-
-        // A guarded service of the train (the relay's metrics) is reset.
-        match timeout(STEP, TcpStream::connect((LAN, guarded_port))).await.expect("a reset, not a timeout") {
-            Ok(mut c) => {
-                let mut back = Vec::new();
-                let _ = timeout(STEP, c.read_to_end(&mut back)).await;
-                assert!(back.is_empty(), "a passenger read {back:?} from a guarded port");
-            }
-            Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}"),
+        // The gateway's own services are closed to passengers on every one
+        // of its addresses (LAN v4 and v6, the carrier's)...
+        for ip in [IpAddr::from(LAN), LAN6.into(), CAR.into()] {
+            assert_closed((ip, ports.closed).into(), "a gateway service").await;
         }
+        // ... UDP ones too (ICMP port unreachable)...
+        let mut buf = [0u8; 512];
+        let u = UdpSocket::bind("0.0.0.0:0").await.unwrap();
+        u.connect((LAN, ports.closed_udp)).await.unwrap();
+        u.send(b"udp service").await.unwrap();
+        let r = timeout(STEP, u.recv(&mut buf)).await.expect("a closed UDP service: no ICMP reject");
+        assert_eq!(r.map_err(|e| e.kind()), Err(io::ErrorKind::ConnectionRefused), "UDP to the gateway");
+        // ... but for the relay's SOCKS5 port and the operator's allow-list.
+        assert_eq!(read_banner((LAN, ports.socks).into()).await, b"socks");
+        assert_eq!(read_banner((LAN, ports.allowed).into()).await, b"allowed");
+        assert_eq!(read_banner((LAN6, ports.allowed).into()).await, b"allowed");
+        // ICMP echo to the gateway still works.
+        let ping = Command::new("ping").args(["-c", "1", "-W", "5", &LAN.to_string()]).output().expect("running ping");
+        assert!(ping.status.success(), "ping the gateway: {}", String::from_utf8_lossy(&ping.stdout));
 
-        // Straight to the relay port: not redirected, so refused (loop
-        // protection), without data. The reset may even beat the end of
-        // connect().
-        match timeout(STEP, TcpStream::connect((LAN, relay_port))).await.unwrap() {
-            Ok(mut c) => {
-                let mut back = Vec::new();
-                let r = timeout(STEP, c.read_to_end(&mut back)).await.unwrap();
-                assert!(r.is_err() || back.is_empty(), "direct connection to relay: {r:?} {back:?}");
-            }
-            Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "direct connection to relay: {e}"),
-        }
+        // Straight to the relay port: not redirected, so closed like the
+        // gateway's other ports.
+        assert_closed((LAN, ports.relay).into(), "the relay port").await;
 
         // QUIC is rejected with ICMP(v6) port unreachable.
-        let mut buf = [0u8; 512];
         for origin in [IpAddr::from(ORIGIN), ORIGIN6.into()] {
             let u = UdpSocket::bind("[::]:0").await.unwrap();
             u.connect((origin, 443)).await.unwrap();
@@ -326,9 +387,9 @@ fn passenger_traffic_is_intercepted_in_netns() {
         return;
     }
     let pid = std::process::id();
-    let [p, t, o] = ["p", "t", "o"].map(|s| format!("pccap{pid}{s}"));
+    let [p, t, o, c] = ["p", "t", "o", "c"].map(|s| format!("pccap{pid}{s}"));
     let mut guard = Namespaces(Vec::new());
-    for ns in [&p, &t, &o] {
+    for ns in [&p, &t, &o, &c] {
         if let Err(e) = run(&["ip", "netns", "add", ns]) {
             if guard.0.is_empty() {
                 eprintln!("note: skipping netns interception test: cannot create a namespace: {e}");
@@ -351,6 +412,21 @@ fn passenger_traffic_is_intercepted_in_netns() {
     sh(&["ip", "-n", &p, "-6", "route", "add", "default", "via", &LAN6.to_string(), "dev", "pax0"]);
     sh(&["ip", "-n", &o, "-6", "addr", "add", &format!("{ORIGIN6}/128"), "dev", "lo"]);
     sh(&["ip", "netns", "exec", &t, "sysctl", "-qw", "net.ipv4.ip_forward=0"]);
+    // The carrier link, and the victim's address also on the passenger (who
+    // may claim any source it likes).
+    sh(&["ip", "-n", &t, "link", "add", "car0", "type", "veth", "peer", "name", "cpx0", "netns", &c]);
+    sh(&["ip", "-n", &t, "addr", "add", &format!("{CAR}/24"), "dev", "car0"]);
+    sh(&["ip", "-n", &c, "addr", "add", &format!("{}/24", VICTIM.ip()), "dev", "cpx0"]);
+    sh(&["ip", "-n", &t, "link", "set", "car0", "up"]);
+    sh(&["ip", "-n", &c, "link", "set", "cpx0", "up"]);
+    sh(&["ip", "-n", &p, "addr", "add", &format!("{}/32", VICTIM.ip()), "dev", "pax0"]);
+    let victim = in_netns(&c, || {
+        let v = std::net::UdpSocket::bind(VICTIM).unwrap();
+        v.set_nonblocking(true).unwrap();
+        v
+    })
+    .join()
+    .unwrap();
 
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
@@ -383,14 +459,20 @@ fn passenger_traffic_is_intercepted_in_netns() {
     assert_eq!(dns_users, [IpAddr::from(PAX), PAX.into(), PAX6.into(), PAX6.into()], "{dialed:?}");
     assert_eq!(dialed.len(), 7, "three relays, four DNS queries: {dialed:?}");
     let tcp = report.tcp;
-    assert_eq!((tcp.accepted, tcp.refused, tcp.dial_failed, tcp.active, tcp.relay_errors), (4, 1, 0, 0, 0), "{tcp:?}");
+    // The direct connection to the relay port never reached it.
+    assert_eq!((tcp.accepted, tcp.refused, tcp.dial_failed, tcp.active, tcp.relay_errors), (3, 0, 0, 0, 0), "{tcp:?}");
     let sent = ["10.67.9.9:80", "10.67.9.9:8443", "[fd67:9::9]:80"]
         .iter()
         .map(|d| format!("hello {d} over the tunnel").len() as u64)
         .sum::<u64>();
     assert_eq!((tcp.bytes_up, tcp.bytes_down), (sent, sent));
     let dns = report.dns;
+    // The spoofed query was dropped before the forwarder, so nothing was
+    // reflected at the carrier side.
     assert_eq!((dns.dns_queries, dns.dns_answered, dns.dns_failed, dns.dns_dropped), (4, 4, 0, 0), "{dns:?}");
+    let mut buf = [0u8; 512];
+    let reflected = victim.recv_from(&mut buf);
+    assert!(reflected.is_err(), "a DNS answer reached the spoofed source: {reflected:?}");
     assert!(report.table_listed, "table inet polycorn_relay not present after install");
     assert!(report.table_gone, "table inet polycorn_relay still present after remove");
 }

@@ -13,6 +13,14 @@
 //!   connection can still make progress: the budget never deadlocks a
 //!   connection and never resets one.
 //!
+//! A connection's floors, and the fixed memory it costs the shells
+//! (sockets, task, copy buffers: [`crate::EndpointConfig::conn_overhead_bytes`]),
+//! are reserved when it opens. With a hard budget (the proxy's), a
+//! connection whose reservation does not fit under `high` is refused
+//! ([`MemoryBudget::try_charge`]), so the account never passes `high`: what
+//! every connection holds, floors included, stays within the budget. What is
+//! counted is memory allocated (buffer capacity), not only bytes stored.
+//!
 //! The budget is a handle: clones share one account, so a proxy serving
 //! many trains gives every session's endpoint a clone of one budget. The
 //! account is an atomic counter; nothing here blocks, sleeps or reads a
@@ -160,7 +168,26 @@ impl MemoryBudget {
         }
     }
 
-    /// Charge `n` bytes whatever the level: a connection's floor.
+    /// Charge all of `n` bytes if the account stays at or below `limit`,
+    /// else nothing: a new connection's reservation.
+    pub(crate) fn try_charge(&self, n: u64, limit: u64) -> bool {
+        let mut cur = self.inner.used.load(Ordering::Relaxed);
+        loop {
+            if cur.saturating_add(n) > limit {
+                return false;
+            }
+            match self.inner.used.compare_exchange_weak(cur, cur + n, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.note_peak(cur + n);
+                    return true;
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Charge `n` bytes whatever the level: a soft budget's floor, or
+    /// memory already allocated (a connection's out-of-order pieces).
     pub(crate) fn charge(&self, n: u64) {
         let used = self.inner.used.fetch_add(n, Ordering::Relaxed) + n;
         self.note_peak(used);
@@ -201,6 +228,18 @@ mod tests {
         c.release(150);
         assert_eq!(b.used(), 0, "clones share the account");
         assert_eq!(b.stats().peak, 210);
+    }
+
+    #[test]
+    fn a_reservation_is_all_or_nothing_and_never_passes_its_limit() {
+        let b = MemoryBudget::with_high(1000);
+        assert!(b.try_charge(600, 1000));
+        assert!(!b.try_charge(401, 1000), "would pass the limit");
+        assert_eq!(b.used(), 600, "a refused reservation charges nothing");
+        assert!(b.try_charge(400, 1000));
+        assert_eq!(b.pressure(), Pressure::High);
+        assert!(!b.try_charge(1, 1000));
+        assert_eq!(b.stats().peak, 1000);
     }
 
     #[test]

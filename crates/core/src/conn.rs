@@ -228,9 +228,60 @@ impl SendStream {
 
     /// Accept up to `room()` bytes; returns how many were taken.
     pub fn write(&mut self, data: &[u8]) -> usize {
+        self.write_with(data, false)
+    }
+
+    /// [`Self::write`]; with `exact`, the unsent buffer grows only to what
+    /// the bytes need instead of doubling (when the memory budget has no
+    /// room for the doubling). Its capacity is then what
+    /// [`Self::memory_after_write`] said.
+    pub fn write_with(&mut self, data: &[u8], exact: bool) -> usize {
         let n = data.len().min(self.room());
+        let target = self.unsent_capacity_for(n, exact);
+        if target > self.unsent.capacity() {
+            self.unsent.reserve_exact(target - self.unsent.len());
+        }
         self.unsent.extend(&data[..n]);
         n
+    }
+
+    /// Capacity of the unsent buffer once `n` more bytes are in it: as now
+    /// if they fit, else doubled (amortised copying) but never past the
+    /// most the buffer may hold, or (`exact`) just enough.
+    fn unsent_capacity_for(&self, n: usize, exact: bool) -> usize {
+        let cap = self.unsent.capacity();
+        let need = self.unsent.len() + n;
+        if need <= cap {
+            cap
+        } else if exact {
+            need
+        } else {
+            (cap * 2).min(self.limits.cap as usize).max(need)
+        }
+    }
+
+    /// Memory the send side holds or will: the unsent buffer's capacity
+    /// (not only the bytes in it), the segment each unsent byte is copied
+    /// into when it is scheduled (while the buffer keeps its capacity), and
+    /// the payloads of segments not acknowledged.
+    pub fn memory(&self) -> u64 {
+        (self.unsent.capacity() + self.unsent.len()) as u64 + self.held
+    }
+
+    /// Bytes [`Self::write_with`] (`exact`) may take while [`Self::memory`]
+    /// stays at or below `memory`.
+    pub fn room_within(&self, memory: u64) -> usize {
+        let (cap, len) = (self.unsent.capacity(), self.unsent.len());
+        let avail = memory.saturating_sub(self.held) as usize;
+        // Within the capacity there is, or growing it to just what is held.
+        let within = (cap - len).min(avail.saturating_sub(cap + len));
+        let grown = (avail / 2).saturating_sub(len);
+        within.max(if len + grown > cap { grown } else { 0 })
+    }
+
+    /// [`Self::memory`] once `n` more bytes are written ([`Self::write_with`]).
+    pub fn memory_after_write(&self, n: usize, exact: bool) -> u64 {
+        (self.unsent_capacity_for(n, exact) + self.unsent.len() + n) as u64 + self.held
     }
 
     pub fn finish(&mut self) {
@@ -315,6 +366,13 @@ impl SendStream {
             payload.extend_from_slice(&b[..n - a.len()]);
         }
         self.unsent.drain(..n);
+        let keep = (self.limits.min_unsent / 2) as usize;
+        if self.unsent.is_empty() && self.unsent.capacity() > keep {
+            // A burst is out: keep no more capacity than half the floor, so
+            // the floor (counted as capacity plus the segments the bytes are
+            // copied into) always has room for a write, whatever the budget.
+            self.unsent.shrink_to(keep);
+        }
         self.held += u64::from(pkt.len);
         self.segs.insert(
             pkt.offset,
@@ -643,7 +701,7 @@ pub struct RecvStream {
     read_off: u64,
     /// Out-of-order pieces above `contiguous_end()`, non-overlapping, with
     /// the bytes they hold in `ooo_bytes`.
-    ooo: BTreeMap<u64, Vec<u8>>,
+    ooo: BTreeMap<u64, VecDeque<u8>>,
     ooo_bytes: u64,
     fin_off: Option<u64>,
     /// Current window: the most bytes the peer may send beyond `read_off`.
@@ -674,13 +732,15 @@ pub enum RecvError {
 /// What one out-of-order piece costs beyond its bytes (its map entry, its
 /// allocation's header), counted against the window so that a peer sending
 /// tiny pieces with gaps between them cannot make reassembly cost many
-/// times the window.
-pub const PIECE_OVERHEAD: u64 = 64;
+/// times the window. A piece is a B-tree entry (key and a 32-byte
+/// double-ended buffer, in leaves that ascending inserts leave about half
+/// full) plus its allocation: about 80 bytes measured.
+pub const PIECE_OVERHEAD: u64 = 96;
 
 /// Out-of-order pieces may cost ([`PIECE_OVERHEAD`] each) this much beyond
 /// the window before the peer breaks the protocol: 1024 pieces. A sender
 /// of whole segments (16 KiB) needs one piece per gap, so 1024 gaps.
-pub const PIECE_OVERHEAD_SLACK: u64 = 64 * 1024;
+pub const PIECE_OVERHEAD_SLACK: u64 = 1024 * PIECE_OVERHEAD;
 
 /// What either side may send on a new connection before the peer's first
 /// WINDOW frame: a protocol constant, so the two ends never disagree about
@@ -695,6 +755,14 @@ pub const INITIAL_MAX_DATA: u64 = 64 * 1024;
 /// window and 3.21 s with 1/8 (6.88 and 4.59 s at 512 KiB). WINDOW frames
 /// are a few bytes, and go out at most once per acknowledgement.
 pub const WINDOW_UPDATE_DIVISOR: u64 = 8;
+
+/// Put `bytes` in front of `piece` (amortised O(`bytes.len()`)).
+fn prepend(piece: &mut VecDeque<u8>, bytes: &[u8]) {
+    piece.reserve(bytes.len());
+    for &b in bytes.iter().rev() {
+        piece.push_front(b);
+    }
+}
 
 impl RecvStream {
     pub fn new(limits: WindowLimits) -> Self {
@@ -781,7 +849,10 @@ impl RecvStream {
                 Some(entry) if *entry.key() == end => {
                     let v = entry.remove();
                     self.ooo_bytes -= v.len() as u64;
-                    self.ready.extend(v);
+                    self.reserve_ready(v.len());
+                    let (a, b) = v.as_slices();
+                    self.ready.extend(a);
+                    self.ready.extend(b);
                 }
                 _ => break,
             }
@@ -790,15 +861,19 @@ impl RecvStream {
     }
 
     /// Hold `piece` at `start` (a gap between held pieces, or above them):
-    /// appended to the piece that ends at `start` and joined with the one
-    /// that begins where it ends, so contiguous arrivals above a gap share
-    /// one allocation. Refused when the pieces would cost more than the
-    /// window allows ([`PIECE_OVERHEAD`]).
+    /// joined with the piece that ends at `start` and the one that begins
+    /// where it ends, so contiguous arrivals above a gap share one
+    /// allocation. Pieces are double-ended and two are joined by moving the
+    /// smaller into the larger, so each byte is moved O(log n) times
+    /// whatever the arrival order: a peer sending one-byte pieces in reverse
+    /// order cannot make reassembly copy the window once per byte. Refused
+    /// when the pieces would cost more than the window allows
+    /// ([`PIECE_OVERHEAD`]).
     fn store_piece(&mut self, start: u64, piece: &[u8]) -> Result<(), RecvError> {
         let end = start + piece.len() as u64;
-        let joins_prev = self.ooo.range(..start).next_back().is_some_and(|(&o, v)| o + v.len() as u64 == start);
+        let prev = self.ooo.range(..start).next_back().filter(|(&o, v)| o + v.len() as u64 == start).map(|(&o, _)| o);
         let joins_next = self.ooo.contains_key(&end);
-        if !joins_prev && !joins_next {
+        if prev.is_none() && !joins_next {
             let pieces = self.ooo.len() + 1;
             let cost = self.ooo_bytes + piece.len() as u64 + pieces as u64 * PIECE_OVERHEAD;
             let allowed = self.advertised.saturating_sub(self.read_off) + PIECE_OVERHEAD_SLACK;
@@ -808,19 +883,32 @@ impl RecvStream {
         }
         self.ooo_bytes += piece.len() as u64;
         let next = if joins_next { self.ooo.remove(&end) } else { None };
-        if joins_prev {
-            let (_, prev) = self.ooo.range_mut(..start).next_back().expect("checked above");
-            prev.extend_from_slice(piece);
-            if let Some(n) = next {
-                prev.extend_from_slice(&n);
+        let (at, mut held) = match prev {
+            Some(o) => {
+                let mut p = self.ooo.remove(&o).expect("found above");
+                p.extend(piece);
+                (o, p)
             }
-        } else {
-            let mut v = piece.to_vec();
-            if let Some(n) = next {
-                v.extend_from_slice(&n);
+            None => match next {
+                Some(mut n) => {
+                    prepend(&mut n, piece);
+                    self.ooo.insert(start, n);
+                    return Ok(());
+                }
+                None => (start, VecDeque::from(piece.to_vec())),
+            },
+        };
+        if let Some(mut n) = next {
+            if held.len() >= n.len() {
+                held.extend(n);
+            } else {
+                let (a, b) = held.as_slices();
+                prepend(&mut n, b);
+                prepend(&mut n, a);
+                held = n;
             }
-            self.ooo.insert(start, v);
         }
+        self.ooo.insert(at, held);
         Ok(())
     }
 
@@ -849,6 +937,33 @@ impl RecvStream {
         ended
     }
 
+    /// Room in the ready buffer for `n` more bytes: doubled (amortised
+    /// copying) but never past the connection's commitment, which the
+    /// budget has granted, so the buffer's capacity stays within it.
+    fn reserve_ready(&mut self, n: usize) {
+        let (len, cap) = (self.ready.len(), self.ready.capacity());
+        let need = len + n;
+        if need > cap {
+            let target = (cap * 2).min(self.commitment() as usize).max(need);
+            self.ready.reserve_exact(target - len);
+        }
+    }
+
+    /// Give back ready-buffer capacity beyond the commitment (after the
+    /// window shrank, or an advertisement beyond it was read up to).
+    fn fit_ready(&mut self) {
+        let commitment = self.commitment() as usize;
+        if self.ready.capacity() > commitment {
+            self.ready.shrink_to(commitment.max(self.ready.len()));
+        }
+    }
+
+    /// Memory the receive side holds: the ready buffer's capacity and the
+    /// pieces held above a gap.
+    pub fn memory(&self) -> u64 {
+        self.ready.capacity() as u64 + self.ooo_bytes
+    }
+
     /// Read in-order bytes into `out`; returns how many.
     pub fn read(&mut self, out: &mut [u8]) -> usize {
         let n = out.len().min(self.ready.len());
@@ -861,6 +976,7 @@ impl RecvStream {
         }
         self.ready.drain(..n);
         self.read_off += n as u64;
+        self.fit_ready();
         n
     }
 
@@ -950,6 +1066,7 @@ impl RecvStream {
     /// pressure, never below the minimum). Returns the new window.
     pub fn set_window(&mut self, window: u64) -> u64 {
         self.window = window.clamp(self.limits.min, self.limits.max);
+        self.fit_ready();
         self.window
     }
 
@@ -1013,6 +1130,12 @@ pub struct Conn {
     /// Bytes of the endpoint's memory budget this connection holds; equal
     /// to [`Conn::commitment`] after every endpoint call.
     pub(crate) charged: u64,
+    /// Memory the shells hold for the connection (sockets, task, copy
+    /// buffers), charged for its whole life.
+    pub(crate) overhead: u64,
+    /// Send-buffer memory reserved whether used or not (a hard budget's
+    /// not-sent floor), so the floor is never granted beyond the budget.
+    pub(crate) send_reserved: u64,
 }
 
 impl Conn {
@@ -1029,6 +1152,8 @@ impl Conn {
             open_unconfirmed: false,
             fin_read: false,
             charged: 0,
+            overhead: 0,
+            send_reserved: 0,
         }
     }
 
@@ -1037,10 +1162,16 @@ impl Conn {
         self.state == ConnState::Reset || (self.send.is_done() && self.fin_read)
     }
 
-    /// Memory the connection holds or has promised: its send buffer and
-    /// its receive window.
+    /// Memory the connection holds or has promised: the shells' fixed
+    /// overhead, its send buffer (capacity, at least what is reserved) and
+    /// its receive window (or the receive buffers' capacity, if more).
     pub fn commitment(&self) -> u64 {
-        self.send.buffered() + self.recv.commitment()
+        self.overhead + self.send_part(self.send.memory()) + self.recv.commitment().max(self.recv.memory())
+    }
+
+    /// What the send side counts for, holding `memory` bytes.
+    pub(crate) fn send_part(&self, memory: u64) -> u64 {
+        memory.max(self.send_reserved)
     }
 }
 
@@ -1424,5 +1555,48 @@ mod tests {
         assert!(s.next_packet(64).is_none());
         s.set_max_data(30);
         assert_eq!(s.next_packet(64).unwrap().len, 20);
+    }
+
+    /// The send side counts its buffer's capacity and the segment each
+    /// unsent byte will be copied into, not only the bytes; a drained
+    /// buffer keeps no more than the floor.
+    #[test]
+    fn send_memory_counts_capacity_and_segment_copies_and_a_drained_buffer_shrinks_to_the_floor() {
+        let limits = SendLimits { cap: 1 << 20, min_unsent: 64 * 1024, initial_unsent: 1 << 20 };
+        let mut s = SendStream::new(limits, 1 << 30);
+        let predicted = s.memory_after_write(100_000, false);
+        assert_eq!(s.write(&vec![1u8; 100_000]), 100_000);
+        assert_eq!(s.memory(), predicted, "the prediction is what the write takes");
+        assert!(s.memory() >= 200_000, "{}: the buffer and the segments to come", s.memory());
+        // Exact growth when the budget has no room to double the buffer.
+        let room = s.room_within(s.memory() + 50_000);
+        let before = s.memory();
+        assert_eq!(s.write_with(&vec![2u8; room], true), room);
+        assert!(s.memory() <= before + 50_000, "{} > {}", s.memory(), before + 50_000);
+        while let Some(p) = s.next_packet(16_000) {
+            s.on_scheduled(&p, PathMask::single(PathId(0)));
+        }
+        assert_eq!(s.unsent(), 0);
+        let held = (100_000 + room) as u64;
+        assert_eq!(s.memory(), held + 32 * 1024, "segments held, the buffer back to half the floor");
+        // With every segment acknowledged, the floor alone has room for a write.
+        s.on_ack(held, false, &[]).unwrap();
+        assert!(s.room_within(64 * 1024) >= 16 * 1024, "room {}", s.room_within(64 * 1024));
+    }
+
+    /// The receive side's ready buffer never grows past the window granted
+    /// (its commitment), however the bytes arrive.
+    #[test]
+    fn the_ready_buffer_never_grows_past_the_commitment() {
+        let w = INITIAL_MAX_DATA;
+        let mut r = RecvStream::new(win(w));
+        let piece = vec![5u8; 1000];
+        // In reverse order: everything sits above a gap until the first piece.
+        for i in (0..w / 1000).rev() {
+            r.insert(i * 1000, &piece, false).unwrap();
+            assert!(r.ready.capacity() as u64 <= r.commitment());
+        }
+        assert_eq!(r.readable() as u64, w / 1000 * 1000);
+        assert!(r.memory() <= r.commitment(), "{} > {}", r.memory(), r.commitment());
     }
 }

@@ -68,6 +68,17 @@ pub struct EndpointConfig {
     /// Memory shared by every connection's send buffer and receive window
     /// (see [`crate::budget`]); clones share one account.
     pub budget: MemoryBudget,
+    /// Memory the shells hold for each connection beyond its buffers here
+    /// (sockets, task, the copy buffers between the stream and the
+    /// passenger's or server's socket), charged to the budget for the
+    /// connection's whole life.
+    pub conn_overhead_bytes: u64,
+    /// A hard budget: a new connection reserves its overhead and both
+    /// floors (minimum window, not-sent floor) when it opens, and is
+    /// refused ([`RESET_OVERLOADED`]) when they do not fit under the
+    /// budget's `high` level, so the account never passes it. Otherwise
+    /// floors are granted whatever the level (and never refused).
+    pub hard_budget: bool,
     pub path: PathConfig,
     /// Time constant of the proportional-fair user scheduler.
     pub user_fairness_tau: Duration,
@@ -92,6 +103,11 @@ pub struct EndpointConfig {
 /// `RESET` code of a connection refused because a connection cap was
 /// reached ([`EndpointConfig::max_conns`], `max_conns_per_user`).
 pub const RESET_REFUSED_LIMIT: u32 = 4;
+
+/// `RESET` code of a connection refused because the endpoint cannot take
+/// it now: its memory budget has no room for the connection's reservation
+/// ([`EndpointConfig::hard_budget`]), or the shell's event queue is full.
+pub const RESET_OVERLOADED: u32 = 5;
 
 /// How long a RESET sent is sent again when a path goes down, and how many
 /// are kept for it: longer than a subflow takes to be declared dead and
@@ -154,6 +170,8 @@ impl EndpointConfig {
             conn_window_max_bytes: DEFAULT_CONN_BUFFER_MAX,
             conn_window_min_bytes: INITIAL_MAX_DATA,
             budget: MemoryBudget::with_high(DEFAULT_RELAY_BUDGET),
+            conn_overhead_bytes: 0,
+            hard_budget: false,
             path: PathConfig::default(),
             user_fairness_tau: Duration::from_secs(1),
             ping_interval: Duration::from_secs(1),
@@ -169,6 +187,31 @@ impl EndpointConfig {
                 Role::Proxy => usize::MAX,
             },
         }
+    }
+}
+
+/// What a write of `want` bytes costs the budget: `forced`, charged whatever
+/// the level (a soft budget's floor), and `beyond`, granted only as far as
+/// the budget has room. Costs count the send buffer's capacity, not only
+/// its bytes.
+struct SendPlan {
+    want: usize,
+    under_floor: usize,
+    /// What the send side counts for now.
+    now_part: u64,
+    forced: u64,
+    beyond: u64,
+}
+
+impl SendPlan {
+    /// Bytes accepted with `got` of `beyond` granted, and whether the
+    /// buffer must grow only as far as they need (no doubling).
+    fn accepted(&self, c: &Conn, got: u64) -> (usize, bool) {
+        if got >= self.beyond {
+            return (self.want, false);
+        }
+        let n = self.want.min(c.send.room_within(self.now_part + self.forced + got)).max(self.under_floor);
+        (n, true)
     }
 }
 
@@ -215,6 +258,8 @@ pub enum StreamError {
     WrongRole,
     #[error("connection refused: {0} connections at once is the cap")]
     TooManyConns(usize),
+    #[error("connection refused: the memory budget has no room for another connection")]
+    NoMemory,
     #[error("a telemetry record of {0} bytes is larger than a frame carries ({max} bytes)", max = wire::MAX_TELEMETRY_PAYLOAD)]
     TelemetryTooLarge(usize),
 }
@@ -740,8 +785,11 @@ impl Endpoint {
         while id.0 == 0 || self.conns.contains_key(&id) {
             id = ConnId(id.0.wrapping_add(1));
         }
+        let Some(mut c) = self.new_conn(id, user, dst) else {
+            self.stats.conns_refused += 1;
+            return Err(StreamError::NoMemory);
+        };
         self.next_conn = id.0.wrapping_add(1).max(1);
-        let mut c = self.new_conn(id, user, dst);
         c.open_unconfirmed = true;
         self.broadcast(Frame::Open { conn: id, user, dst });
         // The receive window rides with every copy of the OPEN: the proxy
@@ -767,20 +815,38 @@ impl Endpoint {
     /// buffers: with 2 MiB windows (tried on the railway), 100 passengers' connections took the
     /// proxy's account to its pressure level at once, and the send floors
     /// charged on top went past the budget (the benchmark's ci profile).
-    fn new_conn(&mut self, id: ConnId, user: UserId, dst: SocketAddr) -> Conn {
+    ///
+    /// First the connection's reservation: the shells' overhead and the
+    /// minimum window, plus the not-sent floor with a hard budget. A hard
+    /// budget with no room for it under `high` refuses the connection
+    /// (None); a soft one charges it whatever the level.
+    fn new_conn(&mut self, id: ConnId, user: UserId, dst: SocketAddr) -> Option<Conn> {
         let mut c = Conn::new(id, user, dst, self.cfg.send_limits(), self.cfg.window_limits());
+        c.overhead = self.cfg.conn_overhead_bytes;
+        if self.cfg.hard_budget {
+            c.send_reserved = self.cfg.send_limits().min_unsent.clamp(1, self.cfg.conn_send_buffer_bytes.max(1));
+        }
         let budget = &self.cfg.budget;
         let floor = c.recv.limits().min;
         let extra = c.recv.window() - floor;
+        c.recv.set_window(floor);
+        let reservation = c.commitment();
+        if self.cfg.hard_budget {
+            if !budget.try_charge(reservation, budget.levels().high) {
+                budget.note_denied();
+                return None;
+            }
+        } else {
+            budget.charge(reservation);
+        }
         let got = if extra > 0 { budget.charge_up_to(extra, budget.levels().low) } else { 0 };
         if got < extra {
             budget.note_denied();
         }
         c.recv.set_window(floor + got);
-        let commitment = c.commitment();
-        budget.charge(commitment - got);
-        c.charged = commitment;
-        c
+        c.charged = reservation + got;
+        debug_assert_eq!(c.charged, c.commitment());
+        Some(c)
     }
 
     /// Bring a connection's charge to the budget in line with what it holds
@@ -891,7 +957,9 @@ impl Endpoint {
             Pressure::Moderate => want.min(cur.max(levels.pressure / n.max(1))),
             Pressure::Pressure | Pressure::High => cur,
         };
-        let got = if target > cur { budget.charge_up_to(target - cur, levels.pressure) } else { 0 };
+        // A hard budget keeps its upper half for reservations ([`Self::grant_limit`]).
+        let limit = if self.cfg.hard_budget { levels.low } else { levels.pressure };
+        let got = if target > cur { budget.charge_up_to(target - cur, limit) } else { 0 };
         if got < want - cur {
             budget.note_denied();
         }
@@ -978,11 +1046,41 @@ impl Endpoint {
     /// endpoint sharing it charges meanwhile).
     pub fn send_room(&self, conn: ConnId) -> usize {
         let Some(c) = self.conns.get(&conn) else { return 0 };
-        let room = c.send.room() as u64;
-        let under_floor = room.min(self.cfg.conn_unsent_min_bytes.saturating_sub(c.send.buffered()));
         let budget = &self.cfg.budget;
-        let beyond = (room - under_floor).min(budget.levels().high.saturating_sub(budget.used()));
-        (under_floor + beyond) as usize
+        let plan = self.send_plan(c, c.send.room());
+        let headroom = self.grant_limit().saturating_sub(budget.used() + plan.forced);
+        plan.accepted(c, headroom.min(plan.beyond)).0
+    }
+
+    /// How far send buffers grow beyond their floors: a soft budget's
+    /// `high`; a hard one's `low`, so the other half stays for new
+    /// connections' reservations (transfers that opened first cannot lock
+    /// the connections after them out) and for memory counted as it
+    /// arrives.
+    fn grant_limit(&self) -> u64 {
+        let levels = self.cfg.budget.levels();
+        if self.cfg.hard_budget {
+            levels.low
+        } else {
+            levels.high
+        }
+    }
+
+    /// What writing `want` bytes to `c` costs the budget (see [`SendPlan`]).
+    fn send_plan(&self, c: &Conn, want: usize) -> SendPlan {
+        let now_part = c.send_part(c.send.memory());
+        let cost = |n: usize, exact: bool| c.send_part(c.send.memory_after_write(n, exact)) - now_part;
+        // A soft budget grants the bytes under the floor whatever the level;
+        // a hard one reserved the floor when the connection opened.
+        let under_floor = if self.cfg.hard_budget {
+            0
+        } else {
+            want.min(self.cfg.conn_unsent_min_bytes.saturating_sub(c.send.buffered()) as usize)
+        };
+        // Growing only as far as the floor needs: what is forced stays
+        // within the floor.
+        let forced = cost(under_floor, true);
+        SendPlan { want, under_floor, now_part, forced, beyond: cost(want, false).saturating_sub(forced) }
     }
 
     /// Queue passenger bytes; returns how many were accepted, bounded by the
@@ -999,21 +1097,21 @@ impl Endpoint {
     /// unsent bytes are a burst's tail ([`crate::sched::PacketInfo::is_burst_tail`])
     /// until the next write; a partial accept or a plain `send` clears it.
     pub fn send_burst(&mut self, conn: ConnId, data: &[u8], end: bool, now: Instant) -> Result<usize, StreamError> {
-        let floor = self.cfg.conn_unsent_min_bytes;
         let budget = self.cfg.budget.clone();
-        let c = self.conn_mut(conn)?;
-        let want = data.len().min(c.send.room()) as u64;
-        let under_floor = want.min(floor.saturating_sub(c.send.buffered()));
-        let beyond = want - under_floor;
-        let got = if beyond > 0 { budget.charge_up_to(beyond, budget.levels().high) } else { 0 };
-        if got < beyond {
+        self.conn_mut(conn)?;
+        let c = self.conns.get(&conn).expect("checked above");
+        let plan = self.send_plan(c, data.len().min(c.send.room()));
+        budget.charge(plan.forced);
+        let got = if plan.beyond > 0 { budget.charge_up_to(plan.beyond, self.grant_limit()) } else { 0 };
+        if got < plan.beyond {
             budget.note_denied();
         }
-        budget.charge(under_floor);
-        let n = (under_floor + got) as usize;
-        c.charged += n as u64;
-        let written = c.send.write(&data[..n]);
+        let c = self.conns.get_mut(&conn).expect("checked above");
+        let (n, exact) = plan.accepted(c, got);
+        c.charged += plan.forced + got;
+        let written = c.send.write_with(&data[..n], exact);
         debug_assert_eq!(written, n);
+        Self::settle(&budget, c);
         c.send.note_write(n < data.len(), now);
         // A write refused in part (or whole) leaves bytes with the writer:
         // what is unsent here is no burst's tail then. An empty write with
@@ -1253,7 +1351,11 @@ impl Endpoint {
                     self.send_reset(Frame::Reset { conn, code: RESET_REFUSED_LIMIT }, now);
                     return Ok(());
                 }
-                let mut c = self.new_conn(conn, user, dst);
+                let Some(mut c) = self.new_conn(conn, user, dst) else {
+                    self.stats.conns_refused += 1;
+                    self.send_reset(Frame::Reset { conn, code: RESET_OVERLOADED }, now);
+                    return Ok(());
+                };
                 self.announce_window(&mut c);
                 self.insert_conn(c);
                 self.stats.conns_opened += 1;
@@ -1264,6 +1366,9 @@ impl Endpoint {
                 c.open_unconfirmed = false;
                 let new = c.recv.insert(offset, &payload, fin).map_err(|e| InputError::Stream(path, conn, e))?;
                 self.stats.duplicate_bytes_received += payload.len() as u64 - new;
+                // The ready buffer grows within the window, which is charged;
+                // pieces above a gap are memory already taken: counted now.
+                Self::settle(&self.cfg.budget, c);
                 let len = payload.len() as u32;
                 trace::record(&mut self.trace, now, TraceEvent::Received { path, conn, offset, len, new: new as u32 });
                 if let Some(stall) = c.recv.note_hol(now) {
@@ -2779,5 +2884,73 @@ mod tests {
             })
             .collect();
         assert_eq!(resets, vec![(3, RESET_REFUSED_LIMIT), (4, RESET_REFUSED_LIMIT)]);
+    }
+
+    /// A proxy's hard budget with room for two connections' reservations:
+    /// the third OPEN is answered with RESET code 5 (overloaded) and
+    /// charges nothing; the two admitted still take data; once one closes,
+    /// a new one is admitted. The account never passes the budget.
+    #[test]
+    fn a_hard_budget_refuses_an_open_it_cannot_reserve_and_keeps_the_admitted_working() {
+        let now = Instant::now();
+        let r = Registry::with_builtins();
+        let mut pc = EndpointConfig::new(Role::Proxy);
+        pc.hard_budget = true;
+        pc.conn_overhead_bytes = 160 * 1024;
+        let reservation = pc.conn_overhead_bytes + pc.conn_window_min_bytes + pc.conn_unsent_min_bytes;
+        let high = 2 * reservation + reservation / 2;
+        pc.budget = MemoryBudget::with_high(high);
+        let mut proxy = Endpoint::new(pc, r.build("minrtt").unwrap(), now);
+        proxy.path_up(PathId(0), now);
+        let (a, dst) = (UserId([1; 16]), "10.99.0.10:80".parse::<SocketAddr>().unwrap());
+        let input = encoded((1..=3).map(|i| Frame::Open { conn: ConnId(i), user: a, dst }));
+        proxy.handle_input(PathId(0), &input, now).unwrap();
+        assert_eq!(proxy.conn_count(), 2);
+        assert_eq!(proxy.stats().conns_refused, 1);
+        assert!(proxy.budget().used() >= 2 * reservation, "each admitted connection holds its reservation");
+        assert!(proxy.budget().stats().peak <= high, "the account never passes the budget");
+        let mut out = Vec::new();
+        proxy.poll_transmit(PathId(0), now, &mut out, 1 << 20);
+        let resets: Vec<(u32, u32)> = decoded(&out)
+            .into_iter()
+            .filter_map(|f| match f {
+                Frame::Reset { conn, code } => Some((conn.0, code)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(resets, vec![(3, RESET_OVERLOADED)]);
+        // The admitted connections take what the server sends: their floor
+        // at least, and more as far as the budget goes.
+        let server = vec![7u8; 1 << 20];
+        let took = proxy.send(ConnId(1), &server, now).unwrap();
+        assert!(took >= 32 * 1024, "took {took}");
+        assert!(proxy.send(ConnId(2), &server, now).unwrap() > 0);
+        assert!(proxy.budget().stats().peak <= high, "peak {} of {high}", proxy.budget().stats().peak);
+        assert_eq!(proxy.charged_total(), proxy.budget().used());
+        // A connection gone gives its reservation back: a new one fits.
+        proxy.reset(ConnId(2), 0, now);
+        let input = encoded([Frame::Open { conn: ConnId(4), user: a, dst }]);
+        proxy.handle_input(PathId(0), &input, now).unwrap();
+        assert_eq!(proxy.conn_count(), 2);
+        assert_eq!(proxy.stats().conns_refused, 1);
+        assert!(proxy.budget().stats().peak <= high);
+    }
+
+    /// The relay opens nothing its hard budget cannot reserve either.
+    #[test]
+    fn a_relay_with_a_hard_budget_refuses_an_open_beyond_it() {
+        let now = Instant::now();
+        let r = Registry::with_builtins();
+        let mut rc = EndpointConfig::new(Role::Relay);
+        rc.hard_budget = true;
+        let reservation = rc.conn_window_min_bytes + rc.conn_unsent_min_bytes;
+        rc.budget = MemoryBudget::with_high(reservation + reservation / 2);
+        let mut relay = Endpoint::new(rc, r.build("minrtt").unwrap(), now);
+        let (a, dst) = (UserId([1; 16]), "10.99.0.10:80".parse::<SocketAddr>().unwrap());
+        let first = relay.open(a, dst, now).unwrap();
+        assert_eq!(relay.open(a, dst, now), Err(StreamError::NoMemory));
+        relay.reset(first, 0, now);
+        relay.open(a, dst, now).unwrap();
+        assert_eq!(relay.budget().used(), relay.charged_total());
     }
 }

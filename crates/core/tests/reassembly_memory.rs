@@ -11,8 +11,12 @@ struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Every byte ever allocated: what reassembly copied, since each copy here
+/// lands in a new or grown allocation.
+static TOTAL: AtomicUsize = AtomicUsize::new(0);
 
 fn grew(by: usize) {
+    TOTAL.fetch_add(by, Ordering::SeqCst);
     let now = LIVE.fetch_add(by, Ordering::SeqCst) + by;
     PEAK.fetch_max(now, Ordering::SeqCst);
 }
@@ -57,9 +61,9 @@ fn peak_of(f: impl FnOnce()) -> usize {
 
 #[test]
 fn hostile_fragments_cost_about_the_window_and_honest_segments_share_allocations() {
-    // One-byte pieces at odd offsets across the whole window (the pattern
-    // that used to cost about 40x the window): refused once the pieces
-    // cost more than the window, after a little over 1 MiB.
+    // One-byte pieces at odd offsets across the whole window (without the
+    // per-piece charge they would cost about 40x the window): refused once
+    // the pieces cost more than the window.
     let mut refused = None;
     let peak = peak_of(|| {
         let mut r = stream();
@@ -94,6 +98,44 @@ fn hostile_fragments_cost_about_the_window_and_honest_segments_share_allocations
         drop(r);
     });
     assert!(peak <= 3 * WINDOW as usize, "peak {peak} bytes for a {WINDOW}-byte window");
+
+    // One-byte pieces in reverse order above a gap at 0: each joins the
+    // piece after it. Copying that piece for every byte would allocate
+    // n^2/2 bytes (8.6 GB for these 128 KiB); joining in place allocates a
+    // few times the bytes.
+    let n: u64 = 128 * 1024;
+    let base = TOTAL.load(Ordering::SeqCst);
+    let mut r = stream();
+    for off in (1..n).rev() {
+        r.insert(off, b"y", false).unwrap();
+    }
+    assert_eq!(r.out_of_order_pieces(), 1);
+    r.insert(0, b"y", false).unwrap();
+    assert_eq!(r.buffered(), n);
+    let allocated = TOTAL.load(Ordering::SeqCst) - base;
+    eprintln!("reverse one-byte pieces: {allocated} bytes allocated for {n} bytes");
+    assert!(allocated <= 8 * n as usize, "{allocated} bytes allocated to reassemble {n} bytes");
+    drop(r);
+
+    // One-byte pieces at odd offsets, then the gaps filled from the top
+    // down: each filler joins a one-byte piece before it to the grown piece
+    // after it, which must move the small side, not the large one (moving
+    // the large one allocates about 4 KB per piece; the map's nodes and the
+    // pieces' own allocations about 170 bytes).
+    let pieces: u64 = 8 * 1024;
+    let base = TOTAL.load(Ordering::SeqCst);
+    let mut r = stream();
+    for k in 0..pieces {
+        r.insert(2 * k + 1, b"z", false).unwrap();
+    }
+    for k in (1..pieces).rev() {
+        r.insert(2 * k, b"z", false).unwrap();
+    }
+    assert_eq!(r.out_of_order_pieces(), 1);
+    let allocated = TOTAL.load(Ordering::SeqCst) - base;
+    eprintln!("gaps filled from the top: {allocated} bytes allocated for {} bytes", 2 * pieces);
+    assert!(allocated <= 256 * pieces as usize, "{allocated} bytes allocated for {pieces} pieces");
+    drop(r);
 
     // Every other segment missing (a slow path's share): 32 pieces, fine.
     let mut r = stream();

@@ -657,9 +657,10 @@ pub(crate) mod tests {
             "polycorn_mem_budget_bytes{level=\"low\"} 2097152.0",
             "polycorn_mem_budget_bytes{level=\"pressure\"} 3145728.0",
             "polycorn_mem_budget_bytes{level=\"high\"} 4194304.0",
-            // The initial window (1 MiB) and the unsent bytes.
-            "polycorn_mem_budget_used_bytes{} 1049576.0",
-            "polycorn_mem_budget_peak_bytes{} 1049576.0",
+            // The initial window (1 MiB) and the unsent bytes, twice: the
+            // send buffer's capacity and the segment each is copied into.
+            "polycorn_mem_budget_used_bytes{} 1050576.0",
+            "polycorn_mem_budget_peak_bytes{} 1050576.0",
             "polycorn_mem_budget_pressure{} 0.0",
             "polycorn_mem_budget_grants_denied_total{} 0.0",
             "polycorn_mem_budget_reclaimed_bytes_total{} 0.0",

@@ -14,6 +14,9 @@
 //! answer before the data (as in the tunnel, where OPEN is not acknowledged
 //! either): a refused or failed destination is a reset of the MPTCP
 //! connection, which the relay turns into a reset of the passenger's.
+//! The relay names the passenger as the tunnel does (an IPv6 source by its
+//! prefix) and caps each passenger's open connections itself
+//! ([`ConnDialer::with_passengers`]), since no session counts them.
 //!
 //! Wire format of the header (all integers big-endian):
 //!
@@ -409,8 +412,87 @@ impl ConnStats {
     }
 }
 
-/// The relay's stream of one passenger connection.
-pub type ClientStream = tokio_rustls::client::TlsStream<TcpStream>;
+/// The relay's stream of one passenger connection. It holds one of its
+/// passenger's connection slots ([`ConnDialer::with_passengers`]) until it
+/// is dropped.
+pub struct ClientStream {
+    tls: tokio_rustls::client::TlsStream<TcpStream>,
+    _slot: PassengerSlot,
+}
+
+impl fmt::Debug for ClientStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientStream").field("passenger", &format_args!("{}", self._slot.user)).finish()
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.tls).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for ClientStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.tls).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.tls).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.tls).poll_shutdown(cx)
+    }
+}
+
+/// Open connections per passenger.
+type PassengerCounts = Arc<std::sync::Mutex<std::collections::HashMap<UserId, usize>>>;
+
+/// One open connection of `user`, counted in `counts` while it lives.
+struct PassengerSlot {
+    counts: PassengerCounts,
+    user: UserId,
+}
+
+impl PassengerSlot {
+    /// A slot of `user`, unless it already has `max`.
+    fn take(counts: &PassengerCounts, user: UserId, max: usize) -> Option<Self> {
+        let mut c = counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = c.entry(user).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PassengerSlot { counts: counts.clone(), user })
+    }
+}
+
+impl Drop for PassengerSlot {
+    fn drop(&mut self) {
+        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = c.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                c.remove(&self.user);
+            }
+        }
+    }
+}
 
 /// The relay side: opens one MPTCP connection per passenger connection.
 #[derive(Clone)]
@@ -421,6 +503,11 @@ pub struct ConnDialer {
     protocol: Protocol,
     congestion: Congestion,
     stats: Arc<ConnStats>,
+    /// Leading bits of an IPv6 source that name one passenger.
+    v6_prefix: u8,
+    /// Most open connections of one passenger.
+    max_per_passenger: usize,
+    passengers: PassengerCounts,
 }
 
 impl fmt::Debug for ConnDialer {
@@ -442,7 +529,21 @@ impl ConnDialer {
             protocol: Protocol::MPTCP,
             congestion: Congestion::default(),
             stats,
+            v6_prefix: polycorn_core::PASSENGER_V6_PREFIX,
+            max_per_passenger: usize::MAX,
+            passengers: PassengerCounts::default(),
         }
+    }
+
+    /// Who a passenger is and how many connections it may have open: an
+    /// IPv6 source counts by its first `v6_prefix` bits (as the tunnel's
+    /// [`UserId::passenger`]), and beyond `max` open connections a dial is
+    /// refused (`ConnectionRefused`). The header names the passenger so.
+    /// Default: a /64, no cap.
+    pub fn with_passengers(mut self, v6_prefix: u8, max: usize) -> Self {
+        self.v6_prefix = v6_prefix;
+        self.max_per_passenger = max;
+        self
     }
 
     /// The congestion control its MPTCP connections ask for (passed on to
@@ -467,6 +568,11 @@ impl ConnDialer {
     /// header. The stream then carries the passenger's bytes both ways;
     /// shutting it down sends TLS close_notify and a FIN (a half-close).
     pub async fn dial(&self, user: IpAddr, dst: SocketAddr) -> io::Result<ClientStream> {
+        let passenger = UserId::passenger(user, self.v6_prefix);
+        let Some(slot) = PassengerSlot::take(&self.passengers, passenger, self.max_per_passenger) else {
+            debug!(%passenger, %dst, "kernel-mptcp-conn: the passenger's connection cap is reached");
+            return Err(io::Error::new(io::ErrorKind::ConnectionRefused, "the passenger's connection cap is reached"));
+        };
         let attempt = async {
             let tcp = connect(self.proxy, None, self.protocol, &self.congestion).await?;
             let mut tls =
@@ -474,9 +580,9 @@ impl ConnDialer {
                     .await
                     .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake with the proxy timed out"))?
                     .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake with the proxy: {e}")))?;
-            tls.write_all(&ConnHeader { user: UserId::from(user), dst }.encode()).await?;
+            tls.write_all(&ConnHeader { user: passenger, dst }.encode()).await?;
             tls.flush().await?;
-            Ok(tls)
+            Ok(ClientStream { tls, _slot: slot })
         };
         let r = attempt.await;
         match &r {
@@ -574,9 +680,15 @@ impl Drop for Active {
     }
 }
 
+/// Failed TLS handshakes (anyone on the Internet can cause one) and
+/// destinations refused by policy (a passenger's scanner causes one per
+/// address it tries): each counted, logged at warn once a minute at most.
+static PREAUTH_LOG: crate::lograte::Every = crate::lograte::Every::new(Duration::from_secs(60));
+static POLICY_LOG: crate::lograte::Every = crate::lograte::Every::new(Duration::from_secs(60));
+
 /// One connection: TLS, header, policy, upstream, copy. Every refusal is
-/// counted and logged and ends in a reset; nothing here panics on what a
-/// relay sends.
+/// counted and logged (the two kinds above at most once a minute) and ends
+/// in a reset; nothing here panics on what a relay sends.
 async fn handle(tcp: TcpStream, peer: SocketAddr, acceptor: tokio_rustls::TlsAcceptor, o: ServeOpts) {
     let st = &o.stats;
     tune(&tcp);
@@ -584,12 +696,22 @@ async fn handle(tcp: TcpStream, peer: SocketAddr, acceptor: tokio_rustls::TlsAcc
         Ok(Ok(t)) => t,
         Ok(Err(e)) => {
             st.refused_tls.fetch_add(1, Relaxed);
-            warn!(%peer, error = %e, "kernel-mptcp-conn: TLS handshake failed");
+            match PREAUTH_LOG.check(std::time::Instant::now()) {
+                Some(left_out) => {
+                    warn!(%peer, error = %e, left_out, "kernel-mptcp-conn: TLS handshake failed (logged once a minute at most; left_out: since the last line)")
+                }
+                None => debug!(%peer, error = %e, "kernel-mptcp-conn: TLS handshake failed"),
+            }
             return;
         }
         Err(_) => {
             st.refused_tls.fetch_add(1, Relaxed);
-            warn!(%peer, "kernel-mptcp-conn: TLS handshake timed out");
+            match PREAUTH_LOG.check(std::time::Instant::now()) {
+                Some(left_out) => {
+                    warn!(%peer, left_out, "kernel-mptcp-conn: TLS handshake timed out (logged once a minute at most; left_out: since the last line)")
+                }
+                None => debug!(%peer, "kernel-mptcp-conn: TLS handshake timed out"),
+            }
             return;
         }
     };
@@ -618,7 +740,12 @@ async fn handle(tcp: TcpStream, peer: SocketAddr, acceptor: tokio_rustls::TlsAcc
     let (user, dst) = (header.user.ip(), header.dst);
     if !(o.allowed)(dst) {
         st.refused_policy.fetch_add(1, Relaxed);
-        warn!(%peer, %user, %dst, "destination refused by policy");
+        match POLICY_LOG.check(std::time::Instant::now()) {
+            Some(left_out) => {
+                warn!(%peer, %user, %dst, left_out, "destination refused by policy (logged once a minute at most; left_out: since the last line)")
+            }
+            None => debug!(%peer, %user, %dst, "destination refused by policy"),
+        }
         reset_on_close(tls.get_ref().0);
         return;
     }
@@ -926,6 +1053,26 @@ mod tests {
         let mut got = [0u8; 10];
         s.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"still here");
+    }
+
+    /// An IPv6 passenger is its /64: its addresses share one cap, which a
+    /// closed connection frees again; another /64 and an IPv4 passenger
+    /// have their own.
+    #[tokio::test]
+    async fn passengers_are_keyed_by_their_prefix_and_capped() {
+        let p = pki();
+        let (proxy_addr, _stats, _stop) = proxy(&p.server).await;
+        let d = dialer(proxy_addr, &p.client).with_passengers(64, 2);
+        let dst: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let a = d.dial(ip("2001:db8:1:2::10"), dst).await.unwrap();
+        let _b = d.dial(ip("2001:db8:1:2:aaaa::11"), dst).await.unwrap();
+        let e = d.dial(ip("2001:db8:1:2::99"), dst).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "a third address of the same /64: {e}");
+        let _c = d.dial(ip("2001:db8:1:3::10"), dst).await.unwrap();
+        let _v4 = d.dial(ip("10.66.0.2"), dst).await.unwrap();
+        drop(a);
+        let _d = d.dial(ip("2001:db8:1:2::99"), dst).await.unwrap();
     }
 
     #[tokio::test]

@@ -492,7 +492,9 @@ fn stream_err(e: StreamError) -> io::Error {
     match e {
         StreamError::Reset(_) => io::Error::new(io::ErrorKind::ConnectionReset, e.to_string()),
         StreamError::UnknownConn(_) => io::Error::new(io::ErrorKind::ConnectionReset, e.to_string()),
-        StreamError::TooManyConns(_) => io::Error::new(io::ErrorKind::ConnectionRefused, e.to_string()),
+        StreamError::TooManyConns(_) | StreamError::NoMemory => {
+            io::Error::new(io::ErrorKind::ConnectionRefused, e.to_string())
+        }
         StreamError::WrongRole | StreamError::TelemetryTooLarge(_) => io::Error::other(e.to_string()),
     }
 }
@@ -629,10 +631,11 @@ impl From<crate::subflow::UnsentProbe> for SendProbe {
 pub const RESET_ABORTED: u32 = 1;
 pub const RESET_CONNECT_FAILED: u32 = 2;
 pub const RESET_REFUSED_BY_POLICY: u32 = 3;
-pub use polycorn_core::endpoint::RESET_REFUSED_LIMIT;
 /// A connection whose OPEN arrived while the shell's event queue was full
-/// ([`EVENT_QUEUE`]).
-pub const RESET_OVERLOADED: u32 = 5;
+/// ([`EVENT_QUEUE`]), or whose reservation the proxy's memory budget had no
+/// room for.
+pub use polycorn_core::endpoint::RESET_OVERLOADED;
+pub use polycorn_core::endpoint::RESET_REFUSED_LIMIT;
 
 #[cfg(test)]
 mod tests {

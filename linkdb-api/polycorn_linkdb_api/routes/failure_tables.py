@@ -15,9 +15,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from psycopg import AsyncConnection
+from psycopg import errors as pgerr
 
 from polycorn_linkdb_api.deps import Admin, Reader, TableReader, db
-from polycorn_linkdb_api.errors import ConflictError, InvalidInputError, InvalidParam, NotFoundError
+from polycorn_linkdb_api.errors import (
+    ConflictError,
+    ForbiddenError,
+    InvalidInputError,
+    InvalidParam,
+    NotFoundError,
+)
 from polycorn_linkdb_api.failure_table import (
     TableFile,
     TableIn,
@@ -231,32 +238,9 @@ async def list_tables(
     return page(request, rows, limit, nxt, collection=False, response_class=JSONTextResponse)
 
 
-@router.post(
-    "/failure-tables",
-    status_code=201,
-    response_model=TableMeta,
-    response_class=JSONTextResponse,
-    responses={
-        **AUTH_ERRORS,
-        409: {
-            "description": "the table's version is not the next one",
-            "content": {"application/problem+json": {}},
-        },
-    },
-    summary="Publish a failure-location table (admin)",
-)
-async def publish_table(
-    request: Request,
-    _who: Admin,
-    table: TableIn,
-    note: Annotated[str, Query(max_length=1000, pattern=r"^[^\x00]*$")] = "",
-    model_id: Annotated[
-        int | None, Query(ge=1, le=BIGINT_MAX, description="the trainer run (models.id)")
-    ] = None,
-) -> Response:
-    """Validates the table exactly as the proxies' parser does, assigns
-    version = previous + 1 (a given `version` must be that number, else 409),
-    stores the canonical body and returns its metadata, with the new ETag."""
+async def _publish(
+    request: Request, table: TableIn, note: str, model_id: int | None
+) -> tuple[str, str, int]:
     async with db(request) as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%(k)s)", {"k": PUBLISH_LOCK})
         got = await fetchone(conn, "SELECT coalesce(max(version), 0) + 1 FROM failure_tables")
@@ -295,6 +279,44 @@ async def publish_table(
         if meta is None:  # INSERT ... RETURNING always returns the row
             raise RuntimeError("the INSERT returned no row")
         row: str = meta[0]
+    return row, etag, version
+
+
+@router.post(
+    "/failure-tables",
+    status_code=201,
+    response_model=TableMeta,
+    response_class=JSONTextResponse,
+    responses={
+        **AUTH_ERRORS,
+        409: {
+            "description": "the table's version is not the next one",
+            "content": {"application/problem+json": {}},
+        },
+    },
+    summary="Publish a failure-location table (admin)",
+)
+async def publish_table(
+    request: Request,
+    _who: Admin,
+    table: TableIn,
+    note: Annotated[str, Query(max_length=1000, pattern=r"^[^\x00]*$")] = "",
+    model_id: Annotated[
+        int | None, Query(ge=1, le=BIGINT_MAX, description="the trainer run (models.id)")
+    ] = None,
+) -> Response:
+    """Validates the table exactly as the proxies' parser does, assigns
+    version = previous + 1 (a given `version` must be that number, else 409),
+    stores the canonical body and returns its metadata, with the new ETag."""
+    try:
+        row, etag, version = await _publish(request, table, note, model_id)
+    except pgerr.InsufficientPrivilege as e:
+        # linkdb-api's database role reads only; publishing needs the
+        # linkdb_publisher group, which a deployment grants on purpose.
+        raise ForbiddenError(
+            "this API's database role may not publish failure tables (it needs the "
+            "linkdb_publisher group); publish with polycorn-trainer, which signs the table"
+        ) from e
     return JSONTextResponse(
         row,
         status_code=201,

@@ -5,7 +5,9 @@ row is never refused. :func:`ensure_month_partitions` creates the month
 partitions that rows are about to go into; if the DEFAULT partition already
 holds rows of that month (written before the month existed), they are moved
 into the new partition in the same transaction, which PostgreSQL requires
-before the partition can be attached.
+before the partition can be attached. The database function
+``linkdb_ensure_month_partition`` (migration 0010) does it as the tables'
+owner, so that ingest's role needs no ownership of them.
 """
 
 from __future__ import annotations
@@ -47,37 +49,26 @@ def ensure_month_partitions(
 ) -> list[str]:
     """Create the month partitions covering ``times`` (run inside a transaction).
 
-    Returns the names of the partitions created. Concurrent callers are
-    serialised with a transaction-scoped advisory lock.
+    Returns the names of the partitions created. The work is done by the
+    database function ``linkdb_ensure_month_partition`` (migration 0010): it
+    runs as the tables' owner, so ingest's role needs EXECUTE on it and not
+    ownership of the tables; it serialises concurrent callers with a
+    transaction-scoped advisory lock and gives each new partition its
+    parent's privileges.
     """
     months = sorted({month_start(t) for t in times})
     if not months:
         return []
     created: list[str] = []
-    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('polycorn.linkdb.partitions'))"))
     for table in tables:
         if table not in PARTITIONED:
             raise ValueError(f"{table} is not a partitioned LinkDB table")
-        have = existing_partitions(conn, table)
         for m in months:
-            name = partition_name(table, m)
-            if name in have:
-                continue
-            lo, hi = m.isoformat(), next_month(m).isoformat()
-            conn.execute(text(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS)"))
-            conn.execute(
-                text(
-                    f"WITH moved AS (DELETE FROM {table}_default "
-                    f"WHERE time >= :lo AND time < :hi RETURNING *) "
-                    f"INSERT INTO {name} SELECT * FROM moved"
-                ),
-                {"lo": lo, "hi": hi},
-            )
-            conn.execute(
-                text(
-                    f"ALTER TABLE {table} ATTACH PARTITION {name} "
-                    f"FOR VALUES FROM ('{lo}') TO ('{hi}')"
-                )
-            )
-            created.append(name)
+            name = conn.execute(
+                text("SELECT public.linkdb_ensure_month_partition(:t, :m)"), {"t": table, "m": m}
+            ).scalar()
+            if name is not None:
+                if name != partition_name(table, m):
+                    raise RuntimeError(f"partition {name} made for {table} {m:%Y-%m}")
+                created.append(name)
     return created

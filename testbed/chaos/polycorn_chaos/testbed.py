@@ -396,6 +396,9 @@ class Testbed:
                 "1",
                 "--min-failure-rate",
                 "0",
+                # One train: its failures alone make the table here.
+                "--min-trains",
+                "1",
                 "--metrics-addr",
                 s.trainer_metrics,
             ],

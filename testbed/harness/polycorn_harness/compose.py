@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from polycorn_harness import ROOT
+from polycorn_harness import ROOT, credentials
 from polycorn_harness.process import git_commit, setup_var, stop_process
 from polycorn_harness.topology import get_via, run
 from polycorn_harness.wait import wait_until
@@ -216,6 +216,8 @@ class Fleet:
     def env(self) -> dict[str, str]:
         return {
             **os.environ,
+            # Made at the first start, kept in the state directory (0600).
+            **credentials.ensure(self.state / "credentials.env"),
             "CONTAINERS_CONF": self.images.containers_conf,
             "DOCKER_HOST": f"unix://{self.sock}",
             "COMPOSE_PROJECT_NAME": PROJECT,

@@ -240,7 +240,7 @@ def leftovers(prefix: str) -> list[str]:
     naming it, the emulator's TUN devices in the root namespace."""
     left = [f"namespace {p.name}" for p in Path("/run/netns").glob(f"{prefix}-*")]
     ps = subprocess.run(
-        ["pgrep", "-af", "--", f"{prefix}-(train|cloud|pax)|polycorn-state-{prefix}"],
+        ["pgrep", "-af", "--", f"{prefix}-(train|cloud|inet|pax)|polycorn-state-{prefix}"],
         capture_output=True,
         text=True,
         check=False,

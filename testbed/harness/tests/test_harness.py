@@ -100,3 +100,34 @@ def test_exactly_once_takes_the_trip_and_nothing_else(tmp_path: Path) -> None:
     assert not ok and "missing 1" in report
     # an empty trip proves nothing
     assert not exactly_once(Expected((), (), (), ()), [], [])[0]
+
+
+def test_the_passenger_probe_catalogue_names_every_kind_of_target_once() -> None:
+    from polycorn_harness.probes import catalogue
+
+    got = catalogue(2, ["10.77.0.2", "10.77.1.2", "10.99.0.1"])
+    names = [p.name for p in got]
+    assert len(names) == len(set(names)), "each probe is named once"
+    targets = {(p.via, p.host) for p in got}
+    for want in [
+        ("tcp", "10.66.0.1"),
+        ("udp", "10.66.0.1"),
+        ("tcp", "10.77.1.1"),
+        ("tcp", "10.99.0.1"),
+        ("socks5", "::ffff:10.99.0.1"),
+        ("socks5", "64:ff9b::a63:1"),
+        ("socks5", "::1"),
+        ("socks5", "::ffff:127.0.0.1"),
+        ("socks5", "64:ff9b::7f00:1"),
+        ("socks5", "::127.0.0.1"),
+        ("socks5", "2002:7f00:1::1"),
+        ("socks5", "0.0.0.0"),  # noqa: S104 (a probed destination)
+        ("socks5", "::"),
+        ("tcp", "169.254.169.254"),
+        ("socks5", "fd00:ec2::254"),
+        ("socks5", "10.0.0.1"),
+        ("socks5", "metadata.test"),
+    ]:
+        assert want in targets, want
+    # A passenger has no IPv6 route in the testbed: IPv6 only through SOCKS5.
+    assert all(":" not in p.host for p in got if p.via != "socks5")

@@ -44,7 +44,14 @@ BASE: Obj = {
             "users": {c: {"secret": f"kafka-{c}"} for c in ("proxy", "ingest", "trainer")},
         },
     },
-    "postgresql": {"existingSecret": "linkdb-url", "caSecret": {"name": "linkdb-ca"}},
+    "postgresql": {
+        # One login per component (docs/operations.md, "LinkDB roles").
+        "users": {
+            c: {"secret": f"linkdb-url-{c.lower()}", "key": "database-url"}
+            for c in ("migrations", "ingest", "linkdbApi", "trainer")
+        },
+        "caSecret": {"name": "linkdb-ca"},
+    },
     "tableSigning": {"signingKeySecret": {"name": "table-signing"}, "verifyKeys": TABLE_VERIFY_KEY},
     "proxy": {"caSecret": {"name": "pki-ca"}},
     "envoy": {"api": {"tlsSecret": "api-tls"}},

@@ -470,13 +470,40 @@ def test_no_secret_is_rendered_and_no_secret_material_is_a_value() -> None:
             for e in c.get("env", []):
                 if e["name"] == "POLYCORN_DATABASE_URL":
                     assert "value" not in e, where
-                    assert e["valueFrom"]["secretKeyRef"]["name"] == "linkdb-url", where
+                    assert e["valueFrom"]["secretKeyRef"]["name"].startswith("linkdb-url-"), where
+
+
+def test_each_component_logs_in_to_linkdb_with_its_own_secret() -> None:
+    # The roles of migration 0010 hold only if no two components share a login.
+    component = {
+        "migrations": "migrations",
+        "ingest": "ingest",
+        "linkdb-api": "linkdbapi",
+        "trainer": "trainer",
+    }
+    seen = set()
+    for where, spec in pod_specs(render({"trains": TRAINS})):
+        for c in spec["containers"]:
+            for e in c.get("env", []):
+                if e["name"] == "POLYCORN_DATABASE_URL":
+                    name = e["valueFrom"]["secretKeyRef"]["name"]
+                    (want,) = [v for k, v in component.items() if where.endswith(f"-{k}")]
+                    assert name == f"linkdb-url-{want}", where
+                    seen.add(name)
+    assert len(seen) == 4, seen
+    err = render_error({"postgresql": {"users": {"linkdbApi": {"secret": "linkdb-url-trainer"}}}})
+    assert "name the same Secret key linkdb-url-trainer/database-url" in err, err
 
 
 def test_required_secrets_are_asked_for() -> None:
-    assert "postgresql.existingSecret is required" in render_error(
-        {"kafka": {"bootstrap": "k:9092"}}, base=False
+    err = render_error(
+        {
+            "kafka": {"bootstrap": "k:9092"},
+            "postgresql": {"users": {"migrations": {"secret": "m"}}},
+        },
+        base=False,
     )
+    assert re.search(r"postgresql\.users\.(ingest|linkdbApi|trainer)\.secret is required", err), err
     assert "proxy.caSecret.name is required" in render_error(
         {"trains": TRAINS, "proxy": {"caSecret": {"name": ""}}}
     )
@@ -649,7 +676,11 @@ def test_grafana_dashboards_are_the_repository_dashboards() -> None:
             "metrics": {
                 "grafana": {
                     "dashboards": {"enabled": True},
-                    "linkdbDatasource": {"enabled": True, "host": "pg.internal"},
+                    "linkdbDatasource": {
+                        "enabled": True,
+                        "host": "pg.internal",
+                        "caCertPath": "/etc/grafana/linkdb-ca/ca.crt",
+                    },
                 }
             },
         }
@@ -668,6 +699,10 @@ def test_grafana_dashboards_are_the_repository_dashboards() -> None:
     assert ds["uid"] == "linkdb"
     assert ds["url"] == "pg.internal:5432"
     assert ds["secureJsonData"]["password"] == "${POLYCORN_GRAFANA_LINKDB_PASSWORD}"  # noqa: S105
+    # The server's certificate is checked, name included, against the CA.
+    assert ds["jsonData"]["sslmode"] == "verify-full"
+    assert ds["jsonData"]["tlsConfigurationMethod"] == "file-path"
+    assert ds["jsonData"]["sslRootCertFile"] == "/etc/grafana/linkdb-ca/ca.crt"
     uids = {
         t["datasource"]["uid"]
         for d in repo.values()
@@ -683,6 +718,16 @@ def test_grafana_datasource_needs_a_host() -> None:
         {"trains": TRAINS, "metrics": {"grafana": {"linkdbDatasource": {"enabled": True}}}}
     )
     assert "linkdbDatasource.host is required" in err
+
+
+def test_grafana_datasource_verify_full_needs_the_ca() -> None:
+    err = render_error(
+        {
+            "trains": TRAINS,
+            "metrics": {"grafana": {"linkdbDatasource": {"enabled": True, "host": "pg"}}},
+        }
+    )
+    assert "linkdbDatasource.caCertPath is required with sslmode verify-full" in err
 
 
 def test_service_monitors_give_the_shared_job_names_and_train_label() -> None:

@@ -80,6 +80,38 @@ fn a_download_limited_by_its_paths_shows_as_send_limited_time_at_the_sender_only
     assert_eq!(relay, Duration::ZERO, "a 200-byte request never waits");
 }
 
+/// With a hard budget (the proxy's) the account never passes `high`, floors
+/// and the shells' overhead included, and every transfer still completes:
+/// each connection reserved its floors when it opened.
+#[test]
+fn a_hard_budget_is_never_passed_and_every_transfer_completes() {
+    const HIGH: u64 = 6 * 1024 * 1024;
+    const CONNS: u64 = 8;
+    let mut cfg = SimConfig::default();
+    cfg.relay.budget = MemoryBudget::with_high(HIGH);
+    cfg.proxy.budget = MemoryBudget::with_high(HIGH);
+    cfg.proxy.hard_budget = true;
+    cfg.proxy.conn_overhead_bytes = 64 * 1024;
+    let r = Registry::with_builtins();
+    let mut h = Harness::with_config(cfg, r.build("minrtt").unwrap(), r.build("minrtt").unwrap(), carriers(), 7);
+    for u in 0..CONNS {
+        h.open(ConnSpec::new(u as u16).upload(20_000).download(2 * MB).at(ms(u * 30)));
+    }
+    let (mut worst_gap, mut peak) = (0i64, 0u64);
+    let rep = h.run_observed(Duration::from_secs(600), |h| {
+        let ep = h.proxy();
+        let used = ep.budget().used();
+        worst_gap = worst_gap.max(ep.buffered_bytes() as i64 - used as i64);
+        peak = peak.max(used);
+        assert_eq!(ep.charged_total(), used, "the account is the sum of the connections' charges");
+    });
+    rep.assert_all_done();
+    assert!(worst_gap <= 0, "the proxy held {worst_gap} bytes more than its budget accounted");
+    assert!(peak <= HIGH, "peak {peak} > high {HIGH}");
+    assert!(peak > HIGH / 2, "the budget must actually bind in this test (peak {peak})");
+    assert_eq!(h.proxy().budget().used(), 0, "every connection closed: nothing held");
+}
+
 #[test]
 fn memory_held_never_exceeds_what_the_budget_accounts_nor_the_budget_its_levels() {
     const HIGH: u64 = 2 * 1024 * 1024;
@@ -87,9 +119,11 @@ fn memory_held_never_exceeds_what_the_budget_accounts_nor_the_budget_its_levels(
     let mut cfg = SimConfig::default();
     cfg.relay.budget = MemoryBudget::with_high(HIGH);
     cfg.proxy.budget = MemoryBudget::with_high(HIGH);
-    // Floors a connection keeps whatever the budget: its minimum window
-    // and its unsent floor (on either side of a connection).
-    let floors = cfg.relay.conn_window_min_bytes + cfg.relay.conn_unsent_min_bytes;
+    // Floors a connection keeps whatever a soft budget says: its minimum
+    // window and its unsent floor (on either side of a connection), the
+    // latter twice: each unsent byte counts for its place in the buffer and
+    // for the segment it is copied into when scheduled.
+    let floors = cfg.relay.conn_window_min_bytes + 2 * cfg.relay.conn_unsent_min_bytes;
     let r = Registry::with_builtins();
     let mut h = Harness::with_config(cfg, r.build("minrtt").unwrap(), r.build("minrtt").unwrap(), carriers(), 7);
     for u in 0..CONNS {

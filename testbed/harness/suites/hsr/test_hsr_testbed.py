@@ -87,7 +87,7 @@ def test_a_direct_scheme_crosses_its_carrier_alone_at_its_rate(
     )
     seen = ""
     while get.poll() is None and "cubic" not in seen:
-        seen = t.exec("cloud", ["ss", "-tin", "sport = :80"]).stdout
+        seen = t.exec("inet", ["ss", "-tin", "sport = :80"]).stdout
         time.sleep(0.2)
     got, _ = get.communicate(timeout=90)
     took = time.monotonic() - start

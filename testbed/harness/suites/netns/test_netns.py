@@ -73,7 +73,7 @@ class NetnsBed:
 
     def pids(self) -> list[int]:
         out = []
-        for w in ("pax", "train", "cloud"):
+        for w in ("pax", "train", "cloud", "inet"):
             cmd = ["ip", "netns", "pids", self.ns(w)]
             r = subprocess.run(cmd, capture_output=True, text=True, check=False)
             out += [int(p) for p in r.stdout.split()]
@@ -235,7 +235,7 @@ def test_down_leaves_nothing_and_is_idempotent(tb: NetnsBed) -> None:
     assert len(pids) >= 4, f"the origin's processes were not running ({pids})"
     tb.sh("testbed/netns/down.sh")
     tb.sh("testbed/netns/down.sh")  # twice: must be a no-op
-    left = [w for w in ("pax", "train", "cloud") if Path(f"/run/netns/{tb.ns(w)}").exists()]
+    left = [w for w in ("pax", "train", "cloud", "inet") if Path(f"/run/netns/{tb.ns(w)}").exists()]
     assert not left, f"namespaces left: {left}"
     alive = [p for p in pids if Path(f"/proc/{p}").exists()]
     assert not alive, f"processes left: {alive}"

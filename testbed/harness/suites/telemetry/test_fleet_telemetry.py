@@ -52,6 +52,7 @@ from polycorn_harness.topology import RELAY_METRICS, Topology, run, scrape
 from polycorn_harness.trip import Expected, exactly_once
 from polycorn_harness.wait import wait_until
 from polycorn_schema.startup import kafka_create_topics, pg_connect
+from polycorn_schema.testing import service_url
 
 P = "pcite"
 TRAIN_ID = "train-e2e"
@@ -251,7 +252,7 @@ def trip(servers: dict[str, str], make_trip: MakeTrip, bin_dir: Path) -> Iterato
                 sasl,
                 *kafka_auth(env, "ingest"),
                 "--database-url",
-                db_url,
+                service_url(db_url, "ingest"),
                 "--topic",
                 topic,
                 "--dlq-topic",
@@ -456,7 +457,8 @@ def test_the_faults_really_happened(trip: Trip) -> None:
 def test_the_trainer_learns_and_the_proxy_loads_only_its_signed_table(trip: Trip) -> None:
     """The trainer learns from what this trip put into LinkDB and publishes to the
     compacted topic that the running proxy follows, signed. One trip has no history
-    and few failures per cell, so any failure enters the table (--min-failures 1).
+    and few failures per cell, so any failure enters the table (--min-failures 1,
+    and --min-trains 1: it is one train's trip).
     Whoever can write the topic then tries tables of their own (another key,
     unsigned, the trainer's signature of another table, malformed but signed):
     each refused, and a table the trainer's key signs is still taken."""
@@ -469,7 +471,7 @@ def test_the_trainer_learns_and_the_proxy_loads_only_its_signed_table(trip: Trip
             "run",
             "--once",
             "--database-url",
-            trip.db_url,
+            service_url(trip.db_url, "trainer"),
             "--bootstrap",
             env["POLYCORN_KAFKA_SASL_BOOTSTRAP"],
             *kafka_auth(env, "trainer"),
@@ -479,6 +481,8 @@ def test_the_trainer_learns_and_the_proxy_loads_only_its_signed_table(trip: Trip
             "1",
             "--min-failure-rate",
             "0",
+            "--min-trains",
+            "1",
             "--table-signing-key",
             f"{trip.table_key}/table-signing.key",
             "--summary-json",
@@ -572,7 +576,7 @@ def test_the_alert_rules_and_dashboards_use_only_what_the_services_export(
                     api_port,
                     "--no-access-log",
                 ],
-                env={**trip.env, "POLYCORN_DATABASE_URL": trip.db_url},
+                env={**trip.env, "POLYCORN_DATABASE_URL": service_url(trip.db_url, "api")},
                 stdout=a_out,
                 stderr=subprocess.STDOUT,
             ),
@@ -586,11 +590,13 @@ def test_the_alert_rules_and_dashboards_use_only_what_the_services_export(
                     "3600",
                     "--no-publish",
                     "--database-url",
-                    trip.db_url,
+                    service_url(trip.db_url, "trainer"),
                     "--min-failures",
                     "1",
                     "--min-failure-rate",
                     "0",
+                    "--min-trains",
+                    "1",
                     "--metrics-addr",
                     trainer,
                 ],
@@ -630,7 +636,7 @@ def test_the_alert_rules_and_dashboards_use_only_what_the_services_export(
             *check,
             "sql",
             "--database-url",
-            trip.db_url,
+            service_url(trip.db_url, "api"),
             "--expect-rows",
             "Handover failures",
             "--expect-rows",

@@ -1,0 +1,48 @@
+"""The compose fleet's credentials: made once, private, reused, never printed."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from polycorn_harness import credentials
+
+
+def test_made_at_first_start_private_and_reused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "sub" / "compose.env"
+    first = credentials.ensure(f)
+    assert set(first) == set(credentials.NAMES)
+    assert len(set(first.values())) == len(first), "every credential is its own"
+    assert all(len(v) == 48 for v in first.values())
+    assert stat.S_IMODE(f.stat().st_mode) == 0o600
+    assert credentials.ensure(f) == first, "a second start reuses them"
+    # A credential a newer compose file needs is added; the others are kept.
+    lines = [ln for ln in f.read_text().splitlines() if "GRAFANA_ADMIN" not in ln]
+    f.write_text("\n".join(lines) + "\n")
+    again = credentials.ensure(f)
+    assert {k: again[k] for k in first if "GRAFANA_ADMIN" not in k} == {
+        k: v for k, v in first.items() if "GRAFANA_ADMIN" not in k
+    }
+    assert again["POLYCORN_GRAFANA_ADMIN_PASSWORD"] != first["POLYCORN_GRAFANA_ADMIN_PASSWORD"]
+    assert credentials.main([str(f)]) == 0
+    out = capsys.readouterr()
+    assert not any(v in out.out + out.err for v in again.values()), "never printed"
+
+
+def test_a_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "compose.env"
+    credentials.ensure(f)
+    f.chmod(0o644)
+    with pytest.raises(PermissionError, match="chmod 600"):
+        credentials.ensure(f)
+
+
+def test_docker_compose_has_no_fixed_password() -> None:
+    text = (credentials.ROOT / "docker-compose.yml").read_text()
+    for name in credentials.NAMES:
+        assert f"${{{name}:-" not in text, f"{name} has a default in docker-compose.yml"
+        assert f"${{{name}:?" in text, f"{name} is not required by docker-compose.yml"
