@@ -12,6 +12,7 @@ value is ever printed. ``docker compose --env-file FILE up`` (or the harness,
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -22,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_FILE = ROOT / ".polycorn" / "compose.env"
 
 # Every credential of docker-compose.yml (the LinkDB superuser that runs the
-# migrations, one login per service, Grafana's read-only login and admin).
+# migrations, one login per service, Grafana's read-only login and admin,
+# linkdb-api's read key).
 NAMES = (
     "POLYCORN_DB_PASSWORD",
     "POLYCORN_DB_INGEST_PASSWORD",
@@ -30,8 +32,18 @@ NAMES = (
     "POLYCORN_DB_TRAINER_PASSWORD",
     "POLYCORN_DB_GRAFANA_PASSWORD",
     "POLYCORN_GRAFANA_ADMIN_PASSWORD",
+    "POLYCORN_API_READ_KEY",
 )
-LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=([0-9a-f]{32,128})$")
+# What linkdb-api is given instead of its key: the key's SHA-256 (its
+# POLYCORN_API_KEYS entry, name:scope:sha256hex), so the API's container
+# never holds the key itself.
+API_KEYS = "POLYCORN_API_KEYS"
+LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=([0-9a-z:]{32,160})$")
+
+
+def api_keys(read_key: str) -> str:
+    """linkdb-api's ``POLYCORN_API_KEYS`` for the compose read key."""
+    return f"compose:read:{hashlib.sha256(read_key.encode()).hexdigest()}"
 
 
 def read(path: Path) -> dict[str, str]:
@@ -53,9 +65,10 @@ def ensure(path: Path = DEFAULT_FILE) -> dict[str, str]:
     if path.exists() and path.stat().st_mode & 0o077:
         raise PermissionError(f"{path} is readable by others: chmod 600 it (or remove it)")
     missing = [n for n in NAMES if n not in have]
-    if not missing:
+    if not missing and have.get(API_KEYS) == api_keys(have["POLYCORN_API_READ_KEY"]):
         return have
     have |= {n: secrets.token_hex(24) for n in missing}
+    have[API_KEYS] = api_keys(have["POLYCORN_API_READ_KEY"])
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

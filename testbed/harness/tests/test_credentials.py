@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import stat
 from pathlib import Path
 
@@ -15,9 +16,13 @@ def test_made_at_first_start_private_and_reused(
 ) -> None:
     f = tmp_path / "sub" / "compose.env"
     first = credentials.ensure(f)
-    assert set(first) == set(credentials.NAMES)
+    assert set(first) == {*credentials.NAMES, credentials.API_KEYS}
     assert len(set(first.values())) == len(first), "every credential is its own"
-    assert all(len(v) == 48 for v in first.values())
+    assert all(len(first[n]) == 48 for n in credentials.NAMES)
+    # linkdb-api gets the read key's hash, which the key matches.
+    name, scope, digest = first[credentials.API_KEYS].split(":")
+    assert (name, scope) == ("compose", "read")
+    assert digest == hashlib.sha256(first["POLYCORN_API_READ_KEY"].encode()).hexdigest()
     assert stat.S_IMODE(f.stat().st_mode) == 0o600
     assert credentials.ensure(f) == first, "a second start reuses them"
     # A credential a newer compose file needs is added; the others are kept.
@@ -43,6 +48,8 @@ def test_a_file_others_can_read_is_refused(tmp_path: Path) -> None:
 
 def test_docker_compose_has_no_fixed_password() -> None:
     text = (credentials.ROOT / "docker-compose.yml").read_text()
-    for name in credentials.NAMES:
+    for name in (*credentials.NAMES, credentials.API_KEYS):
+        if name == "POLYCORN_API_READ_KEY":
+            continue  # the API is given its hash, API_KEYS
         assert f"${{{name}:-" not in text, f"{name} has a default in docker-compose.yml"
         assert f"${{{name}:?" in text, f"{name} is not required by docker-compose.yml"

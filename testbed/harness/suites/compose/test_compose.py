@@ -41,7 +41,6 @@ from polycorn_harness.compose import Fleet, log
 from polycorn_harness.trip import Expected, exactly_once
 from polycorn_harness.wait import wait_until
 
-API_KEY = "polycorn-compose-dev-read-key"
 TRAIN_ID = "train-compose"
 RELAY_METRICS_PORT = 9465
 PROXY_METRICS_PORT = 9464
@@ -211,7 +210,7 @@ def test_the_trips_telemetry_lands_in_linkdb_exactly_once(fleet: Fleet) -> None:
 
 def test_linkdb_api_serves_the_train_and_refuses_a_request_without_a_key(fleet: Fleet) -> None:
     url = f"http://127.0.0.1:{fleet.api_port}/v1/trains"
-    status, body = http(url, {"X-API-Key": API_KEY})
+    status, body = http(url, {"X-API-Key": fleet.env()["POLYCORN_API_READ_KEY"]})
     print(f"  GET /v1/trains: {status} {body[:200]!r}")
     assert status == 200 and f'"{TRAIN_ID}"'.encode() in body
     assert http(url)[0] == 401
