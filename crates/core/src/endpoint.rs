@@ -844,8 +844,13 @@ impl Endpoint {
             budget.note_denied();
         }
         c.recv.set_window(floor + got);
-        c.charged = reservation + got;
-        debug_assert_eq!(c.charged, c.commitment());
+        // The protocol's initial limit, already promised to the peer, counts
+        // in the commitment whatever the window: a window grown within it
+        // commits nothing more, so what it was charged beyond is given back.
+        let now = c.commitment();
+        debug_assert!(now <= reservation + got, "{now} > {reservation} + {got}");
+        budget.release((reservation + got).saturating_sub(now));
+        c.charged = now;
         Some(c)
     }
 
