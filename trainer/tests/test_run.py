@@ -468,7 +468,7 @@ def test_an_unchanged_table_is_reissued_before_it_expires(db: str, tmp_path: Pat
     version with a fresh issue time and expiry, signed over the new bytes:
     a fleet whose trainer keeps running never holds an expired table."""
     seed(db)
-    run(db, Options(workers=1, publish=False))  # the cell models, no table yet
+    run(db, Options(workers=1, params=ONE_TRAIN, publish=False))  # cell models, no table yet
     key = write_signing_key(tmp_path / "k.key")
     signer = TableSigner.load(tmp_path / "k.key")
     with psycopg.connect(db) as c:
@@ -499,7 +499,9 @@ def test_a_planted_table_is_neither_signed_nor_published(
     seed(db)
     write_signing_key(tmp_path / "k.key")
     signer = TableSigner.load(tmp_path / "k.key")
-    o = Options(workers=1, bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic)
+    o = Options(
+        workers=1, params=ONE_TRAIN, bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic
+    )
     s = run(db, replace(o, signer=signer))
     assert s["table"] is not None
     with psycopg.connect(db) as c:
