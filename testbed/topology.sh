@@ -36,7 +36,7 @@
 # link straight to the origin, as train Wi-Fi does today: the baseline the
 # tunnel has to beat. Its congestion control is the passenger's and the
 # origin's kernel one, --cc NAME (default bbr, as the tunnel's subflows), set
-# per route (`ip route ... congctl`) in the passengers' and the cloud's
+# per route (`ip route ... congctl`) in the passengers' and the origin's
 # namespaces: a namespace other than the host's may only pick the host's
 # allowed algorithms as its default, a route may pick any loaded one.
 #
@@ -305,10 +305,14 @@ table ip pc_direct {
     }
 }
 NFT
+    # The cloud forwards between carrier I and the origin's network, as the
+    # Internet between a carrier and a server does.
+    ip netns exec "$NS_CLOUD" sysctl -qw net.ipv4.ip_forward=1
+    ip -n "$NS_CLOUD" route replace "$(car_addr "$i")/32" dev "$cpx"
     # The senders' congestion control: the origin's (downloads) on its route back
     # to the masqueraded address, the passengers' (uploads, requests) on their
     # default route. Set on routes, so both ends of one connection use it.
-    ip -n "$NS_CLOUD" route replace "$(car_addr "$i")/32" dev "$cpx" congctl "$cc"
+    ip -n "$NS_INET" route replace "$(car_addr "$i")/32" via "$INET_GW_ADDR" dev "$INET_PEER_IF" congctl "$cc"
     ip -n "$NS_PAX" route replace default via "$LAN_ADDR" dev "$PAX_IF" congctl "$cc"
 }
 
