@@ -2589,6 +2589,17 @@ mod tests {
         std::iter::from_fn(|| d.next_frame().unwrap().map(|f| f.frame)).collect()
     }
 
+    /// The (connection, code) of every RESET in `bytes`.
+    fn resets_in(bytes: &[u8]) -> Vec<(u32, u32)> {
+        decoded(bytes)
+            .into_iter()
+            .filter_map(|f| match f {
+                Frame::Reset { conn, code } => Some((conn.0, code)),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn a_million_pings_leave_one_pong_queued() {
         let now = Instant::now();
@@ -2881,13 +2892,7 @@ mod tests {
         assert_eq!(proxy.stats().conns_refused, 2);
         let mut out = Vec::new();
         proxy.poll_transmit(PathId(0), now, &mut out, 1 << 20);
-        let resets: Vec<(u32, u32)> = decoded(&out)
-            .into_iter()
-            .filter_map(|f| match f {
-                Frame::Reset { conn, code } => Some((conn.0, code)),
-                _ => None,
-            })
-            .collect();
+        let resets = resets_in(&out);
         assert_eq!(resets, vec![(3, RESET_REFUSED_LIMIT), (4, RESET_REFUSED_LIMIT)]);
     }
 
@@ -2916,13 +2921,7 @@ mod tests {
         assert!(proxy.budget().stats().peak <= high, "the account never passes the budget");
         let mut out = Vec::new();
         proxy.poll_transmit(PathId(0), now, &mut out, 1 << 20);
-        let resets: Vec<(u32, u32)> = decoded(&out)
-            .into_iter()
-            .filter_map(|f| match f {
-                Frame::Reset { conn, code } => Some((conn.0, code)),
-                _ => None,
-            })
-            .collect();
+        let resets = resets_in(&out);
         assert_eq!(resets, vec![(3, RESET_OVERLOADED)]);
         // The admitted connections take what the server sends: their floor
         // at least, and more as far as the budget goes.
