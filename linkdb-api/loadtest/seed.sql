@@ -9,7 +9,18 @@
 -- (5-25%); failures happen later along the track than successes (late
 -- handovers), RSRP is lower at failures. Rows go in in time order, as ingest
 -- writes them: the table is clustered by time, not by place.
+--
+-- psql variables scale it down (the API's plan tests seed a smaller copy):
+-- `trains` (40) and `trips` (28 per train), e.g. psql -v trains=8 -v trips=12.
 \set ON_ERROR_STOP on
+\if :{?trains}
+\else
+\set trains 40
+\endif
+\if :{?trips}
+\else
+\set trips 28
+\endif
 BEGIN;
 SELECT setseed(0.42);  -- the same data every run
 CREATE TEMP TABLE line (id int, lon0 float8, lat0 float8, lon1 float8, lat1 float8);
@@ -22,8 +33,8 @@ INSERT INTO carrier VALUES (0, 'cmcc'), (1, 'unicom'), (2, 'telecom');
 
 INSERT INTO trains (id, source, first_seen, last_seen)
 SELECT 'train-' || lpad(t::text, 3, '0'), 'telemetry', '2026-10-01T00:00:00Z',
-       '2026-10-01T00:00:00Z'::timestamptz + interval '4 hours' * 28
-FROM generate_series(0, 39) t;
+       '2026-10-01T00:00:00Z'::timestamptz + interval '4 hours' * :trips
+FROM generate_series(0, :trains - 1) t;
 
 -- trip n of train t: line (t % 3), direction alternating.
 INSERT INTO trips (train_id, started_at, ended_at, fixes, direction)
@@ -32,7 +43,7 @@ SELECT 'train-' || lpad(t::text, 3, '0'),
        '2026-10-01T00:00:00Z'::timestamptz + interval '4 hours' * n + interval '1 minute' * t
          + interval '7300 seconds',
        7200, (CASE WHEN n % 2 = 0 THEN 'increasing' ELSE 'decreasing' END)::track_direction
-FROM generate_series(0, 39) t, generate_series(0, 27) n;
+FROM generate_series(0, :trains - 1) t, generate_series(0, :trips - 1) n;
 
 -- Handovers: one per cell boundary (k = 0..299) per carrier per trip. The
 -- cell ID encodes line, carrier, direction and k; the boundary sits at

@@ -360,8 +360,10 @@ class Handover(Base):
         Index("ix_handovers_cell_key", "carrier", "source_cell_id", "direction"),
         Index("ix_handovers_cell", "cell"),
         Index("ix_handovers_trip", "trip_id"),
-        # ingest's per-train re-derivation of trips and directions (0002).
-        Index("ix_handovers_train_time", "train_id", "start_time"),
+        # ingest's per-train re-derivation of trips and directions (0002) and
+        # the API's pages of one train's handovers, in (start_time, id) order
+        # (0011).
+        Index("ix_handovers_train_time_id", "train_id", "start_time", "id"),
     )
 
 
