@@ -21,8 +21,24 @@ from typing import Any, Optional
 Record = dict[str, Any]
 Stat = dict[str, Any]
 
-THROUGHPUT_SCHEMES = ["direct", "relay_1", "relay_2", "relay_4", "quic_2", "kernel_mptcp", "mptcp_raw"]
-LATENCY_SCHEMES = ["direct", "origin_local", "relay_1", "relay_2", "relay_4", "quic_2", "kernel_mptcp"]
+THROUGHPUT_SCHEMES = [
+    "direct",
+    "relay_1",
+    "relay_2",
+    "relay_4",
+    "quic_2",
+    "kernel_mptcp",
+    "mptcp_raw",
+]
+LATENCY_SCHEMES = [
+    "direct",
+    "origin_local",
+    "relay_1",
+    "relay_2",
+    "relay_4",
+    "quic_2",
+    "kernel_mptcp",
+]
 DIRS = ["down", "up"]
 # (numerator, denominator) throughput ratios.
 RATIOS = [
@@ -137,14 +153,24 @@ def throughput_section(recs: list[Record]) -> dict[str, Any]:
             if st is not None:
                 st["subflows"] = [r.get("subflows") for r in good]
                 st["stalled_s"] = stat([float(r.get("stalled_s") or 0) for r in good], 1)
-                st["longest_stall_s"] = stat([float(r.get("longest_stall_s") or 0) for r in good], 1)
-                moving = [r["moving_bits_per_second"] / 1e9 for r in good if r.get("moving_bits_per_second")]
+                st["longest_stall_s"] = stat(
+                    [float(r.get("longest_stall_s") or 0) for r in good], 1
+                )
+                moving = [
+                    r["moving_bits_per_second"] / 1e9
+                    for r in good
+                    if r.get("moving_bits_per_second")
+                ]
                 st["moving_gbps"] = stat(moving)
             detail[s][d] = st
             per_gb: dict[str, Optional[Stat]] = {}
             for who in ["relay", "proxy", "machine"]:
                 per_gb[who] = stat(
-                    [r[f"{who}_cpu_s"] / (r["bytes"] / 1e9) for r in good if r.get(f"{who}_cpu_s") is not None]
+                    [
+                        r[f"{who}_cpu_s"] / (r["bytes"] / 1e9)
+                        for r in good
+                        if r.get(f"{who}_cpu_s") is not None
+                    ]
                 )
             both = [
                 (r["relay_cpu_s"] + r["proxy_cpu_s"]) / (r["bytes"] / 1e9)
@@ -165,7 +191,15 @@ def throughput_section(recs: list[Record]) -> dict[str, Any]:
                     )
                 )
             busy[s][d] = {
-                who: median(stat([r[f"{who}_cpu_s"] / r["wall_s"] for r in good if r.get(f"{who}_cpu_s") is not None]))
+                who: median(
+                    stat(
+                        [
+                            r[f"{who}_cpu_s"] / r["wall_s"]
+                            for r in good
+                            if r.get(f"{who}_cpu_s") is not None
+                        ]
+                    )
+                )
                 for who in ["relay", "proxy", "machine"]
             }
     ratios: dict[str, Any] = {}
@@ -173,7 +207,9 @@ def throughput_section(recs: list[Record]) -> dict[str, Any]:
         ratios[f"{num}/{den}"] = {}
         for d in DIRS:
             a, b = by_rep(runs(num, d), "bits_per_second"), by_rep(runs(den, d), "bits_per_second")
-            ratios[f"{num}/{den}"][d] = stat([a[k] / b[k] for k in sorted(a) if k in b and b[k] > 0])
+            ratios[f"{num}/{den}"][d] = stat(
+                [a[k] / b[k] for k in sorted(a) if k in b and b[k] > 0]
+            )
     return {
         "throughput_gbps": {s: median(detail[s]["down"]) for s in THROUGHPUT_SCHEMES},
         "throughput_gbps_up": {s: median(detail[s]["up"]) for s in THROUGHPUT_SCHEMES},
@@ -189,7 +225,9 @@ def latency_section(recs: list[Record]) -> dict[str, Any]:
     detail: dict[str, Any] = {}
     for s in LATENCY_SCHEMES:
         mine = [r for r in lat if r["scheme"] == s and ok(r)]
-        detail[s] = {p: stat([float(r[f"{p}_us"]) for r in mine], 1) for p in ["p50", "p90", "p99", "max"]}
+        detail[s] = {
+            p: stat([float(r[f"{p}_us"]) for r in mine], 1) for p in ["p50", "p90", "p99", "max"]
+        }
     headline = {
         "direct_p50": median(detail["direct"]["p50"]),
         "direct_p99": median(detail["direct"]["p99"]),
@@ -203,7 +241,9 @@ def latency_section(recs: list[Record]) -> dict[str, Any]:
     for s in ["relay_1", "relay_2", "relay_4", "kernel_mptcp"]:
         a = by_rep([r for r in lat if r["scheme"] == s], "p50_us")
         b = by_rep([r for r in lat if r["scheme"] == "direct"], "p50_us")
-        ratios[f"{s}_p50/direct_p50"] = stat([a[k] / b[k] for k in sorted(a) if k in b and b[k] > 0], 2)
+        ratios[f"{s}_p50/direct_p50"] = stat(
+            [a[k] / b[k] for k in sorted(a) if k in b and b[k] > 0], 2
+        )
     return {"latency_us": headline, "latency_detail": detail, "latency_ratios": ratios}
 
 
@@ -214,12 +254,17 @@ def rss_section(recs: list[Record]) -> dict[str, Any]:
     for who in ["relay", "proxy"]:
         detail[f"{who}_mb_idle"] = stat([r[f"{who}_kb_idle"] / 1024 for r in rss], 1)
         detail[f"{who}_mb"] = stat([r[f"{who}_kb"] / 1024 for r in rss], 1)
-        detail[f"{who}_kb_per_conn"] = stat([(r[f"{who}_kb"] - r[f"{who}_kb_idle"]) / r["conns"] for r in rss], 1)
+        detail[f"{who}_kb_per_conn"] = stat(
+            [(r[f"{who}_kb"] - r[f"{who}_kb_idle"]) / r["conns"] for r in rss], 1
+        )
     detail["echoed"] = [r.get("echoed") for r in rss]
     detail["proxy_upstreams"] = [r.get("proxy_upstreams") for r in rss]
     detail["open_seconds"] = [r.get("open_seconds") for r in rss]
     return {
-        "rss_mb_1000_conns": {"relay": median(detail["relay_mb"]), "proxy": median(detail["proxy_mb"])},
+        "rss_mb_1000_conns": {
+            "relay": median(detail["relay_mb"]),
+            "proxy": median(detail["proxy_mb"]),
+        },
         "rss_detail": detail,
     }
 
@@ -256,7 +301,9 @@ def markdown(out: dict[str, Any]) -> str:
     for s in THROUGHPUT_SCHEMES:
         d = detail[s]
         subs = sorted({x for dd in DIRS if d[dd] for x in d[dd]["subflows"] if x is not None})
-        lines.append(f"| {s} | {'/'.join(map(str, subs)) or '?'} | {fmt(d['down'])} | {fmt(d['up'])} |")
+        lines.append(
+            f"| {s} | {'/'.join(map(str, subs)) or '?'} | {fmt(d['down'])} | {fmt(d['up'])} |"
+        )
     lines += [
         "",
         f"Stalls: seconds per run spent in stalls (≥ {STALL_MIN_MS} ms of consecutive 100 ms iperf3 intervals "
@@ -273,7 +320,13 @@ def markdown(out: dict[str, Any]) -> str:
         cells += [fmt(d[dd]["longest_stall_s"], 1) if d[dd] else "n/a" for dd in DIRS]
         cells += [fmt(d[dd]["moving_gbps"]) if d[dd] else "n/a" for dd in DIRS]
         lines.append(f"| {s} | {' | '.join(cells)} |")
-    lines += ["", "Ratios (paired within each repetition):", "", "| ratio | down | up |", "|---|---|---|"]
+    lines += [
+        "",
+        "Ratios (paired within each repetition):",
+        "",
+        "| ratio | down | up |",
+        "|---|---|---|",
+    ]
     for name, r in out["throughput_ratios"].items():
         lines.append(f"| {name} | {fmt(r['down'])} | {fmt(r['up'])} |")
     lines += [
@@ -306,7 +359,9 @@ def markdown(out: dict[str, Any]) -> str:
     ]
     for s in LATENCY_SCHEMES:
         ld = out["latency_detail"][s]
-        lines.append(f"| {s} | {fmt(ld['p50'], 1)} | {fmt(ld['p90'], 1)} | {fmt(ld['p99'], 1)} | {fmt(ld['max'], 0)} |")
+        lines.append(
+            f"| {s} | {fmt(ld['p50'], 1)} | {fmt(ld['p90'], 1)} | {fmt(ld['p99'], 1)} | {fmt(ld['max'], 0)} |"
+        )
     lines += ["", "| ratio | median (min–max) |", "|---|---|"]
     for name, r in out["latency_ratios"].items():
         lines.append(f"| {name} | {fmt(r)} |")
@@ -322,13 +377,23 @@ def markdown(out: dict[str, Any]) -> str:
         lines.append(
             f"| {who} | {fmt(rd[f'{who}_mb_idle'], 1)} | {fmt(rd[f'{who}_mb'], 1)} | {fmt(rd[f'{who}_kb_per_conn'], 1)} |"
         )
-    lines += ["", "## Scheduler decision (criterion, `select/minrtt/<paths>`, median ns)", ""]
-    dn = out["decision_ns"]
-    if all(v is None for v in dn.values()):
+    lines += [
+        "",
+        "## Scheduler decisions (criterion, median ns)",
+        "",
+        "`select`: one pipeline call; `schedule`: the endpoint's cost per packet placed "
+        "(user scheduler, send buffer and view refreshes included).",
+        "",
+    ]
+    by = out["decision_ns_by"]
+    if not by:
         lines.append(f"not measured: {out.get('decision_note') or 'no result'}")
     else:
-        lines += ["| paths | ns |", "|---|---|"]
-        lines += [f"| {k} | {num(v, 1)} |" for k, v in dn.items()]
+        lines += ["| benchmark | pipeline | 2 paths | 4 paths | 8 paths |", "|---|---|---|---|---|"]
+        for group, pipes in by.items():
+            for p, ns in pipes.items():
+                cells = " | ".join(num(ns.get(k), 1) for k in ("2", "4", "8"))
+                lines.append(f"| {group} | `{p}` | {cells} |")
     lines += ["", "## What the schemes are", ""]
     lines += [f"- **{k}**: {v}" for k, v in DEFINITIONS.items()]
     lines.append(
@@ -359,11 +424,16 @@ def main() -> int:
     out.update(throughput_section(recs))
     out.update(latency_section(recs))
     out.update(rss_section(recs))
-    out["decision_ns"] = {n: decision.get(n) for n in ["2", "4", "8"]}
+    by = {g: v for g, v in decision.items() if g in ("select", "schedule")}
+    # decision_ns: select/minrtt, the figure earlier results quote.
+    out["decision_ns"] = {n: by.get("select", {}).get("minrtt", {}).get(n) for n in ["2", "4", "8"]}
+    out["decision_ns_by"] = by
     if "error" in decision:
         out["decision_note"] = decision["error"]
     out["errors"] = [
-        f"{r['kind']} {r.get('scheme', '')} {r.get('dir', '')} rep {r['rep']}: {r['error']}".replace("  ", " ")
+        f"{r['kind']} {r.get('scheme', '')} {r.get('dir', '')} rep {r['rep']}: {r['error']}".replace(
+            "  ", " "
+        )
         for r in recs
         if not ok(r)
     ]
@@ -378,7 +448,11 @@ def main() -> int:
         f.write(markdown(out))
 
     missing = [f"throughput_gbps.{k}" for k, v in out["throughput_gbps"].items() if v is None]
-    missing += [f"latency_us.{k}" for k in ["direct_p50", "relay_p50", "relay_p99"] if out["latency_us"][k] is None]
+    missing += [
+        f"latency_us.{k}"
+        for k in ["direct_p50", "relay_p50", "relay_p99"]
+        if out["latency_us"][k] is None
+    ]
     missing += [f"rss_mb_1000_conns.{k}" for k, v in out["rss_mb_1000_conns"].items() if v is None]
     for e in out["errors"]:
         print(f"report: error: {e}", file=sys.stderr)

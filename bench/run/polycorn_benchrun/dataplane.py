@@ -48,7 +48,17 @@ MPTCP_IPERF_PORT = 5302
 DIRECT_ECHO_PORT = 7007
 SCHEMES = ("direct", "mptcp_raw", "relay_1", "relay_2", "relay_4", "quic_2", "kernel_mptcp")
 HZ = os.sysconf("SC_CLK_TCK")
-CRITERION = ROOT / "target" / "criterion" / "select" / "minrtt"
+CRITERION = ROOT / "target" / "criterion"
+# The pipeline the relay and proxy run unless told otherwise, read from its
+# one definition so that the decision benchmark follows it.
+REGISTRY_RS = ROOT / "crates" / "core" / "src" / "sched" / "registry.rs"
+
+
+def default_pipeline() -> str:
+    m = re.search(r'pub const DEFAULT_PIPELINE: &str = "([^"]+)";', REGISTRY_RS.read_text())
+    if m is None:
+        raise SystemExit(f"no DEFAULT_PIPELINE in {REGISTRY_RS}")
+    return m.group(1)
 
 
 def log(msg: str) -> None:
@@ -406,12 +416,16 @@ class Bench:
         self.scheme_down()
 
     def decision(self) -> dict[str, Any]:
-        """The decision micro-benchmark (crates/core/benches/decision.rs)."""
+        """The decision micro-benchmark (crates/core/benches/decision.rs) for
+        `minrtt` and the default pipeline: `select` (one pipeline call) and
+        `schedule` (per packet placed by the endpoint), median ns by path count."""
         if self.a.decision != 1:
             return {"error": "skipped (BENCH_DECISION=0)"}
+        pipelines = ["minrtt", default_pipeline()]
         marker = time.time()
         logf = self.work / "decision.log"
-        log(f"decision: cargo bench -p polycorn-core --bench decision (log: {logf})")
+        names = "|".join(re.escape(p) for p in pipelines)
+        log(f"decision: cargo bench -p polycorn-core --bench decision, {pipelines} (log: {logf})")
         with logf.open("w") as f:
             r = subprocess.run(
                 [
@@ -427,7 +441,7 @@ class Bench:
                     "1",
                     "--measurement-time",
                     "3",
-                    "select/minrtt",
+                    f"^(select|schedule)/({names})/",
                 ],
                 cwd=ROOT,
                 stdout=f,
@@ -439,12 +453,15 @@ class Bench:
             log(f"decision: cargo bench failed; decision_ns is null. Last lines:\n{tail}")
             return {"error": "cargo bench failed", "log_tail": tail}
         out: dict[str, Any] = {}
-        for n in (2, 4, 8):
-            est = CRITERION / str(n) / "new" / "estimates.json"
-            if est.exists() and est.stat().st_mtime > marker:
-                out[str(n)] = json.loads(est.read_text())["median"]["point_estimate"]
-            else:
-                log(f"decision: no fresh {est} (bench ID select/minrtt/{n} missing?)")
+        for group in ("select", "schedule"):
+            for p in pipelines:
+                for n in (2, 4, 8):
+                    est = CRITERION / group / p / str(n) / "new" / "estimates.json"
+                    if est.exists() and est.stat().st_mtime > marker:
+                        ns = json.loads(est.read_text())["median"]["point_estimate"]
+                        out.setdefault(group, {}).setdefault(p, {})[str(n)] = ns
+                    else:
+                        log(f"decision: no fresh {est} (bench ID {group}/{p}/{n} missing?)")
         log(f"decision: {json.dumps(out)} ns")
         return out
 

@@ -15,13 +15,14 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use polycorn_core::sched::{Context, PacketInfo};
+use polycorn_core::sched::{Context, PacketInfo, DEFAULT_PIPELINE};
 use polycorn_core::wire::{Frame, LinkState};
 use polycorn_core::{
     Availability, ConnId, Endpoint, EndpointConfig, PathId, PathMask, PathView, Registry, Role, UserId,
 };
 
-const PIPELINES: [&str; 4] = ["minrtt", "blest", "ecf", "redundant"];
+/// MPTCP's schedulers and the pipeline the relay and proxy run by default.
+const PIPELINES: [&str; 5] = ["minrtt", "blest", "ecf", "redundant", DEFAULT_PIPELINE];
 const PATHS: [usize; 3] = [2, 4, 8];
 
 fn srtt_ms(i: usize) -> u64 {
