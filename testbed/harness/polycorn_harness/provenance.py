@@ -169,6 +169,11 @@ class Run:
     def from_fields(cls, fields: Mapping[str, Any], root: Path = ROOT) -> Run:
         return cls(state_of(fields), root)
 
+    def started(self) -> dict[str, Any]:
+        """The fields of the start, for the record a later process resumes from (a run's
+        run.json, :data:`START`)."""
+        return fields_of(self.start, self.start)
+
     def fields(self) -> dict[str, Any]:
         """The top-level fields of a result written now (the tree looked at again)."""
         return fields_of(self.start, tree_state(self.root))
@@ -239,8 +244,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "start":
         print(f"usage: {argv[0]} start OUT...", file=sys.stderr)
         return 2
-    run = start(*argv[2:])
-    print(json.dumps(run.fields()))
+    print(json.dumps(start(*argv[2:]).started()))
     return 0
 
 

@@ -46,7 +46,7 @@ def repo(tmp_path: Path) -> Path:
 def test_a_clean_tree_gives_the_full_commit_and_clean(repo: Path) -> None:
     head = git(repo, "rev-parse", "HEAD").strip()
     run = pv.start(repo / "bench" / "out" / "x.json", root=repo, environ=NO_ENV)
-    assert run.fields() == {"commit": head, "clean": True}
+    assert run.fields() == run.started() == {"commit": head, "clean": True}
     assert len(head) == 40
 
 
@@ -122,6 +122,7 @@ def test_a_tree_made_dirty_during_the_run_is_recorded(repo: Path) -> None:
     fields = run.fields()
     assert fields["clean"] is False and fields["dirty_paths"] == ["code.py"]
     assert "commit_at_end" not in fields
+    assert run.started()["clean"] is True  # what a later process resumes from
 
 
 def test_head_moved_during_the_run_keeps_the_start_commit(repo: Path) -> None:
