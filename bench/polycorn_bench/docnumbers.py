@@ -1061,6 +1061,7 @@ def fuzz_table(src: Sources) -> str:
             bold(str(r["crashes"]), r["crashes"] > 0),
         ]
         for t, r in sorted(d.items())
+        if isinstance(r, dict)  # the rest is the run's provenance (commit, clean, ...)
     ]
     return table(["target", "execs", "seconds", "edges", "guards", "new inputs", "crashes"], rows)
 
