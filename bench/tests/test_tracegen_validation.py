@@ -204,7 +204,7 @@ def test_stale_binary_is_refused(tmp_path: Path) -> None:
 
 def test_the_summary_says_whether_the_run_was_clean() -> None:
     doc = json.loads((ROOT / "bench" / "out" / "tracegen-validation.json").read_text())
-    old = vt.summary_lines(doc)[0]  # from before the top-level fields: provenance.dirty
+    old = vt.summary_lines(doc)[0]  # no top-level fields: provenance.dirty says
     assert "uncommitted" not in old
     clean = vt.summary_lines(doc | {"commit": "a" * 40, "clean": True})[0]
     assert clean == old

@@ -1529,7 +1529,7 @@ def _keys(keys: Sequence[str]) -> str:
 
 def not_clean(doc: Mapping[str, Any]) -> tuple[list[str], str | None] | None:
     """None for a run of a clean tree; else the uncommitted paths and the commit HEAD moved to
-    during the run (a document from before the top-level fields: ``provenance.dirty``)."""
+    during the run (a document without the top-level fields: its ``provenance.dirty``)."""
     if "clean" not in doc:
         dirty = list(doc["provenance"].get("dirty") or [])
         return (dirty, None) if dirty else None
