@@ -188,8 +188,9 @@ def _check(run: Run, end: TreeState, outs: tuple[Path | str, ...], env: Mapping[
         return
     into = [o for o in outs if into_bench_out(o, run.root)]
     if into:
+        fix = "commit them" if end.dirty else "run it again from one clean commit"
         raise DirtyTree(
-            f"{into[0]}: {why_not_clean(run.start, end)}; commit them, or set "
+            f"{into[0]}: {why_not_clean(run.start, end)}; {fix}, or set "
             f"{ALLOW_DIRTY}=1 to write a result marked clean: false"
         )
 

@@ -146,8 +146,14 @@ def test_a_resumed_run_is_refused_when_head_moved_since_its_start(repo: Path) ->
     assert pv.resume(recorded, out, root=repo, environ=NO_ENV).fields()["clean"] is True
     (repo / "code.py").write_text("x = 2\n")
     commit_all(repo, "second")
-    with pytest.raises(pv.DirtyTree, match="the run started at commit"):
+    with pytest.raises(pv.DirtyTree) as e:
         pv.resume(recorded, out, root=repo, environ=NO_ENV)
+    head = git(repo, "rev-parse", "HEAD").strip()
+    assert e.value.code == (
+        f"{out}: the run started at commit {recorded['commit']}, HEAD is {head}; run it again "
+        "from one clean commit, or set POLYCORN_BENCH_ALLOW_DIRTY=1 to write a result marked "
+        "clean: false"
+    )
     # Handed over by the driver that started it: written, and says so.
     fields = pv.resume(recorded, out, root=repo, environ=ALLOW).fields()
     assert fields["clean"] is False and fields["commit"] == recorded["commit"]
