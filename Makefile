@@ -112,7 +112,9 @@ bench-emu: build ## the link emulator's ceiling: 4 x 100 Mbit/s iperf3 through p
 	$(UVW) python -m polycorn_benchrun.emu
 
 bench-proxy-memory: build ## the proxy at its connection cap: 300 slow readers against a 64 MiB budget in a 128 MiB pod (the chart's scaled by 4): refusals, budget peak, RSS (namespaces pcit-*) -> bench/out/proxy-memory.json
-	PROXY_MEMORY_JSON=$(CURDIR)/bench/out/proxy-memory.json bash scripts/integration.sh -k "every_carriers_subflow_up or connection_cap"
+	start=$$(python3 testbed/harness/polycorn_harness/provenance.py start bench/out/proxy-memory.json) && \
+	POLYCORN_BENCH_START="$$start" PROXY_MEMORY_JSON=$(CURDIR)/bench/out/proxy-memory.json \
+		bash scripts/integration.sh -k "every_carriers_subflow_up or connection_cap"
 
 bench-api: ## LinkDB API hot queries, 1M handovers, open loop at 200 req/s -> bench/out/api.json
 	bash scripts/setup.sh bench >/dev/null

@@ -6,7 +6,9 @@ for --seconds on one thread, starting from its committed corpus
 (fuzz/corpus/TARGET, never written: new inputs go to the run's workspace).
 From honggfuzz's final "Summary" log line and its stats file it writes
 {TARGET: {"execs", "seconds", "crashes", "edges", "guards",
-"branch_coverage_percent", "new_units"}} to --json. A crashing input is
+"branch_coverage_percent", "new_units"}} to --json, after the commit and whether
+the tree was clean ("commit", "clean", ...: polycorn_harness.provenance, which
+refuses a --json in bench/out from a tree with uncommitted changes). A crashing input is
 copied next to the corpus as crash-* (git-ignored) and honggfuzz's report is
 printed; the exit status is 1 if any target crashed.
 
@@ -27,6 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FUZZ = ROOT / "fuzz"
+# The harness's provenance helper, standard library only like this script.
+sys.path.insert(0, str(ROOT / "testbed" / "harness"))
+from polycorn_harness import provenance  # noqa: E402
+
 TARGETS = [
     "frame_decoder",
     "endpoint_relay",
@@ -127,6 +133,7 @@ def main() -> int:
     unknown = set(args.targets) - set(TARGETS)
     if unknown:
         sys.exit(f"fuzz: unknown targets {sorted(unknown)} (have {TARGETS})")
+    prov = provenance.start(*([args.json] if args.json else []))
     env = hfuzz_env(args.target_dir)
     subprocess.run(["cargo", "hfuzz", "build"], cwd=FUZZ, env=env, check=True)
     results: dict[str, dict[str, int]] = {}
@@ -141,7 +148,8 @@ def main() -> int:
         )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        by_target = {t: dict(sorted(r.items())) for t, r in sorted(results.items())}
+        args.json.write_text(json.dumps(prov.stamp(by_target), indent=2) + "\n")
     crashed = [t for t, r in results.items() if r["crashes"]]
     if crashed:
         print(f"fuzz: crashes in {crashed}", file=sys.stderr)

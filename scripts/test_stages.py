@@ -66,6 +66,7 @@ SETUP_CHECK = Stage("setup", f"bash scripts/setup.sh && {UV_SYNC}")
 STATIC = Stage(
     "static",
     "python3 scripts/check_self_contained.py && python3 scripts/check_doc_links.py"
+    " && python3 scripts/check_bench_provenance.py"
     " && $CARGO fmt --all --check"
     " && python3 scripts/check_features.py",
 )

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from polycorn_bench import provenance
 from polycorn_bench.analysis import OVERALL
 from polycorn_bench.flows import Flow, collect_flows, paired_ratios_by_trip
 from polycorn_bench.records import read_run
@@ -80,8 +81,16 @@ def run_ab(root_a: Path, root_b: Path) -> dict[str, Any]:
     differ = [k for k in same if ra.meta.get(k) != rb.meta.get(k)]
     auto = [k for k in ("load_start_s",) if ra.meta.get(k) in (None, "auto")]
     doc: dict[str, Any] = {
-        "a": {"run_dir": str(root_a), "commit": ra.meta.get("commit")},
-        "b": {"run_dir": str(root_b), "commit": rb.meta.get("commit")},
+        "a": {
+            "run_dir": str(root_a),
+            "commit": ra.meta.get("commit"),
+            "clean": ra.meta.get("clean") is True,
+        },
+        "b": {
+            "run_dir": str(root_b),
+            "commit": rb.meta.get("commit"),
+            "clean": rb.meta.get("clean") is True,
+        },
         # Pairs are only the same moments of the same links when the load plan and its start
         # are the same and fixed.
         "comparable": not differ and not auto,
@@ -139,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_b", type=Path, help="run directory of build B")
     p.add_argument("--out", type=Path, help="write the comparison as JSON here")
     a = p.parse_args(argv)
+    # The comparison's own code; each build's run records its commit under "a" and "b".
+    prov = provenance.start(a.out) if a.out else None
     for r in (a.run_a, a.run_b):
         if not (r / "run.json").is_file():
             print(
@@ -150,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     if not any(ls["bulk"] for ls in doc["link_sets"].values()):
         print("polycorn_bench.ab: no downloads paired between the two runs", file=sys.stderr)
         return 2
-    if a.out:
-        a.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    if prov:
+        a.out.write_text(json.dumps(prov.stamp(doc), indent=1) + "\n", encoding="utf-8")
     print(_table(doc))
     return 0
 

@@ -27,7 +27,7 @@ none.
 
 Env: BENCH_OUT (bench/out), BENCH_WORK (/tmp/polycorn-bench-cc), CC_SETS (tune
 report unseen), CC_JOBS (2). Writing into bench/out needs a clean tree
-(BENCH_ALLOW_DIRTY=1 writes anyway and records it).
+(POLYCORN_BENCH_ALLOW_DIRTY=1 writes anyway and records it; :mod:`polycorn_bench.provenance`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from . import provenance
 from .stats import geomean, trip_geomean_ci, trip_mean_interval
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,20 +70,6 @@ CARRIERS = (0, 1)
 
 class BenchError(Exception):
     pass
-
-
-def git_commit() -> str:
-    r = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    return r.stdout.strip() or "unknown"
-
-
-def tree_clean() -> bool:
-    r = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    return r.returncode == 0 and not r.stdout.strip()
 
 
 def generate(work: Path, route: int, trip: int, seconds: int) -> Path:
@@ -179,19 +166,11 @@ def main() -> int:
     for s in sets:
         if s not in SETS:
             raise BenchError(f"CC_SETS: unknown set {s!r} (use {', '.join(SETS)})")
-    clean = tree_clean()
-    in_repo = out_dir.resolve() == (ROOT / "bench" / "out").resolve()
-    if in_repo and not clean and e("BENCH_ALLOW_DIRTY") != "1":
-        raise BenchError(
-            "the tree has uncommitted changes: results in bench/out must come from a commit "
-            "(commit first, or BENCH_OUT elsewhere, or BENCH_ALLOW_DIRTY=1)"
-        )
+    prov = provenance.start(out_dir / "cc.json")
     for b in ("polycorn-ccsim", "polycorn-tracegen"):
         if not (BIN / b).exists():
             raise BenchError(f"{BIN / b} is missing: run make build")
     doc: dict[str, Any] = {
-        "commit": git_commit(),
-        "tree_clean": clean,
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "default": DEFAULT,
         "variants": VARIANTS,
@@ -229,6 +208,7 @@ def main() -> int:
                 f"{fmt(x['sojourn_p95_ms'], 0)} |"
             )
     out_dir.mkdir(parents=True, exist_ok=True)
+    doc = prov.stamp(doc)
     (out_dir / "cc.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(f"bench-cc: wrote {out_dir / 'cc.json'}", file=sys.stderr)
     return 0

@@ -4,7 +4,9 @@ A full run takes hours; when one phase of it turns out to be invalid (a testbed 
 link set did not run, that part is rerun on its own and composed with the rest instead of
 rerunning everything. The composed directory is made of symbolic links to the runs' files, so
 nothing is copied or edited, and its ``run.json`` says which run every part came from
-(``composed_from``); the analysis reads it like any run. Usage (from the repository root)::
+(``composed_from``); the analysis reads it like any run. Its provenance is the base's
+(``commit``, ``clean``), and clean only if every part is a clean run of that same commit: parts
+of other commits make a result that no single commit gave. Usage (from the repository root)::
 
     uv run --project bench --locked python -m polycorn_bench.compose OUT_DIR --base RUN \\
         [--link-set NAME=RUN ...] [--phase PHASE=RUN ...] [--drop PHASE@LINK_SET ...]
@@ -155,6 +157,7 @@ def compose(
     meta["phases"] = phase_list
     meta["link_sets"] = {name: entry for name, (_, entry) in sets.items()}
     meta["composed_from"] = composed_from
+    meta |= _provenance(meta, [metas[r] for r in {*link_sets.values(), *phases.values()}])
     (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     return meta
 
@@ -207,6 +210,20 @@ def _composed_from(
     for phase, ls in drops:
         composed_from.append({"run": None, "commit": None, "used_for": f"dropped {phase}@{ls}"})
     return composed_from
+
+
+def _provenance(base: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The composed run's start: the base's, not clean unless every part is a clean run of the
+    base's commit."""
+    out: dict[str, Any] = {"commit": base.get("commit")}
+    out["clean"] = all(m.get("clean") is True for m in [base, *parts]) and all(
+        m.get("commit") == base.get("commit") for m in parts
+    )
+    if not out["clean"]:
+        paths = {p for m in [base, *parts] for p in m.get("dirty_paths") or []}
+        out["dirty_paths"] = sorted(paths)
+        out["dirty_allowed"] = True
+    return out
 
 
 def _check_link_set(src: Path, entry: dict[str, Any]) -> None:

@@ -186,6 +186,12 @@ def sig2(x: float) -> str:
     return num(v, digits)
 
 
+def commit_of(doc: dict[str, Any]) -> str:
+    """A result's commit as the docs quote it: its first 12 hex digits (the JSON has all 40)."""
+    commit = doc.get("commit")
+    return commit[:12] if isinstance(commit, str) else str(commit)
+
+
 def bold(s: str, on: bool = True) -> str:
     return f"**{s}**" if on else s
 
@@ -611,7 +617,7 @@ def precision(src: Sources) -> str:
     out += (
         f"\n\n{o['n_pairs']} pairs on {o.get('n_trips')} trips "
         f"({', '.join(d.get('seeds', [])[:1])} to {', '.join(d.get('seeds', [])[-1:])}); "
-        f"commit `{d.get('commit')}`. Variance of the log ratios between trips "
+        f"commit `{commit_of(d)}`. Variance of the log ratios between trips "
         f"{num(lv.get('between'), 4)}, within a trip {num(lv.get('within'), 4)} "
         f"({num(lv.get('pairs_per_trip'), 1)} pairs per trip): a half-width of 0.05 from the "
         f"trips' interval needs about {lv.get('trips_for_halfwidth', '–')} trips."
@@ -621,7 +627,7 @@ def precision(src: Sources) -> str:
         runs = [
             [
                 str(i + 1),
-                f"`{c}`" if c else "–",
+                f"`{c[:12]}`" if c else "–",
                 num(r, 3),
                 interval(ci, 3),
                 interval(ct, 3),
@@ -799,7 +805,7 @@ def im_new_railway(src: Sources, rel: str = IM_JSON) -> str:
         rows,
     )
     return out + (
-        f"\n\n{n} trips (intervals resample trips); commit `{d.get('commit')}`. Lower is "
+        f"\n\n{n} trips (intervals resample trips); commit `{commit_of(d)}`. Lower is "
         "better: a negative change is faster delivery or a fairer spread."
     )
 
@@ -1061,6 +1067,7 @@ def fuzz_table(src: Sources) -> str:
             bold(str(r["crashes"]), r["crashes"] > 0),
         ]
         for t, r in sorted(d.items())
+        if isinstance(r, dict)  # the rest is the run's provenance (commit, clean, ...)
     ]
     return table(["target", "execs", "seconds", "edges", "guards", "new inputs", "crashes"], rows)
 
@@ -1577,7 +1584,7 @@ def loop_curve(src: Sources) -> str:
     half = _get(d, "half_oracle_gain_trip", "hof_recovery", "cumulative") or {}
     point, lower = half.get("point"), half.get("lower_bound")
     out += (
-        f"\n\n{len(d['trips'])} trips ({d.get('description')}; commit `{d.get('commit')}`). "
+        f"\n\n{len(d['trips'])} trips ({d.get('description')}; commit `{commit_of(d)}`). "
         f"Half of the oracle's recovery gain, "
         f"pooled over trips 1..k: point estimates from trip "
         f"{point if point is not None else 'never'} on; the interval's lower bound "
@@ -1653,7 +1660,7 @@ def mechanisms(src: Sources, rel: str = MECHANISMS_JSON) -> str:
     out += (
         f"\n\n{o['n_pairs']} downloads per scheme on {o.get('n_trips')} trips "
         f"({', '.join(d.get('seeds', [])[:1])} to {', '.join(d.get('seeds', [])[-1:])}); "
-        f"commit `{d.get('commit')}`. Bold: the interval excludes no change; every interval "
+        f"commit `{commit_of(d)}`. Bold: the interval excludes no change; every interval "
         "resamples trips."
     )
     return out
@@ -1703,7 +1710,7 @@ def karn_before_after(src: Sources) -> str:
         ],
         rows,
     ) + (
-        f"\n\nBefore: commit `{before.get('commit')}`; after: commit `{after.get('commit')}`; "
+        f"\n\nBefore: commit `{commit_of(before)}`; after: commit `{commit_of(after)}`; "
         f"{len(after.get('seeds', []))} trips each, the same load and trips at once."
     )
 
@@ -1726,7 +1733,7 @@ def variants_table(src: Sources, rel: str = LEAVE_ONE_OUT_JSON) -> str:
             ]
         )
     return table(["variant", "gain of", "measures", "bulk gain [95 % CI]", "trips"], rows) + (
-        f"\n\nCommit `{d.get('commit')}`; bold: the interval excludes no change (trips' "
+        f"\n\nCommit `{commit_of(d)}`; bold: the interval excludes no change (trips' "
         "interval from 10 trips on)."
     )
 
@@ -1761,7 +1768,7 @@ def recovery_variants(src: Sources) -> str:
         ],
         rows,
     ) + (
-        f"\n\n{_n_trips(d)} trips; commit `{d.get('commit')}`; bold: the interval excludes no "
+        f"\n\n{_n_trips(d)} trips; commit `{commit_of(d)}`; bold: the interval excludes no "
         "change (recovery: windows resampled; backlogged download: trips resampled)."
     )
 
@@ -1845,7 +1852,7 @@ def default_precision(src: Sources) -> str:
     out += (
         f"\n\n{o['n_pairs']} paired downloads on {o.get('n_trips')} trips "
         f"({', '.join(d.get('seeds', [])[:1])} to {', '.join(d.get('seeds', [])[-1:])}); "
-        f"commit `{d.get('commit')}`; verdicts from the trips' interval."
+        f"commit `{commit_of(d)}`; verdicts from the trips' interval."
     )
     return out
 
@@ -1883,8 +1890,8 @@ def ab_table(src: Sources, rel: str = WINDOW_AB_JSON) -> str:
         ],
         rows,
     ) + (
-        f"\n\nLink set {name}, {len(ls['trips'])} trips; A is commit `{d['a']['commit']}`, "
-        f"B commit `{d['b']['commit']}`; bold: the interval excludes no change."
+        f"\n\nLink set {name}, {len(ls['trips'])} trips; A is commit `{commit_of(d['a'])}`, "
+        f"B commit `{commit_of(d['b'])}`; bold: the interval excludes no change."
     )
 
 

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from polycorn_bench import provenance
 from polycorn_bench.loop import cell_id
 from polycorn_bench.records import Issues, finite, read_failure_table, read_jsonl
 
@@ -426,13 +427,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", type=Path, help="write the JSON here")
     a = p.parse_args(argv)
+    prov = provenance.of_run(a.run, a.out) if a.out else None
     if a.all:
         views = analyse_all(a.run, a.gps_error_m, a.rtt_ms)
         if not views:
             print(f"holds: no trip with a failure table under {a.run}", file=sys.stderr)
             return 1
-        if a.out:
-            a.out.write_text(json.dumps(views, indent=1) + "\n", encoding="utf-8")
+        if prov:
+            a.out.write_text(json.dumps(prov.stamp(views), indent=1) + "\n", encoding="utf-8")
         for name, v in views.items():
             print(f"{name}: {len(v['trips'])} trips ({v['trips_from']}), table {v['table']}")
             print(table_md(v))
@@ -449,8 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     if not doc["trips"]:
         print(f"holds: no hsr trip with a failure table under {a.run}", file=sys.stderr)
         return 1
-    if a.out:
-        a.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    if prov:
+        a.out.write_text(json.dumps(prov.stamp(doc), indent=1) + "\n", encoding="utf-8")
     print(
         f"{len(doc['trips'])} trips ({doc['trips_from']}), table {doc['table']}, "
         f"RTT {a.rtt_ms:g} ms"

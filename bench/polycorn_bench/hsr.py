@@ -6,9 +6,12 @@ Usage (from the repository root)::
         [--out bench/out/hsr.json] [--md bench/out/hsr.md] [--plots docs/img] [--quiet]
 
 Writes the JSON document (see ``README.md`` for its shape), optionally the markdown report and
-the PNG plots, and prints a compact table. Exit status: 0 on success (input problems are
-skipped, counted in the output and reported on stderr), 2 if ``RUN_DIR/run.json`` is missing or
-unusable.
+the PNG plots, and prints a compact table. The document starts with the run's provenance
+(:mod:`polycorn_bench.provenance`): the commit ``run.json`` records, looked at again now; into
+``bench/out`` only when that is clean (the run's commit, HEAD still there, nothing uncommitted)
+or ``POLYCORN_BENCH_ALLOW_DIRTY=1``. Exit status: 0 on success (input problems are skipped,
+counted in the output and reported on stderr), 1 when refused, 2 if ``RUN_DIR/run.json`` is
+missing or unusable.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from polycorn_bench import provenance
 from polycorn_bench.analysis import analyse
 from polycorn_bench.records import read_run
 from polycorn_bench.report import markdown, text_table
@@ -39,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"polycorn_bench.hsr: cannot read run {args.run_dir}: {e}", file=sys.stderr)
         return 2
-    doc = analyse(run)
+    prov = provenance.resume(run.meta, args.out, *([args.md] if args.md else []))
+    doc = prov.stamp(analyse(run))
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")

@@ -26,7 +26,8 @@ minrtt (goodput in the 2 s from each failed handover's start, ratio of means, 95
 CI), and the backlogged download's goodput against minrtt. The same numbers pooled over the
 trips that ran with a learned table (trip 2 on) are in ``pooled_learned_trips``. Table
 coverage: how many of the trip's failed handovers leave a cell that has an entry in the table
-used, and how far the entry's position is from the failure's start.
+used, and how far the entry's position is from the failure's start. The document starts with
+the run's provenance, as ``polycorn_bench.hsr``'s does.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench import hrsch, loop_curve
+from polycorn_bench import hrsch, loop_curve, provenance
 from polycorn_bench.analysis import (
     _json_safe,
     backlog_summary,
@@ -627,7 +628,8 @@ def markdown(doc: dict[str, Any]) -> str:
     out = [
         "# The closed fleet loop: learning curve",
         "",
-        f"Profile `{doc.get('profile')}`, commit `{doc.get('commit')}`, {doc.get('description')}.",
+        f"Profile `{doc.get('profile')}`, {doc.get('description')}.",
+        provenance.describe(doc),
         "Ratios to `minrtt` on the same trip [95 % bootstrap CI]; method in "
         "`bench/polycorn_bench/loop.py` and docs/benchmarks.md.",
         "",
@@ -761,7 +763,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"polycorn_bench.loop: cannot read run {args.run_dir}: {e}", file=sys.stderr)
         return 2
-    doc = analyse_loop(run, lead_s=args.lead_s, window=args.window)
+    prov = provenance.resume(run.meta, args.out, *([args.md] if args.md else []))
+    doc = prov.stamp(analyse_loop(run, lead_s=args.lead_s, window=args.window))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     if args.md:

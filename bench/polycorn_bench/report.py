@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from polycorn_bench import provenance
 from polycorn_bench.analysis import HANDOVER_BINS, METHODS, OVERALL
 from polycorn_bench.hrsch import HOF_MIN_ACTIVE_MS, HOF_WINDOW_MS, PAPER, REINJECTION_K
 from polycorn_bench.verdict import verdict, verdict_text
@@ -1028,8 +1029,8 @@ def markdown(doc: dict[str, Any]) -> str:
     out = [
         "# HSR benchmark",
         "",
-        f"Profile `{doc.get('profile')}`, commit `{doc.get('commit')}`, "
-        f"generated {doc.get('generated')}.",
+        f"Profile `{doc.get('profile')}`, generated {doc.get('generated')}.",
+        provenance.describe(doc),
         "",
     ]
     for name, ls in doc.get("link_sets", {}).items():

@@ -12,7 +12,9 @@ sizes, the pairs of ``bulk.hrsch.overall``) with its 95 % percentile bootstrap i
 summary goes into the top-level field ``run_to_run`` of the ``--into`` document (written back
 in place; run this *after* the analysis, which rebuilds the document without it), and
 ``--md`` rewrites the markdown report from it. Formulas: :func:`summarise` and ``README.md``
-("Run-to-run variation").
+("Run-to-run variation"). The document keeps its run's provenance, looked at again: added to at
+another commit than the run's, or from a tree with uncommitted changes, it is no longer clean
+(into ``bench/out`` only with ``POLYCORN_BENCH_ALLOW_DIRTY=1``).
 
 Exit status: 0, or 2 when a source cannot be read, has no hrsch/minrtt pairs, or fewer than
 two sources are given.
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from polycorn_bench import provenance
 from polycorn_bench.analysis import OVERALL, PRIMARY_LINK_SET
 from polycorn_bench.flows import REFERENCE, collect_flows, paired_goodputs, paired_ratios_by_trip
 from polycorn_bench.hrsch import HRSCH
@@ -291,12 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     except (SourceError, OSError, ValueError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
+    prov = provenance.resume(doc, args.into, *([args.md] if args.md else []))
     summary = summarise(runs)
     if not summary["same_trips"]:
         print(f"{prog}: warning: the runs did not all run the same trips", file=sys.stderr)
     if len(set(summary["profiles"])) > 1:
         print(f"{prog}: warning: the runs have different profiles", file=sys.stderr)
     doc["run_to_run"] = summary
+    doc = prov.stamp(doc)
     args.into.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     if args.md:
         args.md.write_text(markdown(doc), encoding="utf-8")

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from polycorn_bench import provenance
 from polycorn_bench.losttime import STALL_MIN_MS
 from polycorn_bench.oracle import Carrier, load_carriers
 from polycorn_bench.records import Download, Issues, read_downloads, read_jsonl
@@ -734,6 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="write the JSON here")
     p.add_argument("--schemes", nargs="*", help="only these schemes")
     a = p.parse_args(argv)
+    prov = provenance.of_run(a.run, a.out) if a.out else None
     doc = analyse_run(a.run, a.schemes)
     if not doc["schemes"]:
         print(
@@ -741,8 +743,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    if a.out:
-        a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    if prov:
+        a.out.write_text(json.dumps(prov.stamp(doc), indent=1) + "\n")
     print(_table(doc))
     return 0
 

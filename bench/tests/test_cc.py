@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
 
-from polycorn_bench import cc
+from polycorn_bench import cc, provenance
+
+#: The harness's module, which polycorn_bench.provenance imports from the tree.
+helper = sys.modules[provenance.Run.__module__]
 
 
 def rows(shares: dict[str, list[float]]) -> list[dict[str, Any]]:
@@ -46,8 +50,10 @@ def test_a_zero_share_is_left_out_of_the_ratio(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_dirty_tree_does_not_write_into_bench_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cc, "tree_clean", lambda: False)
+    dirty = helper.TreeState("c" * 40, ("bench/polycorn_bench/cc.py",))
+    monkeypatch.setattr(helper, "tree_state", lambda root: dirty)
     monkeypatch.delenv("BENCH_OUT", raising=False)
-    monkeypatch.delenv("BENCH_ALLOW_DIRTY", raising=False)
-    with pytest.raises(cc.BenchError, match="uncommitted"):
+    monkeypatch.delenv("POLYCORN_BENCH_ALLOW_DIRTY", raising=False)
+    monkeypatch.delenv("POLYCORN_BENCH_START", raising=False)
+    with pytest.raises(provenance.DirtyTree, match="uncommitted changes: bench/polycorn_bench/cc"):
         cc.main()

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import RunBuilder, download
 
+from polycorn_bench import provenance
 from polycorn_bench.hsr import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cli_writes_everything(
@@ -80,3 +83,37 @@ def test_cli_missing_trip_dir_is_reported(builder: RunBuilder, tmp_path: Path) -
     doc = json.loads(out.read_text())
     assert doc["issues"]["by_kind"]["missing trip directory"] == 1
     assert doc["seeds"] == ["r1-t1", "r1-t2"]
+
+
+def test_the_result_carries_the_runs_provenance_looked_at_again(
+    builder: RunBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analysis writes what the run's run.json recorded at its start (commit, clean), and
+    a run of another commit than the tree's HEAD now is a result no single commit gave."""
+    monkeypatch.delenv("POLYCORN_BENCH_START", raising=False)
+    builder.bulk("r1-t1", "minrtt", [download(0, 1000, 100.0)])
+    builder.meta |= {"commit": "0" * 40, "clean": True}
+    run = builder.finish()
+    out, md = tmp_path / "hsr.json", tmp_path / "hsr.md"
+    assert main([str(run), "--out", str(out), "--md", str(md), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    assert list(doc)[:2] == ["commit", "clean"]
+    assert doc["commit"] == "0" * 40 and doc["clean"] is False
+    assert doc["dirty_allowed"] is True and doc["commit_at_end"] != doc["commit"]
+    assert f"Commit `{'0' * 40}`, **not clean**" in md.read_text()
+
+
+def test_the_analysis_refuses_to_write_a_result_that_is_not_clean_into_bench_out(
+    builder: RunBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POLYCORN_BENCH_ALLOW_DIRTY", raising=False)
+    monkeypatch.delenv("POLYCORN_BENCH_START", raising=False)
+    builder.bulk("r1-t1", "minrtt", [download(0, 1000, 100.0)])
+    run = builder.finish()  # commit abc123: not the tree's HEAD
+    out = ROOT / "bench" / "out" / "never-written-by-a-test.json"
+    try:
+        with pytest.raises(provenance.DirtyTree, match="the run started at commit abc123"):
+            main([str(run), "--out", str(out), "--quiet"])
+        assert not out.exists()
+    finally:
+        out.unlink(missing_ok=True)

@@ -133,3 +133,21 @@ def test_cli_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main([str(base), "--base", str(base)]) == 2
     assert "exists" in capsys.readouterr().err
     assert main([str(tmp_path / "o4"), "--base", str(base)]) == 0
+
+
+def test_a_composed_run_is_clean_only_when_every_part_is_a_clean_run_of_one_commit(
+    tmp_path: Path,
+) -> None:
+    base, c = base_run(tmp_path / "a"), conc_run(tmp_path / "b")
+    for run, commit in ((base, "a" * 40), (c, "a" * 40)):
+        meta = json.loads((run / "run.json").read_text())
+        (run / "run.json").write_text(json.dumps(meta | {"commit": commit, "clean": True}))
+    same = compose(tmp_path / "same", base, {}, {"concurrency": c})
+    assert (same["commit"], same["clean"]) == ("a" * 40, True)
+    meta = json.loads((c / "run.json").read_text())
+    (c / "run.json").write_text(json.dumps(meta | {"commit": "b" * 40}))
+    mixed = compose(tmp_path / "mixed", base, {}, {"concurrency": c})
+    assert (mixed["commit"], mixed["clean"], mixed["dirty_allowed"]) == ("a" * 40, False, True)
+    (c / "run.json").write_text(json.dumps(meta | {"clean": False, "dirty_paths": ["crates/x.rs"]}))
+    dirty = compose(tmp_path / "dirty", base, {}, {"concurrency": c})
+    assert (dirty["clean"], dirty["dirty_paths"]) == (False, ["crates/x.rs"])

@@ -148,7 +148,10 @@ def test_analyse_reads_a_run(tmp_path: Path) -> None:
     assert list(views) == ["training"], "no measured trip left, no broad or oracle table"
     out = tmp_path / "holds.json"
     assert holds.main([str(tmp_path), "--all", "--out", str(out)]) == 0
-    assert list(json.loads(out.read_text())) == ["training"]
+    written = json.loads(out.read_text())
+    # The run's provenance first (its run.json recorded none: not clean), then the views.
+    assert list(written)[:2] == ["commit", "clean"] and list(written)[-1] == "training"
+    assert written["commit"] is None and written["clean"] is False
 
 
 def test_relocate_moves_entries_to_a_quantile_of_their_training_failures(tmp_path: Path) -> None:

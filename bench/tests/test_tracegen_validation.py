@@ -200,3 +200,21 @@ def test_stale_binary_is_refused(tmp_path: Path) -> None:
     os.utime(exe, (3_000, 3_000))
     assert vt.stale_binary(exe, [src]) == []
     assert vt.stale_binary(exe, [tmp_path / "gone.rs"]) == [tmp_path / "gone.rs"]
+
+
+def test_the_summary_says_whether_the_run_was_clean() -> None:
+    doc = json.loads((ROOT / "bench" / "out" / "tracegen-validation.json").read_text())
+    old = vt.summary_lines(doc)[0]  # no top-level fields: provenance.dirty says
+    assert "uncommitted" not in old
+    clean = vt.summary_lines(doc | {"commit": "a" * 40, "clean": True})[0]
+    assert clean == old
+    moved = doc | {
+        "commit": "a" * 40,
+        "clean": False,
+        "dirty_paths": ["crates/x.rs"],
+        "commit_at_end": "b" * 40,
+    }
+    assert (
+        "(uncommitted changes to `crates/x.rs`; HEAD moved to `bbbbbbbbbbbb` during the run)"
+        in vt.summary_lines(moved)[0]
+    )

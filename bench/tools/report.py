@@ -3,20 +3,27 @@
 bench/out/dataplane.json and a human table, bench/out/dataplane.md.
 
 usage: report.py --raw RAW.jsonl --meta META.json --decision DECISION.json
-                 --json OUT.json --md OUT.md
+                 --provenance PROVENANCE.json --json OUT.json --md OUT.md
 
 Every measurement is repeated; each number is the median over the
 repetitions, with min and max. Ratios are paired: computed within one
 repetition (the schemes of a repetition run back to back), then the median
 of those. Exits 1 when a headline number is missing (a scheme failed every
-time); the files are written anyway.
+time); the files are written anyway. PROVENANCE.json holds the fields of
+polycorn_harness.provenance (commit, clean, ...) the driver took when the run ended: the
+JSON starts with them and the table states them.
 """
 
 import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 from typing import Any, Optional
+
+# The harness's provenance helper is standard library only, like this script.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testbed" / "harness"))
+from polycorn_harness.provenance import describe  # noqa: E402
 
 Record = dict[str, Any]
 Stat = dict[str, Any]
@@ -285,7 +292,9 @@ def markdown(out: dict[str, Any]) -> str:
     lines = [
         "# Data-plane benchmark",
         "",
-        f"{m['started']}, commit `{m['git_commit'][:12]}`{' (dirty tree)' if m['git_dirty'] else ''}, "
+        describe(out),
+        "",
+        f"{m['started']}, "
         f"{m['machine']['cpus']} × {m['machine']['cpu']}, kernel {m['machine']['kernel']}; "
         f"load average {m['loadavg_start']} at start, {m['loadavg_end']} at end.",
         f"Each cell: median (min–max) of {st['reps']} runs of {st['seconds_per_run']} s, schemes interleaved. "
@@ -410,6 +419,7 @@ def main() -> int:
     ap.add_argument("--raw", required=True)
     ap.add_argument("--meta", required=True)
     ap.add_argument("--decision", required=True)
+    ap.add_argument("--provenance", required=True)
     ap.add_argument("--json", required=True)
     ap.add_argument("--md", required=True)
     args = ap.parse_args()
@@ -419,8 +429,9 @@ def main() -> int:
         meta = json.load(f)
     with open(args.decision) as f:
         decision: dict[str, Any] = json.load(f)
+    with open(args.provenance) as f:
+        out: dict[str, Any] = json.load(f)
 
-    out: dict[str, Any] = {}
     out.update(throughput_section(recs))
     out.update(latency_section(recs))
     out.update(rss_section(recs))

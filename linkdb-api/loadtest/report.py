@@ -1,6 +1,8 @@
-"""Fold ``vegeta report -type=json`` outputs into ``bench/out/api.json``.
+"""Fold ``vegeta report -type=json`` outputs into the queries of ``bench/out/api.json``
+(``polycorn_benchrun.api`` adds the commit and whether the tree was clean, and writes it
+there).
 
-    python -m loadtest.report --dir DIR --setup SETUP.json --out bench/out/api.json
+    python -m loadtest.report --dir DIR --setup SETUP.json --out api.json
 
 ``DIR`` holds, per query, ``<query>.report.json`` (vegeta's JSON report of
 the measured window) and ``<query>.loadavg`` (/proc/loadavg just before

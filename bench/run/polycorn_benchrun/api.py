@@ -18,7 +18,8 @@ runs it).
 
 Vegeta, the API and PostgreSQL share the machine's cores: the numbers include that
 contention, and whatever else runs (the load average before each query is recorded
-in api.json).
+in api.json). api.json also says which commit it came from and whether the tree was clean
+(polycorn_harness.provenance).
 
 Env (defaults of the options): BENCH_API_RATE (200), BENCH_API_SECONDS (30),
 BENCH_API_WARMUP (5), BENCH_API_WORKERS (2), BENCH_API_PORT (28080),
@@ -41,7 +42,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from polycorn_harness import ROOT, VENV, infra
+from polycorn_harness import ROOT, VENV, infra, provenance
 from polycorn_harness.process import setup_var, stop_process
 from polycorn_harness.topology import run
 from polycorn_harness.wait import wait_until
@@ -131,6 +132,7 @@ def etag(api: str, key: str) -> str:
 
 def main() -> int:
     a = args()
+    prov = provenance.start(a.out / "api.json")
     vegeta = Path(os.environ.get("POLYCORN_CACHE", "/var/cache/polycorn")) / "go" / "bin" / "vegeta"
     env = infra.up(services=["pg"])
     base = env["POLYCORN_DATABASE_URL"].rsplit("/", 1)[0]
@@ -214,7 +216,6 @@ def main() -> int:
                         stdout=f,
                         check=True,
                     )
-            a.out.mkdir(parents=True, exist_ok=True)
             loadtest(
                 "report",
                 "--dir",
@@ -222,8 +223,12 @@ def main() -> int:
                 "--setup",
                 str(work / "setup.json"),
                 "--out",
-                str(a.out.resolve() / "api.json"),
+                str(work / "api.json"),
             )
+            a.out.mkdir(parents=True, exist_ok=True)
+            doc = prov.stamp(json.loads((work / "api.json").read_text()))
+            (a.out / "api.json").write_text(json.dumps(doc, indent=2) + "\n")
+            log(f"wrote {a.out / 'api.json'}")
     finally:
         stop_process(server.pid, grace_s=10)
         server.wait(timeout=30)

@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from polycorn_harness import ROOT
+from polycorn_harness import ROOT, provenance
 from polycorn_harness.pair import ORIGIN_ADDR, Pair
-from polycorn_harness.process import cpu_ticks, git_commit, machine_busy_ticks, stop_process
+from polycorn_harness.process import cpu_ticks, machine_busy_ticks, stop_process
 from polycorn_harness.topology import run
 from polycorn_harness.wait import WaitTimeoutError, wait_until
 
@@ -529,10 +529,6 @@ def binary_info(path: Path) -> str:
     return f"{version}, sha256 {hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
 
 
-def git(*a: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=False)
-
-
 def preflight() -> bool:
     """Root and every tool the run uses; what is missing logged."""
     if os.geteuid() != 0:
@@ -627,6 +623,8 @@ def report(a: argparse.Namespace, bench: Bench, work: Path) -> int:
             str(work / "meta.json"),
             "--decision",
             str(work / "decision.json"),
+            "--provenance",
+            str(work / "provenance.json"),
             "--json",
             str(a.out / "dataplane.json"),
             "--md",
@@ -640,6 +638,7 @@ def report(a: argparse.Namespace, bench: Bench, work: Path) -> int:
 
 def main() -> int:
     a = args()
+    prov = provenance.start(a.out / "dataplane.json", a.out / "dataplane.md")
     if not preflight():
         return 1
     work = private_binaries(a)
@@ -647,8 +646,6 @@ def main() -> int:
     bench = Bench(a, work)
     bench.raw.write_text("")
     (a.out / "dataplane-top.txt").write_text("")
-    commit = git_commit(short=False)
-    dirty = git("diff", "--no-ext-diff", "--quiet", "HEAD", "--").returncode != 0
     started, load_start = utc(), " ".join(Path("/proc/loadavg").read_text().split()[:3])
     t_start = time.monotonic()
     log(
@@ -671,8 +668,6 @@ def main() -> int:
     meta = {
         "started": started,
         "finished": utc(),
-        "git_commit": commit,
-        "git_dirty": dirty,
         "settings": {
             "reps": a.reps,
             "seconds_per_run": a.seconds,
@@ -693,6 +688,7 @@ def main() -> int:
         },
     }
     (work / "meta.json").write_text(json.dumps(meta))
+    (work / "provenance.json").write_text(json.dumps(prov.fields()))
     rc = report(a, bench, work)
     log(
         f"wrote {a.out}/dataplane.json and {a.out}/dataplane.md "

@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from polycorn_harness import ROOT
+from polycorn_harness import ROOT, provenance
 from polycorn_harness.process import cpu_ticks, machine_busy_ticks, stop_process
 from polycorn_harness.topology import run
 from polycorn_harness.wait import wait_until
@@ -219,6 +219,7 @@ def main() -> int:
     if os.geteuid() != 0:
         log("must run as root (network namespaces)")
         return 1
+    prov = provenance.start(a.out / "emu.json")
     for tool in ("iperf3", "ip"):
         if shutil.which(tool) is None:
             log(f"{tool} not found: run 'make setup'")
@@ -262,6 +263,7 @@ def main() -> int:
         "",
     )
     doc = {
+        **prov.fields(),
         "what": "polycorn-emu ceiling: one iperf3 TCP flow per carrier, all carriers at once "
         "(make bench-emu)",
         "machine": {"cpus": NCPU, "model": model, "kernel": platform.release()},

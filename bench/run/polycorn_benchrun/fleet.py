@@ -63,7 +63,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from prometheus_client.parser import text_string_to_metric_families
 
 from polycorn_benchrun.ingest import _machine
-from polycorn_harness import ROOT
+from polycorn_harness import ROOT, provenance
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.records import Rows
@@ -1027,25 +1027,6 @@ def sizing(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return out + ("-dirty" if dirty else "")
-
-
 def prepare(cfg: Config, work: Path, n_max: int, trip_s: int) -> Shared:
     pki, trip = work / "pki", work / "trip"
     subprocess.run(
@@ -1077,7 +1058,7 @@ def prepare(cfg: Config, work: Path, n_max: int, trip_s: int) -> Shared:
     return sh
 
 
-def run_series(cfg: Config, work: Path) -> dict[str, Any]:
+def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, Any]:
     run_s = cfg.ramp_s + cfg.warmup_s + cfg.seconds + 200
     sh = prepare(cfg, work, max(cfg.trains), int(TRIP_SPREAD_S + run_s))
     runs: list[dict[str, Any]] = []
@@ -1140,9 +1121,8 @@ def run_series(cfg: Config, work: Path) -> dict[str, Any]:
         },
         "environment": {
             **_machine(),
-            "git_commit": git_commit(),
             "binaries": str(cfg.bin_dir),
-            "binaries_commit": cfg.bin_commit or git_commit(),
+            "binaries_commit": cfg.bin_commit or commit,
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
@@ -1155,6 +1135,8 @@ def markdown(res: dict[str, Any]) -> str:
     not_run = [b["trains"] for b in res["did_not_run"]]
     lines = [
         "# Fleet load (`make bench-fleet`)",
+        "",
+        provenance.describe(res),
         "",
         f"{res['environment']['cpus']} cores ({res['environment']['cpu_model']}), "
         f"binaries of commit {res['environment']['binaries_commit']}, "
@@ -1229,6 +1211,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(os.environ.get("BENCH_OUT", ROOT / "bench/out"))
     ap.add_argument("--out", type=Path, default=out / "fleet.json")
     a = ap.parse_args(argv)
+    prov = provenance.start(a.out, a.out.with_suffix(".md"))
     # SIGTERM unwinds like an exception, so every child process is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if max(a.trains) > 200:
@@ -1252,7 +1235,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.bin / b).is_file():
             ap.error(f"{a.bin / b} missing: cargo build --release --locked first")
     with work_dir(a.work) as work:
-        res = run_series(cfg, work)
+        res = prov.stamp(run_series(cfg, work, prov.start.commit))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=2) + "\n")
     a.out.with_suffix(".md").write_text(markdown(res))

@@ -106,8 +106,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from polycorn_harness import ROOT, VENV, infra
-from polycorn_harness.process import git_commit, now_ms
+from polycorn_harness import ROOT, VENV, infra, provenance
+from polycorn_harness.process import now_ms
 from polycorn_harness.topology import (
     BINARIES,
     PROXY_METRICS,
@@ -304,7 +304,8 @@ class Settings:
     users: list[int]
     prefix: str
     sweep_list: list[str] = field(default_factory=list)
-    commit: str = "unknown"
+    #: The provenance of the run's start (polycorn_harness.provenance), for run.json.
+    started: dict[str, Any] = field(default_factory=dict)
 
     def has(self, phase: str) -> bool:
         return phase in self.phases
@@ -1068,9 +1069,9 @@ def run_json(s: Settings, b: Bench, sets: dict[str, Any]) -> dict[str, Any]:
             "entries": len(json.loads(table.read_text())["entries"]),
         }
     return {
+        **s.started,
         "profile": s.profile,
         "diagnostic": s.diagnostic,
-        "commit": s.commit,
         "schemes": s.schemes,
         "bulk": {
             "per_size": s.p.per_size,
@@ -1183,6 +1184,8 @@ def analyse(s: Settings, run_dir: Path) -> None:
         + ["polycorn_bench.hsr", str(run_dir), "--out", str(s.out / f"{r}.json")]
         + ["--md", str(s.out / f"{r}.md"), "--plots", str(s.plots)],
         cwd=ROOT,
+        # Checked at the start: a change during the run is recorded, not refused.
+        env={**os.environ, provenance.ALLOW_DIRTY: "1"},
         check=True,
     )
     log(f"results: {s.out}/{r}.json, {s.out}/{r}.md, plots in {s.plots}; raw records in {run_dir}")
@@ -1198,9 +1201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         raise BenchError("must run as root (network namespaces)")
     s = Settings.from_env()
-    # The commit the run starts from (HEAD at the end may be later: others work in
-    # this tree while a full run takes hours).
-    s.commit = git_commit()
+    # The commit the run starts from, refused before hours of work when its results for
+    # bench/out would not be clean (HEAD at the end may be later: others work in this tree
+    # while a full run takes hours; the results say so).
+    s.started = provenance.start(s.out).started()
     check_inputs(s)
     run_dir = s.work / f"run-{s.profile}"
     shutil.rmtree(run_dir, ignore_errors=True)

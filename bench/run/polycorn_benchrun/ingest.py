@@ -38,6 +38,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 import polycorn_schema.telemetry.v1.telemetry_pb2 as pb
+from polycorn_harness import provenance
 from polycorn_ingest.consumer import IngestConfig, Ingestor
 from polycorn_ingest.metrics import Metrics
 from polycorn_ingest.records import Rows
@@ -388,6 +389,7 @@ def _run(a: argparse.Namespace, url: str, bootstrap: str, topic: str, tag: str) 
 
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
+    prov = provenance.start(a.out)
     bootstrap = os.environ["POLYCORN_KAFKA_BOOTSTRAP"]
     tag = secrets.token_hex(3)
     topic = f"bench.telemetry.{tag}"
@@ -395,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     kafka_create_topics(bootstrap, [NewTopic(topic, 8, 1), NewTopic(topic + ".dlq", 1, 1)])
     try:
         with fresh_database(prefix="linkdb_bench") as url:
-            result = _run(a, url, bootstrap, topic, tag)
+            result = prov.stamp(_run(a, url, bootstrap, topic, tag))
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps(result, indent=2))

@@ -91,8 +91,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polycorn_harness import ROOT, VENV, infra, metrics
-from polycorn_harness.process import git_commit, now_ms, stop_process
+from polycorn_harness import ROOT, VENV, infra, metrics, provenance
+from polycorn_harness.process import now_ms, stop_process
 from polycorn_harness.topology import BINARIES, RELAY_METRICS, Topology, run, scrape
 from polycorn_harness.trip import Expected
 from polycorn_harness.wait import WaitTimeoutError, wait_until
@@ -722,7 +722,7 @@ def tear_down(
     infra.wipe(env)
 
 
-def run_json(s: Settings, loop: Loop, commit: str) -> dict[str, Any]:
+def run_json(s: Settings, loop: Loop, started: dict[str, Any]) -> dict[str, Any]:
     first, last = s.trip_seed_base + 1, s.trip_seed_base + s.trips
     desc = (
         f"polycorn-tracegen {s.preset}, {CARRIERS} carriers, route seed {s.route_seed}, "
@@ -731,9 +731,9 @@ def run_json(s: Settings, loop: Loop, commit: str) -> dict[str, Any]:
     if s.diagnostic:
         desc = f"DIAGNOSTIC: {desc}"
     return {
+        **started,
         "profile": s.profile,
         "diagnostic": s.diagnostic,
-        "commit": commit,
         "schemes": list(VARIANTS),
         "bulk": {
             "per_size": s.per_size,
@@ -765,6 +765,8 @@ def analyse(s: Settings, run_dir: Path, t_start: int) -> None:
         + ["polycorn_bench.loop", str(run_dir), "--out", str(s.out / "loop.json")]
         + ["--md", str(s.out / "loop.md"), "--plots", str(s.plots)],
         cwd=ROOT,
+        # Checked at the start: a change during the run is recorded, not refused.
+        env={**os.environ, provenance.ALLOW_DIRTY: "1"},
         check=True,
     )
     log(
@@ -784,6 +786,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log("ERROR: must run as root (network namespaces)")
         return 1
     s = Settings.from_env()
+    # The commit the run starts from (a report run takes hours), refused now when its
+    # results for bench/out would not be clean.
+    started = provenance.start(s.out).started()
     # Ctrl-C and SIGTERM tear everything down (the finally below), also when this
     # process inherited SIGINT ignored (started in the background of a script).
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -802,15 +807,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop = Loop(s, env, run_dir)
         ingest = loop.start_ingest()
         check_trainer(loop)
-        # The commit the run starts from (a report run takes hours).
-        commit = git_commit()
         t_start = now_ms()
         run_trips(s, loop, t_start)
     finally:
         tear_down(loop, ingest, env, run_dir)
 
     assert loop is not None
-    (run_dir / "run.json").write_text(json.dumps(run_json(s, loop, commit), indent=2) + "\n")
+    (run_dir / "run.json").write_text(json.dumps(run_json(s, loop, started), indent=2) + "\n")
     analyse(s, run_dir, t_start)
     return 0
 

@@ -42,6 +42,7 @@ from typing import Any
 import psycopg
 
 from polycorn_benchrun.ingest import _machine
+from polycorn_harness import provenance
 from polycorn_ingest import mapmatch
 from polycorn_ingest.routes import parse_geojson, store
 from polycorn_schema.testing import fresh_database
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.trains < 1 or a.fixes < 2 or a.rounds < 2 or SPEED * a.fixes > LENGTH - 400:
         ap.error("need trains >= 1, rounds >= 2, and 2 <= fixes <= 107 (the line is 9 km)")
+    prov = provenance.start(a.out)
     trains = batch(a.trains, a.fixes, a.seed)
     n = a.trains * a.fixes
     rounds: list[dict[str, float]] = []
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [x["per_train"] / x["batched"] for x in rounds]
     lo, hi = _bootstrap_gm(ratios, a.seed)
     result = {
+        **prov.fields(),
         "benchmark": "matching",
         "method": "one batch matched both ways per round, order alternating; ms per fix "
         "(wall clock, client + database); ratio per_train/batched per round, geometric mean "

@@ -75,8 +75,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from polycorn_harness import ROOT, infra
-from polycorn_harness.process import git_commit
+from polycorn_harness import ROOT, infra, provenance
 from polycorn_ingest.testbed import records
 from polycorn_schema.startup import kafka_create_topics, kafka_retriable, pg_connect, retry
 from polycorn_trainer.fit import Params
@@ -580,7 +579,9 @@ def _markdown(r: dict[str, Any]) -> str:
     lines = [
         "# make bench-trainer",
         "",
-        f"Commit `{r['commit']}`, {r['date']}, load average before the scale run "
+        provenance.describe(r),
+        "",
+        f"{r['date']}, load average before the scale run "
         f'{r["scale"]["loadavg_before"]}. Method: docs/benchmarks.md, "The trainer".',
         "",
         "## Validation: leave-one-trip-out, as the paper (L̂ from any failure history)",
@@ -705,6 +706,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     scale = rd("scale-summary.json")
     meas = rd("scale-measure.json")
     meta = rd("meta.json")
+    prov = provenance.resume(meta, a.out, a.out.with_suffix(".md"))
     rep = fleet[str(a.routes[0])]["validation"]
     mib = meas["peak_tree_pss_mib"]
     out: dict[str, Any] = {
@@ -751,7 +753,6 @@ def cmd_report(a: argparse.Namespace) -> int:
             "validation": scale["validation"],
             "loadavg_before": meta["loadavg_before_scale"],
         },
-        "commit": meta["commit"],
         "date": meta["date"],
         "loadavg_start": meta["loadavg_start"],
         "machine": {
@@ -761,6 +762,7 @@ def cmd_report(a: argparse.Namespace) -> int:
         },
         "method": 'docs/benchmarks.md, "The trainer: make bench-trainer"',
     }
+    out = prov.stamp(out)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=2) + "\n")
     md = _markdown(out)
@@ -807,18 +809,11 @@ def _self(*args: str, env: dict[str, str] | None = None) -> None:
     )
 
 
-def _meta(a: argparse.Namespace) -> dict[str, Any]:
-    """What the report says of the run: commit, date, machine load, workers, seed."""
+def _meta(a: argparse.Namespace, prov: provenance.Run) -> dict[str, Any]:
+    """What the report says of the run: its start (commit, clean), date, machine load,
+    workers, seed."""
     return {
-        "commit": git_commit(),
-        "dirty": bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.strip()
-        ),
+        **prov.started(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "loadavg_start": _loadavg(),
         "workers": a.workers,
@@ -979,6 +974,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     parts = set(a.parts.split())
     if routes[0] == 1:
         log("route seed 1 is the development route: never report it")
+    prov = provenance.start(out / "trainer.json", out / "trainer.md")
     env = infra.up(services=["pg", "kafka"])
     base = env["POLYCORN_DATABASE_URL"].rsplit("/", 1)[0]
     admin_url = f"{base}/postgres"
@@ -992,7 +988,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     # The trainer's console script, run directly (not through uv) so that the
     # measured process tree is the trainer's.
     trainer = str(Path(sys.executable).parent / "polycorn-trainer")
-    meta = _meta(a)
+    meta = _meta(a, prov)
     try:
         if "fleet" in parts:
             _fleet_part(a, routes, env, work, fresh=fresh, trainer=trainer)
@@ -1001,6 +997,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         (work / "meta.json").write_text(json.dumps(meta))
         if {"fleet", "scale"} <= parts:
             out.mkdir(parents=True, exist_ok=True)
+            # Checked at the start: a change during the run is recorded, not refused.
             _self(
                 "report",
                 "--work",
@@ -1009,6 +1006,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
                 *map(str, routes),
                 "--out",
                 str(out / "trainer.json"),
+                env={**os.environ, provenance.ALLOW_DIRTY: "1"},
             )
             log(f"wrote {out}/trainer.json and {out}/trainer.md")
         else:

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from polycorn_harness.process import git_commit
+from polycorn_harness import provenance
 from polycorn_trainer.fit import Params
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "trainer-trips.json")
     args = ap.parse_args(argv)
+    prov = provenance.start(args.out)
     if not TRACEGEN.exists():
         print(f"{TRACEGEN} missing: run `make build` first", file=sys.stderr)
         return 1
@@ -73,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     params = {k: v for k, v in dataclasses.asdict(Params()).items() if not k.startswith("_")}
     seeds_text = ", ".join(f"{r}: trip seeds {s.start}-{s.stop - 1}" for r, s in ROUTES.items())
     doc = {
+        **prov.fields(),
         "method": (
             "python -m polycorn_trainer.trips on the held-out fleets of make bench-trainer, "
             f"regenerated from the same seeds (polycorn-tracegen {PRESET}, failure model v2, "
@@ -85,7 +87,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(trainer_params); the generator's were fixed on development routes 1-3 before "
             "these routes were generated. Written by python -m polycorn_benchrun.trainer_trips."
         ),
-        "commit": git_commit(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
         "trainer_params": params,
         "paper": PAPER,

@@ -59,6 +59,7 @@ def run(binaries: Path, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any
     )
     doc: dict[str, Any] = json.loads(out.read_text())
     assert (tmp_path / "fleet.md").read_text().startswith("# Fleet load")
+    assert list(doc)[:2] == ["commit", "clean"]
     return rc, doc
 
 

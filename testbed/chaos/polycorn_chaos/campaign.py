@@ -56,7 +56,7 @@ from polycorn_chaos.checks import (
 from polycorn_chaos.plan import KINDS, Fault, Plan, make_plan
 from polycorn_chaos.testbed import Settings, Testbed, log
 from polycorn_chaos.workload import Passengers, download
-from polycorn_harness import ROOT
+from polycorn_harness import ROOT, provenance
 
 # Bounds (seconds). Waits end as soon as their condition holds; the bounds
 # only decide when "not yet" becomes a violation.
@@ -540,8 +540,10 @@ def main(argv: list[str] | None = None) -> int:
         work=a.work,
         trip_s=max(900, a.episodes * 90 + 600),
     )
+    # The code that runs is the tree's (its scripts, binaries and environment).
+    prov = provenance.start(a.out, root=s.tree)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    report = run_campaign(s, a.episodes, a.seed, kinds, keep=a.keep, out=a.out)
+    report = run_campaign(s, a.episodes, a.seed, kinds, keep=a.keep, out=a.out, prov=prov)
     print(summary(report))
     print(f"report: {a.out}")
     return 0 if report["violations"] == 0 else 1
@@ -555,9 +557,12 @@ def run_campaign(
     *,
     keep: bool = False,
     out: Path | None = None,
+    prov: provenance.Run | None = None,
 ) -> dict[str, Any]:
     """Bring the testbed up, run the episodes, take it down; the report (also
-    written to ``out`` after every episode, so a stopped campaign leaves one)."""
+    written to ``out`` after every episode, so a stopped campaign leaves one, with
+    ``prov``'s commit and whether the tree was clean)."""
+    prov = prov or provenance.start(*([out] if out else []), root=s.tree)
     tb = Testbed(s)
     results: list[dict[str, Any]] = []
     extra: list[Violation] = []
@@ -569,7 +574,7 @@ def run_campaign(
         for i in range(episodes):
             results.append(camp.episode(i, seed + i, kinds))
             if out is not None:
-                write(out, report(seed, episodes, results, [], started))
+                write(out, prov.stamp(report(seed, episodes, results, [], started)))
         extra = camp.memory_violations()
         for v in extra:
             log(f"!! {v}")
@@ -587,7 +592,7 @@ def run_campaign(
     finally:
         if not keep:
             tb.down()
-    final = report(seed, episodes, results, extra, started)
+    final = prov.stamp(report(seed, episodes, results, extra, started))
     if out is not None:
         write(out, final)
     return final

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from polycorn_harness import ROOT, credentials
-from polycorn_harness.process import git_commit, setup_var, stop_process
+from polycorn_harness.process import setup_var, stop_process
+from polycorn_harness.provenance import tree_state
 from polycorn_harness.topology import get_via, run
 from polycorn_harness.wait import wait_until
 
@@ -310,7 +311,7 @@ class Fleet:
                     "-t",
                     name,
                     "--build-arg",
-                    f"REVISION={git_commit()}",
+                    f"REVISION={tree_state().commit or 'unknown'}",
                     *args,
                     str(context),
                 ),

@@ -1,6 +1,6 @@
 """Processes and the tree: stopping a process with a grace period, the versions
-scripts/setup.sh pins, the commit a run starts from, the wall clock in ms, and the
-CPU tick counters of /proc the benchmarks read."""
+scripts/setup.sh pins, the wall clock in ms, and the CPU tick counters of /proc the
+benchmarks read. The commit a run starts from: :mod:`polycorn_harness.provenance`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -38,13 +37,6 @@ def stop_process(pid: int, grace_s: float = 5) -> None:
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-
-
-def git_commit(*, short: bool = True) -> str:
-    """The commit the tree is at (``unknown`` outside a git checkout)."""
-    cmd = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-    return r.stdout.strip() or "unknown"
 
 
 def now_ms() -> int:

@@ -18,6 +18,7 @@ stages = load_script("stage_runner", "scripts/test_stages.py")
 MAKE_TEST_RUNS = [
     "scripts/setup.sh",
     "check_self_contained.py",
+    "check_bench_provenance.py",
     "fmt --all --check",
     "check_features.py",
     "clippy --release --workspace --all-targets",
@@ -57,6 +58,7 @@ def test_a_plans_stage_names_are_unique_and_it_starts_with_setup(plan: str) -> N
 def test_make_check_runs_the_static_checks_and_the_unit_and_python_tests() -> None:
     for piece in (
         "check_features.py",
+        "check_bench_provenance.py",
         "clippy",
         "test --release --workspace",
         "lint-py",

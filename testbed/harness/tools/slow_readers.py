@@ -31,8 +31,10 @@ Passes (exit 0) when:
 * afterwards no connection and no budgeted byte is left (bounded wait), and
   a new download completes.
 
-``--json PATH`` writes the measurements (with the commit, and whether the
-tree was clean) for the record.
+``--json PATH`` writes the measurements for the record, after the commit and
+whether the tree was clean (polycorn_harness.provenance: ``make
+bench-proxy-memory`` checks the tree before the suite starts and passes its start
+on in POLYCORN_BENCH_START).
 
 Prints one line per sample and a verdict; exits 1 on a failed condition.
 """
@@ -47,10 +49,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prom_metric import families
 
+from polycorn_harness import provenance
+
 MIB = 2**20
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def netns(ns: str) -> list[str]:
@@ -127,16 +131,16 @@ def main() -> int:
     return run(a)
 
 
-def git(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-
-
-def record(path: Path, measured: dict[str, object], checks: list[tuple[str, bool]]) -> None:
-    """The measurements as JSON, with the commit and whether the tree was clean."""
+def record(
+    path: Path,
+    prov: provenance.Run,
+    measured: dict[str, object],
+    checks: list[tuple[str, bool]],
+) -> None:
+    """The measurements as JSON, after the commit and whether the tree was clean."""
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
-        "git_commit": git("rev-parse", "HEAD").stdout.strip() or "unknown",
-        "git_dirty": git("diff", "--no-ext-diff", "--quiet", "HEAD", "--").returncode != 0,
+        **prov.fields(),
         **measured,
         "checks": [{"what": what, "ok": ok} for what, ok in checks],
     }
@@ -144,6 +148,7 @@ def record(path: Path, measured: dict[str, object], checks: list[tuple[str, bool
 
 
 def run(a: argparse.Namespace) -> int:
+    prov = provenance.start(*([a.json] if a.json else []))
     before = rss_bytes(a.proxy_pid)
     m0 = scrape(a.cloud_ns, a.proxy_metrics)
     budget = m0["polycorn_mem_budget_bytes{level=high}"]
@@ -260,6 +265,7 @@ def run(a: argparse.Namespace) -> int:
     if a.json:
         record(
             a.json,
+            prov,
             {
                 "downloads": n,
                 "rate": a.rate,

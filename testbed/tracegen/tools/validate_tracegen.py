@@ -26,9 +26,12 @@ VAL_SEED_FAULT (a check key whose tolerance is made impossible: shows the gate f
    fails the target).
 3. Judges every check of :data:`CHECKS` against its tolerance (:class:`Tol`; the
    one place tolerances are written) and writes ``tracegen-validation.json`` and
-   ``.txt``. The full profile also runs the v1 failure model's PC fleet
-   (``pc-gateway-300-v1``) and puts it under ``"comparison"`` in the same JSON
-   (not gating), and regenerates the generated regions of docs/hsr-model.md.
+   ``.txt``, which start with the commit and whether the tree was clean
+   (polycorn_harness.provenance: into bench/out only from a clean tree, checked before
+   the build, unless POLYCORN_BENCH_ALLOW_DIRTY=1). The full profile also runs the v1
+   failure model's PC fleet (``pc-gateway-300-v1``) and puts it under ``"comparison"``
+   in the same JSON (not gating), and regenerates the generated regions of
+   docs/hsr-model.md.
 4. Exits 1 when a gating check fails. Expected failures (``xfail``: the docs argue
    why the model does not reach them) are reported but do not gate; one that
    passes is reported loudly as XPASS.
@@ -77,6 +80,10 @@ from typing import Any, Literal
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
+# The harness's provenance helper, standard library only like this script.
+sys.path.insert(0, str(ROOT / "testbed" / "harness"))
+from polycorn_harness import provenance as origin  # noqa: E402
+
 DOC = ROOT / "docs" / "hsr-model.md"
 BENCH_OUT = ROOT / "bench" / "out"
 JSON_NAME = "tracegen-validation.json"
@@ -1433,27 +1440,13 @@ def tcp_text(tcp: Mapping[str, Any], fleet: Fleet, trips: int) -> list[str]:
 # --- provenance -------------------------------------------------------------------------------
 
 
-def _git(*args: str) -> str:
-    r = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    return r.stdout
-
-
 def provenance(
-    b: Build, fleets: Mapping[str, Fleet], tcp: TcpPlan | None, cc: str | None
+    b: Build, fleets: Mapping[str, Fleet], tcp: TcpPlan | None, cc: str | None, commit: str | None
 ) -> dict[str, Any]:
-    rel = {p.resolve() for p in b.sources}
-    tracked = sorted(
-        str(p.relative_to(ROOT))
-        for p in rel
-        if p.is_relative_to(ROOT) and not p.is_relative_to(ROOT / "target")
-    )
-    # The trainer's code computes items 13-16 (checked around its call, trainer_items).
-    tracked.append("trainer/polycorn_trainer")
-    status = _git("status", "--porcelain", "-z", "--", *tracked).split("\0")
-    dirty = sorted(e[3:] for e in status if len(e) > 3)
+    """What the run was made of; the commit it started at and whether the tree was clean are
+    the document's top-level fields (polycorn_harness.provenance)."""
     return {
-        "commit": _git("rev-parse", "HEAD").strip(),
-        "dirty": dirty,
+        "commit": commit,
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
         "generator": _run([b.binaries["polycorn-tracegen"], "--version"]).strip(),
         "binary_sha256": b.binary_sha256,
@@ -1534,13 +1527,36 @@ def _keys(keys: Sequence[str]) -> str:
     return f": {', '.join(keys)}" if keys else ""
 
 
+def not_clean(doc: Mapping[str, Any]) -> tuple[list[str], str | None] | None:
+    """None for a run of a clean tree; else the uncommitted paths and the commit HEAD moved to
+    during the run (a document without the top-level fields: its ``provenance.dirty``)."""
+    if "clean" not in doc:
+        dirty = list(doc["provenance"].get("dirty") or [])
+        return (dirty, None) if dirty else None
+    if doc["clean"] is True:
+        return None
+    return list(doc.get("dirty_paths") or []), doc.get("commit_at_end")
+
+
+def _not_clean_text(doc: Mapping[str, Any], code: str = "") -> str:
+    found = not_clean(doc)
+    if found is None:
+        return ""
+    dirty, moved = found
+    parts = []
+    if dirty:
+        parts.append(f"uncommitted changes to {', '.join(f'{code}{d}{code}' for d in dirty)}")
+    if moved:
+        parts.append(f"HEAD moved to {code}{moved[:12]}{code} during the run")
+    return f" ({'; '.join(parts or ['not a clean tree'])})"
+
+
 def report_text(doc: Mapping[str, Any], c: Computed, extras: Mapping[str, list[str]]) -> str:
     p, s = doc["provenance"], doc["summary"]
-    dirty = f" with uncommitted changes to {', '.join(p['dirty'])}" if p["dirty"] else ""
     lines = [
         f"# polycorn-tracegen validation against hsr-facts §15.8, profile {doc['profile']} "
         "(make validate-tracegen: testbed/tracegen/tools/validate_tracegen.py)",
-        f"# {p['date']}, commit {p['commit'][:12]}{dirty}; {p['generator']}; "
+        f"# {p['date']}, commit {p['commit'][:12]}{_not_clean_text(doc)}; {p['generator']}; "
         f"sources sha256 {p['sources_sha256'][:16]}",
         f"# verdict {s['verdict']}: {s['passed']} of {s['checks']} checks pass; "
         f"gating failures {len(s['gating_failures'])}{_keys(s['gating_failures'])}; "
@@ -1621,16 +1637,22 @@ def _plan(args: argparse.Namespace) -> TcpPlan | None:
     )
 
 
+def _out_dir(args: argparse.Namespace, plan: TcpPlan | None) -> Path:
+    """Only a complete full run with the recorded item-12 settings goes to bench/out."""
+    complete = plan is not None and args.tcp_trips is None and args.tcp_seconds is None
+    official = args.profile == "full" and complete and not args.seed_fault
+    out: Path = args.out or (BENCH_OUT if official else args.work / "out")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     profile: Profile = args.profile
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     fleets = dict(FLEETS) if profile == "full" else {"pc": FLEET_CI}
     plan = _plan(args)
-    # Only a complete full run with the recorded item-12 settings goes to bench/out.
-    complete = plan is not None and args.tcp_trips is None and args.tcp_seconds is None
-    official = profile == "full" and complete and not args.seed_fault
-    out_dir: Path = args.out or (BENCH_OUT if official else work / "out")
+    out_dir = _out_dir(args, plan)
+    prov = origin.start(out_dir / JSON_NAME, out_dir / TXT_NAME)
     b = build(work)
     t0 = time.monotonic()
     c = compute(b, fleets, work, with_trainer=profile == "full")
@@ -1650,7 +1672,8 @@ def run(args: argparse.Namespace) -> int:
         "schema": SCHEMA,
         "preset": fleets["pc"].preset,
         "profile": profile,
-        "provenance": provenance(b, fleets, plan, cc) | {"trainer_sha256": c.trainer_sha256},
+        "provenance": provenance(b, fleets, plan, cc, prov.start.commit)
+        | {"trainer_sha256": c.trainer_sha256},
         "summary": summarize(items),
         "items": items,
         "tcp_detail": tcp_detail,
@@ -1672,6 +1695,7 @@ def run(args: argparse.Namespace) -> int:
         c.texts[f"pc, {COMPARISON_PRESET}"] = cv.texts["pc"]
         extras[f"items 13-16, {COMPARISON_PRESET}"] = trainer_text(cv.results["trainer:pc"])
     doc["provenance"]["elapsed_s"] = round(time.monotonic() - t0)
+    doc = prov.stamp(doc)
     text = report_text(doc, c, extras)
     # A source edited during the run: the results describe no version of the tree.
     changed = b.changed_sources()
@@ -1964,10 +1988,9 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     def keys(ks: Sequence[str]) -> str:
         return f" ({', '.join(f'`{k}`' for k in ks)})" if ks else ""
 
-    dirty = ", ".join(f"`{d}`" for d in p["dirty"])
     return [
         f"Run of {p['date']} on commit `{p['commit'][:12]}`"
-        + (f" (uncommitted changes to {dirty})" if dirty else "")
+        + _not_clean_text(doc, "`")
         + f", {p['generator']}, preset `{doc['preset']}`: **{s['verdict']}**. "
         f"{s['passed']} of {s['checks']} checks pass; "
         f"{len(s['gating_failures'])} gating failure(s){keys(s['gating_failures'])}, "

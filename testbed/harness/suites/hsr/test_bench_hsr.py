@@ -57,6 +57,8 @@ def test_bench_hsr_ci_runs_every_phase_and_leaves_nothing(tmp_path: Path) -> Non
     # loaded the table, got the train's telemetry and exports hof-reject's counters.
     run_json = json.loads((tmp_path / "bench/run-ci/run.json").read_text())
     assert run_json["failure_table"]["previous_trips"] >= 1
+    # The result carries the run's provenance, the start run.json recorded.
+    assert doc["commit"] == run_json["commit"] and isinstance(doc["clean"], bool)
     (m,) = (tmp_path / "bench/run-ci/hsr").glob("*/hrsch/logs/proxy.metrics")
     text = m.read_text()
     assert value(text, "polycorn_failure_table_loads_total") == 1
