@@ -116,7 +116,7 @@ bench-proxy-memory: build ## the proxy at its connection cap: 300 slow readers a
 	POLYCORN_BENCH_START="$$start" PROXY_MEMORY_JSON=$(CURDIR)/bench/out/proxy-memory.json \
 		bash scripts/integration.sh -k "every_carriers_subflow_up or connection_cap"
 
-bench-api: ## LinkDB API hot queries, 1M handovers, open loop at 200 req/s -> bench/out/api.json
+bench-api: ## LinkDB API hot queries: BENCH_API_SIZES trains (40: 1M handovers), BENCH_API_RATES req/s (200) open loop, BENCH_API_REPEATS (3) -> bench/out/api.json
 	bash scripts/setup.sh bench >/dev/null
 	$(UVW) python -m polycorn_benchrun.api
 
