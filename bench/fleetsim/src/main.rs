@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Parser;
+use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -135,9 +136,25 @@ async fn run(cli: Cli, threads: usize) -> anyhow::Result<()> {
     let lags = Arc::new(std::sync::Mutex::new(Vec::<f32>::new()));
     tokio::spawn(watch_loop(fleet.clone(), lags.clone()));
     if let Some(pp) = fleet.plan.passengers.clone().filter(|p| p.conns > 0) {
+        // Listening before anyone could send it (its default action ends the process).
+        let mut usr1 = if pp.start_on_sigusr1 {
+            Some(signal(SignalKind::user_defined1()).context("listening for SIGUSR1")?)
+        } else {
+            None
+        };
         let f = fleet.clone();
         tokio::spawn(async move {
-            if f.wait_connected(Duration::from_secs_f64(pp.start_within_s)).await {
+            let go = match &mut usr1 {
+                Some(usr1) => {
+                    let mut stop = f.stop.clone();
+                    tokio::select! {
+                        r = usr1.recv() => r.is_some(),
+                        _ = stop.wait_for(|s| *s) => false,
+                    }
+                }
+                None => f.wait_connected(Duration::from_secs_f64(pp.start_within_s)).await,
+            };
+            if go {
                 let (started, connected) = f.started_and_connected();
                 info!(started, connected, "passengers starting");
                 let _ = f.passengers.set(Passengers::start(&f, pp));

@@ -92,6 +92,10 @@ pub struct PassengerPlan {
     /// or this long after the start at the latest, seconds [default: 120].
     #[serde(default = "default_start_within_s")]
     pub start_within_s: f64,
+    /// Start the passengers at SIGUSR1 instead (an orchestrator that starts
+    /// its measurement clock with them) [default: false].
+    #[serde(default)]
+    pub start_on_sigusr1: bool,
     /// Seed of the ramp and the chat gaps.
     #[serde(default)]
     pub seed: u64,
