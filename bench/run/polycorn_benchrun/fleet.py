@@ -1150,6 +1150,17 @@ def prepare(cfg: Config, work: Path, n_max: int, trip_s: int) -> Shared:
     return sh
 
 
+#: A series' headline numbers: those of its largest size the machine carried.
+HEADLINE = (
+    "trains",
+    "proxy_rss_mb_p99",
+    "cpu_per_train_pct",
+    "ingest_lag_p99_ms",
+    "kafka_records_per_s",
+    "kafka_bytes_per_s",
+)
+
+
 def run_series(cfg: Config, work: Path) -> dict[str, Any]:
     run_s = cfg.ramp_s + cfg.warmup_s + cfg.seconds + 200
     sh = prepare(cfg, work, max(cfg.trains), int(TRIP_SPREAD_S + run_s))
@@ -1180,16 +1191,12 @@ def run_series(cfg: Config, work: Path) -> dict[str, Any]:
                 print(f"  {o}")
     # The headline is the largest fleet the machine carried (not saturated).
     big = max((r for r in runs if not r["saturated"]), key=lambda r: r["trains"], default=None)
-    big = big or max(runs, key=lambda r: r["trains"])
+    # No size came up at all: nothing to quote, the reasons in did_not_run.
+    big = big or max(runs, key=lambda r: r["trains"], default=dict.fromkeys(HEADLINE))
     return {
-        "trains": big["trains"],
+        **{k: big[k] for k in HEADLINE},
         "saturated_sizes": [r["trains"] for r in runs if r["saturated"]],
         "conns_per_train": cfg.conns,
-        "proxy_rss_mb_p99": big["proxy_rss_mb_p99"],
-        "cpu_per_train_pct": big["cpu_per_train_pct"],
-        "ingest_lag_p99_ms": big["ingest_lag_p99_ms"],
-        "kafka_records_per_s": big["kafka_records_per_s"],
-        "kafka_bytes_per_s": big["kafka_bytes_per_s"],
         # The numbers quoted (the headline, the fit) come from the sizes the machine
         # carried; each of those must have passed every check. Saturated sizes'
         # failures are listed, not hidden.
@@ -1197,7 +1204,7 @@ def run_series(cfg: Config, work: Path) -> dict[str, Any]:
         and any(not r["saturated"] for r in runs),
         "saturated_failed": [r["trains"] for r in runs if r["saturated"] and not r["ok"]],
         "did_not_run": broken,
-        "sizing": sizing(runs),
+        "sizing": sizing(runs) if runs else None,
         "runs": runs,
         "load": {
             "bulk_share": cfg.bulk_share,
@@ -1235,10 +1242,14 @@ def markdown(res: dict[str, Any]) -> str:
         f"{res['environment']['cpus']} cores ({res['environment']['cpu_model']}), "
         f"binaries of commit {res['environment']['binaries_commit']}, "
         f"{res['environment']['date']}; "
-        f"{res['conns_per_train']} passenger connections per train "
-        f"({ld['bulk_conns_per_train']} downloads at {ld['bulk_rate_bytes_per_s'] // 1024} KiB/s "
-        f"each, the rest chat every {ld['chat_mean_gap_s']:g} s on average), "
-        f"{ld['subflows_per_train']} TLS subflows per train, the trains' side "
+        + (
+            f"{res['conns_per_train']} passenger connections per train "
+            f"({ld['bulk_conns_per_train']} downloads at {ld['bulk_rate_bytes_per_s'] // 1024} "
+            f"KiB/s each, the rest chat every {ld['chat_mean_gap_s']:g} s on average), "
+            if res["conns_per_train"]
+            else "no passenger traffic (telemetry and the control plane only), "
+        )
+        + f"{ld['subflows_per_train']} TLS subflows per train, the trains' side "
         f"{ld.get('trains_side', 'polycorn-relay per train')}, {ld['window_s']:g} s measured. "
         f"Every size the machine carried {'passed' if res['ok'] else 'FAILED'} its checks"
         f" (saturated sizes: {res['saturated_sizes'] + not_run};"
@@ -1274,6 +1285,8 @@ def markdown(res: dict[str, Any]) -> str:
             + ".",
         ]
     s = res["sizing"]
+    if s is None:
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         f"Fit over the sizes: proxies {s['proxy_cpu_pct_per_train']} % of a core and "
