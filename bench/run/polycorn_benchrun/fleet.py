@@ -2,6 +2,7 @@
 
     python -m polycorn_benchrun.fleet [--trains 10,25,50,100] [--conns 100] [--seconds 60]
         [--bulk-share 0.2] [--bulk-rate 8192] [--chat-gap-s 5] [--out bench/out/fleet.json]
+        [--sim [--sim-threads N]]
 
 The cloud node under test is what the Helm chart runs for a fleet: one
 ``polycorn-proxy`` per train (charts/polycorn/templates/proxy.yaml, a
@@ -32,6 +33,11 @@ connection, a record missing) has ``"ok": false`` and the exit status is 1.
 
 The per-train cost and what a node holds come from a straight-line fit over
 the fleet sizes (docs/benchmarks.md, "Fleet load").
+
+``--sim`` keeps the cloud node and replaces the trains' side (relays and passengers)
+by one ``polycorn-fleetsim`` process for the whole fleet, so that hundreds of trains fit
+on this machine: :mod:`polycorn_benchrun.fleet_sim`. ``--conns 0`` leaves the passengers
+out.
 """
 
 from __future__ import annotations
