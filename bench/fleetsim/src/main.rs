@@ -173,7 +173,10 @@ async fn run(cli: Cli, threads: usize) -> anyhow::Result<()> {
         _ = end => info!("--seconds elapsed: stopping"),
     }
     let _ = stop_tx.send(true);
-    // Let the passengers count what was cut, then end the sessions.
+    // Let the tasks see the stop (a subflow loop that sees its session
+    // closed first counts a subflow lost), and the passengers count what
+    // was cut; then end the sessions.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let give_up = Instant::now() + Duration::from_secs(2);
     while fleet.passengers.get().is_some_and(|p| p.running.load(Ordering::Relaxed) > 0) && Instant::now() < give_up {
         tokio::time::sleep(Duration::from_millis(20)).await;

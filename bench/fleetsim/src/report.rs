@@ -301,7 +301,8 @@ pub struct Summary {
     pub paths_per_train: usize,
     pub started_unix_ms: i64,
     pub seconds: f64,
-    /// The process's CPU time (user + system), seconds, and its peak RSS, KiB.
+    /// The process's CPU time (user + system), seconds, and its peak RSS
+    /// (VmHWM), KiB.
     pub cpu_s: f64,
     pub max_rss_kib: u64,
     pub threads: usize,
@@ -326,21 +327,40 @@ pub fn quantile(xs: &[f32], q: f64) -> f64 {
     f64::from(s[i])
 }
 
-/// CPU seconds (user + system) and peak RSS (KiB) of this process.
+/// CPU seconds (user + system) and peak RSS (KiB) of this process. The
+/// peak is /proc's VmHWM: getrusage's ru_maxrss keeps the high-water mark
+/// of whatever ran before the exec (the orchestrator's Python).
 pub fn self_usage() -> (f64, u64) {
     // SAFETY: getrusage writes the struct it is given and nothing else.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above; RUSAGE_SELF is always valid.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return (0.0, 0);
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_maxrss as u64)
+    let cpu = if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    } else {
+        0.0
+    };
+    let hwm = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    (cpu, hwm)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_peak_rss_is_this_process_own() {
+        let (cpu, hwm) = self_usage();
+        assert!(cpu >= 0.0);
+        assert!(hwm > 0 && hwm < 10 << 20, "{hwm} KiB");
+    }
 
     #[test]
     fn quantiles_are_nearest_rank() {
