@@ -154,7 +154,8 @@ bench-trainer: setup ## trainer: validation on generated fleets vs the paper, re
 # One cloud node under a fleet's load: a proxy per train as the
 # chart runs them, real relays with passenger traffic, Kafka and ingest on the
 # infra of scripts/infra.sh; per fleet size of FLEET_TRAINS, FLEET_SECONDS
-# measured; FLEET_ARGS: more flags (python -m polycorn_benchrun.fleet --help).
+# measured; FLEET_ARGS: more flags (python -m polycorn_benchrun.fleet --help), e.g.
+# --sim for one polycorn-fleetsim process in place of a relay per train.
 # Method: docs/benchmarks.md, "Fleet load".
 FLEET_TRAINS ?= 10,25,50,100
 FLEET_CONNS ?= 100

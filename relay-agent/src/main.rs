@@ -20,14 +20,13 @@ use polycorn_core::{
 use polycorn_net::metrics::{self, PathTransports, Source, Writer};
 use polycorn_net::mptcp_conn::{self, ConnDialer};
 use polycorn_net::options::{self, CommonOpts, CommonSettings};
-use polycorn_net::subflow::{self, Congestion, Hello, Transport};
+use polycorn_net::subflow::Transport;
 use polycorn_net::table::{http::HttpOpts, FileAndApi, TableHub};
 use polycorn_net::{merge_options, ConnStream, Session, SessionEvent};
+use polycorn_relay::paths::{keep_path, parse_path, Dial, KnownProxy, PathSpec};
+use polycorn_relay::{radio, spool};
 use tokio::sync::watch;
 use tracing::{info, warn};
-
-mod radio;
-mod spool;
 
 /// Options: from the file given by `--config`, then `POLYCORN_RELAY_*`
 /// environment variables, then flags (later wins).
@@ -169,52 +168,14 @@ struct Opts {
     replay_resume: Option<bool>,
 }
 
-#[derive(Clone, Debug)]
-struct PathSpec {
-    id: PathId,
-    name: String,
-    /// The device the subflow is bound to (SO_BINDTODEVICE), and its link
-    /// state: the subflow ends when it goes down. `None`: not bound.
-    link: Option<polycorn_net::link::LinkWatch>,
-    proxy: SocketAddr,
-}
-
-impl PathSpec {
-    /// The interface the subflow is bound to, if any.
-    fn device(&self) -> Option<&str> {
-        self.link.as_ref().map(polycorn_net::link::LinkWatch::device)
-    }
-}
-
-fn parse_path(i: usize, s: &str) -> anyhow::Result<PathSpec> {
-    let err = || format!("--path {s:?}: expected NAME=DEVICE@PROXY_ADDR, e.g. carrier-a=wwan0@203.0.113.7:4433");
-    let (name, rest) = s.split_once('=').with_context(err)?;
-    let (device, addr) = rest.split_once('@').with_context(err)?;
-    if name.is_empty() {
-        bail!("{}", err());
-    }
-    let proxy: SocketAddr = addr.parse().with_context(err)?;
-    let link = match device {
-        "" => None,
-        d => Some(polycorn_net::link::LinkWatch::new(d).with_context(|| format!("--path {s:?}"))?),
-    };
-    Ok(PathSpec { id: PathId(u8::try_from(i).context("too many paths")?), name: name.into(), link, proxy })
-}
-
 struct Settings {
-    train_id: String,
+    /// The train's id and TLS material, the proxy's name, the transport
+    /// (`--transport`, `--subflow-cc`, `--quic-cc`, `--quic-port`).
+    dial: Arc<Dial>,
     paths: Vec<PathSpec>,
-    proxy_name: rustls::pki_types::ServerName<'static>,
-    tls: Arc<rustls::ClientConfig>,
     opts: Opts,
     /// `--scheduler`'s name (its pipeline is built by [`settings`]).
     scheduler: String,
-    transport: Transport,
-    /// `--subflow-cc`.
-    congestion: Congestion,
-    /// `--quic-cc`, and its controllers' counters.
-    quic_cc: polycorn_net::quic::QuicCc,
-    cc_stats: Arc<polycorn_net::quic::CcStats>,
     udp_policy: UdpPolicy,
     /// `--gateway-allow`.
     gateway_allow: Vec<GatewayAllow>,
@@ -323,18 +284,23 @@ fn settings() -> anyhow::Result<(Settings, polycorn_core::Pipeline)> {
             .handover_failure_threshold_ms
             .unwrap_or(polycorn_telemetry::handover::DEFAULT_FAILURE_THRESHOLD_MS),
     };
-    let settings = Settings {
-        trace,
+    let dial = Dial {
         train_id,
-        paths,
         proxy_name,
         tls,
-        opts: o,
-        scheduler: scheduler.name,
         transport,
         congestion,
         quic_cc,
         cc_stats: Arc::default(),
+        quic_port: o.quic_port,
+        counters: Default::default(),
+    };
+    let settings = Settings {
+        trace,
+        dial: Arc::new(dial),
+        paths,
+        opts: o,
+        scheduler: scheduler.name,
         udp_policy,
         gateway_allow,
         modems,
@@ -443,164 +409,6 @@ fn spawn_capture<D: Dialer>(
     }
 }
 
-/// The proxy instance the session's connections live in.
-type KnownProxy = Arc<std::sync::Mutex<Option<u64>>>;
-
-/// After a carrier's QUIC subflow failed to come up, how long it stays on
-/// TLS before QUIC is tried again (at its next reconnect).
-const QUIC_RETRY: Duration = Duration::from_secs(60);
-/// A QUIC handshake gets this long before the carrier falls back to TLS:
-/// where UDP is blocked nothing ever answers, and waiting out the whole
-/// connect timeout would keep the carrier idle.
-const QUIC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// One subflow's byte stream, whichever transport carries it.
-enum Subflow {
-    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>, subflow::UnsentProbe),
-    Quic(Box<polycorn_net::quic::QuicSubflow>),
-}
-
-async fn dial_tls(s: &Settings, spec: &PathSpec, hello: &Hello) -> std::io::Result<(Subflow, u64)> {
-    let connector = tokio_rustls::TlsConnector::from(s.tls.clone());
-    // A QUIC carrier's fallback is a TLS subflow; kernel MPTCP keeps its
-    // MPTCP socket.
-    let over = if s.transport == Transport::Quic { Transport::Tls } else { s.transport };
-    let tcp = subflow::connect(spec.proxy, spec.device(), over, &s.congestion).await?;
-    let probe = subflow::UnsentProbe::new(&tcp)?;
-    let mut tls = connector.connect(s.proxy_name.clone(), tcp).await?;
-    let instance = subflow::client_hello(&mut tls, hello, Duration::from_secs(10)).await?;
-    Ok((Subflow::Tls(Box::new(tls), probe), instance))
-}
-
-async fn dial_quic(s: &Settings, session: &Session, spec: &PathSpec, hello: &Hello) -> std::io::Result<(Subflow, u64)> {
-    let name = s.proxy_name.to_str();
-    let mut sub = tokio::time::timeout(
-        QUIC_HANDSHAKE_TIMEOUT,
-        polycorn_net::quic::connect(
-            SocketAddr::new(spec.proxy.ip(), s.opts.quic_port.unwrap_or(spec.proxy.port())),
-            spec.device(),
-            &name,
-            &s.tls,
-            s.quic_cc,
-            session.hints().path(spec.id),
-            s.cc_stats.clone(),
-        ),
-    )
-    .await
-    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no QUIC handshake (is UDP blocked?)"))??;
-    let instance = subflow::client_hello(&mut sub, hello, Duration::from_secs(10)).await?;
-    Ok((Subflow::Quic(Box::new(sub)), instance))
-}
-
-/// Keep one subflow up: connect (bound to its interface), TLS or QUIC,
-/// HELLO, run; on failure back off (100 ms doubling to 5 s) and retry,
-/// forever. Over `--transport quic` a carrier whose QUIC handshake fails
-/// falls back to TLS at once, alone, and tries QUIC again after
-/// [`QUIC_RETRY`].
-async fn keep_path(
-    s: Arc<Settings>,
-    session: Session,
-    spec: PathSpec,
-    session_id: u64,
-    proxy: KnownProxy,
-    transports: PathTransports,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut backoff = polycorn_net::backoff::Backoff::reconnect();
-    let mut quic_failed: Option<Instant> = None;
-    let hello =
-        Hello { session: session_id, path: spec.id, train_id: s.train_id.clone(), path_name: spec.name.clone() };
-    loop {
-        // A carrier whose interface is down cannot be dialled: wait for it.
-        if let Some(link) = &spec.link {
-            if let Some(why) = link.unusable() {
-                warn!(path = %spec.id, name = %spec.name, "interface {} is {why}: waiting for it", link.device());
-                tokio::select! {
-                    _ = link.usable() => {}
-                    _ = stop.changed() => return,
-                }
-                info!(path = %spec.id, name = %spec.name, "interface usable again");
-            }
-        }
-        let try_quic = s.transport == Transport::Quic && quic_failed.is_none_or(|t| t.elapsed() >= QUIC_RETRY);
-        let attempt = async {
-            if try_quic {
-                match dial_quic(&s, &session, &spec, &hello).await {
-                    Ok(v) => {
-                        quic_failed = None;
-                        return Ok(v);
-                    }
-                    Err(e) => {
-                        warn!(path = %spec.id, name = %spec.name, error = %e, "QUIC subflow failed: this carrier falls back to TLS");
-                        quic_failed = Some(Instant::now());
-                    }
-                }
-            }
-            dial_tls(&s, &spec, &hello).await
-        };
-        let r = tokio::select! {
-            r = tokio::time::timeout(Duration::from_secs(15) + QUIC_HANDSHAKE_TIMEOUT, attempt) => r,
-            _ = stop.changed() => return,
-        };
-        match r {
-            Ok(Ok((sub, instance))) => {
-                let restarted = {
-                    let mut known = proxy.lock().unwrap_or_else(|e| e.into_inner());
-                    let restarted = known.is_some_and(|k| k != instance);
-                    *known = Some(instance);
-                    restarted
-                };
-                if restarted {
-                    // The proxy restarted and lost every connection: reset
-                    // them here too, so passengers see it at once.
-                    warn!(path = %spec.id, "proxy restarted: resetting passenger connections");
-                    session.with(|st, _| st.ep.abort_all(polycorn_net::session::RESET_ABORTED));
-                }
-                backoff.reset();
-                // The subflow ends as soon as its interface goes down (a
-                // lost modem or SIM), not when the dead-path timer fires:
-                // with every carrier gone, /readyz says so at once.
-                let lost = async {
-                    match &spec.link {
-                        Some(link) => link.lost().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let slot = &transports[spec.id.index()];
-                let run = async {
-                    match sub {
-                        Subflow::Tls(tls, probe) => {
-                            let cc = subflow::stream_congestion(tls.get_ref().0).unwrap_or_default();
-                            info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "tls", %cc, "subflow up");
-                            slot.store(metrics::ON_TLS, std::sync::atomic::Ordering::Relaxed);
-                            session.run_path_until(spec.id, *tls, Some(probe.into()), lost).await
-                        }
-                        Subflow::Quic(q) => {
-                            info!(path = %spec.id, name = %spec.name, proxy = %spec.proxy, transport = "quic", cc = %s.quic_cc, "subflow up");
-                            slot.store(metrics::ON_QUIC, std::sync::atomic::Ordering::Relaxed);
-                            tokio::spawn(q.log_stats(spec.name.clone(), Duration::from_secs(2)));
-                            let probe = polycorn_net::session::SendProbe::Quic(q.send_gauge());
-                            session.run_path_until(spec.id, *q, Some(probe), lost).await
-                        }
-                    }
-                };
-                let r = tokio::select! {
-                    r = run => r,
-                    _ = stop.changed() => return,
-                };
-                slot.store(0, std::sync::atomic::Ordering::Relaxed);
-                warn!(path = %spec.id, name = %spec.name, error = ?r.err(), "subflow down");
-            }
-            Ok(Err(e)) => warn!(path = %spec.id, name = %spec.name, error = %e, "subflow connect failed"),
-            Err(_) => warn!(path = %spec.id, name = %spec.name, "subflow connect timed out"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff.next_wait()) => {}
-            _ = stop.changed() => return,
-        }
-    }
-}
-
 fn capture_metrics(w: &mut Writer, kind: &'static str, st: &polycorn_capture::CaptureStats) {
     let s = st.snapshot();
     let l = || vec![("listener".to_string(), kind.to_string())];
@@ -652,7 +460,7 @@ fn start_radio(
         let position = resume.then(|| spool_dir.join(radio::REPLAY_POSITION_FILE));
         let names: Vec<String> = s.paths.iter().map(|p| p.name.clone()).collect();
         let routes = tables.map(TableHub::routes);
-        tasks.spawn(radio::apply(session.clone(), s.train_id.clone(), spool, rx, names.clone(), position, routes));
+        tasks.spawn(radio::apply(session.clone(), s.dial.train_id.clone(), spool, rx, names.clone(), position, routes));
         if let Some(file) = s.opts.replay_events.clone() {
             let epoch_unix_ms =
                 s.opts.replay_epoch_unix_ms.unwrap_or_else(|| polycorn_net::hof::unix_ms(std::time::SystemTime::now()));
@@ -773,7 +581,7 @@ async fn run() -> anyhow::Result<()> {
     let session_id = std::collections::hash_map::RandomState::new().hash_one((Instant::now(), std::process::id()));
     let mut cfg = EndpointConfig::new(Role::Relay);
     s.opts.common.buffers(s.opts.mem_budget).apply(&mut cfg, DEFAULT_RELAY_BUDGET)?;
-    cfg.path = s.transport.path_config(cfg.path);
+    cfg.path = s.dial.transport.path_config(cfg.path);
     cfg.max_conns_per_user = s.opts.max_conns_per_passenger.unwrap_or(cfg.max_conns_per_user);
     let per_passenger = cfg.max_conns_per_user;
     let v6_prefix = s.opts.ipv6_passenger_prefix.unwrap_or(PASSENGER_V6_PREFIX);
@@ -798,14 +606,14 @@ async fn run() -> anyhow::Result<()> {
         Some(hub) => Some(FileAndApi::open(hub, s.opts.common.failure_table.as_deref(), s.table_url.as_ref())?),
         None => None,
     };
-    info!(train = %s.train_id, scheduler = %s.scheduler, transport = ?s.transport, subflow_cc = %s.congestion, paths = s.paths.len(), session = session_id, "relay started");
+    info!(train = %s.dial.train_id, scheduler = %s.scheduler, transport = ?s.dial.transport, subflow_cc = %s.dial.congestion, paths = s.paths.len(), session = session_id, "relay started");
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.changed().await;
     };
     let mut tasks = tokio::task::JoinSet::new();
-    let paths: Vec<PathSpec> = match s.transport {
+    let paths: Vec<PathSpec> = match s.dial.transport {
         Transport::Tls | Transport::Quic => s.paths.clone(),
         // One MPTCP connection; the kernel spreads it over its endpoints.
         // Not bound to a device: the binding would pin every subflow the
@@ -816,11 +624,11 @@ async fn run() -> anyhow::Result<()> {
         // path's proxy address itself (unbound, for the same reason).
         Transport::KernelMptcpConn => Vec::new(),
     };
-    let conn_dialer = (s.transport == Transport::KernelMptcpConn).then(|| {
+    let conn_dialer = (s.dial.transport == Transport::KernelMptcpConn).then(|| {
         let proxy = s.paths[0].proxy;
         info!(%proxy, "kernel-mptcp-conn: one MPTCP connection per passenger connection");
-        ConnDialer::new(proxy, s.proxy_name.clone(), &s.tls, Arc::default())
-            .with_congestion(s.congestion.clone())
+        ConnDialer::new(proxy, s.dial.proxy_name.clone(), &s.dial.tls, Arc::default())
+            .with_congestion(s.dial.congestion.clone())
             .with_passengers(v6_prefix, per_passenger)
     });
     let known_proxy = KnownProxy::default();
@@ -828,7 +636,7 @@ async fn run() -> anyhow::Result<()> {
     let mut sources_pre: Vec<Source> = Vec::new();
     for p in &paths {
         tasks.spawn(keep_path(
-            s.clone(),
+            s.dial.clone(),
             session.clone(),
             p.clone(),
             session_id,
@@ -837,9 +645,9 @@ async fn run() -> anyhow::Result<()> {
             stop_rx.clone(),
         ));
     }
-    if s.transport == Transport::Quic {
+    if s.dial.transport == Transport::Quic {
         let names: Vec<(PathId, String)> = paths.iter().map(|p| (p.id, p.name.clone())).collect();
-        let (t, cc) = (transports.clone(), s.cc_stats.clone());
+        let (t, cc) = (transports.clone(), s.dial.cc_stats.clone());
         sources_pre.push(Arc::new(move |w: &mut Writer| metrics::write_subflow_transports(w, &names, &t[..], &cc)));
     }
     // The telemetry spool, when a radio source feeds it.
@@ -896,7 +704,7 @@ async fn run() -> anyhow::Result<()> {
     let conn_stats = conn_dialer.as_ref().map(|d| d.stats().clone());
     // kernel-mptcp-conn has no standing connection to watch: ready unless
     // the latest dial to the proxy failed.
-    let transport = s.transport;
+    let transport = s.dial.transport;
     let ready = Arc::new(move || match &conn_stats {
         Some(st) => st.last_ok.load(std::sync::atomic::Ordering::Relaxed).into(),
         None => metrics::path_readiness(&ready_names, &rs.with(|st, _| st.ep.up_paths()), &transports[..], transport),

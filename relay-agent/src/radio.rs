@@ -41,6 +41,27 @@ pub enum RadioEvent {
     Handover { time_unix_ms: i64, event: v1::HandoverEvent },
 }
 
+impl RadioEvent {
+    /// The same event `ms` later: every time in it moved (a trip's events
+    /// are those of its log from its epoch on, so one list serves trains
+    /// that run the trip from different epochs).
+    pub fn shifted(&self, ms: i64) -> RadioEvent {
+        let mut e = self.clone();
+        match &mut e {
+            RadioEvent::Gps { time_unix_ms, .. } | RadioEvent::Cell { time_unix_ms, .. } => *time_unix_ms += ms,
+            RadioEvent::Signal { time_unix_ms, sample } => {
+                *time_unix_ms += ms;
+                sample.measured_unix_ms += ms;
+            }
+            RadioEvent::Handover { time_unix_ms, event } => {
+                *time_unix_ms += ms;
+                event.start_unix_ms += ms;
+            }
+        }
+        e
+    }
+}
+
 /// Options of the replay source.
 #[derive(Clone, Debug)]
 pub struct ReplayOpts {
@@ -217,35 +238,58 @@ pub async fn replay(
         None => events_of(&log, &opts),
     };
     let start = opts.resume_from_unix_ms.unwrap_or_else(now_unix_ms);
-    // Catch up: the state past events leave.
     let past = events.partition_point(|(t, _)| *t < start);
-    let mut latest_cell: Vec<Option<RadioEvent>> = vec![None; opts.path_names.len()];
+    info!(file = %opts.file.display(), events = events.len(), skipped = past, detect = opts.detect.is_some(),
+        resume_from_unix_ms = opts.resume_from_unix_ms, "replay source started");
+    if play(&events, 0, start, opts.path_names.len(), &tx, &mut stop).await {
+        info!("replay source: end of the event log");
+    }
+}
+
+/// Play `events` (times in Unix ms), each `shift_ms` later than its time,
+/// into `tx` in real time from `start` (Unix ms) on. Events before `start`
+/// are not sent, except the state they leave (each of `paths` paths' serving
+/// cell, the last fix), sent at once: a relay started or restarted mid-trip
+/// knows where it is. False when `stop` or a closed `tx` ended it early.
+pub async fn play(
+    events: &[(i64, RadioEvent)],
+    shift_ms: i64,
+    start: i64,
+    paths: usize,
+    tx: &mpsc::Sender<RadioEvent>,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    // Catch up: the state past events leave.
+    let past = events.partition_point(|(t, _)| *t + shift_ms < start);
+    let mut latest_cell: Vec<Option<&RadioEvent>> = vec![None; paths];
     let mut latest_fix = None;
     for (_, e) in &events[..past] {
         match e {
-            RadioEvent::Cell { path, .. } => latest_cell[path.index()] = Some(e.clone()),
-            RadioEvent::Gps { .. } => latest_fix = Some(e.clone()),
+            RadioEvent::Cell { path, .. } => {
+                if let Some(slot) = latest_cell.get_mut(path.index()) {
+                    *slot = Some(e);
+                }
+            }
+            RadioEvent::Gps { .. } => latest_fix = Some(e),
             _ => {}
         }
     }
-    info!(file = %opts.file.display(), events = events.len(), skipped = past, detect = opts.detect.is_some(),
-        resume_from_unix_ms = opts.resume_from_unix_ms, "replay source started");
     for e in latest_cell.into_iter().flatten().chain(latest_fix) {
-        if tx.send(e).await.is_err() {
-            return;
+        if tx.send(e.shifted(shift_ms)).await.is_err() {
+            return false;
         }
     }
-    for (t, e) in events.into_iter().skip(past) {
-        let wait = Duration::from_millis((t - now_unix_ms()).max(0) as u64);
+    for (t, e) in &events[past..] {
+        let wait = Duration::from_millis((t + shift_ms - now_unix_ms()).max(0) as u64);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = stop.changed() => return,
+            _ = stop.changed() => return false,
         }
-        if tx.send(e).await.is_err() {
-            return;
+        if tx.send(e.shifted(shift_ms)).await.is_err() {
+            return false;
         }
     }
-    info!("replay source: end of the event log");
+    true
 }
 
 /// Apply radio events to the session and spool each as telemetry.
@@ -409,6 +453,51 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    /// A trip's events from one epoch, shifted, are its events from
+    /// another: one list serves every train of a simulated fleet.
+    #[test]
+    fn shifted_events_are_the_events_of_a_later_epoch() {
+        let log = parse_events(
+            r#"{"event":"gps","t_ms":0,"lat":1,"lon":2,"speed_mps":80,"heading_deg":0,"accuracy_m":20,"track_m":0}
+{"event":"rsrp","t_ms":60,"measured_ms":10,"carrier":0,"cell":0,"rsrp_dbm":-100}
+{"event":"handover_start","t_ms":900,"carrier":0,"from_cell":0,"to_cell":1,"track_m":75,"delta_m":0,"rsrp_dbm":-110}
+{"event":"handover_end","t_ms":2900,"carrier":0,"from_cell":0,"to_cell":1,"outcome":"nas","ho_type":3,"duration_ms":2000,"blackout":"flush","track_m":75}
+{"event":"cell_change","t_ms":2900,"carrier":0,"cell":1}
+"#,
+        )
+        .unwrap();
+        let base = events_of(&log, &opts(1));
+        let later = events_of(&log, &ReplayOpts { epoch_unix_ms: 1_000_000 + 123_456, ..opts(1) });
+        assert_eq!(base.len(), later.len());
+        assert!(base.iter().any(|(_, e)| matches!(e, RadioEvent::Handover { .. })));
+        for ((t0, e0), (t1, e1)) in base.iter().zip(&later) {
+            assert_eq!((t0 + 123_456, e0.shifted(123_456)), (*t1, e1.clone()));
+        }
+    }
+
+    /// Played from a start mid-trip: the state before it at once (the
+    /// serving cell, the last fix), shifted, then only what follows.
+    #[tokio::test]
+    async fn play_catches_up_then_sends_what_follows_shifted() {
+        let cell = |t: i64, c: u64| (t, RadioEvent::Cell { time_unix_ms: t, path: PathId(0), cell_id: c });
+        let fix = |t: i64| (t, RadioEvent::Gps { time_unix_ms: t, fix: v1::GpsFix::default() });
+        let now = now_unix_ms();
+        // Times relative to an epoch 0; the train's trip began 10 s ago.
+        let shift = now - 10_000;
+        let events = vec![cell(0, 1), fix(1_000), cell(5_000, 2), fix(9_000), fix(10_050), cell(10_100, 3)];
+        let (tx, mut rx) = mpsc::channel(16);
+        let (_stop_tx, mut stop) = watch::channel(false);
+        assert!(play(&events, shift, now, 1, &tx, &mut stop).await);
+        drop(tx);
+        let mut got = Vec::new();
+        while let Some(e) = rx.recv().await {
+            got.push(e);
+        }
+        let want: Vec<RadioEvent> =
+            [cell(5_000, 2), fix(9_000), fix(10_050), cell(10_100, 3)].iter().map(|(_, e)| e.shifted(shift)).collect();
+        assert_eq!(got, want);
     }
 
     #[test]

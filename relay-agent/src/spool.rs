@@ -56,6 +56,16 @@ impl Shared {
         }))
     }
 
+    /// Its sizes and counters.
+    pub fn stats(&self) -> polycorn_telemetry::spool::SpoolStats {
+        self.lock().stats()
+    }
+
+    /// Appends, reads, acknowledgements and fsyncs that failed.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
     /// The spool's directory.
     pub fn dir(&self) -> std::path::PathBuf {
         self.lock().dir().to_path_buf()

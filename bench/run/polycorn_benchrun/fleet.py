@@ -2,6 +2,7 @@
 
     python -m polycorn_benchrun.fleet [--trains 10,25,50,100] [--conns 100] [--seconds 60]
         [--bulk-share 0.2] [--bulk-rate 8192] [--chat-gap-s 5] [--out bench/out/fleet.json]
+        [--sim [--sim-threads N]]
 
 The cloud node under test is what the Helm chart runs for a fleet: one
 ``polycorn-proxy`` per train (charts/polycorn/templates/proxy.yaml, a
@@ -32,6 +33,11 @@ connection, a record missing) has ``"ok": false`` and the exit status is 1.
 
 The per-train cost and what a node holds come from a straight-line fit over
 the fleet sizes (docs/benchmarks.md, "Fleet load").
+
+``--sim`` keeps the cloud node and replaces the trains' side (relays and passengers)
+by one ``polycorn-fleetsim`` process for the whole fleet, so that hundreds of trains fit
+on this machine: :mod:`polycorn_benchrun.fleet_sim`. ``--conns 0`` leaves the passengers
+out.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import queue
 import secrets
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -74,6 +81,9 @@ from polycorn_schema.testing import fresh_database
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CARRIERS = 2
 TRIP_SPREAD_S = 300
+# Simulated trains (--sim): proxy i listens on port_base + i and serves its metrics on
+# port_base + SIM_MAX_TRAINS + i; the simulator's metrics are on port_base + 2 SIM_MAX_TRAINS.
+SIM_MAX_TRAINS = 2000
 # The chart's proxy flags (charts/polycorn/templates/proxy.yaml with the
 # default values.yaml): the flow-control values are the binaries' defaults too.
 CHART_PROXY_ARGS = (
@@ -122,6 +132,9 @@ class Config:
     passengers_per_train: int = 10
     fault: str | None = None
     bin_commit: str | None = None
+    #: The trains' side is one polycorn-fleetsim process (polycorn_benchrun.fleet_sim).
+    sim: bool = False
+    sim_threads: int | None = None
 
 
 # --------------------------------------------------------------------------- /proc
@@ -199,6 +212,21 @@ def scrape(addr: str, timeout: float = 3.0) -> dict[str, float]:
         for s in fam.samples:
             out[s.name] = out.get(s.name, 0.0) + s.value
     return out
+
+
+def wait_listening(addr: str, timeout: float = 30.0) -> None:
+    """Until something accepts TCP connections at ``addr`` (a passenger's first
+    connection must not find the origin still starting)."""
+    host, port = addr.rsplit(":", 1)
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=1.0).close()
+            return
+        except OSError:
+            if time.monotonic() > end:
+                raise RuntimeError(f"nothing listens on {addr} after {timeout:g} s") from None
+            time.sleep(0.1)
 
 
 def paths_up(addr: str) -> int:
@@ -395,6 +423,8 @@ class Fleet:
         #: Records ingest has committed, and the lags of those committed in the window.
         self.committed = 0
         self.lags: list[float] = []
+        #: Ports of proxy i: b + i (subflows), b + stride + i (metrics).
+        self.stride = 200
 
     def create_topics(self) -> None:
         kafka_create_topics(
@@ -432,6 +462,7 @@ class Fleet:
             + ["--listen", self.origin]
             + (["--fault", self.cfg.fault] if self.cfg.fault in ("corrupt", "short") else []),
         )
+        wait_listening(self.origin)
         self.start_proxies()
         self.start_relays()
         self.wait_connected()
@@ -448,7 +479,7 @@ class Fleet:
         now_ms = int(time.time() * 1000)
         for i in range(self.n):
             t = train_id(i)
-            pp, pm, sp, rm = b + i, b + 200 + i, b + 400 + i, b + 600 + i
+            pp, pm, sp, rm = b + i, b + self.stride + i, b + 400 + i, b + 600 + i
             self.procs.start(
                 f"proxy-{i}",
                 [
@@ -475,6 +506,7 @@ class Fleet:
             self.trains.append(
                 {
                     "id": t,
+                    "proxy": f"127.0.0.1:{pp}",
                     "proxy_metrics": f"127.0.0.1:{pm}",
                     "relay_metrics": f"127.0.0.1:{rm}",
                     "socks": f"127.0.0.1:{sp}",
@@ -571,15 +603,24 @@ class Fleet:
 
     # ---- the measurement window
 
+    #: The trains' processes whose RSS is sampled.
+    RSS_GROUP = "relay"
+
+    def train_groups(self, pax: subprocess.Popen[bytes]) -> dict[str, list[int]]:
+        """The trains' side's processes, by group, for their CPU."""
+        return {
+            "relay": [self.procs.pid(f"relay-{i}") for i in range(self.n)],
+            "passengers": [pax.pid],
+        }
+
     def measure(self, pax: subprocess.Popen[bytes]) -> dict[str, Any]:
         """CPU and RSS of every process and the proxies' metrics over the window, as
         :func:`summarize` takes them."""
         n, procs = self.n, self.procs
         groups: dict[str, list[int]] = {
             "proxy": [procs.pid(f"proxy-{i}") for i in range(n)],
-            "relay": [procs.pid(f"relay-{i}") for i in range(n)],
+            **self.train_groups(pax),
             "ingest": [self.ingest.pid],
-            "passengers": [pax.pid],
             "origin": [procs.pid("origin")],
             **infra_pids(),
         }
@@ -591,8 +632,7 @@ class Fleet:
         busy0 = machine_busy()
         load0 = os.getloadavg()
         rss: dict[str, list[list[int]]] = {
-            "proxy": [[] for _ in range(n)],
-            "relay": [[] for _ in range(n)],
+            g: [[] for _ in groups[g]] for g in ("proxy", self.RSS_GROUP)
         }
         while time.time() < w0 + self.cfg.seconds:
             for g in rss:
@@ -640,13 +680,12 @@ class Fleet:
         """The passengers' end, the relays' spools drained and the relays stopped, and
         ingest caught up with what the proxies produced: what :func:`summarize` takes of
         it, and when the relays stopped (Unix ms)."""
-        cfg = self.cfg
-        pax.wait(timeout=cfg.seconds + cfg.ramp_s + cfg.warmup_s + 120)
-        report = json.loads((self.work / "passengers.json").read_text())
+        self.wait_passengers(pax)
         drained = self.wait_spools_drained(window)
-        relay_final = [scrape(t["relay_metrics"]) for t in self.trains]
+        relay_final = [scrape(a) for a in self.relay_metrics()]
         stopped_ms = int(time.time() * 1000)
-        self.procs.stop([f"relay-{i}" for i in range(self.n)])
+        self.stop_relays()
+        report = self.passenger_report()
         time.sleep(1.0)
         proxy_final = [scrape(t["proxy_metrics"]) for t in self.trains]
         produced = sum(m.get("polycorn_proxy_telemetry_produced_total", 0) for m in proxy_final)
@@ -665,12 +704,28 @@ class Fleet:
         }
         return ended, stopped_ms
 
+    def wait_passengers(self, pax: subprocess.Popen[bytes]) -> None:
+        cfg = self.cfg
+        pax.wait(timeout=cfg.seconds + cfg.ramp_s + cfg.warmup_s + 120)
+
+    def passenger_report(self) -> dict[str, Any]:
+        """The passengers' report (``fleet_traffic``'s form)."""
+        report: dict[str, Any] = json.loads((self.work / "passengers.json").read_text())
+        return report
+
+    def relay_metrics(self) -> list[str]:
+        """Where the trains' side serves its metrics."""
+        return [t["relay_metrics"] for t in self.trains]
+
+    def stop_relays(self) -> None:
+        self.procs.stop([f"relay-{i}" for i in range(self.n)])
+
     def wait_spools_drained(self, window: tuple[float, float]) -> bool:
         """Until every relay's spool is empty, at most 60 s; whether they all emptied."""
         end = time.monotonic() + 60
         while time.monotonic() < end:
             self.drain_lags(window)
-            rms = [scrape(t["relay_metrics"]) for t in self.trains]
+            rms = [scrape(a) for a in self.relay_metrics()]
             if all(
                 m.get("polycorn_telemetry_spool_records", 1) == 0
                 and m.get("polycorn_telemetry_spool_in_flight", 1) == 0
@@ -716,6 +771,11 @@ class Fleet:
                 )
         return tele
 
+    def sim_result(self, measured: dict[str, Any]) -> dict[str, Any] | None:
+        """What only simulated trains add to the result: their checks and the load
+        generator's cost (``SimFleet``); None for real relays."""
+        return None
+
     def tear_down(self) -> None:
         """Ingest, every process and the fleet's topics, whatever of them was started."""
         self.stop_ingest.set()
@@ -730,7 +790,13 @@ class Fleet:
 
 
 def run_fleet(sh: Shared, n: int) -> dict[str, Any]:
-    fl = Fleet(sh, n)
+    if sh.cfg.sim:
+        # The simulated trains' side builds on this module's Fleet.
+        from polycorn_benchrun.fleet_sim import SimFleet  # noqa: PLC0415
+
+        fl: Fleet = SimFleet(sh, n)
+    else:
+        fl = Fleet(sh, n)
     fl.create_topics()
     try:
         with fresh_database(prefix="linkdb_fleet") as url:
@@ -753,6 +819,7 @@ def run_fleet(sh: Shared, n: int) -> dict[str, Any]:
         committed=fl.committed,
         tele=tele,
         topic_stats=topic_stats,
+        sim=fl.sim_result(measured),
     )
 
 
@@ -806,7 +873,7 @@ def summarize(n: int, cfg: Config, **k: Any) -> dict[str, Any]:
     tele: dict[str, dict[str, Any]] = k["tele"]
     per_proxy_p99 = [quantile([x / 1024 for x in s if x], 0.99) for s in rss["proxy"]]
     per_proxy_p50 = [quantile([x / 1024 for x in s if x], 0.50) for s in rss["proxy"]]
-    per_relay_p99 = [quantile([x / 1024 for x in s if x], 0.99) for s in rss["relay"]]
+    per_relay_p99 = [quantile([x / 1024 for x in s if x], 0.99) for s in rss.get("relay", [])]
     # Growth: the last 10 s against the first 10 s of the window, per proxy.
     growth = [
         (statistics.mean(s[-10:]) - statistics.mean(s[:10])) / 1024
@@ -857,11 +924,16 @@ def summarize(n: int, cfg: Config, **k: Any) -> dict[str, Any]:
     pax_bps = statistics.mean(bps[lo:hi]) if len(bps) > lo else 0.0
     busy0, busy1, load0, load1 = k["machine"]
     lags: list[float] = k["lags"]
+    bulk_conns = round(cfg.conns * cfg.bulk_share)
+    chat_conns = cfg.conns - bulk_conns
     checks = {
         "every transfer complete and byte-exact": xfer["bulk_failed"] == 0
         and xfer["chat_failed"] == 0
         and xfer["corrupt"] == 0
-        and all(t["bulk_done"] > 0 and t["chat_ok"] > 0 for t in trains),
+        and all(
+            (t["bulk_done"] > 0 or not bulk_conns) and (t["chat_ok"] > 0 or not chat_conns)
+            for t in trains
+        ),
         "no refusal, reset or Kafka error on the proxies, none on the relays": not any(
             v > 0 for name, v in trouble.items() if "grants_denied" not in name
         ),
@@ -880,8 +952,15 @@ def summarize(n: int, cfg: Config, **k: Any) -> dict[str, Any]:
     delivered = pax_bps / n
     loop_lag = report.get("loop_lag_ms", [])
     loop_lag_p99 = quantile(loop_lag, 0.99) if loop_lag else 0.0
+    # The simulated trains' own checks and numbers (SimFleet.sim_result).
+    extra: dict[str, Any] = dict(k.get("sim") or {"mode": "relays"})
+    checks |= extra.pop("checks", {})
+    if not loop_lag and "load_generator" in extra:
+        # No passengers: the simulator's own event loop says whether it kept up.
+        loop_lag_p99 = extra["load_generator"]["loop_lag_ms_p99"]
     return {
         "trains": n,
+        **extra,
         "ok": all(checks.values()),
         "checks": checks,
         "window_s": round(span, 1),
@@ -889,7 +968,7 @@ def summarize(n: int, cfg: Config, **k: Any) -> dict[str, Any]:
         "proxy_rss_mb_p99": round(quantile(per_proxy_p99, 0.99), 1),
         "proxy_rss_mb_max": round(max(per_proxy_p99, default=0.0), 1),
         "proxy_rss_growth_mb_max": round(max(growth, default=0.0), 2),
-        "relay_rss_mb_p99": round(quantile(per_relay_p99, 0.99), 1),
+        "relay_rss_mb_p99": round(quantile(per_relay_p99, 0.99), 1) if per_relay_p99 else None,
         "cpu_per_train_pct": round(cpu["proxy"] / n, 2),
         "proxy_cpu_pct_p99": round(quantile(per_proxy_cpu := k["per_proxy_cpu"], 0.99), 2),
         "proxy_cpu_pct_max": round(max(per_proxy_cpu, default=0.0), 2),
@@ -1058,6 +1137,17 @@ def prepare(cfg: Config, work: Path, n_max: int, trip_s: int) -> Shared:
     return sh
 
 
+#: A series' headline numbers: those of its largest size the machine carried.
+HEADLINE = (
+    "trains",
+    "proxy_rss_mb_p99",
+    "cpu_per_train_pct",
+    "ingest_lag_p99_ms",
+    "kafka_records_per_s",
+    "kafka_bytes_per_s",
+)
+
+
 def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, Any]:
     run_s = cfg.ramp_s + cfg.warmup_s + cfg.seconds + 200
     sh = prepare(cfg, work, max(cfg.trains), int(TRIP_SPREAD_S + run_s))
@@ -1088,16 +1178,12 @@ def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, 
                 print(f"  {o}")
     # The headline is the largest fleet the machine carried (not saturated).
     big = max((r for r in runs if not r["saturated"]), key=lambda r: r["trains"], default=None)
-    big = big or max(runs, key=lambda r: r["trains"])
+    # No size came up at all: nothing to quote, the reasons in did_not_run.
+    big = big or max(runs, key=lambda r: r["trains"], default=dict.fromkeys(HEADLINE))
     return {
-        "trains": big["trains"],
+        **{k: big[k] for k in HEADLINE},
         "saturated_sizes": [r["trains"] for r in runs if r["saturated"]],
         "conns_per_train": cfg.conns,
-        "proxy_rss_mb_p99": big["proxy_rss_mb_p99"],
-        "cpu_per_train_pct": big["cpu_per_train_pct"],
-        "ingest_lag_p99_ms": big["ingest_lag_p99_ms"],
-        "kafka_records_per_s": big["kafka_records_per_s"],
-        "kafka_bytes_per_s": big["kafka_bytes_per_s"],
         # The numbers quoted (the headline, the fit) come from the sizes the machine
         # carried; each of those must have passed every check. Saturated sizes'
         # failures are listed, not hidden.
@@ -1105,7 +1191,7 @@ def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, 
         and any(not r["saturated"] for r in runs),
         "saturated_failed": [r["trains"] for r in runs if r["saturated"] and not r["ok"]],
         "did_not_run": broken,
-        "sizing": sizing(runs),
+        "sizing": sizing(runs) if runs else None,
         "runs": runs,
         "load": {
             "bulk_share": cfg.bulk_share,
@@ -1118,6 +1204,9 @@ def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, 
             "window_s": cfg.seconds,
             "warmup_s": cfg.ramp_s + cfg.warmup_s,
             "fault": cfg.fault,
+            "trains_side": (
+                "polycorn-fleetsim (simulated)" if cfg.sim else "polycorn-relay per train"
+            ),
         },
         "environment": {
             **_machine(),
@@ -1141,10 +1230,15 @@ def markdown(res: dict[str, Any]) -> str:
         f"{res['environment']['cpus']} cores ({res['environment']['cpu_model']}), "
         f"binaries of commit {res['environment']['binaries_commit']}, "
         f"{res['environment']['date']}; "
-        f"{res['conns_per_train']} passenger connections per train "
-        f"({ld['bulk_conns_per_train']} downloads at {ld['bulk_rate_bytes_per_s'] // 1024} KiB/s "
-        f"each, the rest chat every {ld['chat_mean_gap_s']:g} s on average), "
-        f"{ld['subflows_per_train']} TLS subflows per train, {ld['window_s']:g} s measured. "
+        + (
+            f"{res['conns_per_train']} passenger connections per train "
+            f"({ld['bulk_conns_per_train']} downloads at {ld['bulk_rate_bytes_per_s'] // 1024} "
+            f"KiB/s each, the rest chat every {ld['chat_mean_gap_s']:g} s on average), "
+            if res["conns_per_train"]
+            else "no passenger traffic (telemetry and the control plane only), "
+        )
+        + f"{ld['subflows_per_train']} TLS subflows per train, the trains' side "
+        f"{ld.get('trains_side', 'polycorn-relay per train')}, {ld['window_s']:g} s measured. "
         f"Every size the machine carried {'passed' if res['ok'] else 'FAILED'} its checks"
         f" (saturated sizes: {res['saturated_sizes'] + not_run};"
         f" failed among them: {res['saturated_failed'] + not_run}).",
@@ -1166,7 +1260,21 @@ def markdown(res: dict[str, Any]) -> str:
         )
     for b in res.get("did_not_run", []):
         lines.append(f"| {b['trains']} | did not run: {b['error']} |||||||| FAILED |")
+    sims = [(r["trains"], r["load_generator"]) for r in res["runs"] if "load_generator" in r]
+    if sims:
+        lines += [
+            "",
+            "The load generator (one polycorn-fleetsim for every train; not the cloud's cost): "
+            + "; ".join(
+                f"{n} trains {g['cpu_pct']:.0f} % of a core and {g['rss_mb_p99']:.0f} MB "
+                f"({g['cpu_pct_per_train']:.2f} % and {g['rss_mb_per_train']:.2f} MB per train)"
+                for n, g in sims
+            )
+            + ".",
+        ]
     s = res["sizing"]
+    if s is None:
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         f"Fit over the sizes: proxies {s['proxy_cpu_pct_per_train']} % of a core and "
@@ -1207,6 +1315,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--bin-commit", help="the commit the binaries were built from, if not HEAD")
     ap.add_argument("--fault", choices=["corrupt", "short", "lose-row"])
+    ap.add_argument(
+        "--sim",
+        action="store_true",
+        help="simulated trains: one polycorn-fleetsim process for the whole fleet instead of a "
+        "relay per train (polycorn_benchrun.fleet_sim); --conns 0 for telemetry only",
+    )
+    ap.add_argument("--sim-threads", type=int, help="polycorn-fleetsim's runtime threads")
     ap.add_argument("--work", type=Path, help="keep the run's files here")
     out = Path(os.environ.get("BENCH_OUT", ROOT / "bench/out"))
     ap.add_argument("--out", type=Path, default=out / "fleet.json")
@@ -1214,8 +1329,9 @@ def main(argv: list[str] | None = None) -> int:
     prov = provenance.start(a.out, a.out.with_suffix(".md"))
     # SIGTERM unwinds like an exception, so every child process is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if max(a.trains) > 200:
-        ap.error("at most 200 trains (the port plan)")
+    limit = SIM_MAX_TRAINS if a.sim else 200
+    if max(a.trains) > limit:
+        ap.error(f"at most {limit} trains (the port plan)")
     cfg = Config(
         bin_dir=a.bin,
         trains=a.trains,
@@ -1230,8 +1346,11 @@ def main(argv: list[str] | None = None) -> int:
         port_base=a.port_base,
         fault=a.fault,
         bin_commit=a.bin_commit,
+        sim=a.sim,
+        sim_threads=a.sim_threads,
     )
-    for b in ("polycorn-proxy", "polycorn-relay", "polycorn-pki", "polycorn-tracegen"):
+    trains_side = "polycorn-fleetsim" if a.sim else "polycorn-relay"
+    for b in ("polycorn-proxy", trains_side, "polycorn-pki", "polycorn-tracegen"):
         if not (a.bin / b).is_file():
             ap.error(f"{a.bin / b} missing: cargo build --release --locked first")
     with work_dir(a.work) as work:

@@ -1,0 +1,116 @@
+"""``make bench-fleet``'s simulated trains (``--sim``), small: 3 trains of one
+``polycorn-fleetsim`` against 3 real proxies, Kafka, ingest and PostGIS, with passenger
+traffic, for about 20 s; every telemetry record must land in LinkDB once and every
+passenger byte must be intact. Then once with a seeded broken download at the origin,
+which the simulator's passengers must catch. Numbers are not judged."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from polycorn_benchrun import fleet
+from polycorn_harness import ROOT
+
+BIN = Path(os.environ.get("POLYCORN_BIN", ROOT / "target/release"))
+NEEDED = ("polycorn-proxy", "polycorn-fleetsim", "polycorn-pki", "polycorn-tracegen")
+LINKDB_ONCE = "LinkDB holds each train's GPS fixes and handovers once, none missing"
+BYTES_INTACT = "every transfer complete and byte-exact"
+
+
+@pytest.fixture
+def binaries() -> Path:
+    missing = [b for b in NEEDED if not (BIN / b).is_file()]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"{missing} missing in {BIN}")
+        pytest.skip(f"{missing} missing in {BIN} (cargo build --release --locked)")
+    return BIN
+
+
+def run(binaries: Path, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / "fleet.json"
+    rc = fleet.main(
+        [
+            "--sim",
+            "--bin",
+            str(binaries),
+            "--bulk-rate",
+            "16384",
+            "--bulk-size",
+            "16384",
+            "--chat-gap-s",
+            "1",
+            # Proxies from 24000, their metrics from 26000, the simulator's on 28000:
+            # apart from test_fleet.py's 23000 plan and below the ephemeral ports.
+            "--port-base",
+            "24000",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
+    doc: dict[str, Any] = json.loads(out.read_text())
+    assert (tmp_path / "fleet.md").read_text().startswith("# Fleet load")
+    return rc, doc
+
+
+def test_simulated_trains_land_every_record_once_with_passenger_bytes_intact(
+    binaries: Path, tmp_path: Path
+) -> None:
+    # Passengers for 3 + 2 + 10 + 5 = 20 s, the trains a little longer.
+    rc, doc = run(
+        binaries,
+        tmp_path,
+        "--trains",
+        "3",
+        "--conns",
+        "20",
+        "--seconds",
+        "10",
+        "--warmup-s",
+        "2",
+        "--ramp-s",
+        "3",
+    )
+    (r,) = doc["runs"]
+    assert r["mode"] == "sim"
+    assert r["ok"], (r["checks"], r["transfer_errors"], r["telemetry_in_linkdb"])
+    assert rc == 0
+    assert r["checks"][LINKDB_ONCE] and r["checks"][BYTES_INTACT]
+    assert r["transfers"]["bulk_done"] > 0 and r["transfers"]["chat_ok"] > 0
+    assert r["transfers"]["corrupt"] == 0
+    tele = r["telemetry_records"]
+    assert tele["produced"] == tele["in_topic"] == tele["relays_acked"] > 0
+    assert r["telemetry_in_linkdb"]["fixes"] >= 3 * 15
+    g = r["load_generator"]
+    assert g["totals"]["handshakes"] == 6 and g["totals"]["records_acked"] == tele["relays_acked"]
+    assert g["rss_mb_p99"] > 0
+
+
+def test_a_corrupted_download_fails_the_simulated_run(binaries: Path, tmp_path: Path) -> None:
+    rc, doc = run(
+        binaries,
+        tmp_path,
+        "--trains",
+        "1",
+        "--conns",
+        "4",
+        "--seconds",
+        "3",
+        "--warmup-s",
+        "1",
+        "--ramp-s",
+        "2",
+        "--fault",
+        "corrupt",
+    )
+    (r,) = doc["runs"]
+    assert rc == 1 and not doc["ok"]
+    assert not r["checks"][BYTES_INTACT]
+    assert r["transfers"]["corrupt"] == 1
+    assert r["checks"][LINKDB_ONCE]
