@@ -1341,16 +1341,34 @@ def cloud_side(src: Sources) -> str:
         ]
     )
     api = src.load(API_JSON)
-    for key, label in API_QUERIES:
-        q = api[key]
-        rows.append(
-            [
-                f"LinkDB API: {label}",
-                f"p50 {num(q['p50_ms'], 1)} ms, p99 {num(q['p99_ms'], 1)} ms",
-                f"{num(q['rps'], 0)} of {num(q['offered_rps'], 0)} req/s offered, "
-                f"{q['errors']} errors",
-            ]
-        )
+    if "sizes" not in api:  # a single window per query, from before sizes and repeats
+        for key, label in API_QUERIES:
+            q = api[key]
+            rows.append(
+                [
+                    f"LinkDB API: {label}",
+                    f"p50 {num(q['p50_ms'], 1)} ms, p99 {num(q['p99_ms'], 1)} ms",
+                    f"{num(q['rps'], 0)} of {num(q['offered_rps'], 0)} req/s offered, "
+                    f"{q['errors']} errors",
+                ]
+            )
+        return table(["what", "result", "and"], rows)
+    for size in api["sizes"]:
+        for rate, queries in size["rates"].items():
+            for key, label in API_QUERIES:
+                q = queries.get(key)
+                if q is None:
+                    continue
+                p50, p99 = q["p50_ms_range"], q["p99_ms_range"]
+                rows.append(
+                    [
+                        f"LinkDB API, {size['handovers']:,} handovers, {rate} req/s: {label}",
+                        f"p50 {num(q['p50_ms'], 1)} ms [{num(p50[0], 1)}, {num(p50[1], 1)}], "
+                        f"p99 {num(q['p99_ms'], 1)} ms [{num(p99[0], 1)}, {num(p99[1], 1)}]",
+                        f"{num(q['rps'], 0)} of {num(q['offered_rps'], 0)} req/s offered, "
+                        f"{q['errors']} errors, median [range] of {q['repeats']} runs",
+                    ]
+                )
     return table(["what", "result", "and"], rows)
 
 
