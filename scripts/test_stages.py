@@ -74,7 +74,16 @@ CLIPPY = Stage("clippy", CARGO_CLIPPY)
 BUILD = Stage("build", CARGO_BUILD)
 UNIT = Stage("cargo-test", CARGO_TEST)
 LINT_PY = Stage("lint-py", "make --no-print-directory lint-py")
-TEST_PY = Stage("test-py", "make --no-print-directory test-py")
+# The Python tests mostly wait (for Kafka, PostgreSQL, timeouts), so they run
+# in three parts side by side.
+TEST_PY_PARTS = (
+    Stage("test-py-bench", "make --no-print-directory test-py-bench"),
+    Stage("test-py-ingest", "make --no-print-directory test-py-services PY_TESTS=ingest/tests"),
+    Stage(
+        "test-py-services",
+        "make --no-print-directory test-py-services PY_TESTS_SKIP=ingest/tests",
+    ),
+)
 # `-o build`: the build stage has built everything; a second cargo would
 # only wait for the lock of a neighbour's cargo.
 PLATFORM = Stage("validate-platform", "make --no-print-directory -o build validate-platform")
@@ -114,7 +123,7 @@ PLANS: dict[str, list[Step]] = {
         # build, two), and none shares state with another: the Python tests
         # use the servers of scripts/infra.sh, the platform checks their own
         # Prometheus, the fuzz targets their own workspace.
-        (FUZZ, LINT_PY, TEST_PY, PLATFORM),
+        (FUZZ, LINT_PY, *TEST_PY_PARTS, PLATFORM),
         (TRACEGEN,),
         (PAIR,),
         (HSR, HSR_BENCH),
@@ -130,19 +139,10 @@ PLANS: dict[str, list[Step]] = {
         (STATIC,),
         # The Python side needs nothing of the Rust build, and on a warm
         # build the Rust side is mostly cargo finding nothing to do.
-        # The Python tests mostly wait (for Kafka, PostgreSQL, timeouts), so
-        # they run in three parts.
         (
             Stage("rust", f"{CARGO_CLIPPY} && {CARGO_BUILD} && {CARGO_TEST}"),
             LINT_PY,
-            Stage("test-py-bench", "make --no-print-directory test-py-bench"),
-            Stage(
-                "test-py-ingest", "make --no-print-directory test-py-services PY_TESTS=ingest/tests"
-            ),
-            Stage(
-                "test-py-services",
-                "make --no-print-directory test-py-services PY_TESTS_SKIP=ingest/tests",
-            ),
+            *TEST_PY_PARTS,
         ),
     ],
     # What `make test` samples, at depth. The stages that do not sample
