@@ -45,6 +45,23 @@ SELECT 'train-' || lpad(t::text, 3, '0'),
        7200, (CASE WHEN n % 2 = 0 THEN 'increasing' ELSE 'decreasing' END)::track_direction
 FROM generate_series(0, :trains - 1) t, generate_series(0, :trips - 1) n;
 
+-- Loading into indexed tables costs far more than building the indexes once
+-- afterwards (the GiST indexes above all), so the handovers' indexes that
+-- back no constraint are dropped here and rebuilt from their own
+-- definitions after the load: whatever the migrations define, the same.
+SET LOCAL maintenance_work_mem = '512MB';
+CREATE TEMP TABLE seed_indexes AS
+  SELECT i.indexname, i.indexdef FROM pg_indexes i
+  WHERE i.schemaname = current_schema() AND i.tablename = 'handovers'
+    AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname);
+DO $$
+DECLARE r record;
+BEGIN
+  FOR r IN SELECT indexname FROM seed_indexes LOOP
+    EXECUTE format('DROP INDEX %I', r.indexname);
+  END LOOP;
+END $$;
+
 -- Handovers: one per cell boundary (k = 0..299) per carrier per trip. The
 -- cell ID encodes line, carrier, direction and k; the boundary sits at
 -- k * 2000 + 1000 m plus a per-carrier offset; failures are later.
@@ -82,6 +99,14 @@ CROSS JOIN LATERAL (
 -- In time order, as ingest writes them: the table's pages follow time, so a
 -- viewport's rows are spread over the table as they would be in production.
 ORDER BY 8;
+
+DO $$
+DECLARE r record;
+BEGIN
+  FOR r IN SELECT indexdef FROM seed_indexes LOOP
+    EXECUTE r.indexdef;
+  END LOOP;
+END $$;
 
 -- Cells, derived from their handovers as ingest does.
 INSERT INTO cells (carrier, cell_id, direction, handovers, failures, earliest_ho_track_m,
