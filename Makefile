@@ -133,11 +133,12 @@ bench-loop: build ## the closed fleet loop: trips in turn, each with the table l
 	PROFILE=$(if $(filter file default,$(origin PROFILE)),report,$(PROFILE)) $(UVW) python -m polycorn_benchrun.loop
 
 # Against the real Kafka and PostGIS of scripts/infra.sh: a fresh database and
-# topic; parameters and method in docs/ingest.md.
+# topic; parameters and method in docs/ingest.md. INGEST_BENCH_ARGS="--replicas
+# 1,2" compares 1 and 2 ingest replicas side by side (--repeats 3) instead.
 INGEST_BENCH_ARGS ?=
-bench-ingest: setup ## ingest throughput (events/s) and end-to-end lag, Kafka -> LinkDB -> bench/out/ingest.json
+bench-ingest: setup ## ingest throughput (events/s) and end-to-end lag, Kafka -> LinkDB -> bench/out/ingest.json; INGEST_BENCH_ARGS="--replicas 1,2": 1 vs 2 replicas as ratios -> bench/out/ingest-replicas.json
 	bash scripts/infra.sh up pg kafka
-	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_benchrun.ingest --out bench/out/ingest.json $(INGEST_BENCH_ARGS)
+	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_benchrun.ingest $(INGEST_BENCH_ARGS)
 
 bench-matching: setup ## map matching cost per fix: batched vs per-train candidate search side by side -> bench/out/matching.json
 	bash scripts/infra.sh up pg

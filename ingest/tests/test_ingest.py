@@ -16,9 +16,10 @@ from helpers import (
     gps,
     handover,
     line,
-    pathstat,
+    mixed,
     produce,
     query,
+    snapshot,
     topics,
 )
 
@@ -60,51 +61,6 @@ def committed(group: str, topic: str, partitions: int) -> list[int]:
         return [tp.offset for tp in got]
     finally:
         c.close()
-
-
-def mixed(train: str, t0: int, n: int = 60) -> list[pb.Record]:
-    recs = line(train, t0, n=n)
-    for i in range(0, n, 2):
-        recs.append(cell(train, t0 + i * 1000 + 300, "carrier-a", (1 << 32) | (i // 20)))
-        recs.append(pathstat(train, t0 + i * 1000 + 400))
-    for k in range(1, n // 20):
-        i = 20 * k
-        recs.append(
-            handover(
-                train,
-                t0 + i * 1000 + 500,
-                "carrier-a",
-                (1 << 32) | (k - 1),
-                (1 << 32) | k,
-                39.79,
-                116.31,
-                80.0 * i + 40,
-                failure=k % 2 == 0,
-            )
-        )
-    return recs
-
-
-def snapshot(url: str) -> dict[str, Any]:
-    return {
-        "counts": counts(url),
-        "trips": query(
-            url, "SELECT train_id, started_at, ended_at, fixes, direction FROM trips ORDER BY 1, 2"
-        ),
-        "handovers": query(
-            url,
-            "SELECT h.train_id, h.start_time, h.direction, t.started_at, "
-            "c.cell_id FROM handovers h LEFT JOIN trips t ON t.id = h.trip_id "
-            "LEFT JOIN cells c ON c.id = h.cell ORDER BY 1, 2",
-        ),
-        "cells": query(
-            url,
-            "SELECT carrier, cell_id, direction, handovers, failures, "
-            "earliest_ho_track_m, ST_AsText(earliest_ho_geog), first_seen, "
-            "last_seen FROM cells ORDER BY 1, 2, 3",
-        ),
-        "trains": query(url, "SELECT id, source, first_seen, last_seen FROM trains ORDER BY 1"),
-    }
 
 
 def test_duplicates_and_replays_change_nothing() -> None:

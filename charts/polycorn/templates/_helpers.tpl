@@ -270,6 +270,26 @@ affinity:
 {{- end }}
 {{- end }}
 
+{{/* A PodDisruptionBudget (policy/v1) of one component's pods, when its
+podDisruptionBudget.enabled; call with (dict "ctx" $ "component" "ingest" "pdb" .Values.ingest.podDisruptionBudget). */}}
+{{- define "polycorn.podDisruptionBudget" -}}
+{{- if .pdb.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "polycorn.fullname" .ctx }}-{{ .component }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "polycorn.labels" (dict "ctx" .ctx "component" .component) | nindent 4 }}
+spec:
+  maxUnavailable: {{ .pdb.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "polycorn.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 6 }}
+{{- end }}
+{{- end }}
+
 {{/* The linkdb-api Service's in-cluster URL. */}}
 {{- define "polycorn.linkdbApiUrl" -}}
 {{- printf "http://%s-linkdb-api.%s.svc.%s:%d" (include "polycorn.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.linkdbApi.port) }}

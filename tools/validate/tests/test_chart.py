@@ -810,6 +810,49 @@ def test_ingest_defaults_to_one_consumer_per_partition() -> None:
     assert named(objs, "Deployment", "polycorn-ingest")["spec"]["replicas"] == 3
 
 
+def _selects(selector: Obj, labels: Obj) -> bool:
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+def test_ingest_and_the_api_scale_as_replicas_each_with_a_disruption_budget() -> None:
+    objs = render({"ingest": {"replicas": 4}, "linkdbApi": {"autoscaling": {"enabled": False}}})
+    ingest = named(objs, "Deployment", "polycorn-ingest")
+    assert ingest["spec"]["replicas"] == 4
+    # Every replica is the same pod: one consumer group.
+    assert flag(container(objs, "Deployment", "polycorn-ingest")["args"], "group") == (
+        "polycorn-ingest"
+    )
+    api = named(objs, "Deployment", "polycorn-linkdb-api")
+    assert api["spec"]["replicas"] == 2
+    assert of_kind(objs, "HorizontalPodAutoscaler") == []
+    # The API's replicas behind its Service (and the headless one Envoy balances over).
+    pods = api["spec"]["template"]["metadata"]["labels"]
+    for svc in ("polycorn-linkdb-api", "polycorn-linkdb-api-headless"):
+        assert _selects({"matchLabels": named(objs, "Service", svc)["spec"]["selector"]}, pods)
+    for name, dep in (("polycorn-ingest", ingest), ("polycorn-linkdb-api", api)):
+        pdb = named(objs, "PodDisruptionBudget", name)
+        assert pdb["apiVersion"] == "policy/v1"
+        assert pdb["spec"]["maxUnavailable"] == 1
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        assert _selects(pdb["spec"]["selector"], labels), name
+        others = [
+            d["metadata"]["name"]
+            for d in of_kind(objs, "Deployment") + of_kind(objs, "StatefulSet")
+            if d is not dep
+            and _selects(pdb["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])
+        ]
+        assert others == [], f"{name}'s budget also counts {others}"
+    objs = render(
+        {
+            "ingest": {"podDisruptionBudget": {"enabled": False, "maxUnavailable": 1}},
+            "linkdbApi": {"podDisruptionBudget": {"enabled": False, "maxUnavailable": 1}},
+        }
+    )
+    assert [p["metadata"]["name"] for p in of_kind(objs, "PodDisruptionBudget")] == [
+        "polycorn-envoy"
+    ]
+
+
 def test_sharded_trainer_is_an_indexed_job_one_shard_per_index() -> None:
     objs = render({"trainer": {"shards": 8, "parallelism": 4, "oneOffJob": {"enabled": True}}})
     cron = named(objs, "CronJob", "polycorn-trainer")
