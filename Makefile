@@ -244,9 +244,10 @@ test-py-services: setup ## pytest of the services' workspace against real PostGI
 
 # clippy in the release profile: its build scripts and proc-macros are then
 # the ones the release build uses, compiled once for both.
-lint-rust: setup ## cargo fmt --check, the feature check and clippy -D warnings
+lint-rust: setup ## cargo fmt --check, the feature check, the image build's workspace members and clippy -D warnings
 	$(CARGO) fmt --all --check
 	python3 scripts/check_features.py
+	python3 scripts/check_docker_context.py
 	$(CARGO) clippy --release --workspace --all-targets --locked -- -D warnings
 
 lint-sh: setup ## shellcheck every shell script

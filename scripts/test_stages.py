@@ -68,7 +68,8 @@ STATIC = Stage(
     "python3 scripts/check_self_contained.py && python3 scripts/check_doc_links.py"
     " && python3 scripts/check_bench_provenance.py"
     " && $CARGO fmt --all --check"
-    " && python3 scripts/check_features.py",
+    " && python3 scripts/check_features.py"
+    " && python3 scripts/check_docker_context.py",
 )
 CLIPPY = Stage("clippy", CARGO_CLIPPY)
 BUILD = Stage("build", CARGO_BUILD)
