@@ -161,11 +161,13 @@ bench-trainer: setup ## trainer: validation on generated fleets vs the paper, re
 FLEET_TRAINS ?= 10,25,50,100
 FLEET_CONNS ?= 100
 FLEET_SECONDS ?= 60
+FLEET_REPEATS ?= 1
 FLEET_ARGS ?=
-bench-fleet: build ## fleet load: FLEET_TRAINS (10,25,50,100) trains x FLEET_CONNS (100) passenger connections, FLEET_SECONDS (60) each -> bench/out/fleet.json (CPU and RSS per train, Kafka, ingest lag, trains per node)
+bench-fleet: build ## fleet load: FLEET_TRAINS (10,25,50,100) trains x FLEET_CONNS (100) passenger connections, FLEET_SECONDS (60) each, FLEET_REPEATS (1) times interleaved -> bench/out/fleet.json (CPU and RSS per train, Kafka, ingest lag, trains per node with an interval)
 	bash scripts/infra.sh up pg kafka
 	eval "$$(bash scripts/infra.sh env)" && $(UVW) python -m polycorn_benchrun.fleet \
-		--trains $(FLEET_TRAINS) --conns $(FLEET_CONNS) --seconds $(FLEET_SECONDS) $(FLEET_ARGS)
+		--trains $(FLEET_TRAINS) --conns $(FLEET_CONNS) --seconds $(FLEET_SECONDS) \
+		--repeats $(FLEET_REPEATS) $(FLEET_ARGS)
 
 # The platform: what cannot run here (Kubernetes, Envoy, Grafana)
 # is checked with the strongest offline validator; docs/operations.md.

@@ -1143,9 +1143,10 @@ def chaos_summary(src: Sources) -> str:
 def fleet_table(src: Sources) -> str:
     """results.md: the fleet load per fleet size, then the straight-line fit."""
     d = src.load(FLEET_JSON)
+    repeated = d.get("repeats", 1) > 1
     rows = [
         [
-            str(r["trains"]),
+            f"{r['trains']} ({r.get('repeat', 0) + 1})" if repeated else str(r["trains"]),
             num(r["cpu_per_train_pct"], 2),
             f"{num(r['proxy_rss_mb_p50'], 1)} / {num(r['proxy_rss_mb_p99'], 1)}",
             num(r["proxy_rss_growth_mb_max"], 1),
@@ -1165,7 +1166,7 @@ def fleet_table(src: Sources) -> str:
     s = d["sizing"]
     t = table(
         [
-            "trains",
+            "trains (repeat)" if repeated else "trains",
             "proxy CPU per train (% of a core)",
             "proxy RSS p50 / p99 (MB)",
             "RSS growth, max (MB)",
@@ -1184,12 +1185,25 @@ def fleet_table(src: Sources) -> str:
         f"{d['environment']['cpus']} cores (binaries of commit "
         f"{d['environment']['binaries_commit']}). "
         f"Straight line through the sizes the machine carried "
-        f"({', '.join(str(n) for n in s['fitted_sizes'])} trains): the proxies cost "
-        f"{num(s['proxy_cpu_pct_per_train'], 2)} % of a core and "
-        f"{num(s['proxy_rss_mb_per_train'], 1)} MB per train; the cloud node (proxies, Kafka, "
-        f"ingest, PostgreSQL) {num(s['cloud_cpu_pct_per_train'], 2)} % of a core per train "
-        f"on top of {num(s['cloud_cpu_pct_fixed'], 1)} %."
+        f"({', '.join(str(n) for n in s['fitted_sizes'])} trains"
+        + (f", {s['fitted_runs']} runs" if repeated else "")
+        + f"): the proxies cost {num(s['proxy_cpu_pct_per_train'], 2)}"
+        f"{_ci(s.get('proxy_cpu_pct_per_train_ci95'), 2)} % of a core and "
+        f"{num(s['proxy_rss_mb_per_train'], 1)}{_ci(s.get('proxy_rss_mb_per_train_ci95'), 1)} MB "
+        f"per train; the cloud node (proxies, Kafka, ingest, PostgreSQL) "
+        f"{num(s['cloud_cpu_pct_per_train'], 2)}{_ci(s.get('cloud_cpu_pct_per_train_ci95'), 2)} "
+        f"% of a core per train on top of {num(s['cloud_cpu_pct_fixed'], 1)} %"
+        + (
+            " (brackets: 95 % bootstrap interval over each size's repeats)."
+            if s.get("cloud_cpu_pct_per_train_ci95")
+            else "."
+        )
     )
+
+
+def _ci(ci: list[float] | None, digits: int) -> str:
+    """`` [lo, hi]`` of an interval the JSON has, else nothing."""
+    return f" [{num(ci[0], digits)}, {num(ci[1], digits)}]" if ci else ""
 
 
 def fleet_sizing(src: Sources) -> str:
@@ -1200,7 +1214,7 @@ def fleet_sizing(src: Sources) -> str:
     rows = [
         [
             f"{n['cores']} cores, {n['gib']} GiB",
-            str(n["trains_by_cpu"]),
+            f"{n['trains_by_cpu']}{_ci(n.get('trains_by_cpu_ci95'), 0)}",
             str(n["trains_by_memory"]),
             f"**{n['trains']}**",
             str(n["trains_by_chart_requests"]),
@@ -1228,12 +1242,18 @@ def fleet_sizing(src: Sources) -> str:
 def fleet_headline(src: Sources) -> str:
     """results.md: the largest fleet the machine carried, in one sentence."""
     d = src.load(FLEET_JSON)
-    r = next(r for r in d["runs"] if r["trains"] == d["trains"])
-    over = d["saturated_sizes"] + [b["trains"] for b in d.get("did_not_run", [])]
-    failed = d["saturated_failed"] + [b["trains"] for b in d.get("did_not_run", [])]
+    # The top level has the headline numbers: those of the largest size carried (the
+    # median over its runs when it was repeated).
+    r = d
+    not_run = {b["trains"] for b in d.get("did_not_run", [])}
+    over = sorted(set(d["saturated_sizes"]) | not_run)
+    failed = sorted(set(d["saturated_failed"]) | not_run)
+    runs = d.get("headline_runs", 1)
     return (
         f"the largest fleet this 2-core machine carried next to its own load, {r['trains']} "
-        f"trains with {_fleet_load(d)}, cost the proxies {num(r['cpu_per_train_pct'], 2)} % of a "
+        f"trains with {_fleet_load(d)}"
+        + (f" (median of {runs} runs)" if runs > 1 else "")
+        + f", cost the proxies {num(r['cpu_per_train_pct'], 2)} % of a "
         f"core per train, each proxy's RSS stayed at or below {num(r['proxy_rss_mb_p99'], 1)} MB "
         f"(p99), and ingest lag (train clock to LinkDB commit) was "
         f"{num(r['ingest_lag_p99_ms'], 0)} ms at p99, with Kafka taking "

@@ -2,7 +2,7 @@
 
     python -m polycorn_benchrun.fleet [--trains 10,25,50,100] [--conns 100] [--seconds 60]
         [--bulk-share 0.2] [--bulk-rate 8192] [--chat-gap-s 5] [--out bench/out/fleet.json]
-        [--sim [--sim-threads N]]
+        [--sim [--sim-threads N]] [--repeats R]
 
 The cloud node under test is what the Helm chart runs for a fleet: one
 ``polycorn-proxy`` per train (charts/polycorn/templates/proxy.yaml, a
@@ -31,8 +31,10 @@ time (the train's clock when the relay made it), so it spans relay, proxy,
 Kafka and ingest. A run with a failed check (a broken transfer, a refused
 connection, a record missing) has ``"ok": false`` and the exit status is 1.
 
-The per-train cost and what a node holds come from a straight-line fit over
-the fleet sizes (docs/benchmarks.md, "Fleet load").
+With ``--repeats R`` every size runs R times, the sizes interleaved (ascending, then
+descending, ...). The per-train cost and what a node holds come from a straight-line fit
+over the runs of the sizes the machine carried, with a 95 % bootstrap interval from the
+repeats (docs/benchmarks.md, "Fleet load").
 
 ``--sim`` keeps the cloud node and replaces the trains' side (relays and passengers)
 by one ``polycorn-fleetsim`` process for the whole fleet, so that hundreds of trains fit
@@ -49,6 +51,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import random
 import secrets
 import shutil
 import signal
@@ -60,7 +63,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,6 +138,8 @@ class Config:
     #: The trains' side is one polycorn-fleetsim process (polycorn_benchrun.fleet_sim).
     sim: bool = False
     sim_threads: int | None = None
+    #: Every size is run this many times, the sizes interleaved (all once, then again).
+    repeats: int = 1
 
 
 # --------------------------------------------------------------------------- /proc
@@ -1024,11 +1029,47 @@ def summarize(n: int, cfg: Config, **k: Any) -> dict[str, Any]:
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least-squares line y = a + b·x: (a, b); one point: the line through 0."""
-    if len(xs) < 2:
-        return 0.0, ys[0] / xs[0]
+    """Least-squares line y = a + b·x: (a, b); one size only: the line through 0."""
+    if len(set(xs)) < 2:
+        return 0.0, statistics.fmean(ys) / statistics.fmean(xs)
     b, a = statistics.linear_regression(xs, ys)
     return a, b
+
+
+#: Bootstrap resamples of the fit, and their seed (the interval is reproducible).
+BOOTSTRAP = 2000
+BOOTSTRAP_SEED = 20261130
+
+
+def bootstrap_fits(
+    runs: list[dict[str, Any]], key: Callable[[dict[str, Any]], float]
+) -> list[tuple[float, float]]:
+    """The line's (a, b) over resamples of the runs, each size's runs drawn with replacement
+    within that size (so every resample keeps every size): the spread of the repeats at each
+    size becomes the fit's interval. Empty when no size was repeated (nothing to resample)."""
+    by_size: dict[int, list[float]] = {}
+    for r in runs:
+        by_size.setdefault(r["trains"], []).append(key(r))
+    if all(len(v) < 2 for v in by_size.values()):
+        return []
+    rng = random.Random(BOOTSTRAP_SEED)  # noqa: S311 (a resample, not a secret)
+    out = []
+    for _ in range(BOOTSTRAP):
+        xs: list[float] = []
+        ys: list[float] = []
+        for n, v in by_size.items():
+            xs += [float(n)] * len(v)
+            ys += rng.choices(v, k=len(v))
+        out.append(fit(xs, ys))
+    return out
+
+
+def interval(values: list[float], digits: int) -> list[float] | None:
+    """The 95 % percentile interval of bootstrap values; None without any."""
+    if not values:
+        return None
+    q = statistics.quantiles(values, n=40, method="inclusive")
+    return [round(q[0], digits), round(q[-1], digits)]
 
 
 def chart_proxy_resources() -> dict[str, Any]:
@@ -1063,25 +1104,35 @@ def sizing(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-train slopes over the fleet sizes and the trains a node holds: by what the
     trains use (CPU to HEADROOM of the cores, memory at the proxies' p99 RSS), and by
     what the chart's proxy requests reserve (what Kubernetes schedules by)."""
-    fitted = [r for r in runs if not r["saturated"]] or runs
+    carried = carried_sizes(runs)
+    fitted = [r for r in runs if r["trains"] in carried] or runs
     ns = [float(r["trains"]) for r in fitted]
     a_cpu, b_cpu = fit(ns, [r["cpu_pct"]["proxy"] for r in fitted])
     a_cloud, b_cloud = fit(ns, [r["cloud_cpu_pct"] for r in fitted])
     a_mem, b_mem = fit(ns, [r["proxy_rss_mb_sum"] for r in fitted])
+    boot_cpu = bootstrap_fits(fitted, lambda r: r["cpu_pct"]["proxy"])
+    boot_cloud = bootstrap_fits(fitted, lambda r: r["cloud_cpu_pct"])
+    boot_mem = bootstrap_fits(fitted, lambda r: r["proxy_rss_mb_sum"])
     big = max(runs, key=lambda r: r["trains"])
     rss_p99 = max(r["proxy_rss_mb_p99"] for r in runs)
     res = chart_proxy_resources()
     req_cpu, req_mem = cpu_cores(res["requests"]["cpu"]), mem_mib(res["requests"]["memory"])
     lim_mem = mem_mib(res["limits"]["memory"])
     nodes = []
+
+    def by_cpu_of(cores: int, a: float, b: float) -> float | None:
+        return (cores * 100 * HEADROOM - max(0.0, a)) / b if b > 0 else None
+
     for cores, gib in NODES:
-        by_cpu = (cores * 100 * HEADROOM - max(0.0, a_cloud)) / b_cloud if b_cloud > 0 else None
+        by_cpu = by_cpu_of(cores, a_cloud, b_cloud)
         by_mem = gib * 1024 * HEADROOM / rss_p99
+        boot = [x for a, b in boot_cloud if (x := by_cpu_of(cores, a, b)) is not None]
         nodes.append(
             {
                 "cores": cores,
                 "gib": gib,
                 "trains_by_cpu": int(by_cpu) if by_cpu is not None else None,
+                "trains_by_cpu_ci95": interval(boot, 0),
                 "trains_by_memory": int(by_mem),
                 "trains": int(min(x for x in (by_cpu, by_mem) if x is not None)),
                 "trains_by_chart_requests": int(min(cores / req_cpu, gib * 1024 / req_mem)),
@@ -1091,16 +1142,24 @@ def sizing(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "proxy_cpu_pct_fixed": round(a_cpu, 2),
         "proxy_cpu_pct_per_train": round(b_cpu, 3),
+        "proxy_cpu_pct_per_train_ci95": interval([b for _, b in boot_cpu], 3),
         "cloud_cpu_pct_fixed": round(a_cloud, 2),
         "cloud_cpu_pct_per_train": round(b_cloud, 3),
+        "cloud_cpu_pct_per_train_ci95": interval([b for _, b in boot_cloud], 3),
         "proxy_rss_mb_fixed": round(a_mem, 1),
         "proxy_rss_mb_per_train": round(b_mem, 2),
+        "proxy_rss_mb_per_train_ci95": interval([b for _, b in boot_mem], 2),
+        "interval": (
+            f"95 % bootstrap percentile interval, {BOOTSTRAP} resamples of each size's "
+            "repeats (none when no size was repeated)"
+        ),
         "proxy_rss_mb_p99_max": rss_p99,
         "trains_per_core": round(100 * HEADROOM / b_cloud, 1) if b_cloud > 0 else None,
         "trains_per_gib": round(1024 * HEADROOM / rss_p99, 1),
         "headroom": HEADROOM,
         "chart_proxy_resources": res,
-        "fitted_sizes": [r["trains"] for r in fitted],
+        "fitted_sizes": sorted({r["trains"] for r in fitted}),
+        "fitted_runs": len(fitted),
         "measured_at": {"trains": big["trains"], "cpu_per_train_pct": big["cpu_per_train_pct"]},
         "nodes": nodes,
     }
@@ -1153,7 +1212,7 @@ def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, 
     sh = prepare(cfg, work, max(cfg.trains), int(TRIP_SPREAD_S + run_s))
     runs: list[dict[str, Any]] = []
     broken: list[dict[str, Any]] = []
-    for n in cfg.trains:
+    for rep, n in schedule(cfg.trains, cfg.repeats):
         t = time.monotonic()
         try:
             r = run_fleet(sh, n)
@@ -1161,8 +1220,11 @@ def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, 
             # A size the machine could not even bring up: recorded, and the series goes on.
             what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             print(f"n={n}: did not run: {what}", flush=True)
-            broken.append({"trains": n, "ok": False, "saturated": True, "error": what})
+            broken.append(
+                {"trains": n, "repeat": rep, "ok": False, "saturated": True, "error": what}
+            )
             continue
+        r["repeat"] = rep
         r["wall_s"] = round(time.monotonic() - t, 1)
         runs.append(r)
         print(
@@ -1176,20 +1238,19 @@ def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, 
             print(f"  errors: {r['transfer_errors']} telemetry: {r['telemetry_in_linkdb']}")
             for o in r["obituaries"]:
                 print(f"  {o}")
-    # The headline is the largest fleet the machine carried (not saturated).
-    big = max((r for r in runs if not r["saturated"]), key=lambda r: r["trains"], default=None)
-    # No size came up at all: nothing to quote, the reasons in did_not_run.
-    big = big or max(runs, key=lambda r: r["trains"], default=dict.fromkeys(HEADLINE))
+    carried = carried_sizes(runs) - {b["trains"] for b in broken}
     return {
-        **{k: big[k] for k in HEADLINE},
-        "saturated_sizes": [r["trains"] for r in runs if r["saturated"]],
+        **headline(runs, carried),
+        "repeats": cfg.repeats,
+        "saturated_sizes": sorted({r["trains"] for r in runs} - carried),
         "conns_per_train": cfg.conns,
         # The numbers quoted (the headline, the fit) come from the sizes the machine
-        # carried; each of those must have passed every check. Saturated sizes'
-        # failures are listed, not hidden.
-        "ok": all(r["ok"] for r in runs if not r["saturated"])
-        and any(not r["saturated"] for r in runs),
-        "saturated_failed": [r["trains"] for r in runs if r["saturated"] and not r["ok"]],
+        # carried in every repeat; each of those runs must have passed every check.
+        # Saturated sizes' failures are listed, not hidden.
+        "ok": all(r["ok"] for r in runs if r["trains"] in carried) and bool(carried),
+        "saturated_failed": sorted(
+            {r["trains"] for r in runs if r["trains"] not in carried and not r["ok"]}
+        ),
         "did_not_run": broken,
         "sizing": sizing(runs) if runs else None,
         "runs": runs,
@@ -1219,6 +1280,35 @@ def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, 
     }
 
 
+def schedule(sizes: list[int], repeats: int) -> list[tuple[int, int]]:
+    """(repeat, size) in the order they run: every size once per repeat, ascending in even
+    repeats and descending in odd ones, so that a drift of the machine's load over the
+    series favours no size."""
+    out = []
+    for rep in range(repeats):
+        out += [(rep, n) for n in (sizes if rep % 2 == 0 else sizes[::-1])]
+    return out
+
+
+def carried_sizes(runs: list[dict[str, Any]]) -> set[int]:
+    """The sizes the machine carried: not saturated in any of their runs."""
+    sizes = {r["trains"] for r in runs}
+    return {n for n in sizes if not any(r["saturated"] for r in runs if r["trains"] == n)}
+
+
+def headline(runs: list[dict[str, Any]], carried: set[int]) -> dict[str, Any]:
+    """The headline numbers: the median over the runs of the largest size carried (or, when
+    none was, of the largest that ran: nothing to quote, the reasons are in the runs)."""
+    if not runs:
+        return dict.fromkeys(HEADLINE)
+    n = max(carried or {r["trains"] for r in runs})
+    of = [r for r in runs if r["trains"] == n]
+    out: dict[str, Any] = {"trains": n, "headline_runs": len(of)}
+    for k in HEADLINE[1:]:
+        out[k] = round(statistics.median(r[k] for r in of), 3)
+    return out
+
+
 def markdown(res: dict[str, Any]) -> str:
     ld = res["load"]
     not_run = [b["trains"] for b in res["did_not_run"]]
@@ -1243,14 +1333,16 @@ def markdown(res: dict[str, Any]) -> str:
         f" (saturated sizes: {res['saturated_sizes'] + not_run};"
         f" failed among them: {res['saturated_failed'] + not_run}).",
         "",
-        "| trains | proxy CPU/train (% core) | proxy RSS p50 / p99 (MB) | cloud CPU (% core) "
+        "| trains (repeat) | proxy CPU/train (% core) | proxy RSS p50 / p99 (MB) "
+        "| cloud CPU (% core) "
         "| ingest lag p50 / p99 (ms) | Kafka rec/s | Kafka kB/s | chat RTT p99 (ms) "
         "| machine busy | checks |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in res["runs"]:
         lines.append(
-            f"| {r['trains']} | {r['cpu_per_train_pct']:.2f} | {r['proxy_rss_mb_p50']:.1f} / "
+            f"| {r['trains']} ({r.get('repeat', 0) + 1}) | {r['cpu_per_train_pct']:.2f} | "
+            f"{r['proxy_rss_mb_p50']:.1f} / "
             f"{r['proxy_rss_mb_p99']:.1f} | {r['cloud_cpu_pct']:.0f} | "
             f"{r['ingest_lag_p50_ms']:.0f} / {r['ingest_lag_p99_ms']:.0f} | "
             f"{r['kafka_records_per_s']:.0f} | "
@@ -1277,18 +1369,22 @@ def markdown(res: dict[str, Any]) -> str:
         return "\n".join(lines) + "\n"
     lines += [
         "",
-        f"Fit over the sizes: proxies {s['proxy_cpu_pct_per_train']} % of a core and "
-        f"{s['proxy_rss_mb_per_train']} MB per train; the cloud node (proxies, Kafka, ingest, "
-        f"PostgreSQL) {s['cloud_cpu_pct_per_train']} % per train plus "
-        f"{s['cloud_cpu_pct_fixed']} %.",
+        f"Fit over the sizes carried ({s['fitted_sizes']}, {s.get('fitted_runs', '?')} runs): "
+        f"proxies {s['proxy_cpu_pct_per_train']} % of a core "
+        f"{s.get('proxy_cpu_pct_per_train_ci95')} and "
+        f"{s['proxy_rss_mb_per_train']} MB {s.get('proxy_rss_mb_per_train_ci95')} per train; "
+        f"the cloud node (proxies, Kafka, ingest, PostgreSQL) {s['cloud_cpu_pct_per_train']} % "
+        f"{s.get('cloud_cpu_pct_per_train_ci95')} per train plus {s['cloud_cpu_pct_fixed']} % "
+        f"(brackets: {s.get('interval', 'no interval')}).",
         "",
-        "| node | trains (CPU to 70 %) | trains (memory to 70 %) | holds "
+        "| node | trains (CPU to 70 %) [95 % interval] | trains (memory to 70 %) | holds "
         "| by the chart's requests |",
         "|---|---:|---:|---:|---:|",
     ]
     for nd in s["nodes"]:
         lines.append(
-            f"| {nd['cores']} cores, {nd['gib']} GiB | {nd['trains_by_cpu']} | "
+            f"| {nd['cores']} cores, {nd['gib']} GiB | {nd['trains_by_cpu']} "
+            f"{nd.get('trains_by_cpu_ci95') or ''} | "
             f"{nd['trains_by_memory']} | {nd['trains']} | {nd['trains_by_chart_requests']} |"
         )
     return "\n".join(lines) + "\n"
@@ -1322,6 +1418,12 @@ def main(argv: list[str] | None = None) -> int:
         "relay per train (polycorn_benchrun.fleet_sim); --conns 0 for telemetry only",
     )
     ap.add_argument("--sim-threads", type=int, help="polycorn-fleetsim's runtime threads")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run every size this many times, interleaved; the fit's interval comes from them",
+    )
     ap.add_argument("--work", type=Path, help="keep the run's files here")
     out = Path(os.environ.get("BENCH_OUT", ROOT / "bench/out"))
     ap.add_argument("--out", type=Path, default=out / "fleet.json")
@@ -1329,6 +1431,8 @@ def main(argv: list[str] | None = None) -> int:
     prov = provenance.start(a.out, a.out.with_suffix(".md"))
     # SIGTERM unwinds like an exception, so every child process is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if a.repeats < 1:
+        ap.error("--repeats must be at least 1")
     limit = SIM_MAX_TRAINS if a.sim else 200
     if max(a.trains) > limit:
         ap.error(f"at most {limit} trains (the port plan)")
@@ -1348,6 +1452,7 @@ def main(argv: list[str] | None = None) -> int:
         bin_commit=a.bin_commit,
         sim=a.sim,
         sim_threads=a.sim_threads,
+        repeats=a.repeats,
     )
     trains_side = "polycorn-fleetsim" if a.sim else "polycorn-relay"
     for b in ("polycorn-proxy", trains_side, "polycorn-pki", "polycorn-tracegen"):

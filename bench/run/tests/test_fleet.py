@@ -117,3 +117,60 @@ def test_pattern_is_keyed_and_continuous() -> None:
     a = pattern(7, 0, 3 << 20)
     assert a[1000:5000] == pattern(7, 1000, 4000)
     assert pattern(8, 0, 4096) != a[:4096]
+
+
+def _run(n: int, rep: int, cloud: float, *, saturated: bool = False) -> dict[str, Any]:
+    return {
+        "trains": n,
+        "repeat": rep,
+        "saturated": saturated,
+        "ok": True,
+        "cpu_pct": {"proxy": cloud * 0.8},
+        "cloud_cpu_pct": cloud,
+        "proxy_rss_mb_sum": 17.0 * n,
+        "proxy_rss_mb_p99": 17.5,
+        "cpu_per_train_pct": cloud * 0.8 / n,
+        "ingest_lag_p99_ms": 700.0 + rep,
+        "kafka_records_per_s": 5.4 * n,
+        "kafka_bytes_per_s": 410.0 * n,
+    }
+
+
+def test_schedule_interleaves_sizes_and_alternates_their_order() -> None:
+    assert fleet.schedule([10, 25, 50], 3) == [
+        (0, 10), (0, 25), (0, 50), (1, 50), (1, 25), (1, 10), (2, 10), (2, 25), (2, 50),
+    ]  # fmt: skip
+
+
+def test_sizing_interval_from_repeats_covers_the_slope_and_widens_with_noise() -> None:
+    # Cloud CPU 10 % + 4 % per train, each repeat off by a little.
+    runs = [
+        _run(n, rep, 10 + 4 * n + noise)
+        for rep, noise in enumerate((-3.0, 0.0, 3.0))
+        for n in (10, 25, 50, 100)
+    ]
+    s = fleet.sizing(runs)
+    lo, hi = s["cloud_cpu_pct_per_train_ci95"]
+    assert lo < 4.0 < hi and lo <= s["cloud_cpu_pct_per_train"] <= hi
+    node = s["nodes"][0]
+    assert node["trains_by_cpu_ci95"][0] <= node["trains_by_cpu"] <= node["trains_by_cpu_ci95"][1]
+    noisier = [
+        _run(n, rep, 10 + 4 * n + 4 * noise)
+        for rep, noise in enumerate((-3.0, 0.0, 3.0))
+        for n in (10, 25, 50, 100)
+    ]
+    lo2, hi2 = fleet.sizing(noisier)["cloud_cpu_pct_per_train_ci95"]
+    assert hi2 - lo2 > hi - lo
+    # One run per size: no interval is claimed.
+    assert (
+        fleet.sizing([r for r in runs if r["repeat"] == 0])["cloud_cpu_pct_per_train_ci95"] is None
+    )
+
+
+def test_a_size_saturated_in_one_repeat_is_not_carried_nor_fitted() -> None:
+    runs = [_run(n, rep, 10 + 4 * n) for rep in (0, 1) for n in (10, 25, 50)]
+    runs[-1]["saturated"] = True  # 50 trains, second repeat
+    assert fleet.carried_sizes(runs) == {10, 25}
+    assert fleet.sizing(runs)["fitted_sizes"] == [10, 25]
+    h = fleet.headline(runs, fleet.carried_sizes(runs))
+    assert (h["trains"], h["headline_runs"], h["ingest_lag_p99_ms"]) == (25, 2, 700.5)
