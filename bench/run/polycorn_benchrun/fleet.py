@@ -183,16 +183,32 @@ def machine_busy() -> tuple[int, int]:
     return sum(v) - idle, sum(v)
 
 
-def infra_pids() -> dict[str, list[int]]:
-    """Kafka's and PostgreSQL's processes of scripts/infra.sh's instance (for their CPU)."""
+def infra_pids(url: str | None = None) -> dict[str, list[int]]:
+    """Kafka's and PostgreSQL's processes of scripts/infra.sh's instance (for their CPU).
+
+    With ``url``, PostgreSQL's backends serving another database are left out: the instance
+    is shared (other benchmarks and tests use databases of their own on it), and their work
+    is not this node's cost. The server's own processes (checkpointer, WAL writer,
+    autovacuum launcher) stay in; Kafka's broker cannot be split that way."""
     state = Path(os.environ.get("POLYCORN_INFRA_DIR", "/tmp/polycorn-infra"))
     out: dict[str, list[int]] = {}
     with contextlib.suppress(OSError, ValueError):
         out["kafka"] = [int((state / "kafka/pid").read_text().split()[0])]
     with contextlib.suppress(OSError, ValueError):
         pm = int((state / "pg/data/postmaster.pid").read_text().split()[0])
-        out["postgres"] = [pm, *children(pm)]
+        others = other_databases_backends(url) if url else set()
+        out["postgres"] = [pm, *(p for p in children(pm) if p not in others)]
     return out
+
+
+def other_databases_backends(url: str) -> set[int]:
+    """The pids of PostgreSQL backends connected to a database other than ``url``'s."""
+    with pg_connect(url) as c:
+        rows = c.execute(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname IS NOT NULL AND datname <> current_database()"
+        ).fetchall()
+    return {int(r[0]) for r in rows}
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -423,6 +439,8 @@ class Fleet:
         self.ingest: Any = None
         self.stop_ingest = self.ctx.Event()
         self.lagq: Any = None
+        #: LinkDB's URL for this size (set by start).
+        self.url: str | None = None
         self.origin = f"127.0.0.2:{self.cfg.port_base + 999}"
         self.trains: list[dict[str, Any]] = []
         #: Records ingest has committed, and the lags of those committed in the window.
@@ -447,6 +465,7 @@ class Fleet:
     def start(self, url: str) -> None:
         """Ingest on the database at ``url``, the origin and every train, connected, and
         ingest's first commit."""
+        self.url = url
         self.lagq = self.ctx.Queue()
         self.ingest = self.ctx.Process(
             target=_ingest_worker,
@@ -627,7 +646,7 @@ class Fleet:
             **self.train_groups(pax),
             "ingest": [self.ingest.pid],
             "origin": [procs.pid("origin")],
-            **infra_pids(),
+            **infra_pids(self.url),
         }
         # The scrapes first: on a loaded machine they take a while, and the
         # CPU is divided by the wall time between the two readings of it.

@@ -14,6 +14,8 @@ import pytest
 from polycorn_benchrun import fleet
 from polycorn_benchrun.fleet_traffic import pattern
 from polycorn_harness import ROOT
+from polycorn_schema.startup import pg_connect
+from polycorn_schema.testing import fresh_database
 
 BIN = Path(os.environ.get("POLYCORN_BIN", ROOT / "target/release"))
 NEEDED = ("polycorn-proxy", "polycorn-relay", "polycorn-pki", "polycorn-tracegen")
@@ -174,3 +176,16 @@ def test_a_size_saturated_in_one_repeat_is_not_carried_nor_fitted() -> None:
     assert fleet.sizing(runs)["fitted_sizes"] == [10, 25]
     h = fleet.headline(runs, fleet.carried_sizes(runs))
     assert (h["trains"], h["headline_runs"], h["ingest_lag_p99_ms"]) == (25, 2, 700.5)
+
+
+def test_postgres_cpu_leaves_out_backends_of_other_databases() -> None:
+    # The instance is shared: a backend serving another database is not the node's cost.
+    with (
+        fresh_database(prefix="fleet_ours") as ours,
+        fresh_database(prefix="fleet_other") as other,
+        pg_connect(other) as c,
+    ):
+        row = c.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        assert row[0] in fleet.infra_pids()["postgres"]
+        assert row[0] not in fleet.infra_pids(ours)["postgres"]
