@@ -32,15 +32,15 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 from polycorn_schema.failure_table import FORMAT, PUBLISH_LOCK, canonical, etag_of
 from polycorn_trainer import __version__
 from polycorn_trainer.data import CELL_ROUTE
-from polycorn_trainer.fit import CellResult
 from polycorn_trainer.signing import TableSigner
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,30 @@ class Published:
     signature: str | None = None  # base64 Ed25519 of body; None: unsigned
 
 
+class StoredModel(Protocol):
+    """A cell's model as stored: :class:`~polycorn_trainer.fit.CellResult`
+    or :class:`~polycorn_trainer.batch.CellModel` (whose ``params`` may be
+    JSON text already)."""
+
+    @property
+    def key(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def params(self) -> dict[str, Any] | str: ...
+    @property
+    def predicted_failure_track_m(self) -> float | None: ...
+    @property
+    def failure_rate(self) -> float: ...
+
+
+def _params_json(params: dict[str, Any] | str) -> str:
+    return params if isinstance(params, str) else json.dumps(params, allow_nan=False)
+
+
 def store_model(
     conn: psycopg.Connection,
-    results: list[CellResult],
+    results: Sequence[StoredModel],
     params: dict[str, Any],
     validation: dict[str, Any],
     handovers: int,
@@ -101,7 +122,7 @@ def store_model(
                     model_id,
                     r.key,
                     r.kind,
-                    json.dumps(r.params, allow_nan=False),
+                    _params_json(r.params),
                     r.predicted_failure_track_m,
                     r.failure_rate,
                 )
