@@ -127,7 +127,7 @@ INSERT INTO handovers (source, train_id, trip_id, cell, carrier, path, source_ce
 SELECT 'telemetry', h.train_id, h.trip_id, c.id, h.carrier, h.path, h.cell_id, h.target_id,
        h.start_time,
        ST_SetSRID(ST_MakePoint(116.32 + (113.27 - 116.32) * h.pos / h.line_m + (random() - 0.5) * 0.0004
-                                 + 0.5 * h.line,
+                                 + 0.5 * (split_part(h.train_id, '-', 2)::int / (SELECT trains FROM p)),
                                39.89 + (22.99 - 39.89) * h.pos / h.line_m + (random() - 0.5) * 0.0004),
                   4326)::geography,
        h.pos, h.dir, h.rsrp,
@@ -144,13 +144,15 @@ FROM (
       -- The random draws, one per row each (a volatile target list is
       -- evaluated once per row; outer levels only combine them).
       SELECT tr.train_id, tr.id AS trip_id, tr.started_at AS start_at, tr.direction = 'increasing' AS inc,
-             k.carrier, k.path, k.cell_id, k.target_id, k.dir, k.line, k.boundary_m, k.u,
+             k.carrier, k.path, k.cell_id, k.target_id, k.dir, k.boundary_m, k.u,
              p.n * p.spacing_m + 2000 AS line_m, p.speed_mps,
              least(-200 * ln(1 - random()), 700) AS delta,
              random() AS r_n1, random() AS r_n2, random() AS r_fail
       FROM p, (SELECT t.*, split_part(t.train_id, '-', 2)::int / (SELECT trains FROM p) AS line
                FROM trips t) tr
-      JOIN k ON k.dir = tr.direction AND k.line = tr.line
+      -- The line as a filter, not a join key: the join (and the order in which
+      -- the rows draw their numbers) stays the one-line seed's.
+      JOIN k ON k.dir = tr.direction AND k.line IS NOT DISTINCT FROM tr.line
     ) r
   ) d
 ) h
@@ -172,13 +174,13 @@ END $$;
 INSERT INTO gps_fixes (train_id, time, geog, speed_mps, heading_deg, accuracy_m, track_m)
 SELECT f.train_id, f.time,
        ST_SetSRID(ST_MakePoint(116.32 + (113.27 - 116.32) * f.pos / f.line_m + (random() - 0.5) * 0.0004
-                                 + 0.5 * f.line,
+                                 + 0.5 * (split_part(f.train_id, '-', 2)::int / (SELECT trains FROM p)),
                                39.89 + (22.99 - 39.89) * f.pos / f.line_m + (random() - 0.5) * 0.0004),
                   4326)::geography,
        f.speed_mps, CASE WHEN f.inc THEN 189.0 ELSE 9.0 END, 5 + random() * 10, f.pos
 FROM (
   SELECT tr.train_id, tr.started_at + make_interval(secs => s) AS time, tr.direction = 'increasing' AS inc,
-         split_part(tr.train_id, '-', 2)::int / p.trains AS line, l.line_m, p.speed_mps,
+         l.line_m, p.speed_mps,
          CASE WHEN tr.direction = 'increasing' THEN s * p.speed_mps ELSE l.line_m - s * p.speed_mps END AS pos
   FROM p CROSS JOIN (SELECT p.n * p.spacing_m + 2000 AS line_m FROM p) l
   CROSS JOIN trips tr CROSS JOIN LATERAL generate_series(0, tr.fixes) s
