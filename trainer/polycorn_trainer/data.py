@@ -30,7 +30,7 @@ import numpy.typing as npt
 import psycopg
 
 from polycorn_trainer.batch import Columns
-from polycorn_trainer.fit import CellData
+from polycorn_trainer.fit import B, CellData
 
 log = logging.getLogger(__name__)
 
@@ -151,43 +151,42 @@ FROM cells c WHERE {SHARD_EXPR} ORDER BY c.id
 """
 
 # One pass: the handovers of the cells %(ids)s, one row each, every field
-# fixed-width and never NULL (ROW). The same choices as CELLS_SQL: the
-# route most of a cell's positioned handovers are on (ties to a named
-# route), the speed of the train's last fix within 10 s before the start
-# (looked up for the handovers on that route only, the only ones used), the
-# train as a hash. Whether a handover is on the cell's route is sent along,
-# so that the others are counted (untracked), and the start time and id,
-# by which NumPy puts each cell's handovers in the reference's order.
+# fixed-width and never NULL (ROW), in the order of the table (the heap's, in
+# time order as ingest writes it: the GPS lookups then walk each train's
+# fixes forwards, not back and forth). The same choices as CELLS_SQL: the
+# speed of the train's last fix within 10 s before the start (for positioned
+# handovers), the train as a hash; the route as its rank among the pass's
+# routes in the column's order (NULL last), from which read_pass picks the
+# route most of a cell's positioned handovers are on as CELL_ROUTE does; the
+# start time and id, by which NumPy puts each cell's handovers in the
+# reference's order.
 READ_SQL = """COPY (
-WITH pass AS (SELECT unnest(%(ids)s::bigint[]) AS id),
-dr AS (
-    SELECT DISTINCT ON (h.cell) h.cell, h.route_id AS route
-    FROM handovers h JOIN pass ON h.cell = pass.id
-    WHERE h.track_m IS NOT NULL
-    GROUP BY h.cell, h.route_id
-    ORDER BY h.cell, count(*) DESC, h.route_id NULLS LAST
-),
-h AS (
-    SELECT h.cell, h.start_time, h.id, h.track_m, h.rsrp_dbm, h.outcome, h.trip_id, h.train_id,
-           h.track_m IS NOT NULL AND h.route_id IS NOT DISTINCT FROM dr.route AS on_route
-    FROM handovers h JOIN pass ON h.cell = pass.id LEFT JOIN dr ON dr.cell = h.cell
+WITH routes AS (
+    SELECT route_id, dense_rank() OVER (ORDER BY route_id) AS rank
+    FROM (SELECT DISTINCT h.route_id FROM handovers h
+          WHERE h.cell = ANY(%(ids)s::bigint[]) AND h.route_id IS NOT NULL) d
 )
-SELECT h.cell, h.on_route, h.start_time, h.id, coalesce(h.track_m, 'NaN'::float8),
+SELECT h.cell, h.track_m IS NOT NULL, coalesce(r.rank, 9223372036854775807),
+       h.start_time, h.id, coalesce(h.track_m, 'NaN'::float8),
        coalesce(h.rsrp_dbm, 'NaN'::float8), h.outcome = 'failure', coalesce(h.trip_id, -h.id),
        hashtextextended(h.train_id, 0), coalesce(s.speed_mps, 'NaN'::float8)
-FROM h LEFT JOIN LATERAL (
+FROM handovers h
+LEFT JOIN routes r ON r.route_id = h.route_id
+LEFT JOIN LATERAL (
     SELECT g.speed_mps FROM gps_fixes g
-    WHERE h.on_route AND g.train_id = h.train_id
+    WHERE h.track_m IS NOT NULL AND g.train_id = h.train_id
       AND g.time <= h.start_time AND g.time > h.start_time - interval '10 seconds'
     ORDER BY g.time DESC LIMIT 1
 ) s ON true
+WHERE h.cell = ANY(%(ids)s::bigint[])
 ) TO STDOUT (FORMAT BINARY)"""
 
 # READ_SQL's rows in PostgreSQL's binary COPY format: the field count, then
 # each field's length and its big-endian value.
 _FIELDS = (
     ("cell", ">i8"),
-    ("on_route", "?"),
+    ("tracked", "?"),
+    ("route", ">i8"),
     ("start", ">i8"),
     ("id", ">i8"),
     ("track_m", ">f8"),
@@ -267,6 +266,25 @@ def shard_cells(conn: psycopg.Connection, shard: Shard) -> ShardCells:
     )
 
 
+def on_route(cell: npt.NDArray[np.int64], tracked: B, route: npt.NDArray[np.int64]) -> B:
+    """Which handovers are positioned on their cell's route: the route (rank)
+    most of the cell's positioned handovers are on, ties to the lowest rank
+    (NULL ranks last), as CELL_ROUTE picks it."""
+    c, r = cell[tracked], route[tracked]
+    order = np.lexsort((r, c))
+    c, r = c[order], r[order]
+    first = np.flatnonzero(np.concatenate([[True], (c[1:] != c[:-1]) | (r[1:] != r[:-1])]))
+    pair_cell, pair_route = c[first], r[first]
+    count = np.diff(np.append(first, len(c)))
+    # Per cell, the pair with the most handovers, then the lowest rank.
+    best = np.lexsort((pair_route, -count, pair_cell))
+    top = best[np.concatenate([[True], pair_cell[best][1:] != pair_cell[best][:-1]])]
+    cells, routes = pair_cell[top], pair_route[top]
+    at = np.minimum(np.searchsorted(cells, cell), max(len(cells) - 1, 0))
+    hit: B = tracked & (cells[at] == cell) & (routes[at] == route) if len(cells) else tracked
+    return hit
+
+
 def read_pass(conn: psycopg.Connection, cells: ShardCells, lo: int, hi: int) -> tuple[Columns, int]:
     """Cells ``lo`` to ``hi`` of ``cells``: those with at least one
     positioned handover as a batch, and the count of the others' handovers
@@ -276,11 +294,11 @@ def read_pass(conn: psycopg.Connection, cells: ShardCells, lo: int, hi: int) -> 
         for data in cp:
             buf += data
     rows = parse_binary_copy(buf)
-    on = rows["on_route"]
+    cell = rows["cell"].astype(np.int64)
+    on = on_route(cell, rows["tracked"], rows["route"].astype(np.int64))
     untracked = len(rows) - int(np.count_nonzero(on))
     if untracked:
-        rows = rows[on]
-    cell = rows["cell"].astype(np.int64)
+        rows, cell = rows[on], cell[on]
     # Each cell's handovers by start time, then id: the reference's order.
     order = np.lexsort((rows["id"], rows["start"], cell))
     cell = cell[order]

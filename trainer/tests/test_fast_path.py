@@ -247,7 +247,9 @@ def test_the_published_table_is_the_references(db: str) -> None:
 def test_the_reader_refuses_rows_that_are_not_its_own(db: str) -> None:
     def stream(rsrp: str) -> bytes:
         q = (
-            "COPY (SELECT 1::int8, true, now(), 2::int8, 1.5::float8, " + rsrp + ", false, "
+            "COPY (SELECT 1::int8, true, 7::int8, now(), 2::int8, 1.5::float8, "
+            + rsrp
+            + ", false, "
             "3::int8, 4::int8, 5.0::float8 FROM generate_series(1, 3)) TO STDOUT (FORMAT BINARY)"
         )
         with psycopg.connect(db) as c, c.cursor().copy(q) as cp:
