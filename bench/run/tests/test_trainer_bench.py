@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from polycorn_benchrun import trainer_fleet as tf
-from polycorn_harness import provenance
+from polycorn_harness import ROOT, provenance
 from polycorn_schema.testing import fresh_database
 
 VALIDATION = {"failure_correct": 0.5, "failures": 10}
@@ -169,7 +169,7 @@ def test_a_small_scale_run_end_to_end(tmp_path: Path) -> None:
         for i in (1, 2):
             work = tmp_path / f"work{i}"
             subprocess.run(
-                [*cmd, *args, "--db", db, "--work", str(work)], env=env, check=True, cwd=tf.ROOT
+                [*cmd, *args, "--db", db, "--work", str(work)], env=env, check=True, cwd=ROOT
             )
             r = json.loads((work / "out" / "trainer.json").read_text())
             assert r["cells"] == 80 and r["handovers"] == 4000
