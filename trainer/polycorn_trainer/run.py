@@ -153,10 +153,23 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     each exiting with the trainer (:func:`_exit_with`)."""
     ctx = multiprocessing.get_context("forkserver")
     # Imported once in the forkserver (when it starts), not in every worker.
-    ctx.set_forkserver_preload(["polycorn_trainer.batch"])
+    ctx.set_forkserver_preload(["polycorn_trainer.run"])
     return ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=_exit_with, initargs=(os.getpid(),)
     )
+
+
+def _ready() -> None:
+    """A worker's first task: it is running."""
+
+
+def _start(pool: ProcessPoolExecutor, workers: int) -> None:
+    """Starts ``pool``'s processes (a task each); a failure shows on the real tasks."""
+    try:
+        for f in [pool.submit(_ready) for _ in range(workers)]:
+            f.result()
+    except Exception:  # noqa: S110 (the pool is broken or shut down: fit_stream sees it)
+        pass
 
 
 def fit_stream(
@@ -184,6 +197,9 @@ def fit_stream(
             progress.add(size(b))
         return out
     pool = _pool(workers)
+    # The forkserver imports the fitting code (seconds: scikit-learn) and
+    # forks the workers while this thread reads the first batch.
+    threading.Thread(target=_start, args=(pool, workers), name="start-workers", daemon=True).start()
     try:
         futures: list[Future[R]] = []
         for b in batches:
