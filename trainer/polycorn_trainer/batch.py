@@ -44,6 +44,7 @@ import json
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -150,18 +151,17 @@ class Columns:
             speed_mps=self.speed_mps[s:e].copy(),
         )
 
-    def split(self, max_handovers: int, max_cells: int) -> list[Columns]:
+    def split(self, max_handovers: int, max_cells: int) -> Iterator[Columns]:
         """Consecutive pieces of at most ``max_cells`` cells and, unless one
-        cell alone has more, ``max_handovers`` handovers."""
-        out: list[Columns] = []
+        cell alone has more, ``max_handovers`` handovers, each copied as it
+        is taken."""
         lo, c = 0, len(self)
         while lo < c:
             limit = int(self.bounds[lo]) + max_handovers
             hi = int(np.searchsorted(self.bounds, limit, side="right")) - 1
             hi = min(max(hi, lo + 1), lo + max_cells, c)
-            out.append(self.take(lo, hi))
+            yield self.take(lo, hi)
             lo = hi
-        return out
 
     @classmethod
     def of(cls, cells: list[CellData]) -> Columns:

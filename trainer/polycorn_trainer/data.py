@@ -23,7 +23,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -150,28 +150,34 @@ SELECT c.id, c.carrier, c.cell_id, c.direction = 'increasing', c.handovers
 FROM cells c WHERE {SHARD_EXPR} ORDER BY c.id
 """
 
+# The routes positioned handovers are on, in the column's order: a route's
+# rank in this list is how a pass names it (one scan, not one per pass).
+ROUTES_SQL = """
+SELECT DISTINCT route_id FROM handovers
+WHERE route_id IS NOT NULL AND track_m IS NOT NULL AND cell IS NOT NULL
+ORDER BY route_id
+"""
+# A handover's route when it has none: after every route, as NULLS LAST.
+NO_ROUTE = 2**63 - 1
+
 # One pass: the handovers of the cells %(ids)s, one row each, every field
 # fixed-width and never NULL (ROW), in the order of the table (the heap's, in
 # time order as ingest writes it: the GPS lookups then walk each train's
 # fixes forwards, not back and forth). The same choices as CELLS_SQL: the
 # speed of the train's last fix within 10 s before the start (for positioned
-# handovers), the train as a hash; the route as its rank among the pass's
-# routes in the column's order (NULL last), from which read_pass picks the
-# route most of a cell's positioned handovers are on as CELL_ROUTE does; the
-# start time and id, by which NumPy puts each cell's handovers in the
-# reference's order.
+# handovers), the train as a hash; the route as its rank in ROUTES_SQL's
+# list (1-based; NO_ROUTE for none), from which on_route picks the route
+# most of a cell's positioned handovers are on as CELL_ROUTE does; the start
+# time and id, by which NumPy puts each cell's handovers in the reference's
+# order.
 READ_SQL = """COPY (
-WITH routes AS (
-    SELECT route_id, dense_rank() OVER (ORDER BY route_id) AS rank
-    FROM (SELECT DISTINCT h.route_id FROM handovers h
-          WHERE h.cell = ANY(%(ids)s::bigint[]) AND h.route_id IS NOT NULL) d
-)
 SELECT h.cell, h.track_m IS NOT NULL, coalesce(r.rank, 9223372036854775807),
        h.start_time, h.id, coalesce(h.track_m, 'NaN'::float8),
        coalesce(h.rsrp_dbm, 'NaN'::float8), h.outcome = 'failure', coalesce(h.trip_id, -h.id),
        hashtextextended(h.train_id, 0), coalesce(s.speed_mps, 'NaN'::float8)
 FROM handovers h
-LEFT JOIN routes r ON r.route_id = h.route_id
+LEFT JOIN unnest(%(routes)s::text[]) WITH ORDINALITY AS r(route_id, rank)
+  ON r.route_id = h.route_id
 LEFT JOIN LATERAL (
     SELECT g.speed_mps FROM gps_fixes g
     WHERE h.track_m IS NOT NULL AND g.train_id = h.train_id
@@ -266,10 +272,12 @@ def shard_cells(conn: psycopg.Connection, shard: Shard) -> ShardCells:
     )
 
 
-def on_route(cell: npt.NDArray[np.int64], tracked: B, route: npt.NDArray[np.int64]) -> B:
-    """Which handovers are positioned on their cell's route: the route (rank)
-    most of the cell's positioned handovers are on, ties to the lowest rank
-    (NULL ranks last), as CELL_ROUTE picks it."""
+def dominant_routes(
+    cell: npt.NDArray[np.int64], tracked: B, route: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Each cell's route (rank) as CELL_ROUTE picks it: the one most of its
+    positioned handovers are on, ties to the lowest rank (NO_ROUTE, none,
+    last). The cells with a positioned handover, ascending, and theirs."""
     c, r = cell[tracked], route[tracked]
     order = np.lexsort((r, c))
     c, r = c[order], r[order]
@@ -279,23 +287,38 @@ def on_route(cell: npt.NDArray[np.int64], tracked: B, route: npt.NDArray[np.int6
     # Per cell, the pair with the most handovers, then the lowest rank.
     best = np.lexsort((pair_route, -count, pair_cell))
     top = best[np.concatenate([[True], pair_cell[best][1:] != pair_cell[best][:-1]])]
-    cells, routes = pair_cell[top], pair_route[top]
-    at = np.minimum(np.searchsorted(cells, cell), max(len(cells) - 1, 0))
-    hit: B = tracked & (cells[at] == cell) & (routes[at] == route) if len(cells) else tracked
-    return hit
+    return pair_cell[top], pair_route[top]
 
 
-def read_pass(conn: psycopg.Connection, cells: ShardCells, lo: int, hi: int) -> tuple[Columns, int]:
-    """Cells ``lo`` to ``hi`` of ``cells``: those with at least one
-    positioned handover as a batch, and the count of the others' handovers
-    and the untracked ones (as :func:`load_cells` counts them)."""
+@dataclass
+class Pass:
+    """A pass's cells with at least one positioned handover (``batch``), the
+    handovers that are not positioned on their cell's route (``untracked``,
+    as :func:`load_cells` counts them) and the cells whose route is a named
+    one (``routed``: the others' models get no route)."""
+
+    batch: Columns
+    untracked: int
+    routed: npt.NDArray[np.int64]
+
+
+def read_pass(
+    conn: psycopg.Connection, cells: ShardCells, lo: int, hi: int, routes: list[str]
+) -> Pass:
+    """Cells ``lo`` to ``hi`` of ``cells`` (``routes``: ROUTES_SQL's list)."""
     buf = bytearray()
-    with conn.cursor().copy(READ_SQL, {"ids": cells.key[lo:hi].tolist()}) as cp:
+    with conn.cursor().copy(READ_SQL, {"ids": cells.key[lo:hi].tolist(), "routes": routes}) as cp:
         for data in cp:
             buf += data
     rows = parse_binary_copy(buf)
     cell = rows["cell"].astype(np.int64)
-    on = on_route(cell, rows["tracked"], rows["route"].astype(np.int64))
+    route = rows["route"].astype(np.int64)
+    tracked = rows["tracked"]
+    with_route, route_of = dominant_routes(cell, tracked, route)
+    on = tracked.copy()  # positioned, and on the cell's route:
+    if len(with_route):
+        at = np.minimum(np.searchsorted(with_route, cell), len(with_route) - 1)
+        on &= (with_route[at] == cell) & (route_of[at] == route)
     untracked = len(rows) - int(np.count_nonzero(on))
     if untracked:
         rows, cell = rows[on], cell[on]
@@ -319,7 +342,7 @@ def read_pass(conn: psycopg.Connection, cells: ShardCells, lo: int, hi: int) -> 
         train=rows["train"][order].astype(np.int64),
         speed_mps=rows["speed_mps"][order].astype(np.float64),
     )
-    return batch, untracked
+    return Pass(batch, untracked, with_route[route_of != NO_ROUTE])
 
 
 @dataclass
@@ -329,12 +352,16 @@ class Reader:
 
     conn: psycopg.Connection
     shard: Shard
-    pass_handovers: int = 250_000
-    pass_cells: int = 5_000
+    # A pass reads its handovers from all over the table (a cell's span the
+    # fleet's history): the larger the pass, the fewer times the table is
+    # read; the smaller, the less memory and the sooner fitting starts.
+    pass_handovers: int = 500_000
+    pass_cells: int = 10_000
     seconds: float = 0.0
     cells: int = 0  # read: with at least one positioned handover
     handovers: int = 0  # positioned
     untracked: int = 0
+    routed: list[int] = field(default_factory=list)  # cells whose route is a named one
 
     def __post_init__(self) -> None:
         t0 = time.monotonic()
@@ -343,15 +370,17 @@ class Reader:
         self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         self.conn.execute("SET LOCAL jit = off")
         self.shard_cells = shard_cells(self.conn, self.shard)
+        self.routes = [str(r) for (r,) in self.conn.execute(ROUTES_SQL)]
         self.seconds += time.monotonic() - t0
 
     def __iter__(self) -> Iterator[Columns]:
         for lo, hi in self.shard_cells.passes(self.pass_handovers, self.pass_cells):
             t0 = time.monotonic()
-            batch, untracked = read_pass(self.conn, self.shard_cells, lo, hi)
+            p = read_pass(self.conn, self.shard_cells, lo, hi, self.routes)
             self.seconds += time.monotonic() - t0
-            self.cells += len(batch)
-            self.handovers += batch.handovers
-            self.untracked += untracked
-            if len(batch):
-                yield batch
+            self.cells += len(p.batch)
+            self.handovers += p.batch.handovers
+            self.untracked += p.untracked
+            self.routed.extend(p.routed.tolist())
+            if len(p.batch):
+                yield p.batch

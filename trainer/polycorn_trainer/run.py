@@ -179,15 +179,17 @@ def fit_stream(
     *,
     total: int,
     size: Callable[[T], int],
+    ahead: int = 0,
 ) -> list[R]:
     """``fit(batch, o.params)`` for every batch, the results in the batches'
     order: in worker processes when there is more than one worker and
     ``total`` (the cells to fit, for the progress log) reaches 64. The
-    batches are taken as the workers need them, at most two per worker
-    waiting, so a lazy ``batches`` (a reader) runs while earlier batches are
-    fitted, and memory holds only the batches in flight. Interrupted (an
-    exception in this thread, e.g. the service's SIGTERM, or a batch's
-    failure), it stops the workers before it lets the exception go."""
+    batches are taken as the workers need them, at most ``ahead`` (by
+    default two per worker) waiting, so a lazy ``batches`` (a reader) runs
+    while earlier batches are fitted, and memory holds only the batches in
+    flight. Interrupted (an exception in this thread, e.g. the service's
+    SIGTERM, or a batch's failure), it stops the workers before it lets the
+    exception go."""
     workers = _workers(o.workers)
     progress = _Progress(total, o.progress_every_s)
     if workers == 1 or total < 64:
@@ -207,7 +209,7 @@ def fit_stream(
             f.add_done_callback(functools.partial(progress.done_with, size(b)))
             futures.append(f)
             waiting = [f for f in futures if not f.done()]
-            if len(waiting) > 2 * workers:
+            if len(waiting) > (ahead or 2 * workers):
                 wait(waiting, return_when=FIRST_COMPLETED)
         results = [f.result() for f in futures]
     except BaseException:
@@ -287,7 +289,12 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         in_shard = len(reader.shard_cells.key)
         log.info("shard %s: %d cells; reading and fitting them", o.shard, in_shard)
         fitted = Fitted()
-        for part in fit_stream(_batches(reader), o, fit_columns, total=in_shard, size=len):
+        # The reader goes on with the next pass while up to two passes' worth
+        # of batches wait for the workers: it does not wait while they keep up.
+        ahead = 2 * -(-reader.pass_handovers // BATCH_HANDOVERS)
+        for part in fit_stream(
+            _batches(reader), o, fit_columns, total=in_shard, size=len, ahead=ahead
+        ):
             fitted.add(part)
         conn.commit()  # the read-only snapshot
         # Reading and fitting overlap: the fitting's share is what it added.
@@ -308,7 +315,9 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         validation = summary_of(fitted.counts)
         kinds = fitted.kinds
         t_store = time.monotonic()
-        model_id, published = _store_and_publish(conn, o, fitted.models, validation, handovers)
+        model_id, published = _store_and_publish(
+            conn, o, fitted.models, validation, handovers, routed=reader.routed
+        )
     if published is not None:
         _produce(o, published)
     refit_s = time.monotonic() - t0
@@ -361,6 +370,8 @@ def _store_and_publish(
     results: Sequence[StoredModel],
     validation: dict[str, Any],
     handovers: int,
+    *,
+    routed: Sequence[int] | None = None,
 ) -> tuple[int | None, Published | None]:
     """Store the model (its id) and assemble the table from it, as the options ask."""
     model_id: int | None = None
@@ -373,6 +384,7 @@ def _store_and_publish(
                 {**o.params.as_dict(), "shard": str(o.shard)},
                 validation,
                 handovers,
+                routed=routed,
             )
         if o.publish:
             published = publish_table(conn, model_id, o.signer, validity_s=o.validity_s)

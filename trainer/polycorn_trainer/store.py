@@ -95,9 +95,14 @@ def store_model(
     params: dict[str, Any],
     validation: dict[str, Any],
     handovers: int,
+    *,
+    routed: Sequence[int] | None = None,
 ) -> int:
     """Inserts the run and its cell models; returns ``models.id``. The caller
-    owns the transaction."""
+    owns the transaction. ``routed``: the cells that have a positioned
+    handover on a named route, as read (the others get no route, and
+    looking their handovers over again costs seconds on a large fleet);
+    None: any cell may."""
     row = conn.execute(
         "INSERT INTO models (trainer_version, params, cells_fitted, handovers_used, validation) "
         "VALUES (%s, %s, %s, %s, %s) RETURNING id",
@@ -127,7 +132,10 @@ def store_model(
                     r.failure_rate,
                 )
             )
-    conn.execute(ROUTE_POINTS, {"model": model_id})
+    if routed is None:
+        conn.execute(ROUTE_POINTS, {"model": model_id})
+    elif routed:
+        conn.execute(ROUTE_POINTS + ROUTED, {"model": model_id, "routed": list(routed)})
     return model_id
 
 
@@ -146,6 +154,7 @@ UPDATE cell_models m SET route_id = dr.route, predicted_failure_geog = (
     ORDER BY s.seq LIMIT 1)
 FROM cells c {CELL_ROUTE}
 WHERE m.model_id = %(model)s AND c.id = m.cell AND dr.route IS NOT NULL"""
+ROUTED = " AND m.cell = ANY(%(routed)s::bigint[])"
 
 
 ASSEMBLE_SQL = """

@@ -217,7 +217,7 @@ def test_quantile_rows_is_numpys_quantile(q: float) -> None:
 def test_a_batch_splits_into_the_same_cells() -> None:
     cells = generated(5, 40)
     cols = Columns.of(cells)
-    pieces = cols.split(max_handovers=150, max_cells=7)
+    pieces = list(cols.split(max_handovers=150, max_cells=7))
     assert all(len(b) <= 7 for b in pieces)
     assert all(b.handovers <= 150 or len(b) == 1 for b in pieces)
     again = [c for b in pieces for c in b.cells()]

@@ -68,6 +68,8 @@ def trip_handovers(
                 route = "r1"
                 if (k == 3 and day % 3 == 0) or (k == 5 and day % 2 == 0):
                     route = "r2"
+            elif k == 9 and day % 4 == 0:
+                route = "r2"  # a few of unicom cell 9's: most have none, so the cell has none
             if k == CELLS or rng.random() < 0.03:
                 track = None
             yield (
@@ -104,7 +106,7 @@ def seed(url: str, rng_seed: int = 11) -> None:
     """Four trains, eight trips each (alternating direction), two carriers:
     one handover per cell and trip. cmcc's handovers are map-matched onto
     route r1 (a few of cell 3's onto r2; cell 5's split evenly between r1
-    and r2), unicom's carry no route."""
+    and r2), unicom's carry no route (but a few of cell 9's, on r2)."""
     rng = np.random.default_rng(rng_seed)
     with psycopg.connect(url) as c:
         for rid, lat in (("r1", 39.0), ("r2", 40.0)):
