@@ -1,7 +1,7 @@
 """Reading the training data from LinkDB: the handovers of every cell of a
 shard.
 
-A trainer run reads them with :func:`read_columns`: the shard's cells in
+A trainer run reads them with :class:`Reader`: the shard's cells in
 *passes* of a few thousand cells, each pass one ``COPY ... TO STDOUT
 (FORMAT BINARY)`` whose rows (one per handover, every field fixed-width and
 never NULL) NumPy reads straight from the received bytes, sorted and cut
