@@ -145,12 +145,18 @@ bench-matching: setup ## map matching cost per fix: batched vs per-train candida
 	eval "$$(bash scripts/infra.sh env)" && uv run --all-packages --locked --quiet python -m polycorn_benchrun.matching --out bench/out/matching.json $(MATCHING_BENCH_ARGS)
 
 # Against the same infra: generated fleets through Kafka and ingest into fresh
-# databases, the trainer's validation on them, and one refit of 10,000 cells /
-# 1M handovers timed; knobs and method in polycorn_benchrun.trainer_fleet and
-# docs/benchmarks.md.
-bench-trainer: setup ## trainer: validation on generated fleets vs the paper, refit time and peak memory at 10k cells / 1M handovers -> bench/out/trainer.json
+# databases, the trainer's validation on them, and the refit of 10,000 cells /
+# 1M handovers timed (BENCH_TRAINER_SCALE=10x: 100,000 / 10M, the refit only);
+# BENCH_TRAINER_REPEATS refits, BENCH_TRAINER_DB a scale database to reuse (or
+# seed and keep); more knobs and the method in polycorn_benchrun.trainer_fleet
+# and docs/benchmarks.md.
+BENCH_TRAINER_SCALE ?= 1x
+BENCH_TRAINER_REPEATS ?= 1
+BENCH_TRAINER_DB ?=
+bench-trainer: setup ## trainer: validation on generated fleets vs the paper, refit time and peak memory at 10k cells / 1M handovers -> bench/out/trainer.json; BENCH_TRAINER_SCALE=10x (100k / 10M -> trainer-10x.json), BENCH_TRAINER_REPEATS (1: refits, median [min, max]), BENCH_TRAINER_DB (a seeded database to reuse, or to seed and keep)
 	bash scripts/infra.sh up pg kafka
-	$(UVW) python -m polycorn_benchrun.trainer_fleet bench
+	$(UVW) python -m polycorn_benchrun.trainer_fleet bench --scale $(BENCH_TRAINER_SCALE) \
+		--repeats $(BENCH_TRAINER_REPEATS) $(if $(BENCH_TRAINER_DB),--db $(BENCH_TRAINER_DB))
 
 # One cloud node under a fleet's load: a proxy per train as the
 # chart runs them, real relays with passenger traffic, Kafka and ingest on the

@@ -1,25 +1,36 @@
-"""One trainer run: load a shard's cells, fit and validate them in parallel,
+"""One trainer run: read a shard's cells, fit and validate them in parallel,
 store the model, publish the table (LinkDB, then Kafka), signed with
-``Options.signer`` when the trainer has a signing key."""
+``Options.signer`` when the trainer has a signing key.
+
+The cells are read in passes (:class:`polycorn_trainer.data.Reader`) and
+each pass is fitted in worker processes (:func:`polycorn_trainer.batch.
+fit_columns`) while the next one is read (:func:`fit_stream`), so reading
+and fitting overlap and memory holds a few passes, not the fleet. The
+workers are forked by a forkserver: a clean single-threaded process (the
+trainer itself runs threads: Kafka's client, the metrics server, the
+executor's own), started once with the fitting code imported, so a worker
+starts in milliseconds and inherits neither the trainer's threads nor its
+memory."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import os
 import select
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
 from polycorn_schema.startup import pg_connect
-from polycorn_trainer.data import Shard, load_cells
+from polycorn_trainer.batch import Columns, Fitted, fit_columns
+from polycorn_trainer.data import Reader, Shard
 from polycorn_trainer.fit import CellData, CellResult, Counts, Params, fit_many
 from polycorn_trainer.kafka import produce_table
 from polycorn_trainer.metrics import Metrics
@@ -27,6 +38,7 @@ from polycorn_trainer.signing import TableSigner
 from polycorn_trainer.store import (
     DEFAULT_VALIDITY_S,
     Published,
+    StoredModel,
     StoredTableError,
     publish_table,
     store_model,
@@ -98,72 +110,157 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
         p.join(5)
 
 
+T = TypeVar("T")
+R = TypeVar("R")
 Fit = Callable[[list[CellData], Params], list[CellResult]]
 
+# Batches sent to a worker: small enough that the work spreads evenly and
+# progress is smooth, large enough that sending them costs little.
+BATCH_HANDOVERS = 50_000
+BATCH_CELLS = 1_000
 
-def fit_all(cells: list[CellData], o: Options, fit: Fit = fit_many) -> list[CellResult]:
-    """Fits every cell, in worker processes when there is more than one
-    worker and enough cells; logs progress on long runs. Interrupted (an
-    exception in this thread, e.g. the service's SIGTERM), it stops the
-    workers before it lets the exception go."""
-    workers = _workers(o.workers)
-    total = len(cells)
-    t0 = last = time.monotonic()
-    out: list[CellResult] = []
 
-    def progress(done: int) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if now - last >= o.progress_every_s:
-            last = now
-            log.info(
-                "fitted %d/%d cells (%.0f %%) in %.1f s", done, total, 100 * done / total, now - t0
-            )
+class _Progress:
+    """Logs how many cells are fitted, at most every ``every_s`` (called
+    from the executor's thread as batches complete)."""
 
-    if workers == 1 or total < 64:
-        for chunk in _chunks(cells, 1):
-            out.extend(fit(chunk, o.params))
-            progress(len(out))
-        return out
+    def __init__(self, total: int, every_s: float) -> None:
+        self.total, self.every_s = total, every_s
+        self.done = 0
+        self.t0 = self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def done_with(self, cells: int, _batch: object) -> None:
+        self.add(cells)
+
+    def add(self, cells: int) -> None:
+        with self.lock:
+            self.done += cells
+            now = time.monotonic()
+            if now - self.last >= self.every_s:
+                self.last = now
+                log.info(
+                    "fitted %d/%d cells (%.0f %%) in %.1f s",
+                    self.done,
+                    self.total,
+                    100 * self.done / max(self.total, 1),
+                    now - self.t0,
+                )
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """``workers`` processes forked by the forkserver (module docstring),
+    each exiting with the trainer (:func:`_exit_with`)."""
     ctx = multiprocessing.get_context("forkserver")
-    pool = ProcessPoolExecutor(
+    # Imported once in the forkserver (when it starts), not in every worker.
+    ctx.set_forkserver_preload(["polycorn_trainer.run"])
+    return ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=_exit_with, initargs=(os.getpid(),)
     )
+
+
+def _ready() -> None:
+    """A worker's first task: it is running."""
+
+
+def _start(pool: ProcessPoolExecutor, workers: int) -> None:
+    """Starts ``pool``'s processes (a task each); a failure shows on the real tasks."""
     try:
-        futures: list[Future[list[CellResult]]] = [
-            pool.submit(fit, chunk, o.params) for chunk in _chunks(cells, workers)
-        ]
-        for f in as_completed(futures):
-            out.extend(f.result())
-            progress(len(out))
+        for f in [pool.submit(_ready) for _ in range(workers)]:
+            f.result()
+    except Exception:  # noqa: S110 (the pool is broken or shut down: fit_stream sees it)
+        pass
+
+
+def fit_stream(
+    batches: Iterable[T],
+    o: Options,
+    fit: Callable[[T, Params], R],
+    *,
+    total: int,
+    size: Callable[[T], int],
+    ahead: int = 0,
+) -> list[R]:
+    """``fit(batch, o.params)`` for every batch, the results in the batches'
+    order: in worker processes when there is more than one worker and
+    ``total`` (the cells to fit, for the progress log) reaches 64. The
+    batches are taken as the workers need them, at most ``ahead`` (by
+    default two per worker) waiting, so a lazy ``batches`` (a reader) runs
+    while earlier batches are fitted, and memory holds only the batches in
+    flight. Interrupted (an exception in this thread, e.g. the service's
+    SIGTERM, or a batch's failure), it stops the workers before it lets the
+    exception go."""
+    workers = _workers(o.workers)
+    progress = _Progress(total, o.progress_every_s)
+    if workers == 1 or total < 64:
+        out: list[R] = []
+        for b in batches:
+            out.append(fit(b, o.params))
+            progress.add(size(b))
+        return out
+    pool = _pool(workers)
+    # The forkserver imports the fitting code (seconds: scikit-learn) and
+    # forks the workers while this thread reads the first batch.
+    threading.Thread(target=_start, args=(pool, workers), name="start-workers", daemon=True).start()
+    try:
+        futures: list[Future[R]] = []
+        for b in batches:
+            f = pool.submit(fit, b, o.params)
+            f.add_done_callback(functools.partial(progress.done_with, size(b)))
+            futures.append(f)
+            waiting = [f for f in futures if not f.done()]
+            if len(waiting) > (ahead or 2 * workers):
+                wait(waiting, return_when=FIRST_COMPLETED)
+        results = [f.result() for f in futures]
     except BaseException:
         _terminate(pool)
         raise
     pool.shutdown(wait=True)
-    return out
+    return results
 
 
-def summarise(cells: Iterable[CellData], results: list[CellResult]) -> dict[str, Any]:
-    """The validation summary (fractions 0–1), overall and by carrier."""
-    carrier = {c.key: c.carrier for c in cells}
+def fit_all(cells: list[CellData], o: Options, fit: Fit = fit_many) -> list[CellResult]:
+    """Fits every cell with ``fit`` (the reference by default), in worker
+    processes when there is more than one worker and enough cells
+    (:func:`fit_stream`)."""
+    chunks = _chunks(cells, _workers(o.workers))
+    return [r for part in fit_stream(chunks, o, fit, total=len(cells), size=len) for r in part]
+
+
+def _batches(reader: Iterable[Columns]) -> Iterator[Columns]:
+    """The reader's passes cut into worker-sized batches."""
+    for batch in reader:
+        yield from batch.split(BATCH_HANDOVERS, BATCH_CELLS)
+
+
+def summary_of(by_carrier: dict[str, tuple[Counts, Counts]]) -> dict[str, Any]:
+    """The validation summary (fractions 0–1), overall and by carrier, from
+    each carrier's counts (paper, deployed)."""
     paper, deployed = Counts(), Counts()
-    by_carrier: dict[str, Counts] = defaultdict(Counts)
-    by_carrier_dep: dict[str, Counts] = defaultdict(Counts)
-    for r in results:
-        paper.add(r.counts)
-        deployed.add(r.deployed)
-        by_carrier[carrier[r.key]].add(r.counts)
-        by_carrier_dep[carrier[r.key]].add(r.deployed)
+    for p, d in by_carrier.values():
+        paper.add(p)
+        deployed.add(d)
     out = paper.summary()
     dep = deployed.summary()
     out["deployed"] = {k: v for k, v in dep.items() if not k.startswith("separability")}
     out["by_carrier"] = {}
     for k in sorted(by_carrier):
-        s = by_carrier[k].summary()
-        d = by_carrier_dep[k].summary()
-        s["deployed"] = {k2: v for k2, v in d.items() if not k2.startswith("separability")}
+        s = by_carrier[k][0].summary()
+        ds = by_carrier[k][1].summary()
+        s["deployed"] = {k2: v for k2, v in ds.items() if not k2.startswith("separability")}
         out["by_carrier"][k] = s
     return out
+
+
+def summarise(cells: Iterable[CellData], results: list[CellResult]) -> dict[str, Any]:
+    """The validation summary of the reference's results (:func:`summary_of`)."""
+    carrier = {c.key: c.carrier for c in cells}
+    by_carrier: dict[str, tuple[Counts, Counts]] = {}
+    for r in results:
+        paper, deployed = by_carrier.setdefault(carrier[r.key], (Counts(), Counts()))
+        paper.add(r.counts)
+        deployed.add(r.deployed)
+    return summary_of(by_carrier)
 
 
 def run(url: str, o: Options, metrics: Metrics | None = None) -> dict[str, Any]:
@@ -187,38 +284,56 @@ def run(url: str, o: Options, metrics: Metrics | None = None) -> dict[str, Any]:
 
 def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
     with pg_connect(url, timeout_s=o.db_wait_s) as conn:
-        loaded = load_cells(conn, o.shard)
-        cells, untracked = loaded.cells, loaded.untracked
-        conn.commit()
-        t_load = time.monotonic() - t0
-        handovers = sum(len(c.track_m) for c in cells)
+        t_read = time.monotonic()
+        reader = Reader(conn, o.shard)
+        in_shard = len(reader.shard_cells.key)
+        log.info("shard %s: %d cells; reading and fitting them", o.shard, in_shard)
+        fitted = Fitted()
+        # The reader goes on with the next pass while up to two passes' worth
+        # of batches wait for the workers: it does not wait while they keep up.
+        ahead = 2 * -(-reader.pass_handovers // BATCH_HANDOVERS)
+        for part in fit_stream(
+            _batches(reader), o, fit_columns, total=in_shard, size=len, ahead=ahead
+        ):
+            fitted.add(part)
+        conn.commit()  # the read-only snapshot
+        # Reading and fitting overlap: the fitting's share is what it added.
+        fit_s = time.monotonic() - t_read - reader.seconds
+        t_load = t_read - t0 + reader.seconds
+        handovers, untracked = reader.handovers, reader.untracked
         log.info(
-            "shard %s: %d cells, %d handovers (%d more without a track position) loaded in %.1f s",
+            "shard %s: %d cells, %d handovers (%d more without a track position) read in %.1f s, "
+            "fitted %.1f s later (%.1f s of CPU)",
             o.shard,
-            len(cells),
+            reader.cells,
             handovers,
             untracked,
             t_load,
+            fit_s,
+            fitted.cpu_s,
         )
-        results = fit_all(cells, o)
-        validation = summarise(cells, results)
-        kinds: dict[str, int] = defaultdict(int)
-        for r in results:
-            kinds[r.kind] += 1
-        model_id, published = _store_and_publish(conn, o, results, validation, handovers)
+        validation = summary_of(fitted.counts)
+        kinds = fitted.kinds
+        t_store = time.monotonic()
+        model_id, published = _store_and_publish(
+            conn, o, fitted.models, validation, handovers, routed=reader.routed
+        )
     if published is not None:
         _produce(o, published)
     refit_s = time.monotonic() - t0
     summary: dict[str, Any] = {
         "model_id": model_id,
         "shard": str(o.shard),
-        "cells": len(cells),
+        "cells": reader.cells,
         "cells_fitted": kinds.get("linear_svc", 0),
         "kinds": dict(sorted(kinds.items())),
         "handovers": handovers,
         "handovers_without_track": untracked,
         "handovers_in_cells": handovers + untracked,
         "load_s": round(t_load, 3),
+        "fit_s": round(fit_s, 3),
+        "fit_cpu_s": round(fitted.cpu_s, 3),
+        "store_s": round(time.monotonic() - t_store, 3),
         "refit_s": round(refit_s, 3),
         "table": (
             {
@@ -238,7 +353,7 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         "correct/late/early %s/%s/%s, successes correct %s",
         refit_s,
         model_id,
-        len(cells),
+        reader.cells,
         summary["cells_fitted"],
         f"v{published.version} ({published.entries} entries)" if published else "none",
         validation["failure_correct"],
@@ -252,9 +367,11 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
 def _store_and_publish(
     conn: psycopg.Connection,
     o: Options,
-    results: list[CellResult],
+    results: Sequence[StoredModel],
     validation: dict[str, Any],
     handovers: int,
+    *,
+    routed: Sequence[int] | None = None,
 ) -> tuple[int | None, Published | None]:
     """Store the model (its id) and assemble the table from it, as the options ask."""
     model_id: int | None = None
@@ -267,6 +384,7 @@ def _store_and_publish(
                 {**o.params.as_dict(), "shard": str(o.shard)},
                 validation,
                 handovers,
+                routed=routed,
             )
         if o.publish:
             published = publish_table(conn, model_id, o.signer, validity_s=o.validity_s)

@@ -32,15 +32,15 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 from polycorn_schema.failure_table import FORMAT, PUBLISH_LOCK, canonical, etag_of
 from polycorn_trainer import __version__
 from polycorn_trainer.data import CELL_ROUTE
-from polycorn_trainer.fit import CellResult
 from polycorn_trainer.signing import TableSigner
 
 log = logging.getLogger(__name__)
@@ -68,15 +68,41 @@ class Published:
     signature: str | None = None  # base64 Ed25519 of body; None: unsigned
 
 
+class StoredModel(Protocol):
+    """A cell's model as stored: :class:`~polycorn_trainer.fit.CellResult`
+    or :class:`~polycorn_trainer.batch.CellModel` (whose ``params`` may be
+    JSON text already)."""
+
+    @property
+    def key(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def params(self) -> dict[str, Any] | str: ...
+    @property
+    def predicted_failure_track_m(self) -> float | None: ...
+    @property
+    def failure_rate(self) -> float: ...
+
+
+def _params_json(params: dict[str, Any] | str) -> str:
+    return params if isinstance(params, str) else json.dumps(params, allow_nan=False)
+
+
 def store_model(
     conn: psycopg.Connection,
-    results: list[CellResult],
+    results: Sequence[StoredModel],
     params: dict[str, Any],
     validation: dict[str, Any],
     handovers: int,
+    *,
+    routed: Sequence[int] | None = None,
 ) -> int:
     """Inserts the run and its cell models; returns ``models.id``. The caller
-    owns the transaction."""
+    owns the transaction. ``routed``: the cells that have a positioned
+    handover on a named route, as read (the others get no route, and
+    looking their handovers over again costs seconds on a large fleet);
+    None: any cell may."""
     row = conn.execute(
         "INSERT INTO models (trainer_version, params, cells_fitted, handovers_used, validation) "
         "VALUES (%s, %s, %s, %s, %s) RETURNING id",
@@ -101,12 +127,15 @@ def store_model(
                     model_id,
                     r.key,
                     r.kind,
-                    json.dumps(r.params, allow_nan=False),
+                    _params_json(r.params),
                     r.predicted_failure_track_m,
                     r.failure_rate,
                 )
             )
-    conn.execute(ROUTE_POINTS, {"model": model_id})
+    if routed is None:
+        conn.execute(ROUTE_POINTS, {"model": model_id})
+    elif routed:
+        conn.execute(ROUTE_POINTS + ROUTED, {"model": model_id, "routed": list(routed)})
     return model_id
 
 
@@ -125,6 +154,7 @@ UPDATE cell_models m SET route_id = dr.route, predicted_failure_geog = (
     ORDER BY s.seq LIMIT 1)
 FROM cells c {CELL_ROUTE}
 WHERE m.model_id = %(model)s AND c.id = m.cell AND dr.route IS NOT NULL"""
+ROUTED = " AND m.cell = ANY(%(routed)s::bigint[])"
 
 
 ASSEMBLE_SQL = """
