@@ -102,7 +102,7 @@ class PlaneConfig(Config):
     trains_per_client: int = 10
     tables: int = 3
     table_entries: int = 1000
-    port_base: int = 21900
+    port_base: int = 29470
     idle_s: float = 10.0
     #: Faults to seed (FAULTS); fleet.py's ``fault`` is "lose-row" when that is one.
     faults: tuple[str, ...] = ()
@@ -795,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--tables", type=int, default=3, help="tables published per window")
     ap.add_argument("--table-entries", type=int, default=1000)
-    ap.add_argument("--port-base", type=int, default=21900, help="the simulator's metrics port")
+    ap.add_argument("--port-base", type=int, default=29470, help="the simulator's metrics port")
     ap.add_argument("--sim-threads", type=int, help="polycorn-fleetsim's runtime threads")
     ap.add_argument(
         "--bin", type=Path, default=Path(os.environ.get("BIN", ROOT / "target/release"))
