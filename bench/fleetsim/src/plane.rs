@@ -29,7 +29,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -137,9 +137,10 @@ pub struct Plane {
     plan: Plan,
     opts: Opts,
     trains: Vec<Arc<TrainState>>,
-    producers: Vec<FutureProducer>,
+    /// One per group of trains, created as its first train starts.
+    producers: Vec<OnceLock<FutureProducer>>,
+    /// One per group of trains with a table topic.
     followers: Vec<Arc<Follower>>,
-    consumers: Mutex<Vec<StreamConsumer>>,
     events: Option<TripEvents>,
     stop: watch::Receiver<bool>,
 }
@@ -161,65 +162,43 @@ fn kafka_headers(headers: &[(&str, String)]) -> OwnedHeaders {
 }
 
 impl Plane {
-    /// The trains, and their Kafka clients (created now; librdkafka
-    /// connects in the background).
+    /// The trains and their table hubs; the Kafka clients are created as
+    /// their first train starts ([`Plane::start_all`]).
     pub fn new(plan: Plan, opts: Opts, stop: watch::Receiver<bool>) -> anyhow::Result<Plane> {
         anyhow::ensure!(opts.trains_per_client >= 1, "--trains-per-client must be at least 1");
         let events = trip_events(&plan)?;
         let n = plan.trains.len();
         let groups = n.div_ceil(opts.trains_per_client);
-        let mut producers = Vec::with_capacity(groups);
-        for g in 0..groups {
-            let c =
-                client(&opts.bootstrap, producer_settings(&format!("polycorn-fleetsim-plane-{g}"), DELIVERY_TIMEOUT));
-            producers.push(c.create().map_err(|e| anyhow::anyhow!("creating Kafka producer {g}: {e}"))?);
-        }
         let verifier =
             opts.verify_key.as_deref().map(Verifier::load).transpose().context("reading the tables' verify key")?;
-        let (mut followers, mut consumers) = (Vec::new(), Vec::new());
-        if let Some(topic) = &opts.table_topic {
-            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let mut followers = Vec::new();
+        if opts.table_topic.is_some() {
             for g in 0..groups {
                 let seen = Arc::new(Mutex::new(Vec::new()));
                 let s = seen.clone();
                 let hub = TableHub::build(SharedRoutes::default(), verifier.clone(), move |t| {
                     s.lock().unwrap_or_else(|e| e.into_inner()).push((t.version(), now_unix_ms()));
                 });
-                let group = format!("polycorn-fleetsim-tables-{g}-{}-{nanos}", std::process::id());
-                let c: StreamConsumer = client(
-                    &opts.bootstrap,
-                    table_consumer_settings(&format!("polycorn-fleetsim-plane-{g}-tables"), &group),
-                )
-                .create()
-                .map_err(|e| anyhow::anyhow!("creating table consumer {g}: {e}"))?;
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition_offset(topic, 0, Offset::Beginning)
-                    .map_err(|e| anyhow::anyhow!("assigning {topic} partition 0: {e}"))?;
-                c.assign(&tpl).map_err(|e| anyhow::anyhow!("assigning {topic} partition 0: {e}"))?;
-                let trains = opts.trains_per_client.min(n - g * opts.trains_per_client);
                 followers.push(Arc::new(Follower {
                     index: g,
-                    trains,
+                    trains: opts.trains_per_client.min(n - g * opts.trains_per_client),
                     hub,
                     seen,
                     messages: AtomicU64::new(0),
                     errors: AtomicU64::new(0),
                     error_messages: Mutex::new(Vec::new()),
                 }));
-                consumers.push(c);
             }
         }
         let trains = (0..n).map(|_| Arc::new(TrainState::default())).collect();
-        Ok(Plane { plan, opts, trains, producers, followers, consumers: Mutex::new(consumers), events, stop })
+        let producers = (0..groups).map(|_| OnceLock::new()).collect();
+        Ok(Plane { plan, opts, trains, producers, followers, events, stop })
     }
 
-    /// Start the table consumers, then the trains one after the other over
-    /// the plan's spread.
+    /// Start the trains one after the other over the plan's spread, each
+    /// group's Kafka clients with its first train (a fleet's proxies do not
+    /// all connect in the same instant either).
     pub async fn start_all(self: Arc<Self>) {
-        let consumers = std::mem::take(&mut *self.consumers.lock().unwrap_or_else(|e| e.into_inner()));
-        for (f, c) in self.followers.iter().zip(consumers) {
-            tokio::spawn(self.clone().follow(f.clone(), c));
-        }
         let n = self.trains.len();
         let spread = Duration::from_secs_f64(self.plan.start_spread_s);
         let t0 = tokio::time::Instant::now();
@@ -229,8 +208,37 @@ impl Plane {
                 _ = tokio::time::sleep_until(t0 + spread.mul_f64(i as f64 / n as f64)) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
+            if i % self.opts.trains_per_client == 0 {
+                if let Err(e) = self.start_clients(i / self.opts.trains_per_client) {
+                    warn!(error = format!("{e:#}"), "Kafka clients not started");
+                    self.trains[i].error(format!("{e:#}"));
+                }
+            }
             tokio::spawn(self.clone().run_train(i));
         }
+    }
+
+    /// Group `g`'s producer and, with a table topic, its table consumer
+    /// (partition 0 from its beginning, no group, as a proxy's).
+    fn start_clients(self: &Arc<Self>, g: usize) -> anyhow::Result<()> {
+        let o = &self.opts;
+        let p = client(&o.bootstrap, producer_settings(&format!("polycorn-fleetsim-plane-{g}"), DELIVERY_TIMEOUT))
+            .create()
+            .map_err(|e| anyhow::anyhow!("creating Kafka producer {g}: {e}"))?;
+        let _ = self.producers[g].set(p);
+        let (Some(topic), Some(f)) = (&o.table_topic, self.followers.get(g)) else { return Ok(()) };
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let group = format!("polycorn-fleetsim-tables-{g}-{}-{nanos}", std::process::id());
+        let c: StreamConsumer =
+            client(&o.bootstrap, table_consumer_settings(&format!("polycorn-fleetsim-plane-{g}-tables"), &group))
+                .create()
+                .map_err(|e| anyhow::anyhow!("creating table consumer {g}: {e}"))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, Offset::Beginning)
+            .map_err(|e| anyhow::anyhow!("assigning {topic} partition 0: {e}"))?;
+        c.assign(&tpl).map_err(|e| anyhow::anyhow!("assigning {topic} partition 0: {e}"))?;
+        tokio::spawn(self.clone().follow(f.clone(), c));
+        Ok(())
     }
 
     /// Train `i`: its replay, each record produced as its proxy would.
@@ -245,7 +253,10 @@ impl Plane {
             radio::play(&evs, epoch, start, paths, &tx, &mut stop).await;
         });
         let names: Vec<String> = (0..paths).map(path_name).collect();
-        let producer = &self.producers[i / self.opts.trains_per_client];
+        let Some(producer) = self.producers[i / self.opts.trains_per_client].get() else {
+            t.error("its group's Kafka producer was not created".into());
+            return;
+        };
         let (mut seq, mut fixes) = (0u64, 0u64);
         while let Some(ev) = rx.recv().await {
             let (record, _class) = radio::record_of(&plan.id, &ev, &names);
@@ -365,7 +376,12 @@ impl Plane {
                 l(),
                 connected as f64,
             );
-            w.gauge("polycorn_fleetsim_plane_producers", "Kafka producers.", l(), me.producers.len() as f64);
+            w.gauge(
+                "polycorn_fleetsim_plane_producers",
+                "Kafka producers.",
+                l(),
+                me.producers.iter().filter(|p| p.get().is_some()).count() as f64,
+            );
             w.gauge("polycorn_fleetsim_plane_table_consumers", "Table consumers.", l(), me.followers.len() as f64);
             w.counter("polycorn_fleetsim_plane_records_made", "Records the replays made.", l(), s.records_made as f64);
             w.counter(
@@ -466,7 +482,7 @@ impl Plane {
             trains_started,
             trains_connected,
             trains_per_client: self.opts.trains_per_client,
-            producers: self.producers.len(),
+            producers: self.producers.iter().filter(|p| p.get().is_some()).count(),
             table_consumers: self.followers.len(),
             started_unix_ms,
             seconds,

@@ -294,8 +294,9 @@ class PlaneFleet(Fleet):
         return {
             "paths": CARRIERS,
             "events": str(self.sh.trip / "events.jsonl"),
-            # 5 ms apart, at most 10 s: the first records do not all land at once.
-            "start_spread_s": min(10.0, 0.005 * self.n),
+            # 10 ms apart, at most 30 s: the trains and their Kafka clients start one
+            # after the other, as a fleet's proxies come up, not in one connection storm.
+            "start_spread_s": min(30.0, 0.01 * self.n),
             "trains": [{"id": t["id"], "epoch_unix_ms": t["epoch_ms"]} for t in self.trains],
         }
 
