@@ -295,8 +295,9 @@ async fn run_plane(cli: Cli, plan: Plan, bootstrap: String, threads: usize) -> a
     tokio::spawn(lag_loop(stop_rx.clone(), lags.clone(), |_| {}));
     wait_end(cli.seconds).await;
     let _ = stop_tx.send(true);
-    // What Kafka has not confirmed yet: awaited, a while.
-    p.settle(Duration::from_secs(10)).await;
+    // What Kafka has not confirmed yet: awaited, up to the delivery timeout.
+    p.settle(polycorn_telemetry::kafka::DELIVERY_TIMEOUT + Duration::from_secs(5)).await;
+    p.finish();
     let lags = lags.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let summary = p.summary(started_unix_ms, started.elapsed().as_secs_f64(), threads, &lags);
     let t = &summary.totals;

@@ -46,10 +46,10 @@ use prost::Message as _;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Serialize;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::warn;
 
 use crate::fleet::{now_unix_ms, path_name, trip_events, TripEvents};
@@ -61,6 +61,8 @@ use crate::report;
 const RESEND_AFTER: Duration = Duration::from_secs(5);
 /// Error messages kept per train and per table consumer.
 const MAX_MESSAGES: usize = 10;
+/// How often the producers' delivery reports are collected.
+const POLL_EVERY: Duration = Duration::from_millis(10);
 
 /// A fault to seed, so that the orchestrator's checks are seen to fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -138,7 +140,9 @@ pub struct Plane {
     opts: Opts,
     trains: Vec<Arc<TrainState>>,
     /// One per group of trains, created as its first train starts.
-    producers: Vec<OnceLock<FutureProducer>>,
+    producers: Vec<OnceLock<Producer>>,
+    /// Set once the delivery reports need no more collecting.
+    poller_done: std::sync::atomic::AtomicBool,
     /// One per group of trains with a table topic.
     followers: Vec<Arc<Follower>>,
     events: Option<TripEvents>,
@@ -192,13 +196,17 @@ impl Plane {
         }
         let trains = (0..n).map(|_| Arc::new(TrainState::default())).collect();
         let producers = (0..groups).map(|_| OnceLock::new()).collect();
-        Ok(Plane { plan, opts, trains, producers, followers, events, stop })
+        Ok(Plane { plan, opts, trains, producers, poller_done: false.into(), followers, events, stop })
     }
 
     /// Start the trains one after the other over the plan's spread, each
     /// group's Kafka clients with its first train (a fleet's proxies do not
     /// all connect in the same instant either).
     pub async fn start_all(self: Arc<Self>) {
+        let me = self.clone();
+        if let Err(e) = std::thread::Builder::new().name("kafka-poller".into()).spawn(move || me.poll_deliveries()) {
+            warn!(error = %e, "the delivery reports' poller did not start");
+        }
         let n = self.trains.len();
         let spread = Duration::from_secs_f64(self.plan.start_spread_s);
         let t0 = tokio::time::Instant::now();
@@ -218,12 +226,34 @@ impl Plane {
         }
     }
 
+    /// Collect every producer's delivery reports, every [`POLL_EVERY`], until
+    /// [`Plane::finish`]. One thread for all of them: rdkafka's
+    /// `FutureProducer` gives each producer a polling thread of its own,
+    /// and that thread spins through the last millisecond of every 100 ms
+    /// poll (its deadline is turned into whole milliseconds, rounded
+    /// down, so the last wait is a zero-timeout poll, again and again), a
+    /// cost of the proxy's process that a load generator with hundreds of
+    /// producers cannot carry. What goes to Kafka is the same.
+    fn poll_deliveries(&self) {
+        while !self.poller_done.load(Ordering::Relaxed) {
+            for p in self.producers.iter().filter_map(OnceLock::get) {
+                p.poll(Duration::ZERO);
+            }
+            std::thread::sleep(POLL_EVERY);
+        }
+    }
+
+    /// Stop collecting delivery reports (after [`Plane::settle`]).
+    pub fn finish(&self) {
+        self.poller_done.store(true, Ordering::Relaxed);
+    }
+
     /// Group `g`'s producer and, with a table topic, its table consumer
     /// (partition 0 from its beginning, no group, as a proxy's).
     fn start_clients(self: &Arc<Self>, g: usize) -> anyhow::Result<()> {
         let o = &self.opts;
         let p = client(&o.bootstrap, producer_settings(&format!("polycorn-fleetsim-plane-{g}"), DELIVERY_TIMEOUT))
-            .create()
+            .create_with_context(Deliveries)
             .map_err(|e| anyhow::anyhow!("creating Kafka producer {g}: {e}"))?;
         let _ = self.producers[g].set(p);
         let (Some(topic), Some(f)) = (&o.table_topic, self.followers.get(g)) else { return Ok(()) };
@@ -253,10 +283,10 @@ impl Plane {
             radio::play(&evs, epoch, start, paths, &tx, &mut stop).await;
         });
         let names: Vec<String> = (0..paths).map(path_name).collect();
-        let Some(producer) = self.producers[i / self.opts.trains_per_client].get() else {
+        if self.producers[i / self.opts.trains_per_client].get().is_none() {
             t.error("its group's Kafka producer was not created".into());
             return;
-        };
+        }
         let (mut seq, mut fixes) = (0u64, 0u64);
         while let Some(ev) = rx.recv().await {
             let (record, _class) = radio::record_of(&plan.id, &ev, &names);
@@ -270,7 +300,7 @@ impl Plane {
                 }
             }
             t.in_flight.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(deliver(self.clone(), i, producer.clone(), seq, record.encode_to_vec()));
+            tokio::spawn(deliver(self.clone(), i, seq, record.encode_to_vec()));
         }
     }
 
@@ -499,21 +529,38 @@ impl Plane {
     }
 }
 
+/// Hands each delivery report to the record's waiting task.
+struct Deliveries;
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = Box<oneshot::Sender<Result<(), String>>>;
+
+    fn delivery(&self, r: &DeliveryResult<'_>, tx: Self::DeliveryOpaque) {
+        let _ = tx.send(r.as_ref().map(|_| ()).map_err(|(e, _)| e.to_string()));
+    }
+}
+
+/// A producer of the plane mode (its reports collected by [`Plane::poll_deliveries`]).
+type Producer = BaseProducer<Deliveries>;
+
 /// Produce record `seq` of train `i` as its proxy would, again after
 /// [`RESEND_AFTER`] while Kafka fails it (until the stop).
-async fn deliver(plane: Arc<Plane>, i: usize, producer: FutureProducer, seq: u64, payload: Vec<u8>) {
+async fn deliver(plane: Arc<Plane>, i: usize, seq: u64, payload: Vec<u8>) {
+    let Some(producer) = plane.producers[i / plane.opts.trains_per_client].get() else { return };
     let (t, plan) = (&plane.trains[i], &plane.plan.trains[i]);
     let target = validate(&plan.id, &v1::Record::decode(payload.as_slice()));
     let env = envelope(&plan.id, seq, &target);
     let topic = if env.dead_letter { &plane.opts.dlq_topic } else { &plane.opts.topic };
     loop {
-        let rec = FutureRecord::to(topic).key(env.key).payload(&payload).headers(kafka_headers(&env.headers));
-        let r = match producer.send_result(rec) {
-            Ok(delivery) => match delivery.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err((e, _))) => Err(e.to_string()),
-                Err(_) => Err("the producer was dropped".to_string()),
-            },
+        let (tx, rx) = oneshot::channel();
+        let rec = BaseRecord::with_opaque_to(topic, Box::new(tx))
+            .key(env.key)
+            .payload(&payload)
+            .headers(kafka_headers(&env.headers));
+        let r = match producer.send(rec) {
+            Ok(()) => rx.await.unwrap_or_else(|_| Err("the producer was dropped".to_string())),
             Err((e, _)) => Err(e.to_string()),
         };
         match r {
