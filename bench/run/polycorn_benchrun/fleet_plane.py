@@ -152,17 +152,30 @@ def sockets(pid: int) -> int:
     return n
 
 
+def ticks(groups: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Each process's CPU ticks so far, by group."""
+    return {g: [cpu_ticks(p) for p in ps] for g, ps in groups.items()}
+
+
+def cpu_between(
+    before: dict[str, list[int]], after: dict[str, list[int]], span: float
+) -> dict[str, float]:
+    """Each group's CPU between two :func:`ticks`, % of one core; a process that ended
+    in between counts for nothing (not for minus what it had used)."""
+    tck = os.sysconf("SC_CLK_TCK")
+    return {
+        g: 100.0 * sum(max(0, a - b) for a, b in zip(after[g], before[g], strict=True)) / tck / span
+        for g in before
+    }
+
+
 def cpu_pct(groups: dict[str, list[int]], seconds: float) -> dict[str, float]:
     """CPU of each group over the next ``seconds``, % of one core."""
-    before = {g: sum(cpu_ticks(p) for p in ps) for g, ps in groups.items()}
+    before = ticks(groups)
     t0 = time.monotonic()
     time.sleep(seconds)
     span = time.monotonic() - t0
-    tck = os.sysconf("SC_CLK_TCK")
-    return {
-        g: round(100.0 * (sum(cpu_ticks(p) for p in ps) - before[g]) / tck / span, 1)
-        for g, ps in groups.items()
-    }
+    return {g: round(v, 1) for g, v in cpu_between(before, ticks(groups), span).items()}
 
 
 # --------------------------------------------------------------------------- tables
@@ -364,13 +377,12 @@ class PlaneFleet(Fleet):
             "postgres": postgres_pids(self.database),
             "fleetsim": [self.procs.pid("fleetsim")],
         }
-        tck = os.sysconf("SC_CLK_TCK")
         due = [cfg.seconds * (k + 1) / (cfg.tables + 1) for k in range(cfg.tables)]
         published: list[dict[str, Any]] = []
         mem: dict[str, list[float]] = {g: [] for g in groups}
         socks: list[int] = []
         w0 = time.time()
-        before = {g: sum(cpu_ticks(p) for p in ps) for g, ps in groups.items()}
+        before = ticks(groups)
         busy0, load0 = machine_busy(), os.getloadavg()
         while time.time() < w0 + cfg.seconds:
             for g, ps in groups.items():
@@ -391,14 +403,14 @@ class PlaneFleet(Fleet):
                 )
             time.sleep(max(0.0, 1.0 - (time.time() - w0) % 1.0))
         w1 = time.time()
-        after = {g: sum(cpu_ticks(p) for p in ps) for g, ps in groups.items()}
+        after = ticks(groups)
         busy1, load1 = machine_busy(), os.getloadavg()
         sim_m = scrape(self.sim_metrics)
         span = w1 - w0
         return {
             "window": (w0, w1),
             "span": span,
-            "cpu": {g: 100.0 * (after[g] - before[g]) / tck / span for g in groups},
+            "cpu": cpu_between(before, after, span),
             "mem": mem,
             "kafka_sockets": socks,
             "published": published,
