@@ -93,7 +93,10 @@ LOOP_LAG_SATURATED_MS = 500.0
 #: How long after the window every table consumer may take to see the last table.
 TABLES_SEEN_WITHIN_S = 120.0
 BOOTSTRAP_RESAMPLES = 2000
-FAULTS = ("drop-record", "deaf-consumer", "lose-row")
+#: drop-record, deaf-consumer: the simulator's (``--fault``); lose-row: fleet.py's (a GPS fix
+#: deleted from LinkDB before the check); unsigned-table: the second table is published
+#: without its signature, so every consumer must refuse it.
+FAULTS = ("drop-record", "deaf-consumer", "lose-row", "unsigned-table")
 
 
 @dataclass
@@ -197,7 +200,13 @@ def table_entries(n: int) -> list[dict[str, Any]]:
 
 
 def publish(
-    bootstrap: str, topic: str, signer: TableSigner, version: int, entries: int
+    bootstrap: str,
+    topic: str,
+    signer: TableSigner,
+    version: int,
+    entries: int,
+    *,
+    signed: bool = True,
 ) -> dict[str, Any]:
     """Table ``version`` through the trainer's publishing path: its canonical bytes,
     signed with the trainer's key, produced as the trainer produces them (returns once
@@ -212,7 +221,7 @@ def publish(
         issued_unix_s=int(time.time()),
         validity_s=DEFAULT_VALIDITY_S,
     )
-    signature = signer.sign(data)
+    signature = signer.sign(data) if signed else None
     t0 = time.time()
     produce_table(bootstrap, topic, data, version=version, etag=etag_of(data), signature=signature)
     return {
@@ -399,6 +408,7 @@ class PlaneFleet(Fleet):
                         signer,
                         len(published) + 1,
                         cfg.table_entries,
+                        signed=not (len(published) == 1 and "unsigned-table" in cfg.faults),
                     )
                 )
             time.sleep(max(0.0, 1.0 - (time.time() - w0) % 1.0))
