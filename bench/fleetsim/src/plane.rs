@@ -28,7 +28,7 @@
 //! consumer the versions and when it took them) at the end.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -143,6 +143,8 @@ pub struct Plane {
     producers: Vec<OnceLock<Producer>>,
     /// Set once the delivery reports need no more collecting.
     poller_done: std::sync::atomic::AtomicBool,
+    /// Trains whose replay may still make records.
+    trains_running: AtomicUsize,
     /// One per group of trains with a table topic.
     followers: Vec<Arc<Follower>>,
     events: Option<TripEvents>,
@@ -196,7 +198,17 @@ impl Plane {
         }
         let trains = (0..n).map(|_| Arc::new(TrainState::default())).collect();
         let producers = (0..groups).map(|_| OnceLock::new()).collect();
-        Ok(Plane { plan, opts, trains, producers, poller_done: false.into(), followers, events, stop })
+        Ok(Plane {
+            plan,
+            opts,
+            trains,
+            producers,
+            poller_done: false.into(),
+            trains_running: AtomicUsize::new(0),
+            followers,
+            events,
+            stop,
+        })
     }
 
     /// Start the trains one after the other over the plan's spread, each
@@ -222,6 +234,7 @@ impl Plane {
                     self.trains[i].error(format!("{e:#}"));
                 }
             }
+            self.trains_running.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(self.clone().run_train(i));
         }
     }
@@ -273,6 +286,7 @@ impl Plane {
 
     /// Train `i`: its replay, each record produced as its proxy would.
     async fn run_train(self: Arc<Self>, i: usize) {
+        let _running = Running(&self.trains_running);
         let (t, plan) = (self.trains[i].clone(), &self.plan.trains[i]);
         let start = now_unix_ms();
         t.started_unix_ms.store(start, Ordering::Relaxed);
@@ -289,6 +303,11 @@ impl Plane {
         }
         let (mut seq, mut fixes) = (0u64, 0u64);
         while let Some(ev) = rx.recv().await {
+            if *self.stop.borrow() {
+                // Stopped: what the replay had queued is never made (a
+                // record made now would miss the summary's counts).
+                break;
+            }
             let (record, _class) = radio::record_of(&plan.id, &ev, &names);
             seq += 1;
             t.made.fetch_add(1, Ordering::Relaxed);
@@ -350,10 +369,11 @@ impl Plane {
         }
     }
 
-    /// Until nothing is in flight, or `within`.
+    /// Until every train's replay has ended and nothing is in flight, or
+    /// `within` (after the stop).
     pub async fn settle(&self, within: Duration) {
         let end = Instant::now() + within;
-        while self.totals().in_flight > 0 && Instant::now() < end {
+        while (self.trains_running.load(Ordering::Relaxed) > 0 || self.totals().in_flight > 0) && Instant::now() < end {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -526,6 +546,15 @@ impl Plane {
             trains,
             tables,
         }
+    }
+}
+
+/// Counts a train's replay as running while it lives.
+struct Running<'a>(&'a AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
