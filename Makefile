@@ -20,7 +20,7 @@ define run_integration
 	bash scripts/integration-telemetry.sh
 endef
 
-.PHONY: help setup build test check test-deep fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet validate-tracegen bench-cc bench-emu bench-proxy-memory lint lint-rust lint-sh lint-py test-py test-py-bench test-py-services smoke-netns clean-testbed
+.PHONY: help setup build test check test-deep fuzz fuzz-smoke chaos chaos-smoke integration test-first-start lint-refs demo validate-platform lint-platform dashboards test-compose bench-dataplane bench-api bench-hsr bench-loop bench-ingest bench-matching bench-trainer bench-fleet bench-fleet-plane validate-tracegen bench-cc bench-emu bench-proxy-memory lint lint-rust lint-sh lint-py test-py test-py-bench test-py-services smoke-netns clean-testbed
 
 help: ## list the targets
 	@echo "Polycorn targets:"
@@ -174,6 +174,22 @@ bench-fleet: build ## fleet load: FLEET_TRAINS (10,25,50,100) trains x FLEET_CON
 	eval "$$(bash scripts/infra.sh env)" && $(UVW) python -m polycorn_benchrun.fleet \
 		--trains $(FLEET_TRAINS) --conns $(FLEET_CONNS) --seconds $(FLEET_SECONDS) \
 		--repeats $(FLEET_REPEATS) $(FLEET_ARGS)
+
+# The fleet's shared plane (Kafka, one ingest, PostgreSQL, the failure-table
+# topic) at a thousand trains and more, without a proxy per train: one
+# polycorn-fleetsim in its plane mode produces every train's records as its
+# proxy would; per fleet size of PLANE_TRAINS, PLANE_REPEATS interleaved
+# repeats of PLANE_SECONDS measured; PLANE_ARGS: more flags
+# (python -m polycorn_benchrun.fleet_plane --help), e.g. --trains-per-client.
+# Method: docs/benchmarks.md, "The shared plane at fleet scale".
+PLANE_TRAINS ?= 250,500,1000,2000
+PLANE_REPEATS ?= 2
+PLANE_SECONDS ?= 60
+PLANE_ARGS ?=
+bench-fleet-plane: build ## the shared plane at fleet scale: PLANE_TRAINS (250..2000) simulated trains straight to Kafka, PLANE_REPEATS (2) x PLANE_SECONDS (60) -> bench/out/fleet-plane.json (Kafka, ingest, PostgreSQL CPU per train, ingest lag, table propagation)
+	bash scripts/infra.sh up pg kafka
+	eval "$$(bash scripts/infra.sh env)" && $(UVW) python -m polycorn_benchrun.fleet_plane \
+		--trains $(PLANE_TRAINS) --repeats $(PLANE_REPEATS) --seconds $(PLANE_SECONDS) $(PLANE_ARGS)
 
 # The platform: what cannot run here (Kubernetes, Envoy, Grafana)
 # is checked with the strongest offline validator; docs/operations.md.

@@ -6,7 +6,9 @@
 //! again, or to ignore it; and after Kafka's delivery report, whether to
 //! acknowledge it to the relay. [`KafkaSink`] is the thin rdkafka shell:
 //! an idempotent producer (`acks=all`), key = train id, value = the Record
-//! bytes exactly as received.
+//! bytes exactly as received. The message's form (topic, key, headers) and
+//! the producer's settings are [`polycorn_telemetry::kafka`]'s, which the
+//! fleet simulator's plane mode produces with too.
 //!
 //! The relay drops a record from its spool only on our acknowledgement, so
 //! a record is acknowledged only after Kafka confirmed it (or, malformed,
@@ -19,6 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use polycorn_telemetry::kafka as contract;
+pub use polycorn_telemetry::kafka::{validate, Target};
 use polycorn_telemetry::v1;
 use prost::Message as _;
 use rdkafka::config::ClientConfig;
@@ -26,9 +30,9 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 /// Default `--kafka-topic`.
-pub const DEFAULT_TOPIC: &str = "polycorn.telemetry.v1";
+pub const DEFAULT_TOPIC: &str = contract::TELEMETRY_TOPIC;
 /// Default `--kafka-dlq-topic`.
-pub const DEFAULT_DLQ_TOPIC: &str = "polycorn.telemetry.dlq";
+pub const DEFAULT_DLQ_TOPIC: &str = contract::DLQ_TOPIC;
 /// Records produced and not yet confirmed by Kafka, at most; past it new
 /// records are ignored (not acknowledged: the relay sends them again).
 pub const MAX_IN_FLIGHT: usize = 4096;
@@ -38,7 +42,7 @@ const CONFIRMED_REMEMBERED: usize = 65536;
 /// How long librdkafka keeps trying to deliver one record (retries are
 /// idempotent); after that the record counts as failed, stays
 /// unacknowledged, and the relay's resend produces it again.
-pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DELIVERY_TIMEOUT: Duration = contract::DELIVERY_TIMEOUT;
 /// A producer that has delivered nothing for this long while its
 /// deliveries failed is replaced by a new one (see [`StallWatch`]).
 pub const REPLACE_AFTER: Duration = Duration::from_secs(60);
@@ -202,15 +206,6 @@ pub fn client_config(brokers: &str, security: &KafkaSecurity) -> ClientConfig {
     c
 }
 
-/// Where a record goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// The telemetry topic.
-    Telemetry,
-    /// The dead-letter topic, with the reason in the `polycorn-error` header.
-    DeadLetter(String),
-}
-
 /// What to do with a record the relay sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -280,19 +275,6 @@ impl Ingest {
     #[cfg(test)]
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
-    }
-}
-
-/// Where a record belongs: the telemetry topic, or the dead-letter topic
-/// with the reason.
-pub fn validate(train_id: &str, decoded: &Result<v1::Record, prost::DecodeError>) -> Target {
-    match decoded {
-        Err(e) => Target::DeadLetter(format!("not a polycorn.telemetry.v1.Record: {e}")),
-        Ok(r) if r.train_id != train_id => {
-            Target::DeadLetter(format!("train_id {:?} is not the train of the session ({train_id:?})", r.train_id))
-        }
-        Ok(r) if r.body.is_none() => Target::DeadLetter("record has no body".into()),
-        Ok(_) => Target::Telemetry,
     }
 }
 
@@ -385,13 +367,9 @@ impl KafkaSink {
         replace_after: Duration,
     ) -> anyhow::Result<KafkaSink> {
         let mut config = client_config(brokers, security);
-        config
-            .set("client.id", format!("polycorn-proxy-{train_id}"))
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", delivery_timeout.as_millis().to_string())
-            .set("linger.ms", "5")
-            .set("compression.type", "lz4");
+        for (k, v) in contract::producer_settings(&format!("polycorn-proxy-{train_id}"), delivery_timeout) {
+            config.set(k, v);
+        }
         let producer: FutureProducer =
             config.create().map_err(|e| anyhow::anyhow!("creating the Kafka producer for {brokers}: {e}"))?;
         Ok(KafkaSink {
@@ -452,19 +430,10 @@ impl KafkaSink {
         payload: &[u8],
         target: &Target,
     ) -> impl std::future::Future<Output = bool> + Send + 'static {
-        let seq_s = seq.to_string();
-        let mut headers = OwnedHeaders::new()
-            .insert(Header { key: "polycorn-schema", value: Some("telemetry.v1") })
-            .insert(Header { key: "polycorn-train", value: Some(self.train_id.as_str()) })
-            .insert(Header { key: "polycorn-seq", value: Some(seq_s.as_str()) });
-        let topic = match target {
-            Target::Telemetry => &self.topic,
-            Target::DeadLetter(reason) => {
-                headers = headers.insert(Header { key: "polycorn-error", value: Some(reason.as_str()) });
-                &self.dlq_topic
-            }
-        };
-        let rec = FutureRecord::to(topic).key(self.train_id.as_str()).payload(payload).headers(headers);
+        let env = contract::envelope(&self.train_id, seq, target);
+        let headers = kafka_headers(&env.headers);
+        let topic = if env.dead_letter { &self.dlq_topic } else { &self.topic };
+        let rec = FutureRecord::to(topic).key(env.key).payload(payload).headers(headers);
         let queued = self.producer().send_result(rec).map_err(|(e, _)| e);
         let me = self.clone();
         let dlq = matches!(target, Target::DeadLetter(_));
@@ -495,6 +464,13 @@ impl KafkaSink {
             }
         }
     }
+}
+
+/// An envelope's headers as librdkafka's.
+pub fn kafka_headers(headers: &[(&str, String)]) -> OwnedHeaders {
+    headers
+        .iter()
+        .fold(OwnedHeaders::new_with_capacity(headers.len()), |h, (k, v)| h.insert(Header { key: k, value: Some(v) }))
 }
 
 #[cfg(test)]

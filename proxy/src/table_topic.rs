@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use polycorn_net::table::{signature, Offered, SourceKind, TableHub};
+use polycorn_telemetry::kafka::{table_consumer_settings, HEADER_TABLE_VERSION};
 use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
@@ -55,30 +56,9 @@ impl ClientContext for TableContext {
 
 impl ConsumerContext for TableContext {}
 
-/// The key of every table message: the trainer publishes one table for the
-/// fleet.
-pub const KEY: &[u8] = b"fleet";
-
-/// What to do with one message of the topic.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Delivery<'a> {
-    /// A table to judge.
-    Table(&'a [u8]),
-    /// A tombstone (no value): not a table, ignored.
-    Tombstone,
-    /// Under another key than [`KEY`]: not the trainer's, refused.
-    OtherKey,
-}
-
-/// The pure step: a message's value under [`KEY`] is a table unless it is a
-/// tombstone.
-pub fn delivery<'a>(key: Option<&[u8]>, payload: Option<&'a [u8]>) -> Delivery<'a> {
-    match (key, payload) {
-        (k, _) if k != Some(KEY) => Delivery::OtherKey,
-        (_, Some(p)) => Delivery::Table(p),
-        (_, None) => Delivery::Tombstone,
-    }
-}
+// The key rule and the consumer's settings are shared with the fleet
+// simulator's table consumers (bench/fleetsim, plane mode).
+pub use polycorn_telemetry::kafka::{table_delivery as delivery, TableDelivery as Delivery};
 
 /// The consumer of the failure-location table topic.
 pub struct TableTopic {
@@ -98,14 +78,13 @@ impl TableTopic {
         hub: Arc<TableHub>,
     ) -> anyhow::Result<TableTopic> {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let consumer: StreamConsumer<TableContext> = client_config(brokers, security)
-            .set("client.id", format!("polycorn-proxy-{train_id}-tables"))
-            // Never joined nor committed to (assign, not subscribe).
-            .set("group.id", format!("polycorn-proxy-tables-{train_id}-{}-{nanos}", std::process::id()))
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false")
+        let mut config = client_config(brokers, security);
+        // Never joined nor committed to (assign, not subscribe).
+        let group = format!("polycorn-proxy-tables-{train_id}-{}-{nanos}", std::process::id());
+        for (k, v) in table_consumer_settings(&format!("polycorn-proxy-{train_id}-tables"), &group) {
+            config.set(k, v);
+        }
+        let consumer: StreamConsumer<TableContext> = config
             .create_with_context(TableContext {
                 hub: hub.clone(),
                 warn_log: polycorn_net::lograte::Every::new(WARN_EVERY),
@@ -122,7 +101,7 @@ impl TableTopic {
         self.hub.source_ok(SourceKind::Kafka);
         let origin = format!("{}:{}@{}", self.topic, m.partition(), m.offset());
         let header = |name: &str| m.headers().and_then(|hs| hs.iter().find(|h| h.key == name).and_then(|h| h.value));
-        let header_version = header("polycorn-version").map(String::from_utf8_lossy);
+        let header_version = header(HEADER_TABLE_VERSION).map(String::from_utf8_lossy);
         let signature = header(signature::KAFKA_HEADER);
         match delivery(m.key(), m.payload()) {
             Delivery::Tombstone => {
@@ -167,14 +146,6 @@ impl TableTopic {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_tombstone_is_not_a_table_and_only_the_fleet_key_carries_one() {
-        assert_eq!(delivery(Some(KEY), None), Delivery::Tombstone);
-        assert_eq!(delivery(Some(KEY), Some(b"{}")), Delivery::Table(b"{}"));
-        assert_eq!(delivery(Some(b"fleet2"), Some(b"{}")), Delivery::OtherKey);
-        assert_eq!(delivery(None, Some(b"{}")), Delivery::OtherKey);
-    }
 
     /// Waits (a hang guard, not a timing assertion) until `done` holds.
     async fn until(what: &str, secs: u64, done: impl Fn() -> bool) {

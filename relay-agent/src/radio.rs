@@ -292,7 +292,35 @@ pub async fn play(
     true
 }
 
-/// Apply radio events to the session and spool each as telemetry.
+/// The telemetry record a radio event becomes (a serving-cell change is a
+/// cell sample without a signal measure), and its spool class. `path_names`
+/// name the carriers by path, as `--path` gives them.
+pub fn record_of(train_id: &str, ev: &RadioEvent, path_names: &[String]) -> (v1::Record, Class) {
+    let (time_unix_ms, body) = match ev {
+        RadioEvent::Gps { time_unix_ms, fix } => (*time_unix_ms, v1::record::Body::Gps(*fix)),
+        RadioEvent::Signal { time_unix_ms, sample } => (*time_unix_ms, v1::record::Body::Cell(sample.clone())),
+        RadioEvent::Handover { time_unix_ms, event } => (*time_unix_ms, v1::record::Body::Handover(event.clone())),
+        RadioEvent::Cell { time_unix_ms, path, cell_id } => {
+            let sample = v1::CellSample {
+                path: u32::from(path.0),
+                carrier: path_names.get(path.index()).cloned().unwrap_or_default(),
+                cell_id: *cell_id,
+                registration: v1::RegistrationState::Registered as i32,
+                measured_unix_ms: *time_unix_ms,
+                ..Default::default()
+            };
+            (*time_unix_ms, v1::record::Body::Cell(sample))
+        }
+    };
+    let class = match body {
+        v1::record::Body::Handover(_) => Class::Handover,
+        _ => Class::Sample,
+    };
+    (v1::Record { train_id: train_id.to_string(), time_unix_ms, body: Some(body) }, class)
+}
+
+/// Apply radio events to the session and spool each as telemetry
+/// ([`record_of`]).
 pub async fn apply(
     session: Session,
     train_id: String,
@@ -330,37 +358,19 @@ pub async fn apply(
                 continue;
             }
         };
-        let (time_unix_ms, body) = match &ev {
-            RadioEvent::Gps { time_unix_ms, fix } => (*time_unix_ms, v1::record::Body::Gps(*fix)),
-            RadioEvent::Signal { time_unix_ms, sample } => (*time_unix_ms, v1::record::Body::Cell(sample.clone())),
-            RadioEvent::Handover { time_unix_ms, event } => (*time_unix_ms, v1::record::Body::Handover(event.clone())),
-            RadioEvent::Cell { time_unix_ms, path, cell_id } => {
-                let (p, c) = (*path, *cell_id);
-                if cells.len() <= p.index() {
-                    cells.resize(p.index() + 1, 0);
-                }
-                cells[p.index()] = c;
-                let state = if c == 0 { LinkState::NoService } else { LinkState::Connected };
-                session.report_link(p, state, c);
-                let sample = v1::CellSample {
-                    path: u32::from(p.0),
-                    carrier: path_names.get(p.index()).cloned().unwrap_or_default(),
-                    cell_id: c,
-                    registration: v1::RegistrationState::Registered as i32,
-                    measured_unix_ms: *time_unix_ms,
-                    ..Default::default()
-                };
-                (*time_unix_ms, v1::record::Body::Cell(sample))
+        if let RadioEvent::Cell { path, cell_id, .. } = &ev {
+            let (p, c) = (*path, *cell_id);
+            if cells.len() <= p.index() {
+                cells.resize(p.index() + 1, 0);
             }
-        };
-        let class = match body {
-            v1::record::Body::Handover(_) => Class::Handover,
-            _ => Class::Sample,
-        };
-        let record = v1::Record { train_id: train_id.clone(), time_unix_ms, body: Some(body) };
+            cells[p.index()] = c;
+            let state = if c == 0 { LinkState::NoService } else { LinkState::Connected };
+            session.report_link(p, state, c);
+        }
+        let (record, class) = record_of(&train_id, &ev, &path_names);
         if spool.append(&record.encode_to_vec(), class).is_some() {
             if let Some(p) = position.as_mut() {
-                p.saw(time_unix_ms);
+                p.saw(record.time_unix_ms);
             }
         }
         session.with(|st, now| {

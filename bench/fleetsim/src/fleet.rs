@@ -98,7 +98,7 @@ pub struct Fleet {
     pub plan: Plan,
     pub trains: Vec<Arc<Train>>,
     /// The trip's radio events at epoch 0 (every train plays them shifted to its own epoch).
-    events: Option<Arc<[(i64, RadioEvent)]>>,
+    events: Option<TripEvents>,
     proxy_name: ServerName<'static>,
     pub stop: watch::Receiver<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -113,25 +113,10 @@ impl Fleet {
     pub fn new(plan: Plan, stop: watch::Receiver<bool>) -> anyhow::Result<Fleet> {
         let proxy_name = ServerName::try_from(plan.proxy_name.clone())
             .with_context(|| format!("proxy_name {:?} is not a valid DNS name or IP address", plan.proxy_name))?;
-        let path_names: Vec<String> = (0..plan.paths).map(path_name).collect();
-        let events = match &plan.events {
-            Some(file) => {
-                let log = radio::load_log(file)?;
-                let opts = radio::ReplayOpts {
-                    file: file.clone(),
-                    epoch_unix_ms: 0,
-                    path_names,
-                    detect: None,
-                    gps_only: false,
-                    no_gps: false,
-                    resume_from_unix_ms: None,
-                };
-                Some(Arc::from(radio::events_of(&log, &opts)))
-            }
-            None => None,
-        };
-        std::fs::create_dir_all(&plan.spool_dir)
-            .with_context(|| format!("creating the spool directory {}", plan.spool_dir.display()))?;
+        let events = trip_events(&plan)?;
+        let spool_dir = plan.spool_dir.as_ref().context("the plan has no spool_dir")?;
+        std::fs::create_dir_all(spool_dir)
+            .with_context(|| format!("creating the spool directory {}", spool_dir.display()))?;
         let trains = plan.trains.iter().enumerate().map(|(i, t)| Arc::new(Train::new(i, t.clone()))).collect();
         Ok(Fleet {
             plan,
@@ -187,12 +172,17 @@ impl Fleet {
             ..Default::default()
         };
         let cs = common.settings()?;
-        let tls = polycorn_pki::client_config(&p.ca, &t.plan.cert, &t.plan.key)
+        let (Some(ca), Some(spool_dir), Some(proxy), Some(cert), Some(key)) =
+            (&p.ca, &p.spool_dir, t.plan.proxy, &t.plan.cert, &t.plan.key)
+        else {
+            anyhow::bail!("the plan has no CA, spool directory, proxy, certificate or key for {}", t.plan.id);
+        };
+        let tls = polycorn_pki::client_config(ca, cert, key)
             .with_context(|| format!("loading {}'s TLS material", t.plan.id))?;
         let mut cfg = EndpointConfig::new(Role::Relay);
         common.buffers(None).apply(&mut cfg, DEFAULT_RELAY_BUDGET)?;
         cfg.path = cs.transport.path_config(cfg.path);
-        let dir = p.spool_dir.join(&t.plan.id);
+        let dir = spool_dir.join(&t.plan.id);
         let sp = spool::Shared::open(&dir, p.spool_max_bytes.unwrap_or(spool::DEFAULT_MAX_BYTES))
             .with_context(|| format!("opening the spool {}", dir.display()))?;
         let (session, mut events) = Session::new(Endpoint::new(cfg, cs.pipeline, Instant::now()));
@@ -216,7 +206,7 @@ impl Fleet {
             std::collections::hash_map::RandomState::new().hash_one((Instant::now(), std::process::id(), t.index));
         let (known, transports) = (KnownProxy::default(), PathTransports::default());
         for k in 0..p.paths {
-            let spec = PathSpec { id: PathId(k as u8), name: path_name(k), link: None, proxy: t.plan.proxy };
+            let spec = PathSpec { id: PathId(k as u8), name: path_name(k), link: None, proxy };
             self.spawn(keep_path(
                 dial.clone(),
                 session.clone(),
@@ -312,6 +302,27 @@ impl Fleet {
             }
         }
     }
+}
+
+/// A trip's radio events at epoch 0, with their times (Unix ms).
+pub type TripEvents = Arc<[(i64, RadioEvent)]>;
+
+/// The plan's trip as the relay's replay makes radio events of it, at
+/// epoch 0 (every train plays them shifted to its own epoch); None without
+/// a trip.
+pub fn trip_events(plan: &Plan) -> anyhow::Result<Option<TripEvents>> {
+    let Some(file) = &plan.events else { return Ok(None) };
+    let log = radio::load_log(file)?;
+    let opts = radio::ReplayOpts {
+        file: file.clone(),
+        epoch_unix_ms: 0,
+        path_names: (0..plan.paths).map(path_name).collect(),
+        detect: None,
+        gps_only: false,
+        no_gps: false,
+        resume_from_unix_ms: None,
+    };
+    Ok(Some(Arc::from(radio::events_of(&log, &opts))))
 }
 
 /// The name of path `k` (carrier `k` of the trip).

@@ -20,11 +20,19 @@
 //! writes a JSON summary (`--summary`) when it ends: on SIGTERM or SIGINT,
 //! or after `--seconds`. A proxy that closes or refuses connections is
 //! counted, never fatal.
+//!
+//! With `--direct-kafka BOOTSTRAP` it is the plane mode ([`plane`]): no
+//! proxies, subflows or spools; each train's replayed records go straight
+//! to the telemetry topic as its proxy would produce them, and table
+//! consumers follow the failure-table topic as the proxies do, so that the
+//! shared plane (Kafka, ingest, LinkDB) can be loaded with thousands of
+//! trains.
 
 mod fleet;
 mod passengers;
 mod pattern;
 mod plan;
+mod plane;
 mod report;
 
 use std::net::SocketAddr;
@@ -42,6 +50,7 @@ use tracing::{info, warn};
 use crate::fleet::{now_unix_ms, Fleet};
 use crate::passengers::Passengers;
 use crate::plan::Plan;
+use crate::plane::Plane;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -71,6 +80,31 @@ struct Cli {
     /// Log in JSON.
     #[arg(long)]
     log_json: bool,
+    /// The plane mode: produce every train's records straight to Kafka at
+    /// BOOTSTRAP as its proxy would, without proxies, subflows or spools.
+    #[arg(long, value_name = "BOOTSTRAP")]
+    direct_kafka: Option<String>,
+    /// The telemetry topic (plane mode).
+    #[arg(long, default_value = polycorn_telemetry::kafka::TELEMETRY_TOPIC)]
+    kafka_topic: String,
+    /// The dead-letter topic (plane mode).
+    #[arg(long, default_value = polycorn_telemetry::kafka::DLQ_TOPIC)]
+    kafka_dlq_topic: String,
+    /// The failure-table topic, followed by the table consumers (plane
+    /// mode) [default: no table consumers].
+    #[arg(long)]
+    failure_table_topic: Option<String>,
+    /// The key tables must be signed with, as the proxies'
+    /// `--failure-table-verify-key` (plane mode).
+    #[arg(long)]
+    failure_table_verify_key: Option<PathBuf>,
+    /// Trains per Kafka producer and per table consumer (plane mode; a
+    /// real proxy has one of each, so 1 models the fleet's connections).
+    #[arg(long, default_value_t = 1)]
+    trains_per_client: usize,
+    /// Faults to seed, for the orchestrator's own tests (plane mode; repeatable).
+    #[arg(long, value_enum, hide = true)]
+    fault: Vec<plane::Fault>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -108,8 +142,54 @@ fn raise_open_files() {
     }
 }
 
+/// Serve `sources` on `/metrics` at `addr` until `stop`.
+async fn serve_metrics(
+    addr: SocketAddr,
+    sources: Vec<polycorn_net::metrics::Source>,
+    ready: polycorn_net::metrics::Ready,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    drop(listener); // bound once to fail early; serve binds it again
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = polycorn_net::metrics::serve(addr, sources, ready, shutdown).await {
+            warn!(error = %e, "metrics endpoint failed");
+        }
+    });
+    Ok(())
+}
+
+/// Until SIGTERM or SIGINT, or `--seconds`.
+async fn wait_end(seconds: Option<f64>) {
+    let end = async {
+        match seconds {
+            Some(s) => tokio::time::sleep(Duration::from_secs_f64(s)).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = polycorn_net::shutdown_signal() => info!("signalled: stopping"),
+        _ = end => info!("--seconds elapsed: stopping"),
+    }
+}
+
+/// Write `summary` to `path` (through a temporary file and a rename).
+fn write_summary(path: Option<&std::path::Path>, summary: &impl serde::Serialize) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(summary)?).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
 async fn run(cli: Cli, threads: usize) -> anyhow::Result<()> {
-    let plan = Plan::load(&cli.plan)?;
+    let plan = Plan::load(&cli.plan, cli.direct_kafka.is_some())?;
+    if let Some(bootstrap) = cli.direct_kafka.clone() {
+        return run_plane(cli, plan, bootstrap, threads).await;
+    }
     let started_unix_ms = now_unix_ms();
     let (stop_tx, stop_rx) = watch::channel(false);
     let fleet = Arc::new(Fleet::new(plan, stop_rx.clone())?);
@@ -118,23 +198,17 @@ async fn run(cli: Cli, threads: usize) -> anyhow::Result<()> {
     if let Some(addr) = cli.metrics_listen {
         let f = fleet.clone();
         let ready: polycorn_net::metrics::Ready = Arc::new(move || f.all_connected().into());
-        let sources = vec![report::metrics_source(fleet.clone())];
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        drop(listener); // bound once to fail early; serve binds it again
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            if let Err(e) = polycorn_net::metrics::serve(addr, sources, ready, shutdown).await {
-                warn!(error = %e, "metrics endpoint failed");
-            }
-        });
+        serve_metrics(addr, vec![report::metrics_source(fleet.clone())], ready, stop_rx.clone()).await?;
     }
     tokio::spawn(fleet.clone().start_all());
     tokio::spawn(fleet.clone().watch_connections());
     let lags = Arc::new(std::sync::Mutex::new(Vec::<f32>::new()));
-    tokio::spawn(watch_loop(fleet.clone(), lags.clone()));
+    let f = fleet.clone();
+    tokio::spawn(lag_loop(stop_rx.clone(), lags.clone(), move |lag| {
+        if let Some(p) = f.passengers.get().filter(|p| !p.stopped()) {
+            p.loop_lags_ms.lock().unwrap_or_else(|e| e.into_inner()).push(lag);
+        }
+    }));
     if let Some(pp) = fleet.plan.passengers.clone().filter(|p| p.conns > 0) {
         // Listening before anyone could send it (its default action ends the process).
         let mut usr1 = if pp.start_on_sigusr1 {
@@ -162,16 +236,7 @@ async fn run(cli: Cli, threads: usize) -> anyhow::Result<()> {
         });
     }
 
-    let end = async {
-        match cli.seconds {
-            Some(s) => tokio::time::sleep(Duration::from_secs_f64(s)).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = polycorn_net::shutdown_signal() => info!("signalled: stopping"),
-        _ = end => info!("--seconds elapsed: stopping"),
-    }
+    wait_end(cli.seconds).await;
     let _ = stop_tx.send(true);
     // Let the tasks see the stop (a subflow loop that sees its session
     // closed first counts a subflow lost), and the passengers count what
@@ -202,20 +267,61 @@ async fn run(cli: Cli, threads: usize) -> anyhow::Result<()> {
         t.records_acked,
         t.errors
     );
-    if let Some(path) = &cli.summary {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&summary)?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    write_summary(cli.summary.as_deref(), &summary)
+}
+
+/// The plane mode: the trains' records straight to Kafka, table consumers
+/// on the table topic ([`plane`]).
+async fn run_plane(cli: Cli, plan: Plan, bootstrap: String, threads: usize) -> anyhow::Result<()> {
+    let (started_unix_ms, started) = (now_unix_ms(), Instant::now());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let opts = plane::Opts {
+        bootstrap,
+        topic: cli.kafka_topic.clone(),
+        dlq_topic: cli.kafka_dlq_topic.clone(),
+        table_topic: cli.failure_table_topic.clone(),
+        verify_key: cli.failure_table_verify_key.clone(),
+        trains_per_client: cli.trains_per_client,
+        faults: cli.fault.clone(),
+    };
+    let p = Arc::new(Plane::new(plan, opts, stop_rx.clone())?);
+    if let Some(addr) = cli.metrics_listen {
+        let q = p.clone();
+        let ready: polycorn_net::metrics::Ready = Arc::new(move || q.all_connected().into());
+        serve_metrics(addr, vec![p.metrics_source()], ready, stop_rx.clone()).await?;
     }
-    Ok(())
+    tokio::spawn(p.clone().start_all());
+    let lags = Arc::new(std::sync::Mutex::new(Vec::<f32>::new()));
+    tokio::spawn(lag_loop(stop_rx.clone(), lags.clone(), |_| {}));
+    wait_end(cli.seconds).await;
+    let _ = stop_tx.send(true);
+    // What Kafka has not confirmed yet: awaited, up to the delivery timeout.
+    p.settle(polycorn_telemetry::kafka::DELIVERY_TIMEOUT + Duration::from_secs(5)).await;
+    p.finish();
+    let lags = lags.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let summary = p.summary(started_unix_ms, started.elapsed().as_secs_f64(), threads, &lags);
+    let t = &summary.totals;
+    println!(
+        "fleetsim (plane): {}/{} trains started, {} producers, {} table consumers; records made {} confirmed {} failed {} in flight {}",
+        summary.trains_started,
+        summary.trains_planned,
+        summary.producers,
+        summary.table_consumers,
+        t.records_made,
+        t.records_confirmed,
+        t.records_failed,
+        t.in_flight
+    );
+    write_summary(cli.summary.as_deref(), &summary)
 }
 
 /// How late the runtime wakes a 100 ms sleep (a starved load generator
-/// cannot offer its load): every sample in `all`, and those while the
-/// passengers run in their report too.
-async fn watch_loop(fleet: Arc<Fleet>, all: Arc<std::sync::Mutex<Vec<f32>>>) {
-    let mut stop = fleet.stop.clone();
+/// cannot offer its load): every sample in `all`, and each to `also`.
+async fn lag_loop(
+    mut stop: watch::Receiver<bool>,
+    all: Arc<std::sync::Mutex<Vec<f32>>>,
+    also: impl Fn(f32) + Send + 'static,
+) {
     loop {
         let t = Instant::now();
         tokio::select! {
@@ -224,9 +330,7 @@ async fn watch_loop(fleet: Arc<Fleet>, all: Arc<std::sync::Mutex<Vec<f32>>>) {
         }
         let lag = (t.elapsed().as_secs_f32() - 0.1) * 1000.0;
         all.lock().unwrap_or_else(|e| e.into_inner()).push(lag);
-        if let Some(p) = fleet.passengers.get().filter(|p| !p.stopped()) {
-            p.loop_lags_ms.lock().unwrap_or_else(|e| e.into_inner()).push(lag);
-        }
+        also(lag);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The plan: which trains to simulate, where their proxies are, and the
 //! load they carry (JSON, written by the orchestrator,
-//! `python -m polycorn_benchrun.fleet --sim`).
+//! `python -m polycorn_benchrun.fleet --sim`, or, for the plane mode
+//! without proxies, `python -m polycorn_benchrun.fleet_plane`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,8 +13,10 @@ use serde::Deserialize;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
-    /// The CA that signs the proxies' certificates (PEM).
-    pub ca: PathBuf,
+    /// The CA that signs the proxies' certificates (PEM); not used in the
+    /// plane mode (`--direct-kafka`), which has no proxies.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
     /// The name the proxies' certificates carry [default: proxy.polycorn].
     #[serde(default = "default_proxy_name")]
     pub proxy_name: String,
@@ -34,7 +37,9 @@ pub struct Plan {
     pub events: Option<PathBuf>,
     /// Where each train's durable telemetry spool lives (a directory per
     /// train, created). A tmpfs keeps the simulator's fsyncs off the disk.
-    pub spool_dir: PathBuf,
+    /// Not used in the plane mode (no spool: records go straight to Kafka).
+    #[serde(default)]
+    pub spool_dir: Option<PathBuf>,
     /// Spool size bound per train, bytes [default: the relay's].
     #[serde(default)]
     pub spool_max_bytes: Option<u64>,
@@ -54,11 +59,15 @@ pub struct Plan {
 pub struct TrainPlan {
     /// Its train id (its certificate's).
     pub id: String,
-    /// Its proxy's subflow address; every path dials it.
-    pub proxy: SocketAddr,
-    /// The train's certificate and key (PEM), e.g. `polycorn-pki dev`'s `<id>.crt`, `<id>.key`.
-    pub cert: PathBuf,
-    pub key: PathBuf,
+    /// Its proxy's subflow address; every path dials it (not in the plane mode).
+    #[serde(default)]
+    pub proxy: Option<SocketAddr>,
+    /// The train's certificate and key (PEM), e.g. `polycorn-pki dev`'s
+    /// `<id>.crt`, `<id>.key` (not in the plane mode).
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    #[serde(default)]
+    pub key: Option<PathBuf>,
     /// Unix ms of its trip's time zero: where on the trip it is.
     #[serde(default)]
     pub epoch_unix_ms: i64,
@@ -118,16 +127,30 @@ fn default_start_within_s() -> f64 {
 }
 
 impl Plan {
-    /// Read and check a plan file.
-    pub fn load(file: &Path) -> anyhow::Result<Plan> {
+    /// Read and check a plan file: for trains with proxies, or with `plane`
+    /// for the plane mode (no proxies, no certificates, no spool, no
+    /// passengers).
+    pub fn load(file: &Path, plane: bool) -> anyhow::Result<Plan> {
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let plan: Plan =
             serde_json::from_str(&text).with_context(|| format!("{}: not a fleetsim plan", file.display()))?;
-        plan.check().with_context(|| format!("plan {}", file.display()))?;
+        plan.check(plane).with_context(|| format!("plan {}", file.display()))?;
         Ok(plan)
     }
 
-    fn check(&self) -> anyhow::Result<()> {
+    fn check(&self, plane: bool) -> anyhow::Result<()> {
+        if plane {
+            if self.passengers.is_some() {
+                bail!("the plane mode has no passengers (no proxies to carry them)");
+            }
+        } else {
+            if self.ca.is_none() || self.spool_dir.is_none() {
+                bail!("ca and spool_dir are needed (only the plane mode, --direct-kafka, goes without)");
+            }
+            if let Some(t) = self.trains.iter().find(|t| t.proxy.is_none() || t.cert.is_none() || t.key.is_none()) {
+                bail!("train {} needs its proxy, cert and key (only the plane mode goes without)", t.id);
+            }
+        }
         if self.paths == 0 || self.paths > polycorn_core::MAX_PATHS {
             bail!("paths must be 1 to {}", polycorn_core::MAX_PATHS);
         }
@@ -181,7 +204,7 @@ mod tests {
             ),
         )
         .unwrap();
-        Plan::load(&f)
+        Plan::load(&f, false)
     }
 
     #[test]
@@ -197,6 +220,23 @@ mod tests {
         .unwrap();
         let pax = p.passengers.unwrap();
         assert_eq!((pax.conns, pax.passengers_per_train, pax.start_within_s), (5, 10, 120.0));
+    }
+
+    #[test]
+    fn the_plane_mode_needs_no_proxy_certificate_or_spool_and_takes_no_passengers() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("plan.json");
+        std::fs::write(&f, r#"{"trains": [{"id": "train-a", "epoch_unix_ms": 5}]}"#).unwrap();
+        assert!(Plan::load(&f, true).is_ok());
+        let e = format!("{:#}", Plan::load(&f, false).unwrap_err());
+        assert!(e.contains("only the plane mode"), "{e}");
+        std::fs::write(
+            &f,
+            r#"{"trains": [{"id": "train-a"}], "passengers": {"origin": "127.0.0.2:9", "conns": 1, "bulk": 0,
+                "bulk_rate": 1, "bulk_size": 1, "chat_gap_s": 1, "ramp_s": 1, "seconds": 1}}"#,
+        )
+        .unwrap();
+        assert!(format!("{:#}", Plan::load(&f, true).unwrap_err()).contains("no passengers"));
     }
 
     #[test]

@@ -465,6 +465,21 @@ class Fleet:
     def start(self, url: str) -> None:
         """Ingest on the database at ``url``, the origin and every train, connected, and
         ingest's first commit."""
+        self.start_ingest(url)
+        self.procs.start(
+            "origin",
+            [sys.executable, "-m", "polycorn_benchrun.fleet_traffic", "origin"]
+            + ["--listen", self.origin]
+            + (["--fault", self.cfg.fault] if self.cfg.fault in ("corrupt", "short") else []),
+        )
+        wait_listening(self.origin)
+        self.start_proxies()
+        self.start_relays()
+        self.wait_connected()
+        self.first_commit()
+
+    def start_ingest(self, url: str) -> None:
+        """One ingest consumer (a process of its own) on the database at ``url``."""
         self.url = url
         self.lagq = self.ctx.Queue()
         self.ingest = self.ctx.Process(
@@ -480,17 +495,9 @@ class Fleet:
             daemon=True,
         )
         self.ingest.start()
-        self.procs.start(
-            "origin",
-            [sys.executable, "-m", "polycorn_benchrun.fleet_traffic", "origin"]
-            + ["--listen", self.origin]
-            + (["--fault", self.cfg.fault] if self.cfg.fault in ("corrupt", "short") else []),
-        )
-        wait_listening(self.origin)
-        self.start_proxies()
-        self.start_relays()
-        self.wait_connected()
-        # Ingest has joined its group and writes (the relays' telemetry flows).
+
+    def first_commit(self) -> None:
+        """Until ingest has joined its group and writes (the trains' telemetry flows)."""
         try:
             first = self.lagq.get(timeout=120)
         except queue.Empty:

@@ -9,6 +9,8 @@
 //! - [`mmcli`]: ModemManager's `mmcli -J` outputs, parsed into cell
 //!   observations (sans-IO).
 //! - [`spool`]: the relay-agent's durable telemetry spool.
+//! - [`kafka`]: what the proxy puts into Kafka (topics, keys, headers,
+//!   producer settings) and how it reads the table topic, as pure data.
 //! - [`testbed_cell_id`]: how the testbed's per-carrier cell indices map to
 //!   the cell IDs the data plane and the failure-location tables use.
 
@@ -16,6 +18,7 @@ pub mod events;
 pub mod failure_table;
 pub mod gpsd;
 pub mod handover;
+pub mod kafka;
 pub mod mmcli;
 pub mod route_match;
 pub mod spool;
