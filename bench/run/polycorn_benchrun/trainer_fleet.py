@@ -1175,18 +1175,22 @@ def _scale_part(
 
 
 def _clean_up(
-    a: argparse.Namespace, dbs: list[str], admin_url: str, work: Path, diagnostic: bool
+    a: argparse.Namespace, dbs: list[str], admin_url: str, work: Path, keep_work: bool
 ) -> None:
     """The databases the run made dropped and its work directory removed, unless
-    ``--keep`` (a diagnostic run's work directory holds its results: kept)."""
+    ``--keep`` or ``keep_work`` (a diagnostic run's results, or the pieces of a run
+    that failed). A database that cannot be dropped (the server is gone) is logged,
+    so that it does not hide why the run failed."""
     if a.keep:
         log(f"kept: databases {' '.join(dbs) or 'none'}, work directory {work}")
         return
     for name in dbs:
-        with pg_connect(admin_url, autocommit=True) as c:
-            c.execute(f"drop database if exists {name} with (force)")
-    # A diagnostic run's results live in the work directory.
-    if diagnostic:
+        try:
+            with pg_connect(admin_url, autocommit=True, timeout_s=10) as c:
+                c.execute(f"drop database if exists {name} with (force)")
+        except Exception as e:  # reported: the run's own error matters more
+            log(f"could not drop database {name}: {type(e).__name__}: {e}")
+    if keep_work:
         log(f"results and pieces kept in {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
@@ -1229,6 +1233,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     # measured process tree is the trainer's.
     trainer = str(Path(sys.executable).parent / "polycorn-trainer")
     meta = _meta(a, prov)
+    done = False
     try:
         if "fleet" in parts:
             _fleet_part(a, routes, env, work, fresh=fresh, trainer=trainer)
@@ -1257,8 +1262,11 @@ def cmd_bench(a: argparse.Namespace) -> int:
             env={**os.environ, provenance.ALLOW_DIRTY: "1"},
         )
         log(f"wrote {out / name} and {(out / name).with_suffix('.md')}")
+        done = True
     finally:
-        _clean_up(a, dbs, admin_url, work, diagnostic)
+        # A diagnostic run's results live in the work directory; a failed run's
+        # pieces (the refits that were measured) are kept to be looked at.
+        _clean_up(a, dbs, admin_url, work, keep_work=diagnostic or not done)
     return 0
 
 

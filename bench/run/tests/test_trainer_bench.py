@@ -185,3 +185,18 @@ def test_a_small_scale_run_end_to_end(tmp_path: Path) -> None:
     finally:
         with psycopg.connect(f"{base}/postgres", autocommit=True) as c:
             c.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def test_a_failed_run_keeps_its_pieces_and_a_lost_server_does_not_hide_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "scale-summary-0.json").write_text("{}")
+    a = argparse.Namespace(keep=False)
+    gone = "postgresql://postgres@127.0.0.1:1/postgres"  # nothing listens there
+    tf._clean_up(a, ["trainerscale_gone"], gone, work, keep_work=True)
+    assert (work / "scale-summary-0.json").exists()
+    assert "could not drop database trainerscale_gone" in capsys.readouterr().err
+    tf._clean_up(a, [], gone, work, keep_work=False)
+    assert not work.exists()
