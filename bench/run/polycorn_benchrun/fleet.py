@@ -1192,13 +1192,20 @@ def sizing(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def prepare(cfg: Config, work: Path, n_max: int, trip_s: int) -> Shared:
-    pki, trip = work / "pki", work / "trip"
+    pki = work / "pki"
     subprocess.run(
         [str(cfg.bin_dir / "polycorn-pki"), "dev", "--out", str(pki), "--train"]
         + [train_id(i) for i in range(n_max)],
         check=True,
         stdout=subprocess.DEVNULL,
     )
+    return with_trip(cfg, work, pki, trip_s)
+
+
+def with_trip(cfg: Config, work: Path, pki: Path, trip_s: int) -> Shared:
+    """The trip every train replays (``trip_s`` long, generated into ``work``) and the
+    series' shared state around it."""
+    trip = work / "trip"
     subprocess.run(
         [
             str(cfg.bin_dir / "polycorn-tracegen"),

@@ -76,7 +76,7 @@ from polycorn_benchrun.fleet import (
     rss_kib,
     scrape,
     train_id,
-    trip_events,
+    with_trip,
     work_dir,
 )
 from polycorn_benchrun.ingest import _machine
@@ -588,7 +588,7 @@ def per_train_fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def prepare(cfg: PlaneConfig, work: Path) -> Shared:
     """The trip every train replays and the table signing key pair."""
-    pki, trip = work / "pki", work / "trip"
+    pki = work / "pki"
     subprocess.run(
         [str(cfg.bin_dir / "polycorn-pki"), "table-key", "--out", str(pki)],
         check=True,
@@ -596,27 +596,7 @@ def prepare(cfg: PlaneConfig, work: Path) -> Shared:
     )
     run_s = cfg.idle_s + 60 + 0.05 * max(cfg.trains) + cfg.warmup_s + cfg.seconds
     run_s += TABLES_SEEN_WITHIN_S + 120
-    subprocess.run(
-        [
-            str(cfg.bin_dir / "polycorn-tracegen"),
-            "generate",
-            "--route-seed",
-            "3",
-            "--trip-seed",
-            "11",
-            "--duration-s",
-            str(int(TRIP_SPREAD_S + run_s)),
-            "--carriers",
-            str(CARRIERS),
-            "--out",
-            str(trip),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    sh = Shared(cfg, work, pki, trip, os.environ["POLYCORN_KAFKA_BOOTSTRAP"])
-    sh.fixes, sh.hos = trip_events(trip)
-    return sh
+    return with_trip(cfg, work, pki, int(TRIP_SPREAD_S + run_s))
 
 
 def run_series(cfg: PlaneConfig, work: Path, commit: str | None = None) -> dict[str, Any]:
