@@ -179,14 +179,16 @@ class Bench:
         out = run(self.ns("train", "ss", "-HMni", f"( dport = :{port} )")).stdout
         return max((int(n) for n in re.findall(r"subflows:(\d+)", out)), default=-1) + 1
 
-    def scheme_up(self, scheme: str) -> bool:
+    def scheme_up(self, scheme: str, *proxy_args: str) -> bool:
         """Start what ``scheme`` needs; False if it does not come up. Explicit scheduler
         and transport: the results must not follow a change of the defaults silently."""
         try:
             if scheme.startswith(("relay_", "quic_")):
                 transport, k = scheme.split("_")
                 transport = "tls" if transport == "relay" else transport
-                self.testbed.start_proxy("--scheduler", "minrtt", "--transport", transport)
+                self.testbed.start_proxy(
+                    "--scheduler", "minrtt", "--transport", transport, *proxy_args
+                )
                 self.pair(int(k)).start_main_relay(
                     "--scheduler", "minrtt", "--transport", transport
                 )
@@ -348,8 +350,12 @@ class Bench:
 
     def rss(self, rep: int) -> None:
         """A fresh relay_2 pair, idle, then holding ``conns`` passenger connections
-        open through it."""
-        if not self.scheme_up("relay_2"):
+        open through it. The proxy's hard budget reserves a few hundred KiB per connection
+        and refuses (RESET) what does not fit: its default 256 MiB admits about 700, so
+        the run gives it 1 MiB per connection (the budget is accounting; RSS is what is
+        measured)."""
+        budget = max(256, self.a.conns) * 1024 * 1024
+        if not self.scheme_up("relay_2", "--mem-budget", str(budget)):
             self.record({"kind": "rss", "rep": rep, "error": "relay_2 did not come up"})
             self.scheme_down()
             return
@@ -399,6 +405,7 @@ class Bench:
             "kind": "rss",
             "rep": rep,
             "conns": self.a.conns,
+            "proxy_mem_budget": budget,
             "relay_kb_idle": r_idle,
             "proxy_kb_idle": p_idle,
             "relay_kb": r_held,
