@@ -17,8 +17,9 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use polycorn_telemetry::kafka as contract;
@@ -27,7 +28,9 @@ use polycorn_telemetry::v1;
 use prost::Message as _;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
+use rdkafka::ClientContext;
+use tokio::sync::oneshot;
 
 /// Default `--kafka-topic`.
 pub const DEFAULT_TOPIC: &str = contract::TELEMETRY_TOPIC;
@@ -330,17 +333,83 @@ pub struct SinkStats {
     pub replaced: AtomicU64,
 }
 
+/// While records are in flight, how often [`poll_deliveries`] collects
+/// their delivery reports (it adds at most this much to an acknowledgement).
+const POLL_BUSY: Duration = Duration::from_millis(5);
+/// With nothing in flight, how often it looks for the client's other
+/// events (errors); a record produced wakes it at once.
+const POLL_IDLE: Duration = Duration::from_millis(200);
+/// Events handled per round at most, so a backlog of reports cannot keep
+/// the thread from looking at the current producer.
+const POLL_BATCH: usize = 1024;
+
+/// Hands each delivery report to the task waiting for it, and counts the
+/// reports handled so [`poll_deliveries`] knows when the queue is empty.
+#[derive(Default)]
+struct Deliveries {
+    handled: AtomicU64,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = Box<oneshot::Sender<Result<(), String>>>;
+
+    fn delivery(&self, r: &DeliveryResult<'_>, tx: Self::DeliveryOpaque) {
+        self.handled.fetch_add(1, Ordering::Relaxed);
+        let _ = tx.send(r.as_ref().map(|_| ()).map_err(|(e, _)| e.to_string()));
+    }
+}
+
+type Producer = BaseProducer<Deliveries>;
+
+/// The producer in use (replaced by [`KafkaSink::on_delivery`]) and what the
+/// polling thread needs to follow it.
+struct Current {
+    producer: RwLock<Arc<Producer>>,
+    stop: AtomicBool,
+}
+
+/// The proxy's one thread for delivery reports. rdkafka's `FutureProducer`
+/// polls on a thread of its own with a 100 ms deadline that it turns into
+/// whole milliseconds, rounded down, so the last millisecond of every poll
+/// is a zero-timeout poll again and again: an idle proxy spent most of its
+/// CPU there. Here a round handles the reports that are ready
+/// (`poll(0)` takes one event at a time) and then sleeps: [`POLL_BUSY`]
+/// while records are in flight, else until a record is produced or
+/// [`POLL_IDLE`] passes.
+fn poll_deliveries(current: &Current, inflight: &AtomicU64) {
+    while !current.stop.load(Ordering::Relaxed) {
+        let p = current.producer.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for _ in 0..POLL_BATCH {
+            let before = p.context().handled.load(Ordering::Relaxed);
+            p.poll(Duration::ZERO);
+            if p.context().handled.load(Ordering::Relaxed) == before {
+                break;
+            }
+        }
+        drop(p);
+        if inflight.load(Ordering::Relaxed) > 0 {
+            std::thread::sleep(POLL_BUSY);
+        } else {
+            std::thread::park_timeout(POLL_IDLE);
+        }
+    }
+}
+
 /// The Kafka producer of one proxy.
 pub struct KafkaSink {
     /// Replaced when it stops delivering ([`StallWatch`]); `produce` takes
-    /// a clone (an `Arc` inside), so a record is never held up by a swap.
-    producer: RwLock<FutureProducer>,
+    /// a clone of the `Arc`, so a record is never held up by a swap.
+    current: Arc<Current>,
+    /// The thread of [`poll_deliveries`], woken when a record is produced.
+    poller: Thread,
     config: ClientConfig,
     watch: Mutex<StallWatch>,
     topic: String,
     dlq_topic: String,
     train_id: String,
-    pub stats: SinkStats,
+    pub stats: Arc<SinkStats>,
 }
 
 impl KafkaSink {
@@ -370,21 +439,34 @@ impl KafkaSink {
         for (k, v) in contract::producer_settings(&format!("polycorn-proxy-{train_id}"), delivery_timeout) {
             config.set(k, v);
         }
-        let producer: FutureProducer =
-            config.create().map_err(|e| anyhow::anyhow!("creating the Kafka producer for {brokers}: {e}"))?;
+        let producer: Producer = config
+            .create_with_context(Deliveries::default())
+            .map_err(|e| anyhow::anyhow!("creating the Kafka producer for {brokers}: {e}"))?;
+        let current = Arc::new(Current { producer: RwLock::new(Arc::new(producer)), stop: AtomicBool::new(false) });
+        let stats = Arc::new(SinkStats::default());
+        let poller = {
+            let (current, stats) = (current.clone(), stats.clone());
+            std::thread::Builder::new()
+                .name("kafka-deliveries".into())
+                .spawn(move || poll_deliveries(&current, &stats.inflight))
+                .map_err(|e| anyhow::anyhow!("starting the Kafka delivery thread: {e}"))?
+                .thread()
+                .clone()
+        };
         Ok(KafkaSink {
-            producer: RwLock::new(producer),
+            current,
+            poller,
             config,
             watch: Mutex::new(StallWatch::new(replace_after, Instant::now())),
             topic: topic.into(),
             dlq_topic: dlq_topic.into(),
             train_id: train_id.into(),
-            stats: SinkStats::default(),
+            stats,
         })
     }
 
-    fn producer(&self) -> FutureProducer {
-        self.producer.read().unwrap_or_else(|e| e.into_inner()).clone()
+    fn producer(&self) -> Arc<Producer> {
+        self.current.producer.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Feeds a delivery report to the [`StallWatch`]; replaces the producer
@@ -396,14 +478,15 @@ impl KafkaSink {
         if !replace {
             return;
         }
-        let new: FutureProducer = match self.config.create() {
+        let new: Producer = match self.config.create_with_context(Deliveries::default()) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(error = %e, "could not create a new Kafka producer (the current one stays)");
                 return;
             }
         };
-        let old = std::mem::replace(&mut *self.producer.write().unwrap_or_else(|e| e.into_inner()), new);
+        let old =
+            std::mem::replace(&mut *self.current.producer.write().unwrap_or_else(|e| e.into_inner()), Arc::new(new));
         self.stats.replaced.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             "the Kafka producer delivered no telemetry record for a while and its deliveries failed: \
@@ -415,7 +498,6 @@ impl KafkaSink {
     /// Wait up to `timeout` for queued records to be delivered (at
     /// shutdown: fewer records for the relay to resend to the next proxy).
     pub fn flush(&self, timeout: Duration) {
-        use rdkafka::producer::Producer as _;
         if let Err(e) = self.producer().flush(timeout) {
             tracing::warn!(error = %e, "telemetry not all delivered to Kafka at shutdown (the relay resends it)");
         }
@@ -433,20 +515,19 @@ impl KafkaSink {
         let env = contract::envelope(&self.train_id, seq, target);
         let headers = kafka_headers(&env.headers);
         let topic = if env.dead_letter { &self.dlq_topic } else { &self.topic };
-        let rec = FutureRecord::to(topic).key(env.key).payload(payload).headers(headers);
-        let queued = self.producer().send_result(rec).map_err(|(e, _)| e);
+        let (tx, rx) = oneshot::channel();
+        let rec = BaseRecord::with_opaque_to(topic, Box::new(tx)).key(env.key).payload(payload).headers(headers);
+        let queued = self.producer().send(rec).map_err(|(e, _)| e.to_string());
         let me = self.clone();
         let dlq = matches!(target, Target::DeadLetter(_));
         let topic = topic.clone();
-        me.stats.inflight.fetch_add(1, Ordering::Relaxed);
+        if me.stats.inflight.fetch_add(1, Ordering::Relaxed) == 0 {
+            me.poller.unpark();
+        }
         async move {
             let r = match queued {
-                Ok(delivery) => match delivery.await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err((e, _))) => Err(e.to_string()),
-                    Err(_) => Err("the producer was dropped".to_string()),
-                },
-                Err(e) => Err(e.to_string()),
+                Ok(()) => rx.await.unwrap_or_else(|_| Err("the producer was dropped".to_string())),
+                Err(e) => Err(e),
             };
             me.stats.inflight.fetch_sub(1, Ordering::Relaxed);
             me.on_delivery(r.is_ok());
@@ -463,6 +544,13 @@ impl KafkaSink {
                 }
             }
         }
+    }
+}
+
+impl Drop for KafkaSink {
+    fn drop(&mut self) {
+        self.current.stop.store(true, Ordering::Relaxed);
+        self.poller.unpark();
     }
 }
 

@@ -46,7 +46,7 @@ use prost::Message as _;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -63,6 +63,8 @@ const RESEND_AFTER: Duration = Duration::from_secs(5);
 const MAX_MESSAGES: usize = 10;
 /// How often the producers' delivery reports are collected.
 const POLL_EVERY: Duration = Duration::from_millis(10);
+/// Delivery events taken from one producer per round at most.
+const POLL_BATCH: usize = 1024;
 
 /// A fault to seed, so that the orchestrator's checks are seen to fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -240,17 +242,21 @@ impl Plane {
     }
 
     /// Collect every producer's delivery reports, every [`POLL_EVERY`], until
-    /// [`Plane::finish`]. One thread for all of them: rdkafka's
-    /// `FutureProducer` gives each producer a polling thread of its own,
-    /// and that thread spins through the last millisecond of every 100 ms
-    /// poll (its deadline is turned into whole milliseconds, rounded
-    /// down, so the last wait is a zero-timeout poll, again and again), a
-    /// cost of the proxy's process that a load generator with hundreds of
-    /// producers cannot carry. What goes to Kafka is the same.
+    /// [`Plane::finish`]. One thread for all of them, as the proxy has one
+    /// for its producer (proxy/src/kafka.rs says why not rdkafka's
+    /// `FutureProducer`). `poll(0)` takes one event at a time, so each
+    /// producer is polled until a poll hands over no report (at most
+    /// [`POLL_BATCH`] times a round).
     fn poll_deliveries(&self) {
         while !self.poller_done.load(Ordering::Relaxed) {
             for p in self.producers.iter().filter_map(OnceLock::get) {
-                p.poll(Duration::ZERO);
+                for _ in 0..POLL_BATCH {
+                    let before = p.context().handled.load(Ordering::Relaxed);
+                    p.poll(Duration::ZERO);
+                    if p.context().handled.load(Ordering::Relaxed) == before {
+                        break;
+                    }
+                }
             }
             std::thread::sleep(POLL_EVERY);
         }
@@ -266,7 +272,7 @@ impl Plane {
     fn start_clients(self: &Arc<Self>, g: usize) -> anyhow::Result<()> {
         let o = &self.opts;
         let p = client(&o.bootstrap, producer_settings(&format!("polycorn-fleetsim-plane-{g}"), DELIVERY_TIMEOUT))
-            .create_with_context(Deliveries)
+            .create_with_context(Deliveries::default())
             .map_err(|e| anyhow::anyhow!("creating Kafka producer {g}: {e}"))?;
         let _ = self.producers[g].set(p);
         let (Some(topic), Some(f)) = (&o.table_topic, self.followers.get(g)) else { return Ok(()) };
@@ -558,8 +564,12 @@ impl Drop for Running<'_> {
     }
 }
 
-/// Hands each delivery report to the record's waiting task.
-struct Deliveries;
+/// Hands each delivery report to the record's waiting task, and counts the
+/// reports handed over.
+#[derive(Default)]
+struct Deliveries {
+    handled: AtomicU64,
+}
 
 impl ClientContext for Deliveries {}
 
@@ -567,6 +577,7 @@ impl ProducerContext for Deliveries {
     type DeliveryOpaque = Box<oneshot::Sender<Result<(), String>>>;
 
     fn delivery(&self, r: &DeliveryResult<'_>, tx: Self::DeliveryOpaque) {
+        self.handled.fetch_add(1, Ordering::Relaxed);
         let _ = tx.send(r.as_ref().map(|_| ()).map_err(|(e, _)| e.to_string()));
     }
 }
