@@ -354,6 +354,11 @@ struct Proxy {
     /// address it tries).
     destinations_refused: std::sync::atomic::AtomicU64,
     policy_log: polycorn_net::lograte::Every,
+    /// Passenger connections whose upstream connect failed or timed out:
+    /// all counted, logged once a minute at most (a passenger scanning
+    /// closed ports causes one per port).
+    upstream_failed: std::sync::atomic::AtomicU64,
+    upstream_log: polycorn_net::lograte::Every,
     /// Subflows refused (a failed TLS handshake, HELLO, another train): all
     /// counted; those that failed before authentication logged at warn
     /// once a minute at most (anyone on the Internet can cause one).
@@ -485,21 +490,24 @@ impl Proxy {
                     }
                     let stream = session.stream(conn);
                     let timeout = self.s.connect_timeout;
+                    let me = self.clone();
                     tokio::spawn(async move {
-                        match tokio::time::timeout(timeout, TcpStream::connect(dst)).await {
+                        let why = match tokio::time::timeout(timeout, TcpStream::connect(dst)).await {
                             Ok(Ok(up)) => {
                                 let _ = up.set_nodelay(true);
                                 relay(stream, up).await;
+                                return;
                             }
-                            Ok(Err(e)) => {
-                                info!(%conn, %dst, error = %e, "upstream connect failed");
-                                stream_reset(stream, RESET_CONNECT_FAILED);
-                            }
-                            Err(_) => {
-                                info!(%conn, %dst, "upstream connect timed out");
-                                stream_reset(stream, RESET_CONNECT_FAILED);
-                            }
+                            Ok(Err(e)) => e.to_string(),
+                            Err(_) => format!("no answer within {} s", timeout.as_secs_f64()),
+                        };
+                        me.upstream_failed.fetch_add(1, Relaxed);
+                        if let Some(left_out) = me.upstream_log.check(Instant::now()) {
+                            info!(%conn, %dst, error = %why, left_out, "upstream connect failed (logged once a minute at most; left_out: since the last line)");
+                        } else {
+                            debug!(%conn, %dst, error = %why, "upstream connect failed");
                         }
+                        stream_reset(stream, RESET_CONNECT_FAILED);
                     });
                 }
                 SessionEvent::PathStatus { path, state, cell } => {
@@ -714,6 +722,11 @@ const PROXY_METRICS: &[Metric<Proxy>] = &[
         |p| p.destinations_refused.load(Relaxed) as f64,
     ),
     counter(
+        "polycorn_proxy_upstream_connect_failed",
+        "Passenger connections reset because the proxy's connect to their destination failed or timed out (logged once a minute at most).",
+        |p| p.upstream_failed.load(Relaxed) as f64,
+    ),
+    counter(
         "polycorn_proxy_subflows_refused",
         "Subflows refused: a failed TLS handshake (logged at warn once a minute at most), a failed HELLO, another train.",
         |p| p.subflows_refused.load(Relaxed) as f64,
@@ -919,6 +932,8 @@ async fn run() -> anyhow::Result<()> {
         preauth_log: polycorn_net::lograte::Every::new(Duration::from_secs(60)),
         destinations_refused: Default::default(),
         policy_log: polycorn_net::lograte::Every::new(Duration::from_secs(60)),
+        upstream_failed: Default::default(),
+        upstream_log: polycorn_net::lograte::Every::new(Duration::from_secs(60)),
         subflows_refused: Default::default(),
         refused_log: polycorn_net::lograte::Every::new(Duration::from_secs(60)),
     });

@@ -12,9 +12,9 @@
 //!   its issue time and expiry (`issued_unix_s`, `expires_unix_s`, inside
 //!   the signed bytes). A network source's table is used only when it is
 //!   newer than the one in use and not older than the highest ever
-//!   accepted ([`state::Mark`]: version, then issue time; kept across
-//!   restarts with `--failure-table-state-dir`), so a replayed old table
-//!   is ignored; the file may replace the table with any valid version (an
+//!   accepted ([`state::Mark`]: version, then issue time; kept per signing
+//!   key, across restarts with `--failure-table-state-dir`; a key no longer
+//!   trusted binds no more), so a replayed old table is ignored; the file may replace the table with any valid version (an
 //!   operator who edits the file means it). A network source may not move
 //!   the version more than [`MAX_VERSION_STEP`] past the highest accepted:
 //!   one message with version 2^64 − 1 would otherwise freeze every
@@ -49,7 +49,7 @@ use tracing::{debug, info, warn};
 use crate::hof::SharedRoutes;
 use crate::metrics::{Source, Writer};
 use signature::Verifier;
-use state::{Mark, StateFile};
+use state::{KeyId, Mark, Marks, StateFile};
 
 /// Where a table came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -73,12 +73,14 @@ impl SourceKind {
     }
 }
 
-/// When a table was issued and until when it is valid.
+/// When a table was issued, until when it is valid, and who signed it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     pub mark: Mark,
     /// `expires_unix_s`; `None`: an unsigned table without one never expires.
     pub expires_unix_s: Option<u64>,
+    /// The key that signed it; `None` unsigned (no verify key).
+    pub key: Option<KeyId>,
 }
 
 /// What becomes of a table a source delivered.
@@ -122,11 +124,11 @@ pub struct Against<'a> {
 /// than the highest mark, and at most [`MAX_VERSION_STEP`] versions past
 /// it; the file's with any version; a table past its expiry is refused.
 pub fn judge(a: Against<'_>, source: SourceKind, body: &[u8], signature: Option<&[u8]>) -> Verdict {
-    if let Some(v) = a.verifier {
-        if let Err(e) = v.verify(body, signature) {
-            return Verdict::BadSignature(e.to_string());
-        }
-    }
+    let key = match a.verifier.map(|v| v.verify(body, signature)) {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(e)) => return Verdict::BadSignature(e.to_string()),
+    };
     let text = match std::str::from_utf8(body) {
         Ok(t) => t,
         Err(e) => return Verdict::Malformed(format!("not UTF-8 text: {e}")),
@@ -143,6 +145,7 @@ pub fn judge(a: Against<'_>, source: SourceKind, body: &[u8], signature: Option<
     let stamp = Stamp {
         mark: Mark { version: f.version, issued_unix_s: f.issued_unix_s.unwrap_or(0) },
         expires_unix_s: f.expires_unix_s,
+        key,
     };
     if source != SourceKind::File {
         let older =
@@ -319,25 +322,32 @@ pub struct Tables {
     verifier: Option<Verifier>,
     /// The table in use.
     in_use: Option<Stamp>,
-    /// The highest table ever accepted (from the state file at start).
-    highest: Option<Mark>,
+    /// The highest table ever accepted under each key (from the state
+    /// file at start); those of trusted keys bind ([`Tables::highest`]).
+    marks: Marks,
 }
 
 impl Tables {
     /// Tables that must be signed by one of `verifier`'s keys (if any),
-    /// none older than `highest`.
-    pub fn new(verifier: Option<Verifier>, highest: Option<Mark>) -> Tables {
-        Tables { verifier, highest, ..Tables::default() }
+    /// none older than what `marks` binds while their keys are trusted.
+    pub fn new(verifier: Option<Verifier>, marks: Marks) -> Tables {
+        Tables { verifier, marks, ..Tables::default() }
     }
 
     /// Tables that must be signed by one of `verifier`'s keys.
     pub fn verified(verifier: Verifier) -> Tables {
-        Tables::new(Some(verifier), None)
+        Tables::new(Some(verifier), Marks::default())
     }
 
-    /// The highest table accepted.
+    /// The highest table accepted that binds: unsigned, or signed by a key
+    /// still trusted (a revoked key's tables bind no more).
     pub fn highest(&self) -> Option<Mark> {
-        self.highest
+        self.marks.binding(|k| self.verifier.as_ref().is_some_and(|v| v.trusts(k)))
+    }
+
+    /// The marks per key, as the state file keeps them.
+    pub fn marks(&self) -> &Marks {
+        &self.marks
     }
 
     /// Judge a table from `source` (with its signature, if it came with
@@ -345,7 +355,7 @@ impl Tables {
     pub fn offer(&mut self, source: SourceKind, body: &[u8], signature: Option<&[u8]>, now_unix_s: u64) -> Verdict {
         let against = Against {
             in_use: self.in_use.map(|s| s.mark),
-            highest: self.highest,
+            highest: self.highest(),
             verifier: self.verifier.as_ref(),
             now_unix_s,
         };
@@ -358,7 +368,7 @@ impl Tables {
                 self.stats.entries = t.len() as u64;
                 self.stats.expires_unix_s = stamp.expires_unix_s;
                 self.in_use = Some(*stamp);
-                self.highest = self.highest.max(Some(stamp.mark));
+                self.marks.raise(stamp.key, stamp.mark);
             }
             Verdict::NotNewer { .. } => s.not_newer += 1,
             Verdict::Malformed(_) => s.rejected += 1,
@@ -471,7 +481,7 @@ impl TableHub {
         verifier: Option<Verifier>,
         apply: impl Fn(FailureTable) + Send + Sync + 'static,
     ) -> Arc<TableHub> {
-        Self::with_state(routes, verifier, None, None, apply)
+        Self::with_state(routes, verifier, None, Marks::default(), apply)
     }
 
     /// [`TableHub::build`], and with `state_dir`
@@ -485,10 +495,19 @@ impl TableHub {
         apply: impl Fn(FailureTable) + Send + Sync + 'static,
     ) -> Result<Arc<TableHub>, crate::Error> {
         let Some(dir) = state_dir else {
-            return Ok(Self::with_state(routes, verifier, None, None, apply));
+            return Ok(Self::with_state(routes, verifier, None, Marks::default(), apply));
         };
-        let (file, mark) = StateFile::open(dir)?;
-        match mark {
+        let (file, mut marks) = StateFile::open(dir)?;
+        let trusted = |k: &KeyId| verifier.as_ref().is_some_and(|v| v.trusts(k));
+        for (key, m) in marks.forget_untrusted(trusted) {
+            warn!(
+                state = %file.path().display(),
+                %key,
+                version = m.version,
+                "the highest table accepted under a key that is no longer trusted binds no more (a revoked key)"
+            );
+        }
+        match marks.binding(trusted) {
             Some(m) => info!(
                 state = %file.path().display(),
                 version = m.version,
@@ -500,14 +519,14 @@ impl TableHub {
                 "no failure-location table accepted before: the first valid one is taken, whatever its version"
             ),
         }
-        Ok(Self::with_state(routes, verifier, Some(file), mark, apply))
+        Ok(Self::with_state(routes, verifier, Some(file), marks, apply))
     }
 
     fn with_state(
         routes: SharedRoutes,
         verifier: Option<Verifier>,
         state: Option<StateFile>,
-        highest: Option<Mark>,
+        marks: Marks,
         apply: impl Fn(FailureTable) + Send + Sync + 'static,
     ) -> Arc<TableHub> {
         match &verifier {
@@ -521,7 +540,7 @@ impl TableHub {
                  who can write the table's file, topic or API"
             ),
         }
-        let tables = Tables::new(verifier, highest);
+        let tables = Tables::new(verifier, marks);
         Arc::new(TableHub { tables: Mutex::new(tables), state, apply: Box::new(apply), routes })
     }
 
@@ -540,7 +559,7 @@ impl TableHub {
     pub fn offer(&self, source: SourceKind, origin: &str, body: &[u8], signature: Option<&[u8]>) -> Offered {
         let mut tables = self.lock();
         let src = source.label();
-        let highest = tables.highest();
+        let marks = tables.marks().clone();
         match tables.offer(source, body, signature, unix_now()) {
             Verdict::Apply(t, routes, stamp) => {
                 let version = t.version();
@@ -556,8 +575,8 @@ impl TableHub {
                 );
                 self.routes.set(routes);
                 (self.apply)(t);
-                if let (Some(file), true) = (&self.state, tables.highest() > highest) {
-                    if let Err(e) = file.store(stamp.mark) {
+                if let (Some(file), true) = (&self.state, *tables.marks() != marks) {
+                    if let Err(e) = file.store(tables.marks()) {
                         tables.stats.state_errors += 1;
                         warn!(state = %file.path().display(), error = %e, "could not write the failure-table state: a restart may take an older table");
                     }
@@ -917,7 +936,10 @@ pub(crate) mod tests {
         use signature::tests::Signer;
         let trainer = Signer::new(1);
         for source in [SourceKind::Kafka, SourceKind::Http] {
-            let mut t = Tables::new(Some(trainer.verifier()), Some(Mark { version: 7, issued_unix_s: ISSUED }));
+            let mut t = Tables::new(
+                Some(trainer.verifier()),
+                [(None, Mark { version: 7, issued_unix_s: ISSUED })].into_iter().collect(),
+            );
             for (v, issued) in [(5, ISSUED + 10), (7, ISSUED - 1)] {
                 let old = signed(&trainer, v, issued, EXPIRES);
                 let r = offer_signed(&mut t, source, &old, NOW);
@@ -959,7 +981,7 @@ pub(crate) mod tests {
         assert_eq!(offer(&hub, 3, ISSUED), Offered::Applied(3));
         drop(hub);
         let text = std::fs::read_to_string(dir.path().join(state::FILE)).unwrap();
-        assert_eq!(text, format!("version=3\nissued_unix_s={ISSUED}\n"));
+        assert_eq!(text, format!("key={} version=3 issued_unix_s={ISSUED}\n", trainer.key_id()));
 
         let hub = open();
         assert_eq!(offer(&hub, 2, ISSUED + 100), Offered::NotNewer, "after the restart, v2 is a replay");
@@ -983,7 +1005,7 @@ pub(crate) mod tests {
     fn an_expired_table_is_refused_and_the_one_in_use_dropped_at_its_expiry() {
         use signature::tests::Signer;
         let trainer = Signer::new(1);
-        let mut t = Tables::new(Some(trainer.verifier()), None);
+        let mut t = Tables::new(Some(trainer.verifier()), Marks::default());
         for source in [SourceKind::Kafka, SourceKind::Http, SourceKind::File] {
             let r = offer_signed(&mut t, source, &signed(&trainer, 5, NOW - 100, NOW), NOW);
             assert!(matches!(r, Verdict::Expired { version: 5, expires_unix_s: NOW }), "{source:?}: {r:?}");
@@ -1027,7 +1049,7 @@ pub(crate) mod tests {
     fn a_signed_table_without_issue_time_or_expiry_is_refused() {
         use signature::tests::Signer;
         let trainer = Signer::new(1);
-        let mut t = Tables::new(Some(trainer.verifier()), None);
+        let mut t = Tables::new(Some(trainer.verifier()), Marks::default());
         let mut f = FailureTableFile::parse(&table(3, 1)).unwrap();
         for strip in
             [|f: &mut FailureTableFile| f.issued_unix_s = None, |f: &mut FailureTableFile| f.expires_unix_s = None]
@@ -1082,5 +1104,52 @@ pub(crate) mod tests {
         assert!(matches!(&o, Offered::BadSignature(e) if e.contains("does not verify")), "{o:?}");
         assert_eq!(offer(&hub, &new, 5), Offered::Applied(5));
         assert_eq!(hub.stats().source(SourceKind::Http).unverified, 1);
+    }
+
+    /// A leaked key: its holder pushes the version as far ahead as the
+    /// step allows, again and again, so every proxy refuses the trainer's
+    /// tables as replays. Revoking it (taking it out of the verify-key file
+    /// and restarting) lets the trainer's next table in at once, without
+    /// deleting the state file, while the trainer's own mark still refuses
+    /// replays of its older tables.
+    #[test]
+    fn a_revoked_keys_marks_bind_no_more() {
+        use signature::tests::Signer;
+        let (trainer, leaked) = (Signer::new(1), Signer::new(2));
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("table-signing.pub");
+        let state = dir.path().join("state");
+        let open = || {
+            let v = Verifier::load(&keys).unwrap();
+            TableHub::open(SharedRoutes::default(), Some(v), Some(&state), |_| {}).unwrap()
+        };
+        let offer = |hub: &TableHub, by: &Signer, v: u64| {
+            let (body, sig) = signed(by, v, ISSUED, EXPIRES);
+            hub.offer(SourceKind::Kafka, "t", body.as_bytes(), Some(&sig))
+        };
+        std::fs::write(&keys, format!("{}{}", trainer.public_pem(), leaked.public_pem())).unwrap();
+        let hub = open();
+        assert_eq!(offer(&hub, &trainer, 10), Offered::Applied(10));
+        assert_eq!(offer(&hub, &trainer, 11), Offered::Applied(11));
+        let mut v = 11;
+        for _ in 0..3 {
+            v += MAX_VERSION_STEP;
+            assert_eq!(offer(&hub, &leaked, v), Offered::Applied(v), "the leaked key's jump");
+        }
+        assert_eq!(offer(&hub, &trainer, 12), Offered::NotNewer, "the trainer is locked out");
+        drop(hub);
+        let hub = open();
+        assert_eq!(offer(&hub, &trainer, 12), Offered::NotNewer, "a restart alone changes nothing");
+        drop(hub);
+
+        // Revoked: the leaked key is out of the file.
+        std::fs::write(&keys, trainer.public_pem()).unwrap();
+        let hub = open();
+        assert_eq!(offer(&hub, &trainer, 10), Offered::NotNewer, "the trainer's own mark still binds");
+        assert!(matches!(offer(&hub, &leaked, v + 1), Offered::BadSignature(_)));
+        assert_eq!(offer(&hub, &trainer, 12), Offered::Applied(12), "the trainer's next table is taken");
+        drop(hub);
+        let text = std::fs::read_to_string(state.join(state::FILE)).unwrap();
+        assert_eq!(text, format!("key={} version=12 issued_unix_s={ISSUED}\n", trainer.key_id()));
     }
 }

@@ -15,6 +15,7 @@ use base64::Engine as _;
 use ring::signature::{UnparsedPublicKey, ED25519};
 
 pub use crate::error::SignatureError;
+use crate::table::state::KeyId;
 
 /// The Kafka header of a table message that carries its signature.
 pub const KAFKA_HEADER: &str = "polycorn-signature";
@@ -70,19 +71,23 @@ impl Verifier {
         &self.origin
     }
 
-    /// Whether `signature` (the base64 text as carried; `None`: the source
-    /// had none) is a signature of exactly `body` by one of the keys; the
-    /// reason when it is not.
-    pub fn verify(&self, body: &[u8], signature: Option<&[u8]>) -> Result<(), SignatureError> {
+    /// The key that signed exactly `body`, if `signature` (the base64 text
+    /// as carried; `None`: the source had none) is one of the keys'
+    /// signatures of it; the reason when it is not.
+    pub fn verify(&self, body: &[u8], signature: Option<&[u8]>) -> Result<KeyId, SignatureError> {
         let Some(text) = signature else {
             return Err(SignatureError::Unsigned);
         };
         let sig = decode(text)?;
-        if self.keys.iter().any(|k| UnparsedPublicKey::new(&ED25519, k).verify(body, &sig).is_ok()) {
-            Ok(())
-        } else {
-            Err(SignatureError::NoKeyVerifies { keys: self.keys.len(), origin: self.origin.clone() })
+        match self.keys.iter().find(|k| UnparsedPublicKey::new(&ED25519, k).verify(body, &sig).is_ok()) {
+            Some(k) => Ok(KeyId::of(k)),
+            None => Err(SignatureError::NoKeyVerifies { keys: self.keys.len(), origin: self.origin.clone() }),
         }
+    }
+
+    /// Whether the key `id` is one of these.
+    pub fn trusts(&self, id: &KeyId) -> bool {
+        self.keys.iter().any(|k| KeyId::of(k) == *id)
     }
 }
 
@@ -127,6 +132,10 @@ pub(crate) mod tests {
             &self.1.public_pem
         }
 
+        pub(crate) fn key_id(&self) -> KeyId {
+            KeyId::of(&self.1.public_key)
+        }
+
         pub(crate) fn verifier(&self) -> Verifier {
             Verifier::from_keys(vec![self.1.public_key], "test")
         }
@@ -153,10 +162,12 @@ pub(crate) mod tests {
         assert!(v.verify(body, Some(b"AAAA")).unwrap_err().to_string().contains("3 bytes"));
         assert!(v.verify(body, Some(&[b'A'; 4096])).unwrap_err().to_string().contains("4096 bytes long"));
 
-        // Several keys (a rotation): either verifies.
+        // Several keys (a rotation): either verifies, and says which.
         let both = Verifier::from_keys(vec![trainer.1.public_key, other.1.public_key], "two");
-        both.verify(body, Some(&trainer.sign(body))).unwrap();
-        both.verify(body, Some(&other.sign(body))).unwrap();
+        let (t, o) = (KeyId::of(&trainer.1.public_key), KeyId::of(&other.1.public_key));
+        assert_eq!(both.verify(body, Some(&trainer.sign(body))).unwrap(), t);
+        assert_eq!(both.verify(body, Some(&other.sign(body))).unwrap(), o);
+        assert!(both.trusts(&t) && both.trusts(&o) && !v.trusts(&o));
     }
 
     #[test]

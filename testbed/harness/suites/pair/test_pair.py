@@ -334,6 +334,26 @@ def test_a_passenger_reaches_nothing_but_the_relay(pair: Pair) -> None:
     assert new <= 1, f"{refused() - before:.0f} refusals logged {new} times, not once a minute"
 
 
+def test_a_passengers_port_scan_is_counted_and_logged_once_a_minute(pair: Pair) -> None:
+    """A passenger trying closed ports of an allowed destination: every upstream
+    connect fails at the proxy and the passenger's connection is reset; all are
+    counted, and they give one log line at most, so a scanner cannot fill the
+    proxy's disk."""
+
+    def failed() -> float:
+        text = pair.proxy_metrics() or ""
+        return metrics.value(text, "polycorn_proxy_upstream_connect_failed_total") or 0.0
+
+    ports = range(40001, 40021)
+    before, seen = failed(), len(pair.log_lines("proxy"))
+    scan = [probes.Probe(f"origin's closed port {p}", "tcp", ORIGIN_ADDR, p) for p in ports]
+    answered = [r.line() for r in probes.run(pair, scan) if r.answered]
+    assert not answered, "a closed port answered:\n" + "\n".join(answered)
+    wait_until("every failed connect counted", lambda: failed() - before >= len(ports), 10)
+    new = sum("upstream connect failed" in line for line in pair.log_lines("proxy")[seen:])
+    assert new <= 1, f"{failed() - before:.0f} failed connects logged {new} times, not once a minute"
+
+
 def test_both_ends_export_prometheus_metrics(pair: Pair) -> None:
     relay, proxy = pair.relay_metrics(), pair.proxy_metrics()
     assert relay is not None and proxy is not None
