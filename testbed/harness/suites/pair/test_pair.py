@@ -351,7 +351,8 @@ def test_a_passengers_port_scan_is_counted_and_logged_once_a_minute(pair: Pair) 
     assert not answered, "a closed port answered:\n" + "\n".join(answered)
     wait_until("every failed connect counted", lambda: failed() - before >= len(ports), 10)
     new = sum("upstream connect failed" in line for line in pair.log_lines("proxy")[seen:])
-    assert new <= 1, f"{failed() - before:.0f} failed connects logged {new} times, not once a minute"
+    count = failed() - before
+    assert new <= 1, f"{count:.0f} failed connects logged {new} times, not once a minute"
 
 
 def test_both_ends_export_prometheus_metrics(pair: Pair) -> None:
