@@ -432,6 +432,12 @@ fn capture_metrics(w: &mut Writer, kind: &'static str, st: &polycorn_capture::Ca
     w.counter("polycorn_capture_down_bytes", "Bytes from the tunnel to passengers.", l(), s.bytes_down as f64);
     w.counter("polycorn_capture_dns_queries", "DNS queries from passengers.", l(), s.dns_queries as f64);
     w.counter("polycorn_capture_dns_failed", "DNS queries that failed.", l(), s.dns_failed as f64);
+    w.counter(
+        "polycorn_capture_dns_limited",
+        "DNS queries dropped because the answers to their source (an IPv4 address, an IPv6 /64) were over its byte budget.",
+        l(),
+        s.dns_limited as f64,
+    );
 }
 
 #[tokio::main]

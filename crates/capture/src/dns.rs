@@ -28,13 +28,21 @@
 //!   truncation (TC) is left to the upstream. A client without EDNS0 whose
 //!   upstream answers large over TCP may get a datagram bigger than it asked
 //!   for.
+//! - Answers to each source are rate-limited in bytes ([`AnswerBudget`],
+//!   [`RelayOpts::dns_answer_rate`]): a passenger who spoofs another's
+//!   address on the LAN (the gateway's reverse-path check stops only
+//!   sources from outside it) can reflect answers, larger than the queries,
+//!   at that passenger only up to the budget. A source whose budget is
+//!   spent has its queries dropped (counted) until it refills; the client
+//!   retries, as after a lost datagram.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
@@ -52,6 +60,80 @@ pub const HEADER_LEN: usize = 12;
 /// Largest DNS message that fits the 2-byte TCP length prefix.
 const MAX_MESSAGE: usize = u16::MAX as usize;
 
+/// Sources an [`AnswerBudget`] keeps at most; beyond, idle ones (their
+/// budget full again) are forgotten, and while none is, a new source's
+/// queries are dropped. The gateway's reverse-path check lets only LAN
+/// addresses in, and IPv6 sources count per /64, so a LAN of up to a /20
+/// fits.
+pub const ANSWER_BUDGET_SOURCES: usize = 4096;
+
+/// Bytes of answers each source may receive: a token bucket of `rate`
+/// bytes a second holding [`AnswerBudget::BURST_SECONDS`] of them, per
+/// IPv4 address or IPv6 /64. Pure: `now` is a parameter.
+#[derive(Debug)]
+pub struct AnswerBudget {
+    rate: f64,
+    /// Per source: bytes left (negative: owed after an answer larger than
+    /// what was left) and when that was.
+    sources: HashMap<IpAddr, (f64, Instant)>,
+}
+
+impl AnswerBudget {
+    /// The bucket holds this many seconds of the rate: a page's burst of
+    /// lookups passes whole.
+    pub const BURST_SECONDS: f64 = 4.0;
+
+    pub fn new(rate_bytes_per_s: u64) -> AnswerBudget {
+        AnswerBudget { rate: rate_bytes_per_s as f64, sources: HashMap::new() }
+    }
+
+    fn burst(&self) -> f64 {
+        self.rate * Self::BURST_SECONDS
+    }
+
+    /// Who a source counts as: an IPv4 address, or an IPv6 /64.
+    pub fn key(ip: IpAddr) -> IpAddr {
+        match ip.to_canonical() {
+            IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+            v4 => v4,
+        }
+    }
+
+    fn level(&self, key: &IpAddr, now: Instant) -> Option<f64> {
+        self.sources
+            .get(key)
+            .map(|&(left, at)| (left + now.saturating_duration_since(at).as_secs_f64() * self.rate).min(self.burst()))
+    }
+
+    /// Whether a query from `ip` may be forwarded at `now`: its budget is
+    /// not spent (a new source starts full).
+    pub fn may_ask(&mut self, ip: IpAddr, now: Instant) -> bool {
+        let key = Self::key(ip);
+        if !self.sources.contains_key(&key) && self.sources.len() >= ANSWER_BUDGET_SOURCES {
+            let burst = self.burst();
+            let rate = self.rate;
+            self.sources
+                .retain(|_, (left, at)| *left + now.saturating_duration_since(*at).as_secs_f64() * rate < burst);
+            if self.sources.len() >= ANSWER_BUDGET_SOURCES {
+                return false;
+            }
+        }
+        self.level(&key, now).is_none_or(|left| left > 0.0)
+    }
+
+    /// An answer of `bytes` went to `ip` at `now`.
+    pub fn charge(&mut self, ip: IpAddr, bytes: usize, now: Instant) {
+        let key = Self::key(ip);
+        let left = self.level(&key, now).unwrap_or(self.burst());
+        self.sources.insert(key, (left - bytes as f64, now));
+    }
+
+    /// Sources known now.
+    pub fn sources(&self) -> usize {
+        self.sources.len()
+    }
+}
+
 /// Answers DNS queries arriving on `socket` by forwarding each over TCP,
 /// through `dialer`, to `upstream`, until `shutdown` resolves. Garbage
 /// datagrams are counted in [`CaptureStats::dns_dropped`] and dropped.
@@ -65,6 +147,7 @@ pub async fn serve_dns<D: Dialer>(
     let socket = Arc::new(socket);
     let stats = opts.stats.clone();
     let sem = Arc::new(Semaphore::new(opts.dns_max_inflight.clamp(1, Semaphore::MAX_PERMITS)));
+    let budget = Arc::new(Mutex::new(AnswerBudget::new(opts.dns_answer_rate)));
     let mut tasks = JoinSet::new();
     let mut shutdown = pin!(shutdown);
     let mut buf = vec![0u8; MAX_MESSAGE];
@@ -92,15 +175,24 @@ pub async fn serve_dns<D: Dialer>(
             continue;
         }
         CaptureStats::inc(&stats.dns_queries);
+        let from = canonical(from);
+        if !budget.lock().unwrap_or_else(|e| e.into_inner()).may_ask(from.ip(), Instant::now()) {
+            debug!(%from, id = message_id(query), "answers to this source over their budget; dropping");
+            CaptureStats::inc(&stats.dns_limited);
+            continue;
+        }
         let Ok(permit) = sem.clone().try_acquire_owned() else {
             debug!(%from, id = message_id(query), "too many DNS queries in flight; dropping");
             CaptureStats::inc(&stats.dns_dropped);
             continue;
         };
         let (query, socket, dialer, opts) = (query.to_vec(), socket.clone(), dialer.clone(), opts.clone());
+        let budget = budget.clone();
         tasks.spawn(async move {
             let _permit = permit;
-            answer(query, canonical(from), &socket, upstream, &dialer, &opts).await;
+            if let Some(sent) = answer(query, from, &socket, upstream, &dialer, &opts).await {
+                budget.lock().unwrap_or_else(|e| e.into_inner()).charge(from.ip(), sent, Instant::now());
+            }
         });
     }
     tasks.shutdown().await;
@@ -113,7 +205,7 @@ async fn answer<D: Dialer>(
     upstream: SocketAddr,
     dialer: &D,
     opts: &RelayOpts,
-) {
+) -> Option<usize> {
     let stats = &opts.stats;
     let id = message_id(&query);
     let response = match with_timeout(opts.dns_timeout, "DNS query", forward(&query, from, upstream, dialer)).await {
@@ -124,16 +216,14 @@ async fn answer<D: Dialer>(
         Err(e) => {
             debug!(%from, id, %upstream, error = %e, "DNS forwarding failed");
             CaptureStats::inc(&stats.dns_failed);
-            match servfail(&query) {
-                Some(r) => r,
-                None => return,
-            }
+            servfail(&query)?
         }
     };
     if let Err(e) = socket.send_to(&response, from).await {
         // The passenger may be gone; nothing to do but note it.
         debug!(%from, id, error = %e, "DNS send_to");
     }
+    Some(response.len())
 }
 
 /// One query over one fresh stream: write it length-prefixed, read one
@@ -465,6 +555,69 @@ mod tests {
         assert_eq!((message_id(&r), r[3] & 0x0F), (0xdead, 2));
         let st = stop(s).await;
         assert_eq!((st.dns_queries, st.dns_dropped, st.dns_failed, st.dns_answered), (2, 1, 1, 0));
+    }
+
+    /// A passenger can have only so many answer bytes a second sent to its
+    /// address, whoever asks (a spoofer on the LAN included): past the
+    /// budget its queries are dropped and counted. (The refill is
+    /// [`AnswerBudget`]'s test, in virtual time.)
+    #[tokio::test]
+    async fn dns_answers_to_one_source_are_limited_in_bytes() {
+        // A budget of 100 bytes a second (a 400-byte burst) and answers of
+        // over 1000 bytes: the first is sent, and the next not for 6 s.
+        let opts = RelayOpts { dns_answer_rate: 100, ..Default::default() };
+        let s = start(fake_upstream(1000).await, opts).await;
+        let c = client(s.addr).await;
+        c.send(&query(1)).await.unwrap();
+        assert_eq!(message_id(&recv(&c).await), 1);
+        for i in 2..10u16 {
+            c.send(&query(i)).await.unwrap();
+        }
+        let mut buf = vec![0u8; 65536];
+        let late = tokio::time::timeout(Duration::from_millis(500), c.recv(&mut buf)).await;
+        assert!(late.is_err(), "an answer past the budget");
+        let st = stop(s).await;
+        assert_eq!((st.dns_queries, st.dns_answered, st.dns_limited), (9, 1, 8), "{st:?}");
+    }
+
+    #[test]
+    fn the_answer_budget_refills_keys_ipv6_by_prefix_and_stays_bounded() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut b = AnswerBudget::new(1000);
+        let a: IpAddr = "10.66.0.20".parse().unwrap();
+        assert!(b.may_ask(a, at(0)), "a new source starts full");
+        b.charge(a, 4000, at(0));
+        assert!(!b.may_ask(a, at(0)), "spent");
+        assert!(!b.may_ask(a, at(0)), "still spent");
+        assert!(b.may_ask(a, at(10)), "10 ms later: 10 bytes back");
+        b.charge(a, 3000, at(10));
+        assert!(!b.may_ask(a, at(2000)), "owes 2990, got 1990 back");
+        assert!(b.may_ask(a, at(3100)));
+        assert!(b.may_ask("10.66.0.21".parse().unwrap(), at(0)), "another passenger has its own budget");
+
+        let (v6a, v6b): (IpAddr, IpAddr) =
+            ("2001:db8:1:2::a".parse().unwrap(), "2001:db8:1:2:ffff::1".parse().unwrap());
+        b.charge(v6a, 5000, at(0));
+        assert!(!b.may_ask(v6b, at(0)), "one /64 is one source");
+        assert!(b.may_ask("2001:db8:1:3::a".parse().unwrap(), at(0)), "another /64 is another");
+        let mapped: IpAddr = "::ffff:10.66.0.20".parse().unwrap();
+        assert_eq!(AnswerBudget::key(mapped), a);
+
+        // Spoofed sources from every address of a /16: the table stays
+        // bounded, idle sources (budget full again) make room, and while
+        // every known source is busy a new one is refused.
+        let mut b = AnswerBudget::new(1000);
+        for i in 0..(2 * ANSWER_BUDGET_SOURCES as u32) {
+            let ip = IpAddr::V4(std::net::Ipv4Addr::from(0x0a42_0000 + i));
+            if b.may_ask(ip, at(0)) {
+                b.charge(ip, 100, at(0));
+            }
+            assert!(b.sources() <= ANSWER_BUDGET_SOURCES);
+        }
+        assert!(!b.may_ask("10.99.0.1".parse().unwrap(), at(0)), "all busy: refused");
+        assert!(b.may_ask("10.99.0.1".parse().unwrap(), at(1000)), "once they refilled, forgotten");
+        assert_eq!(b.sources(), 0);
     }
 
     #[test]

@@ -104,6 +104,11 @@ pub struct RelayOpts {
     /// Time for one DNS query, dial included; on expiry the passenger gets
     /// SERVFAIL. Default 5 s.
     pub dns_timeout: Duration,
+    /// Bytes of DNS answers a second each source (IPv4 address, IPv6 /64)
+    /// may receive, with 4 s of it as a burst ([`dns::AnswerBudget`]);
+    /// beyond, its queries are dropped. Default 32 KiB: a browser's lookups
+    /// are a few kB a second.
+    pub dns_answer_rate: u64,
     /// Where the counters go. Clone the `Arc` before handing the options over
     /// to read them while the server runs; give each server its own to tell
     /// them apart.
@@ -121,6 +126,7 @@ impl Default for RelayOpts {
             drain_timeout: Duration::ZERO,
             dns_max_inflight: 256,
             dns_timeout: Duration::from_secs(5),
+            dns_answer_rate: 32 * 1024,
             stats: Arc::default(),
         }
     }
@@ -157,6 +163,9 @@ pub struct CaptureStats {
     /// DNS datagrams dropped: not a query (garbage, too short, a response) or
     /// over [`RelayOpts::dns_max_inflight`].
     pub dns_dropped: AtomicU64,
+    /// DNS queries dropped because the answers to their source were over
+    /// [`RelayOpts::dns_answer_rate`].
+    pub dns_limited: AtomicU64,
 }
 
 /// A plain copy of [`CaptureStats`] at one instant.
@@ -175,6 +184,7 @@ pub struct StatsSnapshot {
     pub dns_answered: u64,
     pub dns_failed: u64,
     pub dns_dropped: u64,
+    pub dns_limited: u64,
 }
 
 impl CaptureStats {
@@ -194,6 +204,7 @@ impl CaptureStats {
             dns_answered: r(&self.dns_answered),
             dns_failed: r(&self.dns_failed),
             dns_dropped: r(&self.dns_dropped),
+            dns_limited: r(&self.dns_limited),
         }
     }
 
