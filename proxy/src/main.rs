@@ -25,6 +25,7 @@ use polycorn_net::{merge_options, Session, SessionEvent};
 use tokio::net::TcpStream;
 use tracing::{debug, info, warn};
 
+mod edge;
 mod kafka;
 mod policy;
 mod preauth;
@@ -101,6 +102,14 @@ struct Opts {
     /// [default: 4].
     #[arg(long)]
     handshakes_per_source: Option<usize>,
+    /// Networks of the edge in front of the proxy (Envoy; comma-separated
+    /// CIDRs): a TCP connection from one of them must start with a PROXY
+    /// protocol v2 header, whose source address is then the connection's
+    /// (for --handshakes-per-source and the log); one without a valid
+    /// header is closed. Connections from elsewhere are taken as they come.
+    /// QUIC is not covered (Envoy's UDP proxy sends no header).
+    #[arg(long, value_delimiter = ',')]
+    proxy_protocol_from: Option<Vec<IpNet>>,
     /// Upstream connect timeout in seconds [default: 10].
     #[arg(long)]
     connect_timeout_s: Option<f64>,
@@ -188,6 +197,8 @@ struct Settings {
     policy: policy::Policy,
     /// `--handshakes-per-source`.
     handshakes_per_source: usize,
+    /// `--proxy-protocol-from`.
+    edge: edge::Edge,
     connect_timeout: Duration,
     /// Every session's endpoint starts from this; clones share its memory
     /// budget, so a relay that reconnects does not get a second one.
@@ -229,7 +240,7 @@ const PROXY_HELP: &[(&str, &str)] = &[
 fn settings() -> anyhow::Result<(Settings, bool)> {
     let (mut o, mut f) = options::read::<Opts>("PROXY", PROXY_HELP, |o| o.common.config.as_deref())?;
     o.common.merge(&mut f.common);
-    merge_options!(o, f; listen, crl, max_conns, metrics_listen, deny, allow, allow_own_address, handshakes_per_source, connect_timeout_s, mem_budget,
+    merge_options!(o, f; listen, crl, max_conns, metrics_listen, deny, allow, allow_own_address, handshakes_per_source, proxy_protocol_from, connect_timeout_s, mem_budget,
         kafka_brokers, kafka_topic, kafka_dlq_topic, failure_table_topic, kafka_security_protocol, kafka_sasl_mechanism,
         kafka_sasl_username, kafka_sasl_password_file, kafka_ssl_ca, kafka_ssl_cert, kafka_ssl_key);
     let CommonSettings {
@@ -298,6 +309,7 @@ fn settings() -> anyhow::Result<(Settings, bool)> {
             metrics_listen: o.metrics_listen.unwrap_or_else(|| "127.0.0.1:9464".parse().expect("valid")),
             policy,
             handshakes_per_source: o.handshakes_per_source.unwrap_or(preauth::DEFAULT_PER_SOURCE),
+            edge: edge::Edge::new(o.proxy_protocol_from.unwrap_or_default()),
             connect_timeout: Duration::from_secs_f64(timeout),
             endpoint,
             table_verifier,
@@ -404,7 +416,13 @@ impl Proxy {
     /// A slot for a handshake from `peer`, or None (counted, and logged at
     /// warn once a minute at most).
     fn admit(&self, peer: SocketAddr, proven: bool, transport: &str) -> Option<preauth::Permit> {
-        match self.preauth.admit(preauth::Source::new(peer.ip(), proven), Instant::now()) {
+        let mut source = preauth::Source::new(peer.ip(), proven);
+        if transport == "quic" && self.s.edge.fronts(peer.ip()) {
+            // QUIC through the edge's UDP proxy: the source is one of its
+            // sessions, which names no client (no PROXY header over UDP).
+            source = source.unlimited();
+        }
+        match self.preauth.admit(source, Instant::now()) {
             Ok(p) => Some(p),
             Err(r) => {
                 if let Some(left_out) = self.preauth_log.check(Instant::now()) {
@@ -1059,11 +1077,30 @@ async fn run() -> anyhow::Result<()> {
                     continue;
                 }
             };
-            let Some(handshake) = proxy.admit(peer, true, "tls") else { continue };
+            if !proxy.s.edge.fronts(peer.ip()) {
+                let Some(handshake) = proxy.admit(peer, true, "tls") else { continue };
+                let p = proxy.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = p.clone().accept_subflow(tcp, peer, handshake).await {
+                        p.refused(peer, &e);
+                    }
+                });
+                continue;
+            }
+            // From the edge: the client is in the connection's first bytes,
+            // which the edge sends at once.
             let p = proxy.clone();
             tokio::spawn(async move {
-                if let Err(e) = p.clone().accept_subflow(tcp, peer, handshake).await {
-                    p.refused(peer, &e);
+                let mut tcp = tcp;
+                let header = tokio::time::timeout(preauth::PREAUTH_TIMEOUT, p.s.edge.client(&mut tcp, peer));
+                let client = match header.await {
+                    Ok(Ok(client)) => client,
+                    Ok(Err(e)) => return p.refused(peer, &e.context(Unauthenticated("PROXY protocol header"))),
+                    Err(_) => return p.refused(peer, &timed_out("PROXY protocol header")),
+                };
+                let Some(handshake) = p.admit(client, true, "tls") else { return };
+                if let Err(e) = p.clone().accept_subflow(tcp, client, handshake).await {
+                    p.refused(client, &e);
                 }
             });
         }

@@ -53,12 +53,14 @@ pub const PREAUTH_TIMEOUT: Duration = Duration::from_secs(6);
 pub const EVICT_AFTER: Duration = Duration::from_secs(1);
 
 /// A source: an IPv4 address, or an IPv6 /64 (IPv4-mapped IPv6 is its IPv4
-/// address); and whether the address is proven (a spoofed QUIC packet's
-/// source is not).
+/// address); whether the address is proven (a spoofed QUIC packet's
+/// source is not); and whether the per-source limit applies to it (not to
+/// a session of the edge's UDP proxy, which stands for no one client).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Source {
     net: IpAddr,
     proven: bool,
+    limited: bool,
 }
 
 impl Source {
@@ -70,7 +72,13 @@ impl Source {
             },
             v4 => v4,
         };
-        Source { net, proven }
+        Source { net, proven, limited: true }
+    }
+
+    /// A source the per-source limit does not apply to (the slots in all
+    /// still do).
+    pub fn unlimited(self) -> Self {
+        Source { limited: false, ..self }
     }
 }
 
@@ -163,7 +171,8 @@ impl PreAuth {
 
     fn try_admit(self: &Arc<Self>, source: Source, now: Instant) -> Result<Permit, Refusal> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if self.per_source > 0 && st.per_source.get(&source).copied().unwrap_or(0) >= self.per_source {
+        if self.per_source > 0 && source.limited && st.per_source.get(&source).copied().unwrap_or(0) >= self.per_source
+        {
             return Err(Refusal::PerSource);
         }
         let known = source.proven && st.known.contains(&source);
@@ -261,6 +270,9 @@ mod tests {
         assert!(p.admit(src("2001:db8:1:2::1"), t).is_ok(), "slots given back");
         assert_eq!(p.refused_per_source.load(Relaxed), 1);
         assert_eq!(Source::new("::ffff:192.0.2.1".parse().unwrap(), true), src("192.0.2.1"));
+        // The edge's UDP sessions stand for no one client: no cap per source.
+        let sessions: Vec<_> = (0..6).map(|_| p.admit(src("10.42.0.7").unlimited(), t)).collect();
+        assert!(sessions.iter().all(Result::is_ok), "an unlimited source is held to the slots in all only");
     }
 
     /// Strangers holding every slot they may take, each from its own source.

@@ -45,6 +45,11 @@ fn counter(metrics: &str, name: &str) -> Option<f64> {
 /// A proxy for train t1 on free ports, writing its log to `log`; returns
 /// it with its subflow and metrics addresses once both listen.
 fn start(dir: &std::path::Path, log: Stdio) -> (Proxy, SocketAddr, SocketAddr) {
+    start_with(dir, log, &[])
+}
+
+/// [`start`] with more flags.
+fn start_with(dir: &std::path::Path, log: Stdio, extra: &[&str]) -> (Proxy, SocketAddr, SocketAddr) {
     let b = polycorn_pki::write_dev_bundle(dir, &["t1".to_string()]).unwrap();
     let (port, mport) = (free_port(), free_port());
     let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -58,6 +63,7 @@ fn start(dir: &std::path::Path, log: Stdio) -> (Proxy, SocketAddr, SocketAddr) {
             .arg(&b.proxy_cert)
             .arg("--key")
             .arg(&b.proxy_key)
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -168,11 +174,34 @@ async fn train_subflow(
     tls: std::sync::Arc<rustls::ClientConfig>,
     session: u64,
 ) -> Result<(), String> {
+    train_subflow_behind(listen, from, None, tls, session).await
+}
+
+/// A PROXY protocol v2 header, as the Envoy edge sends it, naming `client`
+/// as the source.
+fn edge_header(client: std::net::Ipv4Addr) -> Vec<u8> {
+    use ppp::v2::{Builder, Command, IPv4, Protocol, Version};
+    let a = IPv4::new(client, std::net::Ipv4Addr::LOCALHOST, 40000, 4433);
+    Builder::with_addresses(Version::Two | Command::Proxy, Protocol::Stream, a).build().expect("header")
+}
+
+/// [`train_subflow`], its connection starting with `header` (through the edge).
+async fn train_subflow_behind(
+    listen: SocketAddr,
+    from: &str,
+    header: Option<&[u8]>,
+    tls: std::sync::Arc<rustls::ClientConfig>,
+    session: u64,
+) -> Result<(), String> {
+    use tokio::io::AsyncWriteExt;
     let guard = Duration::from_secs(15);
     let sock = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
     sock.bind(SocketAddr::new(from.parse().expect("address"), 0)).map_err(|e| e.to_string())?;
     let tcp = tokio::time::timeout(guard, sock.connect(listen)).await.map_err(|_| "connect timed out")?;
-    let tcp = tcp.map_err(|e| e.to_string())?;
+    let mut tcp = tcp.map_err(|e| e.to_string())?;
+    if let Some(h) = header {
+        tcp.write_all(h).await.map_err(|e| e.to_string())?;
+    }
     let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
     let tls = tokio::time::timeout(guard, tokio_rustls::TlsConnector::from(tls).connect(name, tcp))
         .await
@@ -293,4 +322,53 @@ fn the_train_connects_while_a_flood_from_many_sources_holds_the_slots() {
     let text = std::fs::read_to_string(&log_path).unwrap();
     let lines = text.lines().filter(|l| l.contains("refused before its handshake") && l.contains("WARN")).count();
     assert!((1..=2).contains(&lines), "at most a line a minute for {refused:?} refusals: {lines}");
+}
+
+/// Behind the edge (`--proxy-protocol-from`) every connection comes from
+/// the edge's address, and the per-source limit applies to the client each
+/// PROXY protocol header names: a stranger's connections beyond its cap are
+/// closed at once while another client still gets a slot, the train gets
+/// in at its first attempt, and a connection from the edge without a
+/// header is closed.
+#[test]
+fn behind_the_edge_the_header_names_the_source_the_limit_counts() {
+    use std::net::Ipv4Addr;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (_proxy, listen, metrics) = start_with(dir.path(), Stdio::null(), &["--proxy-protocol-from", "127.0.0.0/8"]);
+    let via_edge = |client: Ipv4Addr| {
+        let mut c = connect_from("127.0.0.1", listen).unwrap();
+        c.write_all(&edge_header(client)).unwrap();
+        c
+    };
+    let stranger = Ipv4Addr::new(203, 0, 113, 7);
+    let held: Vec<_> = (0..4).map(|_| via_edge(stranger)).collect();
+    // The edge's connections are admitted once their headers are read, in
+    // any order: wait until the four hold their slots.
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while get(metrics, "/metrics").and_then(|t| counter(&t, "polycorn_proxy_handshakes_in_flight")) < Some(4.0) {
+        assert!(Instant::now() < give_up, "the stranger's four connections never held their slots");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let closed = (0..5).filter(|_| closed_at_once(via_edge(stranger))).count();
+    assert_eq!(closed, 5, "the stranger's connections beyond its cap are closed, though all come from the edge");
+    let other = via_edge(Ipv4Addr::new(203, 0, 113, 8));
+    other.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut buf = [0u8; 1];
+    let r = (&other).read(&mut buf);
+    assert!(r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock), "another client is held: {r:?}");
+
+    let b = dir.path();
+    let tls = polycorn_pki::client_config(&b.join("ca.crt"), &b.join("t1.crt"), &b.join("t1.key")).expect("train TLS");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let header = edge_header(Ipv4Addr::new(198, 51, 100, 1));
+    rt.block_on(train_subflow_behind(listen, "127.0.0.1", Some(&header), tls, 1)).expect("the train gets in");
+
+    let mut bare = connect_from("127.0.0.1", listen).unwrap();
+    bare.write_all(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03abcdefghijkl").unwrap();
+    assert!(closed_at_once(bare), "the edge's connection without a header is closed");
+    let text = get(metrics, "/metrics").expect("metrics");
+    let refused = sample(&text, r#"polycorn_proxy_handshakes_refused_total{reason="per_source"}"#).expect("exported");
+    assert!(refused >= 5.0, "refused {refused}");
+    drop(held);
 }

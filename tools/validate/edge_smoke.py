@@ -35,6 +35,11 @@ Checks:
 - Train A's proxy gets a path up (/readyz 200).
 - Train B's relay, dialing A's name, is refused by A's proxy (mutual TLS).
 - A relay dialing a name the chart does not route is closed at the front.
+- Where the rendered train cluster has Envoy's ``upstream_proxy_protocol``
+  transport socket, the front starts each connection with a PROXY protocol
+  v2 header naming the relay's address, and the proxy (with the rendered
+  ``--proxy-protocol-from``) logs the relay's own address and port as the
+  subflow's peer, not the front's.
 - With ``--quic``: the proxy runs ``--transport quic``; train A's rendered
   UDP listener sends to train A's proxy at its --listen port; train A's
   relay gets its subflow up over QUIC (the proxy logs transport quic)
@@ -173,6 +178,48 @@ def sni_table(objs: list[dict[str, Any]]) -> dict[str, str]:
     return table
 
 
+PROXY_PROTOCOL_SOCKET = "envoy.transport_sockets.upstream_proxy_protocol"
+
+
+def proxy_protocol_clusters(objs: list[dict[str, Any]]) -> set[str]:
+    """The rendered Envoy clusters that start each connection with a PROXY
+    protocol v2 header (their transport socket)."""
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "envoy.yaml" in o.get("data", {})]
+    boot = yaml.safe_load(cm["data"]["envoy.yaml"])
+    out = set()
+    for c in boot["static_resources"]["clusters"]:
+        ts = c.get("transport_socket", {})
+        if ts.get("name") == PROXY_PROTOCOL_SOCKET:
+            if ts["typed_config"].get("config", {}).get("version") != "V2":
+                raise SmokeError(f"cluster {c['name']}: PROXY protocol other than V2")
+            out.add(c["name"])
+    return out
+
+
+def proxy_v2_header(src: tuple[str, int], dst: tuple[str, int]) -> bytes:
+    """A PROXY protocol v2 header (PROXY command, TCP over IPv4), as Envoy's
+    upstream_proxy_protocol transport socket writes it."""
+    addrs = (
+        socket.inet_aton(src[0]) + socket.inet_aton(dst[0])
+        + src[1].to_bytes(2, "big") + dst[1].to_bytes(2, "big")
+    )  # fmt: skip
+    return b"\r\n\r\n\x00\r\nQUIT\n" + bytes([0x21, 0x11]) + len(addrs).to_bytes(2, "big") + addrs
+
+
+def subflow_peers(log: Path) -> list[str]:
+    """The peers of the TLS subflows the proxy logged up (JSON log)."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        fields = rec.get("fields", {})
+        if fields.get("message") == "subflow up" and fields.get("transport") == "tls":
+            out.append(str(fields["peer"]))
+    return out
+
+
 def quic_table(objs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     """train id -> (its UDP port at Envoy, the proxy port its cluster sends
     to), from the rendered Envoy UDP listeners and their clusters."""
@@ -306,11 +353,15 @@ def client_hello_sni(data: bytes) -> str | None:
 
 class SniFront:
     """Routes each TLS connection by its server name, as Envoy's trains
-    listener does; a name without a route is closed."""
+    listener does; a name without a route is closed. With ``proxy_protocol``
+    each forwarded connection starts with a PROXY protocol v2 header naming
+    the client (``clients`` keeps their addresses)."""
 
-    def __init__(self, routes: dict[str, tuple[str, int]]) -> None:
+    def __init__(self, routes: dict[str, tuple[str, int]], *, proxy_protocol: bool) -> None:
         self.routes = routes
+        self.proxy_protocol = proxy_protocol
         self.seen: list[str | None] = []
+        self.clients: list[str] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -320,6 +371,10 @@ class SniFront:
             if sni not in self.routes:
                 return
             up_r, up_w = await asyncio.open_connection(*self.routes[sni])
+            if self.proxy_protocol:
+                client = writer.get_extra_info("peername")[:2]
+                self.clients.append(f"{client[0]}:{client[1]}")
+                up_w.write(proxy_v2_header(client, self.routes[sni]))
             up_w.write(head)
 
             async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -598,7 +653,13 @@ def run(
     mounts |= mount_verify_keys(objs, work, bad_verify_key)
     listen, metrics = free_port(), free_port()
     proxy_url = f"http://127.0.0.1:{metrics}"
-    front = SniFront(dict.fromkeys(names_a, ("127.0.0.1", listen)))
+    pp = "train_train-a" in proxy_protocol_clusters(objs)
+    if pp != (flag_value(sts, "proxy-protocol-from") is not None):
+        raise SmokeError(
+            f"train-a's Envoy cluster sends a PROXY protocol header: {pp}; its proxy "
+            f"expects one: {flag_value(sts, 'proxy-protocol-from')!r}"
+        )
+    front = SniFront(dict.fromkeys(names_a, ("127.0.0.1", listen)), proxy_protocol=pp)
     args = proxy_args(sts, mounts, listen, metrics)
     udp_fronts, extra = quic_fronts(objs, sts, args, listen, quic_port_of) if quic else ({}, [])
     cmd = [str(bins / "polycorn-proxy"), *args]
@@ -638,6 +699,14 @@ def run(
             loop.call_soon_threadsafe(loop.stop)
             thread.join(5)
             loop.close()
+    if pp:
+        peers = subflow_peers(work / "proxy.log")
+        if not peers or not set(peers) <= set(front.clients):
+            failures.append(
+                f"the proxy's subflow peers {peers} are not the relays' addresses at the front "
+                f"{front.clients}: the PROXY protocol header was not taken"
+            )
+        print(f"edge_smoke: PROXY protocol v2: the proxy saw the relays as {sorted(set(peers))}")
     seen = front.seen
     if sni_a not in seen:
         failures.append(f"the relay never sent the server name {sni_a!r} (seen: {seen})")
