@@ -662,7 +662,7 @@ def _fleet_markdown(r: dict[str, Any]) -> list[str]:
             else:
                 vals.append(_pct(d[key]))
         lines.append(f"| {label} | " + " | ".join(vals) + " |")
-    return lines
+    return [*lines, ""]
 
 
 def _range(st: dict[str, float], unit: str, digits: int = 1) -> str:
