@@ -49,10 +49,20 @@ LONG_RUNNING = (
     "ingest",
     "trainer",
     "linkdb-api",
+    "api-lb",
     "origin",
     "prometheus",
 )
+#: Services that run as several replicas: deploy.replicas in docker-compose.yml, from
+#: these variables (2 when unset). Every replica must be healthy.
+REPLICAS = {"ingest": "POLYCORN_INGEST_REPLICAS", "linkdb-api": "POLYCORN_API_REPLICAS"}
 ONE_SHOTS = ("pki", "migrate", "kafka-init")
+
+
+def replicas(service: str) -> int:
+    """How many containers ``service`` runs (docker-compose.yml's deploy.replicas)."""
+    var = REPLICAS.get(service)
+    return int(os.environ.get(var) or 2) if var else 1
 
 
 def log(msg: str) -> None:
@@ -266,9 +276,27 @@ class Fleet:
         )
 
     def ctr(self, service: str) -> str:
-        """The container of ``service`` ('' when there is none)."""
-        out = self.dc("ps", "-q", service, timeout=60).stdout.split()
+        """The container of ``service`` (its first replica; '' when there is none)."""
+        out = self.ctrs(service)
         return out[0] if out else ""
+
+    def ctrs(self, service: str) -> list[str]:
+        """Every container of ``service``, one per replica."""
+        return self.dc("ps", "-q", service, timeout=60).stdout.split()
+
+    def containers(self) -> list[tuple[str, str]]:
+        """(name, container) of every service, ``service#i`` for each replica of a
+        service with several; the container '' when a service has none."""
+        out: list[tuple[str, str]] = []
+        for s in (*LONG_RUNNING, *ONE_SHOTS):
+            ids = self.ctrs(s)
+            want = replicas(s)
+            if want == 1 and len(ids) <= 1:
+                out.append((s, ids[0] if ids else ""))
+                continue
+            n = max(want, len(ids))
+            out += [(f"{s}#{i + 1}", ids[i] if i < len(ids) else "") for i in range(n)]
+        return out
 
     def inspect(self, service: str, fmt: str) -> str:
         c = self.ctr(service)
@@ -440,9 +468,14 @@ class Fleet:
         self.timings["up"] = time.monotonic() - t0
 
     def states(self) -> dict[str, str]:
-        """Every service's ``status exit=N health=H``."""
+        """Every service's (every replica's) ``status exit=N health=H``; ``absent``
+        for a service without a container, or with fewer than its replicas."""
         fmt = "{{.State.Status}} exit={{.State.ExitCode}} health={{.State.Health.Status}}"
-        return {s: self.inspect(s, fmt) for s in (*LONG_RUNNING, *ONE_SHOTS)}
+        out = {}
+        for name, c in self.containers():
+            r = self.podman("inspect", "-f", fmt, c, check=False) if c else None
+            out[name] = r.stdout.strip() if r is not None and r.returncode == 0 else "absent"
+        return out
 
     def not_ready(self) -> list[str]:
         """The services not yet healthy and the one-shots not yet done with status 0."""
@@ -458,11 +491,12 @@ class Fleet:
     def failed_logs(self) -> str:
         """The services not healthy or complete, with their last log lines."""
         out = ["---- services not healthy/complete, with their last log lines"]
-        for s, st in self.states().items():
+        states = self.states()
+        for s, c in self.containers():
+            st = states.get(s, "absent")
             if st in ("running exit=0 health=healthy", "exited exit=0 health="):
                 continue
             out.append(f"== {s}: {st}")
-            c = self.ctr(s)
             if c:
                 r = self.podman("logs", "--tail", "40", c, check=False)
                 out += [f"   {ln}" for ln in (r.stdout + r.stderr).splitlines()]

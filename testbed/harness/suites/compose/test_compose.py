@@ -4,7 +4,8 @@ removes it):
 
 1. the local bases, the stand-ins for the official third-party images and the six
    Polycorn images are built, and ``docker-compose up -d`` runs (the module fixture);
-2. every service becomes healthy and every one-shot completes;
+2. every service becomes healthy (each replica of ingest and linkdb-api, behind api-lb)
+   and every one-shot completes;
 3. passenger traffic crosses the train: a download and an upload through the relay's
    SOCKS5 listener, across the emulated carriers, the proxy and the compose network
    to the origin, checked by SHA-256, the carriers carrying the data;
