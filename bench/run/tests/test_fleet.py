@@ -5,7 +5,6 @@ download, which must fail the run. Numbers are not judged, only that the harness
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,25 +12,17 @@ import pytest
 
 from polycorn_benchrun import fleet
 from polycorn_benchrun.fleet_traffic import pattern
-from polycorn_harness import ROOT
+from polycorn_harness.fixtures import require_binaries
 from polycorn_schema.startup import pg_connect
 from polycorn_schema.testing import fresh_database
 
-BIN = Path(os.environ.get("POLYCORN_BIN", ROOT / "target/release"))
 NEEDED = ("polycorn-proxy", "polycorn-relay", "polycorn-pki", "polycorn-tracegen")
 KEYS = ("trains", "conns_per_train", "proxy_rss_mb_p99", "cpu_per_train_pct", "ingest_lag_p99_ms")
 
 
 @pytest.fixture
 def binaries() -> Path:
-    missing = [b for b in NEEDED if not (BIN / b).is_file()]
-    if missing:
-        # make test builds them before test-py (make build); a developer's
-        # tree may not have them yet.
-        if os.environ.get("CI"):
-            pytest.fail(f"{missing} missing in {BIN}")
-        pytest.skip(f"{missing} missing in {BIN} (cargo build --release --locked)")
-    return BIN
+    return require_binaries(*NEEDED)
 
 
 def run(binaries: Path, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:

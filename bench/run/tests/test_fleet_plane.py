@@ -13,16 +13,14 @@ tested without binaries."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from polycorn_benchrun import fleet_plane
-from polycorn_harness import ROOT
+from polycorn_harness.fixtures import require_binaries
 
-BIN = Path(os.environ.get("POLYCORN_BIN", ROOT / "target/release"))
 NEEDED = ("polycorn-fleetsim", "polycorn-pki", "polycorn-tracegen")
 TRAINS = 20
 LINKDB_ONCE = "LinkDB holds each train's GPS fixes and handovers once, none missing"
@@ -33,12 +31,7 @@ TABLES_SEEN = "every table consumer put every published table in use"
 
 @pytest.fixture
 def binaries() -> Path:
-    missing = [b for b in NEEDED if not (BIN / b).is_file()]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"{missing} missing in {BIN}")
-        pytest.skip(f"{missing} missing in {BIN} (cargo build --release --locked)")
-    return BIN
+    return require_binaries(*NEEDED)
 
 
 def test_a_lost_record_and_a_deaf_table_consumer_fail_the_run_and_nothing_else(

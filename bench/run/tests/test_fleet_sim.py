@@ -7,16 +7,14 @@ broken download, and only that one, which fails the run. Numbers are not judged.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from polycorn_benchrun import fleet
-from polycorn_harness import ROOT
+from polycorn_harness.fixtures import require_binaries
 
-BIN = Path(os.environ.get("POLYCORN_BIN", ROOT / "target/release"))
 NEEDED = ("polycorn-proxy", "polycorn-fleetsim", "polycorn-pki", "polycorn-tracegen")
 LINKDB_ONCE = "LinkDB holds each train's GPS fixes and handovers once, none missing"
 BYTES_INTACT = "every transfer complete and byte-exact"
@@ -24,12 +22,7 @@ BYTES_INTACT = "every transfer complete and byte-exact"
 
 @pytest.fixture
 def binaries() -> Path:
-    missing = [b for b in NEEDED if not (BIN / b).is_file()]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"{missing} missing in {BIN}")
-        pytest.skip(f"{missing} missing in {BIN} (cargo build --release --locked)")
-    return BIN
+    return require_binaries(*NEEDED)
 
 
 def run(binaries: Path, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:

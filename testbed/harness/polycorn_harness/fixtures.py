@@ -20,6 +20,20 @@ MakeTrip = Callable[..., Path]
 Topologies = Callable[[str, Path], Topology]
 
 
+def require_binaries(*names: str) -> Path:
+    """``$POLYCORN_BIN`` or ``target/release``, where ``names`` must be: a test
+    that needs one that is missing fails under CI (make test builds them
+    first) and is skipped elsewhere (a developer's tree may not have them
+    yet)."""
+    d = Path(os.environ.get("POLYCORN_BIN", ROOT / "target" / "release"))
+    missing = [b for b in names if not (d / b).is_file()]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"{missing} missing in {d}")
+        pytest.skip(f"{missing} missing in {d} (cargo build --release --locked)")
+    return d
+
+
 @pytest.fixture(scope="session")
 def bin_dir() -> Path:
     """``$BIN`` or ``target/release``, built first when a binary is missing."""
