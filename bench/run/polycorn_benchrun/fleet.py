@@ -449,6 +449,23 @@ class Fleet:
         #: Ports of proxy i: b + i (subflows), b + stride + i (metrics).
         self.stride = 200
 
+    def wait_sim_trains(self, metrics: str, per_train_s: float, what: str) -> None:
+        """Until the simulator at ``metrics`` counts all ``n`` trains as up
+        (``polycorn_fleetsim_trains_connected_once``: ``what`` happened for
+        each), within 60 s plus ``per_train_s`` a train; else an error that
+        names the dead processes and the logs."""
+        deadline = time.monotonic() + 60 + per_train_s * self.n
+        while True:
+            up = int(scrape(metrics).get("polycorn_fleetsim_trains_connected_once", 0))
+            if up >= self.n:
+                return
+            if time.monotonic() > deadline or self.procs.dead():
+                raise RuntimeError(
+                    f"{up} of {self.n} simulated trains {what} (dead: {self.procs.dead()}); "
+                    f"logs in {self.work}"
+                )
+            time.sleep(0.5)
+
     def create_topics(self) -> None:
         kafka_create_topics(
             self.sh.bootstrap,

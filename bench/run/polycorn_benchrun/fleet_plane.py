@@ -331,18 +331,7 @@ class PlaneFleet(Fleet):
             argv.append(f"--threads={cfg.sim_threads}")
         argv += [f"--fault={f}" for f in cfg.faults if f in ("drop-record", "deaf-consumer")]
         self.procs.start("fleetsim", argv)
-        deadline = time.monotonic() + 60 + 0.05 * self.n
-        while True:
-            m = scrape(self.sim_metrics)
-            up = int(m.get("polycorn_fleetsim_trains_connected_once", 0))
-            if up >= self.n:
-                break
-            if time.monotonic() > deadline or self.procs.dead():
-                raise RuntimeError(
-                    f"{up} of {self.n} simulated trains confirmed by Kafka "
-                    f"(dead: {self.procs.dead()}); logs in {self.work}"
-                )
-            time.sleep(0.5)
+        self.wait_sim_trains(self.sim_metrics, 0.05, "confirmed by Kafka")
         print(f"n={self.n}: {self.n} simulated trains produce to Kafka", flush=True)
         self.first_commit()
         return idle

@@ -135,18 +135,7 @@ class SimFleet(Fleet):
 
     def wait_connected(self) -> None:
         """Until every simulated train has had both subflows up."""
-        deadline = time.monotonic() + 60 + 0.2 * self.n
-        while True:
-            m = scrape(self.sim_metrics)
-            up = int(m.get("polycorn_fleetsim_trains_connected_once", 0))
-            if up >= self.n:
-                break
-            if time.monotonic() > deadline or self.procs.dead():
-                raise RuntimeError(
-                    f"{up} of {self.n} simulated trains connected (dead: {self.procs.dead()}); "
-                    f"logs in {self.work}"
-                )
-            time.sleep(0.5)
+        self.wait_sim_trains(self.sim_metrics, 0.2, "connected")
         print(f"n={self.n}: {self.n} simulated trains connected to {self.n} proxies", flush=True)
 
     def start_passengers(self) -> subprocess.Popen[bytes]:
