@@ -633,6 +633,30 @@ def smoke_values(bins: Path, work: Path, *, quic: bool) -> dict[str, Any]:
     return values
 
 
+def front_checks(front: SniFront, sni_a: str, proxy_log: Path) -> list[str]:
+    """What the front saw: the server names the relays sent, and with the
+    PROXY protocol, that the proxy took the relays' addresses from it."""
+    failures: list[str] = []
+    if front.proxy_protocol:
+        peers = subflow_peers(proxy_log)
+        if not peers or not set(peers) <= set(front.clients):
+            failures.append(
+                f"the proxy's subflow peers {peers} are not the relays' addresses at the front "
+                f"{front.clients}: the PROXY protocol header was not taken"
+            )
+        print(f"edge_smoke: PROXY protocol v2: the proxy saw the relays as {sorted(set(peers))}")
+    seen = front.seen
+    if sni_a not in seen:
+        failures.append(f"the relay never sent the server name {sni_a!r} (seen: {seen})")
+    if UNROUTED not in seen:
+        failures.append(f"the unrouted relay's name was not seen (seen: {seen})")
+    unexpected = [s for s in seen if s not in (sni_a, UNROUTED)]
+    if unexpected:
+        failures.append(f"server names the relays should not have sent: {unexpected}")
+    print(f"edge_smoke: server names seen at the front: {sorted({str(s) for s in seen})}")
+    return failures
+
+
 def run(
     helm: str,
     bins: Path,
@@ -699,23 +723,7 @@ def run(
             loop.call_soon_threadsafe(loop.stop)
             thread.join(5)
             loop.close()
-    if pp:
-        peers = subflow_peers(work / "proxy.log")
-        if not peers or not set(peers) <= set(front.clients):
-            failures.append(
-                f"the proxy's subflow peers {peers} are not the relays' addresses at the front "
-                f"{front.clients}: the PROXY protocol header was not taken"
-            )
-        print(f"edge_smoke: PROXY protocol v2: the proxy saw the relays as {sorted(set(peers))}")
-    seen = front.seen
-    if sni_a not in seen:
-        failures.append(f"the relay never sent the server name {sni_a!r} (seen: {seen})")
-    if UNROUTED not in seen:
-        failures.append(f"the unrouted relay's name was not seen (seen: {seen})")
-    unexpected = [s for s in seen if s not in (sni_a, UNROUTED)]
-    if unexpected:
-        failures.append(f"server names the relays should not have sent: {unexpected}")
-    print(f"edge_smoke: server names seen at the front: {sorted({str(s) for s in seen})}")
+    failures += front_checks(front, sni_a, work / "proxy.log")
     if udp_fronts:
         sessions = {u.train: (len(u.sessions), u.datagrams) for u in udp_fronts.values()}
         print(f"edge_smoke: UDP front (sessions, datagrams) per train: {sessions}")
