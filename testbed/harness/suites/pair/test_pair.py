@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -332,6 +333,44 @@ def test_a_passenger_reaches_nothing_but_the_relay(pair: Pair) -> None:
     assert lines, "the first refusal is logged"
     new = sum("destination refused by policy" in line for line in pair.log_lines("proxy")[seen:])
     assert new <= 1, f"{refused() - before:.0f} refusals logged {new} times, not once a minute"
+
+
+def test_the_real_relay_reconnects_while_strangers_flood_the_proxy(pair: Pair) -> None:
+    """Anyone on the Internet can open connections to the proxy: 100 strangers
+    (testbed/harness/tools/flood.py, each from its own address, silent or with a
+    half-sent TLS record, reopening whenever the proxy closes them) hold every
+    handshake slot a stranger may take. The relay, restarted while they do, still
+    gets every carrier's subflow up (the time it took is printed, not asserted)."""
+    in_flight = "polycorn_proxy_handshakes_in_flight"
+
+    def held() -> float:
+        return metrics.value(pair.proxy_metrics() or "", in_flight) or 0.0
+
+    pair.wait_paths_up()
+    flood = subprocess.Popen(
+        ["ip", "netns", "exec", pair.ns("cloud"), sys.executable,
+         "testbed/harness/tools/flood.py", "127.0.0.1", "4433", "--sources", "100"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until("the strangers hold the slots they may take (48)", lambda: held() >= 48, 30)
+        pair.stop("relay")
+        t = time.monotonic()
+        pair.start_main_relay()
+        pair.wait_paths_up(timeout_s=60)
+        print(f"\nthe relay had every subflow up {time.monotonic() - t:.1f} s after its restart")
+        print(f"handshakes in flight meanwhile: {held():.0f}")
+    finally:
+        flood.send_signal(signal.SIGTERM)
+        out, _ = flood.communicate(timeout=30)
+    counts = json.loads(out.strip().splitlines()[-1])
+    print(f"the flood: {counts}")
+    assert counts["opened"] >= 100, counts
+    text = pair.proxy_metrics() or ""
+    name = "polycorn_proxy_handshakes_refused_total"
+    refused = sum(s.value for s in metrics.samples(text) if s.name == name)
+    evicted = metrics.value(text, "polycorn_proxy_handshakes_evicted_total") or 0.0
+    print(f"strangers refused {refused:.0f}, displaced {evicted:.0f}")
 
 
 def test_a_passengers_port_scan_is_counted_and_logged_once_a_minute(pair: Pair) -> None:
