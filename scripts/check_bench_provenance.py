@@ -36,7 +36,6 @@ PREDATE_PROVENANCE = frozenset(
     {
         "cc.json",
         "chaos.json",
-        "dataplane.json",
         "emu.json",
         "fleet.json",
         "fuzz.json",
@@ -67,13 +66,12 @@ PREDATE_PROVENANCE = frozenset(
         "tracegen-validation.json",
         "trainer-curve.json",
         "trainer-trips.json",
-        "trainer.json",
     }
 )
 
 #: Outputs the docs name as where a benchmark writes, with no committed run yet: they must not
 #: exist (once one is committed it is checked like any other and leaves this list).
-NOT_RUN_YET = frozenset({"fleet-plane.json", "trainer-10x.json"})
+NOT_RUN_YET = frozenset({"fleet-plane.json"})
 
 #: ``bench/out/NAME.json`` or ``bench/out/NAME.{json,md}`` named anywhere in the text.
 NAMED = re.compile(r"bench/out/([\w.-]+?)\.(?:json\b|\{([\w,]*)\})")
