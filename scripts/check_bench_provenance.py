@@ -37,7 +37,6 @@ PREDATE_PROVENANCE = frozenset(
         "cc.json",
         "chaos.json",
         "emu.json",
-        "fleet.json",
         "fuzz.json",
         "hsr-ablation.json",
         "hsr-cc.json",
