@@ -211,6 +211,15 @@ def other_databases_backends(url: str) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
+def where(path: Path) -> str:
+    """``path`` as a result file records it: relative to the repository when it
+    is inside (a result names no workstation's directories), else as given."""
+    try:
+        return str(path.resolve().relative_to(ROOT.resolve()))
+    except ValueError:
+        return str(path)
+
+
 def quantile(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
@@ -1321,7 +1330,7 @@ def run_series(cfg: Config, work: Path, commit: str | None = None) -> dict[str, 
         },
         "environment": {
             **_machine(),
-            "binaries": str(cfg.bin_dir),
+            "binaries": where(cfg.bin_dir),
             "binaries_commit": cfg.bin_commit or commit,
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

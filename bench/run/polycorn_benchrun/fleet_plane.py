@@ -76,6 +76,7 @@ from polycorn_benchrun.fleet import (
     rss_kib,
     scrape,
     train_id,
+    where,
     with_trip,
     work_dir,
 )
@@ -666,7 +667,7 @@ def run_series(cfg: PlaneConfig, work: Path, commit: str | None = None) -> dict[
         },
         "environment": {
             **_machine(),
-            "binaries": str(cfg.bin_dir),
+            "binaries": where(cfg.bin_dir),
             "binaries_commit": cfg.bin_commit or commit,
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
