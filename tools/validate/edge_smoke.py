@@ -165,10 +165,16 @@ def proxy_statefulset(objs: list[dict[str, Any]], train: str) -> dict[str, Any]:
     return s
 
 
+def envoy_bootstrap(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rendered Envoy bootstrap (the ConfigMap's envoy.yaml)."""
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "envoy.yaml" in o.get("data", {})]
+    boot: dict[str, Any] = yaml.safe_load(cm["data"]["envoy.yaml"])
+    return boot
+
+
 def sni_table(objs: list[dict[str, Any]]) -> dict[str, str]:
     """server name -> train id, from the rendered Envoy trains listener."""
-    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "envoy.yaml" in o.get("data", {})]
-    boot = yaml.safe_load(cm["data"]["envoy.yaml"])
+    boot = envoy_bootstrap(objs)
     (lst,) = [x for x in boot["static_resources"]["listeners"] if x["name"] == "trains"]
     table = {}
     for chain in lst["filter_chains"]:
@@ -184,8 +190,7 @@ PROXY_PROTOCOL_SOCKET = "envoy.transport_sockets.upstream_proxy_protocol"
 def proxy_protocol_clusters(objs: list[dict[str, Any]]) -> set[str]:
     """The rendered Envoy clusters that start each connection with a PROXY
     protocol v2 header (their transport socket)."""
-    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "envoy.yaml" in o.get("data", {})]
-    boot = yaml.safe_load(cm["data"]["envoy.yaml"])
+    boot = envoy_bootstrap(objs)
     out = set()
     for c in boot["static_resources"]["clusters"]:
         ts = c.get("transport_socket", {})
@@ -206,8 +211,8 @@ def proxy_v2_header(src: tuple[str, int], dst: tuple[str, int]) -> bytes:
     return b"\r\n\r\n\x00\r\nQUIT\n" + bytes([0x21, 0x11]) + len(addrs).to_bytes(2, "big") + addrs
 
 
-def subflow_peers(log: Path) -> list[str]:
-    """The peers of the TLS subflows the proxy logged up (JSON log)."""
+def subflows_up(log: Path) -> list[dict[str, Any]]:
+    """The fields of each subflow the proxy logged up (JSON log)."""
     out = []
     for line in log.read_text(errors="replace").splitlines():
         try:
@@ -215,16 +220,20 @@ def subflow_peers(log: Path) -> list[str]:
         except ValueError:
             continue
         fields = rec.get("fields", {})
-        if fields.get("message") == "subflow up" and fields.get("transport") == "tls":
-            out.append(str(fields["peer"]))
+        if fields.get("message") == "subflow up":
+            out.append(fields)
     return out
+
+
+def subflow_peers(log: Path) -> list[str]:
+    """The peers of the TLS subflows the proxy logged up."""
+    return [str(f["peer"]) for f in subflows_up(log) if f.get("transport") == "tls"]
 
 
 def quic_table(objs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     """train id -> (its UDP port at Envoy, the proxy port its cluster sends
     to), from the rendered Envoy UDP listeners and their clusters."""
-    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "envoy.yaml" in o.get("data", {})]
-    boot = yaml.safe_load(cm["data"]["envoy.yaml"])
+    boot = envoy_bootstrap(objs)
     clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
     table = {}
     for lst in boot["static_resources"]["listeners"]:
@@ -309,17 +318,8 @@ class UdpFront(asyncio.DatagramProtocol):
 
 
 def quic_subflows(log: Path) -> int:
-    """Subflows the proxy logged up over QUIC (JSON log)."""
-    n = 0
-    for line in log.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        fields = rec.get("fields", {})
-        if fields.get("message") == "subflow up" and fields.get("transport") == "quic":
-            n += 1
-    return n
+    """Subflows the proxy logged up over QUIC."""
+    return sum(1 for f in subflows_up(log) if f.get("transport") == "quic")
 
 
 # ------------------------------------------------------------ an SNI front
