@@ -1066,6 +1066,19 @@ pub(crate) mod tests {
         assert_eq!(applied(Tables::default().offer(SourceKind::Kafka, f.to_json().as_bytes(), None, NOW)), 3);
     }
 
+    /// A hub with the verify keys of the file `keys` and its state in `state`
+    /// (a process started with them).
+    fn keyed_hub(keys: &std::path::Path, state: &std::path::Path) -> Arc<TableHub> {
+        let v = Verifier::load(keys).unwrap();
+        TableHub::open(SharedRoutes::default(), Some(v), Some(state), |_| {}).unwrap()
+    }
+
+    /// Version `v`, signed by `by`, offered to `hub` from `source`.
+    fn offer_by(hub: &TableHub, source: SourceKind, by: &signature::tests::Signer, v: u64) -> Offered {
+        let (body, sig) = signed(by, v, ISSUED, EXPIRES);
+        hub.offer(source, source.label(), body.as_bytes(), Some(&sig))
+    }
+
     /// Rotating the table-signing key: while the verify-key file holds the
     /// old and the new public key, tables signed by either are taken; once
     /// the old key is removed from the file (and the process restarted with
@@ -1077,14 +1090,8 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let keys = dir.path().join("table-signing.pub");
         let state = dir.path().join("state");
-        let open = || {
-            let v = Verifier::load(&keys).unwrap();
-            TableHub::open(SharedRoutes::default(), Some(v), Some(&state), |_| {}).unwrap()
-        };
-        let offer = |hub: &TableHub, by: &Signer, v: u64| {
-            let (body, sig) = signed(by, v, ISSUED, EXPIRES);
-            hub.offer(SourceKind::Http, "u", body.as_bytes(), Some(&sig))
-        };
+        let open = || keyed_hub(&keys, &state);
+        let offer = |hub: &TableHub, by: &Signer, v: u64| offer_by(hub, SourceKind::Http, by, v);
         std::fs::write(&keys, old.public_pem()).unwrap();
         let hub = open();
         assert_eq!(offer(&hub, &old, 1), Offered::Applied(1));
@@ -1119,14 +1126,8 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let keys = dir.path().join("table-signing.pub");
         let state = dir.path().join("state");
-        let open = || {
-            let v = Verifier::load(&keys).unwrap();
-            TableHub::open(SharedRoutes::default(), Some(v), Some(&state), |_| {}).unwrap()
-        };
-        let offer = |hub: &TableHub, by: &Signer, v: u64| {
-            let (body, sig) = signed(by, v, ISSUED, EXPIRES);
-            hub.offer(SourceKind::Kafka, "t", body.as_bytes(), Some(&sig))
-        };
+        let open = || keyed_hub(&keys, &state);
+        let offer = |hub: &TableHub, by: &Signer, v: u64| offer_by(hub, SourceKind::Kafka, by, v);
         std::fs::write(&keys, format!("{}{}", trainer.public_pem(), leaked.public_pem())).unwrap();
         let hub = open();
         assert_eq!(offer(&hub, &trainer, 10), Offered::Applied(10));
