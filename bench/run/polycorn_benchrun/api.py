@@ -22,7 +22,10 @@ runs it).
    ``--repeats`` times, the repeats interleaved (all queries and rates once, then
    again), so that slow phases of the machine hit them alike. ``vegeta report
    -type=json`` per window, folded by loadtest/report.py; api.json has every window and,
-   per (size, rate, query), the median and range over the repeats.
+   per (size, rate, query), the median and range over the repeats. Each window also
+   records the CPU that the API's processes and PostgreSQL's spent in it per request
+   sent (``cpu_ms_per_request``): what a rate costs in cores, where this machine's two
+   cannot carry it.
 
 Vegeta, the API and PostgreSQL share the machine's cores: the numbers include that
 contention, and whatever else runs (the load average before each window is recorded
@@ -39,6 +42,7 @@ database), BENCH_OUT (bench/out).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -54,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from polycorn_harness import ROOT, VENV, infra, provenance
-from polycorn_harness.process import setup_var, stop_process
+from polycorn_harness.process import cpu_ticks, setup_var, stop_process
 from polycorn_harness.topology import run
 from polycorn_harness.wait import wait_until
 from polycorn_schema.startup import pg_connect
@@ -205,6 +209,48 @@ def attack(vegeta: Path, work: Path, q: str, rate: int, *, seconds: int, out: Pa
         subprocess.run(cmd, stdout=f, check=True)
 
 
+def process_tree(pid: int) -> list[int]:
+    """A process and its descendants (the API's uvicorn master and its workers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):
+            for t in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (t / "children").read_text().split()]
+    return out
+
+
+def server_pids(admin_url: str) -> list[int]:
+    """The PostgreSQL server's processes: its backends and background workers."""
+    with pg_connect(admin_url) as c:
+        return [int(r[0]) for r in c.execute("select pid from pg_stat_activity")]
+
+
+def cpu_snapshot(groups: dict[str, list[int]]) -> dict[str, dict[int, int]]:
+    """CPU ticks so far of each process, by group (a process gone counts nothing)."""
+    snap: dict[str, dict[int, int]] = {}
+    for g, pids in groups.items():
+        snap[g] = {}
+        for p in pids:
+            with contextlib.suppress(OSError):
+                snap[g][p] = cpu_ticks(p)
+    return snap
+
+
+def cpu_ms_per_request(
+    before: dict[str, dict[int, int]], after: dict[str, dict[int, int]], requests: int
+) -> dict[str, float]:
+    """Each group's CPU between two snapshots, in ms per request answered; a process
+    that started in between counts from zero, one that ended counts nothing."""
+    ms_per_tick = 1000 / os.sysconf("SC_CLK_TCK")
+    out = {
+        g: sum(t - before.get(g, {}).get(p, 0) for p, t in ticks.items()) * ms_per_tick / requests
+        for g, ticks in after.items()
+    }
+    return {g: round(v, 3) for g, v in out.items()} | {"total": round(sum(out.values()), 3)}
+
+
 def summarise(windows: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and range over the repeats of one (size, rate, query)."""
     out: dict[str, Any] = {"repeats": len(windows)}
@@ -212,6 +258,12 @@ def summarise(windows: list[dict[str, Any]]) -> dict[str, Any]:
         v = [w[k] for w in windows]
         out[k] = statistics.median(v)
         out[f"{k}_range"] = [min(v), max(v)]
+    cpu = [w["cpu_ms_per_request"] for w in windows if "cpu_ms_per_request" in w]
+    if cpu:
+        out["cpu_ms_per_request"] = {g: statistics.median(c[g] for c in cpu) for g in cpu[0]}
+        out["cpu_ms_per_request_range"] = {
+            g: [min(c[g] for c in cpu), max(c[g] for c in cpu)] for g in cpu[0]
+        }
     out["offered_rps"] = windows[0]["offered_rps"]
     out["errors"] = sum(w["errors"] for w in windows)
     out["requests"] = sum(w["requests"] for w in windows)
@@ -275,6 +327,7 @@ def measure_size(
         setup = {"handovers": rows, "cells": cells}
         (work / "setup.json").write_text(json.dumps(setup))
         windows: dict[tuple[int, str], list[dict[str, Any]]] = {}
+        cpu: dict[tuple[int, int, str], dict[str, float]] = {}
         for rep in range(a.repeats):
             for rate in rates:
                 d = work / f"rep{rep}-rate{rate}"
@@ -285,7 +338,12 @@ def measure_size(
                     attack(vegeta, work, q, rate, seconds=a.warmup, out=None)
                     loadavg = " ".join(Path("/proc/loadavg").read_text().split()[:3])
                     (d / f"{q}.loadavg").write_text(loadavg + "\n")
+                    groups = {"api": process_tree(server.pid), "postgres": server_pids(admin_url)}
+                    before = cpu_snapshot(groups)
                     attack(vegeta, work, q, rate, seconds=a.seconds, out=d / f"{q}.bin")
+                    after = cpu_snapshot(
+                        {"api": process_tree(server.pid), "postgres": server_pids(admin_url)}
+                    )
                     with (d / f"{q}.report.json").open("wb") as f:
                         subprocess.run(
                             [str(vegeta), "report", "-type=json", str(d / f"{q}.bin")],
@@ -293,6 +351,8 @@ def measure_size(
                             check=True,
                         )
                     (d / f"{q}.bin").unlink()
+                    answered = json.loads((d / f"{q}.report.json").read_text())["requests"]
+                    cpu[(rep, rate, q)] = cpu_ms_per_request(before, after, max(1, answered))
                 loadtest(
                     "report",
                     "--dir",
@@ -303,6 +363,7 @@ def measure_size(
                     str(d / "api.json"),
                 )
                 for q, w in json.loads((d / "api.json").read_text()).items():
+                    w["cpu_ms_per_request"] = cpu[(rep, rate, q)]
                     windows.setdefault((rate, q), []).append(w)
     finally:
         stop_process(server.pid, grace_s=10)
@@ -346,7 +407,8 @@ def main() -> int:
                     f"{s['handovers']:>10,} handovers {rate:>5} req/s {q:20s} "
                     f"p50 {r['p50_ms']:8.2f} ms {r['p50_ms_range']}  p99 {r['p99_ms']:8.2f} ms "
                     f"{r['p99_ms_range']}  {r['rps']:.1f}/{r['offered_rps']:.0f} req/s  "
-                    f"errors {r['errors']}"
+                    f"errors {r['errors']}  "
+                    f"CPU {r.get('cpu_ms_per_request', {}).get('total')} ms/request"
                 )
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "api.json").write_text(json.dumps(prov.stamp(doc), indent=2) + "\n")
