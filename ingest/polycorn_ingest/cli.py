@@ -131,6 +131,13 @@ def _run_args(run: argparse.ArgumentParser) -> None:
         "--batch-timeout-s", type=float, default=0.5, help="wait at most this long to fill a batch"
     )
     run.add_argument(
+        "--session-timeout-s",
+        type=float,
+        default=10.0,
+        help="a replica that died keeps its partitions this long before the group moves them "
+        "(the broker's group.min.session.timeout.ms, 6 s by default, is the least)",
+    )
+    run.add_argument(
         "--metrics-addr",
         default="127.0.0.1:9464",
         help="serve Prometheus /metrics here ('' to disable)",
@@ -280,6 +287,20 @@ def _migrate(sink: LinkDbSink, timeout_s: float) -> None:
     )
 
 
+def ingest_config(a: argparse.Namespace, kafka: dict[str, str]) -> IngestConfig:
+    """The consumer's settings from ``run``'s flags."""
+    return IngestConfig(
+        bootstrap=a.bootstrap,
+        group=a.group,
+        topic=a.topic,
+        dlq_topic=a.dlq_topic,
+        batch_max=a.batch_max,
+        batch_timeout_s=a.batch_timeout_s,
+        session_timeout_ms=round(a.session_timeout_s * 1000),
+        kafka=dict(kafka),
+    )
+
+
 def _run(a: argparse.Namespace, kafka: dict[str, str]) -> int:
     metrics = Metrics()
     if a.metrics_addr:
@@ -291,15 +312,7 @@ def _run(a: argparse.Namespace, kafka: dict[str, str]) -> int:
         except Exception as e:
             log.error("LinkDB migration failed, not starting: %s", e)
             return 1
-    cfg = IngestConfig(
-        bootstrap=a.bootstrap,
-        group=a.group,
-        topic=a.topic,
-        dlq_topic=a.dlq_topic,
-        batch_max=a.batch_max,
-        batch_timeout_s=a.batch_timeout_s,
-        kafka=dict(kafka),
-    )
+    cfg = ingest_config(a, kafka)
     log.info("Kafka %s as %s", a.bootstrap, kafka.get("sasl.username", "no user"))
     ing = Ingestor(cfg, sink, metrics)
 

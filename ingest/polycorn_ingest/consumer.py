@@ -57,6 +57,11 @@ class IngestConfig:
     # While the database is down the loop does not poll Kafka; past this the
     # broker drops the consumer from the group (it rejoins and replays).
     max_poll_interval_ms: int = 600_000
+    # How long a replica that died (SIGKILL, OOM, a lost node) keeps its
+    # partitions before the group hands them on. librdkafka's heartbeats run
+    # on its own thread, so a long batch or a stalled database does not
+    # count against it. The broker accepts 6 s at least by default.
+    session_timeout_ms: int = 10_000
     lag_every_s: float = 1.0
     # Extra librdkafka settings (tests, bench).
     kafka: dict[str, Any] | None = None
@@ -97,6 +102,7 @@ class Ingestor:
                 # Only committed records of transactional producers.
                 "isolation.level": "read_committed",
                 "max.poll.interval.ms": cfg.max_poll_interval_ms,
+                "session.timeout.ms": cfg.session_timeout_ms,
                 "partition.assignment.strategy": "cooperative-sticky",
                 "fetch.min.bytes": 1,
                 "queued.max.messages.kbytes": 65536,

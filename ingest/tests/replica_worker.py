@@ -109,8 +109,8 @@ def main() -> int:
         dlq_topic=a.dlq_topic,
         batch_max=a.batch_max,
         batch_timeout_s=0.2,
+        session_timeout_ms=a.session_timeout_ms,
         kafka={
-            "session.timeout.ms": a.session_timeout_ms,
             "heartbeat.interval.ms": 1000,
             "topic.metadata.refresh.interval.ms": 1000,
         },

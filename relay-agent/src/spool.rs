@@ -61,6 +61,12 @@ impl Shared {
         self.lock().stats()
     }
 
+    /// When the record in flight that has waited longest for its
+    /// confirmation was first sent (see [`Spool::oldest_in_flight_since`]).
+    pub fn oldest_in_flight_since(&self) -> Option<Instant> {
+        self.lock().oldest_in_flight_since()
+    }
+
     /// Appends, reads, acknowledgements and fsyncs that failed.
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
@@ -193,7 +199,8 @@ pub async fn sender(shared: Arc<Shared>, session: Session, mut stop: watch::Rece
 
 /// Spool sizes and counters, `polycorn_telemetry_spool_*`.
 pub fn write_metrics(w: &mut Writer, shared: &Shared) {
-    let s = shared.lock().stats();
+    let s = shared.stats();
+    let oldest = shared.oldest_in_flight_since();
     w.gauge(
         "polycorn_telemetry_spool_records",
         "Telemetry records spooled and not yet confirmed.",
@@ -206,6 +213,12 @@ pub fn write_metrics(w: &mut Writer, shared: &Shared) {
         "Telemetry records sent and awaiting confirmation.",
         vec![],
         s.in_flight as f64,
+    );
+    w.gauge(
+        "polycorn_telemetry_spool_oldest_in_flight_seconds",
+        "How long the record in flight that has waited longest has awaited its confirmation since first sent (0: none in flight); past the resend timeout (5 s), confirmations are being lost.",
+        vec![],
+        oldest.map_or(0.0, |t| t.elapsed().as_secs_f64()),
     );
     for c in Class::ALL {
         w.counter(

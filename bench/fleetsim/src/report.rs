@@ -33,6 +33,10 @@ pub struct TrainCounters {
     /// Records in the spool not yet confirmed, and of them those in flight.
     pub records_held: u64,
     pub records_in_flight: u64,
+    /// How long the record in flight that has waited longest has awaited
+    /// its confirmation since first sent (ms; 0: none in flight). The
+    /// fleet's figure is the largest train's, not a sum.
+    pub oldest_in_flight_ms: u64,
     /// Records the spool's size bound dropped unconfirmed.
     pub records_dropped: u64,
     pub spool_errors: u64,
@@ -82,6 +86,7 @@ impl TrainCounters {
             events_dropped,
             errors
         );
+        self.oldest_in_flight_ms = self.oldest_in_flight_ms.max(o.oldest_in_flight_ms);
     }
 }
 
@@ -104,6 +109,7 @@ pub fn counters(t: &Train, paths: usize) -> (TrainCounters, Vec<String>) {
         c.records_resent = s.resent;
         c.records_held = s.records;
         c.records_in_flight = s.in_flight;
+        c.oldest_in_flight_ms = r.spool.oldest_in_flight_since().map_or(0, |t| t.elapsed().as_millis() as u64);
         c.records_dropped = s.dropped.iter().sum();
         c.spool_errors = r.spool.errors();
         c.spool_bytes = s.bytes;
@@ -161,6 +167,12 @@ pub fn metrics_source(fleet: Arc<Fleet>) -> Source {
             "Telemetry records sent and awaiting confirmation.",
             l(),
             s.records_in_flight as f64,
+        );
+        w.gauge(
+            "polycorn_telemetry_spool_oldest_in_flight_seconds",
+            "The longest any train's record in flight has awaited its confirmation since first sent (0: none in flight).",
+            l(),
+            s.oldest_in_flight_ms as f64 / 1000.0,
         );
         w.gauge("polycorn_telemetry_spool_bytes", "Telemetry spool segment bytes on disk.", l(), s.spool_bytes as f64);
         w.counter(

@@ -1,7 +1,9 @@
 """make bench-hsr: every scheme side by side on the same emulated HSR trips.
 
-    PROFILE=demo|ci|short|full|long|precision|recovery|transport|transport-unseen|transport-bulk \\
-        python -m polycorn_benchrun.hsr
+    PROFILE=<profile> python -m polycorn_benchrun.hsr
+
+Profiles: demo, ci, short, full, long, precision, recovery, concurrency, sweep,
+transport, transport-unseen, transport-bulk (docs/benchmarks.md says what each runs).
 
 For each link set and trip, one copy of the topology per scheme (the harness's
 :class:`~polycorn_harness.topology.Topology` over testbed/topology.sh, prefixes
@@ -190,6 +192,8 @@ class Profile:
     #: The railway the hsr trips run on (tracegen's route seed).
     route_seed: int = 7
     schemes: str = DEFAULT_SCHEMES
+    #: The budget sweep's schemes, of those the run has (SWEEP_SCHEMES overrides).
+    sweep_schemes: str = "minrtt hrsch"
     parallel: int = 1
     result: str = "hsr"
 
@@ -207,6 +211,9 @@ TRANSPORT_BULK_SCHEMES = (
     "minrtt hrsch+ quic-minrtt quic-hrsch+ kernel-mptcp-conn direct-c0 direct-c1 "
     "direct-c0~cubic direct-c1~cubic"
 )
+#: Many passengers at once: the default pipeline against minrtt, kernel MPTCP (one
+#: connection per passenger) and each carrier alone.
+CONCURRENCY_SCHEMES = "minrtt hrsch+ kernel-mptcp-conn single-path-c0 single-path-c1"
 #: full's load; long, precision, recovery and the transport profiles derive from it.
 FULL = Profile(
     per_size=10, messages=100, gap_ms=1000, hsr_trips=5, sets="hsr mahimahi driving",
@@ -247,6 +254,15 @@ PROFILES: dict[str, Profile] = {
     "transport-bulk": replace(
         FULL, hsr_trips=10, sets="hsr", load_start="45", phases="bulk",
         schemes=TRANSPORT_BULK_SCHEMES, result="hsr-transport-bulk",
+    ),
+    "concurrency": replace(
+        FULL, sets="hsr", load_start="45", phases="concurrency",
+        schemes=CONCURRENCY_SCHEMES, result="hsr-concurrency",
+    ),
+    # The budget is a default chosen here, so it is swept on a development route.
+    "sweep": replace(
+        FULL, hsr_trips=3, sets="hsr", load_start="45", phases="sweep", route_seed=1,
+        schemes="minrtt hrsch+", sweep_schemes="minrtt hrsch+", result="hsr-sweep",
     ),
     "recovery": replace(
         FULL, hsr_trips=16, sets="hsr", load_start="45", phases="backlog",
@@ -399,7 +415,7 @@ class Settings:
             prefix=prefix,
         )
         if st.has("sweep"):
-            st.sweep_list = _sweep_list(e("SWEEP_SCHEMES"), schemes)
+            st.sweep_list = _sweep_list(e("SWEEP_SCHEMES"), schemes, p.sweep_schemes)
         return st
 
 
@@ -493,9 +509,9 @@ def _link_sets(v: str) -> list[str]:
     return sets
 
 
-def _sweep_list(v: str | None, schemes: list[str]) -> list[str]:
-    """SWEEP_SCHEMES, by default those of minrtt and hrsch the run has."""
-    sweep: list[str] = v.split() if v else [s for s in ("minrtt", "hrsch") if s in schemes]
+def _sweep_list(v: str | None, schemes: list[str], default: str) -> list[str]:
+    """SWEEP_SCHEMES, by default those of the profile's ``default`` the run has."""
+    sweep: list[str] = v.split() if v else [s for s in default.split() if s in schemes]
     if any(is_direct(x) for x in sweep):
         raise BenchError("SWEEP_SCHEMES: a direct scheme has no relay or proxy budget")
     return sweep

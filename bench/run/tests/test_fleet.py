@@ -106,6 +106,21 @@ def test_check_train_telemetry_counts_gaps_and_extras() -> None:
     assert not r["ok"]
 
 
+def test_a_spool_keeps_up_when_nothing_waits_and_nothing_lost_its_confirmation() -> None:
+    def m(held: float, in_flight: float, oldest: float) -> dict[str, float]:
+        return {
+            "polycorn_telemetry_spool_records": held,
+            "polycorn_telemetry_spool_in_flight": in_flight,
+            "polycorn_telemetry_spool_oldest_in_flight_seconds": oldest,
+        }
+
+    assert fleet.spool_keeps_up(m(0, 0, 0))
+    assert fleet.spool_keeps_up(m(3, 3, 0.02)), "records in their first round trip"
+    assert not fleet.spool_keeps_up(m(3, 3, 6.0)), "one has lost its confirmation"
+    assert not fleet.spool_keeps_up(m(5, 3, 0.02)), "two wait for the sender"
+    assert not fleet.spool_keeps_up({}), "no metrics: nothing is known"
+
+
 def test_pattern_is_keyed_and_continuous() -> None:
     a = pattern(7, 0, 3 << 20)
     assert a[1000:5000] == pattern(7, 1000, 4000)

@@ -205,6 +205,8 @@ struct Pending {
     len: u32,
     /// When it is due again, if it was sent.
     deadline: Option<Instant>,
+    /// When it was first sent (this process).
+    first_sent: Option<Instant>,
     sends: u32,
 }
 
@@ -375,7 +377,10 @@ impl Spool {
                 seg.seqs.push(seq);
                 if !acked.contains(&seq) {
                     seg.live += 1;
-                    pending.insert(seq, Pending { class, segment: first_seq, offset, len, deadline: None, sends: 0 });
+                    pending.insert(
+                        seq,
+                        Pending { class, segment: first_seq, offset, len, deadline: None, first_sent: None, sends: 0 },
+                    );
                     unsent[class as usize].insert(seq);
                 }
             }
@@ -570,8 +575,10 @@ impl Spool {
         let segment = seg.first_seq;
         self.stats.bytes += need;
         self.next_seq += 1;
-        self.pending
-            .insert(seq, Pending { class, segment, offset, len: payload.len() as u32, deadline: None, sends: 0 });
+        self.pending.insert(
+            seq,
+            Pending { class, segment, offset, len: payload.len() as u32, deadline: None, first_sent: None, sends: 0 },
+        );
         self.unsent[c].insert(seq);
         Ok(Some(seq))
     }
@@ -609,6 +616,7 @@ impl Spool {
                 if p.sends > 0 {
                     self.stats.resent += 1;
                 }
+                p.first_sent.get_or_insert(now);
                 p.sends += 1;
                 let d = now + self.cfg.resend_after;
                 p.deadline = Some(d);
@@ -628,6 +636,16 @@ impl Spool {
                 self.unsent[p.class as usize].insert(seq);
             }
         }
+    }
+
+    /// When the record in flight that has waited longest for its
+    /// acknowledgement was first sent; None with nothing in flight. A
+    /// healthy link confirms a record within a round trip and Kafka's
+    /// commit, so one first sent longer than `resend_after` ago means
+    /// acknowledgements are being lost. Costs a look at each record in
+    /// flight (at most `max_in_flight`).
+    pub fn oldest_in_flight_since(&self) -> Option<Instant> {
+        self.sent.iter().filter_map(|(_, seq)| self.pending.get(seq)?.first_sent).min()
     }
 
     /// When the earliest record in flight becomes due again.
@@ -779,6 +797,28 @@ mod tests {
         let mut s = Spool::open(dir.path(), cfg(1 << 20, 4096)).unwrap();
         assert_eq!(s.open_warning(), None);
         assert_eq!(seqs(&s.next_to_send(now, 100).unwrap()), vec![3], "the ack logged after the failure counts");
+    }
+
+    #[test]
+    fn the_oldest_in_flight_is_the_longest_unconfirmed_since_its_first_send() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = Instant::now();
+        let s5 = Duration::from_secs(5);
+        let mut s = Spool::open(dir.path(), cfg(1 << 20, 4096)).unwrap();
+        assert_eq!(s.oldest_in_flight_since(), None, "nothing in flight");
+        s.append(b"a", Class::Sample).unwrap();
+        assert_eq!(s.oldest_in_flight_since(), None, "spooled, not sent");
+        s.next_to_send(t0, 100).unwrap();
+        s.append(b"b", Class::Sample).unwrap();
+        s.next_to_send(t0 + Duration::from_secs(1), 100).unwrap();
+        assert_eq!(s.oldest_in_flight_since(), Some(t0));
+        // Seq 1's acknowledgement is lost: resent, it keeps its first send.
+        assert_eq!(seqs(&s.next_to_send(t0 + s5, 100).unwrap()), vec![1]);
+        assert_eq!(s.oldest_in_flight_since(), Some(t0), "a resend is no fresh start");
+        assert!(s.ack(1).unwrap());
+        assert_eq!(s.oldest_in_flight_since(), Some(t0 + Duration::from_secs(1)));
+        assert!(s.ack(2).unwrap());
+        assert_eq!(s.oldest_in_flight_since(), None);
     }
 
     #[test]
