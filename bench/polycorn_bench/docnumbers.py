@@ -55,6 +55,8 @@ HSR_JSON = "bench/out/hsr.json"
 #: ``hsr.json`` holds the latest full run (on the new railway).
 HSR_V1_JSON = "bench/out/hsr-v1.json"
 SWEEP_JSON = "bench/out/diagnostics/sweep/hsr.json"
+CONCURRENCY_JSON = "bench/out/hsr-concurrency.json"
+SWEEP_NOW_JSON = "bench/out/hsr-sweep.json"
 TRAINER_CURVE_JSON = "bench/out/trainer-curve.json"
 TRAINER_TRIPS_JSON = "bench/out/trainer-trips.json"
 PRECISION_JSON = "bench/out/hsr-precision.json"
@@ -369,13 +371,21 @@ def capacity_share(src: Sources) -> str:
 
 
 CONCURRENCY_SCHEMES = ("minrtt", "hrsch", "kernel-mptcp-conn", "single-path-c0", "single-path-c1")
+#: The concurrency profile's (``hsr-concurrency.json``): the default pipeline for hrsch.
+CONCURRENCY_NOW_SCHEMES = (
+    "minrtt",
+    "hrsch+",
+    "kernel-mptcp-conn",
+    "single-path-c0",
+    "single-path-c1",
+)
 
 
-def concurrency(src: Sources) -> str:
+def concurrency(src: Sources, schemes: tuple[str, ...] = CONCURRENCY_SCHEMES) -> str:
     conc = src.hsr["concurrency"]
     rows = []
     for n in sorted(conc, key=int):
-        for s in CONCURRENCY_SCHEMES:
+        for s in schemes:
             c = conc[n].get(s)
             if c is None:
                 continue
@@ -409,15 +419,17 @@ def concurrency(src: Sources) -> str:
     )
 
 
-def sweep(src: Sources) -> str:
-    sw = src.load(SWEEP_JSON)["budget_sweep"]
+def sweep(
+    src: Sources, rel: str = SWEEP_JSON, schemes: tuple[str, str] = ("minrtt", "hrsch")
+) -> str:
+    sw = src.load(rel)["budget_sweep"]
     budgets = sorted(sw, key=int)
     largest = budgets[-1]
     n = max(e["n_trips"] for per in sw.values() for e in per.values())
     rows = []
     for mib in budgets:
         row = [f"{mib} MiB"]
-        for s in ("minrtt", "hrsch"):
+        for s in schemes:
             e = sw[mib][s]
             row.append(num(e["backlog_goodput_mbps"], 1))
             ci = e["ci95_vs_largest"]
@@ -426,16 +438,16 @@ def sweep(src: Sources) -> str:
                 if mib == largest
                 else bold(ratio_ci(e["ratio_vs_largest"], ci), resolved(ci, 1.0))
             )
-        relay = max(sw[mib][s]["relay_budget_peak_mb"] for s in ("minrtt", "hrsch"))
-        proxy = max(sw[mib][s]["proxy_budget_peak_mb"] for s in ("minrtt", "hrsch"))
+        relay = max(sw[mib][s]["relay_budget_peak_mb"] for s in schemes)
+        proxy = max(sw[mib][s]["proxy_budget_peak_mb"] for s in schemes)
         row.append(f"{num(relay, 1)} / {num(proxy, 1)}")
         rows.append(row)
     return table(
         [
             "`--mem-budget`",
-            f"`minrtt` Mbit/s (mean of {n})",
+            f"`{schemes[0]}` Mbit/s (mean of {n})",
             f"× {largest} MiB [95 % CI]",
-            "`hrsch` Mbit/s",
+            f"`{schemes[1]}` Mbit/s",
             f"× {largest} MiB [95 % CI]",
             "budget peak, relay / proxy (MiB)",
         ],
@@ -1380,13 +1392,16 @@ def cloud_side(src: Sources) -> str:
                 if q is None:
                     continue
                 p50, p99 = q["p50_ms_range"], q["p99_ms_range"]
+                cpu = q.get("cpu_ms_per_request", {}).get("total")
+                # Per request sent: with refusals (cheap) in the count it says nothing.
+                cost = f", {num(cpu, 1)} ms CPU a request" if cpu and not q["errors"] else ""
                 rows.append(
                     [
                         f"LinkDB API, {size['handovers']:,} handovers, {rate} req/s: {label}",
                         f"p50 {num(q['p50_ms'], 1)} ms [{num(p50[0], 1)}, {num(p50[1], 1)}], "
                         f"p99 {num(q['p99_ms'], 1)} ms [{num(p99[0], 1)}, {num(p99[1], 1)}]",
                         f"{num(q['rps'], 0)} of {num(q['offered_rps'], 0)} req/s offered, "
-                        f"{q['errors']} errors, median [range] of {q['repeats']} runs",
+                        f"{q['errors']} errors{cost}, median [range] of {q['repeats']} runs",
                     ]
                 )
     return table(["what", "result", "and"], rows)
@@ -1940,6 +1955,10 @@ REGIONS: dict[str, Region] = {
     "hsr-capacity-share": Region(on(HSR_V1_JSON, capacity_share)),
     "hsr-concurrency": Region(on(HSR_V1_JSON, concurrency)),
     "sweep-budget": Region(sweep),
+    "concurrency-now": Region(
+        on(CONCURRENCY_JSON, functools.partial(concurrency, schemes=CONCURRENCY_NOW_SCHEMES))
+    ),
+    "sweep-now": Region(functools.partial(sweep, rel=SWEEP_NOW_JSON, schemes=("minrtt", "hrsch+"))),
     "hsr-mahimahi": Region(on(HSR_V1_JSON, mahimahi)),
     "hsr-lost-time": Region(on(HSR_V1_JSON, lost_time)),
     "hsr-hol": Region(on(HSR_V1_JSON, hol)),

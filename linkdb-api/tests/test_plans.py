@@ -18,6 +18,9 @@ counts) and must:
   cell before it sorts);
 - for a map viewport, page with the nearest-neighbour scan of
   ``ix_handovers_geom_time`` ordered by time;
+- for a cell's statistics, read its handovers from ``ix_handovers_cell_time``
+  alone (an index-only scan; a cell's rows lie on as many table pages as it
+  has handovers), and, freshly vacuumed, fetch no table page for them;
 - read a bounded number of rows (returned plus removed by a filter or
   recheck): a page reads its limit plus the rows at its last start time, a
   cell's statistics read that cell's handovers, the current table one row
@@ -228,6 +231,17 @@ def test_each_hot_route_keeps_its_plan(
                         if n.get("Index Name") == "ix_handovers_geom_time" and "Order By" in n
                     ]
                     assert knn, f"{name}: no nearest-neighbour scan in time order: {got}"
+                if name == "cell_stats":
+                    cover = [
+                        n
+                        for n in scans(plan)
+                        if n.get("Index Name") == "ix_handovers_cell_time"
+                        and n["Node Type"] == "Index Only Scan"
+                    ]
+                    assert len(cover) == 2, f"{name}: not from the index alone: {got}"
+                    if state == "analysed":
+                        fetched = sum(n.get("Heap Fetches", 0) for n in cover)
+                        assert fetched == 0, (name, fetched, got)
                 if name in bounds:
                     total = sum(rows_read(n) for n in scans(plan))
                     assert total <= bounds[name], (name, total, bounds[name], got)

@@ -99,15 +99,17 @@ async def list_cells(
     return page(request, rows, limit, nxt, collection=True)
 
 
-# One pass over the cell's handovers (index ix_handovers_cell_key); the
-# earliest position is the first along the direction of travel.
+# One pass over the cell's handovers, from the index alone
+# (ix_handovers_cell_time carries the columns read); the earliest position is
+# the first along the direction of travel, whose point alone is read from the
+# table.
 STATS = """
 SELECT json_build_object(
   'id', c.id, 'carrier', c.carrier, 'cell_id', c.cell_id, 'direction', c.direction,
   'since', CAST(:since AS timestamptz), 'until', CAST(:until AS timestamptz),
   'handovers', s.n, 'failures', s.failures,
   'failure_rate', CASE WHEN s.n > 0 THEN s.failures::float8 / s.n END,
-  'earliest_handover_track_m', e.track_m,
+  'earliest_handover_track_m', earliest.track_m,
   'earliest_handover_position', ST_AsGeoJSON(e.geog, 7)::json,
   'mean_failure_track_m', s.mean_fail_m,
   'stddev_failure_track_m', s.sd_fail_m,
@@ -137,14 +139,15 @@ CROSS JOIN LATERAL (
     AND (CAST(:until AS timestamptz) IS NULL OR h.start_time < :until)
 ) s
 LEFT JOIN LATERAL (
-  SELECT h.track_m, h.geog FROM handovers h
+  SELECT h.id, h.track_m FROM handovers h
   WHERE h.carrier = c.carrier AND h.source_cell_id = c.cell_id AND h.direction = c.direction
     AND h.track_m IS NOT NULL
     AND (CAST(:since AS timestamptz) IS NULL OR h.start_time >= :since)
     AND (CAST(:until AS timestamptz) IS NULL OR h.start_time < :until)
   ORDER BY CASE WHEN c.direction = 'increasing' THEN h.track_m ELSE -h.track_m END, h.id
   LIMIT 1
-) e ON true
+) earliest ON true
+LEFT JOIN handovers e ON e.id = earliest.id
 WHERE c.id = :id
 """
 

@@ -357,7 +357,16 @@ class Handover(Base):
             postgresql_using="gist",
         ),
         Index("ix_handovers_start_time", "start_time"),
-        Index("ix_handovers_cell_key", "carrier", "source_cell_id", "direction"),
+        # A cell's handovers in time order, carrying what linkdb-api's cell
+        # statistics read, so that they come from the index alone (0012).
+        Index(
+            "ix_handovers_cell_time",
+            "carrier",
+            "source_cell_id",
+            "direction",
+            "start_time",
+            postgresql_include=["outcome", "track_m", "duration_ms", "rsrp_dbm", "id"],
+        ),
         Index("ix_handovers_cell", "cell"),
         Index("ix_handovers_trip", "trip_id"),
         # ingest's per-train re-derivation of trips and directions (0002) and
