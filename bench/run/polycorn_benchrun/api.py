@@ -7,7 +7,7 @@ runs it).
    database, migrated, seeded by linkdb-api/loadtest/seed.sql with ``-v trains=N``:
    N trains x 28 trips x 900 handovers (40 trains: 1,008,000 handovers in
    ``linkdb_bench_api``, a few minutes; 400: 10,080,000 in ``linkdb_bench_api_400t``,
-   about an hour), 5,400 cells on 3 lines. With ``--reuse`` a database that is already
+   about 6 minutes), 5,400 cells on 3 lines. With ``--reuse`` a database that is already
    seeded to that size is kept (migrated to head, failure tables emptied): the state a
    long-lived database is in, which ``db_state`` records (row counts, when it was last
    analysed and vacuumed, index sizes).
