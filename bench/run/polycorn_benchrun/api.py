@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from polycorn_harness import ROOT, VENV, infra, provenance
-from polycorn_harness.process import cpu_ticks, setup_var, stop_process
+from polycorn_harness.process import cpu_ticks, process_tree, setup_var, stop_process
 from polycorn_harness.topology import run
 from polycorn_harness.wait import wait_until
 from polycorn_schema.startup import pg_connect
@@ -209,22 +209,16 @@ def attack(vegeta: Path, work: Path, q: str, rate: int, *, seconds: int, out: Pa
         subprocess.run(cmd, stdout=f, check=True)
 
 
-def process_tree(pid: int) -> list[int]:
-    """A process and its descendants (the API's uvicorn master and its workers)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        with contextlib.suppress(OSError):
-            for t in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (t / "children").read_text().split()]
-    return out
-
-
 def server_pids(admin_url: str) -> list[int]:
     """The PostgreSQL server's processes: its backends and background workers."""
     with pg_connect(admin_url) as c:
         return [int(r[0]) for r in c.execute("select pid from pg_stat_activity")]
+
+
+def cpu_groups(api_pid: int, admin_url: str) -> dict[str, list[int]]:
+    """The processes whose CPU a window counts, as they are now: the API's and
+    PostgreSQL's."""
+    return {"api": process_tree(api_pid), "postgres": server_pids(admin_url)}
 
 
 def cpu_snapshot(groups: dict[str, list[int]]) -> dict[str, dict[int, int]]:
@@ -338,12 +332,9 @@ def measure_size(
                     attack(vegeta, work, q, rate, seconds=a.warmup, out=None)
                     loadavg = " ".join(Path("/proc/loadavg").read_text().split()[:3])
                     (d / f"{q}.loadavg").write_text(loadavg + "\n")
-                    groups = {"api": process_tree(server.pid), "postgres": server_pids(admin_url)}
-                    before = cpu_snapshot(groups)
+                    before = cpu_snapshot(cpu_groups(server.pid, admin_url))
                     attack(vegeta, work, q, rate, seconds=a.seconds, out=d / f"{q}.bin")
-                    after = cpu_snapshot(
-                        {"api": process_tree(server.pid), "postgres": server_pids(admin_url)}
-                    )
+                    after = cpu_snapshot(cpu_groups(server.pid, admin_url))
                     with (d / f"{q}.report.json").open("wb") as f:
                         subprocess.run(
                             [str(vegeta), "report", "-type=json", str(d / f"{q}.bin")],

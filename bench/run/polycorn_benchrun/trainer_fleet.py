@@ -85,6 +85,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from polycorn_harness import ROOT, infra, provenance
+from polycorn_harness.process import process_tree
 from polycorn_ingest.testbed import records
 from polycorn_schema.startup import kafka_create_topics, kafka_retriable, pg_connect, retry
 from polycorn_trainer.fit import Params
@@ -455,26 +456,6 @@ def cmd_scale_check(a: argparse.Namespace) -> int:
     return 0
 
 
-def _tree(root: int) -> list[int]:
-    """``root`` and its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
 def _rss_bytes(pid: int) -> int:
     try:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -519,7 +500,7 @@ def cmd_measure(a: argparse.Namespace) -> int:
     proc = subprocess.Popen(a.command)
     peak_tree = peak_pss = peak_one_pss = peak_procs = samples = 0
     while proc.poll() is None:
-        pids = _tree(proc.pid)
+        pids = process_tree(proc.pid)
         pss = [_pss_bytes(p) for p in pids]
         peak_tree = max(peak_tree, sum(_rss_bytes(p) for p in pids))
         peak_pss = max(peak_pss, sum(pss))

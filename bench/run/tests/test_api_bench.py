@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from polycorn_benchrun import api
+from polycorn_harness.process import process_tree
 
 
 def test_cpu_per_request_counts_new_processes_from_zero_and_ended_ones_not_at_all() -> None:
@@ -21,7 +22,7 @@ def test_cpu_per_request_counts_new_processes_from_zero_and_ended_ones_not_at_al
 def test_the_process_tree_holds_the_children() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        tree = api.process_tree(os.getpid())
+        tree = process_tree(os.getpid())
         assert tree[0] == os.getpid()
         assert child.pid in tree
         snap = api.cpu_snapshot({"me": tree, "gone": [2**22 + 7]})
