@@ -10,7 +10,10 @@ the first failure stops the plan; the other stages of its step are stopped
 with SIGINT, so that they tear down what they started.
 
 At the end (also after a failure or Ctrl-C) it prints every stage's wall
-time and writes them to target/test-times.json:
+time and writes them to target/test-times.json, and after that, for each
+stage that failed, the lines of its log that name what failed (pytest's and
+cargo's failure lines, then the log's last lines): a CI that keeps only the
+end of the output still says which test failed.
 
     {"plan", "commit", "clean_tree", "ok", "stages": [{"name", "seconds", "status",
      "started_s"}...], "total_seconds"}
@@ -274,6 +277,36 @@ def _pump(name: str, stream: IO[bytes]) -> None:
             sys.stdout.buffer.flush()
 
 
+# Lines that name a failure: pytest's short summary, cargo test's failed
+# tests and panics, make's and the stage runner's own verdicts.
+FAILURE_MARKS = (
+    "FAILED ",
+    "ERROR ",
+    "panicked at",
+    "test result: FAILED",
+    "failures:",
+    "error:",
+    "Error ",
+    "Traceback",
+)
+DIGEST_MATCHES = 20
+DIGEST_TAIL = 12
+
+
+def failure_digest(log: Path) -> list[str]:
+    """The lines of a failed stage's log that say what failed: those with a
+    failure mark (at most DIGEST_MATCHES, the last ones), then its last
+    DIGEST_TAIL lines, without repeating a line."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return [f"(no log at {log})"]
+    tail_start = max(0, len(lines) - DIGEST_TAIL)
+    marked = [i for i in range(tail_start) if any(m in lines[i] for m in FAILURE_MARKS)]
+    keep = marked[-DIGEST_MATCHES:] + list(range(tail_start, len(lines)))
+    return [lines[i][:300] for i in keep]
+
+
 def commit() -> str:
     try:
         out = subprocess.run(
@@ -335,6 +368,11 @@ def report(plan_name: str, results: list[Result], total: float, ok: bool, out: P
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"stage times: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    for r in results:
+        if r.status == "failed":
+            print(f"\n=== {r.name} failed; from target/test-logs/{r.name}.log:")
+            for line in failure_digest(LOGS / f"{r.name}.log"):
+                print(f"  {line}")
 
 
 def main() -> int:

@@ -134,3 +134,32 @@ def test_only_and_skip_select_stages_and_refuse_unknown_names() -> None:
     assert "compose" not in skipped and "setup" in skipped
     with pytest.raises(SystemExit, match="no stage named nope"):
         stages.select(plan, {"nope"}, set())
+
+
+def test_a_failed_stage_names_its_failing_tests_after_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(stages, "LOGS", tmp_path / "logs")
+    stages.LOGS.mkdir()
+    noise = [f"collected line {i}" for i in range(200)]
+    (stages.LOGS / "py.log").write_text(
+        "\n".join(
+            [
+                *noise[:100],
+                "FAILED tests/test_x.py::test_slow_drain - assert 6.1 < 5",
+                *noise[100:],
+                "1 failed, 99 passed in 30.0s",
+            ]
+        )
+    )
+    (stages.LOGS / "fine.log").write_text("FAILED in a stage that passed\n")
+    rs = [stages.Result("fine", "ok", 0.0, 1.0), stages.Result("py", "failed", 1.0, 30.0)]
+    stages.report("test", rs, 31.0, False, tmp_path / "times.json")
+    out = capsys.readouterr().out
+    after_table = out.split("stage times:", 1)[1]
+    assert "=== py failed" in after_table
+    assert "FAILED tests/test_x.py::test_slow_drain - assert 6.1 < 5" in after_table
+    assert "1 failed, 99 passed" in after_table
+    assert "collected line 50" not in after_table
+    assert "a stage that passed" not in out
+    assert len(after_table.splitlines()) < stages.DIGEST_MATCHES + stages.DIGEST_TAIL + 5
