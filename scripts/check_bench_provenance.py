@@ -59,7 +59,6 @@ PREDATE_PROVENANCE = frozenset(
         "hsr-window-ab.json",
         "hsr.json",
         "loop.json",
-        "matching.json",
         "tracegen-validation.json",
         "trainer-curve.json",
         "trainer-trips.json",
