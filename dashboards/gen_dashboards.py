@@ -963,7 +963,8 @@ def routes_map() -> Json:
             f"""
             SELECT ST_Y(m.predicted_failure_geog::geometry) AS latitude,
                    ST_X(m.predicted_failure_geog::geometry) AS longitude,
-                   c.carrier, c.cell_id, c.direction::text AS direction, m.route_id AS route,
+                   c.carrier, cell_name(c.cell_id) AS cell, c.cell_id,
+                   c.direction::text AS direction, m.route_id AS route,
                    round(m.predicted_failure_track_m::numeric, 1) AS position_m,
                    m.failure_rate
             FROM (SELECT DISTINCT ON (cell) * FROM cell_models ORDER BY cell, model_id DESC) m
@@ -1008,7 +1009,9 @@ def handover_map() -> Json:
             sql(
                 f"""
                 SELECT ST_Y(geog::geometry) AS latitude, ST_X(geog::geometry) AS longitude,
-                       start_time AS time, train_id, carrier, source_cell_id, target_cell_id,
+                       start_time AS time, train_id, carrier,
+                       cell_name(source_cell_id) AS source_cell,
+                       cell_name(target_cell_id) AS target_cell, source_cell_id, target_cell_id,
                        duration_ms, rsrp_dbm
                 FROM handovers
                 WHERE outcome = 'failure' AND $__timeFilter(start_time) AND {CARRIER_FILTER}
@@ -1031,7 +1034,8 @@ def handover_map() -> Json:
                 f"""
                 SELECT ST_Y(earliest_ho_geog::geometry) AS latitude,
                        ST_X(earliest_ho_geog::geometry) AS longitude,
-                       carrier, cell_id, direction::text AS direction, handovers, failures,
+                       carrier, cell_name(cell_id) AS cell, cell_id,
+                       direction::text AS direction, handovers, failures,
                        failures::float / NULLIF(handovers, 0) AS failure_rate
                 FROM cells
                 WHERE earliest_ho_geog IS NOT NULL AND handovers > 0 AND {CARRIER_FILTER}
@@ -1075,7 +1079,8 @@ def handover_map() -> Json:
             [
                 sql(
                     f"""
-                    SELECT carrier, cell_id, direction::text AS direction, handovers, failures,
+                    SELECT carrier, cell_name(cell_id) AS cell, cell_id,
+                           direction::text AS direction, handovers, failures,
                            round((failures::numeric / NULLIF(handovers, 0)), 3) AS failure_rate,
                            round(earliest_ho_track_m::numeric, 1) AS earliest_ho_track_m,
                            last_seen

@@ -8,7 +8,7 @@ schemathesis hold the two together.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -140,11 +140,20 @@ class TrackCollection(BaseModel):
 
 # ------------------------------------------------------------------ cells
 
+CellName = Annotated[
+    str,
+    Field(
+        description="the cell's identity as people read it (LinkDB's cell_name): "
+        "'eNB 670556 cell 29' for an LTE cell, 'NR cell N', 'testbed cell N', 'unknown'"
+    ),
+]
+
 
 class CellProps(BaseModel):
     id: int = Field(description="LinkDB cell ID (use in /v1/cells/{cell_id}/stats)")
     carrier: str
     cell_id: int = Field(description="the data plane's cell ID")
+    name: CellName
     direction: Dir
     handovers: int
     failures: int
@@ -182,6 +191,7 @@ class CellStats(BaseModel):
     id: int
     carrier: str
     cell_id: int
+    name: CellName
     direction: Dir
     since: dt.datetime | None
     until: dt.datetime | None
@@ -211,6 +221,8 @@ class HandoverProps(BaseModel):
     path: int | None
     source_cell_id: int
     target_cell_id: int
+    source_cell: CellName
+    target_cell: CellName
     start_time: dt.datetime
     track_m: float | None
     route_id: str | None = Field(description="the route track_m is on (map matching)")

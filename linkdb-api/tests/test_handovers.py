@@ -107,6 +107,8 @@ def test_train_trip_and_cell_filters(client: TestClient) -> None:
     by_cell = walk(client, cell=2, limit=1000)
     assert len(by_cell) == 150
     assert {f["properties"]["source_cell_id"] for f in by_cell} == {102}
+    names = {(f["properties"]["source_cell"], f["properties"]["target_cell"]) for f in by_cell}
+    assert names == {("eNB 0 cell 102", "eNB 0 cell 103")}
     assert walk(client, cell=4) == []
     assert walk(client, cell=12345) == []
     assert walk(client, train_id="nobody") == []

@@ -61,6 +61,13 @@ def test_cells_filters_and_geometry(client: TestClient) -> None:
     assert c1["properties"]["failure_rate"] == pytest.approx(0.2)
     assert allc["features"][3]["geometry"] is None
     assert allc["features"][3]["properties"]["failure_rate"] is None
+    # Cell IDs below 2^28 are LTE cell identities: eNB ID x 256 + cell.
+    assert [f["properties"]["name"] for f in allc["features"]] == [
+        "eNB 0 cell 101",
+        "eNB 0 cell 102",
+        "eNB 0 cell 201",
+        "eNB 3 cell 231",
+    ]
 
     def ids(**p: Any) -> list[int]:
         return [f["id"] for f in get(client, "/v1/cells", **p)["features"]]
@@ -76,6 +83,7 @@ def test_cell_stats(client: TestClient) -> None:
     s = get(client, "/v1/cells/1/stats")
     # Cell 1: t1's handovers i = 0..149, a failure every 5th.
     assert s["handovers"] == 150 and s["failures"] == 30
+    assert (s["carrier"], s["cell_id"], s["name"]) == ("cmcc", 101, "eNB 0 cell 101")
     assert s["failure_rate"] == pytest.approx(0.2)
     assert s["earliest_handover_track_m"] == 0.0
     assert s["earliest_handover_position"] == {"type": "Point", "coordinates": [116.0, 39.0]}

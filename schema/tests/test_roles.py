@@ -221,3 +221,22 @@ def test_login_makes_a_member_with_a_scram_verifier_only(db: str, tmp_path: Path
     finally:
         with psycopg.connect(db, autocommit=True) as c:
             c.execute(f"DROP ROLE IF EXISTS {name}")
+
+
+# cell_name (migration 0013): what each kind of cell ID reads as.
+CELL_NAMES = [
+    (0, "unknown"),
+    (0x0A3B_5C1D, "eNB 670556 cell 29"),  # ModemManager's cid of an LTE cell
+    ((1 << 28) - 1, "eNB 1048575 cell 255"),
+    ((2 << 32) | 7, "testbed cell 7"),  # testbed_cell_id(1, 7)
+    ((1 << 32) | 70_000, "NR cell 4295037296"),
+    ((1 << 36) - 1, "NR cell 68719476735"),
+    ((1 << 62) + 5, "cell 0x4000000000000005"),  # a drive-test log's hashed identity
+]
+
+
+@pytest.mark.parametrize("service", ["api", "trainer", "ingest"])
+def test_every_reading_role_names_cells(db: str, service: str) -> None:
+    with psycopg.connect(service_url(db, service)) as c:
+        for cell_id, name in CELL_NAMES:
+            assert c.execute("SELECT cell_name(%s)", (cell_id,)).fetchone() == (name,), cell_id

@@ -416,7 +416,7 @@ class Demo:
         for f in fails[:6]:
             p = f["properties"]
             print(
-                f"  failed  {p['carrier']}  cell {p['source_cell_id']} -> {p['target_cell_id']}  "
+                f"  failed  {p['carrier']}  {p['source_cell']} -> {p['target_cell']}  "
                 f"at track {p['track_m']:.0f} m ({p['direction']}), RSRP {p['rsrp_dbm']:.1f} dBm, "
                 f"blackout {p['duration_ms']} ms"
             )
@@ -440,7 +440,7 @@ class Demo:
         for f in worst:
             p = f["properties"]
             print(
-                f"  {p['carrier']} cell {p['cell_id']} {p['direction']}: {p['failures']}/"
+                f"  {p['carrier']} {p['name']} {p['direction']}: {p['failures']}/"
                 f"{p['handovers']} failed, earliest handover at track "
                 f"{p['earliest_ho_track_m']:.0f} m"
             )

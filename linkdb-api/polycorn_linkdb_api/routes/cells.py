@@ -40,8 +40,8 @@ FEATURE = """json_build_object(
   'type', 'Feature', 'id', c.id,
   'geometry', ST_AsGeoJSON(c.earliest_ho_geog, 7)::json,
   'properties', json_build_object(
-    'id', c.id, 'carrier', c.carrier, 'cell_id', c.cell_id, 'direction', c.direction,
-    'handovers', c.handovers, 'failures', c.failures,
+    'id', c.id, 'carrier', c.carrier, 'cell_id', c.cell_id, 'name', cell_name(c.cell_id),
+    'direction', c.direction, 'handovers', c.handovers, 'failures', c.failures,
     'failure_rate', CASE WHEN c.handovers > 0 THEN c.failures::float8 / c.handovers END,
     'earliest_ho_track_m', c.earliest_ho_track_m,
     'first_seen', c.first_seen, 'last_seen', c.last_seen))::text"""
@@ -105,7 +105,8 @@ async def list_cells(
 # table.
 STATS = """
 SELECT json_build_object(
-  'id', c.id, 'carrier', c.carrier, 'cell_id', c.cell_id, 'direction', c.direction,
+  'id', c.id, 'carrier', c.carrier, 'cell_id', c.cell_id, 'name', cell_name(c.cell_id),
+  'direction', c.direction,
   'since', CAST(:since AS timestamptz), 'until', CAST(:until AS timestamptz),
   'handovers', s.n, 'failures', s.failures,
   'failure_rate', CASE WHEN s.n > 0 THEN s.failures::float8 / s.n END,

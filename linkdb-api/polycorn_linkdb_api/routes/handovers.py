@@ -51,6 +51,7 @@ FEATURE = """json_build_object(
   'properties', json_build_object(
     'id', h.id, 'train_id', h.train_id, 'trip_id', h.trip_id, 'carrier', h.carrier,
     'path', h.path, 'source_cell_id', h.source_cell_id, 'target_cell_id', h.target_cell_id,
+    'source_cell', cell_name(h.source_cell_id), 'target_cell', cell_name(h.target_cell_id),
     'start_time', h.start_time, 'track_m', h.track_m, 'route_id', h.route_id,
     'direction', h.direction,
     'rsrp_dbm', h.rsrp_dbm, 'outcome', h.outcome, 'duration_ms', h.duration_ms,
