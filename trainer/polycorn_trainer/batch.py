@@ -484,6 +484,10 @@ def fit_columns(cols: Columns, p: Params) -> Fitted:
     """Every cell of ``cols`` fitted and validated: the same models and the
     same validation counts as :func:`~polycorn_trainer.fit.fit_cell` on each
     cell (module docstring)."""
+    if p.rule != "threshold":
+        # The prior rule needs the prior of the whole training set, which a
+        # batch does not see (fit.priors_of).
+        raise ValueError(f"fit_columns: rule {p.rule!r} is fitted by fit.fit_many only")
     cpu0 = time.process_time()
     out = Fitted(handovers=cols.handovers)
     k = len(cols.carriers)

@@ -44,7 +44,7 @@ from typing import Any
 from polycorn_schema import kafka_security
 from polycorn_schema.failure_table import TOPIC
 from polycorn_trainer.data import Shard
-from polycorn_trainer.fit import Params
+from polycorn_trainer.fit import RULES, Params
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, publish_only, run
 from polycorn_trainer.signing import TableSigner
@@ -64,6 +64,13 @@ def _positive_int(text: str) -> int:
     v = int(text)
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    v = float(text)
+    if not (v > 0 and v < 1e9):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return v
 
 
@@ -152,6 +159,24 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--workers", type=_non_negative_int, default=0, help="processes (0: one per CPU)"
         )
+        sp.add_argument(
+            "--rule",
+            choices=RULES,
+            default=d.rule,
+            help="what puts a cell into the table: 'threshold' (--min-failures and "
+            "--min-failure-rate) or 'prior' (the cell's posterior failure probability under "
+            "a prior fitted across cells against --failure-cost-ratio; measured with "
+            "python -m polycorn_trainer.trips --curve, not yet run over LinkDB) "
+            f"(default {d.rule})",
+        )
+        sp.add_argument(
+            "--failure-cost-ratio",
+            type=_positive_float,
+            default=d.failure_cost_ratio,
+            help="the prior rule's cost of a failure not rested before over that of a rest "
+            "before a handover that succeeds: a cell enters when its failure probability "
+            f"exceeds 1 / (1 + R) (default {d.failure_cost_ratio:g})",
+        )
         sp.add_argument("--min-failures", type=_non_negative_int, default=d.min_failures)
         sp.add_argument("--min-failure-rate", type=_fraction, default=d.min_failure_rate)
         sp.add_argument("--min-handovers", type=_non_negative_int, default=d.min_handovers)
@@ -206,6 +231,8 @@ def _options(
     signer: TableSigner | None = None,
 ) -> Options:
     params = Params(
+        rule=a.rule,
+        failure_cost_ratio=a.failure_cost_ratio,
         min_failures=a.min_failures,
         min_failure_rate=a.min_failure_rate,
         min_handovers=max(2, a.min_handovers),
@@ -281,6 +308,15 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             return 0
+        if getattr(a, "rule", None) == "prior":
+            # The prior belongs to the whole training set, and a LinkDB run
+            # fits shard by shard and batch by batch (batch.py): it does not
+            # compute the fleet-wide prior yet, and must not fall back to
+            # some other prior silently.
+            p.error(
+                "--rule prior is not computed by the LinkDB run yet; measure it on trip "
+                "directories with python -m polycorn_trainer.trips --curve"
+            )
         if a.cmd == "validate":
             s = run(a.database_url, _options(a, store=False, publish=False))
             _write_summary(a.summary_json, s)

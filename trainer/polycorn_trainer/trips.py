@@ -29,7 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from .fit import INCREASING, CellData, Counts, Params, fit_cell, validate_cell
+from .fit import (
+    INCREASING,
+    CellData,
+    Counts,
+    Params,
+    fit_cell,
+    fold_tabled,
+    priors_of,
+    validate_cell,
+)
 
 # PC Table 1's thresholds: 200 m past the earliest handover position, −95 dBm.
 EHP_LATE_M = 200.0
@@ -215,17 +224,83 @@ CURVE_MIN_FAILURES: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
 CURVE_MIN_RATES: tuple[float, ...] = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
 
 
-def table_curve(dirs: list[Path]) -> dict[str, Any]:
+# The prior rule's sweep of C_fail / C_hold (Params.failure_cost_ratio),
+# and the min_trains it is measured with (1: every failure counts; 2: the
+# default, failures from two trips, i.e. trains, here).
+CURVE_COST_RATIOS: tuple[float, ...] = (1, 2, 3, 4, 6, 8, 12, 20)
+CURVE_PRIOR_MIN_TRAINS: tuple[int, ...] = (1, 2)
+CURVE_RULES: tuple[str, ...] = ("threshold", "prior", "both")
+
+
+def _point(passes: int, fails_in: int, fails_all: int, tabled: list[int]) -> dict[str, Any]:
+    return {
+        "tabled_passes": passes,
+        "precision": round(fails_in / passes, 6) if passes else None,
+        "coverage": round(fails_in / fails_all, 6) if fails_all else None,
+        # Cells in the table built without the held-out trip (its route's,
+        # both carriers), mean over held-out trips.
+        "table_cells": round(sum(tabled) / len(tabled), 2) if tabled else None,
+    }
+
+
+def table_curve(dirs: list[Path], rule: str = "both") -> dict[str, Any]:
     """Precision of "this cell fails here" against coverage, per table
-    threshold, leave one trip out: for every trip, the table is built from
-    the other trips of its route with the thresholds (a cell qualifies with
-    ≥ ``min_failures`` failures and a failure share ≥ ``min_failure_rate``),
-    and scored on the held-out trip's handovers. *Precision*: the share of
-    the held-out trip's passes through tabled cells that failed (each such
-    pass is a throttle HPR makes). *Coverage*: the share of the held-out
-    trip's failures that were in tabled cells (failures HPR could act on).
-    *Throttles per failure caught* = 1 / precision. Both carriers pooled."""
+    rule, leave one trip out: for every trip, the table is built from
+    the other trips of its route and scored on the held-out trip's
+    handovers. *Precision*: the share of the held-out trip's passes through
+    tabled cells that failed (each such pass is a throttle HPR makes).
+    *Coverage*: the share of the held-out trip's failures that were in
+    tabled cells (failures HPR could act on). *Throttles per failure caught*
+    = 1 / precision. Both carriers pooled.
+
+    ``curve`` (rule ``threshold``, or ``both``): a cell qualifies with ≥
+    ``min_failures`` failures and a failure share ≥ ``min_failure_rate``,
+    over a grid of the two. ``prior_curve`` (rule ``prior``, or ``both``):
+    the ``prior`` rule (:func:`polycorn_trainer.fit.qualifies`) for each
+    ``failure_cost_ratio`` of CURVE_COST_RATIOS and ``min_trains`` of
+    CURVE_PRIOR_MIN_TRAINS, each fold's prior fitted on every route's cells
+    without the held-out trip (:func:`polycorn_trainer.fit.priors_of`)."""
     trips = [load_trip(d) for d in dirs]
+    route_of = {t.seed: t.route for t in trips}
+    out: dict[str, Any] = {"trips": len(trips), "routes": sorted({t.route for t in trips})}
+    per_route: dict[int, int] = defaultdict(int)
+    for t in trips:
+        per_route[t.route] += 1
+    out["trips_per_route"] = {str(k): v for k, v in sorted(per_route.items())}
+    if rule in ("threshold", "both"):
+        out["curve"] = _threshold_curve(trips)
+    if rule in ("prior", "both"):
+        cells = [c for cs in cells_of(trips).values() for c in cs]
+        fails_all = sum(int(c.failed.sum()) for c in cells)
+        priors = priors_of(cells)
+        rows = []
+        for mt in CURVE_PRIOR_MIN_TRAINS:
+            for r in CURVE_COST_RATIOS:
+                p = Params(rule="prior", min_trains=mt, failure_cost_ratio=float(r))
+                passes = fails_in = 0
+                tabled: dict[int, int] = dict.fromkeys(route_of, 0)
+                for c in cells:
+                    groups, inv, ok = fold_tabled(c, p, priors)
+                    hit = ok[inv]
+                    passes += int(hit.sum())
+                    fails_in += int((hit & c.failed).sum())
+                    for trip in groups[ok].tolist():
+                        tabled[int(trip)] += 1
+                rows.append(
+                    {
+                        "failure_cost_ratio": r,
+                        "hold_bar": round(p.hold_bar, 6),
+                        "min_trains": mt,
+                        **_point(passes, fails_in, fails_all, list(tabled.values())),
+                    }
+                )
+        out["prior_curve"] = rows
+        out["prior"] = {"a": round(priors.all.a, 6), "b": round(priors.all.b, 6)}
+    return out
+
+
+def _threshold_curve(trips: list[_Trip]) -> list[dict[str, Any]]:
+    """The ``threshold`` rule's grid (:func:`table_curve`)."""
     # Per (route, carrier, cell): handovers and failures per trip seed.
     per: dict[tuple[int, int, int], dict[int, tuple[int, int]]] = defaultdict(dict)
     for t in trips:
@@ -235,26 +310,26 @@ def table_curve(dirs: list[Path]) -> dict[str, Any]:
     for mf in CURVE_MIN_FAILURES:
         for mr in CURVE_MIN_RATES:
             passes = fails_in = fails_all = 0
+            cells_tabled: dict[int, int] = {t.seed: 0 for t in trips}
             for by_trip in per.values():
                 n_tot = sum(n for n, _ in by_trip.values())
                 f_tot = sum(f for _, f in by_trip.values())
-                for n, f in by_trip.values():
+                for seed, (n, f) in by_trip.items():
                     n_tr, f_tr = n_tot - n, f_tot - f
                     tabled = f_tr >= mf and n_tr > 0 and f_tr / n_tr >= mr
                     fails_all += f
                     if tabled:
                         passes += n
                         fails_in += f
+                        cells_tabled[seed] += 1
             rows.append(
                 {
                     "min_failures": mf,
                     "min_failure_rate": mr,
-                    "tabled_passes": passes,
-                    "precision": round(fails_in / passes, 6) if passes else None,
-                    "coverage": round(fails_in / fails_all, 6) if fails_all else None,
+                    **_point(passes, fails_in, fails_all, list(cells_tabled.values())),
                 }
             )
-    return {"trips": len(trips), "routes": sorted({t.route for t in trips}), "curve": rows}
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,11 +344,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--curve",
         action="store_true",
-        help="instead: the table thresholds' precision against coverage (leave one trip out)",
+        help="instead: the table rules' precision against coverage (leave one trip out)",
+    )
+    ap.add_argument(
+        "--curve-rule",
+        choices=CURVE_RULES,
+        default="both",
+        help="with --curve: the threshold grid, the prior rule's sweep of the cost ratio, "
+        "or both (default)",
     )
     a = ap.parse_args(argv)
     try:
-        r = table_curve(a.dirs) if a.curve else validate_trips(a.dirs, a.lead_s)
+        r = table_curve(a.dirs, a.curve_rule) if a.curve else validate_trips(a.dirs, a.lead_s)
     except (OSError, ValueError, KeyError) as e:
         print(f"polycorn_trainer.trips: {e}", file=sys.stderr)
         return 1

@@ -5,7 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polycorn_trainer.fit import CellData, Counts, Params, fit_cell, validate_cell
+from polycorn_trainer.fit import (
+    BetaPrior,
+    CellData,
+    Counts,
+    Params,
+    fit_beta_prior,
+    fit_cell,
+    fit_many,
+    fold_tabled,
+    priors_of,
+    validate_cell,
+)
 
 
 def cell(
@@ -380,3 +391,117 @@ def test_the_deployed_validation_applies_the_train_rule_to_each_fold() -> None:
     c3 = cell([1000.0] * 6, [True] * 6, [1, 2, 3, 4, 5, 6], train=[1, 1, 2, 2, 3, 3])
     _, deployed3 = validate_cell(c3, Params(location_quantile=None))
     assert deployed3.failures_without_prediction == 0
+
+
+def population(seed: int, a: float, b: float, cells: int = 80, passes: int = 12) -> list[CellData]:
+    """``cells`` cells passed once on each of ``passes`` trips (each trip its
+    own train), their failure probabilities drawn from Beta(a, b)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(cells):
+        c = cell(
+            list(np.linspace(1000.0, 1100.0, passes)),
+            list(rng.random(passes) < rng.beta(a, b)),
+            list(range(1, passes + 1)),
+        )
+        c.key = 100 + k
+        out.append(c)
+    return out
+
+
+def test_the_default_rule_is_the_threshold_and_the_prior_bar_is_one_in_five() -> None:
+    assert Params().rule == "threshold"
+    # C_fail / C_hold = 4 (docs/trainer.md: about 3-5): rest when p > 1 / 5.
+    assert Params().failure_cost_ratio == 4.0
+    assert Params().hold_bar == pytest.approx(0.2)
+    assert Params(failure_cost_ratio=1.0).hold_bar == pytest.approx(0.5)
+
+
+def test_the_prior_fit_recovers_a_known_beta() -> None:
+    rng = np.random.default_rng(7)
+    a, b = 2.0, 8.0
+    n = rng.integers(5, 40, size=3000).astype(np.float64)
+    f = rng.binomial(n.astype(np.int64), rng.beta(a, b, size=len(n))).astype(np.float64)
+    got = fit_beta_prior(f, n)
+    assert got.a == pytest.approx(a, rel=0.2)
+    assert got.b == pytest.approx(b, rel=0.2)
+    assert got.a / (got.a + got.b) == pytest.approx(a / (a + b), abs=0.01)
+    # Deterministic.
+    assert fit_beta_prior(f, n) == got
+
+
+def test_a_sparse_cell_enters_under_the_prior_only_where_failures_are_common() -> None:
+    """One failure in two passes: too little for the thresholds, but where
+    cells fail often (pooled failure probability 0.6) the posterior is high,
+    and where they rarely do (0.03) it is not."""
+    sparse = cell([1000.0, 1010.0], [True, False], [1, 2])
+    prior_rule = Params(rule="prior", min_trains=1)
+    results = {}
+    for name, (a, b) in {"common": (6.0, 4.0), "rare": (1.0, 30.0)}.items():
+        fitted = fit_many([sparse, *population(3, a, b)], prior_rule)
+        results[name] = fitted[0].predicted_failure_track_m
+    assert results["common"] == pytest.approx(1000.0)
+    assert results["rare"] is None
+    assert fit_cell(sparse, Params(min_trains=1)).predicted_failure_track_m is None
+
+
+def test_the_prior_rule_still_needs_failures_from_several_trains() -> None:
+    """Three failures, all train 1's, among failure-prone cells: out with
+    min_trains 2, in with 1."""
+    lone = cell([1000.0, 1010, 1020, 1030], [True, True, True, False], [1, 2, 3, 4])
+    lone.train = np.array([1, 1, 1, 2], dtype=np.int64)
+    others = population(5, 6.0, 4.0)
+    assert fit_many([lone, *others], Params(rule="prior"))[0].predicted_failure_track_m is None
+    one = fit_many([lone, *others], Params(rule="prior", min_trains=1))[0]
+    assert one.predicted_failure_track_m is not None
+    # Two trains' failures: enough for min_trains 2, not for 3.
+    two = cell([1000.0, 1010, 1020, 1030], [True, True, True, False], [1, 2, 3, 4])
+    two.train = np.array([1, 1, 2, 3], dtype=np.int64)
+    assert fit_many([two, *others], Params(rule="prior"))[0].predicted_failure_track_m is not None
+    three = fit_many([two, *others], Params(rule="prior", min_trains=3))[0]
+    assert three.predicted_failure_track_m is None
+
+
+def test_each_fold_is_judged_with_the_prior_fitted_without_its_trip() -> None:
+    cells = population(11, 2.0, 6.0, cells=40, passes=6)
+    priors = priors_of(cells)
+    for t in (1, 4):
+        without = []
+        for c in cells:
+            keep = c.trip != t
+            without.append(cell(list(c.track_m[keep]), list(c.failed[keep]), list(c.trip[keep])))
+        want = priors_of(without).all
+        assert priors.fold(t).a == pytest.approx(want.a, rel=1e-6)
+        assert priors.fold(t).b == pytest.approx(want.b, rel=1e-6)
+    # validate_cell's deployed reading uses those fold priors: a prior that
+    # makes every fold's posterior high for trip 1 only tables that fold.
+    c = cell([1000.0, 1010, 1020, 1030], [True, True, False, False], [1, 2, 3, 4])
+    p = Params(rule="prior", min_trains=1)
+    low = BetaPrior(1.0, 1000.0)
+    rigged = priors.__class__(low, {1: BetaPrior(1000.0, 1.0)})
+    _, _, ok = fold_tabled(c, p, rigged)
+    assert ok.tolist() == [True, False, False, False]
+    _, deployed = validate_cell(c, p, rigged)
+    assert deployed.failures_without_prediction == 1  # trip 2's failure: no table
+
+
+def test_the_prior_never_raises_nor_returns_nan() -> None:
+    empty = np.zeros(0)
+    for f, n in (
+        (empty, empty),
+        (np.zeros(50), np.full(50, 10.0)),  # no failure at all
+        (np.full(50, 10.0), np.full(50, 10.0)),  # nothing but failures
+        (np.array([1.0, 0.0]), np.array([3.0, 2.0])),  # too few cells
+        (np.array([np.nan, 1.0, 2.0]), np.array([3.0, np.inf, 0.0])),
+    ):
+        pr = fit_beta_prior(f, n)
+        assert np.isfinite([pr.a, pr.b]).all() and pr.a > 0 and pr.b > 0
+    assert priors_of([]).without_trip == {}
+    p = Params(rule="prior")
+    assert fit_many([], p) == []
+    quiet = population(2, 1.0, 1e9, cells=20)  # no failures
+    for r in fit_many(quiet, p):
+        assert r.predicted_failure_track_m is None
+        assert r.deployed.failures == 0
+    alone = fit_cell(cell([1000.0, 1010], [False, False], [1, 2]), p)
+    assert alone.predicted_failure_track_m is None
