@@ -1445,6 +1445,59 @@ def trainer_curve(src: Sources) -> str:
     )
 
 
+def trainer_prior(src: Sources) -> str:
+    """docs/trainer.md: the prior rule's sweep of the cost ratio beside the chosen thresholds,
+    for each amount of training data (development routes)."""
+    doc = src.load(TRAINER_CURVE_JSON)
+    chosen = doc.get("chosen") or {}
+    key = (chosen.get("min_failures"), chosen.get("min_failure_rate"))
+    trains = chosen.get("min_trains", 2)
+    rows = []
+    for size in sorted(doc["by_training_trips"], key=int):
+        run = doc["by_training_trips"][size]
+        prior = run.get("prior") or {}
+        first = f"{size} (prior a = {prior.get('a', 0):.2f}, b = {prior.get('b', 0):.1f})"
+        picked = [
+            ("threshold", r)
+            for r in run["curve"]
+            if (r["min_failures"], r["min_failure_rate"]) == key
+        ]
+        picked += [
+            ("prior", r)
+            for r in run["prior_curve"]
+            if r["min_trains"] == trains and r["tabled_passes"] > 0
+        ]
+        for rule, r in picked:
+            label = (
+                f"threshold {key[0]} / {key[1]:.2f}"
+                if rule == "threshold"
+                else f"prior, r = {r['failure_cost_ratio']:g} (p > {r['hold_bar']:.2f})"
+            )
+            p = r["precision"]
+            rows.append(
+                [
+                    first,
+                    label,
+                    f"{r['tabled_passes']:,}",
+                    num(None if p is None else 100 * p, 1),
+                    num(None if r["coverage"] is None else 100 * r["coverage"], 1),
+                    num(r.get("table_cells"), 1),
+                ]
+            )
+            first = ""
+    return table(
+        [
+            "training trips per route",
+            "rule",
+            "passes through tabled cells",
+            "precision (%)",
+            "coverage (%)",
+            "cells in the table",
+        ],
+        rows,
+    )
+
+
 def _cle(d: dict[str, Any]) -> str:
     """'54.4 / 36.3 / 9.3': failures correct / late / early in per cent."""
     return " / ".join(
@@ -1970,6 +2023,7 @@ REGIONS: dict[str, Region] = {
     "hsr-precision": Region(precision),
     "hsr-recovery": Region(on(HSR_V1_JSON, recovery), inline=True),
     "trainer-curve": Region(trainer_curve),
+    "trainer-prior": Region(trainer_prior),
     "trainer-heldout": Region(trainer_heldout),
     "loop-curve": Region(loop_curve),
     "hsr-mechanisms": Region(mechanisms),
