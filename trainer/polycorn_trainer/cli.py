@@ -45,6 +45,8 @@ from polycorn_schema import kafka_security
 from polycorn_schema.failure_table import TOPIC
 from polycorn_trainer.data import Shard
 from polycorn_trainer.fit import RULES, Params
+from polycorn_trainer.follow import FollowOptions
+from polycorn_trainer.follow import serve as follow_serve
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, publish_only, run
 from polycorn_trainer.signing import TableSigner
@@ -213,6 +215,31 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-publish", action="store_true", help="store the model, publish no table")
     r.add_argument("--metrics-addr", help="serve Prometheus metrics on HOST:PORT")
 
+    f = sub.add_parser(
+        "follow",
+        help="refit the cells of new failures every few seconds and publish the table again "
+        "(between refits; docs/trainer.md)",
+    )
+    common(f)
+    kafka(f)
+    model(f)
+    f.add_argument(
+        "--poll-s", type=_seconds, default=FollowOptions.poll_s, help="seconds between polls"
+    )
+    f.add_argument(
+        "--lookback-s",
+        type=_seconds,
+        default=FollowOptions.lookback_s,
+        help="how long a failure may commit after a higher handover ID and still be seen",
+    )
+    f.add_argument(
+        "--max-cells",
+        type=_positive_int,
+        default=FollowOptions.max_cells,
+        help="cells refitted per poll at most (the rest wait for the next)",
+    )
+    f.add_argument("--metrics-addr", help="serve Prometheus metrics on HOST:PORT")
+
     v = sub.add_parser("validate", help="leave-one-trip-out validation only; stores nothing")
     common(v)
     model(v)
@@ -317,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                 "--rule prior is not computed by the LinkDB run yet; measure it on trip "
                 "directories with python -m polycorn_trainer.trips --curve"
             )
+        if a.cmd == "follow":
+            return _follow(a, _options(a, store=True, publish=True, kafka=kafka, signer=signer))
         if a.cmd == "validate":
             s = run(a.database_url, _options(a, store=False, publish=False))
             _write_summary(a.summary_json, s)
@@ -339,6 +368,25 @@ def main(argv: list[str] | None = None) -> int:
         log.debug("run failed", exc_info=True)
         print(f"polycorn-trainer: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+
+
+def _follow(a: argparse.Namespace, o: Options) -> int:
+    """``follow`` until SIGTERM/SIGINT (a poll in progress finishes first:
+    each is a few cells)."""
+    metrics = Metrics()
+    if a.metrics_addr:
+        metrics.serve(a.metrics_addr)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    fo = FollowOptions(poll_s=a.poll_s, lookback_s=a.lookback_s, max_cells=a.max_cells)
+    follow_serve(a.database_url, o, fo, metrics, stop)
+    return 0
 
 
 class Stopped(KeyboardInterrupt):

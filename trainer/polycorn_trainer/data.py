@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -114,11 +115,20 @@ class Loaded:
 
 def load_cells(conn: psycopg.Connection, shard: Shard) -> Loaded:
     """The shard's cells, in one query."""
+    return _load(conn, CELLS_SQL.format(shard=SHARD_EXPR), _shard_params(shard))
+
+
+def load_cell_ids(conn: psycopg.Connection, ids: list[int]) -> Loaded:
+    """The cells with LinkDB IDs ``ids`` (the follower's few), read as
+    :func:`load_cells` reads a shard's."""
+    return _load(conn, CELLS_SQL.format(shard="c.id = ANY(%(ids)s::bigint[])"), {"ids": ids})
+
+
+def _load(conn: psycopg.Connection, sql: str, params: dict[str, Any]) -> Loaded:
     out = Loaded([], 0)
-    sql = CELLS_SQL.format(shard=SHARD_EXPR)
     with conn.cursor(name="polycorn_trainer_cells") as cur:
         cur.itersize = 2000
-        cur.execute(sql, _shard_params(shard))
+        cur.execute(sql, params)
         for row in cur:
             key, carrier, cell_id, direction, untracked, track, rsrp, failed, trip, train, speed = (
                 row

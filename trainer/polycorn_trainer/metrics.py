@@ -5,6 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 RUN_BUCKETS = (1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+# A failure's way into a table: the ingest lag, a poll interval, the refit
+# of a few cells; the bound is a minute.
+DELAY_BUCKETS = (1, 2.5, 5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600)
 
 
 class Metrics:
@@ -59,6 +62,36 @@ class Metrics:
             registry=r,
         )
         self.model_id = Gauge("polycorn_trainer_model_id", "models.id of the last run", registry=r)
+        # polycorn-trainer follow (follow.py).
+        self.follow_polls = Counter(
+            "polycorn_trainer_follow_polls_total",
+            "Follower polls, by result: idle (no new failure), unchanged (cells refitted, no "
+            "entry moved), published (a new table version), error",
+            ["result"],
+            registry=r,
+        )
+        self.follow_failures = Counter(
+            "polycorn_trainer_follow_failures_total",
+            "New handover failures the follower has read",
+            registry=r,
+        )
+        self.follow_cells = Counter(
+            "polycorn_trainer_follow_cells_refitted_total",
+            "Cells the follower has refitted (the cells of new failures)",
+            registry=r,
+        )
+        self.follow_backlog = Gauge(
+            "polycorn_trainer_follow_backlog_cells",
+            "Cells with new failures left for the next poll (over --max-cells)",
+            registry=r,
+        )
+        self.follow_delay = Histogram(
+            "polycorn_trainer_follow_failure_to_table_seconds",
+            "From a handover failure's start (the train's clock) to the table version whose "
+            "entry it moved being published (LinkDB; Kafka follows at once)",
+            buckets=DELAY_BUCKETS,
+            registry=r,
+        )
 
     def serve(self, addr: str) -> None:
         host, _, port = addr.rpartition(":")

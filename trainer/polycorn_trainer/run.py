@@ -319,7 +319,7 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
             conn, o, fitted.models, validation, handovers, routed=reader.routed
         )
     if published is not None:
-        _produce(o, published)
+        send_table(o, published)
     refit_s = time.monotonic() - t0
     summary: dict[str, Any] = {
         "model_id": model_id,
@@ -395,7 +395,7 @@ def _store_and_publish(
     return model_id, published
 
 
-def _produce(o: Options, published: Published) -> None:
+def send_table(o: Options, published: Published) -> None:
     """Send a published table to Kafka, if there is one to send it to."""
     if o.bootstrap:
         produce_table(
