@@ -1180,6 +1180,34 @@ def trainer() -> Json:
     )
     b.add(
         timeseries(
+            "Between refits: the follower",
+            [
+                prom(
+                    "histogram_quantile(0.9, sum by (le) (rate("
+                    "polycorn_trainer_follow_failure_to_table_seconds_bucket[$__rate_interval])))",
+                    "p90 failure to table (s)",
+                ),
+                prom(
+                    "sum(increase(polycorn_trainer_follow_failures_total[$__rate_interval]))",
+                    "new failures read",
+                    ref="B",
+                ),
+                prom(
+                    "max(polycorn_trainer_follow_backlog_cells)",
+                    "cells waiting",
+                    ref="C",
+                ),
+            ],
+            "none",
+            "polycorn-trainer follow: how long a failure takes to reach a published table (from "
+            "its start on the train's clock), the failures it reads and the cells left for the "
+            "next poll.",
+        ),
+        12,
+        8,
+    )
+    b.add(
+        timeseries(
             "Cells by model kind",
             [prom("max by (kind) (polycorn_trainer_cells)", "{{kind}}")],
             "none",
@@ -1196,11 +1224,12 @@ def trainer() -> Json:
             [
                 sql(
                     f"SELECT created_at AS time, {cols} FROM models "
-                    "WHERE $__timeFilter(created_at) ORDER BY 1"
+                    "WHERE $__timeFilter(created_at) AND params->>'update' IS NULL ORDER BY 1"
                 )
             ],
             "percentunit",
-            "models.validation of every stored model, at the time it was made.",
+            "models.validation of every refit, at the time it was made (the follower's "
+            "updates validate only the cells they refit and are left out).",
         ),
         12,
         8,
@@ -1211,7 +1240,9 @@ def trainer() -> Json:
             [
                 sql(
                     f"""
-                    SELECT m.id AS model, m.created_at, m.trainer_version, m.cells_fitted,
+                    SELECT m.id AS model, m.created_at,
+                           coalesce(m.params->>'update', 'refit') AS kind,
+                           m.trainer_version, m.cells_fitted,
                            m.handovers_used, {cols}, t.version AS table_version,
                            t.entries AS table_entries
                     FROM models m LEFT JOIN failure_tables t ON t.model_id = m.id

@@ -345,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
                 "directories with python -m polycorn_trainer.trips --curve"
             )
         if a.cmd == "follow":
+            if a.shard != Shard():
+                p.error("follow refits the cells of new failures wherever they are: no --shard")
             return _follow(a, _options(a, store=True, publish=True, kafka=kafka, signer=signer))
         if a.cmd == "validate":
             s = run(a.database_url, _options(a, store=False, publish=False))

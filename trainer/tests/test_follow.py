@@ -9,7 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import os
 import secrets
-from collections.abc import Iterator
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -24,6 +31,7 @@ from polycorn_trainer.run import Options, run
 from polycorn_trainer.store import current_table
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+T = TypeVar("T")
 
 # ------------------------------------------------------------------ pure
 
@@ -220,3 +228,71 @@ def test_the_prior_rule_is_refused(db: str) -> None:
 
     with psycopg.connect(db) as conn, pytest.raises(ValueError, match="fleet-wide prior"):
         Follower(conn, Options(params=Params(rule="prior")), FollowOptions())
+
+
+def test_the_cli_refuses_a_shard_and_the_prior_rule() -> None:
+    from polycorn_trainer import cli
+
+    for extra in (["--shard", "1/2"], ["--rule", "prior"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["follow", "--database-url", "postgresql://nobody@127.0.0.1:1/x", *extra])
+        assert e.value.code == 2
+
+
+def test_the_service_publishes_a_new_failures_table_and_stops_on_sigterm(db: str) -> None:
+    fleet = Fleet(db)
+    fleet.handovers("t1", 1, succeeded=5)
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    cmd = [sys.executable, "-m", "polycorn_trainer.cli", "follow", "--database-url", db]
+    cmd += ["--poll-s", "0.5", "--min-trains", "1", "--metrics-addr", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        # After its first poll the follower has its floor: what comes next is new.
+        until(
+            lambda: 'polycorn_trainer_follow_polls_total{result="idle"}' in scrape(port) or None,
+            "a first poll",
+        )
+        fleet.handovers("t1", 1, failed=3)
+        until(lambda: table_or_none(db), "a table with cell 1")
+        delay = until(
+            lambda: (
+                "polycorn_trainer_follow_failure_to_table_seconds_count 3.0" in scrape(port) or None
+            ),
+            "the delay of the 3 failures",
+        )
+        assert delay
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate()
+    assert "following failures above handover" in err
+
+
+def until(check: Callable[[], T | None], what: str, timeout_s: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"no {what} within {timeout_s} s")
+
+
+def scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return str(r.read().decode())
+    except OSError:
+        return ""
+
+
+def table_or_none(url: str) -> set[int] | None:
+    with psycopg.connect(url) as c:
+        cur = current_table(c)
+    if cur is None:
+        return None
+    return {int(e["cell"]) & 0xFFFF_FFFF for e in cur.body["entries"]} or None
