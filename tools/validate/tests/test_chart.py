@@ -480,6 +480,8 @@ def test_each_component_logs_in_to_linkdb_with_its_own_secret() -> None:
         "ingest": "ingest",
         "linkdb-api": "linkdbapi",
         "trainer": "trainer",
+        # The follower is the trainer: the same role.
+        "trainer-follow": "trainer",
     }
     seen = set()
     for where, spec in pod_specs(render({"trains": TRAINS})):
@@ -487,7 +489,7 @@ def test_each_component_logs_in_to_linkdb_with_its_own_secret() -> None:
             for e in c.get("env", []):
                 if e["name"] == "POLYCORN_DATABASE_URL":
                     name = e["valueFrom"]["secretKeyRef"]["name"]
-                    (want,) = [v for k, v in component.items() if where.endswith(f"-{k}")]
+                    want = next(v for k, v in component.items() if where.endswith(f"-{k}"))
                     assert name == f"linkdb-url-{want}", where
                     seen.add(name)
     assert len(seen) == 4, seen
@@ -562,9 +564,9 @@ def test_the_trainer_signs_with_its_secret_and_every_proxy_verifies(mode: str) -
         # The proxy reads the keys at start: a new key set rolls it.
         assert "checksum/table-verify-keys" in sts["spec"]["template"]["metadata"]["annotations"]
     # The private key: a Secret, mounted read-only, group-readable at most,
-    # into the trainer's pods and nowhere else.
+    # into the trainer's pods (the refit's and the follower's) and nowhere else.
     trainers = _trainer_pods(objs)
-    assert len(trainers) == (2 if mode == "sharded" else 1)
+    assert len(trainers) == (3 if mode == "sharded" else 2)
     for where, spec in trainers:
         (c,) = spec["containers"]
         path = flag(c["args"], SIGNING_FLAG)
@@ -600,9 +602,9 @@ def test_a_key_rotation_gives_the_proxies_both_keys_and_restarts_them() -> None:
     objs = render(
         {"trains": TRAINS[:1], "tableSigning": {"signingKeySecret": {"key": "ed25519.pem"}}}
     )
-    ((where, spec),) = _trainer_pods(objs)
-    _, v = _volume_of(spec, spec["containers"][0], "/etc/polycorn/table-signing/x")
-    assert v["secret"]["items"] == [{"key": "ed25519.pem", "path": "table-signing.key"}], where
+    for where, spec in _trainer_pods(objs):
+        _, v = _volume_of(spec, spec["containers"][0], "/etc/polycorn/table-signing/x")
+        assert v["secret"]["items"] == [{"key": "ed25519.pem", "path": "table-signing.key"}], where
 
 
 def test_tables_are_unsigned_only_when_signing_is_turned_off() -> None:
@@ -765,6 +767,7 @@ def test_service_monitors_give_the_shared_job_names_and_train_label() -> None:
         "polycorn-proxy",
         "polycorn-ingest",
         "polycorn-trainer",
+        "polycorn-trainer-follow",
         "polycorn-linkdb-api",
         "polycorn-envoy",
     }
@@ -789,7 +792,15 @@ def test_network_policies_cover_every_component() -> None:
         n["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
         for n in of_kind(objs, "NetworkPolicy")
     }
-    assert covered == {"proxy", "envoy", "ingest", "linkdb-api", "trainer", "migrations"}
+    assert covered == {
+        "proxy",
+        "envoy",
+        "ingest",
+        "linkdb-api",
+        "trainer",
+        "trainer-follow",
+        "migrations",
+    }
     envoy = named(objs, "NetworkPolicy", "polycorn-envoy")
     edge = {p["port"] for p in envoy["spec"]["ingress"][0]["ports"]}
     assert edge == {4433, 8443}  # trains (SNI) and the API, nothing else from anywhere
@@ -851,6 +862,23 @@ def test_ingest_and_the_api_scale_as_replicas_each_with_a_disruption_budget() ->
     assert [p["metadata"]["name"] for p in of_kind(objs, "PodDisruptionBudget")] == [
         "polycorn-envoy"
     ]
+
+
+def test_the_follower_is_one_deployment_beside_the_refits_and_can_be_turned_off() -> None:
+    objs = render({"trainer": {"follow": {"pollS": 2, "extraArgs": ["--min-trains=3"]}}})
+    dep = named(objs, "Deployment", "polycorn-trainer-follow")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["args"][0] == "follow"
+    assert flag(c["args"], "poll-s") == "2" and c["args"][-1] == "--min-trains=3"
+    assert flag(c["args"], "metrics-addr") == "0.0.0.0:9468"
+    assert "--workers" not in " ".join(c["args"])
+    svc = named(objs, "Service", "polycorn-trainer-follow")
+    assert svc["metadata"]["labels"]["polycorn.io/job"] == "polycorn-trainer-follow"
+    # The refits are still there, and their pods are not the follower's.
+    named(objs, "CronJob", "polycorn-trainer")
+    off = render({"trainer": {"follow": {"enabled": False}}})
+    assert [o for o in off if o["metadata"]["name"].endswith("-trainer-follow")] == []
 
 
 def test_sharded_trainer_is_an_indexed_job_one_shard_per_index() -> None:
