@@ -48,6 +48,7 @@ LONG_RUNNING = (
     "relay-agent",
     "ingest",
     "trainer",
+    "trainer-follow",
     "linkdb-api",
     "api-lb",
     "origin",

@@ -266,11 +266,17 @@ def test_no_telemetry_record_in_the_dead_letter_topic(fleet: Fleet) -> None:
     assert n == 0
 
 
-JOBS = ("polycorn-relay", "polycorn-proxy", "polycorn-ingest", "polycorn-trainer")
+JOBS = (
+    "polycorn-relay",
+    "polycorn-proxy",
+    "polycorn-ingest",
+    "polycorn-trainer",
+    "polycorn-trainer-follow",
+)
 
 
 def test_prometheus_scrapes_every_target(fleet: Fleet) -> None:
-    """relay, proxy, ingest, trainer and linkdb-api up (job names of
+    """relay, proxy, ingest, trainer, its follower and linkdb-api up (job names of
     services/prometheus/prometheus.compose.yml), and min(up) is 1."""
     base = f"http://127.0.0.1:{fleet.prom_port}/api/v1"
     jobs = (*JOBS, "polycorn-linkdb-api")
