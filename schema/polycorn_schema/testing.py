@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
 from polycorn_schema.kafka_security import KafkaSecurity
 from polycorn_schema.linkdb.cli import upgrade
-from polycorn_schema.startup import pg_connect
+from polycorn_schema.startup import kafka_create_topics, pg_connect
 
 
 def base_url() -> str:
@@ -132,3 +134,18 @@ def fresh_database(migrate: bool = True, prefix: str = "linkdb_test") -> Iterato
     finally:
         with pg_connect(admin, autocommit=True) as c:
             c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def compacted_topic(prefix: str = "test.failure-tables") -> Iterator[str]:
+    """A new compacted topic of one partition on the infra broker (as the
+    failure-table topic is), deleted afterwards."""
+    bootstrap = kafka_bootstrap()
+    name = f"{prefix}.{secrets.token_hex(4)}"
+    kafka_create_topics(bootstrap, [NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})])
+    try:
+        yield name
+    finally:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for f in admin.delete_topics([name], operation_timeout=30).values():
+            f.result()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -21,10 +20,8 @@ from typing import TypeVar
 import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from polycorn_schema.startup import kafka_create_topics
-from polycorn_schema.testing import fresh_database
+from polycorn_schema.testing import compacted_topic, fresh_database
 from polycorn_trainer.follow import Follower, FollowOptions, Update, Watermark, export
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, run
@@ -86,13 +83,8 @@ def db() -> Iterator[str]:
 
 @pytest.fixture
 def topic() -> Iterator[str]:
-    bootstrap = os.environ["POLYCORN_KAFKA_BOOTSTRAP"]
-    name = f"test.failure-tables.{secrets.token_hex(4)}"
-    kafka_create_topics(bootstrap, [NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})])
-    yield name
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.delete_topics([name], operation_timeout=30).values():
-        f.result()
+    with compacted_topic() as name:
+        yield name
 
 
 class Fleet:

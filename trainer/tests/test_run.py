@@ -18,7 +18,6 @@ import numpy as np
 import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -37,8 +36,7 @@ from polycorn_schema.failure_table import (
     canonical,
     etag_of,
 )
-from polycorn_schema.startup import kafka_create_topics
-from polycorn_schema.testing import fresh_database, service_url
+from polycorn_schema.testing import compacted_topic, fresh_database, service_url
 from polycorn_trainer import cli
 from polycorn_trainer.data import Shard, load_cells
 from polycorn_trainer.fit import Params
@@ -138,13 +136,8 @@ def db() -> Iterator[str]:
 
 @pytest.fixture
 def topic() -> Iterator[str]:
-    bootstrap = os.environ["POLYCORN_KAFKA_BOOTSTRAP"]
-    name = f"test.failure-tables.{secrets.token_hex(4)}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    kafka_create_topics(bootstrap, [NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})])
-    yield name
-    for f in admin.delete_topics([name], operation_timeout=30).values():
-        f.result()
+    with compacted_topic() as name:
+        yield name
 
 
 def read_topic(topic: str) -> list[tuple[Any, Any, dict[str, Any]]]:
