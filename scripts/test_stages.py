@@ -5,7 +5,7 @@
 
 A plan is a list of steps; a step is one stage, or several that share no
 state and so run at the same time (their output prefixed with the stage's
-name and kept whole in target/test-logs/STAGE.log). Steps run in order and
+name). Every stage's output is also kept whole in target/test-logs/STAGE.log. Steps run in order and
 the first failure stops the plan; the other stages of its step are stopped
 with SIGINT, so that they tear down what they started.
 
@@ -199,7 +199,7 @@ class Runner:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(p.pid, sig)
 
-    def start(self, stage: Stage, prefixed: bool) -> subprocess.Popen[bytes]:
+    def start(self, stage: Stage) -> subprocess.Popen[bytes]:
         env = {**os.environ, "CARGO": os.environ.get("CARGO", "cargo")}
         # Its own process group: a failing neighbour's SIGINT reaches the
         # whole stage (make, pytest, the processes they started) and no one else.
@@ -207,8 +207,8 @@ class Runner:
             ["bash", "-euo", "pipefail", "-c", stage.command],
             cwd=ROOT,
             env=env,
-            stdout=subprocess.PIPE if prefixed else None,
-            stderr=subprocess.STDOUT if prefixed else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         with self.lock:
@@ -223,10 +223,12 @@ class Runner:
             r.started_s = time.monotonic() - t0
             r.status = "running"
             print(f"=== {stage.name}: {stage.command}", flush=True)
-            p = self.start(stage, prefixed)
+            p = self.start(stage)
             pump = None
             if p.stdout is not None:
-                pump = threading.Thread(target=_pump, args=(stage.name, p.stdout), daemon=True)
+                pump = threading.Thread(
+                    target=_pump, args=(stage.name, p.stdout, prefixed), daemon=True
+                )
                 pump.start()
             procs.append((stage, p, pump))
         ok = True
@@ -267,13 +269,14 @@ class Runner:
         return ok
 
 
-def _pump(name: str, stream: IO[bytes]) -> None:
+def _pump(name: str, stream: IO[bytes], prefixed: bool) -> None:
     LOGS.mkdir(parents=True, exist_ok=True)
+    prefix = f"[{name}] ".encode() if prefixed else b""
     with (LOGS / f"{name}.log").open("wb") as log:
         for line in iter(stream.readline, b""):
             log.write(line)
             log.flush()
-            sys.stdout.buffer.write(f"[{name}] ".encode() + line)
+            sys.stdout.buffer.write(prefix + line)
             sys.stdout.buffer.flush()
 
 

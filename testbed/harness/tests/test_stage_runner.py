@@ -105,6 +105,13 @@ def test_a_failing_stage_stops_its_neighbours_who_tear_down() -> None:
     assert "tore down" in (stages.LOGS / "slow.log").read_text()
 
 
+def test_a_stage_alone_keeps_its_log_unprefixed(capfd: pytest.CaptureFixture[str]) -> None:
+    ok, _ = _run((stages.Stage("alone", "echo one; echo two >&2; exit 1"),))
+    assert not ok
+    assert (stages.LOGS / "alone.log").read_text().splitlines() == ["one", "two"]
+    assert "one\ntwo\n" in capfd.readouterr().out
+
+
 def test_stages_that_pass_pass_the_step() -> None:
     ok, results = _run((stages.Stage("a", "true"), stages.Stage("b", "echo b")))
     assert ok
