@@ -23,8 +23,10 @@ skips those it has seen. A failure committed more than ``lookback_s`` after
 a higher ID was read is left to the next refit. At start the floor is the
 highest handover ID there is: the history is the refit's.
 
-Bounds: at most ``max_rows`` failures read and ``max_cells`` cells refitted
-per poll; the rest wait for the next poll (``polycorn_trainer_follow_
+A poll that fails (LinkDB or Kafka down) loses nothing it had read: its
+cells wait for the next poll, on a new connection. Bounds: at most
+``max_rows`` failures read and ``max_cells`` cells refitted per poll; the
+rest wait for the next poll (``polycorn_trainer_follow_
 backlog_cells``). A table is published only when a refitted cell's entry
 appeared, disappeared or moved (``position_m``): the counts an entry carries
 change with every handover and would otherwise make a new table version on
@@ -138,6 +140,10 @@ class Follower:
         # Cells with new failures not refitted yet (over max_cells), with the
         # start times of those failures.
         self.pending: dict[int, list[float]] = {}
+        # An update stored but not published and sent (it failed in between),
+        # and the start times of the failures whose entries it moved.
+        self.unpublished = False
+        self.carry: list[float] = []
 
     def poll(self, now: float | None = None) -> Update:
         now = time.monotonic() if now is None else now
@@ -157,6 +163,24 @@ class Follower:
         ids = sorted(self.pending)[: self.fo.max_cells]
         times = {i: self.pending.pop(i) for i in ids}
         u.cells, u.backlog = len(ids), len(self.pending)
+        try:
+            self._update(ids, times, u)
+        except BaseException:
+            # Refitted at the next poll (on a new connection): a failed
+            # update loses no failure it had read.
+            for i, t in times.items():
+                self.pending.setdefault(i, []).extend(t)
+            raise
+        return u
+
+    def reconnect(self, conn: psycopg.Connection) -> None:
+        """Go on with a new connection (the old one failed), keeping which
+        failures were read and which cells wait."""
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        self.conn = conn
+
+    def _update(self, ids: list[int], times: dict[int, list[float]], u: Update) -> None:
         before = self._positions(ids)
         loaded = load_cell_ids(self.conn, ids)
         self.conn.commit()
@@ -169,14 +193,19 @@ class Follower:
             )
         after = self._positions(ids)
         moved = [i for i in ids if after[i] != before[i]]
-        if moved:
+        # Stored, not yet published and sent: the next poll publishes even if
+        # nothing moves then (its "before" is this model).
+        self.carry += [t for i in moved for t in times[i]]
+        self.unpublished = self.unpublished or bool(moved)
+        if self.unpublished:
             u.published = publish_table(
                 self.conn, u.model_id, self.o.signer, validity_s=self.o.validity_s
             )
-            if u.published is not None and u.published.new:
+            if u.published is not None:
                 send_table(self.o, u.published)
-                u.carried_failure_times = [t for i in moved for t in times[i]]
-        return u
+                if u.published.new:
+                    u.carried_failure_times = self.carry
+            self.unpublished, self.carry = False, []
 
     def _positions(self, ids: list[int]) -> dict[int, float | None]:
         """Each cell's table position (``None``: no entry) as its latest model has it."""
@@ -195,9 +224,11 @@ def serve(
     metrics: Metrics,
     stop: threading.Event,
 ) -> None:
-    """Polls until ``stop`` is set; a poll that fails is logged, counted and
-    followed by a new connection at the next poll."""
+    """Polls until ``stop`` is set. A poll that fails is logged and counted,
+    and the next one goes on with a new connection and the same state (the
+    failures read, the cells waiting)."""
     follower: Follower | None = None
+    broken = False
     while not stop.is_set():
         try:
             if follower is None:
@@ -207,15 +238,14 @@ def serve(
                     follower.mark.floor,
                     fo.poll_s,
                 )
-            u = follower.poll()
-            export(metrics, u, time.time())
+            elif broken:
+                follower.reconnect(pg_connect(url, timeout_s=o.db_wait_s))
+            broken = False
+            export(metrics, follower.poll(), time.time())
         except Exception as e:
             metrics.follow_polls.labels("error").inc()
             log.error("follow: poll failed: %s: %s", type(e).__name__, e)
-            if follower is not None:
-                with contextlib.suppress(Exception):
-                    follower.conn.close()
-            follower = None
+            broken = True
         stop.wait(fo.poll_s)
     if follower is not None:
         with contextlib.suppress(Exception):

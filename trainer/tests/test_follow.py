@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from polycorn_schema.testing import compacted_topic, fresh_database
+from polycorn_trainer import follow
 from polycorn_trainer.follow import Follower, FollowOptions, Update, Watermark, export
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, run
@@ -200,6 +201,31 @@ def test_a_second_trains_failures_enter_the_table_at_the_next_poll(db: str, topi
     # The refit stays the authority, and agrees with what the updates built.
     run(db, o)
     assert table_cells(db)[1] == {1, 2}
+
+
+def test_a_table_kafka_missed_is_sent_at_the_next_poll_and_nothing_is_lost(
+    db: str, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = Fleet(db)
+    fleet.handovers("t1", 1, failed=2, succeeded=4)
+    o = Options(bootstrap=os.environ["POLYCORN_KAFKA_BOOTSTRAP"], topic=topic, workers=1)
+    with psycopg.connect(db) as conn:
+        f = Follower(conn, o, FollowOptions(lookback_s=60))
+        fleet.handovers("t2", 1, failed=2, succeeded=4)
+        real = follow.send_table
+
+        def down(_o: Options, _p: object) -> None:
+            raise RuntimeError("Kafka down")
+
+        monkeypatch.setattr(follow, "send_table", down)
+        with pytest.raises(RuntimeError, match="Kafka down"):
+            f.poll(0)
+        assert tables_in(topic) == 0 and list(f.pending) == [fleet.cells[1]]
+        monkeypatch.setattr(follow, "send_table", real)
+        u = f.poll(1)
+        assert u.cells == 1 and u.published is not None
+        assert tables_in(topic) == 1, "the table stored before Kafka failed is sent now"
+        assert table_cells(db)[1] == {1}
 
 
 def test_a_flood_of_cells_is_refitted_a_bounded_number_per_poll(db: str) -> None:
