@@ -168,8 +168,8 @@ class Follower:
         except BaseException:
             # Refitted at the next poll (on a new connection): a failed
             # update loses no failure it had read.
-            for i, t in times.items():
-                self.pending.setdefault(i, []).extend(t)
+            for i, ts in times.items():
+                self.pending.setdefault(i, []).extend(ts)
             raise
         return u
 

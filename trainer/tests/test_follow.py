@@ -25,7 +25,7 @@ from polycorn_schema.testing import compacted_topic, fresh_database
 from polycorn_trainer import follow
 from polycorn_trainer.follow import Follower, FollowOptions, Update, Watermark, export
 from polycorn_trainer.metrics import Metrics
-from polycorn_trainer.run import Options, run
+from polycorn_trainer.run import Options, run, send_table
 from polycorn_trainer.store import current_table
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -212,7 +212,6 @@ def test_a_table_kafka_missed_is_sent_at_the_next_poll_and_nothing_is_lost(
     with psycopg.connect(db) as conn:
         f = Follower(conn, o, FollowOptions(lookback_s=60))
         fleet.handovers("t2", 1, failed=2, succeeded=4)
-        real = follow.send_table
 
         def down(_o: Options, _p: object) -> None:
             raise RuntimeError("Kafka down")
@@ -221,7 +220,7 @@ def test_a_table_kafka_missed_is_sent_at_the_next_poll_and_nothing_is_lost(
         with pytest.raises(RuntimeError, match="Kafka down"):
             f.poll(0)
         assert tables_in(topic) == 0 and list(f.pending) == [fleet.cells[1]]
-        monkeypatch.setattr(follow, "send_table", real)
+        monkeypatch.setattr(follow, "send_table", send_table)
         u = f.poll(1)
         assert u.cells == 1 and u.published is not None
         assert tables_in(topic) == 1, "the table stored before Kafka failed is sent now"
