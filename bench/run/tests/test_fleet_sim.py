@@ -82,8 +82,12 @@ def test_simulated_trains_land_every_record_once_and_catch_a_broken_download(
     assert r["checks"][LINKDB_ONCE]
     assert r["transfers"]["bulk_done"] > 0 and r["transfers"]["chat_ok"] > 0
     tele = r["telemetry_records"]
-    assert tele["produced"] == tele["in_topic"] == tele["relays_acked"] > 0
+    assert tele["produced"] == tele["in_topic"] > 0
     assert r["telemetry_in_linkdb"]["fixes"] >= 3 * 15
     g = r["load_generator"]
-    assert g["totals"]["handshakes"] == 6 and g["totals"]["records_acked"] == tele["relays_acked"]
+    assert g["totals"]["handshakes"] == 6
+    # The relays' acks are counted at the last scrape, the simulator's when it has
+    # stopped, and a record sent just before the stop is produced but never
+    # confirmed: each count may trail the next by the records in flight then.
+    assert 0 < tele["relays_acked"] <= g["totals"]["records_acked"] <= tele["produced"]
     assert g["rss_mb_p99"] > 0
