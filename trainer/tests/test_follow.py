@@ -12,15 +12,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from polycorn_harness.wait import wait_until
 from polycorn_schema.testing import compacted_topic, fresh_database
 from polycorn_trainer import follow
 from polycorn_trainer.follow import Follower, FollowOptions, Update, Watermark, export
@@ -29,7 +28,6 @@ from polycorn_trainer.run import Options, run, send_table
 from polycorn_trainer.store import current_table
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
-T = TypeVar("T")
 
 # ------------------------------------------------------------------ pure
 
@@ -150,11 +148,19 @@ def tables_in(topic: str) -> int:
         c.close()
 
 
-def table_cells(url: str) -> tuple[int, set[int]]:
+def current_cells(url: str) -> tuple[int, set[int]] | None:
+    """The current table's version and the cells (their index k) it has entries for."""
     with psycopg.connect(url) as c:
         cur = current_table(c)
-    assert cur is not None
+    if cur is None:
+        return None
     return cur.version, {int(e["cell"]) & 0xFFFF_FFFF for e in cur.body["entries"]}
+
+
+def table_cells(url: str) -> tuple[int, set[int]]:
+    got = current_cells(url)
+    assert got is not None, "no table"
+    return got
 
 
 def test_a_second_trains_failures_enter_the_table_at_the_next_poll(db: str, topic: str) -> None:
@@ -267,19 +273,25 @@ def test_the_service_publishes_a_new_failures_table_and_stops_on_sigterm(db: str
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
         # After its first poll the follower has its floor: what comes next is new.
-        until(
-            lambda: 'polycorn_trainer_follow_polls_total{result="idle"}' in scrape(port) or None,
+        wait_until(
             "a first poll",
+            lambda: 'polycorn_trainer_follow_polls_total{result="idle"}' in scrape(port),
+            30,
+            every_s=0.2,
         )
         fleet.handovers("t1", 1, failed=3)
-        until(lambda: table_or_none(db), "a table with cell 1")
-        delay = until(
-            lambda: (
-                "polycorn_trainer_follow_failure_to_table_seconds_count 3.0" in scrape(port) or None
-            ),
-            "the delay of the 3 failures",
+        wait_until(
+            "a table with cell 1",
+            lambda: (got := current_cells(db)) is not None and 1 in got[1],
+            30,
+            every_s=0.2,
         )
-        assert delay
+        wait_until(
+            "the delay of the 3 failures",
+            lambda: "polycorn_trainer_follow_failure_to_table_seconds_count 3.0" in scrape(port),
+            30,
+            every_s=0.2,
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:
@@ -289,27 +301,9 @@ def test_the_service_publishes_a_new_failures_table_and_stops_on_sigterm(db: str
     assert "following failures above handover" in err
 
 
-def until(check: Callable[[], T | None], what: str, timeout_s: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} within {timeout_s} s")
-
-
 def scrape(port: int) -> str:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
             return str(r.read().decode())
     except OSError:
         return ""
-
-
-def table_or_none(url: str) -> set[int] | None:
-    with psycopg.connect(url) as c:
-        cur = current_table(c)
-    if cur is None:
-        return None
-    return {int(e["cell"]) & 0xFFFF_FFFF for e in cur.body["entries"]} or None
