@@ -21,25 +21,23 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from polycorn_benchrun.trainer_trips import (
+    PRESET,
+    ROOT,
+    TRACEGEN,
+    TRIP_S,
+    generate_routes,
+    trips_json,
+)
 from polycorn_harness import provenance
 from polycorn_trainer.fit import Params
 
-ROOT = Path(__file__).resolve().parents[3]
-# The trace generator's validation generates the fleets.
-sys.path.insert(0, str(ROOT / "testbed" / "tracegen" / "tools"))
-
-import validate_tracegen as vt  # noqa: E402 (a script beside the generator, not a package)
-
-TRACEGEN = ROOT / "target" / "release" / "polycorn-tracegen"
-PRESET = "pc-gateway-300"
-TRIP_S = 1800
 #: Development routes and their trip seeds.
 ROUTES: dict[int, range] = {1: range(1, 25), 2: range(101, 125), 3: range(201, 225)}
 #: Trips per route for the smaller training sets (leave one out: one fewer trains).
@@ -47,17 +45,7 @@ SUBSETS = (7, 13)
 
 
 def curve(dirs: Sequence[Path]) -> dict[str, Any]:
-    r = subprocess.run(
-        [sys.executable, "-m", "polycorn_trainer.trips", "--curve", "--curve-rule", "both"]
-        + [str(d) for d in dirs],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if r.returncode != 0:
-        raise RuntimeError(f"polycorn_trainer.trips --curve failed: {r.stderr.strip()}")
-    out: dict[str, Any] = json.loads(r.stdout)
-    return out
+    return trips_json(["--curve", "--curve-rule", "both", *map(str, dirs)])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,16 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--trips: 3 to 24")
     subsets = [k for k in SUBSETS if k < args.trips]
     with tempfile.TemporaryDirectory(prefix="polycorn-trainer-curve-") as tmp:
-        by_route: dict[int, list[Path]] = {}
-        for route, seeds in ROUTES.items():
-            trips = tuple((route, t) for t in list(seeds)[: args.trips])
-            fleet = vt.Fleet(f"r{route}", PRESET, trips, "trainer", duration_s=args.trip_s)
-            try:
-                by_route[route] = vt.generate(TRACEGEN, fleet, Path(tmp))
-            except vt.RunError as e:
-                print(e, file=sys.stderr)
-                return 1
+        routes = {r: list(seeds)[: args.trips] for r, seeds in ROUTES.items()}
         try:
+            by_route = generate_routes(routes, Path(tmp), args.trip_s)
             full = curve([d for dirs in by_route.values() for d in dirs])
             smaller = {
                 str(k - 1): curve([d for dirs in by_route.values() for d in dirs[:k]])

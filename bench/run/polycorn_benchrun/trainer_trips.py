@@ -18,8 +18,9 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from polycorn_harness import provenance
 from polycorn_trainer.fit import Params
@@ -43,6 +44,38 @@ PAPER = {
 }
 
 
+def generate_routes(
+    routes: Mapping[int, Sequence[int]], work: Path, trip_s: int = TRIP_S
+) -> dict[int, list[Path]]:
+    """Each route's trips (trip seeds ``routes[route]``; polycorn-tracegen
+    PRESET, 2 carriers, ``trip_s`` long) under ``work``, as trip directories.
+    Raises RuntimeError when the generator fails."""
+    out: dict[int, list[Path]] = {}
+    for route, seeds in routes.items():
+        trips = tuple((route, t) for t in seeds)
+        fleet = vt.Fleet(f"r{route}", PRESET, trips, "trainer", duration_s=trip_s)
+        try:
+            out[route] = vt.generate(TRACEGEN, fleet, work)
+        except vt.RunError as e:
+            raise RuntimeError(str(e)) from e
+    return out
+
+
+def trips_json(args: Sequence[str]) -> dict[str, Any]:
+    """``python -m polycorn_trainer.trips ARGS``'s JSON; RuntimeError with its
+    stderr when it fails."""
+    r = subprocess.run(
+        [sys.executable, "-m", "polycorn_trainer.trips", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"polycorn_trainer.trips failed: {r.stderr.strip()}")
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "trainer-trips.json")
@@ -53,24 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     routes: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="polycorn-trainer-trips-") as tmp:
-        for route, seeds in ROUTES.items():
-            trips = tuple((route, t) for t in seeds)
-            fleet = vt.Fleet(f"r{route}", PRESET, trips, "trainer", duration_s=TRIP_S)
-            try:
-                dirs = vt.generate(TRACEGEN, fleet, Path(tmp))
-            except vt.RunError as e:
-                print(e, file=sys.stderr)
-                return 1
-            r = subprocess.run(
-                [sys.executable, "-m", "polycorn_trainer.trips", *map(str, dirs)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if r.returncode != 0:
-                print(f"polycorn_trainer.trips failed: {r.stderr.strip()}", file=sys.stderr)
-                return 1
-            routes[str(route)] = json.loads(r.stdout)
+        try:
+            for route, dirs in generate_routes(ROUTES, Path(tmp)).items():
+                routes[str(route)] = trips_json([str(d) for d in dirs])
+        except RuntimeError as e:
+            print(e, file=sys.stderr)
+            return 1
     params = {k: v for k, v in dataclasses.asdict(Params()).items() if not k.startswith("_")}
     seeds_text = ", ".join(f"{r}: trip seeds {s.start}-{s.stop - 1}" for r, s in ROUTES.items())
     doc = {
