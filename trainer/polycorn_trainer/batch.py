@@ -17,9 +17,8 @@ results do not:
 - **Leave-one-trip-out folds.** A fold's prediction depends on the other
   trips' *failures* only, so every fold whose held-out trip did not fail
   gets the cell's own prediction; only folds of trips that failed (a few
-  per cell) are computed apart, all of a cell's at once
-  (:func:`quantile_rows`, NumPy's ``quantile`` arithmetic step for step:
-  the same order statistics, the same interpolation). The per-fold
+  per cell) are computed apart, all of a cell's at once with the
+  reference's own :func:`~polycorn_trainer.fit.location_rows`. The per-fold
   table rule (``qualifies``, ``table_location``) is the reference's own code.
 - **The Fig. 5 classes and the Δ histogram** are counted for the whole
   batch in one pass per predictor (elementwise arithmetic, integer counts),
@@ -27,7 +26,7 @@ results do not:
 - **The SVMs** are ``LinearSVC``'s solver called directly
   (:mod:`polycorn_trainer.liblinear`, bit for bit the same coefficients).
 - A cell with a non-finite position, or a failure exactly at position 0
-  (where NumPy's ``quantile`` may return either zero's sign), is fitted by
+  (where a sort may put either zero's sign first), is fitted by
   :func:`~polycorn_trainer.fit.fit_cell` itself.
 
 Floating-point sums (means, standard deviations, the table rule's scaled
@@ -64,6 +63,7 @@ from polycorn_trainer.fit import (
     Params,
     _per_train,
     fit_cell,
+    location_rows,
     qualifies,
     table_location,
 )
@@ -237,40 +237,6 @@ class Fitted:
         self.cpu_s += o.cpu_s
 
 
-def quantile_rows(xs: F64, kept: B, q: float) -> F64:
-    """``np.quantile(xs[row], q)`` for each row of ``kept`` (rows × len(xs)),
-    ``xs`` sorted ascending, every row keeping at least one value, no NaN in
-    ``xs``. NumPy's method ("linear") step for step: the virtual index
-    (n − 1)·q, its floor and the next index clamped to the ends as NumPy
-    clamps them, and ``_lerp``'s two formulas (from below for γ < 0.5, from
-    above otherwise), so that the result is the same double."""
-    count = kept.sum(axis=1)
-    virtual = (count - 1) * q
-    prev = np.floor(virtual)
-    nxt = prev + 1
-    above = virtual >= count - 1
-    prev[above] = -1
-    nxt[above] = -1
-    below = virtual < 0
-    prev[below] = 0
-    nxt[below] = 0
-    prev_i = prev.astype(np.intp)
-    next_i = nxt.astype(np.intp)
-    gamma = virtual - prev_i
-    run = np.cumsum(kept, axis=1)
-
-    def kth(k: IP) -> F64:
-        k = np.where(k < 0, count - 1, k)  # -1: the last kept value
-        got: F64 = xs[np.argmax(run > k[:, None], axis=1)]
-        return got
-
-    a, b = kth(prev_i), kth(next_i)
-    diff = b - a
-    out: F64 = a + diff * gamma
-    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
-    return out
-
-
 def _svm(x: F64, y: B, p: Params) -> tuple[F64, float, F64, F64] | None:
     """:func:`polycorn_trainer.fit._svm` with the solver called directly:
     coefficients, intercept, the features' means and scales."""
@@ -366,7 +332,7 @@ def _folds(c: _Cell, p: Params) -> tuple[F64, F64]:
             xf = x[y]
             order = np.argsort(xf, kind="stable")
             kept = inv[y][order][None, :] != failing[:, None]
-            l_fold[failing] = quantile_rows(xf[order], kept, p.location_quantile)
+            l_fold[failing] = location_rows(xf[order], kept, p)
         l_fold[~paper] = np.nan
     if nf < max(p.min_failures, 1):
         # The table's rule needs min_failures (and one) in the training trips.

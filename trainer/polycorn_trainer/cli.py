@@ -76,6 +76,14 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _metres(text: str) -> float:
+    """A distance along the track, 0 to 10 km (NaN and infinities refused)."""
+    v = float(text)
+    if not 0.0 <= v <= 10_000.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 10000 m, got {text}")
+    return v
+
+
 def _quantile(text: str) -> float | None:
     """A fraction, or ``mean`` (None: the failures' mean position)."""
     return None if text.strip().lower() == "mean" else _fraction(text)
@@ -194,8 +202,16 @@ def _parser() -> argparse.ArgumentParser:
             "--location-quantile",
             type=_quantile,
             default=d.location_quantile,
-            help="place a cell's failure at this quantile of its failures along the direction "
-            f"of travel (default {d.location_quantile}), or 'mean': their mean (the paper's)",
+            help="place a cell's failure at the ⌈q·n⌉-th earliest of its n failures along the "
+            f"direction of travel (default q = {d.location_quantile}), or 'mean': their mean "
+            "(the paper's)",
+        )
+        sp.add_argument(
+            "--location-margin-m",
+            type=_metres,
+            default=d.location_margin_m,
+            help="with a quantile, move the entry this many metres earlier divided by the "
+            f"cell's failures (default {d.location_margin_m:g}: 1 s at 300 km/h); 0: none",
         )
         sp.add_argument(
             "--lead-s",
@@ -266,6 +282,7 @@ def _options(
         min_trains=a.min_trains,
         lead_s=a.lead_s,
         location_quantile=a.location_quantile,
+        location_margin_m=a.location_margin_m,
     )
     return Options(
         shard=a.shard,

@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from polycorn_trainer.batch import Columns, fit_columns, quantile_rows
-from polycorn_trainer.fit import CellData, Counts, Params, fit_cell
+from polycorn_trainer.batch import Columns, fit_columns
+from polycorn_trainer.fit import CellData, Counts, Params, fit_cell, location_rows
 
 PARAMS = {
     "default": Params(),
@@ -23,6 +23,7 @@ PARAMS = {
     "earliest": Params(location_quantile=0.0, min_trains=1, min_failures=1),
     "latest": Params(location_quantile=1.0),
     "median": Params(location_quantile=0.5, min_failures=2, min_failure_rate=0.05),
+    "no margin": Params(location_margin_m=0.0),
 }
 
 
@@ -203,14 +204,16 @@ def test_the_hand_made_cells_of_test_fit_agree() -> None:
 
 
 @pytest.mark.parametrize("q", [0.0, 0.1, 0.25, 1 / 3, 0.5, 0.9, 0.999, 1.0])
-def test_quantile_rows_is_numpys_quantile(q: float) -> None:
+@pytest.mark.parametrize("margin", [0.0, 83.0])
+def test_location_rows_is_the_reference_location(q: float, margin: float) -> None:
+    p = Params(location_quantile=q, location_margin_m=margin)
     rng = np.random.default_rng(int(q * 1000))
     for m in (1, 2, 3, 4, 7, 10, 31):
         xs = np.sort(np.round(rng.normal(1000, 300, m), int(rng.integers(0, 4))))
         kept = rng.random((50, m)) < 0.7
         kept[np.arange(50), rng.integers(0, m, 50)] = True  # every row keeps one
-        got = quantile_rows(xs, kept, q)
-        want: npt.NDArray[np.float64] = np.array([np.quantile(xs[k], q) for k in kept])
+        got = location_rows(xs, kept, p)
+        want: npt.NDArray[np.float64] = np.array([p.location(xs[k]) for k in kept])
         assert got.tobytes() == want.tobytes()
 
 

@@ -237,7 +237,9 @@ def test_a_location_quantile_moves_the_prediction_and_its_validation() -> None:
     # One failure per trip; the held-out trip's failure is judged against the others'.
     c = cell([1000, 1100, 1200, 1000], [True] * 4, [1, 2, 3, 4])
     mean = Params(min_trains=1, min_failures=1, min_failure_rate=0, location_quantile=None)
-    early = Params(min_trains=1, min_failures=1, min_failure_rate=0, location_quantile=0.0)
+    early = Params(
+        min_trains=1, min_failures=1, min_failure_rate=0, location_quantile=0.0, location_margin_m=0
+    )
     assert fit_cell(c, mean).predicted_failure_track_m == pytest.approx(1075)
     r = fit_cell(c, early)
     assert r.predicted_failure_track_m == pytest.approx(1000)
@@ -255,18 +257,39 @@ def test_a_location_quantile_moves_the_prediction_and_its_validation() -> None:
     assert fit_cell(d, early).predicted_failure_track_m == pytest.approx(5000)
 
 
-def test_the_default_places_a_failure_at_its_10th_percentile() -> None:
-    """The deployed default (docs/trainer.md): earlier than
-    nine failures in ten; the paper's mean stays one flag away."""
+def test_the_default_places_a_failure_before_its_earliest_by_a_margin_that_shrinks() -> None:
+    """The deployed default (docs/trainer.md): the earliest failure while a
+    cell has at most ten, the ⌈n/10⌉-th earliest after, moved earlier by
+    83 m / n; the paper's mean stays one flag away."""
+    one_train = Params(min_trains=1, min_failures=1, min_failure_rate=0)
+    assert (one_train.location_quantile, one_train.location_margin_m) == (0.1, 83.0)
     xs = [1000.0, 1100.0, 1200.0, 1300.0, 1400.0]
     c = cell(xs, [True] * 5, [1, 2, 3, 4, 5])
-    assert Params().location_quantile == 0.1
-    got = fit_cell(
-        c, Params(min_trains=1, min_failures=1, min_failure_rate=0)
-    ).predicted_failure_track_m
-    assert got == pytest.approx(float(np.quantile(xs, 0.1)))
+    assert fit_cell(c, one_train).predicted_failure_track_m == pytest.approx(1000 - 83 / 5)
+    many = [float(v) for v in range(1000, 1250, 10)]  # 25 failures: the 3rd earliest
+    c25 = cell(many, [True] * 25, list(range(25)))
+    assert fit_cell(c25, one_train).predicted_failure_track_m == pytest.approx(1020 - 83 / 25)
+    # 0.28 · 25 is a rounding error above 7: still the 7th of 25.
+    q28 = Params(min_trains=1, min_failures=1, min_failure_rate=0, location_quantile=0.28)
+    assert fit_cell(c25, q28).predicted_failure_track_m == pytest.approx(1060 - 83 / 25)
+    # Against the direction of travel the margin moves the entry to a larger track_m.
+    d = cell([-v for v in xs], [True] * 5, [1, 2, 3, 4, 5], direction="decreasing")
+    assert fit_cell(d, one_train).predicted_failure_track_m == pytest.approx(-1000 + 83 / 5)
     paper = Params(min_trains=1, min_failures=1, min_failure_rate=0, location_quantile=None)
     assert fit_cell(c, paper).predicted_failure_track_m == pytest.approx(1200)
+
+
+def test_the_margin_turns_a_late_failure_of_a_thin_cell_into_a_correct_one() -> None:
+    """Trips 1-3 fail at 1000, 1010 and 990 m. Held out, trip 3's failure
+    lies 10 m before the earliest of the other two: late (the class without
+    HPR's lead). The margin, 83 m over 2 failures, puts every held-out
+    failure inside [0, 2.5] s."""
+    c = cell([1000, 1010, 990], [True] * 3, [1, 2, 3])
+    base = Params(min_trains=1, min_failures=1, min_failure_rate=0)
+    bare, _ = validate_cell(c, Params(**{**base.as_dict(), "location_margin_m": 0.0}))
+    margin, _ = validate_cell(c, base)
+    assert (bare.failure_correct, bare.failure_late) == (2, 1)
+    assert (margin.failure_correct, margin.failure_late, margin.failure_early) == (3, 0, 0)
 
 
 def test_the_cli_takes_a_quantile_or_mean() -> None:
@@ -277,6 +300,23 @@ def test_the_cli_takes_a_quantile_or_mean() -> None:
     assert (_quantile("0.25"), _quantile("mean"), _quantile("MEAN")) == (0.25, None, None)
     with pytest.raises((argparse.ArgumentTypeError, ValueError)):
         _quantile("1.5")
+
+
+def test_the_cli_passes_the_location_margin_and_refuses_a_bad_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from polycorn_trainer.cli import _options, _parser
+
+    def params(*extra: str) -> Params:
+        a = _parser().parse_args(["validate", "--database-url", "postgresql://x/y", *extra])
+        return _options(a, store=False, publish=False).params
+
+    assert params().location_margin_m == Params().location_margin_m
+    assert params("--location-margin-m", "0").location_margin_m == 0.0
+    for bad in ("-1", "nan", "inf", "20000"):
+        with pytest.raises(SystemExit):
+            params("--location-margin-m", bad)
+    assert "--location-margin-m" in capsys.readouterr().err
 
 
 def test_one_trains_failures_alone_put_no_cell_in_the_table() -> None:
@@ -361,10 +401,11 @@ def test_one_train_cannot_move_an_entry_earlier() -> None:
     x = honest_x + [500.0] * 20
     train = honest_train + [5] * 20
     c = cell(x, [True] * len(x), list(range(len(x))), train=train)
-    honest = float(np.quantile(honest_x, Params().location_quantile or 0.0))
+    honest = Params().location(np.array(honest_x))
     got = fit_cell(c, Params()).predicted_failure_track_m
     assert got is not None and got >= honest
-    assert fit_cell(c, Params(min_trains=1)).predicted_failure_track_m == pytest.approx(500)
+    fifth = 500 - Params().location_margin_m / len(x)
+    assert fit_cell(c, Params(min_trains=1)).predicted_failure_track_m == pytest.approx(fifth)
     # Decreasing: "earlier" is the larger track_m, and the bound mirrors.
     d = cell(
         [-v for v in x], [True] * len(x), list(range(len(x))), train=train, direction="decreasing"
@@ -440,7 +481,7 @@ def test_a_sparse_cell_enters_under_the_prior_only_where_failures_are_common() -
     for name, (a, b) in {"common": (6.0, 4.0), "rare": (1.0, 30.0)}.items():
         fitted = fit_many([sparse, *population(3, a, b)], prior_rule)
         results[name] = fitted[0].predicted_failure_track_m
-    assert results["common"] == pytest.approx(1000.0)
+    assert results["common"] == pytest.approx(1000.0 - prior_rule.location_margin_m)
     assert results["rare"] is None
     assert fit_cell(sparse, Params(min_trains=1)).predicted_failure_track_m is None
 

@@ -137,7 +137,7 @@ def test_one_train_flooding_many_cells_moves_the_table_by_at_most_the_bound(db: 
     for no more than the runner-up, so it can complete only the cells the
     others brought to half the threshold (9-10), adds none of the other 40,
     and moves no entry earlier than the honest trains' failures put it (the
-    table's quantile of them). Without the rule (min_trains=1) the flood
+    table's location rule on them alone). Without the rule (min_trains=1) the flood
     would add all 42 cells and drag all 8 entries 1000 m earlier."""
     f = Fleet()
     honest_cells = range(1, 9)
@@ -159,7 +159,7 @@ def test_one_train_flooding_many_cells_moves_the_table_by_at_most_the_bound(db: 
     before = table(db)
     assert set(before) == set(honest_cells)
     honest_q = {
-        c: float(np.quantile([2000.0 * c + 1300 + 10 * j for j in range(4)], 0.1))
+        c: Params().location(np.array([2000.0 * c + 1300 + 10 * j for j in range(4)]))
         for c in honest_cells
     }
     for c, pos in before.items():

@@ -73,9 +73,10 @@ def test_a_cell_that_fails_at_one_place_is_predicted_correctly(tmp_path: Path) -
     assert a["cells"] == 2 and a["handovers"] == 12
     assert a["failure_share"] == 0.5
     assert a["cells_with_failure"] == 0.5
-    # Without the lead the ±10 m spread makes a third of them "late" (Δ < 0) ...
-    assert a["loto"]["with_prediction"]["failure_late"] == pytest.approx(1 / 3, abs=1e-6)
-    # ... with the lead (37 m at 83 m/s) every one is correct.
+    # The ±10 m spread would make a third of them "late" (Δ < 0) against the earliest
+    # of the other trips' failures; the margin (83 m over 5 failures) covers it ...
+    assert a["loto"]["with_prediction"]["failure_late"] == 0.0
+    # ... and with the lead (37 m at 83 m/s) every one is correct too.
     assert a["loto_with_lead"]["with_prediction"]["failure_correct"] == 1.0
     # At reconnection, 1.5 s later: still within 2.5 s.
     assert a["loto_at_reconnect"]["with_prediction"]["failure_correct"] == 1.0
