@@ -1531,6 +1531,17 @@ def _pooled(route: dict[str, Any], part: str, path: Sequence[str]) -> float | No
     return num_ / den if den else None
 
 
+def _predicted(route: dict[str, Any], part: str) -> float | None:
+    """The share of the route's failures (both carriers) that had a
+    prediction under ``part``, in per cent."""
+    cs = [c[part] for label, c in route.items() if label.startswith("c")]
+    failures = sum(int(c["failures"]) for c in cs)
+    if not failures:
+        return None
+    without = sum(int(c["failures_without_prediction"]) for c in cs)
+    return 100 * (1 - without / failures)
+
+
 def trainer_heldout(src: Sources) -> str:
     """docs/trainer.md: the validation on the held-out routes, every reading."""
     doc = src.load(TRAINER_TRIPS_JSON)
@@ -1563,6 +1574,17 @@ def trainer_heldout(src: Sources) -> str:
             "successes correct, HPR's lead (%)",
             num(100 * paper["success_correct"], 1),
             *[bold(succ(routes[r], "loto_with_lead")) for r in names],
+        ],
+        [
+            "the table as deployed: failures correct / late / early, HPR's lead, "
+            "with a prediction (%)",
+            _cle(paper),
+            *[cle(routes[r], "deployed_with_lead", ("with_prediction",)) for r in names],
+        ],
+        [
+            "the table as deployed: failures with a prediction (% of failures)",
+            "–",
+            *[num(_predicted(routes[r], "deployed_with_lead"), 1) for r in names],
         ],
         [
             "failures correct / late / early, no lead, all failures (%)",

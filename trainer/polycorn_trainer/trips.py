@@ -197,10 +197,12 @@ def validate_trips(dirs: list[Path], lead_s: float = Params.lead_s) -> dict[str,
     base = Params(lead_s=lead_s)
     at_end = cells_of(trips, at_reconnect=True)
     for label, cells in sorted(cells_of(trips).items()):
-        paper, reconnect = Counts(), Counts()
+        paper, deployed, reconnect = Counts(), Counts(), Counts()
         failing = 0
         for c, ce in zip(cells, at_end[label], strict=True):
-            paper.add(fit_cell(c, base).counts)
+            fitted = fit_cell(c, base)
+            paper.add(fitted.counts)
+            deployed.add(fitted.deployed)
             reconnect.add(validate_cell(ce, base)[0])
             failing += int(c.failed.any())
         fails = sum(int(c.failed.sum()) for c in cells)
@@ -214,6 +216,9 @@ def validate_trips(dirs: list[Path], lead_s: float = Params.lead_s) -> dict[str,
             "loto": paper.summary(),
             "loto_with_lead": _lead_view(paper.summary()),
             "loto_at_reconnect": reconnect.summary(),
+            # What the proxies get: each fold's table built by the table's rule
+            # (thresholds, several trains; each trip is its own train here).
+            "deployed_with_lead": _lead_view(deployed.summary()),
             "table1": _table1(cells),
         }
     return out

@@ -92,6 +92,21 @@ def test_reconnect_variant_counts_long_blackouts_as_early(tmp_path: Path) -> Non
     assert a["loto_at_reconnect"]["with_prediction"]["failure_early"] == 1.0
 
 
+def test_the_deployed_reading_predicts_only_where_the_tables_rule_holds(tmp_path: Path) -> None:
+    """Cell 5 fails on trips 0 and 1 of 4: the paper's reading predicts each
+    failure from the other, the table's rule (3 failures) never tables it.
+    Cell 6 fails on every trip: both readings predict it, correctly."""
+    dirs = [
+        write_trip(tmp_path / f"t{i}", i, [(5, 2000.0, i < 2, 1.0), (6, 4000.0 + 5 * i, True, 1.0)])
+        for i in range(4)
+    ]
+    a = validate_trips(dirs)["c0/A"]
+    assert a["loto_with_lead"]["failures_without_prediction"] == 0
+    assert a["deployed_with_lead"]["failures"] == 6
+    assert a["deployed_with_lead"]["failures_without_prediction"] == 2
+    assert a["deployed_with_lead"]["with_prediction"]["failure_correct"] == 1.0
+
+
 def test_cells_of_different_routes_are_different_cells(tmp_path: Path) -> None:
     # The same cell index on two routes fails at places 2 km apart: pooled, every
     # prediction would be off by 1 km.
