@@ -60,7 +60,6 @@ PREDATE_PROVENANCE = frozenset(
         "hsr.json",
         "loop.json",
         "tracegen-validation.json",
-        "trainer-trips.json",
     }
 )
 
