@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench import hrsch, loop_curve, provenance
+from polycorn_bench import hrsch, loop_curve, loop_delay, provenance
 from polycorn_bench.analysis import (
     _json_safe,
     backlog_summary,
@@ -391,6 +391,48 @@ def _shares(prefix: str, known: int | None, correct: int | None, n: int | None) 
     return out
 
 
+def _timeline(run: Run, trip: TripRun) -> list[loop_delay.Seen]:
+    """The learned copy's proxy's table versions during the trip (none recorded: empty)."""
+    timeline, bad = loop_delay.read_timeline(trip.trip_dir.parent / "table-timeline.jsonl")
+    for _ in range(bad):
+        run.issues.add("unreadable table-timeline line", trip.name)
+    return timeline
+
+
+def _wall_clock_failures(
+    trip: TripRun, meta: dict[str, Any], index: int
+) -> list[loop_delay.Failure]:
+    """The trip's failed handovers on the wall clock (its epoch + their start), by cell."""
+    epoch = meta.get("epoch_unix_ms")
+    if not isinstance(epoch, int):
+        return []
+    return [
+        loop_delay.Failure(
+            t_unix_ms=epoch + int(f.t_ms),
+            cell=cell_id(f.carrier, f.from_cell),
+            trip=meta.get("trip", index),
+            train=meta.get("train"),
+        )
+        for f in trip.handover_failures or []
+        if f.carrier is not None and f.from_cell is not None
+    ]
+
+
+def _delays(
+    run: Run, failures: list[loop_delay.Failure], timelines: list[list[loop_delay.Seen]]
+) -> dict[str, Any] | None:
+    """From each failure to the table carrying it (:mod:`polycorn_bench.loop_delay`), or
+    None for a run that kept no table versions."""
+    path = run.root / "tables.jsonl"
+    tables, bad = loop_delay.read_tables(path)
+    for _ in range(bad):
+        run.issues.add("unreadable tables.jsonl line", str(path))
+    if not tables:
+        return None
+    rows = loop_delay.entry_delays(tables, failures, timelines)
+    return {"summary": loop_delay.summarise(rows), "entries": rows}
+
+
 def analyse_loop(run: Run, lead_s: float = LEAD_S, window: int = WINDOW_TRIPS) -> dict[str, Any]:
     """The ``loop.json`` document."""
     ls = next((x for x in run.link_sets if x.name == LINK_SET), None)
@@ -399,9 +441,13 @@ def analyse_loop(run: Run, lead_s: float = LEAD_S, window: int = WINDOW_TRIPS) -
     trips_out: list[dict[str, Any]] = []
     samples: list[TripSample] = []
     learned_trips: list[TripRun] = []
+    fleet_failures: list[loop_delay.Failure] = []
+    timelines: list[list[loop_delay.Seen]] = []
     for index, trip in enumerate(ls.trips if ls else [], start=1):
         assert ls is not None
         meta = _trip_meta(trip)
+        timelines.append(_timeline(run, trip))
+        fleet_failures += _wall_clock_failures(trip, meta, index)
         one = replace(ls, trips=[trip])
         nums = _variant_numbers(one, run)
         failures = trip.handover_failures
@@ -434,6 +480,7 @@ def analyse_loop(run: Run, lead_s: float = LEAD_S, window: int = WINDOW_TRIPS) -
             {
                 "trip": number,
                 "id": trip.name,
+                "train": meta.get("train"),
                 "trip_seed": meta.get("trip_seed"),
                 "hrsch_vs_minrtt": main["goodput_vs_minrtt"],
                 "hrsch_vs_minrtt_ci95": main["goodput_ci95"],
@@ -469,6 +516,7 @@ def analyse_loop(run: Run, lead_s: float = LEAD_S, window: int = WINDOW_TRIPS) -
             "variants": {v: nums.variants[v] for v in VARIANTS},
         }
     curves = loop_curve.running(samples, window) if samples else None
+    delays = _delays(run, fleet_failures, timelines)
     doc: dict[str, Any] = {
         "profile": run.meta.get("profile"),
         "diagnostic": run.meta.get("diagnostic"),
@@ -482,6 +530,7 @@ def analyse_loop(run: Run, lead_s: float = LEAD_S, window: int = WINDOW_TRIPS) -
         "pooled_learned_trips": pooled,
         "running": curves,
         "half_oracle_gain_trip": loop_curve.half_oracle_gain(curves) if curves else None,
+        "delays": delays,
         "parameters": {
             "lead_s": lead_s,
             "t1_s": T1_S,
@@ -623,6 +672,37 @@ def _markdown_curve(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _markdown_delays(doc: dict[str, Any]) -> list[str]:
+    """The delays from a failure to the table carrying it, per kind of update."""
+    d = doc.get("delays")
+    if not d:
+        return []
+    s = d["summary"]
+
+    def q(x: dict[str, Any]) -> str:
+        if not x["n"]:
+            return "–"
+        return f"{x['median']:.1f} s / {x['p90']:.1f} s / {x['max']:.1f} s (n {x['n']})"
+
+    out = [
+        "",
+        "## From a failure to the table carrying it (median / 90th percentile / max)",
+        "",
+        "| update | entries | to LinkDB | to a running proxy |",
+        "|---|---|---|---|",
+        f"| all | {s['entries']} | {q(s['to_linkdb_s'])} | {q(s['to_proxy_s'])} |",
+    ]
+    for kind, b in s["by_update"].items():
+        out.append(f"| {kind} | {b['entries']} | {q(b['to_linkdb_s'])} | {q(b['to_proxy_s'])} |")
+    out += [
+        "",
+        f"Entries a proxy had only from its start (published between trips): "
+        f"{s['at_proxy_start']}; never in a proxy's table: {s['never_at_a_proxy']}; "
+        f"without a failure before them: {s['entries_without_a_failure_before']}.",
+    ]
+    return out
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The report: one row per trip, then the pooled numbers."""
     out = [
@@ -697,6 +777,7 @@ def markdown(doc: dict[str, Any]) -> str:
             + " |"
         )
     out += _markdown_curve(doc)
+    out += _markdown_delays(doc)
     issues = doc.get("issues", {})
     if issues.get("total"):
         out += ["", f"Input problems skipped: {issues['total']} ({issues.get('by_kind')})."]

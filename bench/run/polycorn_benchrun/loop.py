@@ -3,7 +3,9 @@ its learning curve.
 
     PROFILE=report|ci python -m polycorn_benchrun.loop
 
-N trips of the same route, one after the other. Each trip runs four copies
+N trips of the same route, one after the other, by several trains in turn
+(report: 4 trains, 8 passes each, train k mod 4 on trip k; each its own
+train id and certificate). Each trip runs four copies
 of the topology side by side (the harness's
 :class:`~polycorn_harness.topology.Topology` over testbed/topology.sh, prefixes
 hl0..hl3, one wall-clock epoch, so all see the same link realisation), with the same
@@ -27,10 +29,18 @@ for the recovery after failed handovers):
                  trip fails (polycorn-tracegen failure-table --min-failures 1
                  --min-failure-rate 0), the upper bound of what a table can do.
 
-After each trip: wait for the relay's spool to drain and for ingest to
-have loaded the trip's handovers (LinkDB against the event log, both
-reported), then `polycorn-trainer run --once` fits, validates, stores the
-model and publishes the next table (failure_tables + Kafka).
+During the whole run `polycorn-trainer follow` (the fleet's follower, every
+5 s) refits the cells of new failures and publishes a new table version as
+soon as an entry appears, leaves or moves; the learned copy's proxy takes it
+from the topic mid-trip, and the loop records when (every second, its
+table version: table-timeline.jsonl per trip). After each trip: wait for
+the relay's spool to drain and for ingest to have loaded the trip's
+handovers (LinkDB against the event log, both reported), then
+`polycorn-trainer run --once` (the periodic refit, the authority) fits,
+validates, stores the model and publishes the next table (failure_tables +
+Kafka). At the end every published table version is kept (tables.jsonl:
+version, when LinkDB stored it, its cells), for the delay from a failure to
+the table that carries it.
 
 Its own infrastructure (harness ``infra``: scripts/infra.sh with POLYCORN_INFRA_DIR
 /tmp/polycorn-infra-loop, PostgreSQL 25452, Kafka 29112, Prometheus port
@@ -41,14 +51,16 @@ Seeds: route 7 (the reported route), trip seeds 2001.. (ci: 2103..;
 bench-hsr measures 1001.. and builds its stand-in table from 901..;
 development uses route 1).
 
-Profiles: report, 32 trips of 263 s, meant to be left running: about 2.5 h
-(the 6-trip run of 2026-11-24 took 28 min, 4.5-4.7 min per trip: the trip,
-bringing four topologies up and down, ingest and the trainer); ci, 2 short
-trips, about 4 min. The analysis plots each trip and the curves pooled over
-trips 1..k and the last 8 trips (docs/benchmarks.md).
+Profiles: report, 32 trips of 263 s by 4 trains, meant to be left running:
+about 2.5 h (4.5-4.7 min per trip: the trip, bringing four topologies up and
+down, ingest and the trainer); ci, 2 short trips by 2 trains, about 4 min.
+The analysis plots each trip and the curves pooled over trips 1..k and the
+last 8 trips (docs/benchmarks.md).
 
 Environment: PROFILE (report, default, or ci: 2 short trips), LOOP_TRIPS
-(trips; report 32, ci 2), BIN (binaries, default target/release),
+(trips; report 32, ci 2), LOOP_TRAINS (trains taking turns; report 4, ci 2;
+1: one train, as before a fleet had several), LOOP_FOLLOW (1, default: the
+follower runs; 0: only the refit after each trip), BIN (binaries, default target/release),
 BENCH_PREFIX (topology prefix, default hl), BENCH_WORK (raw runs, default
 /tmp/polycorn-bench-loop), BENCH_OUT (default bench/out; ci: under
 BENCH_WORK), PLOTS (default docs/img/loop; ci: under BENCH_WORK),
@@ -93,7 +105,14 @@ from typing import Any
 
 from polycorn_harness import ROOT, VENV, infra, metrics, provenance
 from polycorn_harness.process import now_ms, stop_process
-from polycorn_harness.topology import BINARIES, RELAY_METRICS, Topology, run, scrape
+from polycorn_harness.topology import (
+    BINARIES,
+    PROXY_METRICS,
+    RELAY_METRICS,
+    Topology,
+    run,
+    scrape,
+)
 from polycorn_harness.trip import Expected
 from polycorn_harness.wait import WaitTimeoutError, wait_until
 from polycorn_schema.startup import pg_connect
@@ -116,16 +135,26 @@ INFRA = {
     "POLYCORN_KAFKA_PORT": "29112",
     "POLYCORN_PROM_PORT": "29120",
 }
-#: Per profile: trips, downloads per size, slot seconds, backlog seconds, seed base.
-#: ci: trip seeds 2103-2104, whose first 73 s have a failed handover each (failure
+#: Per profile: trips, trains, downloads per size, slot seconds, backlog seconds, seed
+#: base. ci: trip seeds 2103-2104, whose first 73 s have a failed handover each (failure
 #: model v2), so that trip 2 runs with a learned table. report: 32 trips (seeds
-#: 2001-2032), about 2.5 h.
+#: 2001-2032) by 4 trains taking turns, 8 passes each, about 2.5 h.
 PROFILES = {
-    "ci": {"trips": 2, "per_size": 1, "slot_s": 6, "backlog_s": 20, "seed_base": 2102},
-    "report": {"trips": 32, "per_size": 3, "slot_s": 12, "backlog_s": 120, "seed_base": 2000},
-}
+    "ci": {
+        "trips": 2, "trains": 2, "per_size": 1, "slot_s": 6, "backlog_s": 20, "seed_base": 2102,
+    },
+    "report": {
+        "trips": 32, "trains": 4, "per_size": 3, "slot_s": 12, "backlog_s": 120,
+        "seed_base": 2000,
+    },
+}  # fmt: skip
+#: The follower's metrics (polycorn_trainer_follow_*), kept at the end of the run.
+FOLLOW_METRICS = "127.0.0.1:9483"
+FOLLOW_POLL_S = 5
 DIAGNOSTIC_VARS = (
     "ROUTE_SEED",
+    "LOOP_TRAINS",
+    "LOOP_FOLLOW",
     "TRIP_SEED_BASE",
     "LOOP_TABLE_SOURCE",
     "LOOP_ALLOW_NO_TRAINER",
@@ -157,6 +186,8 @@ class Settings:
     table_source: str
     positions: str
     trainer_args: list[str]
+    trains: int
+    follow: bool
     ingest_metrics: str
     prefix: str
     trips: int
@@ -201,12 +232,9 @@ class Settings:
             preset=e("TRACEGEN_PRESET", "pc-gateway-300"),
             table_source=e("LOOP_TABLE_SOURCE", "topic"),
             positions=e("LOOP_POSITIONS", "track"),
-            # The trainer's table thresholds: over a handful of trips no cell reaches
-            # its default 3 failures; one is enough here, the 15 % rule stays
-            # (docs/results.md, "Learning loop"). The loop is one train, so one
-            # train's failures must be enough (--min-trains 1; the fleet's
-            # default asks for several trains, docs/trainer.md).
-            trainer_args=shlex.split(e("LOOP_TRAINER_ARGS", "--min-failures 1 --min-trains 1")),
+            trainer_args=[],
+            trains=int(p["trains"]),
+            follow=e("LOOP_FOLLOW", "1") != "0",
             ingest_metrics=e("LOOP_INGEST_METRICS", "127.0.0.1:9482"),
             prefix=e("BENCH_PREFIX", "hl"),
             trips=int(p["trips"]),
@@ -220,6 +248,14 @@ class Settings:
             if not re.fullmatch(r"[1-9][0-9]*", trips):
                 raise LoopError(f"LOOP_TRIPS must be a positive integer, got {trips!r}")
             s.trips = int(trips)
+        trains = e("LOOP_TRAINS")
+        if trains is not None:
+            if not re.fullmatch(r"[1-9][0-9]?", trains):
+                raise LoopError(f"LOOP_TRAINS must be an integer from 1 to 99, got {trains!r}")
+            s.trains = int(trains)
+        if e("LOOP_FOLLOW", "1") not in ("0", "1"):
+            raise LoopError(f"LOOP_FOLLOW must be 0 or 1, got {e('LOOP_FOLLOW')!r}")
+        s.trainer_args = shlex.split(e("LOOP_TRAINER_ARGS") or default_trainer_args(s))
         if s.table_source not in ("topic", "file"):
             raise LoopError(f"LOOP_TABLE_SOURCE must be topic or file, got {s.table_source!r}")
         if s.positions not in ("track", "gps"):
@@ -227,6 +263,22 @@ class Settings:
         if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", s.prefix):
             raise LoopError(f"BENCH_PREFIX must be 1-8 lower-case letters/digits: {s.prefix!r}")
         return s
+
+
+def default_trainer_args(s: Settings) -> str:
+    """The trainer's table thresholds. Over a handful of trips few cells reach the
+    default 3 failures: 2 are enough here with several trains, 1 with one (or in the
+    ci profile's two short trips); the 20 % share stays. Several trains keep the fleet's
+    rule that a cell enters on failures from 2 of them (docs/trainer.md); one train's
+    failures must be enough when it is alone (--min-trains 1)."""
+    if s.trains == 1 or s.profile == "ci":
+        return "--min-failures 1 --min-trains 1"
+    return "--min-failures 2 --min-trains 2"
+
+
+def train_of(s: Settings, k: int) -> str:
+    """The train of trip ``k`` (1-based): the trains take turns."""
+    return TRAIN if s.trains == 1 else f"{TRAIN}-{(k - 1) % s.trains + 1}"
 
 
 def _nonneg(name: str, v: str) -> int:
@@ -246,9 +298,11 @@ class Loop:
         self.handovers_want = 0
         self.last_trip_end_ms = 0
         self.trip_ids: list[str] = []
+        #: The train of the trip in progress (its relays' and proxies' train id).
+        self.train = train_of(s, 1)
 
     def topology(self, i: int, trip: Path) -> Topology:
-        return Topology(f"{self.s.prefix}{i}", trip, self.s.bin, {"TRAIN_ID": TRAIN})
+        return Topology(f"{self.s.prefix}{i}", trip, self.s.bin, {"TRAIN_ID": self.train})
 
     def all_down(self, trip: Path) -> None:
         threads = [
@@ -280,7 +334,8 @@ class Loop:
         return int(version), int(entries)
 
     def db_handovers(self) -> int:
-        n = self.sql(f"select count(*) from handovers where train_id = '{TRAIN}'")[0][0]
+        """Handovers in LinkDB: the loop's trains are its only source."""
+        n = self.sql("select count(*) from handovers")[0][0]
         return int(n)
 
     def wait_ingest(self, want: int) -> int:
@@ -337,6 +392,64 @@ class Loop:
         wait_until("polycorn-ingest's metrics", answers, 60, every_s=0.2)
         return p
 
+    def start_follower(self) -> subprocess.Popen[bytes] | None:
+        """``polycorn-trainer follow`` for the whole run (the fleet's near-real-time
+        updates), with the refit's table thresholds; None when the run has none."""
+        if not (self.s.follow and self.have_trainer):
+            return None
+        logf = (self.run / "follower.log").open("w")
+        p = subprocess.Popen(
+            [str(VENV / "polycorn-trainer"), "follow", "--database-url", self.db]
+            + ["--bootstrap", self.env["POLYCORN_KAFKA_BOOTSTRAP"], "--topic", TABLE_TOPIC]
+            + ["--table-signing-key", str(self.table_key / "table-signing.key")]
+            + ["--poll-s", str(FOLLOW_POLL_S), "--metrics-addr", FOLLOW_METRICS]
+            + self.s.trainer_args,
+            env=self.env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+        def answers() -> bool:
+            if p.poll() is not None:
+                tail = (self.run / "follower.log").read_text()[-2000:]
+                raise LoopError(f"polycorn-trainer follow exited:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"http://{FOLLOW_METRICS}/metrics", timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        wait_until("the follower's metrics", answers, 60, every_s=0.2)
+        log(f"follower up (every {FOLLOW_POLL_S} s, metrics at {FOLLOW_METRICS})")
+        return p
+
+    def keep_tables(self) -> None:
+        """Every published table version into RUN/tables.jsonl: its version, when LinkDB
+        stored it (unix ms), the model's update kind (``follow`` or a refit) and its
+        entries' cells; and the follower's last metrics into RUN/follower.metrics."""
+        rows = self.sql(
+            "select t.version, (extract(epoch from t.created_at) * 1000)::bigint, t.body, "
+            "m.params ->> 'update' from failure_tables t left join models m "
+            "on m.id = t.model_id order by t.version"
+        )
+        with (self.run / "tables.jsonl").open("w") as f:
+            for version, created_ms, body, update in rows:
+                cells = sorted(
+                    int(e["cell"]) for e in (body or {}).get("entries", []) if "cell" in e
+                )
+                rec = {
+                    "version": int(version),
+                    "created_unix_ms": int(created_ms),
+                    "update": update or "refit",
+                    "cells": cells,
+                }
+                f.write(json.dumps(rec) + "\n")
+        url = f"http://{FOLLOW_METRICS}/metrics"
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+            (self.run / "follower.metrics").write_bytes(r.read())
+        log(f"kept {len(rows)} table versions in {self.run / 'tables.jsonl'}")
+
     def run_load(self, d: Path, i: int, epoch: int, start: int, backlog_end: int) -> None:
         """The load plan of one copy: bulk downloads, then the backlogged download."""
         s = self.s
@@ -368,6 +481,7 @@ class Loop:
 
     def trip(self, k: int) -> None:
         s = self.s
+        self.train = train_of(s, k)
         seed = s.trip_seed_base + k
         tid = f"r{s.route_seed}-t{seed}"
         tdir = self.run / "hsr" / tid
@@ -390,14 +504,16 @@ class Loop:
 
         epoch = self.next_epoch()
         self.up_all(k, trip, epoch, learned_file if learned else None, truth)
-        warm, backlog_end = self.load(k, tdir, epoch)
-        spool = self.drain(k, epoch)
+        with TableTimeline(f"{s.prefix}{LEARNED}-cloud", tdir / "table-timeline.jsonl"):
+            warm, backlog_end = self.load(k, tdir, epoch)
+            spool = self.drain(k, epoch)
         in_use = self.collect(k, tdir, trip)
         trip_ho, got, db_trips = self.ingested(k, trip)
         trainer = self.train(k, tdir)
         rec = {
             "trip": k,
             "id": tid,
+            "train": self.train,
             "trip_seed": seed,
             "epoch_unix_ms": epoch,
             "load_start_s": warm,
@@ -577,10 +693,10 @@ class Loop:
         trip_ho = len(Expected.load(trip / "events.jsonl", 0).handovers)
         self.handovers_want += trip_ho
         got = self.wait_ingest(self.handovers_want)
-        db_trips = self.sql(f"select count(*) from trips where train_id = '{TRAIN}'")[0][0]
+        db_trips = self.sql("select count(*) from trips")[0][0]
         log(
-            f"trip {k}: handovers in the event log {trip_ho} (all trips {self.handovers_want}), "
-            f"in LinkDB {got}; LinkDB trips of {TRAIN}: {db_trips}"
+            f"trip {k} ({self.train}): handovers in the event log {trip_ho} (all trips "
+            f"{self.handovers_want}), in LinkDB {got}; LinkDB trips: {db_trips}"
         )
         if got != self.handovers_want:
             want = self.handovers_want
@@ -620,6 +736,46 @@ class Loop:
         }
         log(f"trip {k}: trainer {json.dumps(brief)} in {(now_ms() - t0) // 1000}s")
         return trainer
+
+
+class TableTimeline:
+    """While in its ``with``: every second, the failure table version and entries that
+    the proxy in namespace ``ns`` has in use (its /metrics), a JSON line into ``out``
+    each time they change (``t_unix_ms``, ``version``, ``entries``; version null while
+    it has none). The table reaches a running proxy from the topic, so this is when
+    a following train's proxy would have it."""
+
+    def __init__(self, ns: str, out: Path, every_s: float = 1.0) -> None:
+        self.ns, self.out, self.every_s = ns, out, every_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TableTimeline:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        last: tuple[float | None, float | None] | None = None
+        with self.out.open("w") as f:
+            while not self.stop.is_set():
+                text = scrape(self.ns, PROXY_METRICS, timeout_s=2)
+                if text:
+                    now = now_ms()
+                    cur = (
+                        metrics.value(text, "polycorn_failure_table_version"),
+                        metrics.value(text, "polycorn_failure_table_entries"),
+                    )
+                    if cur != last:
+                        version, entries = (_num(v) for v in cur)
+                        row = {"t_unix_ms": now, "version": version, "entries": entries}
+                        f.write(json.dumps(row) + "\n")
+                        f.flush()
+                        last = cur
+                self.stop.wait(self.every_s)
 
 
 def learned_tables_in_use(k: int, m: Path) -> dict[str, float | None]:
@@ -699,8 +855,10 @@ def check_trainer(loop: Loop) -> None:
 def run_trips(s: Settings, loop: Loop, t_start: int) -> None:
     first, last = s.trip_seed_base + 1, s.trip_seed_base + s.trips
     log(
-        f"profile {s.profile}: {s.trips} trips of {s.trip_s}s, route {s.route_seed}, trip "
-        f"seeds {first}..{last}, table source {s.table_source}, positions {s.positions}"
+        f"profile {s.profile}: {s.trips} trips of {s.trip_s}s by {s.trains} train(s), route "
+        f"{s.route_seed}, trip seeds {first}..{last}, table source {s.table_source}, "
+        f"positions {s.positions}, follower {'on' if s.follow else 'off'}, trainer "
+        f"{shlex.join(s.trainer_args)}"
     )
     for k in range(1, s.trips + 1):
         loop.trip(k)
@@ -708,17 +866,23 @@ def run_trips(s: Settings, loop: Loop, t_start: int) -> None:
 
 
 def tear_down(
-    loop: Loop | None, ingest: subprocess.Popen[bytes] | None, env: dict[str, str], run_dir: Path
+    loop: Loop | None,
+    procs: Sequence[subprocess.Popen[bytes] | None],
+    env: dict[str, str],
+    run_dir: Path,
 ) -> None:
-    """Whatever of the topologies, ingest and the infrastructure was started, down."""
+    """Whatever of the topologies, ingest, the follower and the infrastructure was
+    started, down."""
     log("tearing down")
     if loop is not None:
         loop.all_down(run_dir)
-    if ingest is not None:
-        # ingest runs in its own process group: stop all of it.
+    for p in procs:
+        if p is None:
+            continue
+        # Each runs in its own process group: stop all of it.
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(ingest.pid, signal.SIGTERM)
-        stop_process(ingest.pid)
+            os.killpg(p.pid, signal.SIGTERM)
+        stop_process(p.pid)
     infra.wipe(env)
 
 
@@ -748,6 +912,8 @@ def run_json(s: Settings, loop: Loop, started: dict[str, Any]) -> dict[str, Any]
         "route_seed": s.route_seed,
         "loop": {
             "train_id": TRAIN,
+            "trains": [train_of(s, k) for k in range(1, min(s.trains, s.trips) + 1)],
+            "follower": {"poll_s": FOLLOW_POLL_S} if s.follow else None,
             "table_source": s.table_source,
             "trainer_args": shlex.join(s.trainer_args),
             "positions": s.positions,
@@ -799,6 +965,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(f"infrastructure in {INFRA['POLYCORN_INFRA_DIR']}, fresh")
     env = infra.environment(INFRA)
     ingest: subprocess.Popen[bytes] | None = None
+    follower: subprocess.Popen[bytes] | None = None
     loop: Loop | None = None
     try:
         infra.wipe(env)
@@ -807,10 +974,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop = Loop(s, env, run_dir)
         ingest = loop.start_ingest()
         check_trainer(loop)
+        follower = loop.start_follower()
         t_start = now_ms()
         run_trips(s, loop, t_start)
+        loop.keep_tables()
     finally:
-        tear_down(loop, ingest, env, run_dir)
+        tear_down(loop, [follower, ingest], env, run_dir)
 
     assert loop is not None
     (run_dir / "run.json").write_text(json.dumps(run_json(s, loop, started), indent=2) + "\n")
