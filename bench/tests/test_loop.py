@@ -201,3 +201,41 @@ def test_hof_rejections_from_a_snapshot(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert hof_rejections(p) == 5
+
+
+def test_the_delay_from_a_failure_to_the_table_carrying_it(tmp_path: Path) -> None:
+    """Trip 2's failure (cell 3 of carrier 0, 20.1 s into the trip) enters the
+    follower's version 1 6 s later and the running proxy has it 8 s after the failure."""
+    root = build(tmp_path, SPEED)
+    epoch = 1_800_000_000_000
+    meta_file = next(p for p in root.rglob("loop-trip.json") if "t2002" in str(p))
+    meta = json.loads(meta_file.read_text())
+    meta.update({"epoch_unix_ms": epoch, "train": "train-loop-2"})
+    meta_file.write_text(json.dumps(meta))
+    (meta_file.parent / "table-timeline.jsonl").write_text(
+        json.dumps({"t_unix_ms": epoch, "version": None, "entries": None})
+        + "\n"
+        + json.dumps({"t_unix_ms": epoch + 28_100, "version": 1, "entries": 1})
+        + "\n"
+    )
+    (root / "tables.jsonl").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "created_unix_ms": epoch + 26_100,
+                "update": "follow",
+                "cells": [cell_id(0, 3)],
+            }
+        )
+        + "\n"
+    )
+    doc = analyse_loop(read_run(root))
+    assert doc["trips"][1]["train"] == "train-loop-2"
+    d = doc["delays"]
+    assert d["entries"][0]["failure_train"] == "train-loop-2"
+    assert d["summary"]["to_linkdb_s"]["median"] == pytest.approx(6.0)
+    assert d["summary"]["to_proxy_s"]["median"] == pytest.approx(8.0)
+    assert "From a failure to the table carrying it" in markdown(doc)
+    # A run that kept no table versions has no delays.
+    (root / "tables.jsonl").unlink()
+    assert analyse_loop(read_run(root))["delays"] is None
