@@ -299,10 +299,10 @@ class Loop:
         self.last_trip_end_ms = 0
         self.trip_ids: list[str] = []
         #: The train of the trip in progress (its relays' and proxies' train id).
-        self.train = train_of(s, 1)
+        self.train_id = train_of(s, 1)
 
     def topology(self, i: int, trip: Path) -> Topology:
-        return Topology(f"{self.s.prefix}{i}", trip, self.s.bin, {"TRAIN_ID": self.train})
+        return Topology(f"{self.s.prefix}{i}", trip, self.s.bin, {"TRAIN_ID": self.train_id})
 
     def all_down(self, trip: Path) -> None:
         threads = [
@@ -481,7 +481,7 @@ class Loop:
 
     def trip(self, k: int) -> None:
         s = self.s
-        self.train = train_of(s, k)
+        self.train_id = train_of(s, k)
         seed = s.trip_seed_base + k
         tid = f"r{s.route_seed}-t{seed}"
         tdir = self.run / "hsr" / tid
@@ -513,7 +513,7 @@ class Loop:
         rec = {
             "trip": k,
             "id": tid,
-            "train": self.train,
+            "train": self.train_id,
             "trip_seed": seed,
             "epoch_unix_ms": epoch,
             "load_start_s": warm,
@@ -695,7 +695,7 @@ class Loop:
         got = self.wait_ingest(self.handovers_want)
         db_trips = self.sql("select count(*) from trips")[0][0]
         log(
-            f"trip {k} ({self.train}): handovers in the event log {trip_ho} (all trips "
+            f"trip {k} ({self.train_id}): handovers in the event log {trip_ho} (all trips "
             f"{self.handovers_want}), in LinkDB {got}; LinkDB trips: {db_trips}"
         )
         if got != self.handovers_want:
