@@ -310,19 +310,6 @@ XF_13 = (
     "also on the trainer's held-out routes (docs/trainer.md, 'What v2 changed, and what it "
     "did not')"
 )
-XF_14_LATE = (
-    "a cell whose failures sit at two places (the trigger and the coverage edge) makes the "
-    "leave-one-trip-out mean late for the nearer ones, so the paper's 1.3 % late cannot come "
-    "from a mean-location predictor on such cells (docs/trainer.md, 'What v2 changed, and what "
-    "it did not')"
-)
-
-XF_14 = (
-    "late and early trade against each other under a mean-location predictor when a cell's "
-    "failures sit at two places, so 'correct' and 'early' cannot both reach the paper while "
-    "'late' is as high as it is (docs/trainer.md, 'What v2 changed, and what it did not'; "
-    "docs/hsr-model.md, 'Failure model v2')"
-)
 XF_16_EHP_A = (
     "too-late failures start at the coverage edge, ≈ 450 m past the trigger, so nearly all of "
     "them fall in the ≥ 200 m bin and A's odds ratio comes out about twice PC's; PC's Table 1 "
@@ -708,13 +695,6 @@ def _build_checks() -> list[Check]:  # noqa: PLR0912 (the §15.8 table: one loop
                 "PC §3, Fig. 6; §7.2",
                 src,
                 tol=TRAINER_PP,
-                # Late fails on both carriers; correct and early sit near their bounds, and
-                # the carrier whose value failed in the recorded run carries the mark.
-                xfail=XF_14_LATE
-                if stat == "failure_late"
-                else XF_14
-                if (c, stat) in {("B", "failure_correct"), ("A", "failure_early")}
-                else "",
                 context=ctx,
             )
     # 15. Separability by location alone, by RSRP alone.
