@@ -59,7 +59,6 @@ PREDATE_PROVENANCE = frozenset(
         "hsr-window-ab.json",
         "hsr.json",
         "loop.json",
-        "tracegen-validation.json",
     }
 )
 
