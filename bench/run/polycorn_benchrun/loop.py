@@ -59,8 +59,8 @@ last 8 trips (docs/benchmarks.md).
 
 Environment: PROFILE (report, default, or ci: 2 short trips), LOOP_TRIPS
 (trips; report 32, ci 2), LOOP_TRAINS (trains taking turns; report 4, ci 2;
-1: one train, as before a fleet had several), LOOP_FOLLOW (1, default: the
-follower runs; 0: only the refit after each trip), BIN (binaries, default target/release),
+1: a line served by one train), LOOP_FOLLOW (1, default: the follower runs;
+0: only the refit after each trip), BIN (binaries, default target/release),
 BENCH_PREFIX (topology prefix, default hl), BENCH_WORK (raw runs, default
 /tmp/polycorn-bench-loop), BENCH_OUT (default bench/out; ci: under
 BENCH_WORK), PLOTS (default docs/img/loop; ci: under BENCH_WORK),
