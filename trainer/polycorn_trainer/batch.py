@@ -19,7 +19,10 @@ results do not:
   gets the cell's own prediction; only folds of trips that failed (a few
   per cell) are computed apart, all of a cell's at once with the
   reference's own :func:`~polycorn_trainer.fit.location_rows`. The per-fold
-  table rule (``qualifies``, ``table_location``) is the reference's own code.
+  table rule (``qualifies``, ``table_location``) is the reference's own code,
+  under the ``prior`` rule with each fold's prior from the training set's
+  :class:`~polycorn_trainer.fit.Priors`, which the caller passes in (a
+  batch is not the training set).
 - **The Fig. 5 classes and the Δ histogram** are counted for the whole
   batch in one pass per predictor (elementwise arithmetic, integer counts),
   per carrier, since only the carriers' sums are reported.
@@ -61,6 +64,7 @@ from polycorn_trainer.fit import (
     CellData,
     Counts,
     Params,
+    Priors,
     _per_train,
     fit_cell,
     location_rows,
@@ -309,9 +313,10 @@ class _Cell:
         return self.table
 
 
-def _folds(c: _Cell, p: Params) -> tuple[F64, F64]:
+def _folds(c: _Cell, p: Params, prior: tuple[F64, F64] | None) -> tuple[F64, F64]:
     """:func:`polycorn_trainer.fit.validate_cell`'s two predictions (paper,
-    deployed) for every handover of the cell; NaN: none."""
+    deployed) for every handover of the cell; NaN: none. ``prior``: the
+    ``prior`` rule's (a, b) of each trip group's fold."""
     x, y, inv, g = c.x, c.y, c.inv, c.g
     yf = y.astype(np.float64)
     f_g = np.bincount(inv, weights=yf, minlength=g)
@@ -334,14 +339,15 @@ def _folds(c: _Cell, p: Params) -> tuple[F64, F64]:
             kept = inv[y][order][None, :] != failing[:, None]
             l_fold[failing] = location_rows(xf[order], kept, p)
         l_fold[~paper] = np.nan
-    if nf < max(p.min_failures, 1):
-        # The table's rule needs min_failures (and one) in the training trips.
+    if nf < (max(p.min_failures, 1) if p.rule == "threshold" else 1):
+        # The table's rule needs a failure (the threshold rule min_failures)
+        # in the training trips.
         deployed = np.zeros(g, dtype=bool)
     else:
         fold_train = inv * c.t + c.tinv
         f_gt = np.bincount(fold_train, weights=yf, minlength=g * c.t).reshape(g, c.t)
         n_gt = np.bincount(fold_train, minlength=g * c.t).reshape(g, c.t).astype(np.float64)
-        deployed = paper & qualifies(f_gt.sum(axis=0) - f_gt, n_gt.sum(axis=0) - n_gt, p)
+        deployed = paper & qualifies(f_gt.sum(axis=0) - f_gt, n_gt.sum(axis=0) - n_gt, p, prior)
     l_dep = l_fold
     if p.min_trains > 1:
         l_dep = np.full(g, np.nan)
@@ -355,19 +361,26 @@ def _folds(c: _Cell, p: Params) -> tuple[F64, F64]:
     return np.where(paper, l_fold, np.nan)[inv], np.where(deployed, l_dep, np.nan)[inv]
 
 
-def _fit_fast(cols: Columns, i: int, x: F64, p: Params, sep: Counts) -> tuple[CellModel, F64, F64]:
+def _fit_fast(
+    cols: Columns, i: int, x: F64, p: Params, sep: Counts, *, priors: Priors | None
+) -> tuple[CellModel, F64, F64]:
     """Cell ``i`` of ``cols`` (``x``: its positions along the direction of
     travel): its model, as :func:`~polycorn_trainer.fit.fit_cell` makes it,
-    and its handovers' two predictions; its SVMs' separability into ``sep``."""
+    and its handovers' two predictions; its SVMs' separability into ``sep``.
+    ``priors``: the training set's, under the ``prior`` rule."""
     s, e = int(cols.bounds[i]), int(cols.bounds[i + 1])
     y = cols.failed[s:e]
     sign = 1.0 if cols.increasing[i] else -1.0
     n = e - s
     nf = int(np.count_nonzero(y))
     xf = x[y]
-    _, inv = np.unique(cols.trip[s:e], return_inverse=True)
+    groups, inv = np.unique(cols.trip[s:e], return_inverse=True)
     _, tinv = np.unique(cols.train[s:e], return_inverse=True)
     c = _Cell(x, y, inv, int(inv.max()) + 1, tinv, int(tinv.max()) + 1)
+    fold_prior = None
+    if priors is not None:
+        folds = [priors.fold(int(t)) for t in groups]
+        fold_prior = (np.array([b.a for b in folds]), np.array([b.b for b in folds]))
     params: dict[str, Any] = {
         "handovers": n,
         "failures": nf,
@@ -378,7 +391,7 @@ def _fit_fast(cols: Columns, i: int, x: F64, p: Params, sep: Counts) -> tuple[Ce
         "failure_mean_track_m": float(sign * xf.mean()) if nf else None,
         "failure_location_track_m": sign * p.location(xf) if nf else None,
     }
-    lh_paper, lh_deployed = _folds(c, p)
+    lh_paper, lh_deployed = _folds(c, p, fold_prior)
     if nf == 0:
         kind = "no_failures"
     elif nf == n:
@@ -391,7 +404,7 @@ def _fit_fast(cols: Columns, i: int, x: F64, p: Params, sep: Counts) -> tuple[Ce
     predicted = None
     if nf:
         f, nt = _per_train(y, tinv, c.t)
-        if qualifies(f, nt, p)[0]:
+        if qualifies(f, nt, p, None if priors is None else priors.all)[0]:
             predicted = sign * c.table_location(p)
     model = CellModel(int(cols.key[i]), kind, _as_json(params), predicted, nf / n)
     return model, lh_paper, lh_deployed
@@ -446,14 +459,17 @@ def _exact_elsewhere(x: F64, y: B) -> bool:
     return len(x) == 0 or not np.isfinite(x).all() or bool((x[y] == 0).any())
 
 
-def fit_columns(cols: Columns, p: Params) -> Fitted:
+def fit_columns(cols: Columns, p: Params, priors: Priors | None = None) -> Fitted:
     """Every cell of ``cols`` fitted and validated: the same models and the
     same validation counts as :func:`~polycorn_trainer.fit.fit_cell` on each
-    cell (module docstring)."""
-    if p.rule != "threshold":
-        # The prior rule needs the prior of the whole training set, which a
-        # batch does not see (fit.priors_of).
-        raise ValueError(f"fit_columns: rule {p.rule!r} is fitted by fit.fit_many only")
+    cell (module docstring). The ``prior`` rule needs ``priors``, the whole
+    training set's (:func:`~polycorn_trainer.fit.priors_of`, a LinkDB
+    run's ``data.fleet_priors``), which a batch cannot compute from its own
+    cells."""
+    if p.rule == "prior" and priors is None:
+        raise ValueError("fit_columns: the prior rule needs the training set's priors")
+    if p.rule != "prior":
+        priors = None
     cpu0 = time.process_time()
     out = Fitted(handovers=cols.handovers)
     k = len(cols.carriers)
@@ -467,13 +483,15 @@ def fit_columns(cols: Columns, p: Params) -> Fitted:
         s, e = int(cols.bounds[i]), int(cols.bounds[i + 1])
         carrier = int(cols.carrier[i])
         if _exact_elsewhere(x_all[s:e], cols.failed[s:e]):
-            r = fit_cell(cols.cell(i), p)
+            r = fit_cell(cols.cell(i), p, priors)
             reference[carrier][0].add(r.counts)
             reference[carrier][1].add(r.deployed)
             ours[s:e] = False
             model = CellModel(r.key, r.kind, r.params, r.predicted_failure_track_m, r.failure_rate)
         else:
-            model, lh[0, s:e], lh[1, s:e] = _fit_fast(cols, i, x_all[s:e], p, sep[carrier])
+            model, lh[0, s:e], lh[1, s:e] = _fit_fast(
+                cols, i, x_all[s:e], p, sep[carrier], priors=priors
+            )
         out.models.append(model)
         out.kinds[model.kind] += 1
     carrier_of = np.repeat(cols.carrier, per_cell)[ours]

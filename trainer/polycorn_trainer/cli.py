@@ -175,9 +175,8 @@ def _parser() -> argparse.ArgumentParser:
             default=d.rule,
             help="what puts a cell into the table: 'threshold' (--min-failures and "
             "--min-failure-rate) or 'prior' (the cell's posterior failure probability under "
-            "a prior fitted across cells against --failure-cost-ratio; measured with "
-            "python -m polycorn_trainer.trips --curve, not yet run over LinkDB) "
-            f"(default {d.rule})",
+            "a prior fitted across the fleet's cells against --failure-cost-ratio; not by "
+            f"follow, which refits a few cells) (default {d.rule})",
         )
         sp.add_argument(
             "--failure-cost-ratio",
@@ -352,16 +351,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             return 0
-        if getattr(a, "rule", None) == "prior":
-            # The prior belongs to the whole training set, and a LinkDB run
-            # fits shard by shard and batch by batch (batch.py): it does not
-            # compute the fleet-wide prior yet, and must not fall back to
-            # some other prior silently.
-            p.error(
-                "--rule prior is not computed by the LinkDB run yet; measure it on trip "
-                "directories with python -m polycorn_trainer.trips --curve"
-            )
         if a.cmd == "follow":
+            if a.rule == "prior":
+                # The prior belongs to the whole fleet (run reads it in one
+                # aggregate); an update of a few cells must not fall back to
+                # some other prior silently.
+                p.error("follow refits a few cells and has no fleet-wide prior: no --rule prior")
             if a.shard != Shard():
                 p.error("follow refits the cells of new failures wherever they are: no --shard")
             return _follow(a, _options(a, store=True, publish=True, kafka=kafka, signer=signer))

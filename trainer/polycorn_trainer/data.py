@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ import numpy.typing as npt
 import psycopg
 
 from polycorn_trainer.batch import Columns
-from polycorn_trainer.fit import B, CellData
+from polycorn_trainer.fit import B, CellData, Priors, priors_from_counts
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,42 @@ def _load(conn: psycopg.Connection, sql: str, params: dict[str, Any]) -> Loaded:
     return out
 
 
+# The prior rule's evidence (fit.priors_of) over the whole fleet, whatever
+# the shard: each cell's failures and handovers per trip, counting what
+# CELLS_SQL gives a cell (positioned handovers on the cell's route; a
+# handover without a trip a trip of its own).
+PRIOR_COUNTS_SQL = f"""COPY (
+SELECT h.cell, coalesce(h.trip_id, -h.id), count(*), count(*) FILTER (WHERE h.outcome = 'failure')
+FROM cells c
+{CELL_ROUTE}
+JOIN handovers h ON h.cell = c.id
+WHERE {ON_ROUTE}
+GROUP BY 1, 2
+) TO STDOUT (FORMAT BINARY)"""
+_PRIOR_FIELDS: Fields = (("cell", ">i8"), ("trip", ">i8"), ("n", ">i8"), ("f", ">i8"))
+
+
+def fleet_priors(conn: psycopg.Connection) -> Priors:
+    """The ``prior`` rule's priors (:func:`polycorn_trainer.fit.priors_of`)
+    with the whole fleet as the training set: every shard of a run gets the
+    same ones, read in the run's snapshot. One row per cell and trip, kept
+    as four numbers (24 bytes)."""
+    cols: dict[str, list[npt.NDArray[Any]]] = {"cell": [], "trip": [], "n": [], "f": []}
+    with conn.cursor().copy(PRIOR_COUNTS_SQL) as cp:
+        for rows in stream_binary_copy(cp, _PRIOR_FIELDS):
+            for name, kind in (
+                ("cell", np.int64),
+                ("trip", np.int64),
+                ("n", np.int32),
+                ("f", np.int32),
+            ):
+                cols[name].append(rows[name].astype(kind))
+    cell, trip, n, f = (
+        np.concatenate(cols[k]) if cols[k] else np.zeros(0) for k in ("cell", "trip", "n", "f")
+    )
+    return priors_from_counts(cell, trip, f, n)
+
+
 # ------------------------------------------------------------------ the fast path
 
 SHARD_CELLS_SQL = f"""
@@ -212,32 +248,75 @@ _FIELDS = (
     ("train", ">i8"),
     ("speed_mps", ">f8"),
 )
-ROW = np.dtype(
-    [("fields", ">i2")] + [f for name, t in _FIELDS for f in ((f"len_{name}", ">i4"), (name, t))]
-)
+Fields = tuple[tuple[str, str], ...]
+
+
+def row_dtype(fields: Fields) -> np.dtype[np.void]:
+    """A binary COPY row of ``fields`` (none NULL) as a NumPy record."""
+    return np.dtype(
+        [("fields", ">i2")] + [f for name, t in fields for f in ((f"len_{name}", ">i4"), (name, t))]
+    )
+
+
+ROW = row_dtype(_FIELDS)
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 _TRAILER = b"\xff\xff"
 
 
-def parse_binary_copy(data: bytes | bytearray) -> npt.NDArray[np.void]:
-    """The rows of a ``COPY (READ_SQL's query) TO STDOUT (FORMAT BINARY)``
-    stream as a structured array (a view of ``data``). Raises
-    ``ValueError`` unless every row has ROW's fields at their widths (a NULL
-    would have length -1)."""
-    if not data.startswith(_SIGNATURE) or not data.endswith(_TRAILER):
+def _header_size(data: bytes | bytearray) -> int:
+    if not data.startswith(_SIGNATURE) or len(data) < 19:
         raise ValueError("not a binary COPY stream")
-    ext = int.from_bytes(data[15:19], "big")
-    start = 19 + ext
-    size, rest = divmod(len(data) - start - len(_TRAILER), ROW.itemsize)
-    if rest:
-        raise ValueError(f"binary COPY: {rest} bytes past the last whole row")
-    rows = np.frombuffer(data, dtype=ROW, count=size, offset=start)
-    if size and not (rows["fields"] == len(_FIELDS)).all():
-        raise ValueError(f"binary COPY: rows without {len(_FIELDS)} fields")
-    for name, t in _FIELDS:
-        if size and not (rows[f"len_{name}"] == np.dtype(t).itemsize).all():
+    return 19 + int.from_bytes(data[15:19], "big")
+
+
+def _checked(rows: npt.NDArray[np.void], fields: Fields) -> npt.NDArray[np.void]:
+    if len(rows) and not (rows["fields"] == len(fields)).all():
+        raise ValueError(f"binary COPY: rows without {len(fields)} fields")
+    for name, t in fields:
+        if len(rows) and not (rows[f"len_{name}"] == np.dtype(t).itemsize).all():
             raise ValueError(f"binary COPY: {name} NULL or not {t}")
     return rows
+
+
+def parse_binary_copy(data: bytes | bytearray, fields: Fields = _FIELDS) -> npt.NDArray[np.void]:
+    """The rows of a ``COPY (...) TO STDOUT (FORMAT BINARY)`` stream of
+    ``fields`` (READ_SQL's by default) as a structured array (a view of
+    ``data``). Raises ``ValueError`` unless every row has the fields at
+    their widths (a NULL would have length -1)."""
+    row = row_dtype(fields)
+    start = _header_size(data)
+    if not data.endswith(_TRAILER):
+        raise ValueError("not a binary COPY stream")
+    size, rest = divmod(len(data) - start - len(_TRAILER), row.itemsize)
+    if rest:
+        raise ValueError(f"binary COPY: {rest} bytes past the last whole row")
+    return _checked(np.frombuffer(data, dtype=row, count=size, offset=start), fields)
+
+
+def stream_binary_copy(
+    blocks: Iterable[bytes | bytearray | memoryview], fields: Fields
+) -> Iterator[npt.NDArray[np.void]]:
+    """:func:`parse_binary_copy` of a stream that arrives in ``blocks``:
+    the whole rows of each block as they come (copies), so that memory holds
+    a block, not the stream. Raises ``ValueError`` as it does, and at the
+    end unless the stream ended with its trailer after a whole row."""
+    row = row_dtype(fields)
+    buf = bytearray()
+    started = False
+    for block in blocks:
+        buf += block
+        if not started:
+            if len(buf) < 19:
+                continue
+            del buf[: _header_size(buf)]
+            started = True
+        whole = (len(buf) // row.itemsize) * row.itemsize
+        if whole:
+            rows = np.frombuffer(bytes(buf[:whole]), dtype=row)
+            del buf[:whole]
+            yield _checked(rows, fields)
+    if not started or bytes(buf) != _TRAILER:
+        raise ValueError("binary COPY: the stream ends without its trailer after a whole row")
 
 
 @dataclass(frozen=True)

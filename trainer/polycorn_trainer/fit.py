@@ -590,7 +590,9 @@ def priors_of(cells: list[CellData]) -> Priors:
     """The ``prior`` rule's priors of a training set (:class:`Priors`): the
     Beta fitted (:func:`fit_beta_prior`) on every cell's failures and
     handovers, and the same without each trip. A property of the whole
-    training set, computed once per run and passed to every cell's fit.
+    training set, computed once per run and passed to every cell's fit
+    (:func:`priors_from_counts` has the arithmetic; a LinkDB run gives it
+    the counts from one aggregate over the fleet, ``data.fleet_priors``).
 
     The counts are the raw ones, not capped per train as a cell's own
     evidence is (:func:`capped_evidence`): the beta-binomial describes how
@@ -602,35 +604,56 @@ def priors_of(cells: list[CellData]) -> Priors:
     (20 %). The price: a train that reports failures on many cells raises
     the prior for every cell (each still needs failures from
     ``min_trains`` trains, counted capped); docs/trainer.md."""
-    tf = np.zeros(len(cells))
-    tn = np.zeros(len(cells))
-    fold_trip: list[I64] = []
-    fold_cell: list[I64] = []
-    fold_f: list[F64] = []
-    fold_n: list[F64] = []
+    cell: list[I64] = []
+    trip: list[I64] = []
+    f: list[F64] = []
+    n: list[F64] = []
     for i, c in enumerate(cells):
         if len(c.track_m) == 0:
             continue
         groups, _, f_gt, n_gt = _fold_counts(c)
-        f_g, n_g = f_gt.sum(axis=1), n_gt.sum(axis=1)
-        tf[i], tn[i] = f_g.sum(), n_g.sum()
-        k_f, k_n = tf[i] - f_g, tn[i] - n_g
-        fold_trip.append(groups.astype(np.int64))
-        fold_cell.append(np.full(len(groups), i, dtype=np.int64))
-        fold_f.append(k_f)
-        fold_n.append(k_n)
+        cell.append(np.full(len(groups), i, dtype=np.int64))
+        trip.append(groups.astype(np.int64))
+        f.append(f_gt.sum(axis=1))
+        n.append(n_gt.sum(axis=1))
+    if not cell:
+        return priors_from_counts([], [], [], [])
+    return priors_from_counts(*(np.concatenate(v) for v in (cell, trip, f, n)))
+
+
+# A trip with fewer handovers than this in the training set is judged with
+# the whole set's prior, not one fitted without it: leaving out one pass
+# moves the prior by about one cell's evidence in thousands, and LinkDB
+# makes every handover without a trip a trip of its own (one fit each).
+FOLD_PRIOR_MIN_HANDOVERS = 2
+
+
+def priors_from_counts(
+    cell: npt.ArrayLike, trip: npt.ArrayLike, f: npt.ArrayLike, n: npt.ArrayLike
+) -> Priors:
+    """:func:`priors_of` from the failures ``f`` and handovers ``n`` of each
+    (``cell``, ``trip``) pair, one row per pair in any order. Every trip
+    with at least FOLD_PRIOR_MIN_HANDOVERS handovers gets the prior fitted
+    without it; the rest use the whole set's (:meth:`Priors.fold`)."""
+    cells, ci = np.unique(np.asarray(cell, dtype=np.int64), return_inverse=True)
+    tr = np.asarray(trip, dtype=np.int64)
+    fr, nr = np.asarray(f, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    tf: F64 = np.bincount(ci, weights=fr, minlength=len(cells)).astype(np.float64)
+    tn: F64 = np.bincount(ci, weights=nr, minlength=len(cells)).astype(np.float64)
     out = Priors(fit_beta_prior(tf, tn))
-    if not fold_trip:
+    if len(tr) == 0:
         return out
-    trips, cell, ff, fn = (np.concatenate(v) for v in (fold_trip, fold_cell, fold_f, fold_n))
-    order = np.argsort(trips, kind="stable")
-    trips, cell, ff, fn = trips[order], cell[order], ff[order], fn[order]
-    starts = np.flatnonzero(np.r_[True, trips[1:] != trips[:-1]])
-    ends = np.r_[starts[1:], len(trips)]
+    order = np.argsort(tr, kind="stable")
+    tr, ci, fr, nr = tr[order], ci[order], fr[order], nr[order]
+    starts = np.flatnonzero(np.r_[True, tr[1:] != tr[:-1]])
+    ends = np.r_[starts[1:], len(tr)]
     for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        if nr[s:e].sum() < FOLD_PRIOR_MIN_HANDOVERS:
+            continue
         f_k, n_k = tf.copy(), tn.copy()
-        f_k[cell[s:e]], n_k[cell[s:e]] = ff[s:e], fn[s:e]
-        out.without_trip[int(trips[s])] = fit_beta_prior(f_k, n_k)
+        np.subtract.at(f_k, ci[s:e], fr[s:e])
+        np.subtract.at(n_k, ci[s:e], nr[s:e])
+        out.without_trip[int(tr[s])] = fit_beta_prior(f_k, n_k)
     return out
 
 

@@ -30,8 +30,8 @@ import psycopg
 
 from polycorn_schema.startup import pg_connect
 from polycorn_trainer.batch import Columns, Fitted, fit_columns
-from polycorn_trainer.data import Reader, Shard
-from polycorn_trainer.fit import CellData, CellResult, Counts, Params, fit_many
+from polycorn_trainer.data import Reader, Shard, fleet_priors
+from polycorn_trainer.fit import CellData, CellResult, Counts, Params, fit_many, priors_of
 from polycorn_trainer.kafka import produce_table
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.signing import TableSigner
@@ -219,10 +219,14 @@ def fit_stream(
     return results
 
 
-def fit_all(cells: list[CellData], o: Options, fit: Fit = fit_many) -> list[CellResult]:
-    """Fits every cell with ``fit`` (the reference by default), in worker
-    processes when there is more than one worker and enough cells
-    (:func:`fit_stream`)."""
+def fit_all(cells: list[CellData], o: Options, fit: Fit | None = None) -> list[CellResult]:
+    """Fits every cell with ``fit`` (the reference by default, under the
+    ``prior`` rule with the priors of all of ``cells``, not of each
+    worker's share), in worker processes when there is more than one worker
+    and enough cells (:func:`fit_stream`)."""
+    if fit is None:
+        priors = priors_of(cells) if o.params.rule == "prior" else None
+        fit = functools.partial(fit_many, priors=priors)
     chunks = _chunks(cells, _workers(o.workers))
     return [r for part in fit_stream(chunks, o, fit, total=len(cells), size=len) for r in part]
 
@@ -287,14 +291,24 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         t_read = time.monotonic()
         reader = Reader(conn, o.shard)
         in_shard = len(reader.shard_cells.key)
+        priors = None
+        if o.params.rule == "prior":
+            t_prior = time.monotonic()
+            priors = fleet_priors(conn)
+            log.info(
+                "the fleet's prior: Beta(%.3g, %.3g), %d trips held out, in %.1f s",
+                priors.all.a,
+                priors.all.b,
+                len(priors.without_trip),
+                time.monotonic() - t_prior,
+            )
         log.info("shard %s: %d cells; reading and fitting them", o.shard, in_shard)
         fitted = Fitted()
         # The reader goes on with the next pass while up to two passes' worth
         # of batches wait for the workers: it does not wait while they keep up.
         ahead = 2 * -(-reader.pass_handovers // BATCH_HANDOVERS)
-        for part in fit_stream(
-            _batches(reader), o, fit_columns, total=in_shard, size=len, ahead=ahead
-        ):
+        fit = functools.partial(fit_columns, priors=priors)
+        for part in fit_stream(_batches(reader), o, fit, total=in_shard, size=len, ahead=ahead):
             fitted.add(part)
         conn.commit()  # the read-only snapshot
         # Reading and fitting overlap: the fitting's share is what it added.
@@ -315,8 +329,11 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
         validation = summary_of(fitted.counts)
         kinds = fitted.kinds
         t_store = time.monotonic()
+        # The prior rule's tables depend on the fleet's prior too: it is
+        # stored with the model's parameters.
+        prior = {"prior": {"a": priors.all.a, "b": priors.all.b}} if priors else {}
         model_id, published = _store_and_publish(
-            conn, o, fitted.models, validation, handovers, routed=reader.routed
+            conn, o, fitted.models, validation, handovers, routed=reader.routed, extra=prior
         )
     if published is not None:
         send_table(o, published)
@@ -345,6 +362,7 @@ def _run(url: str, o: Options, m: Metrics, t0: float) -> dict[str, Any]:
             if published
             else None
         ),
+        **prior,
         "validation": validation,
     }
     _export(m, summary, kinds, published)
@@ -372,8 +390,10 @@ def _store_and_publish(
     handovers: int,
     *,
     routed: Sequence[int] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[int | None, Published | None]:
-    """Store the model (its id) and assemble the table from it, as the options ask."""
+    """Store the model (its id) and assemble the table from it, as the
+    options ask; ``extra``: stored with the parameters."""
     model_id: int | None = None
     published: Published | None = None
     if o.store:
@@ -381,7 +401,7 @@ def _store_and_publish(
             model_id = store_model(
                 conn,
                 results,
-                {**o.params.as_dict(), "shard": str(o.shard)},
+                {**o.params.as_dict(), "shard": str(o.shard), **(extra or {})},
                 validation,
                 handovers,
                 routed=routed,

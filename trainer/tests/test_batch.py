@@ -12,7 +12,16 @@ import numpy.typing as npt
 import pytest
 
 from polycorn_trainer.batch import Columns, fit_columns
-from polycorn_trainer.fit import CellData, Counts, Params, fit_cell, location_rows
+from polycorn_trainer.fit import (
+    BetaPrior,
+    CellData,
+    Counts,
+    Params,
+    Priors,
+    fit_cell,
+    location_rows,
+    priors_of,
+)
 
 PARAMS = {
     "default": Params(),
@@ -24,6 +33,8 @@ PARAMS = {
     "latest": Params(location_quantile=1.0),
     "median": Params(location_quantile=0.5, min_failures=2, min_failure_rate=0.05),
     "no margin": Params(location_margin_m=0.0),
+    "prior": Params(rule="prior"),
+    "prior, one train": Params(rule="prior", min_trains=1, failure_cost_ratio=12.0),
 }
 
 
@@ -142,9 +153,11 @@ def as_stored(params: dict[str, Any] | str) -> str:
 
 
 def assert_same(cells: list[CellData], p: Params) -> None:
-    """fit_columns on the batch of ``cells`` equals fit_cell on each."""
-    want = [fit_cell(c, p) for c in cells]
-    got = fit_columns(Columns.of(cells), p)
+    """fit_columns on the batch of ``cells`` equals fit_cell on each (under
+    the prior rule, both with the priors of ``cells``)."""
+    priors = priors_of(cells) if p.rule == "prior" else None
+    want = [fit_cell(c, p, priors) for c in cells]
+    got = fit_columns(Columns.of(cells), p, priors)
     assert len(got.models) == len(want)
     for w, g in zip(want, got.models, strict=True):
         assert (g.key, g.kind) == (w.key, w.kind)
@@ -215,6 +228,22 @@ def test_location_rows_is_the_reference_location(q: float, margin: float) -> Non
         got = location_rows(xs, kept, p)
         want: npt.NDArray[np.float64] = np.array([p.location(xs[k]) for k in kept])
         assert got.tobytes() == want.tobytes()
+
+
+def test_the_prior_rule_fits_with_the_priors_it_is_given() -> None:
+    cells = [c for c in generated(4, 60) if c.failed.any() and not c.failed.all()]
+    cols = Columns.of(cells)
+    with pytest.raises(ValueError, match="priors"):
+        fit_columns(cols, Params(rule="prior"))
+    p = Params(rule="prior", min_trains=1)
+
+    def tabled(prior: BetaPrior) -> int:
+        got = fit_columns(cols, p, Priors(prior))
+        return sum(m.predicted_failure_track_m is not None for m in got.models)
+
+    # Failures are certain under one prior and never happen under the other.
+    assert tabled(BetaPrior(1e6, 1.0)) == len(cells)
+    assert tabled(BetaPrior(1.0, 1e6)) == 0
 
 
 def test_a_batch_splits_into_the_same_cells() -> None:

@@ -20,8 +20,15 @@ import pytest
 
 from polycorn_ingest.routes import RouteSpec, store
 from polycorn_schema.testing import fresh_database
-from polycorn_trainer.data import Reader, Shard, load_cells, parse_binary_copy
-from polycorn_trainer.fit import Params
+from polycorn_trainer.data import (
+    Reader,
+    Shard,
+    fleet_priors,
+    load_cells,
+    parse_binary_copy,
+    stream_binary_copy,
+)
+from polycorn_trainer.fit import Params, priors_of
 from polycorn_trainer.run import Options, fit_all, run, summarise
 from polycorn_trainer.store import publish_table, store_model
 
@@ -159,10 +166,12 @@ def reference_run(url: str, o: Options) -> int:
         results = fit_all(loaded.cells, o)  # fit.fit_many: LinearSVC
         validation = summarise(loaded.cells, results)
         handovers = sum(len(c.track_m) for c in loaded.cells)
+        params = {**o.params.as_dict(), "shard": str(o.shard)}
+        if o.params.rule == "prior":
+            prior = priors_of(loaded.cells).all
+            params["prior"] = {"a": prior.a, "b": prior.b}
         with conn.transaction():
-            return store_model(
-                conn, results, {**o.params.as_dict(), "shard": str(o.shard)}, validation, handovers
-            )
+            return store_model(conn, results, params, validation, handovers)
 
 
 def stored(url: str, model_id: int) -> tuple[Any, list[tuple[Any, ...]]]:
@@ -201,8 +210,13 @@ def test_the_fleet_has_the_awkward_cases(db: str) -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [Params(), Params(location_quantile=None, min_trains=1), Params(min_failures=1)],
-    ids=["default", "mean-one-train", "one-failure"],
+    [
+        Params(),
+        Params(location_quantile=None, min_trains=1),
+        Params(min_failures=1),
+        Params(rule="prior", failure_cost_ratio=8.0),
+    ],
+    ids=["default", "mean-one-train", "one-failure", "prior"],
 )
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_run_stores_what_the_reference_stores(db: str, params: Params, workers: int) -> None:
@@ -235,6 +249,24 @@ def test_shards_read_the_same_cells_as_the_reference(db: str) -> None:
         assert s["validation"] == summarise(ref.cells, fit_all(ref.cells, o))
 
 
+def test_every_shard_gets_the_fleets_prior(db: str) -> None:
+    with psycopg.connect(db) as c:
+        everything = load_cells(c, Shard()).cells
+        got = fleet_priors(c)
+    want = priors_of(everything)
+    assert got == want
+    assert len(want.without_trip) > 20, "a prior fitted without each trip"
+    assert any(t < 0 for c in everything for t in c.trip), "trip-less handovers"
+    assert all(t > 0 for t in want.without_trip), "no fold prior for a lone handover"
+    p = Params(rule="prior", failure_cost_ratio=8.0)
+    summaries = [
+        run(db, Options(workers=1, shard=Shard(i, 3), params=p, store=False, publish=False))
+        for i in range(3)
+    ]
+    assert [s["prior"] for s in summaries] == [{"a": want.all.a, "b": want.all.b}] * 3
+    assert sum(s["validation"]["deployed"]["failures"] for s in summaries) > 0
+
+
 def test_the_published_table_is_the_references(db: str) -> None:
     o = Options(workers=2, params=Params(min_trains=1))
     reference = reference_run(db, o)
@@ -264,3 +296,22 @@ def test_the_reader_refuses_rows_that_are_not_its_own(db: str) -> None:
             parse_binary_copy(stream(bad))
     with pytest.raises(ValueError, match="not a binary COPY"):
         parse_binary_copy(b"1\t2\n")
+
+
+def test_a_copy_stream_parses_the_same_in_blocks(db: str) -> None:
+    fields = (("a", ">i8"), ("b", ">i8"))
+    q = "COPY (SELECT g::int8, -g::int8 FROM generate_series(1, 50) g) TO STDOUT (FORMAT BINARY)"
+    with psycopg.connect(db) as c, c.cursor().copy(q) as cp:
+        data = b"".join(bytes(d) for d in cp)
+    whole = parse_binary_copy(data, fields)
+    assert whole["a"].tolist() == list(range(1, 51)) and whole["b"][49] == -50
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        cuts = np.sort(rng.integers(0, len(data), int(rng.integers(0, 12))))
+        blocks = [data[i:j] for i, j in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        got = list(stream_binary_copy(blocks, fields))
+        for name in ("a", "b"):
+            assert [v for g in got for v in g[name].tolist()] == whole[name].tolist()
+    for short in (data[:-1], data[:-3], data[:10], b""):
+        with pytest.raises(ValueError, match="binary COPY"):
+            list(stream_binary_copy([short], fields))

@@ -298,6 +298,12 @@ def test_cli_once_writes_a_summary_and_reports_a_dead_database(
     assert rc == 0
     s = json.loads(out.read_text())
     assert s["table"]["version"] == 1 and s["cells"] == 2 * CELLS
+    # The prior rule, with its prior read over the fleet as the trainer's role.
+    prior = ["--rule", "prior", "--workers", "1", "--min-trains", "1", "--summary-json", str(out)]
+    rc = cli.main(["validate", "--database-url", service_url(db, "trainer"), *prior])
+    assert rc == 0
+    s = json.loads(out.read_text())
+    assert s["prior"]["a"] > 0 and s["prior"]["b"] > 0 and s["model_id"] is None
     # No server on the port: a starting server, waited for (bounded), then
     # one clear line.
     rc = cli.main(
@@ -327,6 +333,13 @@ def test_params_are_stored_with_the_model(db: str) -> None:
         row = c.execute("SELECT params FROM models WHERE id = %s", (s["model_id"],)).fetchone()
     assert row is not None
     assert row[0]["min_failures"] == 1 and row[0]["shard"] == "0/1"
+    assert "prior" not in row[0] and "prior" not in s
+    s = run(db, Options(workers=1, params=Params(rule="prior", failure_cost_ratio=9.0)))
+    with psycopg.connect(db) as c:
+        row = c.execute("SELECT params FROM models WHERE id = %s", (s["model_id"],)).fetchone()
+    assert row is not None
+    assert row[0]["rule"] == "prior" and row[0]["failure_cost_ratio"] == 9.0
+    assert row[0]["prior"] == s["prior"] and s["prior"]["a"] > 0
 
 
 def test_routed_cells_publish_their_route_point_and_line(db: str) -> None:
