@@ -175,8 +175,8 @@ def _parser() -> argparse.ArgumentParser:
             default=d.rule,
             help="what puts a cell into the table: 'threshold' (--min-failures and "
             "--min-failure-rate) or 'prior' (the cell's posterior failure probability under "
-            "a prior fitted across the fleet's cells against --failure-cost-ratio; not by "
-            f"follow, which refits a few cells) (default {d.rule})",
+            "a prior fitted across the fleet's cells against --failure-cost-ratio; follow "
+            f"uses the latest refit's) (default {d.rule})",
         )
         sp.add_argument(
             "--failure-cost-ratio",
@@ -352,11 +352,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         if a.cmd == "follow":
-            if a.rule == "prior":
-                # The prior belongs to the whole fleet (run reads it in one
-                # aggregate); an update of a few cells must not fall back to
-                # some other prior silently.
-                p.error("follow refits a few cells and has no fleet-wide prior: no --rule prior")
             if a.shard != Shard():
                 p.error("follow refits the cells of new failures wherever they are: no --shard")
             return _follow(a, _options(a, store=True, publish=True, kafka=kafka, signer=signer))

@@ -13,7 +13,10 @@ newer than every update before it and overrules them, and an update after
 it changes only the cells it refits. Nothing here loosens the table's rule:
 a cell enters on failures from ``min_trains`` trains (``fit.qualifies``),
 so one faulty train can no more put a cell into the fleet's table through
-the follower than through a refit.
+the follower than through a refit. Under the ``prior`` rule the cells are
+judged with the prior of the latest refit that used the rule (stored with
+its model): a few cells are not the fleet, and the prior is the fleet's.
+Until such a refit exists the follower leaves the cells to it.
 
 Which failures are new (:class:`Watermark`, pure): handover IDs come from
 one sequence, but ingest's transactions commit out of ID order (two
@@ -47,7 +50,7 @@ import psycopg
 
 from polycorn_schema.startup import pg_connect
 from polycorn_trainer.data import load_cell_ids
-from polycorn_trainer.fit import fit_many
+from polycorn_trainer.fit import BetaPrior, Priors, fit_many
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, send_table, summarise
 from polycorn_trainer.store import Published, publish_table, store_model
@@ -68,6 +71,14 @@ POSITIONS_SQL = """
 SELECT DISTINCT ON (m.cell) m.cell, m.predicted_failure_track_m FROM cell_models m
 WHERE m.cell = ANY(%(ids)s::bigint[])
 ORDER BY m.cell, m.model_id DESC
+"""
+
+# The fleet's prior as the latest refit under the prior rule stored it (a
+# follower's update stores the one it used, marked as an update).
+REFIT_PRIOR_SQL = """
+SELECT (params->'prior'->>'a')::float8, (params->'prior'->>'b')::float8 FROM models
+WHERE params->>'rule' = 'prior' AND params ? 'prior' AND NOT params ? 'update'
+ORDER BY id DESC LIMIT 1
 """
 
 
@@ -128,11 +139,6 @@ class Follower:
     """The follower's state across polls (one LinkDB connection)."""
 
     def __init__(self, conn: psycopg.Connection, o: Options, fo: FollowOptions) -> None:
-        if o.params.rule != "threshold":
-            raise ValueError(
-                f"follow: rule {o.params.rule!r} needs the fleet-wide prior, which an update of a "
-                "few cells does not see"
-            )
         self.conn, self.o, self.fo = conn, o, fo
         row = conn.execute("SELECT coalesce(max(id), 0) FROM handovers").fetchone()
         conn.commit()
@@ -181,12 +187,23 @@ class Follower:
         self.conn = conn
 
     def _update(self, ids: list[int], times: dict[int, list[float]], u: Update) -> None:
+        priors = self._refit_priors()
+        if self.o.params.rule == "prior" and priors is None:
+            log.warning(
+                "follow: no refit with the prior rule has stored the fleet's prior yet; "
+                "%d cells are left to the next refit",
+                len(ids),
+            )
+            u.cells = 0
+            return
         before = self._positions(ids)
         loaded = load_cell_ids(self.conn, ids)
         self.conn.commit()
-        results = fit_many(loaded.cells, self.o.params)
+        results = fit_many(loaded.cells, self.o.params, priors)
         handovers = sum(len(c.track_m) for c in loaded.cells)
         params = {**self.o.params.as_dict(), "update": "follow", "cells": len(ids)}
+        if priors is not None:
+            params["prior"] = {"a": priors.all.a, "b": priors.all.b}
         with self.conn.transaction():
             u.model_id = store_model(
                 self.conn, results, params, summarise(loaded.cells, results), handovers
@@ -206,6 +223,17 @@ class Follower:
                 if u.published.new:
                     u.carried_failure_times = self.carry
             self.unpublished, self.carry = False, []
+
+    def _refit_priors(self) -> Priors | None:
+        """Under the ``prior`` rule the latest refit's prior (module
+        docstring); ``None`` under the threshold rule or before that refit."""
+        if self.o.params.rule != "prior":
+            return None
+        row = self.conn.execute(REFIT_PRIOR_SQL).fetchone()
+        self.conn.commit()
+        if row is None or row[0] is None or row[1] is None:
+            return None
+        return Priors(BetaPrior(float(row[0]), float(row[1])))
 
     def _positions(self, ids: list[int]) -> dict[int, float | None]:
         """Each cell's table position (``None``: no entry) as its latest model has it."""

@@ -7,6 +7,7 @@ entry moved."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 from polycorn_harness.wait import wait_until
 from polycorn_schema.testing import compacted_topic, fresh_database
 from polycorn_trainer import follow
+from polycorn_trainer.fit import Params
 from polycorn_trainer.follow import Follower, FollowOptions, Update, Watermark, export
 from polycorn_trainer.metrics import Metrics
 from polycorn_trainer.run import Options, run, send_table
@@ -246,20 +248,66 @@ def test_a_flood_of_cells_is_refitted_a_bounded_number_per_poll(db: str) -> None
         assert f.poll(2).backlog == 0
 
 
-def test_the_prior_rule_is_refused(db: str) -> None:
-    from polycorn_trainer.fit import Params
+def test_under_the_prior_rule_the_follower_judges_with_the_refits_prior(db: str) -> None:
+    fleet = Fleet(db)
+    for k in range(12):
+        fleet.handovers("t1", k, succeeded=3)
+    o = Options(workers=1, params=Params(rule="prior", min_trains=1), publish=False)
 
-    with psycopg.connect(db) as conn, pytest.raises(ValueError, match="fleet-wide prior"):
-        Follower(conn, Options(params=Params(rule="prior")), FollowOptions())
+    def rest(prior: dict[str, float]) -> None:
+        with psycopg.connect(db) as c:
+            c.execute(
+                "UPDATE models SET params = jsonb_set(params, '{prior}', %s::jsonb) "
+                "WHERE id = (SELECT max(id) FROM models WHERE NOT params ? 'update')",
+                (json.dumps(prior),),
+            )
+
+    def stored_prior(model_id: int | None) -> object:
+        with psycopg.connect(db) as c:
+            row = c.execute("SELECT params FROM models WHERE id = %s", (model_id,)).fetchone()
+        assert row is not None
+        return row[0].get("prior")
+
+    with psycopg.connect(db) as conn:
+        f = Follower(conn, o, FollowOptions(lookback_s=60))
+        # No refit has stored the fleet's prior: the cell waits for the refit.
+        fleet.handovers("t2", 1, failed=6)
+        early = f.poll(0)
+        assert (early.failures, early.cells, early.model_id) == (6, 0, None)
+
+        s = run(db, o)
+        assert stored_prior(s["model_id"]) == s["prior"]
+        # The follower judges with the refit's stored prior, whatever it is:
+        # under one that makes failures all but impossible, no entry.
+        rest({"a": 1.0, "b": 1e6})
+        fleet.handovers("t2", 2, failed=6)
+        never = f.poll(1)
+        assert never.cells == 1 and stored_prior(never.model_id) == {"a": 1.0, "b": 1e6}
+        assert positions(db, [fleet.cells[2]]) == [None]
+        rest({"a": 1e6, "b": 1.0})
+        fleet.handovers("t2", 3, failed=1)
+        sure = f.poll(2)
+        assert sure.cells == 1 and stored_prior(sure.model_id) == {"a": 1e6, "b": 1.0}
+        assert positions(db, [fleet.cells[3]]) != [None]
 
 
-def test_the_cli_refuses_a_shard_and_the_prior_rule() -> None:
+def positions(url: str, cells: list[int]) -> list[float | None]:
+    """Each cell's table position as its latest model has it."""
+    with psycopg.connect(url) as c:
+        rows: dict[int, float | None] = dict(
+            c.execute(follow.POSITIONS_SQL, {"ids": cells}).fetchall()
+        )
+    return [rows.get(k) for k in cells]
+
+
+def test_the_cli_refuses_a_shard() -> None:
     from polycorn_trainer import cli
 
-    for extra in (["--shard", "1/2"], ["--rule", "prior"]):
-        with pytest.raises(SystemExit) as e:
-            cli.main(["follow", "--database-url", "postgresql://nobody@127.0.0.1:1/x", *extra])
-        assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        cli.main(
+            ["follow", "--database-url", "postgresql://nobody@127.0.0.1:1/x", "--shard", "1/2"]
+        )
+    assert e.value.code == 2
 
 
 def test_the_service_publishes_a_new_failures_table_and_stops_on_sigterm(db: str) -> None:
