@@ -77,7 +77,7 @@ import numpy as np
 import numpy.typing as npt
 import sklearn
 from scipy.optimize import minimize
-from scipy.special import betaln, digamma
+from scipy.special import betaln, digamma, polygamma
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
@@ -200,6 +200,8 @@ PRIOR_FALLBACK_WEIGHT = 2.0
 # The optimiser's box on log a and log b: a + b up to 1e5 passes of weight
 # (no spread between cells) and down to 1e-4 (all spread).
 _LOG_AB_BOUNDS = (math.log(1e-4), math.log(1e5))
+# Newton's steps end when a step moves a and b by less than this share.
+_NEWTON_RTOL = 1e-11
 
 
 @dataclass(frozen=True)
@@ -216,36 +218,81 @@ class BetaPrior:
         return out
 
 
-def _pooled_prior(f: F64, n: F64) -> BetaPrior:
-    """The fallback prior: the pooled failure share (with half a failure in
-    one pass added, so that it is never 0 or 1) at a weight of
-    PRIOR_FALLBACK_WEIGHT passes."""
-    m = (float(f.sum()) + 0.5) / (float(n.sum()) + 1.0)
+def _pooled_prior(f: float, n: float) -> BetaPrior:
+    """The fallback prior: the pooled failure share of ``f`` failures in
+    ``n`` passes (with half a failure in one pass added, so that it is never
+    0 or 1) at a weight of PRIOR_FALLBACK_WEIGHT passes."""
+    m = (f + 0.5) / (n + 1.0)
     return BetaPrior(m * PRIOR_FALLBACK_WEIGHT, (1.0 - m) * PRIOR_FALLBACK_WEIGHT)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Cells' evidence as the prior's likelihood sees it: the distinct
+    (failures, successes) pairs of the cells with passes, sorted, and how
+    many cells have each (cells with the same evidence contribute the same
+    term, so a fit costs the distinct pairs, not the cells)."""
+
+    fs: F64
+    ss: F64
+    cells: F64
+
+    @classmethod
+    def of(cls, f: F64, n: F64) -> Evidence:
+        """Of cells with ``f`` failures in ``n`` passes each; cells without
+        passes or with non-finite counts are left out, ``f`` is clipped to
+        [0, n]."""
+        f = np.asarray(f, dtype=np.float64)
+        n = np.asarray(n, dtype=np.float64)
+        keep = np.isfinite(f) & np.isfinite(n) & (n > 0)
+        f, n = np.clip(f[keep], 0.0, n[keep]), n[keep]
+        return cls.counted(f, n - f, np.ones(len(f)))
+
+    @classmethod
+    def counted(cls, fs: F64, ss: F64, w: F64) -> Evidence:
+        """Of pairs (``fs``, ``ss``) weighted ``w`` (negative: cells taken
+        out), repeated pairs merged and pairs left with no cell dropped."""
+        if len(fs) == 0:
+            return cls(np.zeros(0), np.zeros(0), np.zeros(0))
+        pairs, inv = np.unique(np.column_stack([fs, ss]), axis=0, return_inverse=True)
+        cells = np.bincount(inv.ravel(), weights=w, minlength=len(pairs))
+        keep = cells > 0.5
+        return cls(pairs[keep, 0], pairs[keep, 1], np.round(cells[keep]))
 
 
 def fit_beta_prior(f: F64, n: F64) -> BetaPrior:
     """The Beta(a, b) that maximises the beta-binomial marginal likelihood
     of ``f`` failures in ``n`` passes per cell (empirical Bayes: the cells
     of the training set tell how failure probabilities are spread over
-    cells). Never raises and never returns NaN: cells without passes are
-    ignored; with fewer than PRIOR_MIN_CELLS cells, no failure or no success
-    at all (where the likelihood has no maximum), or an optimiser that does
-    not find one, it is the pooled fallback (:func:`_pooled_prior`)."""
-    f = np.asarray(f, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    keep = np.isfinite(f) & np.isfinite(n) & (n > 0)
-    f, n = np.clip(f[keep], 0.0, n[keep]), n[keep]
-    if len(n) == 0:
-        return BetaPrior(1.0, 1.0)
-    fallback = _pooled_prior(f, n)
-    if len(n) < PRIOR_MIN_CELLS or not f.any() or (f >= n).all():
-        return fallback
-    # Cells with the same evidence contribute the same term: fit on the
-    # distinct (f, n) pairs, weighted (np.unique sorts: deterministic).
-    pairs, w = np.unique(np.column_stack([f, n - f]), axis=0, return_counts=True)
-    fs, ss, wt = pairs[:, 0], pairs[:, 1], w.astype(np.float64)
+    cells); :func:`fit_evidence` of :meth:`Evidence.of`."""
+    return fit_evidence(Evidence.of(f, n))
+
+
+def fit_evidence(e: Evidence, start: BetaPrior | None = None) -> BetaPrior:
+    """:func:`fit_beta_prior` of cells' :class:`Evidence`. Never raises and
+    never returns NaN: with fewer than PRIOR_MIN_CELLS cells, no failure or
+    no success at all (where the likelihood has no maximum), or an
+    optimiser that does not find one, it is the pooled fallback
+    (:func:`_pooled_prior`); with no cell at all, Beta(1, 1).
+
+    The maximum is found by L-BFGS-B from the pooled mean at a weight of
+    ten passes, then refined by Newton's method (:func:`_newton`) to where
+    a step moves (a, b) by less than _NEWTON_RTOL, so that the result does
+    not depend on where the search began. Given ``start`` (a nearby
+    maximum: a fold starts at the whole set's), Newton's method alone,
+    which takes a few steps where L-BFGS-B takes many."""
+    fs, ss, wt = e.fs, e.ss, e.cells
     total = float(wt.sum())
+    if total == 0:
+        return BetaPrior(1.0, 1.0)
+    f_sum, n_sum = float((wt * fs).sum()), float((wt * (fs + ss)).sum())
+    fallback = _pooled_prior(f_sum, n_sum)
+    if total < PRIOR_MIN_CELLS or not (fs > 0).any() or (ss == 0).all():
+        return fallback
+    if start is not None:
+        near = _newton(e, start.a, start.b)
+        if near is not None:
+            return near
 
     def nll(v: F64) -> tuple[float, F64]:
         a, b = math.exp(v[0]), math.exp(v[1])
@@ -259,8 +306,7 @@ def fit_beta_prior(f: F64, n: F64) -> BetaPrior:
         )
         return -ll, -np.array([da * a, db * b])
 
-    # Start at the method of moments (the pooled mean, a weight of ten passes).
-    m = float(f.sum() / n.sum())
+    m = f_sum / n_sum
     x0 = np.log([m * 10.0, (1.0 - m) * 10.0])
     try:
         with np.errstate(all="ignore"):
@@ -270,7 +316,53 @@ def fit_beta_prior(f: F64, n: F64) -> BetaPrior:
     a, b = math.exp(float(r.x[0])), math.exp(float(r.x[1]))
     if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(float(r.fun))):
         return fallback
-    return BetaPrior(a, b)
+    return _newton(e, a, b) or BetaPrior(a, b)
+
+
+def _newton(e: Evidence, a: float, b: float, steps: int = 50) -> BetaPrior | None:
+    """The beta-binomial likelihood's maximum near (``a``, ``b``) by Newton's
+    method on (a, b), each step halved until the likelihood does not fall;
+    ``None`` where the Hessian is not that of a maximum, a step leaves the
+    optimiser's box (_LOG_AB_BOUNDS) or it does not converge."""
+    fs, ss, wt = e.fs, e.ss, e.cells
+    ns, total = fs + ss, float(wt.sum())
+
+    def ll(a: float, b: float) -> float:
+        return float((wt * betaln(fs + a, ss + b)).sum()) - total * float(betaln(a, b))
+
+    lo, hi = (math.exp(x) for x in _LOG_AB_BOUNDS)
+    with np.errstate(all="ignore"):
+        cur = ll(a, b)
+        for _ in range(steps):
+            d_ab, t_ab = digamma(ns + a + b), polygamma(1, ns + a + b)
+            d0, t0 = float(digamma(a + b)), float(polygamma(1, a + b))
+            ga = float((wt * (digamma(fs + a) - d_ab)).sum()) - total * (float(digamma(a)) - d0)
+            gb = float((wt * (digamma(ss + b) - d_ab)).sum()) - total * (float(digamma(b)) - d0)
+            t_a, t_b = float(polygamma(1, a)), float(polygamma(1, b))
+            haa = float((wt * (polygamma(1, fs + a) - t_ab)).sum()) - total * (t_a - t0)
+            hbb = float((wt * (polygamma(1, ss + b) - t_ab)).sum()) - total * (t_b - t0)
+            hab = total * t0 - float((wt * t_ab).sum())
+            det = haa * hbb - hab * hab
+            if not (haa < 0 and det > 0 and math.isfinite(det)):
+                return None
+            da, db = (hab * gb - hbb * ga) / det, (hab * ga - haa * gb) / det
+            step = 1.0
+            while True:
+                na, nb = a + step * da, b + step * db
+                if na > 0 and nb > 0:
+                    new = ll(na, nb)
+                    if math.isfinite(new) and new >= cur - 1e-12 * abs(cur):
+                        break
+                step /= 2
+                if step < 1e-6:
+                    return None
+            done = abs(na - a) <= _NEWTON_RTOL * a and abs(nb - b) <= _NEWTON_RTOL * b
+            a, b, cur = na, nb, new
+            if not (lo <= a <= hi and lo <= b <= hi):
+                return None
+            if done:
+                return BetaPrior(a, b)
+    return None
 
 
 @dataclass(frozen=True)
@@ -520,7 +612,7 @@ def qualifies(f: F64, n: F64, p: Params, prior: tuple[F64, F64] | BetaPrior | No
     tf, tn, failing_trains = capped_evidence(f, n, p)
     if p.rule == "prior":
         if prior is None:
-            prior = _pooled_prior(tf, tn)
+            prior = _pooled_prior(float(tf.sum()), float(tn.sum()))
         a, b = (prior.a, prior.b) if isinstance(prior, BetaPrior) else prior
         post = (tf + a) / (tn + a + b)
         ok: B = (tf > 0) & (post > p.hold_bar)
@@ -634,13 +726,16 @@ def priors_from_counts(
     """:func:`priors_of` from the failures ``f`` and handovers ``n`` of each
     (``cell``, ``trip``) pair, one row per pair in any order. Every trip
     with at least FOLD_PRIOR_MIN_HANDOVERS handovers gets the prior fitted
-    without it; the rest use the whole set's (:meth:`Priors.fold`)."""
+    without it; the rest use the whole set's (:meth:`Priors.fold`). A
+    fold's evidence is the whole set's with the trip's cells replaced by
+    themselves without it, so it costs the trip's cells, not the set's."""
     cells, ci = np.unique(np.asarray(cell, dtype=np.int64), return_inverse=True)
     tr = np.asarray(trip, dtype=np.int64)
     fr, nr = np.asarray(f, dtype=np.float64), np.asarray(n, dtype=np.float64)
     tf: F64 = np.bincount(ci, weights=fr, minlength=len(cells)).astype(np.float64)
     tn: F64 = np.bincount(ci, weights=nr, minlength=len(cells)).astype(np.float64)
-    out = Priors(fit_beta_prior(tf, tn))
+    whole = Evidence.of(tf, tn)
+    out = Priors(fit_evidence(whole))
     if len(tr) == 0:
         return out
     order = np.argsort(tr, kind="stable")
@@ -650,10 +745,16 @@ def priors_from_counts(
     for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
         if nr[s:e].sum() < FOLD_PRIOR_MIN_HANDOVERS:
             continue
-        f_k, n_k = tf.copy(), tn.copy()
-        np.subtract.at(f_k, ci[s:e], fr[s:e])
-        np.subtract.at(n_k, ci[s:e], nr[s:e])
-        out.without_trip[int(tr[s])] = fit_beta_prior(f_k, n_k)
+        c = np.unique(ci[s:e])
+        f_k = np.bincount(ci[s:e], weights=fr[s:e], minlength=len(cells))[c]
+        n_k = np.bincount(ci[s:e], weights=nr[s:e], minlength=len(cells))[c]
+        old, new = Evidence.of(tf[c], tn[c]), Evidence.of(tf[c] - f_k, tn[c] - n_k)
+        fold = Evidence.counted(
+            np.concatenate([whole.fs, old.fs, new.fs]),
+            np.concatenate([whole.ss, old.ss, new.ss]),
+            np.concatenate([whole.cells, -old.cells, new.cells]),
+        )
+        out.without_trip[int(tr[s])] = fit_evidence(fold, out.all)
     return out
 
 

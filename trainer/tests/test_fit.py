@@ -9,9 +9,12 @@ from polycorn_trainer.fit import (
     BetaPrior,
     CellData,
     Counts,
+    Evidence,
     Params,
+    _newton,
     fit_beta_prior,
     fit_cell,
+    fit_evidence,
     fit_many,
     fold_tabled,
     priors_of,
@@ -524,6 +527,35 @@ def test_each_fold_is_judged_with_the_prior_fitted_without_its_trip() -> None:
     assert ok.tolist() == [True, False, False, False]
     _, deployed = validate_cell(c, p, rigged)
     assert deployed.failures_without_prediction == 1  # trip 2's failure: no table
+
+
+def test_the_prior_does_not_depend_on_where_its_search_starts() -> None:
+    rng = np.random.default_rng(5)
+    n = rng.integers(1, 40, 3000).astype(np.float64)
+    f = np.minimum(rng.binomial(n.astype(int), rng.beta(0.8, 9.0, 3000)), n).astype(np.float64)
+    e = Evidence.of(f, n)
+    assert e.cells.sum() == 3000 and len(e.fs) < 3000, "cells with the same evidence merged"
+    best = fit_evidence(e)
+    for sa, sb in ((1.4, 0.7), (0.8, 1.2), (1.0, 1.0)):
+        # Newton's method converges from near the maximum (a fold starts at
+        # the whole set's), not only the slow path from afar.
+        got = _newton(e, best.a * sa, best.b * sb)
+        assert got is not None
+        assert got.a == pytest.approx(best.a, rel=1e-9)
+        assert got.b == pytest.approx(best.b, rel=1e-9)
+    # A fold's evidence: the whole set's with some cells replaced.
+    k = slice(0, 500)
+    fk, nk = f.copy(), n.copy()
+    fk[k], nk[k] = np.maximum(f[k] - 1, 0), n[k] - 1
+    old, new = Evidence.of(f[k], n[k]), Evidence.of(fk[k], nk[k])
+    fold = Evidence.counted(
+        np.concatenate([e.fs, old.fs, new.fs]),
+        np.concatenate([e.ss, old.ss, new.ss]),
+        np.concatenate([e.cells, -old.cells, new.cells]),
+    )
+    direct = Evidence.of(fk, nk)
+    for name in ("fs", "ss", "cells"):
+        assert getattr(fold, name).tolist() == getattr(direct, name).tolist()
 
 
 def test_the_prior_never_raises_nor_returns_nan() -> None:
