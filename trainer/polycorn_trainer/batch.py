@@ -377,10 +377,7 @@ def _fit_fast(
     groups, inv = np.unique(cols.trip[s:e], return_inverse=True)
     _, tinv = np.unique(cols.train[s:e], return_inverse=True)
     c = _Cell(x, y, inv, int(inv.max()) + 1, tinv, int(tinv.max()) + 1)
-    fold_prior = None
-    if priors is not None:
-        folds = [priors.fold(int(t)) for t in groups]
-        fold_prior = (np.array([b.a for b in folds]), np.array([b.b for b in folds]))
+    fold_prior = None if priors is None else priors.folds(groups)
     params: dict[str, Any] = {
         "handovers": n,
         "failures": nf,

@@ -296,15 +296,8 @@ def fit_evidence(e: Evidence, start: BetaPrior | None = None) -> BetaPrior:
 
     def nll(v: F64) -> tuple[float, F64]:
         a, b = math.exp(v[0]), math.exp(v[1])
-        ll = float((wt * betaln(fs + a, ss + b)).sum()) - total * float(betaln(a, b))
-        dab = digamma(fs + ss + a + b)
-        da = float((wt * (digamma(fs + a) - dab)).sum()) - total * (
-            float(digamma(a)) - float(digamma(a + b))
-        )
-        db = float((wt * (digamma(ss + b) - dab)).sum()) - total * (
-            float(digamma(b)) - float(digamma(a + b))
-        )
-        return -ll, -np.array([da * a, db * b])
+        da, db = _gradient(e, a, b)
+        return -_loglik(e, a, b), -np.array([da * a, db * b])
 
     m = f_sum / n_sum
     x0 = np.log([m * 10.0, (1.0 - m) * 10.0])
@@ -319,6 +312,22 @@ def fit_evidence(e: Evidence, start: BetaPrior | None = None) -> BetaPrior:
     return _newton(e, a, b) or BetaPrior(a, b)
 
 
+def _loglik(e: Evidence, a: float, b: float) -> float:
+    """The beta-binomial log marginal likelihood of ``e`` under Beta(a, b),
+    up to a constant."""
+    wt = e.cells
+    return float((wt * betaln(e.fs + a, e.ss + b)).sum()) - float(wt.sum()) * float(betaln(a, b))
+
+
+def _gradient(e: Evidence, a: float, b: float) -> tuple[float, float]:
+    """:func:`_loglik`'s derivatives in a and b."""
+    wt, total = e.cells, float(e.cells.sum())
+    d_ab, d0 = digamma(e.fs + e.ss + a + b), float(digamma(a + b))
+    ga = float((wt * (digamma(e.fs + a) - d_ab)).sum()) - total * (float(digamma(a)) - d0)
+    gb = float((wt * (digamma(e.ss + b) - d_ab)).sum()) - total * (float(digamma(b)) - d0)
+    return ga, gb
+
+
 def _newton(e: Evidence, a: float, b: float, steps: int = 50) -> BetaPrior | None:
     """The beta-binomial likelihood's maximum near (``a``, ``b``) by Newton's
     method on (a, b), each step halved until the likelihood does not fall;
@@ -326,18 +335,12 @@ def _newton(e: Evidence, a: float, b: float, steps: int = 50) -> BetaPrior | Non
     optimiser's box (_LOG_AB_BOUNDS) or it does not converge."""
     fs, ss, wt = e.fs, e.ss, e.cells
     ns, total = fs + ss, float(wt.sum())
-
-    def ll(a: float, b: float) -> float:
-        return float((wt * betaln(fs + a, ss + b)).sum()) - total * float(betaln(a, b))
-
     lo, hi = (math.exp(x) for x in _LOG_AB_BOUNDS)
     with np.errstate(all="ignore"):
-        cur = ll(a, b)
+        cur = _loglik(e, a, b)
         for _ in range(steps):
-            d_ab, t_ab = digamma(ns + a + b), polygamma(1, ns + a + b)
-            d0, t0 = float(digamma(a + b)), float(polygamma(1, a + b))
-            ga = float((wt * (digamma(fs + a) - d_ab)).sum()) - total * (float(digamma(a)) - d0)
-            gb = float((wt * (digamma(ss + b) - d_ab)).sum()) - total * (float(digamma(b)) - d0)
+            t_ab, t0 = polygamma(1, ns + a + b), float(polygamma(1, a + b))
+            ga, gb = _gradient(e, a, b)
             t_a, t_b = float(polygamma(1, a)), float(polygamma(1, b))
             haa = float((wt * (polygamma(1, fs + a) - t_ab)).sum()) - total * (t_a - t0)
             hbb = float((wt * (polygamma(1, ss + b) - t_ab)).sum()) - total * (t_b - t0)
@@ -350,7 +353,7 @@ def _newton(e: Evidence, a: float, b: float, steps: int = 50) -> BetaPrior | Non
             while True:
                 na, nb = a + step * da, b + step * db
                 if na > 0 and nb > 0:
-                    new = ll(na, nb)
+                    new = _loglik(e, na, nb)
                     if math.isfinite(new) and new >= cur - 1e-12 * abs(cur):
                         break
                 step /= 2
@@ -377,6 +380,11 @@ class Priors:
 
     def fold(self, trip: int) -> BetaPrior:
         return self.without_trip.get(trip, self.all)
+
+    def folds(self, trips: I64) -> tuple[F64, F64]:
+        """The (a, b) of each of ``trips``' folds, as arrays (:func:`qualifies`)."""
+        folds = [self.fold(int(t)) for t in trips]
+        return np.array([b.a for b in folds]), np.array([b.b for b in folds])
 
 
 @dataclass
@@ -745,9 +753,9 @@ def priors_from_counts(
     for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
         if nr[s:e].sum() < FOLD_PRIOR_MIN_HANDOVERS:
             continue
-        c = np.unique(ci[s:e])
-        f_k = np.bincount(ci[s:e], weights=fr[s:e], minlength=len(cells))[c]
-        n_k = np.bincount(ci[s:e], weights=nr[s:e], minlength=len(cells))[c]
+        c, at = np.unique(ci[s:e], return_inverse=True)
+        f_k = np.bincount(at, weights=fr[s:e], minlength=len(c))
+        n_k = np.bincount(at, weights=nr[s:e], minlength=len(c))
         old, new = Evidence.of(tf[c], tn[c]), Evidence.of(tf[c] - f_k, tn[c] - n_k)
         fold = Evidence.counted(
             np.concatenate([whole.fs, old.fs, new.fs]),
@@ -850,8 +858,7 @@ def fold_tabled(c: CellData, p: Params, priors: Priors | None = None) -> tuple[I
     prior: tuple[F64, F64] | None = None
     if p.rule == "prior":
         pr = _priors(c, p, priors)
-        folds = [pr.fold(int(t)) for t in groups]
-        prior = (np.array([b.a for b in folds]), np.array([b.b for b in folds]))
+        prior = pr.folds(groups)
     ok = qualifies(f_gt.sum(axis=0) - f_gt, n_gt.sum(axis=0) - n_gt, p, prior)
     return groups, inv, ok
 
