@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from polycorn_bench import capacity, hol, hrsch, losttime, schedevents, stalls, variants
+from polycorn_bench import capacity, costs, hol, hrsch, losttime, schedevents, stalls, variants
 from polycorn_bench.flows import (
     IM_REFERENCE,
     OVERALL,
@@ -447,6 +447,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
     im = im_summary(ls, schemes, run.users)
     extra = hrsch.extra_traffic(ls, schemes, run.issues)
     hof, hof_note = hrsch.hof_recovery(flows, ls, schemes, backlogs)
+    handover_costs, costs_note = costs.handover_costs(ls, backlogs, schemes)
     backlog = backlog_summary(backlogs, schemes)
     best, best_note = capacity.best_single_carrier(backlogs, schemes)
     if backlog is not None and best is not None:
@@ -462,6 +463,8 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         notes["hrsch"] = "hrsch did not run: hrsch_vs_baselines and im_hrsch are null"
     if hof_note:
         notes["hof_recovery"] = hof_note
+    if costs_note:
+        notes["handover_costs"] = costs_note
     if backlog is None:
         notes["backlog"] = BACKLOG_NOTE
     elif best_note:
@@ -495,6 +498,7 @@ def analyse_link_set(ls: LinkSetRun, run: Run) -> dict[str, Any]:
         "reinjection_overhead": hrsch.reinjection_overhead(extra),
         "reinjection_overhead_vs_paper": hrsch.reinjection_vs_paper(extra),
         "hof_recovery": hof,
+        "handover_costs": handover_costs,
         "scheduler_events": schedevents.scheduler_events(ls, schemes),
         "path_events": schedevents.path_events(ls, schemes),
         "best_single_carrier": best,

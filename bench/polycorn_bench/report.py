@@ -401,8 +401,59 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
     return out
 
 
+def _costs_section(ls: dict[str, Any]) -> list[str]:
+    """What a caught failure saves and a needless hold costs (polycorn_bench.costs)."""
+    costs = ls.get("handover_costs")
+    note = ls.get("notes", {}).get("handover_costs")
+    if not costs:
+        return [f"*handover_costs: {note}.*", ""] if note else []
+    out = [
+        "### What a caught failure saves and a needless hold costs",
+        "",
+        "Each pipeline with no table (@none), the trip's oracle table (@oracle) and the "
+        "oracle plus every cell the trip hands over in (@every), side by side; over the "
+        "backlog download's window, saved per failure = (oracle − none) bytes / failed "
+        "handovers, cost per hold = (oracle − every) bytes / successful handovers, summed "
+        "over trips. A cell pays its place in the table above p* = C_hold / (C_fail + "
+        "C_hold) = 1 / (1 + r). [95 %: bootstrap over trips.]",
+        "",
+    ]
+    rows = []
+    for p, c in costs.items():
+        r_ci = c["cost_ratio_ci95"]
+        r_hi = "∞" if r_ci[1] is None else f"{r_ci[1]:.1f}"
+        rows.append(
+            [
+                f"`{p}`",
+                f"{c['trips']} ({c['failed']} / {c['succeeded']})",
+                _f(c["saved_per_failure_mb"])
+                + _ci(c["saved_per_failure_mb_ci95"])
+                + f" ({_f(c['saved_per_failure_s'], 1)} s)",
+                _f(c["cost_per_hold_mb"], 3)
+                + _ci(c["cost_per_hold_mb_ci95"])
+                + f" ({_f(c['cost_per_hold_s'], 2)} s)",
+                _f(c["threshold_p"], 3) + _ci(c["threshold_p_ci95"]),
+                f"{_f(c['cost_ratio'], 1)} [{_f(r_ci[0], 1)}, {r_hi}]",
+            ]
+        )
+    out += _table(
+        [
+            "pipeline",
+            "trips (failed / successful handovers)",
+            "saved per caught failure, MB (s of goodput)",
+            "cost per needless hold, MB (s)",
+            "threshold p*",
+            "r = C_fail / C_hold",
+        ],
+        rows,
+    )
+    out.append("")
+    return out
+
+
 #: Notes shown with the backlog and capacity sections instead of the HRSCH section's.
 CAPACITY_NOTES = (
+    "handover_costs",
     "backlog",
     "best_single_carrier",
     "capacity_share",
@@ -1042,6 +1093,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out += _bulk_by_handovers_section(ls)
         out += _backlog_section(ls)
         out += _capacity_section(ls)
+        out += _costs_section(ls)
         out += _hol_section(ls)
         out += _variants_section(ls)
         out += _sched_events_section(ls)

@@ -2,8 +2,9 @@
 
     PROFILE=<profile> python -m polycorn_benchrun.hsr
 
-Profiles: demo, ci, short, full, long, precision, recovery, concurrency, sweep,
-transport, transport-unseen, transport-bulk (docs/benchmarks.md says what each runs).
+Profiles: demo, ci, short, full, long, precision, recovery, costs, concurrency,
+sweep, transport, transport-unseen, transport-bulk (docs/benchmarks.md says what
+each runs).
 
 For each link set and trip, one copy of the topology per scheme (the harness's
 :class:`~polycorn_harness.topology.Topology` over testbed/topology.sh, prefixes
@@ -170,6 +171,15 @@ TABLE_VARIANTS = {
     "early": ["--location-quantile", "0.1"],
     "mean": ["--location-quantile", "mean"],
 }
+#: Tables built from the measured trip's own events (NAME@oracle: every cell where it fails;
+#: NAME@every: every cell it hands over in, the oracle plus a hold before every handover that
+#: succeeds), and NAME@none: no table at all. Files under the trip's directory.
+TRIP_TABLE_FILES = {
+    "oracle": "failure-table-truth.json",
+    "every": "failure-table-every.json",
+    "none": "",
+}
+TRIP_TABLES = tuple(TRIP_TABLE_FILES)
 
 
 @dataclass(frozen=True)
@@ -268,6 +278,14 @@ PROFILES: dict[str, Profile] = {
         FULL, hsr_trips=16, sets="hsr", load_start="45", phases="backlog",
         schemes="minrtt hrsch hrsch@oracle hrsch@mean hrsch+ hrsch+lead100", parallel=4,
         result="hsr-recovery",
+    ),
+    # What a caught failure saves and what a needless hold costs, on the default pipeline:
+    # the trainer's decision rule weighs the two (polycorn_bench.costs).
+    # The decision rule is chosen here, so it is measured on a development route.
+    "costs": replace(
+        FULL, hsr_trips=24, sets="hsr", load_start="45", phases="backlog", route_seed=1,
+        schemes="minrtt hrsch+@none hrsch+@oracle hrsch+@every",
+        parallel=4, result="hsr-costs",
     ),
 }  # fmt: skip
 
@@ -431,10 +449,9 @@ def _schemes(v: str) -> list[str]:
     if "minrtt" not in schemes:
         raise BenchError("SCHEMES must include minrtt (the reference of every ratio)")
     for s in schemes:
-        if "@" in s and s.split("@", 1)[1] not in ("oracle", *TABLE_VARIANTS):
-            raise BenchError(
-                f"scheme {s!r}: the only table suffixes are @oracle, @broad, @early and @mean"
-            )
+        if "@" in s and s.split("@", 1)[1] not in TRIP_TABLES + tuple(TABLE_VARIANTS):
+            suffixes = ", ".join(f"@{t}" for t in TRIP_TABLES + tuple(TABLE_VARIANTS))
+            raise BenchError(f"scheme {s!r}: the only table suffixes are {suffixes}")
         pipe = s.split("@", 1)[0]
         if "~" in pipe and not re.fullmatch(r"[^~]+~[a-z0-9_-]{1,20}", pipe):
             raise BenchError(
@@ -599,17 +616,19 @@ class Bench:
         proxy_args: Sequence[str] = (),
     ) -> None:
         """One copy replaying ``tdir/trip``. NAME@oracle is the pipeline NAME with the
-        trip's oracle table instead of the run's, NAME@broad/@early/@mean with the
+        trip's oracle table instead of the run's, NAME@every with every cell the trip
+        hands over in, NAME@none with no table, NAME@broad/@early/@mean with the
         trainer's table at other parameters; NAME~CC runs NAME with relay and proxy
         ``--subflow-cc CC``."""
         if "@" in scheme:
             which = scheme.split("@", 1)[1]
             f = (
-                tdir / "failure-table-truth.json"
-                if which == "oracle"
+                tdir / TRIP_TABLE_FILES[which]
+                if which in TRIP_TABLE_FILES
                 else self.run / f"failure-table-{which}.json"
             )
-            table = f if tdir.parent == self.run / "hsr" and f.exists() else None
+            hsr = tdir.parent == self.run / "hsr"
+            table = f if which != "none" and hsr and f.exists() else None
         pipeline = scheme.split("@", 1)[0]
         relay, proxy = list(relay_args), list(proxy_args)
         direct_cc: str | None = None
@@ -942,6 +961,15 @@ class Bench:
             )
             n = len(json.loads(truth.read_text())["entries"])
             log(f"{link_set}/{tid}: oracle failure table, {n} cells")
+        if link_set == "hsr" and uses_table(s, "every"):
+            # The oracle plus a hold before every handover that succeeds.
+            every = tdir / TRIP_TABLE_FILES["every"]
+            run(
+                [str(s.bin / "polycorn-tracegen"), "failure-table", "--events"]
+                + [str(tdir / "trip" / "events.jsonl"), "--every-handover", "--out", str(every)]
+            )
+            n = len(json.loads(every.read_text())["entries"])
+            log(f"{link_set}/{tid}: every-handover table, {n} cells")
         if link_set == "hsr" and s.table == "previous":
             table = self.run / "failure-table.json"
         elif link_set == "hsr" and s.table == "truth":

@@ -7,7 +7,8 @@
 //! but `success` (the generator writes `success`, `rlf` for type II and `nas` for type III). The
 //! predicted failure location of a key is POLYCORN's (§3): the mean track position (`handover_start`
 //! `track_m`) of its past failures. A key enters the table when it has at least `min_failures`
-//! failures and a failure share of at least `min_failure_rate`.
+//! failures and a failure share of at least `min_failure_rate`, or, with [`Select::EveryHandover`],
+//! whenever it was handed over.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -235,6 +236,8 @@ pub struct KeyStats {
     pub failures: u64,
     /// Sum of the failures' track positions, m.
     pub failure_track_sum_m: f64,
+    /// Sum of every handover's track position, m.
+    pub track_sum_m: f64,
 }
 
 /// A ⟨cell, direction⟩ key that orders (`Direction` is not `Ord`): increasing first.
@@ -256,6 +259,7 @@ pub fn key_stats<'a>(handovers: impl IntoIterator<Item = &'a PastHandover>) -> V
     for h in handovers {
         let s = m.entry(key(h.cell, h.direction)).or_default();
         s.handovers += 1;
+        s.track_sum_m += h.track_m;
         if h.failed {
             s.failures += 1;
             s.failure_track_sum_m += h.track_m;
@@ -264,34 +268,77 @@ pub fn key_stats<'a>(handovers: impl IntoIterator<Item = &'a PastHandover>) -> V
     m.into_iter().map(|((c, d), s)| ((c, direction_of(d)), s)).collect()
 }
 
-/// The table entries for past handovers: one per key that passes `th`, at the mean position of
-/// its failures (rounded to 0.1 m), in (cell, direction) order.
-pub fn build_entries<'a>(handovers: impl IntoIterator<Item = &'a PastHandover>, th: Thresholds) -> Vec<Entry> {
-    let min_failures = th.min_failures.max(1);
+/// Which keys enter a table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Select {
+    /// Keys that pass both thresholds, at the mean position of their failures.
+    Thresholds(Thresholds),
+    /// Every key handed over: one with failures at their mean position, one without at the mean
+    /// position of its handovers. Built from a trip's own events, this is the oracle table plus a
+    /// hold before every handover that succeeds: what holding costs when nothing is missed
+    /// (`make bench-hsr PROFILE=costs`).
+    EveryHandover,
+}
+
+impl From<Thresholds> for Select {
+    fn from(th: Thresholds) -> Self {
+        Select::Thresholds(th)
+    }
+}
+
+/// Rounded to 0.1 m, as every table position.
+fn decimetre(m: f64) -> f64 {
+    (m * 10.0).round() / 10.0
+}
+
+/// The table entries for past handovers: one per key that `select` admits, in (cell, direction)
+/// order.
+pub fn build_entries<'a>(
+    handovers: impl IntoIterator<Item = &'a PastHandover>,
+    select: impl Into<Select>,
+) -> Vec<Entry> {
+    let select = select.into();
     key_stats(handovers)
         .into_iter()
-        .filter(|(_, s)| s.failures >= min_failures && s.failures as f64 >= th.min_failure_rate * s.handovers as f64)
-        .map(|((cell, direction), s)| Entry {
-            cell,
-            direction,
-            position_m: (s.failure_track_sum_m / s.failures as f64 * 10.0).round() / 10.0,
-            failures: Some(s.failures),
-            handovers: Some(s.handovers),
-            route: None,
-            lat: None,
-            lon: None,
+        .filter_map(|((cell, direction), s)| {
+            let position_m = match select {
+                Select::Thresholds(th) => {
+                    let passes = s.failures >= th.min_failures.max(1)
+                        && s.failures as f64 >= th.min_failure_rate * s.handovers as f64;
+                    passes.then(|| s.failure_track_sum_m / s.failures as f64)?
+                }
+                Select::EveryHandover if s.failures > 0 => s.failure_track_sum_m / s.failures as f64,
+                Select::EveryHandover => s.track_sum_m / s.handovers as f64,
+            };
+            Some(Entry {
+                cell,
+                direction,
+                position_m: decimetre(position_m),
+                failures: Some(s.failures),
+                handovers: Some(s.handovers),
+                route: None,
+                lat: None,
+                lon: None,
+            })
         })
         .collect()
 }
 
 /// Builds the table file from event logs (`failure-table` subcommand). Returns it with the number
 /// of handovers skipped.
-pub fn build_table(events: &[&Path], version: u64, th: Thresholds) -> Result<(FailureTableFile, usize), Error> {
-    if th.min_failures == 0 {
-        return Err(Error::Invalid("--min-failures must be at least 1 (a location needs a failure)".into()));
-    }
-    if !(0.0..=1.0).contains(&th.min_failure_rate) {
-        return Err(Error::Invalid("--min-failure-rate must be in [0, 1]".into()));
+pub fn build_table(
+    events: &[&Path],
+    version: u64,
+    select: impl Into<Select>,
+) -> Result<(FailureTableFile, usize), Error> {
+    let select = select.into();
+    if let Select::Thresholds(th) = select {
+        if th.min_failures == 0 {
+            return Err(Error::Invalid("--min-failures must be at least 1 (a location needs a failure)".into()));
+        }
+        if !(0.0..=1.0).contains(&th.min_failure_rate) {
+            return Err(Error::Invalid("--min-failure-rate must be in [0, 1]".into()));
+        }
     }
     let mut all = Vec::new();
     let mut skipped = 0;
@@ -301,17 +348,23 @@ pub fn build_table(events: &[&Path], version: u64, th: Thresholds) -> Result<(Fa
         skipped += t.skipped;
     }
     let failures = all.iter().filter(|h| h.failed).count();
-    let entries = build_entries(&all, th);
+    let entries = build_entries(&all, select);
     let files: Vec<String> = events.iter().map(|p| p.display().to_string()).collect();
+    let rule = match select {
+        Select::Thresholds(th) => format!(
+            "min_failures {}, min_failure_rate {}; mean failure position per (cell, direction)",
+            th.min_failures, th.min_failure_rate
+        ),
+        Select::EveryHandover => "every handover; mean failure position per (cell, direction), \
+                                  else mean handover position"
+            .to_string(),
+    };
     let source = format!(
-        "polycorn-tracegen {} failure-table: {} trip(s), {} handovers, {} failures, min_failures {}, \
-         min_failure_rate {}; mean failure position per (cell, direction); events: {}",
+        "polycorn-tracegen {} failure-table: {} trip(s), {} handovers, {} failures, {rule}; events: {}",
         env!("CARGO_PKG_VERSION"),
         events.len(),
         all.len(),
         failures,
-        th.min_failures,
-        th.min_failure_rate,
         files.join(", ")
     );
     let mut f = FailureTableFile::new(version, source);
@@ -523,6 +576,26 @@ mod tests {
             "the rate bound is inclusive"
         );
         assert!(only3(Thresholds { min_failures: 4, min_failure_rate: 0.0 }).is_empty());
+    }
+
+    #[test]
+    fn every_handover_tables_each_key_at_its_failures_else_at_its_handovers() {
+        let mut all = Vec::new();
+        // Cell 3 of carrier 0 fails twice (1000.5 and 1300.5 m) and succeeds once (1100.5 m);
+        // cell 7 only succeeds (4000.5 and 4100.5 m).
+        for (t3, o3, t7) in [(10, "rlf", 40), (13, "nas", 41), (11, "success", 40)] {
+            all.extend(parse_events(&trip(0.0, 1.0, &[(t3, 0, 3, o3), (t7, 0, 7, "success")]), "t").unwrap().handovers);
+        }
+        let entries = build_entries(&all, Select::EveryHandover);
+        let got: Vec<(u64, f64, Option<u64>)> = entries.iter().map(|e| (e.cell, e.position_m, e.failures)).collect();
+        assert_eq!(
+            got,
+            [(testbed_cell_id(0, 3), 1150.5, Some(2)), (testbed_cell_id(0, 7), 4033.8, Some(0))],
+            "failures place a key that has them; a key without is at its handovers' mean"
+        );
+        let thresholded: Vec<u64> =
+            build_entries(&all, Thresholds { min_failures: 1, min_failure_rate: 0.0 }).iter().map(|e| e.cell).collect();
+        assert_eq!(thresholded, [testbed_cell_id(0, 3)], "thresholds still need a failure");
     }
 
     #[test]

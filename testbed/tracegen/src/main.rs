@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use polycorn_telemetry::failure_table::FailureTableFile;
-use polycorn_tracegen::failure_table::{self as ft, Thresholds};
+use polycorn_tracegen::failure_table::{self as ft, Select, Thresholds};
 use polycorn_tracegen::validate::{report, report_per_trip, validate};
 use polycorn_tracegen::{generate, write, Error, FailureModel, HandoverLoss, Preset, TripConfig};
 
@@ -81,6 +81,11 @@ enum Cmd {
         /// ... and at least this share of its past handovers failed.
         #[arg(long, default_value_t = ft::DEFAULT_MIN_FAILURE_RATE)]
         min_failure_rate: f64,
+        /// Every cell and direction handed over instead, without thresholds: one with failures
+        /// at their mean position, one without at the mean position of its handovers (from a
+        /// trip's own events: the oracle table plus a hold before every handover that succeeds).
+        #[arg(long, conflicts_with_all = ["min_failures", "min_failure_rate"])]
+        every_handover: bool,
     },
     /// Write a trip's GPS fixes as an NMEA log (GPRMC + GPGGA per fix) for gpsd's gpsfake,
     /// stamped with their UTC time from the trip's epoch.
@@ -126,11 +131,11 @@ fn failure_table(
     out: PathBuf,
     version: u64,
     route: Option<PathBuf>,
-    th: Thresholds,
+    select: Select,
 ) -> Result<(), Error> {
     let files: Vec<PathBuf> = events.into_iter().map(events_file).collect();
     let refs: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
-    let (mut table, skipped) = ft::build_table(&refs, version, th)?;
+    let (mut table, skipped) = ft::build_table(&refs, version, select)?;
     if let Some(r) = route {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&r)?)?;
         ft::with_route(&mut table, &v)?;
@@ -217,8 +222,13 @@ fn main() -> ExitCode {
             write(&cfg, &generate(&cfg), &out)
         }
         Cmd::Validate { dirs, json, per_trip } => validate_cmd(&dirs, json, per_trip),
-        Cmd::FailureTable { events, out, version, route, min_failures, min_failure_rate } => {
-            failure_table(events, out, version, route, Thresholds { min_failures, min_failure_rate })
+        Cmd::FailureTable { events, out, version, route, min_failures, min_failure_rate, every_handover } => {
+            let select = if every_handover {
+                Select::EveryHandover
+            } else {
+                Select::Thresholds(Thresholds { min_failures, min_failure_rate })
+            };
+            failure_table(events, out, version, route, select)
         }
         Cmd::FailureTableScore { table, events, window_m } => failure_table_score(table, events, window_m),
         Cmd::Nmea { events, epoch_unix_ms, from_unix_ms, out } => nmea(events, epoch_unix_ms, from_unix_ms, out),

@@ -91,8 +91,12 @@ fn a_table_with_the_route_places_the_trips_gps_only_fixes_at_their_track_positio
     let dir = tmp("route-table");
     let c = cfg(Preset::pc_gateway_300(), 6, 3, 180, 1);
     write(&c, &generate(&c), &dir).unwrap();
-    let (mut table, _) =
-        polycorn_tracegen::failure_table::build_table(&[&dir.join("events.jsonl")], 1, Default::default()).unwrap();
+    let (mut table, _) = polycorn_tracegen::failure_table::build_table(
+        &[&dir.join("events.jsonl")],
+        1,
+        polycorn_tracegen::failure_table::Thresholds::default(),
+    )
+    .unwrap();
     let route: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("route.geojson")).unwrap()).unwrap();
     polycorn_tracegen::failure_table::with_route(&mut table, &route).unwrap();
     assert!(table.entries.iter().all(|e| e.route.as_deref() == Some("r6")));
