@@ -121,7 +121,7 @@ bench-api: ## LinkDB API hot queries: BENCH_API_SIZES trains (40: 1M handovers),
 	$(UVW) python -m polycorn_benchrun.api
 
 PROFILE ?= short
-bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full|long; precision: hrsch vs minrtt only -> hsr-precision.json; recovery: failed-handover recovery alone -> hsr-recovery.json; concurrency: 1, 10, 100 passengers at once -> hsr-concurrency.json; sweep: the memory budget on a development route -> hsr-sweep.json; transport, transport-unseen: TLS/TCP against QUIC subflows and direct TCP in a backlogged download; transport-bulk: their bulk downloads against the oracle, with kernel MPTCP and direct CUBIC -> hsr-transport*.json) -> bench/out/hsr.json
+bench-hsr: build ## every scheme side by side on emulated HSR trips (PROFILE=short|full|long; precision: hrsch vs minrtt only -> hsr-precision.json; recovery: failed-handover recovery alone -> hsr-recovery.json; costs: what a caught failure saves and a needless hold costs, on a development route -> hsr-costs.json; concurrency: 1, 10, 100 passengers at once -> hsr-concurrency.json; sweep: the memory budget on a development route -> hsr-sweep.json; transport, transport-unseen: TLS/TCP against QUIC subflows and direct TCP in a backlogged download; transport-bulk: their bulk downloads against the oracle, with kernel MPTCP and direct CUBIC -> hsr-transport*.json) -> bench/out/hsr.json
 	uv sync --project bench --locked --quiet
 	uv sync --all-packages --locked --quiet
 	PROFILE=$(PROFILE) $(PYW) -m polycorn_benchrun.hsr
