@@ -25,7 +25,11 @@ r's interval is p*'s mapped through r = 1/p* - 1 (unbounded above where p*'s rea
 Both costs are also given in seconds of the ``P@none`` download's mean goodput on that trip set.
 
 This is the cost of a hold placed exactly where the handover happens; a learned table places its
-cells less precisely, which lengthens holds and misses some failures.
+cells less precisely, which lengthens holds and misses some failures. So the section also gives
+what a held second costs: (B_oracle - B_every) over the seconds ``P@every`` held paths beyond
+``P@oracle`` (``hof-reject``'s ``held_ms`` in the proxy's end-of-trip snapshot: the downlink,
+which the download uses), and each copy's mean hold (``held_ms`` / ``rejections``). A table whose
+holds last longer pays that much more per needless hold.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from polycorn_bench.flows import BacklogRun
-from polycorn_bench.records import LinkSetRun
+from polycorn_bench.records import LinkSetRun, SchemeRun
+from polycorn_bench.schedevents import schedulerlet_events
 from polycorn_bench.stats import cluster_bootstrap_ci, finite_or_none
 
 NONE, ORACLE, EVERY = "none", "oracle", "every"
@@ -60,6 +65,10 @@ class TripCosts:
     failed: int
     succeeded: int
     window_ms: float
+    #: hof-reject's holds in the proxy of P@oracle and P@every: (held seconds, holds begun);
+    #: None without the snapshot or the counters.
+    oracle_holds: tuple[float, int] | None = None
+    every_holds: tuple[float, int] | None = None
 
 
 def pipelines(schemes: Sequence[str]) -> list[str]:
@@ -91,6 +100,7 @@ def trip_costs(
             left_out += 1
             continue
         none, oracle, every = (c[ids[0]] for c in copies)
+        holds = [_holds(t.schemes.get(f"{pipeline}@{w}")) for w in (ORACLE, EVERY)]
         lo, hi = none.rec.start_ms, none.rec.end_ms
         starts = sum(1 for x in t.handover_starts if lo <= x < hi)
         failed = sum(1 for f in t.handover_failures if lo <= f.t_ms < hi)
@@ -103,9 +113,38 @@ def trip_costs(
                 failed=failed,
                 succeeded=starts - failed,
                 window_ms=hi - lo,
+                oracle_holds=holds[0],
+                every_holds=holds[1],
             )
         )
     return out, left_out
+
+
+def _holds(sr: SchemeRun | None) -> tuple[float, int] | None:
+    """(held seconds, holds begun) of hof-reject in the proxy's end-of-trip snapshot."""
+    ev = schedulerlet_events(sr.proxy_metrics if sr is not None else None)
+    if ev is None or "hof-reject/held_ms" not in ev or "hof-reject/rejections" not in ev:
+        return None
+    return ev["hof-reject/held_ms"] / 1000, int(ev["hof-reject/rejections"])
+
+
+def _held(trips: Sequence[TripCosts], idx: Sequence[int]) -> float:
+    """Bytes each second P@every held beyond P@oracle cost, over the trips with both
+    snapshots (NaN without such trips or extra held time)."""
+    held_bytes = extra_s = 0.0
+    for i in idx:
+        t = trips[i]
+        if t.oracle_holds is None or t.every_holds is None:
+            continue
+        held_bytes += t.oracle_bytes - t.every_bytes
+        extra_s += t.every_holds[0] - t.oracle_holds[0]
+    return held_bytes / extra_s if extra_s > 0 else math.nan
+
+
+def _mean_hold(trips: Sequence[TripCosts], which: str) -> float | None:
+    hs = [h for t in trips if (h := t.oracle_holds if which == ORACLE else t.every_holds)]
+    n = sum(h[1] for h in hs)
+    return sum(h[0] for h in hs) / n if n else None
 
 
 def _sums(trips: Sequence[TripCosts], idx: Sequence[int]) -> tuple[float, float, float, float]:
@@ -131,7 +170,7 @@ def _statistic(trips: Sequence[TripCosts], idx: Sequence[int]) -> np.ndarray:
     c_fail = saved / failed if failed else math.nan
     c_hold = held / succeeded if succeeded else math.nan
     p = threshold(c_fail, c_hold) if failed and succeeded else math.nan
-    return np.array([c_fail, c_hold, p])
+    return np.array([c_fail, c_hold, p, _held(trips, idx)])
 
 
 def _ratio(p: float | None) -> float | None:
@@ -145,7 +184,7 @@ def costs_of(trips: Sequence[TripCosts]) -> dict[str, Any]:
     """C_fail, C_hold, p* and r of the trips, with intervals over trips."""
     idx = range(len(trips))
     saved, held, failed, succeeded = _sums(trips, idx)
-    c_fail, c_hold, p = (float(v) for v in _statistic(trips, idx))
+    c_fail, c_hold, p, per_held_s = (float(v) for v in _statistic(trips, idx))
     ci = cluster_bootstrap_ci(len(trips), lambda k: _statistic(trips, k))
     none_bytes = sum(t.none_bytes for t in trips)
     window_s = sum(t.window_ms for t in trips) / 1000
@@ -174,6 +213,10 @@ def costs_of(trips: Sequence[TripCosts]) -> dict[str, Any]:
         "cost_ratio": _ratio(finite_or_none(p)),
         # p* and r move in opposite directions: r's lower bound is p*'s upper.
         "cost_ratio_ci95": [_ratio(p_ci[1]), _ratio(p_ci[0])],
+        "cost_per_held_second_mb": mb(per_held_s),
+        "cost_per_held_second_mb_ci95": [mb(float(ci[3][0])), mb(float(ci[3][1]))],
+        "mean_hold_s": {w: _mean_hold(trips, w) for w in (ORACLE, EVERY)},
+        "trips_with_holds": sum(1 for t in trips if t.oracle_holds and t.every_holds),
         "saved_bytes": int(saved),
         "held_bytes": int(held),
         "per_trip": [

@@ -415,13 +415,16 @@ def _costs_section(ls: dict[str, Any]) -> list[str]:
         "backlog download's window, saved per failure = (oracle − none) bytes / failed "
         "handovers, cost per hold = (oracle − every) bytes / successful handovers, summed "
         "over trips. A cell pays its place in the table above p* = C_hold / (C_fail + "
-        "C_hold) = 1 / (1 + r). [95 %: bootstrap over trips.]",
+        "C_hold) = 1 / (1 + r). A held second costs (oracle − every) bytes over the "
+        "seconds @every held paths beyond @oracle (hof-reject's held_ms, the proxy's). "
+        "[95 %: bootstrap over trips.]",
         "",
     ]
     rows = []
     for p, c in costs.items():
         r_ci = c["cost_ratio_ci95"]
         r_hi = "∞" if r_ci[1] is None else f"{r_ci[1]:.1f}"
+        hold = c["mean_hold_s"]
         rows.append(
             [
                 f"`{p}`",
@@ -434,6 +437,8 @@ def _costs_section(ls: dict[str, Any]) -> list[str]:
                 + f" ({_f(c['cost_per_hold_s'], 2)} s)",
                 _f(c["threshold_p"], 3) + _ci(c["threshold_p_ci95"]),
                 f"{_f(c['cost_ratio'], 1)} [{_f(r_ci[0], 1)}, {r_hi}]",
+                _f(c["cost_per_held_second_mb"]) + _ci(c["cost_per_held_second_mb_ci95"]),
+                f"{_f(hold['oracle'])} / {_f(hold['every'])}",
             ]
         )
     out += _table(
@@ -444,6 +449,8 @@ def _costs_section(ls: dict[str, Any]) -> list[str]:
             "cost per needless hold, MB (s)",
             "threshold p*",
             "r = C_fail / C_hold",
+            "cost per held second, MB",
+            "mean hold, s (oracle / every)",
         ],
         rows,
     )

@@ -37,7 +37,9 @@ METHODS = {
 }
 
 
-def _events(m: Metrics | None) -> dict[str, float] | None:
+def schedulerlet_events(m: Metrics | None) -> dict[str, float] | None:
+    """A snapshot's schedulerlet counters keyed 'schedulerlet/event', summed over paths;
+    None without the metric."""
     if m is None:
         return None
     series = m.series.get(EVENTS) or m.series.get(EVENTS.removesuffix("_total"))
@@ -86,7 +88,7 @@ def _summed(
 def scheduler_events(ls: LinkSetRun, schemes: list[str]) -> dict[str, Any] | None:
     """Per scheme that ran: the summed counters, or None when no snapshot had them (no
     problem: minrtt, roundrobin and the kernel's schemes have none)."""
-    return _summed(ls, schemes, _events)
+    return _summed(ls, schemes, schedulerlet_events)
 
 
 def _path_counters(m: Metrics | None) -> dict[str, float] | None:

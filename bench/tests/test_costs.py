@@ -18,6 +18,17 @@ SCHEMES = ["minrtt", f"{P}@none", f"{P}@oracle", f"{P}@every"]
 TRIPS = ["r1-t1", "r1-t2", "r1-t3", "r1-t4"]
 SAVED = 4e6  # bytes a caught failure saves
 HELD = 5e5  # bytes a needless hold costs
+HOLD_S = 0.4  # seconds a needless hold lasts (a caught failure's: 1 s)
+
+
+def proxy_metrics(held_s: float, holds: int) -> str:
+    """A proxy's end-of-trip snapshot with hof-reject's hold counters."""
+    m = "polycorn_sched_schedulerlet_events_total"
+    return (
+        f"# TYPE {m} counter\n"
+        f'{m}{{schedulerlet="hof-reject",event="held_ms"}} {held_s * 1000:g}\n'
+        f'{m}{{schedulerlet="hof-reject",event="rejections"}} {holds}\n'
+    )
 
 
 def whole(nbytes: float) -> dict[str, object]:
@@ -50,6 +61,10 @@ def costs_run(tmp_path: Path, schemes: list[str] = SCHEMES) -> RunBuilder:
         write_backlog(b, trip, f"{P}@oracle", [whole(oracle)])
         if trip != "r1-t4":
             write_backlog(b, trip, f"{P}@every", [whole(every)])
+        b.metrics(trip, f"{P}@oracle", None, proxy_metrics(len(fails), len(fails)))
+        if trip != "r1-t3":  # r1-t3's @every left no snapshot: not in the held seconds
+            held = len(fails) + HOLD_S * len(oks)
+            b.metrics(trip, f"{P}@every", None, proxy_metrics(held, len(fails) + len(oks)))
     return b
 
 
@@ -71,6 +86,11 @@ def test_costs_from_the_three_copies_over_the_backlog_window(tmp_path: Path) -> 
     rate = sum(50e6 + k * 1e5 for k in (3, 4, 2)) / (3 * 99.9992)
     assert c["saved_per_failure_s"] == pytest.approx(SAVED / rate)
     assert "handover_costs" not in ls["notes"]
+    # Held seconds from r1-t1 and r1-t2 only (r1-t3 has no @every snapshot).
+    assert c["trips_with_holds"] == 2
+    assert c["cost_per_held_second_mb"] == pytest.approx(HELD / HOLD_S / 1e6)
+    assert c["mean_hold_s"]["oracle"] == pytest.approx(1.0)
+    assert c["mean_hold_s"]["every"] == pytest.approx((3 + HOLD_S * 7) / 10)
     md = markdown(doc)
     assert "What a caught failure saves and a needless hold costs" in md
     assert f"| `{P}` | 3 (3 / 9) |" in md
