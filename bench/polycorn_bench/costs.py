@@ -30,6 +30,11 @@ what a held second costs: (B_oracle - B_every) over the seconds ``P@every`` held
 ``P@oracle`` (``hof-reject``'s ``held_ms`` in the proxy's end-of-trip snapshot: the downlink,
 which the download uses), and each copy's mean hold (``held_ms`` / ``rejections``). A table whose
 holds last longer pays that much more per needless hold.
+
+Volume is what a saturating download loses; a passenger waiting on a page or a video feels the
+stalls. The same three copies are also compared in stall seconds: the time the download
+received nothing for at least :data:`STALL_MIN_MS` (from its progress samples, after its first
+byte), with C_fail and C_hold, p* and r as above in seconds of stall instead of bytes.
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ from polycorn_bench.schedevents import schedulerlet_events
 from polycorn_bench.stats import cluster_bootstrap_ci, finite_or_none
 
 NONE, ORACLE, EVERY = "none", "oracle", "every"
+
+#: A gap without a byte counts as a stall from this long on (three progress samples of
+#: 100 ms): shorter gaps are the ordinary rhythm of a download over two carriers.
+STALL_MIN_MS = 300.0
 
 NOTE = (
     "no trip has the backlog record of each of NAME@none, NAME@oracle and NAME@every and its "
@@ -69,6 +78,8 @@ class TripCosts:
     #: None without the snapshot or the counters.
     oracle_holds: tuple[float, int] | None = None
     every_holds: tuple[float, int] | None = None
+    #: Stall seconds of each copy's download (None: no progress samples).
+    stalls_s: tuple[float, float, float] | None = None
 
 
 def pipelines(schemes: Sequence[str]) -> list[str]:
@@ -101,6 +112,8 @@ def trip_costs(
             continue
         none, oracle, every = (c[ids[0]] for c in copies)
         holds = [_holds(t.schemes.get(f"{pipeline}@{w}")) for w in (ORACLE, EVERY)]
+        sn, so, se = (stall_seconds(b.rec.progress) for b in (none, oracle, every))
+        stalls = (sn, so, se) if sn is not None and so is not None and se is not None else None
         lo, hi = none.rec.start_ms, none.rec.end_ms
         starts = sum(1 for x in t.handover_starts if lo <= x < hi)
         failed = sum(1 for f in t.handover_failures if lo <= f.t_ms < hi)
@@ -115,9 +128,35 @@ def trip_costs(
                 window_ms=hi - lo,
                 oracle_holds=holds[0],
                 every_holds=holds[1],
+                stalls_s=stalls,
             )
         )
     return out, left_out
+
+
+def stall_seconds(
+    progress: Sequence[tuple[float, float]] | None, min_ms: float = STALL_MIN_MS
+) -> float | None:
+    """Seconds the download received nothing, summed over gaps of at least ``min_ms``
+    between progress samples with the same byte count, from its first byte on (None
+    without samples)."""
+    if not progress:
+        return None
+    first = next((i for i, (_, b) in enumerate(progress) if b > 0), None)
+    if first is None:
+        return None
+    total = 0.0
+    gap_start = None
+    for (t0, b0), (_, b1) in zip(progress[first:], progress[first + 1 :], strict=False):
+        if b1 == b0:
+            gap_start = t0 if gap_start is None else gap_start
+            continue
+        if gap_start is not None and t0 - gap_start >= min_ms:
+            total += t0 - gap_start
+        gap_start = None
+    if gap_start is not None and progress[-1][0] - gap_start >= min_ms:
+        total += progress[-1][0] - gap_start
+    return total / 1000
 
 
 def _holds(sr: SchemeRun | None) -> tuple[float, int] | None:
@@ -170,7 +209,25 @@ def _statistic(trips: Sequence[TripCosts], idx: Sequence[int]) -> np.ndarray:
     c_fail = saved / failed if failed else math.nan
     c_hold = held / succeeded if succeeded else math.nan
     p = threshold(c_fail, c_hold) if failed and succeeded else math.nan
-    return np.array([c_fail, c_hold, p, _held(trips, idx)])
+    return np.array([c_fail, c_hold, p, _held(trips, idx), *_stall_statistic(trips, idx)])
+
+
+def _stall_statistic(trips: Sequence[TripCosts], idx: Sequence[int]) -> list[float]:
+    """[C_fail, C_hold, p*] in stall seconds over the trips with progress in all three."""
+    saved = held = failed = succeeded = 0.0
+    for i in idx:
+        t = trips[i]
+        if t.stalls_s is None:
+            continue
+        none, oracle, every = t.stalls_s
+        saved += none - oracle
+        held += every - oracle
+        failed += t.failed
+        succeeded += t.succeeded
+    c_fail = saved / failed if failed else math.nan
+    c_hold = held / succeeded if succeeded else math.nan
+    p = threshold(c_fail, c_hold) if failed and succeeded else math.nan
+    return [c_fail, c_hold, p]
 
 
 def _ratio(p: float | None) -> float | None:
@@ -184,7 +241,9 @@ def costs_of(trips: Sequence[TripCosts]) -> dict[str, Any]:
     """C_fail, C_hold, p* and r of the trips, with intervals over trips."""
     idx = range(len(trips))
     saved, held, failed, succeeded = _sums(trips, idx)
-    c_fail, c_hold, p, per_held_s = (float(v) for v in _statistic(trips, idx))
+    c_fail, c_hold, p, per_held_s, st_fail, st_hold, st_p = (
+        float(v) for v in _statistic(trips, idx)
+    )
     ci = cluster_bootstrap_ci(len(trips), lambda k: _statistic(trips, k))
     none_bytes = sum(t.none_bytes for t in trips)
     window_s = sum(t.window_ms for t in trips) / 1000
@@ -197,6 +256,7 @@ def costs_of(trips: Sequence[TripCosts]) -> dict[str, Any]:
         return finite_or_none(x / rate) if rate > 0 else None
 
     p_ci = [finite_or_none(float(ci[2][0])), finite_or_none(float(ci[2][1]))]
+    st_ci = [finite_or_none(float(ci[6][0])), finite_or_none(float(ci[6][1]))]
     return {
         "trips": len(trips),
         "failed": int(failed),
@@ -217,6 +277,16 @@ def costs_of(trips: Sequence[TripCosts]) -> dict[str, Any]:
         "cost_per_held_second_mb_ci95": [mb(float(ci[3][0])), mb(float(ci[3][1]))],
         "mean_hold_s": {w: _mean_hold(trips, w) for w in (ORACLE, EVERY)},
         "trips_with_holds": sum(1 for t in trips if t.oracle_holds and t.every_holds),
+        "stall_min_ms": STALL_MIN_MS,
+        "trips_with_stalls": sum(1 for t in trips if t.stalls_s is not None),
+        "stall_saved_per_failure_s": finite_or_none(st_fail),
+        "stall_saved_per_failure_s_ci95": [finite_or_none(float(x)) for x in ci[4]],
+        "stall_cost_per_hold_s": finite_or_none(st_hold),
+        "stall_cost_per_hold_s_ci95": [finite_or_none(float(x)) for x in ci[5]],
+        "stall_threshold_p": finite_or_none(st_p),
+        "stall_threshold_p_ci95": st_ci,
+        "stall_cost_ratio": _ratio(finite_or_none(st_p)),
+        "stall_cost_ratio_ci95": [_ratio(st_ci[1]), _ratio(st_ci[0])],
         "saved_bytes": int(saved),
         "held_bytes": int(held),
         "per_trip": [
@@ -227,6 +297,7 @@ def costs_of(trips: Sequence[TripCosts]) -> dict[str, Any]:
                 "none_mb": t.none_bytes / 1e6,
                 "oracle_mb": t.oracle_bytes / 1e6,
                 "every_mb": t.every_bytes / 1e6,
+                "stalls_s": list(t.stalls_s) if t.stalls_s else None,
             }
             for t in trips
         ],

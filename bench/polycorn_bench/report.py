@@ -401,6 +401,11 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
     return out
 
 
+def _r(r: float | None, p: float | None) -> str:
+    """A cost ratio: unbounded (∞) where the threshold p* is 0."""
+    return "∞" if r is None and p == 0 else _f(r, 1)
+
+
 def _costs_section(ls: dict[str, Any]) -> list[str]:
     """What a caught failure saves and a needless hold costs (polycorn_bench.costs)."""
     costs = ls.get("handover_costs")
@@ -436,9 +441,25 @@ def _costs_section(ls: dict[str, Any]) -> list[str]:
                 + _ci(c["cost_per_hold_mb_ci95"])
                 + f" ({_f(c['cost_per_hold_s'], 2)} s)",
                 _f(c["threshold_p"], 3) + _ci(c["threshold_p_ci95"]),
-                f"{_f(c['cost_ratio'], 1)} [{_f(r_ci[0], 1)}, {r_hi}]",
+                f"{_r(c['cost_ratio'], c['threshold_p'])} [{_f(r_ci[0], 1)}, {r_hi}]",
                 _f(c["cost_per_held_second_mb"]) + _ci(c["cost_per_held_second_mb_ci95"]),
                 f"{_f(hold['oracle'])} / {_f(hold['every'])}",
+            ]
+        )
+    stall_rows = []
+    for p, c in costs.items():
+        r_ci = c.get("stall_cost_ratio_ci95") or [None, None]
+        r_hi = "∞" if r_ci[1] is None else f"{r_ci[1]:.1f}"
+        stall_rows.append(
+            [
+                f"`{p}`",
+                str(c.get("trips_with_stalls", 0)),
+                _f(c.get("stall_saved_per_failure_s"))
+                + _ci(c.get("stall_saved_per_failure_s_ci95")),
+                _f(c.get("stall_cost_per_hold_s"), 3) + _ci(c.get("stall_cost_per_hold_s_ci95")),
+                _f(c.get("stall_threshold_p"), 3) + _ci(c.get("stall_threshold_p_ci95")),
+                f"{_r(c.get('stall_cost_ratio'), c.get('stall_threshold_p'))} "
+                f"[{_f(r_ci[0], 1)}, {r_hi}]",
             ]
         )
     out += _table(
@@ -453,6 +474,23 @@ def _costs_section(ls: dict[str, Any]) -> list[str]:
             "mean hold, s (oracle / every)",
         ],
         rows,
+    )
+    out += [
+        "",
+        "The same in stall seconds: the time the download received nothing for at least "
+        f"{_f(next(iter(costs.values())).get('stall_min_ms'), 0)} ms, after its first byte.",
+        "",
+    ]
+    out += _table(
+        [
+            "pipeline",
+            "trips",
+            "stall saved per caught failure, s",
+            "stall cost per needless hold, s",
+            "threshold p*",
+            "r",
+        ],
+        stall_rows,
     )
     out.append("")
     return out

@@ -9,7 +9,7 @@ from conftest import RunBuilder, handover
 from test_backlog import backlog, write_backlog
 
 from polycorn_bench.analysis import analyse
-from polycorn_bench.costs import pipelines, threshold
+from polycorn_bench.costs import pipelines, stall_seconds, threshold
 from polycorn_bench.records import read_run
 from polycorn_bench.report import markdown
 
@@ -130,3 +130,40 @@ def test_pipelines_and_threshold() -> None:
     assert threshold(-1.0, 1.0) == 1.0
     assert threshold(4.0, 0.0) == 0.0, "a hold that costs nothing: every cell pays"
     assert threshold(4.0, -1.0) == 0.0
+
+
+def stalled(nbytes: float, stall_ms: float) -> dict[str, object]:
+    """A backlog record over [100 s, 200 s] whose download stopped for ``stall_ms`` once,
+    right after its first byte."""
+    t = 1e5 + 100
+    return backlog(1e5, 2e5, [[1e5, 0], [t, 1], [t + stall_ms, 1], [2e5, nbytes]])
+
+
+def test_stall_seconds_count_gaps_from_the_first_byte_on() -> None:
+    p = [(0.0, 0.0), (100.0, 0.0), (200.0, 10.0), (300.0, 10.0), (400.0, 10.0)]
+    p += [(500.0, 10.0), (600.0, 20.0), (700.0, 20.0), (800.0, 30.0), (900.0, 30.0)]
+    p += [(1000.0, 30.0), (1100.0, 30.0)]
+    # 200-500 ms (300 ms) and 800-1100 ms at the end count; 600-700 ms is too short, and
+    # nothing before the first byte counts.
+    assert stall_seconds(p) == pytest.approx(0.6)
+    assert stall_seconds(p, min_ms=400) == 0.0
+    assert stall_seconds([(0.0, 0.0), (100.0, 0.0)]) is None
+    assert stall_seconds(None) is None
+
+
+def test_costs_in_stall_seconds(tmp_path: Path) -> None:
+    b = costs_run(tmp_path)
+    plan = {"r1-t1": (2, 3), "r1-t2": (1, 4), "r1-t3": (0, 2)}
+    for trip, (fails, oks) in plan.items():
+        # No table: 2 s of stall per failure; the oracle 0.5 s; every hold adds 0.1 s.
+        write_backlog(b, trip, f"{P}@none", [stalled(50e6, 400 + 2000 * fails)])
+        write_backlog(b, trip, f"{P}@oracle", [stalled(50e6, 400 + 500 * fails)])
+        write_backlog(b, trip, f"{P}@every", [stalled(50e6, 400 + 500 * fails + 100 * oks)])
+    c = analyse(read_run(b.finish()))["link_sets"]["hsr"]["handover_costs"][P]
+    assert c["trips_with_stalls"] == 3
+    assert c["stall_saved_per_failure_s"] == pytest.approx(1.5)
+    assert c["stall_cost_per_hold_s"] == pytest.approx(0.1)
+    assert c["stall_threshold_p"] == pytest.approx(0.1 / 1.6)
+    assert c["stall_cost_ratio"] == pytest.approx(15.0)
+    lo, hi = c["stall_saved_per_failure_s_ci95"]
+    assert lo == pytest.approx(1.5) and hi == pytest.approx(1.5)
