@@ -88,10 +88,6 @@ from polycorn_harness import ROOT, infra, provenance
 from polycorn_harness.process import process_tree
 from polycorn_ingest.testbed import records
 from polycorn_schema.startup import kafka_create_topics, kafka_retriable, pg_connect, retry
-from polycorn_trainer.fit import Params
-
-# The trainer's table thresholds (bench-trainer runs it with its defaults).
-TABLE = Params()
 
 # The first trip's start; trip j starts j days later (ingest separates trips
 # by GPS gaps, a day is far more than its 600 s trip gap).
@@ -618,11 +614,17 @@ def _fleet_markdown(r: dict[str, Any]) -> list[str]:
         + " | ".join(quant)
         + " |"
     )
+    # The trainer's table thresholds (bench-trainer runs it with its defaults). Imported here:
+    # the trainer's model brings scikit-learn, seconds of start-up that every other
+    # subcommand of this module (each its own process) would pay.
+    from polycorn_trainer.fit import Params  # noqa: PLC0415
+
+    table = Params()
     lines += [
         "",
-        f"With the table thresholds (what the proxies get: ≥ {TABLE.min_failures} failures and "
-        f"≥ {100 * TABLE.min_failure_rate:.0f} % in the training trips, from ≥ "
-        f"{TABLE.min_trains} trains, none counted above the runner-up), percent:",
+        f"With the table thresholds (what the proxies get: ≥ {table.min_failures} failures and "
+        f"≥ {100 * table.min_failure_rate:.0f} % in the training trips, from ≥ "
+        f"{table.min_trains} trains, none counted above the runner-up), percent:",
         "",
         "| | " + " | ".join(f"route {k}" for k in routes) + " |",
         "|---" * (len(routes) + 1) + "|",
