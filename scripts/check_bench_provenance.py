@@ -58,7 +58,6 @@ PREDATE_PROVENANCE = frozenset(
         "hsr-v1.json",
         "hsr-window-ab.json",
         "hsr.json",
-        "loop.json",
     }
 )
 
