@@ -187,11 +187,39 @@ def _mean_hold(trips: Sequence[TripCosts], which: str) -> float | None:
 
 
 def _sums(trips: Sequence[TripCosts], idx: Sequence[int]) -> tuple[float, float, float, float]:
+    """(saved, held, failed, succeeded) in bytes over the trips ``idx``."""
     saved = float(sum(trips[i].oracle_bytes - trips[i].none_bytes for i in idx))
     held = float(sum(trips[i].oracle_bytes - trips[i].every_bytes for i in idx))
     failed = float(sum(trips[i].failed for i in idx))
     succeeded = float(sum(trips[i].succeeded for i in idx))
     return saved, held, failed, succeeded
+
+
+def _stall_sums(
+    trips: Sequence[TripCosts], idx: Sequence[int]
+) -> tuple[float, float, float, float]:
+    """(saved, held, failed, succeeded) in stall seconds over the trips ``idx`` with
+    progress in all three copies."""
+    saved = held = failed = succeeded = 0.0
+    for i in idx:
+        t = trips[i]
+        if t.stalls_s is None:
+            continue
+        none, oracle, every = t.stalls_s
+        saved += none - oracle
+        held += every - oracle
+        failed += t.failed
+        succeeded += t.succeeded
+    return saved, held, failed, succeeded
+
+
+def _rule(saved: float, held: float, failed: float, succeeded: float) -> list[float]:
+    """[C_fail, C_hold, p*] of summed savings, holding costs and events (NaN without
+    events)."""
+    c_fail = saved / failed if failed else math.nan
+    c_hold = held / succeeded if succeeded else math.nan
+    p = threshold(c_fail, c_hold) if failed and succeeded else math.nan
+    return [c_fail, c_hold, p]
 
 
 def threshold(c_fail: float, c_hold: float) -> float:
@@ -205,29 +233,11 @@ def threshold(c_fail: float, c_hold: float) -> float:
 
 
 def _statistic(trips: Sequence[TripCosts], idx: Sequence[int]) -> np.ndarray:
-    saved, held, failed, succeeded = _sums(trips, idx)
-    c_fail = saved / failed if failed else math.nan
-    c_hold = held / succeeded if succeeded else math.nan
-    p = threshold(c_fail, c_hold) if failed and succeeded else math.nan
-    return np.array([c_fail, c_hold, p, _held(trips, idx), *_stall_statistic(trips, idx)])
-
-
-def _stall_statistic(trips: Sequence[TripCosts], idx: Sequence[int]) -> list[float]:
-    """[C_fail, C_hold, p*] in stall seconds over the trips with progress in all three."""
-    saved = held = failed = succeeded = 0.0
-    for i in idx:
-        t = trips[i]
-        if t.stalls_s is None:
-            continue
-        none, oracle, every = t.stalls_s
-        saved += none - oracle
-        held += every - oracle
-        failed += t.failed
-        succeeded += t.succeeded
-    c_fail = saved / failed if failed else math.nan
-    c_hold = held / succeeded if succeeded else math.nan
-    p = threshold(c_fail, c_hold) if failed and succeeded else math.nan
-    return [c_fail, c_hold, p]
+    """[C_fail, C_hold, p*] in bytes, the cost of a held second, and [C_fail, C_hold, p*]
+    in stall seconds."""
+    return np.array(
+        [*_rule(*_sums(trips, idx)), _held(trips, idx), *_rule(*_stall_sums(trips, idx))]
+    )
 
 
 def _ratio(p: float | None) -> float | None:

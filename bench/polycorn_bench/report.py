@@ -401,9 +401,12 @@ def _hrsch_section(doc: dict[str, Any], ls: dict[str, Any]) -> list[str]:
     return out
 
 
-def _r(r: float | None, p: float | None) -> str:
-    """A cost ratio: unbounded (∞) where the threshold p* is 0."""
-    return "∞" if r is None and p == 0 else _f(r, 1)
+def _r(r: float | None, p: float | None, ci: Any) -> str:
+    """A cost ratio and its interval: unbounded (∞) where the threshold p* is 0, and an
+    upper bound of None unbounded too."""
+    lo, hi = ci or (None, None)
+    point = "∞" if r is None and p == 0 else _f(r, 1)
+    return f"{point} [{_f(lo, 1)}, {'∞' if hi is None else _f(hi, 1)}]"
 
 
 def _costs_section(ls: dict[str, Any]) -> list[str]:
@@ -427,8 +430,6 @@ def _costs_section(ls: dict[str, Any]) -> list[str]:
     ]
     rows = []
     for p, c in costs.items():
-        r_ci = c["cost_ratio_ci95"]
-        r_hi = "∞" if r_ci[1] is None else f"{r_ci[1]:.1f}"
         hold = c["mean_hold_s"]
         rows.append(
             [
@@ -441,15 +442,13 @@ def _costs_section(ls: dict[str, Any]) -> list[str]:
                 + _ci(c["cost_per_hold_mb_ci95"])
                 + f" ({_f(c['cost_per_hold_s'], 2)} s)",
                 _f(c["threshold_p"], 3) + _ci(c["threshold_p_ci95"]),
-                f"{_r(c['cost_ratio'], c['threshold_p'])} [{_f(r_ci[0], 1)}, {r_hi}]",
+                _r(c["cost_ratio"], c["threshold_p"], c["cost_ratio_ci95"]),
                 _f(c["cost_per_held_second_mb"]) + _ci(c["cost_per_held_second_mb_ci95"]),
                 f"{_f(hold['oracle'])} / {_f(hold['every'])}",
             ]
         )
     stall_rows = []
     for p, c in costs.items():
-        r_ci = c.get("stall_cost_ratio_ci95") or [None, None]
-        r_hi = "∞" if r_ci[1] is None else f"{r_ci[1]:.1f}"
         stall_rows.append(
             [
                 f"`{p}`",
@@ -458,8 +457,11 @@ def _costs_section(ls: dict[str, Any]) -> list[str]:
                 + _ci(c.get("stall_saved_per_failure_s_ci95")),
                 _f(c.get("stall_cost_per_hold_s"), 3) + _ci(c.get("stall_cost_per_hold_s_ci95")),
                 _f(c.get("stall_threshold_p"), 3) + _ci(c.get("stall_threshold_p_ci95")),
-                f"{_r(c.get('stall_cost_ratio'), c.get('stall_threshold_p'))} "
-                f"[{_f(r_ci[0], 1)}, {r_hi}]",
+                _r(
+                    c.get("stall_cost_ratio"),
+                    c.get("stall_threshold_p"),
+                    c.get("stall_cost_ratio_ci95"),
+                ),
             ]
         )
     out += _table(
