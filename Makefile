@@ -10,6 +10,17 @@ CARGO ?= cargo
 # rustup installs into ~/.cargo/bin, which a non-login shell (CI) may lack.
 export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 
+# The machine's compiler cache (sccache, `setup.sh buildcache`), shared by
+# every clone: a fresh clone compiles only this repository's crates. Decided
+# once, when the first make starts, and inherited by every make, script and
+# cargo under it, so one run compiles either all with the cache or all
+# without (a fresh machine's first make test installs it and compiles
+# without). An RUSTC_WRAPPER of the caller's own wins; an empty one is none.
+POLYCORN_CACHE_DIR := $(or $(POLYCORN_CACHE),/var/cache/polycorn)
+export RUSTC_WRAPPER ?= $(wildcard $(POLYCORN_CACHE_DIR)/bin/sccache)
+export SCCACHE_DIR ?= $(POLYCORN_CACHE_DIR)/sccache
+export SCCACHE_CACHE_SIZE ?= 16G
+
 SH_SCRIPTS := $(sort $(wildcard scripts/*.sh scripts/setup.d/*.sh testbed/*.sh testbed/*/*.sh testbed/*/*/*.sh services/*/*.sh)) .ci/run
 
 # Integration tests need the namespace testbed (root) and the release

@@ -61,7 +61,7 @@ CARGO_TEST = "$CARGO test --release --workspace --locked"
 UV_SYNC = "uv sync --all-packages --locked --quiet && uv sync --project bench --locked --quiet"
 SETUP = Stage(
     "setup",
-    f"bash scripts/setup.sh && bash scripts/setup.sh fuzz chart observability containers"
+    f"bash scripts/setup.sh && bash scripts/setup.sh fuzz chart observability containers buildcache"
     f" && {UV_SYNC}",
 )
 #: make check needs no fuzzer, chart tools or containers.
