@@ -60,6 +60,10 @@ def hfuzz_env(target_dir: Path) -> dict[str, str]:
     cache = os.environ.get("POLYCORN_CACHE", "/var/cache/polycorn")
     env["PATH"] = f"{cache}/cargo-hfuzz-{version.group(1)}/bin:{env.get('PATH', '')}"
     env["CARGO_TARGET_DIR"] = str(target_dir)
+    # cargo hfuzz builds incrementally, which a compiler cache (the
+    # Makefile's sccache) refuses to wrap; its instrumented build shares
+    # nothing with another build anyway.
+    env["RUSTC_WRAPPER"] = ""
     return env
 
 
