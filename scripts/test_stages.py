@@ -104,6 +104,10 @@ TELEMETRY = Stage("integration-telemetry", "bash scripts/integration-telemetry.s
 CHAOS = Stage("chaos-smoke", "make --no-print-directory -o build chaos-smoke")
 FIRST_START = Stage("first-start", "bash scripts/test-first-start.sh")
 COMPOSE = Stage("compose", "bash scripts/test-compose.sh")
+# The compose fleet's images, built ahead of the suite beside the HSR suites,
+# which mostly wait on wall-clock trips; niced, so that the trips' emulator,
+# relay and proxy come first. The compose stage then finds every layer cached.
+COMPOSE_IMAGES = Stage("compose-images", "nice -n 19 bash scripts/test-compose.sh --build-only")
 FUZZ = Stage("fuzz-smoke", "make --no-print-directory fuzz-smoke")
 
 Step = tuple[Stage, ...]
@@ -130,7 +134,7 @@ PLANS: dict[str, list[Step]] = {
         (FUZZ, LINT_PY, *TEST_PY_PARTS, PLATFORM),
         (TRACEGEN,),
         (PAIR,),
-        (HSR, HSR_BENCH),
+        (HSR, HSR_BENCH, COMPOSE_IMAGES),
         # Side by side: correctness checks on wall-clock trips, each on its
         # own namespaces (prefixes pcite, chs, hf) and its own PostgreSQL and
         # Kafka (ports 25442/29102, 25482/29152, 25452/29122).
