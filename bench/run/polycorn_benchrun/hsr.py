@@ -274,8 +274,9 @@ PROFILES: dict[str, Profile] = {
         FULL, hsr_trips=3, sets="hsr", load_start="45", phases="sweep", route_seed=1,
         schemes="minrtt hrsch+", sweep_schemes="minrtt hrsch+", result="hsr-sweep",
     ),
+    # A long backlog: failed handovers are rare, and each gives one recovery window.
     "recovery": replace(
-        FULL, hsr_trips=16, sets="hsr", load_start="45", phases="backlog",
+        FULL, hsr_trips=16, sets="hsr", load_start="45", phases="backlog", backlog_s=1200,
         schemes="minrtt hrsch hrsch@oracle hrsch@mean hrsch+ hrsch+lead100", parallel=4,
         result="hsr-recovery",
     ),
