@@ -79,13 +79,17 @@ BUILD = Stage("build", CARGO_BUILD)
 UNIT = Stage("cargo-test", CARGO_TEST)
 LINT_PY = Stage("lint-py", "make --no-print-directory lint-py")
 # The Python tests mostly wait (for Kafka, PostgreSQL, timeouts), so they run
-# in three parts side by side.
+# in four parts side by side; each test makes its own databases and topics.
 TEST_PY_PARTS = (
     Stage("test-py-bench", "make --no-print-directory test-py-bench"),
     Stage("test-py-ingest", "make --no-print-directory test-py-services PY_TESTS=ingest/tests"),
     Stage(
+        "test-py-benchrun",
+        "make --no-print-directory test-py-services PY_TESTS=bench/run/tests",
+    ),
+    Stage(
         "test-py-services",
-        "make --no-print-directory test-py-services PY_TESTS_SKIP=ingest/tests",
+        "make --no-print-directory test-py-services PY_TESTS_SKIP='ingest/tests bench/run/tests'",
     ),
 )
 # `-o build`: the build stage has built everything; a second cargo would
