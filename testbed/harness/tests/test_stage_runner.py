@@ -5,6 +5,7 @@ stops the plan, its neighbours and nothing else."""
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 
@@ -28,7 +29,10 @@ MAKE_TEST_RUNS = [
     "lint-py",
     "test-py-bench",
     "PY_TESTS=ingest/tests",
-    "PY_TESTS_SKIP=ingest/tests",
+    "PY_TESTS=bench/run/tests",
+    "PY_TESTS_SKIP='ingest/tests bench/run/tests'",
+    "buildcache",
+    "test-compose.sh --build-only",
     "validate-platform",
     "validate-tracegen VAL_PROFILE=ci",
     "scripts/integration.sh",
@@ -66,9 +70,20 @@ def test_make_check_runs_the_static_checks_and_the_unit_and_python_tests() -> No
         "lint-py",
         "test-py-bench",
         "PY_TESTS=ingest/tests",
-        "PY_TESTS_SKIP=ingest/tests",
+        "PY_TESTS=bench/run/tests",
+        "PY_TESTS_SKIP='ingest/tests bench/run/tests'",
     ):
         assert any(piece in c for c in _commands("check")), piece
+
+
+@pytest.mark.parametrize("plan", ["test", "check"])
+def test_the_python_test_parts_run_every_package_once(plan: str) -> None:
+    """Each part but one names its PY_TESTS; that one skips exactly those."""
+    cmds = [c for c in _commands(plan) if "make --no-print-directory test-py-services" in c]
+    parts = [shlex.split(c.split("PY_TESTS=", 1)[1])[0] for c in cmds if "PY_TESTS=" in c]
+    (rest,) = [c for c in cmds if "PY_TESTS_SKIP=" in c]
+    skipped = shlex.split(rest.split("PY_TESTS_SKIP=", 1)[1])[0].split()
+    assert sorted(parts) == sorted(skipped), (parts, skipped)
 
 
 def test_make_test_deep_goes_deeper() -> None:
