@@ -5,7 +5,8 @@
 # crates and takes every dependency (tokio, rustls, quinn, rdkafka's
 # librdkafka wrapper, ...) from the cache. Without it each fresh clone
 # compiles the dependency tree four times over: clippy's check build, the
-# release build, and the fuzz workspace's test build and honggfuzz build.
+# release build, and the fuzz workspace's test build and honggfuzz build (the
+# last stays uncached: cargo hfuzz builds incrementally; scripts/fuzz.py).
 #
 # - sccache itself, pinned, built with `cargo install --locked` and only its
 #   local-disk backend (no default features: no cloud storage clients) into
