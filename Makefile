@@ -15,7 +15,7 @@ export PATH := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin:$(PATH)
 # once, when the first make starts, and inherited by every make, script and
 # cargo under it, so one run compiles either all with the cache or all
 # without (a fresh machine's first make test installs it and compiles
-# without). An RUSTC_WRAPPER of the caller's own wins; an empty one is none.
+# without). A RUSTC_WRAPPER of the caller's own wins; an empty one is none.
 POLYCORN_CACHE_DIR := $(or $(POLYCORN_CACHE),/var/cache/polycorn)
 export RUSTC_WRAPPER ?= $(wildcard $(POLYCORN_CACHE_DIR)/bin/sccache)
 export SCCACHE_DIR ?= $(POLYCORN_CACHE_DIR)/sccache

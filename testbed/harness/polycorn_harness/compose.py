@@ -221,6 +221,11 @@ class Fleet:
     def work(self) -> Path:
         return self.state / "work"
 
+    def fresh_work(self) -> None:
+        """An empty work directory for this run's build contexts and logs."""
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir(parents=True)
+
     @property
     def host(self) -> HostNet:
         return HostNet(self.state)
@@ -589,8 +594,7 @@ def main(argv: Sequence[str]) -> int:
         # steps that mostly wait); the suite's own build then finds every layer
         # cached, and its teardown removes them.
         f = Fleet.from_env()
-        shutil.rmtree(f.work, ignore_errors=True)
-        f.work.mkdir(parents=True)
+        f.fresh_work()
         f.build()
         log(f"images built in {f.timings['images']:.0f} s")
         return 0

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import time
 import urllib.error
@@ -57,8 +56,7 @@ def fleet(request: pytest.FixtureRequest) -> Iterator[Fleet]:
         log("cleaning up after an earlier run")
         f.down()
     f.host.snapshot()
-    shutil.rmtree(f.work, ignore_errors=True)
-    f.work.mkdir(parents=True)
+    f.fresh_work()
     failed_before = request.session.testsfailed
     ok = False
     try:
